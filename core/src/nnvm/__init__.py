@@ -1,0 +1,60 @@
+"""nnvm: an end-to-end deep learning compiler.
+
+    mod = nnvm.compile("resnet18.onnx", target="llvm")
+    out, = mod.run(x)
+    mod.export("resnet18.so"); nnvm.load("resnet18.so").run(x)
+"""
+
+from __future__ import annotations
+
+from nnvm import te  # noqa: F401
+from nnvm.errors import Error, InputError, ModelLoadError, ScheduleError, TargetError, UnsupportedOperatorError  # noqa: F401
+from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
+from nnvm.hookspecs import hookimpl  # noqa: F401
+
+__version__ = "0.1.0"
+
+
+def plugins() -> dict:
+    """Loaded plugins per kind: {"frontend": [...], "backend": [...], "pass": [...], "op": [...]}."""
+    from nnvm.plugins import summary
+
+    return summary()
+
+
+def lower(schedule, args, name: str = "main", simple_mode: bool = True):
+    """The loop program of a schedule, as a ``PrimFunc`` (``print`` it to read it)."""
+    from nnvm.tir.lower import lower_schedule
+
+    return lower_schedule(schedule, list(args), name)
+
+
+def build(schedule, args, target: str = "llvm", name: str = "main"):
+    """Compile a schedule for ``target``; the result is callable on numpy arrays, one per argument."""
+    from nnvm.runtime.kernel import build_function
+
+    return build_function(schedule, list(args), target, name)
+
+
+def load_model(model, shapes: dict | None = None, **kwargs):
+    """Import a model with the frontend that reads it; returns ``(graph, params)``."""
+    from nnvm.compiler import import_model
+
+    graph = import_model(model, shapes, **kwargs)
+    return graph, dict(graph.params)
+
+
+def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: int = 3,  # noqa: A001
+            tuning_log=None, dump_ir: str | None = None, **kwargs):
+    """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``."""
+    from nnvm.compiler import compile_model
+
+    return compile_model(model, target=target, shapes=shapes, opt_level=opt_level, tuning_log=tuning_log,
+                         dump_ir=dump_ir, **kwargs)
+
+
+def load(path: str):
+    """Load a module exported by ``Module.export``; needs only the core installed."""
+    from nnvm.runtime.module import load_module
+
+    return load_module(path)

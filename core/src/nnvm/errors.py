@@ -1,0 +1,39 @@
+"""The one exception family users see. The CLI prints any of them as a single sentence."""
+
+from __future__ import annotations
+
+
+class Error(Exception):
+    """A problem with the user's model, input, target or schedule; the message names where."""
+
+
+class UnsupportedOperatorError(Error):
+    """The model uses operators no installed frontend can convert; lists all of them at once."""
+
+    def __init__(self, fmt: str, missing: dict[str, list[str]], path: str | None = None):
+        self.missing = missing
+        where = f" in {path}" if path else ""
+        parts = []
+        for op, nodes in sorted(missing.items()):
+            shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+            parts.append(f"{op} (nodes: {shown})")
+        super().__init__(
+            f"the {fmt} model{where} uses {len(missing)} unsupported operator"
+            f"{'s' if len(missing) > 1 else ''}: " + "; ".join(parts)
+        )
+
+
+class ModelLoadError(Error):
+    """The model file is missing, truncated or not in a format any frontend reads."""
+
+
+class InputError(Error):
+    """A runtime input has the wrong name, shape or dtype."""
+
+
+class ScheduleError(Error):
+    """A schedule primitive was used in a way that cannot be lowered (names the stage and axis)."""
+
+
+class TargetError(Error):
+    """The target string names no installed backend, or an option it does not understand."""

@@ -1,0 +1,59 @@
+"""Every hook a plugin can implement. Plugins are modules of plain functions marked ``@nnvm.hookimpl``.
+
+Registration hooks take a ``register`` callback and are called once, when the plugin manager is built
+(on first use). Selection hooks are ``firstresult``: each implementation returns ``None`` for "not
+mine", and the first other answer wins. Hooks are called with keywords; a spec may gain arguments,
+never lose or reorder them.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("nnvm")
+hookimpl = pluggy.HookimplMarker("nnvm")
+
+
+@hookspec
+def nnvm_register_ops(register):
+    """Register operators: call ``register(OpDef)`` for each (``nnvm.ops.registry.OpDef``).
+
+    Called once when the plugin manager is built. Registering a name another plugin registered is an
+    error naming both plugins.
+    """
+
+
+@hookspec
+def nnvm_register_frontends(register):
+    """Register model importers: call ``register(Frontend)`` (``nnvm.frontend.Frontend``).
+
+    A frontend says which files and in-memory objects it accepts and turns them into a ``Graph``.
+    """
+
+
+@hookspec
+def nnvm_register_backends(register):
+    """Register code generators: call ``register(Backend)`` (``nnvm.backend.Backend``).
+
+    A backend names the target kinds it builds for (``llvm``, ``opencl`` ...) and compiles loop programs.
+    """
+
+
+@hookspec
+def nnvm_register_passes(register):
+    """Register graph passes: call ``register(Pass)`` (``nnvm.passes.manager.Pass``)."""
+
+
+@hookspec(firstresult=True)
+def nnvm_schedule_group(target, group):
+    """Return a ``te.Schedule`` for one fused group on ``target``, or ``None`` if not yours.
+
+    ``target`` is a parsed ``nnvm.target.Target``; ``group`` an ``nnvm.compiler.GroupCompute`` holding
+    the anchor operator's name and attributes, the group's tensors and its outputs. The generic
+    schedule of the core is used when every implementation declines.
+    """
+
+
+@hookspec(firstresult=True)
+def nnvm_alter_op_layout(target, node, in_types):
+    """Return a replacement list of nodes for ``node`` in a layout the target prefers, or ``None``."""

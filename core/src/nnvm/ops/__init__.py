@@ -1,0 +1,1 @@
+"""The standard operator set (computes only; schedules live with the backends)."""

@@ -1,0 +1,1 @@
+"""Graph passes and the pass manager that runs them."""

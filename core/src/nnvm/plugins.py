@@ -1,0 +1,151 @@
+"""The one plugin manager: finds plugins through the ``nnvm`` entry point group, merges what they register.
+
+Built on first use, never at import. ``NNVM_DISABLE_PLUGIN_AUTOLOAD=1`` loads only the core's own
+built-in plugins; ``NNVM_PLUGINS=onnx,llvm-x86`` loads only the named entry points (plus built-ins).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import os
+import threading
+
+import pluggy
+
+from nnvm import hookspecs
+from nnvm.errors import Error
+
+# The core's own plugins: registered through the same hooks as anyone else's.
+BUILTIN_PLUGINS = {
+    "nnvm-std-ops": "nnvm.ops.plugin",
+    "nnvm-std-passes": "nnvm.passes.plugin",
+}
+
+_lock = threading.RLock()
+_state: dict = {}
+
+
+def _make_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("nnvm")
+    pm.add_hookspecs(hookspecs)
+    for name, module in BUILTIN_PLUGINS.items():
+        pm.register(importlib.import_module(module), name=name)
+    if os.environ.get("NNVM_DISABLE_PLUGIN_AUTOLOAD") not in (None, "", "0"):
+        return pm
+    allow = os.environ.get("NNVM_PLUGINS")
+    allowed = {a.strip() for a in allow.split(",") if a.strip()} if allow else None
+    for ep in md.entry_points(group="nnvm"):
+        if ep.name in BUILTIN_PLUGINS or pm.get_plugin(ep.name) is not None:
+            continue
+        if allowed is not None and ep.name not in allowed:
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # a broken plugin must not take the compiler down with it
+            raise Error(f"plugin {ep.name!r} ({ep.value}) failed to import: {exc}") from exc
+        pm.register(plugin, name=ep.name)
+        dist = getattr(ep, "dist", None)
+        _state.setdefault("dists", {})[ep.name] = (dist.name, dist.version) if dist else ("?", "?")
+    pm.check_pending()
+    return pm
+
+
+def manager() -> pluggy.PluginManager:
+    with _lock:
+        if "pm" not in _state:
+            _state.setdefault("dists", {})
+            _state["pm"] = _make_manager()
+        return _state["pm"]
+
+
+def reset() -> None:
+    """Forget loaded plugins (tests use this after changing the environment variables)."""
+    with _lock:
+        _state.clear()
+
+
+def _collect(hook_name: str) -> list[tuple[str, object]]:
+    pm = manager()
+    items: list = []
+    hook = getattr(pm.hook, hook_name)
+    for impl in hook.get_hookimpls():
+        owner = pm.get_name(impl.plugin) or "?"
+        impl.function(register=lambda obj, _o=owner: items.append((_o, obj)))
+    return items
+
+
+def op_registry():
+    from nnvm.ops.registry import OpRegistry
+
+    with _lock:
+        if "ops" not in _state:
+            reg = OpRegistry()
+            for owner, opdef in _collect("nnvm_register_ops"):
+                reg.register(opdef, owner)
+            _state["ops"] = reg
+        return _state["ops"]
+
+
+def _named(kind: str, hook_name: str, key) -> dict:
+    with _lock:
+        if kind not in _state:
+            found: dict = {}
+            for owner, obj in _collect(hook_name):
+                for name in key(obj):
+                    if name in found:
+                        raise Error(f"{kind} {name!r} is registered twice (by {found[name][0]} and {owner})")
+                    found[name] = (owner, obj)
+            _state[kind] = found
+        return _state[kind]
+
+
+def frontends() -> dict:
+    """frontend name -> (plugin name, Frontend)."""
+    return _named("frontends", "nnvm_register_frontends", lambda f: [f.name])
+
+
+def backends() -> dict:
+    """target kind -> (plugin name, Backend)."""
+    return _named("backends", "nnvm_register_backends", lambda b: list(b.target_kinds))
+
+
+def passes() -> dict:
+    """pass name -> (plugin name, Pass)."""
+    return _named("passes", "nnvm_register_passes", lambda p: [p.name])
+
+
+def hook():
+    return manager().hook
+
+
+def distribution_of(plugin_name: str) -> tuple[str, str]:
+    manager()
+    if plugin_name in BUILTIN_PLUGINS:
+        try:
+            return ("nnvm", md.version("nnvm"))
+        except md.PackageNotFoundError:
+            return ("nnvm", "?")
+    return _state.get("dists", {}).get(plugin_name, ("?", "?"))
+
+
+def summary() -> dict:
+    """What ``nnvm.plugins()`` returns: per kind, the registered names with their plugin and distribution."""
+
+    def rows(items: dict) -> list:
+        out = []
+        for name, (owner, _) in sorted(items.items()):
+            dist, version = distribution_of(owner)
+            out.append({"name": name, "plugin": owner, "distribution": dist, "version": version})
+        return out
+
+    reg = op_registry()
+    ops = {}
+    for name in reg.names():
+        ops[name] = (reg.owner(name), None)
+    return {
+        "frontend": rows(frontends()),
+        "backend": rows(backends()),
+        "pass": rows(passes()),
+        "op": rows(ops),
+    }

@@ -1,0 +1,103 @@
+"""Tensor expressions: define *what* to compute (``compute``), then *how* (``create_schedule``).
+
+In the style TVM users know::
+
+    A = te.placeholder((n, n), name="A")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+"""
+
+from nnvm.te.schedule import Schedule, Stage, create_schedule  # noqa: F401
+from nnvm.te.tensor import (  # noqa: F401
+    ComputeOp, Operation, PlaceholderOp, Tensor, comm_reducer, compute, max, min, placeholder, prod,
+    reduce_axis, sum,
+)
+from nnvm.tir.expr import Expr, IterVar, Range, Var, cast, const, convert, max_value, min_value  # noqa: F401
+from nnvm.tir.expr import call as _call
+from nnvm.tir.expr import select as _select
+
+
+def var(name: str = "v", dtype: str = "int64") -> Var:
+    return Var(name, dtype)
+
+
+def if_then_else(cond, true_value, false_value):
+    """``true_value`` where ``cond`` holds, else ``false_value`` (both sides must be safe to read)."""
+    return _select(cond, true_value, false_value)
+
+
+select = if_then_else
+
+
+def _unary(name):
+    def f(x):
+        return _call(name, x)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise {name}."
+    return f
+
+
+exp = _unary("exp")
+log = _unary("log")
+sqrt = _unary("sqrt")
+rsqrt = _unary("rsqrt")
+tanh = _unary("tanh")
+sigmoid = _unary("sigmoid")
+erf = _unary("erf")
+floor = _unary("floor")
+ceil = _unary("ceil")
+round = _unary("round")  # noqa: A001
+trunc = _unary("trunc")
+sin = _unary("sin")
+cos = _unary("cos")
+isnan = _unary("isnan")
+
+
+def abs(x):  # noqa: A001
+    return _call("abs", x)
+
+
+def power(a, b):
+    from nnvm.tir.expr import binop
+
+    return binop("pow", a, b)
+
+
+def fmod(a, b):
+    from nnvm.tir.expr import binop
+
+    return binop("fmod", a, b)
+
+
+def maximum(a, b):
+    from nnvm.tir.expr import binop
+
+    return binop("max", a, b)
+
+
+def minimum(a, b):
+    from nnvm.tir.expr import binop
+
+    return binop("min", a, b)
+
+
+def floordiv(a, b):
+    from nnvm.tir.expr import binop
+
+    return binop("floordiv", a, b)
+
+
+def floormod(a, b):
+    from nnvm.tir.expr import binop
+
+    return binop("floormod", a, b)
+
+
+def all_of(*conds):
+    """Logical and of conditions (True for none)."""
+    out = const(True)
+    for c in conds:
+        out = out & c
+    return out

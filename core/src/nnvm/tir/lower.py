@@ -1,0 +1,369 @@
+"""Lowering: a schedule becomes a loop program over flat buffers.
+
+The steps, each a function below:
+1. ``inline_stages``: substitute compute_inline stages into their consumers.
+2. ``infer_bounds``: the range of every loop, through split/fuse relations (and compute_at scopes).
+3. ``make_stage_nest``: one loop nest per stage; split guards where a factor may not divide; the
+   reduction's init placed above the first reduce loop.
+4. attach: stages computed at a loop of another stage are nested inside it; the others follow in
+   producer-before-consumer order, intermediates wrapped in ``Allocate``.
+5. ``flatten_storage``: multi-dimensional tensor reads/writes become flat buffer accesses.
+6. ``unroll_loops`` and ``simplify``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from nnvm.errors import ScheduleError
+from nnvm.te.schedule import Fuse, Schedule, Split, Stage
+from nnvm.te.tensor import ComputeOp, PlaceholderOp, Tensor
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.simplify import Simplifier, simplify
+from nnvm.tir.visit import rewrite, substitute
+
+# ---------------------------------------------------------------------------------------------------
+# 1. inlining
+
+
+def inline_stages(sch: Schedule) -> dict:
+    """Bodies of every non-inlined compute stage with inlined producers substituted in."""
+    bodies: dict = {}
+    for stage in sch.stages:
+        op = stage.op
+        if not isinstance(op, ComputeOp):
+            continue
+        new = tuple(_inline_into(b, bodies, sch) for b in op.body)
+        bodies[op] = new
+    return bodies
+
+
+def _inline_into(expr, bodies: dict, sch: Schedule):
+    def fn(node):
+        if isinstance(node, E.TensorLoad):
+            producer = node.tensor.op
+            if producer in sch.stage_map and sch.stage_map[producer].attach_type == "inline":
+                body = bodies[producer][node.tensor.value_index]
+                vmap = {iv.var: idx for iv, idx in zip(producer.axis, node.indices)}
+                return substitute(body, vmap)
+        return None
+
+    return rewrite(expr, fn)
+
+
+# ---------------------------------------------------------------------------------------------------
+# 2. bounds
+
+
+def _const_int(e, what: str, stage: Stage) -> int:
+    e = simplify(E.convert(e))
+    if not isinstance(e, E.Const):
+        raise ScheduleError(f"stage {stage.name}: {what} must be a constant after simplification, got {e}")
+    return int(e.value)
+
+
+def root_ranges(stage: Stage) -> dict:
+    """Ranges (min, extent as ints) of the stage's original axes when computed at root."""
+    out = {}
+    for iv in list(stage.op.axis) + list(stage.op.reduce_axis):
+        out[iv] = (_const_int(iv.dom.min, "an axis minimum", stage),
+                   _const_int(iv.dom.extent, "an axis extent", stage))
+    return out
+
+
+def infer_bounds(stage: Stage, roots: dict) -> dict:
+    """Ranges of all iter vars of a stage, from its root ranges through its relations."""
+    ranges = dict(roots)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            _, ext = ranges[rel.parent]
+            if rel.factor is not None:
+                factor = _const_int(rel.factor, "a split factor", stage)
+                ranges[rel.outer] = (0, -(-ext // factor))
+                ranges[rel.inner] = (0, min(factor, ext) if ext >= 1 else factor)
+                if ext < factor:
+                    ranges[rel.inner] = (0, ext)
+            else:
+                nparts = _const_int(rel.nparts, "a split nparts", stage)
+                inner = -(-ext // nparts)
+                ranges[rel.outer] = (0, nparts)
+                ranges[rel.inner] = (0, inner)
+        elif isinstance(rel, Fuse):
+            ranges[rel.fused] = (0, ranges[rel.outer][1] * ranges[rel.inner][1])
+    return ranges
+
+
+def _root_values(stage: Stage, ranges: dict, leaf_values: dict) -> tuple[dict, list]:
+    """Values of all iter vars from the leaf loop variables; returns (values, guard conditions)."""
+    values = dict(leaf_values)
+    guards: list = []
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            inner_ext = ranges[rel.inner][1]
+            values[rel.parent] = values[rel.outer] * inner_ext + values[rel.inner]
+            p_min, p_ext = ranges[rel.parent]
+            if ranges[rel.outer][1] * inner_ext != p_ext:
+                guards.append((rel.parent, values[rel.parent] < p_ext))
+        elif isinstance(rel, Fuse):
+            inner_ext = ranges[rel.inner][1]
+            values[rel.outer] = values[rel.fused] // inner_ext
+            values[rel.inner] = values[rel.fused] % inner_ext
+    return values, guards
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3. loop nests
+
+
+def _leaf_loop(stage: Stage, iv: E.IterVar, ranges: dict, var: E.Var, body: S.Stmt) -> S.Stmt:
+    attrs = stage.iter_var_attrs.get(iv, {})
+    kind = attrs.get("kind", S.ForKind.SERIAL)
+    mn, ext = ranges[iv]
+    annotations = tuple(attrs.get("pragmas", ()))
+    return S.For(var, E.const(0), E.const(ext), kind, body, attrs.get("thread_tag", ""), annotations)
+
+
+def _depends_on_reduce(stage: Stage, iv: E.IterVar) -> bool:
+    return iv.kind == E.IterKind.REDUCE
+
+
+def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: dict,
+                    inner_stmts: dict) -> S.Stmt:
+    """The loop nest computing one stage into its (multi-dimensional) outputs.
+
+    ``inner_stmts`` maps a leaf IterVar to statements (stages computed at it) that go first inside
+    that loop.
+    """
+    op: ComputeOp = stage.op
+    leaves = stage.leaf_iter_vars
+    leaf_vars = {iv: E.Var(iv.var.name, E.INDEX_DTYPE) for iv in leaves}
+    values, guards = _root_values(stage, ranges, dict(leaf_vars))
+    vmap = {}
+    for iv in list(op.axis) + list(op.reduce_axis):
+        mn = ranges[iv][0]
+        vmap[iv.var] = values[iv] + mn if mn else values[iv]
+    spatial_idx = tuple(vmap[iv.var] for iv in op.axis)
+
+    spatial_guards = [c for iv, c in guards if iv.kind != E.IterKind.REDUCE]
+    reduce_guards = [c for iv, c in guards if iv.kind == E.IterKind.REDUCE]
+
+    def guard(stmt, conds):
+        conds = [substitute(c, {}) for c in conds]
+        if not conds:
+            return stmt
+        cond = conds[0]
+        for c in conds[1:]:
+            cond = cond & c
+        return S.IfThenElse(cond, stmt, None)
+
+    is_reduce = isinstance(body_exprs[0], E.Reduce)
+    if not is_reduce:
+        stores = [S.Store(t, spatial_idx, substitute(b, vmap)) for t, b in zip(out_tensors, body_exprs)]
+        stmt = guard(S.seq(*stores), spatial_guards)
+        return _wrap_loops(stage, leaves, leaf_vars, ranges, stmt, inner_stmts)
+
+    if len(body_exprs) != 1:
+        raise ScheduleError(f"stage {stage.name}: reductions with several outputs are not supported")
+    red: E.Reduce = body_exprs[0]
+    out = out_tensors[0]
+    init_value = red.init if red.init is not None else red.combiner.identity(red.dtype)
+    acc = E.TensorLoad(out, spatial_idx, out.dtype)
+    src = substitute(red.source, vmap)
+    update_value = red.combiner.combine(acc, src)
+    update = S.Store(out, spatial_idx, update_value)
+    conds = list(reduce_guards)
+    if red.condition is not None:
+        conds.append(substitute(red.condition, vmap))
+    update = guard(update, conds + spatial_guards)
+    init = guard(S.Store(out, spatial_idx, substitute(init_value, vmap)), spatial_guards)
+
+    first_reduce = next((k for k, iv in enumerate(leaves) if _depends_on_reduce(stage, iv)), len(leaves))
+    outer, inner = leaves[:first_reduce], leaves[first_reduce:]
+    init_leaves = [iv for iv in inner if not _depends_on_reduce(stage, iv)]
+    init_vars = {iv: E.Var(iv.var.name + ".init", E.INDEX_DTYPE) for iv in init_leaves}
+    init = substitute(init, {leaf_vars[iv]: init_vars[iv] for iv in init_leaves})
+    init_nest = _wrap_loops(stage, init_leaves, init_vars, ranges, init, {}, drop_kinds=True)
+    update_nest = _wrap_loops(stage, inner, leaf_vars, ranges, update, inner_stmts)
+    return _wrap_loops(stage, outer, leaf_vars, ranges, S.seq(init_nest, update_nest), inner_stmts)
+
+
+def _wrap_loops(stage, leaves, leaf_vars, ranges, body, inner_stmts, drop_kinds=False):
+    for iv in reversed(leaves):
+        if iv in inner_stmts:
+            body = S.seq(*inner_stmts[iv], body)
+        loop = _leaf_loop(stage, iv, ranges, leaf_vars[iv], body)
+        if drop_kinds and loop.kind in (S.ForKind.PARALLEL, S.ForKind.THREAD_BINDING):
+            loop = replace(loop, kind=S.ForKind.SERIAL, thread_tag="")
+        body = loop
+    return body
+
+
+# ---------------------------------------------------------------------------------------------------
+# 4. the whole program
+
+
+def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
+    """Lower a schedule to a PrimFunc whose parameters are the buffers of ``args`` (in order)."""
+    args = [a for a in args]
+    for a in args:
+        if not isinstance(a, Tensor):
+            raise ScheduleError(f"lower: arguments must be tensors, got {a!r}")
+    bodies = inline_stages(sch)
+    arg_ops = {a.op for a in args}
+    for stage in sch.stages:
+        if stage.is_output and stage.op not in arg_ops:
+            raise ScheduleError(f"lower: the output {stage.name} is not among the arguments")
+        if isinstance(stage.op, PlaceholderOp) and stage.op not in arg_ops:
+            used = any(stage.op in (t.op for t in _reads(bodies, st)) for st in sch.stages
+                       if isinstance(st.op, ComputeOp) and st.attach_type != "inline")
+            if used:
+                raise ScheduleError(f"lower: the input {stage.name} is read but not among the arguments")
+
+    from nnvm.tir.bound import attach_ranges
+
+    stage_ranges: dict = {}
+    # children[stage][leaf] = list of stages attached there, in producer order
+    children: dict = {}
+    for stage in sch.stages:
+        if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline":
+            continue
+        if stage.attach_type == "scope":
+            children.setdefault(stage.attach_stage, {}).setdefault(stage.attach_ivar, []).append(stage)
+
+    # Compute ranges consumers-first so compute_at stages see their consumer's loop ranges.
+    for stage in reversed(sch.stages):
+        if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline":
+            continue
+        if stage.attach_type == "scope":
+            roots = attach_ranges(stage, sch, bodies, stage_ranges)
+        else:
+            roots = root_ranges(stage)
+        stage_ranges[stage] = infer_bounds(stage, roots)
+
+    built: dict = {}
+
+    def build(stage):
+        if stage in built:
+            return built[stage]
+        inner: dict = {}
+        for iv, kids in children.get(stage, {}).items():
+            inner[iv] = [_with_alloc(k, build(k)) for k in kids]
+        outs = list(stage.op.outputs)
+        nest = make_stage_nest(stage, bodies[stage.op], outs, stage_ranges[stage], inner)
+        if stage.attach_type == "scope":
+            nest = _offset_attached(stage, nest, stage_ranges[stage])
+        built[stage] = nest
+        return nest
+
+    def _with_alloc(stage, nest):
+        return nest  # attached stages' storage is allocated at root (see below)
+
+    program: list = []
+    for stage in sch.stages:
+        if not isinstance(stage.op, ComputeOp) or stage.attach_type != "root":
+            continue
+        program.append(build(stage))
+    body = S.seq(*program)
+
+    # Storage: arguments are parameters; every other realized tensor is allocated around the program.
+    buffers: dict = {}
+    params = []
+    for a in args:
+        buf = S.Buffer(a.name, tuple(E.convert(x) for x in a.shape), a.dtype)
+        buffers[a] = buf
+        params.append(buf)
+    allocs = []
+    for stage in sch.stages:
+        if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline":
+            continue
+        for t in stage.op.outputs:
+            if t in buffers:
+                continue
+            shape = tuple(E.const(x) for x in _alloc_shape(stage, t, stage_ranges[stage]))
+            buf = S.Buffer(t.name, shape, t.dtype, stage.scope)
+            buffers[t] = buf
+            allocs.append(buf)
+    body = flatten_storage(body, buffers, stage_ranges, sch)
+    for buf in reversed(allocs):
+        body = S.Allocate(buf, body)
+    body = unroll_loops(body)
+    body = simplify(body)
+    return S.PrimFunc(name, tuple(params), body)
+
+
+def _reads(bodies, stage):
+    from nnvm.tir.visit import tensors_read
+
+    out = []
+    for b in bodies[stage.op]:
+        out.extend(tensors_read(b))
+    return out
+
+
+def _alloc_shape(stage, tensor, ranges) -> list[int]:
+    """A compute_at stage stores only the region its consumer needs; a root stage stores it all."""
+    return [ranges[iv][1] for iv in stage.op.axis]
+
+
+def _offset_attached(stage, nest, ranges):
+    return nest
+
+
+def flatten_storage(body, buffers: dict, stage_ranges: dict, sch: Schedule):
+    """TensorLoad / multi-index Store -> flat Load / Store, relative to each buffer's region."""
+    offsets: dict = {}
+    for stage, ranges in stage_ranges.items():
+        for t in stage.op.outputs:
+            offsets[t] = [ranges[iv][0] for iv in stage.op.axis]
+
+    def flat_index(tensor, indices):
+        buf = buffers.get(tensor)
+        if buf is None:
+            raise ScheduleError(f"lower: tensor {tensor.name} has no storage; is it among the arguments?")
+        base = offsets.get(tensor) if tensor not in _param_tensors(buffers, sch) else None
+        idx = E.const(0)
+        for k, (i, n) in enumerate(zip(indices, buf.shape)):
+            if base is not None and base[k]:
+                i = i - base[k]
+            idx = idx * n + i
+        return buf, idx
+
+    def fn(node):
+        if isinstance(node, E.TensorLoad):
+            buf, idx = flat_index(node.tensor, node.indices)
+            return E.Load(buf, idx, node.dtype)
+        if isinstance(node, S.Store) and isinstance(node.buffer, Tensor):
+            buf, idx = flat_index(node.buffer, node.index)
+            return S.Store(buf, idx, node.value, node.predicate)
+        return None
+
+    return rewrite(body, fn)
+
+
+def _param_tensors(buffers, sch):
+    return ()
+
+
+def unroll_loops(body):
+    """Replace loops marked unrolled (with a constant extent) by copies of their body."""
+
+    def fn(node):
+        if isinstance(node, S.For) and node.kind == S.ForKind.UNROLLED:
+            ext = simplify(node.extent)
+            mn = simplify(node.min)
+            if not isinstance(ext, E.Const) or not isinstance(mn, E.Const):
+                return replace(node, kind=S.ForKind.SERIAL)
+            copies = [substitute(node.body, {node.var: E.const(mn.value + k)}) for k in range(ext.value)]
+            return S.seq(*copies) if copies else S.Seq(())
+        return None
+
+    return rewrite(body, fn)
+
+
+def stage_extent_product(ranges: dict, ivs) -> int:
+    return math.prod(ranges[iv][1] for iv in ivs)
+
+
+__all__ = ["lower_schedule", "Simplifier"]

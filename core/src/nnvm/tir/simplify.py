@@ -1,0 +1,366 @@
+"""Arithmetic simplification: constant folding, canonical linear forms, bound-aware div/mod/min/max.
+
+Integer index arithmetic is put into a canonical sum ``c0 + c1*a1 + c2*a2 + ...`` over atoms (variables
+and non-linear terms). With the ranges of loop variables known, ``(4*io + ii) // 4`` becomes ``io``
+and ``(4*io + ii) % 4`` becomes ``ii`` when ``0 <= ii < 4``, which removes split guards and keeps the
+index arithmetic of the generated code small.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+
+Interval = tuple  # (lo, hi) inclusive, ints or +-inf
+
+
+def _is_index(dtype: str) -> bool:
+    return E.is_int(dtype) and E.split_lanes(dtype)[1] == 1
+
+
+def _c(e) -> int | float | bool | None:
+    return e.value if isinstance(e, E.Const) else None
+
+
+# ---------------------------------------------------------------------------------------------------
+# linear forms over integer atoms
+
+
+class Linear:
+    """``const + sum(coef * atom)``; atoms are keyed by identity of their expression node."""
+
+    __slots__ = ("const", "terms", "dtype")
+
+    def __init__(self, dtype: str, const: int = 0, terms: dict | None = None):
+        self.dtype = dtype
+        self.const = const
+        self.terms = terms or {}  # atom expr -> coef
+
+    def scaled(self, k: int) -> Linear:
+        return Linear(self.dtype, self.const * k, {a: c * k for a, c in self.terms.items()})
+
+    def plus(self, other: Linear, sign: int = 1) -> Linear:
+        terms = dict(self.terms)
+        for a, c in other.terms.items():
+            terms[a] = terms.get(a, 0) + sign * c
+        return Linear(self.dtype, self.const + sign * other.const, {a: c for a, c in terms.items() if c})
+
+    def to_expr(self) -> E.Expr:
+        out = None
+        # deterministic order: bigger coefficients (outer loops) first, then by name
+        items = sorted(self.terms.items(), key=lambda kv: (-abs(kv[1]), _atom_key(kv[0])))
+        for atom, coef in items:
+            if coef == 1:
+                term = atom
+            elif coef == -1 and out is not None:
+                out = E.BinOp("sub", out, atom, self.dtype)
+                continue
+            else:
+                term = E.BinOp("mul", atom, E.const(coef, self.dtype), self.dtype)
+            out = term if out is None else E.BinOp("add", out, term, self.dtype)
+        if out is None:
+            return E.const(self.const, self.dtype)
+        if self.const > 0:
+            out = E.BinOp("add", out, E.const(self.const, self.dtype), self.dtype)
+        elif self.const < 0:
+            out = E.BinOp("sub", out, E.const(-self.const, self.dtype), self.dtype)
+        return out
+
+
+def _atom_key(e) -> str:
+    return e.name if isinstance(e, E.Var) else repr(e)
+
+
+class Simplifier:
+    """Simplifies expressions given integer ranges of variables (``ranges``: Var -> (lo, hi))."""
+
+    def __init__(self, ranges: dict | None = None):
+        self.ranges: dict = dict(ranges or {})
+
+    # -- intervals ----------------------------------------------------------------------------------
+    def bound(self, e) -> Interval:
+        if isinstance(e, E.Const):
+            return (e.value, e.value)
+        if isinstance(e, E.Var):
+            return self.ranges.get(e, (-math.inf, math.inf))
+        if isinstance(e, E.BinOp) and _is_index(e.dtype):
+            a, b = self.bound(e.a), self.bound(e.b)
+            if e.op == "add":
+                return (a[0] + b[0], a[1] + b[1])
+            if e.op == "sub":
+                return (a[0] - b[1], a[1] - b[0])
+            if e.op == "mul":
+                cands = [x * y for x in a for y in b if not (math.isinf(x) or math.isinf(y))]
+                if len(cands) < 4:
+                    return (-math.inf, math.inf)
+                return (min(cands), max(cands))
+            if e.op == "floordiv" and b[0] == b[1] and b[0] > 0:
+                k = b[0]
+                return (a[0] // k if not math.isinf(a[0]) else a[0], a[1] // k if not math.isinf(a[1]) else a[1])
+            if e.op == "floormod" and b[0] == b[1] and b[0] > 0:
+                if a[0] >= 0 and a[1] < b[0]:
+                    return a
+                return (0, b[0] - 1)
+            if e.op == "min":
+                return (min(a[0], b[0]), min(a[1], b[1]))
+            if e.op == "max":
+                return (max(a[0], b[0]), max(a[1], b[1]))
+        if isinstance(e, E.Select) and _is_index(e.dtype):
+            a, b = self.bound(e.true_value), self.bound(e.false_value)
+            return (min(a[0], b[0]), max(a[1], b[1]))
+        if isinstance(e, E.Cast) and _is_index(e.dtype) and _is_index(e.value.dtype):
+            return self.bound(e.value)
+        return (-math.inf, math.inf)
+
+    def linear(self, e) -> Linear | None:
+        """The linear form of an integer expression (atoms for everything non-linear)."""
+        if not _is_index(e.dtype):
+            return None
+        if isinstance(e, E.Const):
+            return Linear(e.dtype, int(e.value))
+        if isinstance(e, E.BinOp):
+            if e.op in ("add", "sub"):
+                la, lb = self.linear(e.a), self.linear(e.b)
+                return la.plus(lb, 1 if e.op == "add" else -1)
+            if e.op == "mul":
+                la, lb = self.linear(e.a), self.linear(e.b)
+                if not lb.terms:
+                    return la.scaled(lb.const)
+                if not la.terms:
+                    return lb.scaled(la.const)
+        return Linear(e.dtype, 0, {e: 1})
+
+    # -- expressions --------------------------------------------------------------------------------
+    def expr(self, e):
+        return _rewrite_expr(e, self._node)
+
+    def _node(self, e):
+        if isinstance(e, E.BinOp):
+            return self._binop(e)
+        if isinstance(e, E.Cast):
+            v = e.value
+            if isinstance(v, E.Const):
+                return E.const(v.value, e.dtype) if E.split_lanes(e.dtype)[1] == 1 else None
+            if v.dtype == e.dtype:
+                return v
+        if isinstance(e, E.Select):
+            c = _c(e.cond)
+            if c is not None:
+                return e.true_value if c else e.false_value
+            if e.true_value is e.false_value:
+                return e.true_value
+        if isinstance(e, E.Call) and e.name == "not" and isinstance(e.args[0], E.Const):
+            return E.const(not e.args[0].value, e.dtype)
+        return None
+
+    def _binop(self, e: E.BinOp):
+        a, b, op, dt = e.a, e.b, e.op, e.dtype
+        ca, cb = _c(a), _c(b)
+        if ca is not None and cb is not None and E.split_lanes(dt)[1] == 1:
+            folded = _fold(op, ca, cb, a.dtype)
+            if folded is not None:
+                return E.const(folded, dt)
+        if op in ("and", "or"):
+            for x, y in ((a, b), (b, a)):
+                cx = _c(x)
+                if cx is not None:
+                    if op == "and":
+                        return y if cx else E.const(False, dt)
+                    return E.const(True, dt) if cx else y
+            return None
+        if not _is_index(a.dtype):
+            return self._float_identities(e, ca, cb)
+        if op in ("add", "sub", "mul"):
+            lin = self.linear(e)
+            return lin.to_expr()
+        if op in ("floordiv", "floormod") and cb is not None and cb > 0:
+            return self._divmod(op, a, int(cb), dt)
+        if op in ("min", "max"):
+            ba, bb = self.bound(a), self.bound(b)
+            if op == "min":
+                if ba[1] <= bb[0]:
+                    return a
+                if bb[1] <= ba[0]:
+                    return b
+            else:
+                if ba[0] >= bb[1]:
+                    return a
+                if bb[0] >= ba[1]:
+                    return b
+            return None
+        if op in E.COMPARE_OPS:
+            diff = self.linear(E.BinOp("sub", a, b, a.dtype))
+            lo, hi = self.bound(diff.to_expr())
+            truth = {
+                "lt": (hi < 0, lo >= 0), "le": (hi <= 0, lo > 0), "gt": (lo > 0, hi <= 0),
+                "ge": (lo >= 0, hi < 0), "eq": (lo == hi == 0, lo > 0 or hi < 0),
+                "ne": (lo > 0 or hi < 0, lo == hi == 0),
+            }[op]
+            if truth[0]:
+                return E.const(True, dt)
+            if truth[1]:
+                return E.const(False, dt)
+        return None
+
+    def _divmod(self, op: str, a, k: int, dt: str):
+        if k == 1:
+            return a if op == "floordiv" else E.const(0, dt)
+        lin = self.linear(a)
+        # Pull out the part divisible by k; the rest decides whether the result is exact.
+        whole = Linear(dt, (lin.const // k) * k, {t: c for t, c in lin.terms.items() if c % k == 0})
+        rest = lin.plus(whole, -1)
+        rest_expr = rest.to_expr()
+        lo, hi = self.bound(rest_expr)
+        if 0 <= lo and hi < k:
+            if op == "floordiv":
+                return Linear(dt, whole.const // k, {t: c // k for t, c in whole.terms.items()}).to_expr()
+            return rest_expr
+        if whole.terms or whole.const:
+            # (k*w + r) // k == w + r // k and (k*w + r) % k == r % k for floor semantics
+            if op == "floormod":
+                return E.BinOp("floormod", rest_expr, E.const(k, dt), dt)
+            quotient = Linear(dt, whole.const // k, {t: c // k for t, c in whole.terms.items()})
+            return quotient.plus(self.linear(E.BinOp("floordiv", rest_expr, E.const(k, dt), dt))).to_expr()
+        la = self.bound(a)
+        if op == "floordiv" and la[0] >= 0 and la[1] < k:
+            return E.const(0, dt)
+        if op == "floormod" and la[0] >= 0 and la[1] < k:
+            return a
+        return None
+
+    def _float_identities(self, e, ca, cb):
+        op, a, b = e.op, e.a, e.b
+        if op == "add":
+            if cb == 0:
+                return a
+            if ca == 0:
+                return b
+        if op == "sub" and cb == 0:
+            return a
+        if op == "mul":
+            if cb == 1:
+                return a
+            if ca == 1:
+                return b
+        if op == "div" and cb == 1:
+            return a
+        return None
+
+    # -- statements ---------------------------------------------------------------------------------
+    def stmt(self, s):
+        if isinstance(s, S.For):
+            mn, ext = self.expr(s.min), self.expr(s.extent)
+            if isinstance(ext, E.Const) and ext.value <= 0:
+                return None
+            lo, hi = self.bound(mn), self.bound(ext)
+            saved = self.ranges.get(s.var)
+            self.ranges[s.var] = (lo[0], lo[1] + hi[1] - 1)
+            body = self.stmt(s.body)
+            if saved is None:
+                self.ranges.pop(s.var, None)
+            else:
+                self.ranges[s.var] = saved
+            if body is None:
+                return None
+            return replace(s, min=mn, extent=ext, body=body)
+        if isinstance(s, S.Seq):
+            parts = [self.stmt(x) for x in s.stmts]
+            parts = [p for p in parts if p is not None]
+            if not parts:
+                return None
+            return S.seq(*parts)
+        if isinstance(s, S.IfThenElse):
+            cond = self.expr(s.cond)
+            c = _c(cond)
+            if c is True:
+                return self.stmt(s.then_body)
+            if c is False:
+                return self.stmt(s.else_body) if s.else_body is not None else None
+            then = self.stmt(s.then_body)
+            other = self.stmt(s.else_body) if s.else_body is not None else None
+            if then is None and other is None:
+                return None
+            if then is None:
+                return S.IfThenElse(E.Call("not", (cond,), "bool"), other, None)
+            return S.IfThenElse(cond, then, other)
+        if isinstance(s, S.Store):
+            pred = self.expr(s.predicate) if s.predicate is not None else None
+            return S.Store(s.buffer, self.expr(s.index), self.expr(s.value), pred)
+        if isinstance(s, S.Allocate):
+            body = self.stmt(s.body)
+            return None if body is None else replace(s, body=body)
+        if isinstance(s, S.LetStmt):
+            body = self.stmt(s.body)
+            return None if body is None else S.LetStmt(s.var, self.expr(s.value), body)
+        if isinstance(s, S.AttrStmt):
+            body = self.stmt(s.body)
+            return None if body is None else replace(s, body=body)
+        if isinstance(s, S.Evaluate):
+            return S.Evaluate(self.expr(s.value))
+        return s
+
+
+def _rewrite_expr(e, fn):
+    from nnvm.tir.visit import rewrite
+
+    return rewrite(e, fn)
+
+
+def _fold(op: str, a, b, dtype: str):
+    try:
+        if op == "add":
+            r = a + b
+        elif op == "sub":
+            r = a - b
+        elif op == "mul":
+            r = a * b
+        elif op == "div":
+            if E.is_float(dtype):
+                r = a / b if b != 0 else None
+            else:
+                r = None if b == 0 else int(a / b)  # C semantics: truncation
+        elif op == "floordiv":
+            r = None if b == 0 else (a // b if not E.is_float(dtype) else math.floor(a / b))
+        elif op == "floormod":
+            r = None if b == 0 else a % b
+        elif op == "min":
+            r = min(a, b)
+        elif op == "max":
+            r = max(a, b)
+        elif op == "eq":
+            r = a == b
+        elif op == "ne":
+            r = a != b
+        elif op == "lt":
+            r = a < b
+        elif op == "le":
+            r = a <= b
+        elif op == "gt":
+            r = a > b
+        elif op == "ge":
+            r = a >= b
+        elif op == "and":
+            r = bool(a) and bool(b)
+        elif op == "or":
+            r = bool(a) or bool(b)
+        else:
+            return None
+    except (OverflowError, ZeroDivisionError, ValueError):
+        return None
+    if r is not None and E.is_int(dtype) and not isinstance(r, bool):
+        lo, hi = E.min_value(dtype).value, E.max_value(dtype).value
+        if not lo <= r <= hi:
+            return None  # leave overflow to the target's wrap-around semantics
+    return r
+
+
+def simplify(node, ranges: dict | None = None):
+    """Simplify an expression or a statement (loop variables get their ranges from the loops)."""
+    simp = Simplifier(ranges)
+    if isinstance(node, E.Expr):
+        return simp.expr(node)
+    out = simp.stmt(node)
+    return out if out is not None else S.Seq(())

@@ -1,0 +1,97 @@
+"""Generic traversal of expressions and statements: one rewrite engine for every pass."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from nnvm.tir.expr import Expr, Reduce, TensorLoad, Var
+from nnvm.tir.stmt import Stmt
+
+# Fields that hold references rather than children: never descended into.
+_OPAQUE_FIELDS = {"buffer", "tensor", "combiner", "axis"}
+
+
+def _children_fields(node):
+    for f in dataclasses.fields(node):
+        if f.name in _OPAQUE_FIELDS:
+            continue
+        yield f.name, getattr(node, f.name)
+
+
+def _rewrite_value(value, fn):
+    if isinstance(value, Expr | Stmt):
+        return rewrite(value, fn)
+    if isinstance(value, tuple):
+        new = tuple(_rewrite_value(v, fn) for v in value)
+        return value if all(a is b for a, b in zip(new, value)) else new
+    return value
+
+
+def rewrite(node, fn: Callable):
+    """Post-order rewrite: children first, then ``fn(node)``; ``fn`` returns a replacement or None.
+
+    Unchanged subtrees keep their identity, so callers can detect "nothing happened" by ``is``.
+    """
+    changes = {}
+    for name, value in _children_fields(node):
+        new = _rewrite_value(value, fn)
+        if new is not value:
+            changes[name] = new
+    if changes:
+        node = dataclasses.replace(node, **changes)
+    out = fn(node)
+    return node if out is None else out
+
+
+def walk(node, fn: Callable) -> None:
+    """Call ``fn`` on every expression and statement below ``node`` (pre-order)."""
+    fn(node)
+    for _, value in _children_fields(node):
+        _walk_value(value, fn)
+    if isinstance(node, Reduce):
+        pass
+
+
+def _walk_value(value, fn):
+    if isinstance(value, Expr | Stmt):
+        walk(value, fn)
+    elif isinstance(value, tuple):
+        for v in value:
+            _walk_value(v, fn)
+
+
+def substitute(node, vmap: dict):
+    """Replace variables by expressions (``vmap`` maps Var -> Expr)."""
+    if not vmap:
+        return node
+
+    def fn(n):
+        if isinstance(n, Var):
+            return vmap.get(n)
+        return None
+
+    return rewrite(node, fn)
+
+
+def free_vars(node) -> set:
+    found: set = set()
+
+    def fn(n):
+        if isinstance(n, Var):
+            found.add(n)
+
+    walk(node, fn)
+    return found
+
+
+def tensors_read(node) -> list:
+    """Tensors read by TensorLoad nodes, in first-use order, without duplicates."""
+    seen: dict = {}
+
+    def fn(n):
+        if isinstance(n, TensorLoad):
+            seen.setdefault(n.tensor, None)
+
+    walk(node, fn)
+    return list(seen)
