@@ -74,8 +74,10 @@ class Graph:
     params: Mapping = field(default_factory=dict)
     types: Mapping = field(default_factory=dict)
     name: str = "model"
+    groups: tuple = ()  # fused groups (tuples of node names, execution order), set by fuse_ops
 
     def __post_init__(self):
+        object.__setattr__(self, "groups", tuple(tuple(g) for g in self.groups))
         object.__setattr__(self, "nodes", tuple(self.nodes))
         object.__setattr__(self, "inputs", tuple(self.inputs))
         object.__setattr__(self, "outputs", tuple(self.outputs))
@@ -165,6 +167,7 @@ class Graph:
                 for n in self.nodes
             ],
             "types": {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in self.types.items()},
+            "groups": [list(g) for g in self.groups],
         }
         if include_params:
             out["params"] = {k: _array_to_json(v) for k, v in self.params.items()}
@@ -185,7 +188,8 @@ class Graph:
         if params is None:
             params = {k: _array_from_json(v) for k, v in d.get("params", {}).items()}
         types = {k: TensorType(tuple(v["shape"]), v["dtype"]) for k, v in d.get("types", {}).items()}
-        return Graph(nodes, d["inputs"], d["outputs"], dict(params), types, d.get("name", "model"))
+        return Graph(nodes, d["inputs"], d["outputs"], dict(params), types, d.get("name", "model"),
+                     tuple(tuple(g) for g in d.get("groups", [])))
 
     @staticmethod
     def from_json(text: str) -> Graph:

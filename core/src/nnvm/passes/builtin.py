@@ -1,5 +1,266 @@
-"""The core's graph passes (filled in as they land)."""
+"""The core's graph passes. Each takes a graph and returns a new one; none mutates its input."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm.errors import Error
+from nnvm.graph.ir import Graph, Node, TensorType
+from nnvm.ops.registry import OpPattern, get_op
+from nnvm.passes.manager import Pass
+
+# ---------------------------------------------------------------------------------------------------
+# helpers
+
+
+def rename_uses(graph: Graph, mapping: dict) -> Graph:
+    """Make every reader of value ``a`` read ``mapping[a]`` instead (node inputs and graph outputs)."""
+    if not mapping:
+        return graph
+
+    def follow(v):
+        seen = 0
+        while v in mapping and seen < 1000:
+            v = mapping[v]
+            seen += 1
+        return v
+
+    nodes = [n if not any(i in mapping for i in n.inputs) else n.replace(inputs=tuple(follow(i) for i in n.inputs))
+             for n in graph.nodes]
+    return graph.replace(nodes=tuple(nodes), outputs=tuple(follow(o) for o in graph.outputs))
+
+
+def _param_name(graph: Graph, hint: str, taken: set) -> str:
+    name, k = hint, 0
+    while name in taken or name in graph.params or name in graph.types:
+        k += 1
+        name = f"{hint}_{k}"
+    taken.add(name)
+    return name
+
+
+# ---------------------------------------------------------------------------------------------------
+# infer_types
+
+
+def infer_types(graph: Graph, ctx=None) -> Graph:
+    """Every value's shape and dtype from the inputs and weights; errors name the node."""
+    types: dict = {}
+    for v in graph.inputs:
+        if v not in graph.types:
+            raise Error(f"graph input {v!r} has no shape and dtype; pass shapes= to bind it")
+        types[v] = graph.types[v]
+    for k, arr in graph.params.items():
+        types[k] = TensorType(arr.shape, str(arr.dtype))
+    for node in graph.nodes:
+        opdef = get_op(node.op, node.name)
+        opdef.check_attrs(node)
+        attrs = opdef.normalize_attrs(dict(node.attrs), node.name)
+        missing = [v for v in node.inputs if v and v not in types]
+        if missing:
+            raise Error(f"node {node.name} ({node.op}): input {missing[0]!r} is not defined before it")
+        try:
+            outs = opdef.infer_type([types[v] if v else None for v in node.inputs], attrs)
+        except Error as exc:
+            raise Error(f"node {node.name} ({node.op}): {exc}") from None
+        if len(outs) != len(node.outputs):
+            raise Error(f"node {node.name} ({node.op}): produces {len(outs)} values but names "
+                        f"{len(node.outputs)} outputs")
+        types.update(zip(node.outputs, outs))
+    for o in graph.outputs:
+        if o not in types:
+            raise Error(f"graph output {o!r} is not produced by any node")
+    return graph.replace(types=types)
+
+
+# ---------------------------------------------------------------------------------------------------
+# simplify_inference
+
+
+def simplify_inference(graph: Graph, ctx=None) -> Graph:
+    """batch_norm -> multiply and add by per-channel constants; dropout and identity removed."""
+    params = dict(graph.params)
+    types = dict(graph.types)
+    taken: set = set()
+    nodes: list = []
+    rename: dict = {}
+    for node in graph.nodes:
+        if node.op in ("dropout", "identity", "copy") and len(node.inputs) >= 1 and node.inputs[0]:
+            rename[node.outputs[0]] = node.inputs[0]
+            continue
+        if node.op == "batch_norm" and all(v in params for v in node.inputs[1:5]):
+            attrs = get_op("batch_norm").normalize_attrs(dict(node.attrs), node.name)
+            data = node.inputs[0]
+            ty = types[data]
+            gamma, beta, mean, var = (params[v].astype(np.float64) for v in node.inputs[1:5])
+            scale = gamma / np.sqrt(var + attrs["epsilon"])
+            shift = beta - mean * scale
+            axis = attrs["axis"] % len(ty.shape)
+            bshape = [1] * (len(ty.shape) - axis)
+            bshape[0] = ty.shape[axis]
+            s_name = _param_name(graph, f"{node.name}_scale", taken)
+            b_name = _param_name(graph, f"{node.name}_shift", taken)
+            params[s_name] = scale.astype(ty.dtype).reshape(bshape)
+            params[b_name] = shift.astype(ty.dtype).reshape(bshape)
+            types[s_name] = TensorType(tuple(bshape), ty.dtype)
+            types[b_name] = TensorType(tuple(bshape), ty.dtype)
+            mid = f"{node.outputs[0]}_scaled"
+            types[mid] = ty
+            nodes.append(Node("multiply", f"{node.name}_mul", (data, s_name), (mid,), {}))
+            nodes.append(Node("add", f"{node.name}_add", (mid, b_name), node.outputs, {}))
+            continue
+        nodes.append(node)
+    out = graph.replace(nodes=tuple(nodes), params=params, types=types)
+    out = rename_uses(out, rename)
+    # An output renamed onto a graph input would lose its own name; keep such identities.
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# fold_constants
+
+
+def fold_constants(graph: Graph, ctx=None) -> Graph:
+    """Evaluate, at compile time, every node whose inputs are all weights; its outputs become weights."""
+    params = dict(graph.params)
+    nodes = []
+    for node in graph.nodes:
+        opdef = get_op(node.op, node.name)
+        if opdef.evaluate is not None and node.inputs and all((not v) or v in params for v in node.inputs):
+            from nnvm.graph.evaluate import evaluate_node
+
+            values = evaluate_node(node, [params[v] if v else None for v in node.inputs])
+            for o, val in zip(node.outputs, values):
+                ty = graph.types.get(o)
+                if ty is not None:
+                    val = val.astype(ty.dtype, copy=False).reshape(ty.shape)
+                params[o] = np.ascontiguousarray(val)
+            continue
+        nodes.append(node)
+    return graph.replace(nodes=tuple(nodes), params=params)
+
+
+# ---------------------------------------------------------------------------------------------------
+# CSE and DCE
+
+
+def _attr_key(v):
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes())
+    if isinstance(v, list | tuple):
+        return tuple(_attr_key(x) for x in v)
+    return (type(v).__name__, v)
+
+
+def eliminate_common_subexpressions(graph: Graph, ctx=None) -> Graph:
+    """Nodes with the same operator, inputs and attributes are computed once."""
+    seen: dict = {}
+    rename: dict = {}
+    nodes = []
+    for node in graph.nodes:
+        inputs = tuple(rename.get(v, v) for v in node.inputs)
+        node = node.replace(inputs=inputs) if inputs != node.inputs else node
+        key = (node.op, inputs, tuple(sorted((k, _attr_key(v)) for k, v in node.attrs.items())))
+        if key in seen:
+            for a, b in zip(node.outputs, seen[key].outputs):
+                rename[a] = b
+            continue
+        seen[key] = node
+        nodes.append(node)
+    out = graph.replace(nodes=tuple(nodes))
+    return rename_uses(out, rename) if rename else out
+
+
+def eliminate_dead_code(graph: Graph, ctx=None) -> Graph:
+    """Drop nodes whose outputs nobody reads, and weights nobody uses."""
+    live = set(graph.outputs)
+    kept = []
+    for node in reversed(graph.nodes):
+        if any(o in live for o in node.outputs):
+            kept.append(node)
+            live.update(v for v in node.inputs if v)
+    kept.reverse()
+    params = {k: v for k, v in graph.params.items() if k in live}
+    types = {k: v for k, v in graph.types.items()
+             if k in live or k in graph.inputs or any(k in n.outputs for n in kept)}
+    return graph.replace(nodes=tuple(kept), params=params, types=types)
+
+
+# ---------------------------------------------------------------------------------------------------
+# fuse_ops
+
+MAX_GROUP_SIZE = 64
+
+
+def fuse_ops(graph: Graph, ctx=None) -> Graph:
+    """Partition nodes into groups that each become one kernel.
+
+    A node joins the group of a producer when the producer's value is read by this node alone and:
+    an elementwise or broadcast node follows anything up to a conv/dense (its epilogue, including a
+    residual add and the activation after it); an injective node follows injective groups; a reduction
+    takes its injective inputs. After joining, only the new node's outputs may be read outside the
+    group, which keeps every group convex (no path leaves it and comes back).
+    """
+    level = getattr(ctx, "opt_level", 3) if ctx is not None else 3
+    consumers = graph.consumers()
+    producers = graph.producers()
+    outputs = set(graph.outputs)
+    group_of: dict = {}  # node name -> group index
+    groups: list = []  # list of lists of nodes
+    pattern: list = []  # max pattern per group
+    for node in graph.nodes:
+        p = get_op(node.op, node.name).pattern
+        joined = None
+        if level >= 2 and len(node.outputs) == 1 and p <= OpPattern.REDUCTION:
+            for v in node.inputs:
+                prod = producers.get(v)
+                if prod is None or len(prod.outputs) != 1:
+                    continue
+                if v in outputs or [c.name for c in consumers.get(v, [])] != [node.name]:
+                    continue
+                g = group_of[prod.name]
+                if len(groups[g]) >= MAX_GROUP_SIZE or not _may_join(pattern[g], p):
+                    continue
+                members = {m.name for m in groups[g]} | {node.name}
+                if all(o not in outputs and all(c.name in members for c in consumers.get(o, []))
+                       for m in groups[g] for o in m.outputs):
+                    joined = g
+                    break
+        if joined is None:
+            group_of[node.name] = len(groups)
+            groups.append([node])
+            pattern.append(p)
+        else:
+            group_of[node.name] = joined
+            groups[joined].append(node)
+            pattern[joined] = max(pattern[joined], p)
+    # Execution order: groups ordered by their last member (all inputs of a group are ready then).
+    position = {n.name: k for k, n in enumerate(graph.nodes)}
+    groups.sort(key=lambda g: position[g[-1].name])
+    order = [n for g in groups for n in g]
+    return graph.replace(nodes=tuple(order), groups=tuple(tuple(n.name for n in g) for g in groups))
+
+
+def _may_join(group_pattern: OpPattern, node_pattern: OpPattern) -> bool:
+    if node_pattern <= OpPattern.BROADCAST:
+        return group_pattern <= OpPattern.OUT_ELEMWISE_FUSABLE
+    if node_pattern == OpPattern.INJECTIVE:
+        return group_pattern <= OpPattern.INJECTIVE
+    if node_pattern == OpPattern.REDUCTION:
+        return group_pattern <= OpPattern.INJECTIVE
+    return False
 
 
 def all_passes() -> list:
-    return []
+    return [
+        Pass("infer_types", infer_types, 0, (), "shapes and dtypes of every value"),
+        Pass("simplify_inference", simplify_inference, 1, ("infer_types",),
+             "batch_norm to scale and shift; dropout and identity removed"),
+        Pass("fold_constants", fold_constants, 1, ("infer_types",),
+             "subgraphs that depend only on weights evaluated at compile time"),
+        Pass("eliminate_common_subexpressions", eliminate_common_subexpressions, 1, (),
+             "identical nodes computed once"),
+        Pass("eliminate_dead_code", eliminate_dead_code, 0, (), "unused nodes and weights dropped"),
+        Pass("fuse_ops", fuse_ops, 0, ("infer_types",),
+             "nodes partitioned into kernels (opt level 2+: elementwise fused into producers)"),
+    ]

@@ -23,11 +23,16 @@ def var(name: str = "v", dtype: str = "int64") -> Var:
 
 
 def if_then_else(cond, true_value, false_value):
-    """``true_value`` where ``cond`` holds, else ``false_value`` (both sides must be safe to read)."""
+    """``true_value`` where ``cond`` holds, else ``false_value``; only the chosen side is evaluated,
+    so it may guard reads that would be out of bounds (padding)."""
+    from nnvm.tir.expr import if_then_else as _ite
+
+    return _ite(cond, true_value, false_value)
+
+
+def select(cond, true_value, false_value):
+    """Like ``if_then_else`` but both sides may be evaluated: cheaper (no branch), only for safe sides."""
     return _select(cond, true_value, false_value)
-
-
-select = if_then_else
 
 
 def _unary(name):

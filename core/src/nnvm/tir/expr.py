@@ -209,6 +209,10 @@ class Call(Expr):
     dtype: str
 
 
+# ``if_then_else(cond, a, b)`` evaluates only the chosen branch (unlike Select), so a guarded read
+# such as padding's ``if_then_else(in_bounds, A[i - 1], 0)`` never touches memory out of bounds.
+LAZY_INTRINSICS = ("if_then_else",)
+
 # Intrinsic math functions every backend must implement (for float dtypes unless noted).
 MATH_INTRINSICS = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil", "round",
@@ -457,6 +461,12 @@ def call(name: str, *args, dtype: str | None = None) -> Expr:
 def select(cond, true_value, false_value) -> Expr:
     t, f = _unify(true_value, false_value)
     return Select(convert(cond), t, f, t.dtype)
+
+
+def if_then_else(cond, true_value, false_value) -> Expr:
+    """``true_value`` where ``cond`` holds else ``false_value``; only the chosen side is evaluated."""
+    t, f = _unify(true_value, false_value)
+    return Call("if_then_else", (convert(cond), t, f), t.dtype)
 
 
 def min_value(dtype: str) -> Const:

@@ -152,6 +152,8 @@ class Simplifier:
                 return e.true_value if c else e.false_value
             if e.true_value is e.false_value:
                 return e.true_value
+        if isinstance(e, E.Call) and e.name == "if_then_else" and isinstance(e.args[0], E.Const):
+            return e.args[1] if e.args[0].value else e.args[2]
         if isinstance(e, E.Call) and e.name == "not" and isinstance(e.args[0], E.Const):
             return E.const(not e.args[0].value, e.dtype)
         return None

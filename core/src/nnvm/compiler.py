@@ -1,0 +1,230 @@
+"""The compile driver: model -> graph -> passes -> one kernel per fused group -> runnable module.
+
+The stages, each timed into ``compile_seconds``: ``import`` (frontend), ``passes`` (graph passes),
+``lower`` (tensor-expression compute per group, schedule from the backend or the generic one, loop
+program), ``codegen`` (the backend compiles all kernels at once) and ``plan`` (memory plan and
+execution plan for the runtime).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnvm.errors import Error
+from nnvm.graph.ir import Graph, TensorType
+from nnvm.ops.registry import OpPattern, get_op
+
+
+def import_model(model, shapes: dict | None = None, **kwargs) -> Graph:
+    """A validated graph from any supported model (path, framework object, or Graph)."""
+    from nnvm.frontend import find_frontend
+
+    if isinstance(model, Graph):
+        graph = model
+        if shapes:
+            types = dict(graph.types)
+            for k, shp in shapes.items():
+                if k not in graph.inputs:
+                    raise Error(f"shapes= names {k!r}, which is not an input of the graph "
+                                f"(inputs: {', '.join(graph.inputs)})")
+                types[k] = TensorType(tuple(shp), types[k].dtype if k in types else "float32")
+            graph = graph.replace(types=types)
+    else:
+        frontend = find_frontend(model)
+        graph = frontend.load(model, shapes=shapes, **kwargs)
+    graph.validate()
+    return graph
+
+
+@dataclass
+class GroupCompute:
+    """One fused group as tensor expressions: what ``nnvm_schedule_group`` implementations receive."""
+
+    index: int
+    nodes: list
+    anchor: object  # the node deciding the schedule (conv2d, dense, a reduction, or the last node)
+    inputs: list  # (value name, te placeholder) in parameter order
+    outputs: list  # te tensors, in the order of ``output_values``
+    output_values: list
+    tensors: dict = field(default_factory=dict)  # value name -> te tensor
+
+    @property
+    def anchor_op(self) -> str:
+        return self.anchor.op
+
+    @property
+    def anchor_attrs(self) -> dict:
+        return get_op(self.anchor.op).normalize_attrs(dict(self.anchor.attrs), self.anchor.name)
+
+
+def group_compute(graph: Graph, index: int, members: list) -> GroupCompute:
+    """Tensor expressions of one group: placeholders for what comes from outside, computes inside."""
+    from nnvm import te
+
+    member_names = {n.name for n in members}
+    produced = {o for n in members for o in n.outputs}
+    consumers = graph.consumers()
+    env: dict = {}
+    inputs: list = []
+    for node in members:
+        for v in node.inputs:
+            if v and v not in produced and v not in env:
+                ty = graph.type_of(v)
+                env[v] = te.placeholder(ty.shape, ty.dtype, name=_c_name(v))
+                inputs.append((v, env[v]))
+    anchor = members[-1]
+    best = -1
+    for node in members:
+        opdef = get_op(node.op, node.name)
+        attrs = opdef.normalize_attrs(dict(node.attrs), node.name)
+        ins = [env[v] if v else None for v in node.inputs]
+        out_types = [graph.type_of(o) for o in node.outputs]
+        if opdef.compute is None:
+            raise Error(f"node {node.name} ({node.op}): the operator has no compute definition")
+        try:
+            outs = opdef.compute(ins, attrs, out_types)
+        except Error as exc:
+            raise Error(f"node {node.name} ({node.op}): {exc}") from None
+        outs = list(outs) if isinstance(outs, list | tuple) else [outs]
+        for o, t, ty in zip(node.outputs, outs, out_types):
+            if tuple(int(getattr(s, "value", s)) for s in t.shape) != ty.shape or t.dtype != ty.dtype:
+                raise Error(f"node {node.name} ({node.op}): compute gives {t.dtype}{list(t.shape)} but type "
+                            f"inference said {ty}")
+            env[o] = t
+        rank = opdef.pattern if opdef.pattern != OpPattern.OPAQUE else OpPattern.OUT_ELEMWISE_FUSABLE
+        if rank >= best:
+            best, anchor = rank, node
+    outside = set(graph.outputs)
+    out_values = [o for n in members for o in n.outputs
+                  if o in outside or any(c.name not in member_names for c in consumers.get(o, []))]
+    if not out_values:
+        out_values = list(members[-1].outputs)
+    return GroupCompute(index, list(members), anchor, inputs, [env[o] for o in out_values], out_values, env)
+
+
+def _c_name(v: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in v)
+    return out if out and not out[0].isdigit() else f"v_{out}"
+
+
+def _workload_key(graph: Graph, members: list) -> str:
+    """Two groups with the same key compute the same function: one kernel serves both."""
+    local: dict = {}
+    items = []
+    for node in members:
+        ins = []
+        for v in node.inputs:
+            if v in local:
+                ins.append(local[v])
+            elif v:
+                ty = graph.type_of(v)
+                ins.append(["in", list(ty.shape), ty.dtype])
+            else:
+                ins.append(None)
+        for k, o in enumerate(node.outputs):
+            local[o] = f"{node.name}:{k}"
+        attrs = {k: _jsonable(v) for k, v in sorted(node.attrs.items())}
+        items.append([node.op, ins, attrs])
+    return json.dumps(items, sort_keys=True, default=str)
+
+
+def _jsonable(v):
+    if isinstance(v, np.ndarray):
+        return ["array", v.dtype.str, list(v.shape), v.tobytes().hex()]
+    if isinstance(v, tuple | list):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def schedule_group(target, group: GroupCompute):
+    """The backend's schedule for a group, or the generic one when every plugin declines."""
+    from nnvm.plugins import hook
+    from nnvm.schedules import generic_schedule
+
+    sch = hook().nnvm_schedule_group(target=target, group=group)
+    return sch if sch is not None else generic_schedule(group.outputs, target)
+
+
+def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
+                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(), **kwargs):
+    from nnvm.passes.manager import PassContext, run_pipeline
+    from nnvm.runtime.module import Module
+    from nnvm.runtime.plan import make_plan
+    from nnvm.target import parse_target
+    from nnvm.tir.lower import lower_schedule
+
+    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
+        raise Error(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
+    seconds: dict = {}
+    t0 = time.perf_counter()
+    tgt = parse_target(target)
+    backend = tgt.backend
+    backend.check_target(tgt)
+    graph = import_model(model, shapes, **kwargs)
+    nodes_before = len(graph.nodes)
+    seconds["import"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    ctx = PassContext(opt_level=opt_level, target=tgt, disabled=frozenset(disabled_passes),
+                      enabled=frozenset(enabled_passes) | {"infer_types", "fuse_ops"}, dump_dir=dump_ir)
+    graph = run_pipeline(graph, ctx)
+    seconds["passes"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    by_name = {n.name: n for n in graph.nodes}
+    kernels: dict = {}  # workload key -> (kernel name, GroupCompute)
+    funcs = []
+    calls = []
+    for k, names in enumerate(graph.groups):
+        members = [by_name[n] for n in names]
+        key = _workload_key(graph, members)
+        group = group_compute(graph, k, members)
+        if key not in kernels:
+            kname = f"nnvm_k{len(kernels)}_{_c_name(group.anchor.op)}"
+            sch = schedule_group(tgt, group)
+            args = [t for _, t in group.inputs] + list(group.outputs)
+            try:
+                funcs.append(lower_schedule(sch, args, kname))
+            except Error as exc:
+                raise Error(f"fused group {list(names)}: {exc}") from None
+            kernels[key] = kname
+        calls.append({"kernel": kernels[key], "group": list(names),
+                      "args": [v for v, _ in group.inputs] + list(group.output_values)})
+    seconds["lower"] = time.perf_counter() - t0
+
+    if dump_ir:
+        os.makedirs(dump_ir, exist_ok=True)
+        with open(os.path.join(dump_ir, "kernels.tir.txt"), "w") as f:
+            f.write("\n\n".join(str(fn) for fn in funcs))
+
+    t0 = time.perf_counter()
+    library = backend.build(funcs, tgt)
+    seconds["codegen"] = time.perf_counter() - t0
+    if dump_ir:
+        with open(os.path.join(dump_ir, f"kernels.{tgt.kind}.txt"), "w") as f:
+            f.write(library.source())
+
+    t0 = time.perf_counter()
+    plan = make_plan(graph, calls)
+    seconds["plan"] = time.perf_counter() - t0
+    seconds["passes_detail"] = dict(ctx.timings)
+    stats = {
+        "nodes_before": nodes_before,
+        "nodes_after": len(graph.nodes),
+        "kernels": len(calls),
+        "distinct_kernels": len(funcs),
+        "fused_groups": [list(g) for g in graph.groups],
+        "weight_bytes": int(sum(np.asarray(v).nbytes for v in graph.params.values())),
+        "activation_bytes_planned": plan["arena_bytes"],
+        "activation_bytes_naive": plan["naive_bytes"],
+        "activation_bytes_lower_bound": plan["lower_bound_bytes"],
+        "compile_seconds": seconds,
+        "target": str(tgt),
+        "opt_level": opt_level,
+    }
+    return Module(plan, dict(graph.params), library, tgt, stats, graph)

@@ -1,0 +1,171 @@
+"""The runnable module: kernels + execution plan + weights, in process or loaded from an exported file.
+
+Running is a loop over pre-built kernel calls whose argument arrays (pointers into the activation
+arena and the weights) are made once, so a run costs one ctypes call per kernel plus input/output
+copies. ``load_module`` needs only the core: it reads the plan and weights from the shared library's
+``nnvm_blob_*`` symbols and calls the kernels by address.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+
+import numpy as np
+
+from nnvm.errors import Error, InputError, ModelLoadError
+from nnvm.graph.ir import load_params, save_params
+from nnvm.runtime.kernel import kernel_from_address, pointer_array
+
+ARTIFACT_FORMAT = "nnvm-module"
+ARTIFACT_VERSION = 1
+
+
+class Module:
+    """A compiled model. ``run`` takes inputs positionally or by name and returns a list of arrays."""
+
+    def __init__(self, plan: dict, params: dict, library, target, stats: dict, graph=None):
+        self.plan = plan
+        self.params = {k: np.ascontiguousarray(v) for k, v in params.items()}
+        self.library = library
+        self.target = target
+        self._stats = stats
+        self.graph = graph
+        self._arena = _aligned_bytes(max(plan["arena_bytes"], 1))
+        base = self._arena.ctypes.data
+        self._inputs = []
+        for d in plan["inputs"]:
+            self._inputs.append((d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), self._view(d)))
+        self._outputs = [(d["name"], self._view(d)) for d in plan["outputs"]]
+        self._calls = []
+        for call in plan["calls"]:
+            fn = kernel_from_address(library.address(call["kernel"]))
+            ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
+            for k, ref in enumerate(call["args"]):
+                ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
+            self._calls.append((fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]))
+
+    def _view(self, d: dict) -> np.ndarray:
+        ref = d["ref"]
+        if "param" in ref:
+            return self.params[ref["param"]]
+        dtype = np.dtype(d["dtype"])
+        count = int(np.prod(d["shape"])) if d["shape"] else 1
+        return np.frombuffer(self._arena, dtype=dtype, count=count, offset=ref["arena"]).reshape(d["shape"])
+
+    # -- running ------------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [name for name, *_ in self._inputs]
+
+    def run(self, *args, **kwargs) -> list[np.ndarray]:
+        values = self._bind(args, kwargs)
+        for (name, shape, dtype, view), value in zip(self._inputs, values):
+            view[...] = value
+        for fn, arg, _keep, kernel in self._calls:
+            rc = fn(arg)
+            if rc != 0:
+                raise Error(f"kernel {kernel} failed with status {rc}")
+        return [np.array(view, copy=True) for _, view in self._outputs]
+
+    __call__ = run
+
+    def _bind(self, args, kwargs) -> list:
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise InputError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
+            if k in given:
+                raise InputError(f"input {k!r} given twice")
+            given[k] = v
+        out = []
+        for name, shape, dtype, _ in self._inputs:
+            if name not in given:
+                raise InputError(f"missing input {name!r} ({dtype.name}{list(shape)})")
+            v = given[name]
+            if not isinstance(v, np.ndarray):
+                v = np.asarray(v)
+            if v.shape != shape:
+                raise InputError(f"input {name!r} must have shape {list(shape)}, got {list(v.shape)}")
+            if v.dtype != dtype:
+                raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
+            out.append(v)
+        return out
+
+    # -- inspection and export ----------------------------------------------------------------------
+    def stats(self) -> dict:
+        """Kernels, fused groups, weight and activation bytes, compile seconds per phase."""
+        return dict(self._stats)
+
+    def export(self, path: str) -> None:
+        """Write one file with kernels, execution plan and weights; ``nnvm.load`` runs it."""
+        meta = {
+            "format": ARTIFACT_FORMAT,
+            "version": ARTIFACT_VERSION,
+            "target": str(self.target),
+            "plan": self.plan,
+            "stats": self._stats,
+        }
+        blobs = {"graph": json.dumps(meta).encode(), "params": save_params(self.params)}
+        self.library.export(os.fspath(path), blobs)
+
+
+def _aligned_bytes(n: int, align: int = 64) -> np.ndarray:
+    raw = np.zeros(n + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + n]
+
+
+class SharedLibrary:
+    """Kernels in a shared library on disk, found by symbol name."""
+
+    def __init__(self, path: str):
+        try:
+            self.lib = ctypes.CDLL(os.path.abspath(path))
+        except OSError as exc:
+            raise ModelLoadError(f"{path}: cannot be loaded as a compiled nnvm module ({exc})") from None
+        self.path = path
+
+    def blob(self, name: str):
+        try:
+            size = ctypes.c_uint64.in_dll(self.lib, f"nnvm_blob_{name}_size").value
+            addr = ctypes.addressof(ctypes.c_uint8.in_dll(self.lib, f"nnvm_blob_{name}"))
+        except ValueError:
+            raise ModelLoadError(f"{self.path}: not an nnvm module (no {name} section)") from None
+        return (ctypes.c_uint8 * size).from_address(addr)
+
+    def address(self, name: str) -> int:
+        try:
+            return ctypes.cast(getattr(self.lib, name), ctypes.c_void_p).value
+        except AttributeError:
+            raise ModelLoadError(f"{self.path}: the kernel {name} is missing") from None
+
+    def export(self, path: str, blobs: dict) -> None:
+        import shutil
+
+        shutil.copyfile(self.path, path)
+
+    def source(self) -> str:
+        return ""
+
+
+def load_module(path) -> Module:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ModelLoadError(f"{path}: no such file")
+    lib = SharedLibrary(path)
+    try:
+        meta = json.loads(bytes(lib.blob("graph")).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise ModelLoadError(f"{path}: the module's graph section is corrupt") from None
+    if meta.get("format") != ARTIFACT_FORMAT or meta.get("version") != ARTIFACT_VERSION:
+        raise ModelLoadError(f"{path}: module format {meta.get('format')} v{meta.get('version')} is not "
+                             f"supported by this nnvm (expects {ARTIFACT_FORMAT} v{ARTIFACT_VERSION})")
+    params = load_params(lib.blob("params"))
+    mod = Module(meta["plan"], params, lib, meta["target"], meta["stats"])
+    mod._keep = lib
+    return mod
