@@ -8,7 +8,14 @@
 from __future__ import annotations
 
 from nnvm import te  # noqa: F401
-from nnvm.errors import Error, InputError, ModelLoadError, ScheduleError, TargetError, UnsupportedOperatorError  # noqa: F401
+from nnvm.errors import (  # noqa: F401
+    Error,
+    InputError,
+    ModelLoadError,
+    ScheduleError,
+    TargetError,
+    UnsupportedOperatorError,
+)
 from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
 

@@ -41,7 +41,8 @@ def find_frontend(model) -> Frontend:
         for fe in installed:
             if fe.accepts is not None and fe.accepts(path):
                 return fe
-        known = ", ".join(sorted({e for fe in installed for e in fe.extensions})) or "none: install a frontend"
+        known = ", ".join(sorted({e for fe in installed for e in fe.extensions}))
+        known = known or "none: install a frontend"
         if not os.path.exists(path):
             raise ModelLoadError(f"{path}: no such file")
         raise ModelLoadError(f"{path}: no installed frontend reads this file (known extensions: {known})")

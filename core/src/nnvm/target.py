@@ -29,8 +29,9 @@ class Target:
 
         found = backends().get(self.kind)
         if found is None:
-            have = ", ".join(sorted(backends())) or "none: install a backend plugin such as nnvm-backend-llvm-x86"
-            raise TargetError(f"no installed backend builds for target {self.kind!r} (installed targets: {have})")
+            have = ", ".join(sorted(backends())) or "none: install a backend such as nnvm-backend-llvm-x86"
+            raise TargetError(f"no installed backend builds for target {self.kind!r} "
+                              f"(installed targets: {have})")
         return found[1]
 
 

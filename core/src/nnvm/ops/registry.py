@@ -103,7 +103,8 @@ class OpRegistry:
 
     def register(self, opdef: OpDef, owner: str = "?") -> None:
         if opdef.name in self._ops:
-            raise Error(f"operator {opdef.name!r} is registered twice (by {self._owner[opdef.name]} and {owner})")
+            first = self._owner[opdef.name]
+            raise Error(f"operator {opdef.name!r} is registered twice (by {first} and {owner})")
         self._ops[opdef.name] = opdef
         self._owner[opdef.name] = owner
 

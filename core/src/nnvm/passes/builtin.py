@@ -25,7 +25,7 @@ def rename_uses(graph: Graph, mapping: dict) -> Graph:
             seen += 1
         return v
 
-    nodes = [n if not any(i in mapping for i in n.inputs) else n.replace(inputs=tuple(follow(i) for i in n.inputs))
+    nodes = [n.replace(inputs=tuple(follow(i) for i in n.inputs)) if set(n.inputs) & mapping.keys() else n
              for n in graph.nodes]
     return graph.replace(nodes=tuple(nodes), outputs=tuple(follow(o) for o in graph.outputs))
 

@@ -42,7 +42,8 @@ class BuiltFunction:
                              f"({', '.join(s[0] for s in self._specs)}), got {len(arrays)}")
         for a, (name, shape, dtype) in zip(arrays, self._specs):
             if not isinstance(a, np.ndarray):
-                raise InputError(f"{self.name}: argument {name} must be a numpy array, got {type(a).__name__}")
+                kind = type(a).__name__
+                raise InputError(f"{self.name}: argument {name} must be a numpy array, got {kind}")
             if a.shape != shape or a.dtype != dtype:
                 raise InputError(f"{self.name}: argument {name} must be {dtype}{list(shape)}, "
                                  f"got {a.dtype}{list(a.shape)}")

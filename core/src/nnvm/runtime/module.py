@@ -16,7 +16,7 @@ import numpy as np
 
 from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
-from nnvm.runtime.kernel import kernel_from_address, pointer_array
+from nnvm.runtime.kernel import kernel_from_address
 
 ARTIFACT_FORMAT = "nnvm-module"
 ARTIFACT_VERSION = 1
@@ -61,7 +61,7 @@ class Module:
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         values = self._bind(args, kwargs)
-        for (name, shape, dtype, view), value in zip(self._inputs, values):
+        for (_, _, _, view), value in zip(self._inputs, values):
             view[...] = value
         for fn, arg, _keep, kernel in self._calls:
             rc = fn(arg)

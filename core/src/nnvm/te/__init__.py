@@ -10,8 +10,18 @@ In the style TVM users know::
 
 from nnvm.te.schedule import Schedule, Stage, create_schedule  # noqa: F401
 from nnvm.te.tensor import (  # noqa: F401
-    ComputeOp, Operation, PlaceholderOp, Tensor, comm_reducer, compute, max, min, placeholder, prod,
-    reduce_axis, sum,
+    ComputeOp,
+    Operation,
+    PlaceholderOp,
+    Tensor,
+    comm_reducer,
+    compute,
+    max,
+    min,
+    placeholder,
+    prod,
+    reduce_axis,
+    sum,
 )
 from nnvm.tir.expr import Expr, IterVar, Range, Var, cast, const, convert, max_value, min_value  # noqa: F401
 from nnvm.tir.expr import call as _call

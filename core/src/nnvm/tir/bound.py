@@ -1,13 +1,146 @@
-"""Bound inference for stages computed inside another stage's loop (compute_at)."""
+"""Bound inference for stages computed inside another stage's loop (``compute_at``).
+
+The attached stage computes only the region its consumer reads during one iteration of the attach
+loop: loops of the consumer outside (and at) the attach point stay symbolic, loops inside it are
+relaxed over their ranges. Each dimension's region is ``[lo, lo + extent)`` with ``lo`` an expression
+of the outer loop variables and ``extent`` a constant (an upper bound when it varies), so storage is
+a fixed-size buffer; where the region may overhang the stage's domain, lowering adds a guard.
+"""
 
 from __future__ import annotations
 
+import math
+
 from nnvm.errors import ScheduleError
+from nnvm.tir import expr as E
+from nnvm.tir.simplify import Simplifier, simplify
+from nnvm.tir.visit import substitute, walk
+
+
+class _Unbounded(Exception):
+    pass
+
+
+def _sym_bound(e, relax: dict, simp: Simplifier):
+    """(lo, hi) expressions of ``e`` with the variables in ``relax`` ranging over (lo, hi) ints."""
+    if isinstance(e, E.Const):
+        return e, e
+    if isinstance(e, E.Var):
+        if e in relax:
+            lo, hi = relax[e]
+            return E.const(lo), E.const(hi)
+        return e, e
+    if isinstance(e, E.Cast) and E.is_int(e.dtype):
+        return _sym_bound(e.value, relax, simp)
+    if isinstance(e, E.BinOp):
+        if e.op in ("add", "sub"):
+            alo, ahi = _sym_bound(e.a, relax, simp)
+            blo, bhi = _sym_bound(e.b, relax, simp)
+            return (alo + blo, ahi + bhi) if e.op == "add" else (alo - bhi, ahi - blo)
+        if e.op == "mul":
+            for x, c in ((e.a, e.b), (e.b, e.a)):
+                cs = simplify(c)
+                if isinstance(cs, E.Const):
+                    lo, hi = _sym_bound(x, relax, simp)
+                    return (lo * cs, hi * cs) if cs.value >= 0 else (hi * cs, lo * cs)
+            raise _Unbounded
+        if e.op == "floordiv":
+            k = simplify(e.b)
+            if isinstance(k, E.Const) and k.value > 0:
+                lo, hi = _sym_bound(e.a, relax, simp)
+                return E.binop("floordiv", lo, k), E.binop("floordiv", hi, k)
+            raise _Unbounded
+        if e.op == "floormod":
+            k = simplify(e.b)
+            if isinstance(k, E.Const) and k.value > 0:
+                lo, hi = _sym_bound(e.a, relax, simp)
+                if simp.expr(hi - lo) is not None:
+                    d = simp.expr(hi - lo)
+                    if isinstance(d, E.Const) and d.value == 0:
+                        return E.binop("floormod", lo, k), E.binop("floormod", lo, k)
+                return E.const(0), E.const(k.value - 1)
+            raise _Unbounded
+        if e.op in ("min", "max"):
+            alo, ahi = _sym_bound(e.a, relax, simp)
+            blo, bhi = _sym_bound(e.b, relax, simp)
+            return E.binop(e.op, alo, blo), E.binop(e.op, ahi, bhi)
+    raise _Unbounded
+
+
+def _reads_of(expr, tensor) -> list:
+    found = []
+
+    def fn(n):
+        if isinstance(n, E.TensorLoad) and n.tensor.op is tensor.op:
+            found.append(n.indices)
+
+    walk(expr, fn)
+    return found
 
 
 def attach_ranges(stage, sch, bodies, stage_ranges) -> dict:
     """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``."""
-    raise ScheduleError(
-        f"stage {stage.name}: compute_at is not supported by this lowering yet; use compute_root or "
-        "compute_inline"
-    )
+    from nnvm.tir.lower import _root_values
+
+    consumer = stage.attach_stage
+    readers = [st for st in stage_ranges
+               if any(_reads_of(b, t) for b in bodies[st.op] for t in stage.op.outputs)]
+    if readers != [consumer]:
+        names = ", ".join(st.name for st in readers) or "none"
+        raise ScheduleError(f"stage {stage.name}: compute_at needs {consumer.name} to be its only consumer "
+                            f"(consumers: {names})")
+    c_ranges = stage_ranges[consumer]
+    leaves = consumer.leaf_iter_vars
+    pos = leaves.index(stage.attach_ivar)
+    values, _ = _root_values(consumer, c_ranges, {iv: iv.var for iv in leaves})
+    vmap = {}
+    for iv in list(consumer.op.axis) + list(consumer.op.reduce_axis):
+        mn = c_ranges[iv][0]
+        vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
+    relax = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[pos + 1:]}
+    # Outer loop variables, for bounding extents that depend on them.
+    outer_ranges = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[:pos + 1]}
+    simp = Simplifier(outer_ranges)
+
+    accesses = []
+    for body in bodies[consumer.op]:
+        for t in stage.op.outputs:
+            accesses.extend(_reads_of(body, t))
+    out: dict = {}
+    for d, iv in enumerate(stage.op.axis):
+        dom_min = int(simplify(iv.dom.min).value)
+        dom_ext = int(simplify(iv.dom.extent).value)
+        los, his = [], []
+        try:
+            for idx in accesses:
+                lo, hi = _sym_bound(substitute(idx[d], vmap), relax, simp)
+                los.append(simp.expr(lo))
+                his.append(simp.expr(hi))
+        except _Unbounded:
+            out[iv] = (dom_min, dom_ext)
+            continue
+        lo = los[0]
+        for x in los[1:]:
+            lo = simp.expr(E.binop("min", lo, x))
+        hi = his[0]
+        for x in his[1:]:
+            hi = simp.expr(E.binop("max", hi, x))
+        width = simp.expr(hi - lo + 1)
+        if isinstance(width, E.Const):
+            extent = int(width.value)
+        else:
+            wlo, whi = simp.bound(width)
+            if math.isinf(whi):
+                out[iv] = (dom_min, dom_ext)
+                continue
+            extent = int(whi)
+        extent = min(extent, dom_ext)
+        lo_bounds = simp.bound(lo)
+        if lo_bounds[0] < dom_min:
+            lo = simp.expr(E.binop("max", lo, E.const(dom_min)))
+        if lo_bounds[1] + extent > dom_min + dom_ext:
+            out[("overhang", iv)] = dom_min + dom_ext
+        out[iv] = (lo, extent)
+    for iv in stage.op.reduce_axis:
+        out[iv] = (int(simplify(iv.dom.min).value), int(simplify(iv.dom.extent).value))
+    return out

@@ -138,13 +138,17 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
     """
     op: ComputeOp = stage.op
     leaves = stage.leaf_iter_vars
-    leaf_vars = {iv: E.Var(iv.var.name, E.INDEX_DTYPE) for iv in leaves}
+    leaf_vars = {iv: iv.var for iv in leaves}
     values, guards = _root_values(stage, ranges, dict(leaf_vars))
     vmap = {}
     for iv in list(op.axis) + list(op.reduce_axis):
         mn = ranges[iv][0]
-        vmap[iv.var] = values[iv] + mn if mn else values[iv]
+        vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
     spatial_idx = tuple(vmap[iv.var] for iv in op.axis)
+    # A stage computed at another's loop covers a region that may overhang its domain: guard it.
+    for iv in op.axis:
+        if stage.attach_type == "scope" and ranges.get(("overhang", iv)):
+            guards.append((iv, vmap[iv.var] < ranges[("overhang", iv)]))
 
     spatial_guards = [c for iv, c in guards if iv.kind != E.IterKind.REDUCE]
     reduce_guards = [c for iv, c in guards if iv.kind == E.IterKind.REDUCE]
@@ -192,7 +196,11 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
 def _wrap_loops(stage, leaves, leaf_vars, ranges, body, inner_stmts, drop_kinds=False):
     for iv in reversed(leaves):
         if iv in inner_stmts:
-            body = S.seq(*inner_stmts[iv], body)
+            nests = [nest for _, nest in inner_stmts[iv]]
+            body = S.seq(*nests, body)
+            for buf, _ in reversed(inner_stmts[iv]):
+                for b in buf:
+                    body = S.Allocate(b, body)
         loop = _leaf_loop(stage, iv, ranges, leaf_vars[iv], body)
         if drop_kinds and loop.kind in (S.ForKind.PARALLEL, S.ForKind.THREAD_BINDING):
             loop = replace(loop, kind=S.ForKind.SERIAL, thread_tag="")
@@ -206,88 +214,76 @@ def _wrap_loops(stage, leaves, leaf_vars, ranges, body, inner_stmts, drop_kinds=
 
 def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     """Lower a schedule to a PrimFunc whose parameters are the buffers of ``args`` (in order)."""
-    args = [a for a in args]
+    from nnvm.tir.bound import attach_ranges
+
+    args = list(args)
     for a in args:
         if not isinstance(a, Tensor):
             raise ScheduleError(f"lower: arguments must be tensors, got {a!r}")
     bodies = inline_stages(sch)
     arg_ops = {a.op for a in args}
+    realized = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.attach_type != "inline"]
     for stage in sch.stages:
         if stage.is_output and stage.op not in arg_ops:
             raise ScheduleError(f"lower: the output {stage.name} is not among the arguments")
         if isinstance(stage.op, PlaceholderOp) and stage.op not in arg_ops:
-            used = any(stage.op in (t.op for t in _reads(bodies, st)) for st in sch.stages
-                       if isinstance(st.op, ComputeOp) and st.attach_type != "inline")
-            if used:
+            if any(stage.op in (t.op for t in _reads(bodies, st)) for st in realized):
                 raise ScheduleError(f"lower: the input {stage.name} is read but not among the arguments")
 
-    from nnvm.tir.bound import attach_ranges
-
-    stage_ranges: dict = {}
-    # children[stage][leaf] = list of stages attached there, in producer order
-    children: dict = {}
-    for stage in sch.stages:
-        if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline":
-            continue
+    children: dict = {}  # consumer stage -> leaf IterVar -> [stages computed there]
+    for stage in realized:
         if stage.attach_type == "scope":
             children.setdefault(stage.attach_stage, {}).setdefault(stage.attach_ivar, []).append(stage)
 
-    # Compute ranges consumers-first so compute_at stages see their consumer's loop ranges.
+    # Ranges consumers-first, so a compute_at stage sees the loops of the stage it is computed in.
+    stage_ranges: dict = {}
     for stage in reversed(sch.stages):
-        if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline":
+        if stage not in realized:
             continue
         if stage.attach_type == "scope":
+            if stage.attach_stage not in stage_ranges:
+                raise ScheduleError(f"stage {stage.name}: compute_at target {stage.attach_stage.name} is "
+                                    "not computed before it can be attached to (inlined or attached later)")
             roots = attach_ranges(stage, sch, bodies, stage_ranges)
         else:
             roots = root_ranges(stage)
         stage_ranges[stage] = infer_bounds(stage, roots)
 
-    built: dict = {}
-
-    def build(stage):
-        if stage in built:
-            return built[stage]
-        inner: dict = {}
-        for iv, kids in children.get(stage, {}).items():
-            inner[iv] = [_with_alloc(k, build(k)) for k in kids]
-        outs = list(stage.op.outputs)
-        nest = make_stage_nest(stage, bodies[stage.op], outs, stage_ranges[stage], inner)
-        if stage.attach_type == "scope":
-            nest = _offset_attached(stage, nest, stage_ranges[stage])
-        built[stage] = nest
-        return nest
-
-    def _with_alloc(stage, nest):
-        return nest  # attached stages' storage is allocated at root (see below)
-
-    program: list = []
-    for stage in sch.stages:
-        if not isinstance(stage.op, ComputeOp) or stage.attach_type != "root":
-            continue
-        program.append(build(stage))
-    body = S.seq(*program)
-
-    # Storage: arguments are parameters; every other realized tensor is allocated around the program.
     buffers: dict = {}
     params = []
     for a in args:
         buf = S.Buffer(a.name, tuple(E.convert(x) for x in a.shape), a.dtype)
         buffers[a] = buf
         params.append(buf)
-    allocs = []
-    for stage in sch.stages:
-        if not isinstance(stage.op, ComputeOp) or stage.attach_type == "inline":
-            continue
+    own_buffers: dict = {}
+    for stage in realized:
+        own_buffers[stage] = []
         for t in stage.op.outputs:
             if t in buffers:
                 continue
-            shape = tuple(E.const(x) for x in _alloc_shape(stage, t, stage_ranges[stage]))
-            buf = S.Buffer(t.name, shape, t.dtype, stage.scope)
-            buffers[t] = buf
-            allocs.append(buf)
-    body = flatten_storage(body, buffers, stage_ranges, sch)
-    for buf in reversed(allocs):
-        body = S.Allocate(buf, body)
+            shape = tuple(E.const(stage_ranges[stage][iv][1]) for iv in stage.op.axis)
+            buffers[t] = S.Buffer(t.name, shape, t.dtype, stage.scope)
+            own_buffers[stage].append(buffers[t])
+
+    built: dict = {}
+
+    def build(stage):
+        if stage not in built:
+            inner = {iv: [(own_buffers[k], build(k)) for k in kids]
+                     for iv, kids in children.get(stage, {}).items()}
+            built[stage] = make_stage_nest(stage, bodies[stage.op], list(stage.op.outputs),
+                                           stage_ranges[stage], inner)
+        return built[stage]
+
+    roots = [st for st in realized if st.attach_type == "root"]
+    body = S.seq(*[build(st) for st in roots])
+    for stage in realized:
+        if stage not in built:
+            raise ScheduleError(f"stage {stage.name}: compute_at chain does not reach a root stage")
+    body = flatten_storage(body, buffers, stage_ranges)
+    for stage in reversed(roots):
+        for buf in reversed(own_buffers[stage]):
+            body = S.Allocate(buf, body)
     body = unroll_loops(body)
     body = simplify(body)
     return S.PrimFunc(name, tuple(params), body)
@@ -302,16 +298,7 @@ def _reads(bodies, stage):
     return out
 
 
-def _alloc_shape(stage, tensor, ranges) -> list[int]:
-    """A compute_at stage stores only the region its consumer needs; a root stage stores it all."""
-    return [ranges[iv][1] for iv in stage.op.axis]
-
-
-def _offset_attached(stage, nest, ranges):
-    return nest
-
-
-def flatten_storage(body, buffers: dict, stage_ranges: dict, sch: Schedule):
+def flatten_storage(body, buffers: dict, stage_ranges: dict):
     """TensorLoad / multi-index Store -> flat Load / Store, relative to each buffer's region."""
     offsets: dict = {}
     for stage, ranges in stage_ranges.items():
@@ -322,10 +309,10 @@ def flatten_storage(body, buffers: dict, stage_ranges: dict, sch: Schedule):
         buf = buffers.get(tensor)
         if buf is None:
             raise ScheduleError(f"lower: tensor {tensor.name} has no storage; is it among the arguments?")
-        base = offsets.get(tensor) if tensor not in _param_tensors(buffers, sch) else None
+        base = offsets.get(tensor)
         idx = E.const(0)
         for k, (i, n) in enumerate(zip(indices, buf.shape)):
-            if base is not None and base[k]:
+            if base is not None and not (isinstance(base[k], int) and base[k] == 0):
                 i = i - base[k]
             idx = idx * n + i
         return buf, idx
@@ -340,10 +327,6 @@ def flatten_storage(body, buffers: dict, stage_ranges: dict, sch: Schedule):
         return None
 
     return rewrite(body, fn)
-
-
-def _param_tensors(buffers, sch):
-    return ()
 
 
 def unroll_loops(body):

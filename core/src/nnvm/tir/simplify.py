@@ -99,7 +99,7 @@ class Simplifier:
                 return (min(cands), max(cands))
             if e.op == "floordiv" and b[0] == b[1] and b[0] > 0:
                 k = b[0]
-                return (a[0] // k if not math.isinf(a[0]) else a[0], a[1] // k if not math.isinf(a[1]) else a[1])
+                return tuple(x if math.isinf(x) else x // k for x in a)
             if e.op == "floormod" and b[0] == b[1] and b[0] > 0:
                 if a[0] >= 0 and a[1] < b[0]:
                     return a
@@ -176,8 +176,7 @@ class Simplifier:
         if not _is_index(a.dtype):
             return self._float_identities(e, ca, cb)
         if op in ("add", "sub", "mul"):
-            lin = self.linear(e)
-            return lin.to_expr()
+            return self._merge_divmod(self.linear(e)).to_expr()
         if op in ("floordiv", "floormod") and cb is not None and cb > 0:
             return self._divmod(op, a, int(cb), dt)
         if op in ("min", "max"):
@@ -206,6 +205,25 @@ class Simplifier:
             if truth[1]:
                 return E.const(False, dt)
         return None
+
+    def _merge_divmod(self, lin: Linear) -> Linear:
+        """c*k*(x // k) + c*(x % k) -> c*x: what lowering a fused loop produces."""
+        from nnvm.tir.printer import expr_str
+
+        divs = {}
+        for atom, coef in lin.terms.items():
+            if isinstance(atom, E.BinOp) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
+                divs[(expr_str(atom.a), atom.b.value)] = (atom, coef)
+        if not divs:
+            return lin
+        for atom, coef in list(lin.terms.items()):
+            if isinstance(atom, E.BinOp) and atom.op == "floormod" and isinstance(atom.b, E.Const):
+                key = (expr_str(atom.a), atom.b.value)
+                match = divs.get(key)
+                if match and match[0] in lin.terms and lin.terms[match[0]] == coef * atom.b.value:
+                    terms = {a: c for a, c in lin.terms.items() if a is not atom and a is not match[0]}
+                    lin = Linear(lin.dtype, lin.const, terms).plus(self.linear(atom.a).scaled(coef))
+        return lin
 
     def _divmod(self, op: str, a, k: int, dt: str):
         if k == 1:

@@ -1,0 +1,85 @@
+"""The simplifier must preserve values: checked on random integer environments (hypothesis)."""
+
+from __future__ import annotations
+
+import operator
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nnvm.tir import expr as E
+from nnvm.tir.simplify import simplify
+
+VARS = [E.Var(n) for n in ("a", "b", "c")]
+RANGES = {VARS[0]: (0, 7), VARS[1]: (0, 15), VARS[2]: (-5, 20)}
+
+
+def _eval(e, env):
+    if isinstance(e, E.Var):
+        return env[e]
+    if isinstance(e, E.Const):
+        return e.value
+    if isinstance(e, E.BinOp):
+        a, b = _eval(e.a, env), _eval(e.b, env)
+        return {
+            "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+            "floordiv": operator.floordiv, "floormod": operator.mod, "min": min, "max": max,
+            "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
+            "eq": operator.eq, "ne": operator.ne,
+            "and": lambda x, y: bool(x) and bool(y), "or": lambda x, y: bool(x) or bool(y),
+        }[e.op](a, b)
+    if isinstance(e, E.Select):
+        return _eval(e.true_value, env) if _eval(e.cond, env) else _eval(e.false_value, env)
+    raise AssertionError(f"unexpected node {e!r}")
+
+
+def int_exprs():
+    leaves = st.one_of(st.sampled_from(VARS), st.integers(-9, 9).map(E.const))
+
+    def extend(children):
+        arith = st.tuples(st.sampled_from(["add", "sub", "mul", "min", "max"]), children, children).map(
+            lambda t: E.binop(t[0], t[1], t[2]))
+        divmod_ = st.tuples(st.sampled_from(["floordiv", "floormod"]), children, st.integers(1, 9)).map(
+            lambda t: E.binop(t[0], t[1], E.const(t[2])))
+        return st.one_of(arith, divmod_)
+
+    return st.recursive(leaves, extend, max_leaves=10)
+
+
+envs = st.fixed_dictionaries({v: st.integers(lo, hi) for v, (lo, hi) in RANGES.items()})
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(int_exprs(), st.lists(envs, min_size=4, max_size=4))
+def test_simplify_preserves_integer_values(expr, environments):
+    simple = simplify(expr, RANGES)
+    for env in environments:
+        assert _eval(simple, env) == _eval(expr, env), f"{expr} simplified to {simple} differs at {env}"
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(int_exprs(), int_exprs(), st.sampled_from(["lt", "le", "eq", "ne", "ge"]), st.lists(envs, min_size=4,
+                                                                                          max_size=4))
+def test_simplify_preserves_comparisons(a, b, op, environments):
+    expr = E.binop(op, a, b)
+    simple = simplify(expr, RANGES)
+    for env in environments:
+        assert bool(_eval(simple, env)) == bool(_eval(expr, env)), f"{expr} -> {simple} at {env}"
+
+
+def test_split_and_fuse_index_arithmetic_collapses():
+    i, j = E.Var("i"), E.Var("j")
+    ranges = {i: (0, 9), j: (0, 3)}
+    assert str(simplify((i * 4 + j) // 4, ranges)) == "i"
+    assert str(simplify((i * 4 + j) % 4, ranges)) == "j"
+    f = E.Var("f")
+    assert str(simplify((f // 8) * 8 + f % 8, {f: (0, 47)})) == "f"
+    assert str(simplify(i * 4 + j < 40, ranges)) == "True"
+
+
+def test_constant_folding_and_identities():
+    x = E.Var("x", "float32")
+    assert str(simplify(E.const(3) * 4 + 2)) == "14"
+    assert simplify(x * 1.0) is x
+    assert simplify(x + 0.0) is x
+    assert str(simplify(E.select(E.const(True), x, x * 2.0))) == "x"
