@@ -1,5 +1,19 @@
-"""Placeholder until the standard operator modules land: collects every OpDef they define."""
+"""The standard operator set: every OpDef of the operator modules, registered by ``nnvm.ops.plugin``.
+
+Operator names and attributes are a contract with frontends (which emit them) and backends (whose
+schedules recognize their tags); see each module's docstring for the semantics of its operators.
+"""
+
+from __future__ import annotations
+
+from nnvm.ops.registry import OpDef
 
 
-def all_ops() -> list:
-    return []
+def all_ops() -> list[OpDef]:
+    """Every standard operator, each name once."""
+    from nnvm.ops import broadcast, elemwise, nn, pool, reduce, transform
+
+    out: list[OpDef] = []
+    for module in (elemwise, broadcast, reduce, nn, pool, transform):
+        out.extend(module.ops())
+    return out

@@ -8,6 +8,11 @@ buffer is an error naming the buffer.
 
 The program is first compiled into nested Python closures (one per node), so the tree is walked once,
 not once per loop iteration.
+
+One exception to "serial": a ``threadIdx`` loop whose body contains a ``barrier`` runs its iterations
+as coroutines in lockstep, each up to its next barrier, so cooperative loads into shared memory see
+every thread's writes as on a GPU; each such thread gets private copies of ``local`` buffers, and a
+barrier that only some threads reach is an error (it would hang a GPU).
 """
 
 from __future__ import annotations
@@ -74,7 +79,7 @@ def _converter(dtype: str) -> Callable:
         scalar = nd.type
 
         def conv(v):
-            if isinstance(v, np.ndarray):
+            if isinstance(v, np.ndarray) and v.ndim:
                 raise Error(f"a vector value reached a scalar {dtype} expression")
             return v if type(v) is scalar else np.asarray(v).astype(nd)[()]
 
@@ -103,21 +108,31 @@ def _is_vec(v) -> bool:
 
 
 def _trunc_div(a, b):
-    if np.any(np.asarray(b) == 0):
-        raise Error("integer division by zero")
     q = np.floor_divide(a, b)
     # floor -> truncation: add one where the division was inexact and the signs differ
     fix = (a - q * b != 0) & ((a < 0) != (b < 0))
     return q + fix.astype(q.dtype) if _is_vec(q) else (q + 1 if fix else q)
 
 
-def _int_checked(fn):
+def _zero_divisor_gives_zero(fn):
+    """Integer division by zero gives 0, as numpy and the compiled kernels do, rather than trapping."""
+
     def op(a, b):
-        if np.any(np.asarray(b) == 0):
-            raise Error("integer division by zero")
-        return fn(a, b)
+        zero = np.asarray(b) == 0
+        if not np.any(zero):
+            return fn(a, b)
+        r = fn(a, np.where(zero, 1, b).astype(np.asarray(b).dtype))
+        return np.where(zero, 0, r).astype(np.asarray(r).dtype)
 
     return op
+
+
+def _int_pow(a, b):
+    # a negative exponent gives trunc(a ** b) (C's pow then a cast): 0 unless |a| == 1
+    if np.all(np.asarray(b) >= 0):
+        return np.power(a, b)
+    neg = np.trunc(np.power(np.where(a == 0, 1, a).astype(np.float64), np.minimum(b, 0)))
+    return np.where(b >= 0, np.power(a, np.maximum(b, 0)), np.where(a == 0, 0, neg))
 
 
 def _float_floormod(a, b):
@@ -125,9 +140,9 @@ def _float_floormod(a, b):
 
 
 _INT_OPS = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _trunc_div,
-    "floordiv": _int_checked(np.floor_divide), "floormod": _int_checked(np.mod),
-    "min": np.minimum, "max": np.maximum, "pow": np.power, "fmod": _int_checked(np.fmod),
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": _zero_divisor_gives_zero(_trunc_div),
+    "floordiv": _zero_divisor_gives_zero(np.floor_divide), "floormod": _zero_divisor_gives_zero(np.mod),
+    "min": np.minimum, "max": np.maximum, "pow": _int_pow, "fmod": _zero_divisor_gives_zero(np.fmod),
 }
 _FLOAT_OPS = {
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
@@ -361,6 +376,14 @@ class _StmtCompiler(_ExprCompiler):
         return method(s)
 
     def _For(self, s: S.For):
+        if _is_thread_loop(s) and _has_barrier(s.body):
+            threads = _Lockstep(self)._For(s)
+
+            def run_threads(env):
+                for _ in threads(env):
+                    pass
+
+            return run_threads
         mn, ext, body, var = self.expr(s.min), self.expr(s.extent), self.stmt(s.body), s.var
         make = np.dtype(_np_dtype(var.dtype)).type
 
@@ -468,3 +491,149 @@ class _StmtCompiler(_ExprCompiler):
             value(env)
 
         return evaluate
+
+
+# ---------------------------------------------------------------------------------------------------
+# threads that synchronize
+
+
+def _is_thread_loop(s: S.For) -> bool:
+    return s.kind == S.ForKind.THREAD_BINDING and s.thread_tag.startswith("threadIdx")
+
+
+def _has_barrier(node) -> bool:
+    from nnvm.tir.visit import walk
+
+    found = []
+    walk(node, lambda n: found.append(n) if isinstance(n, E.Call) and n.name == "barrier" else None)
+    return bool(found)
+
+
+def _step(gen) -> bool:
+    """Run a thread to its next barrier: True if it stopped there, False if it finished."""
+    try:
+        next(gen)
+        return True
+    except StopIteration:
+        return False
+
+
+class _Lockstep:
+    """Statements as generator functions ``f(env)`` that yield at every barrier they pass.
+
+    Only statements containing a barrier become generators; the rest run as ordinary closures.
+    """
+
+    def __init__(self, plain: _StmtCompiler):
+        self.plain = plain
+
+    def gen(self, s) -> Callable:
+        if not _has_barrier(s):
+            run = self.plain.stmt(s)
+
+            def plain(env):
+                run(env)
+                yield from ()
+
+            return plain
+        method = getattr(self, "_" + type(s).__name__, None)
+        if method is None:
+            raise Error(f"the interpreter cannot synchronize threads across a {type(s).__name__}")
+        return method(s)
+
+    def _Evaluate(self, s: S.Evaluate):
+        value = self.plain.expr(s.value)
+
+        def barrier(env):
+            value(env)
+            yield
+
+        return barrier
+
+    def _Seq(self, s: S.Seq):
+        parts = [self.gen(x) for x in s.stmts]
+
+        def seq(env):
+            for p in parts:
+                yield from p(env)
+
+        return seq
+
+    def _For(self, s: S.For):
+        mn, ext, body, var = self.plain.expr(s.min), self.plain.expr(s.extent), self.gen(s.body), s.var
+        make = np.dtype(_np_dtype(var.dtype)).type
+        if not _is_thread_loop(s):
+            def loop(env):
+                lo = int(mn(env))
+                try:
+                    for k in range(lo, lo + int(ext(env))):
+                        env[var] = make(k)
+                        yield from body(env)
+                finally:
+                    env.pop(var, None)
+
+            return loop
+
+        def threads(env):
+            lo = int(mn(env))
+            gens = []
+            for k in range(lo, lo + int(ext(env))):
+                # each thread: its own loop variables and its own copies of local buffers
+                tenv = {key: (v.copy() if isinstance(key, S.Buffer) and key.scope == "local" else v)
+                        for key, v in env.items()}
+                tenv[var] = make(k)
+                gens.append(body(tenv))
+            while True:
+                waiting = [g for g in gens if _step(g)]
+                if not waiting:
+                    return
+                if len(waiting) != len(gens):
+                    raise Error(f"only {len(waiting)} of {len(gens)} threads of {s.thread_tag} ({var.name}) "
+                                f"reached a barrier, the others finished: a barrier in divergent code"
+                                f"{_where_vars(env)}")
+                yield  # every thread of this loop waits at a barrier: the enclosing threads may go on
+
+        return threads
+
+    def _IfThenElse(self, s: S.IfThenElse):
+        cond, then = self.plain.expr(s.cond), self.gen(s.then_body)
+        other = self.gen(s.else_body) if s.else_body is not None else None
+
+        def branch(env):
+            if cond(env):
+                yield from then(env)
+            elif other is not None:
+                yield from other(env)
+
+        return branch
+
+    def _LetStmt(self, s: S.LetStmt):
+        value, body, var = self.plain.expr(s.value), self.gen(s.body), s.var
+
+        def let(env):
+            env[var] = value(env)
+            try:
+                yield from body(env)
+            finally:
+                env.pop(var, None)
+
+        return let
+
+    def _AttrStmt(self, s: S.AttrStmt):
+        return self.gen(s.body)
+
+    def _Allocate(self, s: S.Allocate):
+        buf, body = s.buffer, self.gen(s.body)
+
+        def allocate(env):
+            saved = env.get(buf)
+            env[buf] = np.zeros(_buffer_size(buf, env), dtype=_np_dtype(buf.dtype))
+            try:
+                yield from body(env)
+            finally:
+                if saved is None:
+                    del env[buf]
+                else:
+                    env[buf] = saved
+
+        return allocate

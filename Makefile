@@ -1,0 +1,33 @@
+# make demo     compile ResNet-18 for this CPU, check it against onnxruntime, time both
+# make test     ruff, then every test suite in parallel (core, each plugin, end to end)
+# make install  set up a fresh machine (system packages, uv, the workspace .venv); both above run it
+# make lint     ruff only
+# make clean    remove caches and build outputs (keeps .venv)
+
+SHELL := /bin/bash
+UV := bash scripts/uv
+# Every plugin's tests, found by folder, so a new plugin is tested without editing this file.
+TEST_PATHS := core/tests $(wildcard plugins/*/tests) tests
+
+.PHONY: help install test demo lint clean
+help:
+	@sed -n 's/^# make /make /p' Makefile
+
+install:
+	@bash scripts/bootstrap.sh
+
+lint: install
+	$(UV) run --no-sync ruff check .
+
+# pytest exits 5 when it collected nothing: a broken path or conftest, never a success.
+test: lint
+	@rc=0; $(UV) run --no-sync pytest -n auto --durations=10 $(TEST_PATHS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
+	exit $$rc
+
+demo: install
+	$(UV) run --no-sync python scripts/demo.py
+
+clean:
+	rm -rf .pytest_cache .ruff_cache .hypothesis build dist
+	find . -path ./.venv -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

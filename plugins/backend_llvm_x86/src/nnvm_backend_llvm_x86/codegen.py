@@ -1,0 +1,463 @@
+"""Loop programs (``PrimFunc``) to LLVM IR, written once for every CPU the LLVM backends target.
+
+Nothing here is specific to x86: the triple and data layout come from the caller, so the Arm plugin
+builds the same IR with its own target (``CodeGenLLVM(triple="aarch64-linux-gnu", ...)``).
+
+The shape of the generated module, per kernel ``f`` of the calling convention ``int32_t f(void **args)``:
+
+- ``f(args)`` loads ``args[k]`` and calls ``f.compute(p0, p1, ...)``, an internal function whose
+  buffer parameters are ``noalias`` (buffers never overlap), which is what lets LLVM vectorize without
+  runtime alias checks. O3 inlines it back and keeps the no-alias facts as scoped metadata.
+- ``vectorized`` loops: straight-line bodies become vector code right away (``vectorize.py``:
+  Ramp/Broadcast, contiguous accesses as plain vector loads and stores); other ones stay loops tagged
+  ``llvm.loop.vectorize.enable`` for LLVM's loop vectorizer. ``unrolled`` loops left by lowering (a
+  non-constant extent) carry ``llvm.loop.unroll.enable``.
+- ``parallel`` loops (the outermost one of a nest; inner ones run serially) are outlined into
+  ``f.parN(closure)`` which unpacks a struct of captured values (buffers, variables, the loop's range)
+  and runs a static chunk of the iterations picked by ``omp_get_thread_num``/``omp_get_num_threads``.
+  The caller runs it on libgomp's thread pool with ``GOMP_parallel``; libgomp keeps its threads
+  between calls. The team size is ``nnvm_llvm_num_threads()``: ``NNVM_NUM_THREADS`` read once at run
+  time by the generated code, else libgomp's default (``OMP_NUM_THREADS`` or the number of CPUs).
+- ``Allocate``: constant sizes up to 64 KiB are ``alloca`` in the entry block of the function they are
+  used in (so inside a parallel body each thread has its own); larger or dynamic ones are
+  ``aligned_alloc(64, ...)`` and freed after their body.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from llvmlite import ir
+
+from nnvm.errors import Error
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.simplify import simplify
+from nnvm.tir.visit import free_vars, walk
+from nnvm_backend_llvm_x86.codegen_expr import (
+    I1,
+    I8,
+    I32,
+    I64,
+    PTR,
+    ExprEmitter,
+    byte_size,
+    scalar_type,
+    value_type,
+)
+from nnvm_backend_llvm_x86.vectorize import vectorize_loops
+
+MAX_STACK_BUFFER = 64 * 1024  # bytes; larger buffers go to the heap
+MAX_STACK_TOTAL = 256 * 1024  # per function, so worker threads' stacks stay small
+NUM_THREADS_FN = "nnvm_llvm_num_threads"
+
+
+@dataclass
+class Frame:
+    """What is bound while emitting one LLVM function."""
+
+    name: str
+    fn: ir.Function
+    entry: ir.Block
+    vars: dict = field(default_factory=dict)  # Var -> ir.Value
+    buffers: dict = field(default_factory=dict)  # Buffer -> ptr
+    in_parallel: bool = False
+    stack_bytes: int = 0
+    mask: object = None  # lanes a vector if_then_else branch is evaluated for
+    parallel_count: int = 0
+
+
+class CodeGenLLVM(ExprEmitter):
+    """Builds one LLVM module holding many kernels; ``ir_text()`` is what ``llvm.parse_assembly`` reads."""
+
+    def __init__(self, triple: str, data_layout: str = "", module_name: str = "nnvm"):
+        self.module = ir.Module(name=module_name)
+        self.module.triple = triple
+        self.module.data_layout = data_layout
+        self.builder: ir.IRBuilder | None = None
+        self.frame: Frame | None = None
+        self.uses_parallel = False
+        self.kernel_names: list[str] = []
+
+    def ir_text(self) -> str:
+        return str(self.module)
+
+    # -- functions --------------------------------------------------------------------------------
+    def add_function(self, func: S.PrimFunc) -> None:
+        """Emit the kernel ``func.name`` (the ``int32_t f(void **args)`` convention)."""
+        name = func.name
+        if name in self.kernel_names:
+            raise Error(f"two kernels are named {name!r} in one build")
+        self.kernel_names.append(name)
+        body = vectorize_loops(func.body)
+        fnty = ir.FunctionType(I32, [PTR] * len(func.params))
+        compute = ir.Function(self.module, fnty, name=f"{name}.compute")
+        compute.linkage = "internal"
+        compute.attributes.add("nounwind")
+        for arg in compute.args:
+            arg.add_attribute("noalias")
+        outer = self.frame, self.builder
+        try:
+            self.begin_function(name, compute)
+            for buf, arg in zip(func.params, compute.args):
+                self.frame.buffers[buf] = arg
+            self.stmt(body)
+            self.builder.ret(ir.Constant(I32, 0))
+        finally:
+            self.frame, self.builder = outer
+
+        entry = ir.Function(self.module, ir.FunctionType(I32, [PTR]), name=name)
+        entry.attributes.add("nounwind")
+        bld = ir.IRBuilder(entry.append_basic_block("entry"))
+        ptrs = []
+        for k in range(len(func.params)):
+            slot = bld.gep(entry.args[0], [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
+            ptrs.append(bld.load(slot, typ=PTR))
+        bld.ret(bld.call(compute, ptrs))
+
+    def begin_function(self, name: str, fn: ir.Function, in_parallel: bool = False) -> None:
+        entry = fn.append_basic_block("entry")
+        start = fn.append_basic_block("start")
+        self.frame = Frame(name, fn, entry, in_parallel=in_parallel)
+        ir.IRBuilder(entry).branch(start)
+        self.builder = ir.IRBuilder(start)
+
+    def entry_alloca(self, ty: ir.Type, align: int):
+        """Stack storage in the entry block: allocated once per call, whatever loop uses it."""
+        bld = ir.IRBuilder(self.frame.entry)
+        bld.position_before(self.frame.entry.terminator)
+        slot = bld.alloca(ty)
+        slot.align = align
+        slot.type = PTR  # llvmlite types allocas as typed pointers; the rest of the code uses opaque ones
+        return slot
+
+    # -- statements -------------------------------------------------------------------------------
+    def stmt(self, s: S.Stmt) -> None:
+        method = getattr(self, "stmt_" + type(s).__name__, None)
+        if method is None:
+            raise Error(f"kernel {self.frame.name}: the llvm backend cannot compile {type(s).__name__}")
+        method(s)
+
+    def stmt_Seq(self, s: S.Seq) -> None:
+        for x in s.stmts:
+            self.stmt(x)
+
+    def stmt_AttrStmt(self, s: S.AttrStmt) -> None:
+        self.stmt(s.body)
+
+    def stmt_Evaluate(self, s: S.Evaluate) -> None:
+        self.expr(s.value)
+
+    def stmt_LetStmt(self, s: S.LetStmt) -> None:
+        self.frame.vars[s.var] = self.expr(s.value)
+        try:
+            self.stmt(s.body)
+        finally:
+            del self.frame.vars[s.var]
+
+    def stmt_IfThenElse(self, s: S.IfThenElse) -> None:
+        if E.split_lanes(s.cond.dtype)[1] > 1:
+            raise Error(f"kernel {self.frame.name}: an if statement needs a scalar condition, got {s.cond!r}")
+        cond = self.expr(s.cond)
+        if s.else_body is None:
+            with self.builder.if_then(cond):
+                self.stmt(s.then_body)
+            return
+        with self.builder.if_else(cond) as (then, otherwise):
+            with then:
+                self.stmt(s.then_body)
+            with otherwise:
+                self.stmt(s.else_body)
+
+    def stmt_Store(self, s: S.Store) -> None:
+        if s.predicate is not None and E.split_lanes(s.predicate.dtype)[1] == 1:
+            with self.builder.if_then(self.expr(s.predicate)):
+                self.store(s, None)
+            return
+        self.store(s, None if s.predicate is None else self.expr(s.predicate))
+
+    def store(self, s: S.Store, mask) -> None:
+        buf = s.buffer
+        base = E.split_lanes(buf.dtype)[0]
+        align = byte_size(base)
+        lanes = E.split_lanes(s.index.dtype)[1]
+        value = self.expr(s.value)
+        if lanes == 1:
+            if isinstance(value.type, ir.VectorType):
+                raise Error(f"kernel {self.frame.name}: a vector value stored at the scalar index "
+                            f"{s.index!r} of {buf.name}")
+            ptr = self.element_ptr(buf, self.index(s.index))
+            self.builder.store(self.to_memory(value, base), ptr, align=align)
+            return
+        value = self.to_memory(self.splat(value, lanes), base)
+        start = self.contiguous_base(s.index)
+        if start is not None:
+            ptr = self.element_ptr(buf, self.index(start))
+            if mask is None:
+                self.builder.store(value, ptr, align=align)
+            else:
+                fn = self.intrinsic("masked.store", ir.VoidType(), [value.type, PTR, I32, mask.type],
+                                    [value.type, PTR])
+                self.builder.call(fn, [value, ptr, ir.Constant(I32, align), mask])
+            return
+        for k, idx in enumerate(self.lane_indices(s.index, lanes)):
+            lane = ir.Constant(I32, k)
+            elem = self.builder.extract_element(value, lane)
+            if mask is None:
+                self.builder.store(elem, self.element_ptr(buf, idx), align=align)
+            else:
+                with self.builder.if_then(self.builder.extract_element(mask, lane)):
+                    self.builder.store(elem, self.element_ptr(buf, idx), align=align)
+
+    def stmt_Allocate(self, s: S.Allocate) -> None:
+        buf = s.buffer
+        esize = byte_size(buf.dtype)
+        count = simplify(_product(buf.shape))
+        nbytes = int(count.value) * esize if isinstance(count, E.Const) else None
+        on_stack = nbytes is not None and nbytes <= MAX_STACK_BUFFER
+        if on_stack and self.frame.stack_bytes + nbytes <= MAX_STACK_TOTAL:
+            self.frame.stack_bytes += nbytes
+            ptr = self.entry_alloca(ir.ArrayType(I8, max(nbytes, 1)), 64)
+            self.frame.buffers[buf] = ptr
+            try:
+                self.stmt(s.body)
+            finally:
+                del self.frame.buffers[buf]
+            return
+        bld = self.builder
+        if nbytes is not None:
+            size = ir.Constant(I64, nbytes)
+        else:
+            size = bld.mul(self.index(count), ir.Constant(I64, esize))
+        # aligned_alloc wants a multiple of the alignment
+        size = bld.and_(bld.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
+        size = bld.select(bld.icmp_unsigned("==", size, ir.Constant(I64, 0)), ir.Constant(I64, 64), size)
+        alloc = self.declare("aligned_alloc", PTR, [I64, I64])
+        ptr = bld.call(alloc, [ir.Constant(I64, 64), size])
+        if not self.frame.in_parallel:
+            with bld.if_then(bld.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
+                bld.ret(ir.Constant(I32, -1))  # out of memory: the caller raises an error
+        self.frame.buffers[buf] = ptr
+        try:
+            self.stmt(s.body)
+        finally:
+            del self.frame.buffers[buf]
+        bld.call(self.declare("free", ir.VoidType(), [PTR]), [ptr])
+
+    # -- loops ------------------------------------------------------------------------------------
+    def stmt_For(self, s: S.For) -> None:
+        if s.kind == S.ForKind.THREAD_BINDING:
+            raise Error(f"kernel {self.frame.name}: loop {s.var.name} is bound to the GPU thread axis "
+                        f"{s.thread_tag or '?'}, which a CPU target cannot run; schedule it without bind()")
+        if s.kind == S.ForKind.PARALLEL and not self.frame.in_parallel and not _is_const(s.extent, 1):
+            self.parallel_for(s)
+            return
+        props = []
+        if s.kind == S.ForKind.VECTORIZED and _lanewise(s):
+            props.append(("llvm.loop.vectorize.enable", True))
+        elif s.kind == S.ForKind.UNROLLED:
+            props.append(("llvm.loop.unroll.enable", None))
+        ty = value_type(s.var.dtype)
+        start = self.cast(self.expr(s.min), s.min.dtype, s.var.dtype)
+        extent = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
+        stop = self.builder.add(start, extent)
+        self.loop(s.var, ty, start, stop, lambda: self.stmt(s.body), props)
+
+    def loop(self, var: E.Var, ty: ir.Type, start, stop, emit_body, props=()) -> None:
+        bld = self.builder
+        pre = bld.block
+        header = bld.append_basic_block(f"for.{var.name}")
+        body = bld.append_basic_block(f"for.{var.name}.body")
+        done = bld.append_basic_block(f"for.{var.name}.end")
+        bld.branch(header)
+        bld.position_at_end(header)
+        i = bld.phi(ty, name=var.name)
+        i.add_incoming(start, pre)
+        unsigned = E.is_uint(var.dtype)
+        cmp = bld.icmp_unsigned if unsigned else bld.icmp_signed
+        bld.cbranch(cmp("<", i, stop), body, done)
+        bld.position_at_end(body)
+        self.frame.vars[var] = i
+        try:
+            emit_body()
+        finally:
+            del self.frame.vars[var]
+        nxt = bld.add(i, ir.Constant(ty, 1), flags=() if unsigned else ("nsw",))
+        back = bld.branch(header)
+        if props:
+            back.set_metadata("llvm.loop", self.loop_metadata(props))
+        i.add_incoming(nxt, bld.block)
+        bld.position_at_end(done)
+
+    def loop_metadata(self, props) -> ir.MDValue:
+        """A distinct (self-referencing) loop ID node carrying ``props`` (name, value-or-None)."""
+        m = self.module
+        items = []
+        for key, value in props:
+            ops = [ir.MetaDataString(m, key)]
+            if value is not None:
+                ops.append(ir.Constant(I1, 1) if value is True else ir.Constant(I32, int(value)))
+            items.append(m.add_metadata(ops))
+        node = m.add_metadata([ir.MetaDataString(m, f"nnvm.loop.{len(m.metadata)}")])
+        node.operands = (node, *items)
+        return node
+
+    # -- parallel loops ---------------------------------------------------------------------------
+    def parallel_for(self, s: S.For) -> None:
+        """Outline the loop body and run it on the OpenMP thread pool, a static chunk per thread."""
+        self.uses_parallel = True
+        frame, bld = self.frame, self.builder
+        var_list, buf_list = _captures(s)
+        for v in var_list:
+            if v not in frame.vars:
+                raise Error(f"kernel {frame.name}: the variable {v.name} is used but never defined")
+        start = self.to_index(self.cast(self.expr(s.min), s.min.dtype, "int64"), "int64")
+        extent = self.to_index(self.cast(self.expr(s.extent), s.extent.dtype, "int64"), "int64")
+        values = [self.buffer_ptr(b) for b in buf_list] + [frame.vars[v] for v in var_list] + [start, extent]
+        closure_ty = ir.LiteralStructType([v.type for v in values])
+
+        frame.parallel_count += 1
+        name = f"{frame.name}.par{frame.parallel_count}"
+        body_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [v.type for v in values]),
+                              name=f"{name}.body")
+        body_fn.linkage = "internal"
+        body_fn.attributes.add("nounwind")
+        for arg in body_fn.args[:len(buf_list)]:
+            arg.add_attribute("noalias")
+        self._emit_parallel_body(s, body_fn, buf_list, var_list, frame.name)
+
+        tramp = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=name)
+        tramp.linkage = "internal"
+        tramp.attributes.add("nounwind")
+        tb = ir.IRBuilder(tramp.append_basic_block("entry"))
+        args = []
+        for k, v in enumerate(values):
+            slot = tb.gep(tramp.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
+                          source_etype=closure_ty)
+            args.append(tb.load(slot, typ=v.type))
+        tb.call(body_fn, args)
+        tb.ret_void()
+
+        self.frame, self.builder = frame, bld
+        closure = self.entry_alloca(closure_ty, 8)
+        for k, v in enumerate(values):
+            slot = bld.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
+                           source_etype=closure_ty)
+            bld.store(v, slot)
+        threads = bld.call(self.num_threads_fn(), [])
+        # never more threads than iterations, never fewer than one
+        threads = bld.sext(threads, I64)
+        team = bld.select(bld.icmp_signed("<", extent, threads), extent, threads)
+        one = ir.Constant(I64, 1)
+        team = bld.trunc(bld.select(bld.icmp_signed("<", team, one), one, team), I32)
+        gomp = self.declare("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+        bld.call(gomp, [tramp, closure, team, ir.Constant(I32, 0)])
+
+    def _emit_parallel_body(self, s: S.For, fn: ir.Function, buf_list, var_list, kernel: str) -> None:
+        self.begin_function(kernel, fn, in_parallel=True)
+        nb, nv = len(buf_list), len(var_list)
+        for b, arg in zip(buf_list, fn.args[:nb]):
+            self.frame.buffers[b] = arg
+        for v, arg in zip(var_list, fn.args[nb:nb + nv]):
+            self.frame.vars[v] = arg
+        start, extent = fn.args[nb + nv], fn.args[nb + nv + 1]
+        bld = self.builder
+        tid = bld.sext(bld.call(self.declare("omp_get_thread_num", I32, []), []), I64)
+        nthreads = bld.sext(bld.call(self.declare("omp_get_num_threads", I32, []), []), I64)
+        chunk = bld.sdiv(bld.sub(bld.add(extent, nthreads), ir.Constant(I64, 1)), nthreads)
+        lo = bld.mul(tid, chunk)
+        hi = bld.add(lo, chunk)
+        hi = bld.select(bld.icmp_signed("<", hi, extent), hi, extent)
+        ty = value_type(s.var.dtype)
+        begin = self.cast(bld.add(start, lo), "int64", s.var.dtype)
+        end = self.cast(bld.add(start, hi), "int64", s.var.dtype)
+        self.loop(s.var, ty, begin, end, lambda: self.stmt(s.body))
+        self.builder.ret_void()
+
+    def num_threads_fn(self) -> ir.Function:
+        """``int32_t nnvm_llvm_num_threads()``: NNVM_NUM_THREADS (read once) or libgomp's default."""
+        fn = self.module.globals.get(NUM_THREADS_FN)
+        if fn is not None:
+            return fn
+        cache = ir.GlobalVariable(self.module, I32, name="nnvm_llvm_num_threads.cache")
+        cache.linkage = "internal"
+        cache.initializer = ir.Constant(I32, 0)
+        fn = ir.Function(self.module, ir.FunctionType(I32, []), name=NUM_THREADS_FN)
+        fn.attributes.add("nounwind")
+        bld = ir.IRBuilder(fn.append_basic_block("entry"))
+        cached = bld.load_atomic(cache, "monotonic", 4)
+        with bld.if_then(bld.icmp_signed(">", cached, ir.Constant(I32, 0)), likely=True):
+            bld.ret(cached)
+        text = b"NNVM_NUM_THREADS\0"
+        key = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(text)), name="nnvm_llvm_num_threads.env")
+        key.linkage = "private"
+        key.global_constant = True
+        key.initializer = ir.Constant(ir.ArrayType(I8, len(text)), bytearray(text))
+        env = bld.call(self.declare("getenv", PTR, [PTR]), [key])
+        n = bld.alloca(I32)
+        bld.store(ir.Constant(I32, 0), n)
+        with bld.if_then(bld.icmp_unsigned("!=", env, ir.Constant(PTR, None))):
+            bld.store(bld.call(self.declare("atoi", I32, [PTR]), [env]), n)
+        value = bld.load(n)
+        with bld.if_then(bld.icmp_signed("<=", value, ir.Constant(I32, 0))):
+            bld.store(bld.call(self.declare("omp_get_max_threads", I32, []), []), n)
+        value = bld.load(n)
+        bld.store_atomic(value, cache, "monotonic", 4)
+        bld.ret(value)
+        return fn
+
+
+def _is_const(e: E.Expr, value) -> bool:
+    e = simplify(e)
+    return isinstance(e, E.Const) and e.value == value
+
+
+def _lanewise(loop: S.For) -> bool:
+    """An innermost loop whose every store depends on its variable: what LLVM's loop vectorizer takes.
+
+    Asking it to vectorize anything else (an outer loop, a reduction into one element) only makes LLVM
+    print a "loop not vectorized" warning.
+    """
+    ok = True
+
+    def fn(node):
+        nonlocal ok
+        if isinstance(node, S.For) or (isinstance(node, S.Store) and loop.var not in free_vars(node.index)):
+            ok = False
+
+    walk(loop.body, fn)
+    return ok
+
+
+def _product(shape) -> E.Expr:
+    out: E.Expr = E.const(1)
+    for d in shape:
+        out = out * E.convert(d)
+    return out
+
+
+def _captures(loop: S.For) -> tuple[list, list]:
+    """Variables and buffers a loop body uses but does not define (what its closure must carry)."""
+    used_vars: dict = {}
+    defined_vars = {loop.var}
+    used_bufs: dict = {}
+    defined_bufs: set = set()
+
+    def fn(node):
+        if isinstance(node, E.Var):
+            used_vars.setdefault(node, None)
+        elif isinstance(node, (S.For, S.LetStmt, E.Let)):
+            defined_vars.add(node.var)
+        elif isinstance(node, (E.Load, S.Store)):
+            used_bufs.setdefault(node.buffer, None)
+        elif isinstance(node, S.Allocate):
+            defined_bufs.add(node.buffer)
+            for d in node.buffer.shape:
+                walk(E.convert(d), fn)
+
+    walk(loop.body, fn)
+    return ([v for v in used_vars if v not in defined_vars],
+            [b for b in used_bufs if b not in defined_bufs])
+
+
+__all__ = ["CodeGenLLVM", "Frame", "scalar_type", "value_type"]

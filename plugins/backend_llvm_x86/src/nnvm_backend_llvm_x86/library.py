@@ -1,0 +1,163 @@
+"""Compiled kernels: run in process through MCJIT, or exported as one shared library with data blobs.
+
+The export format is an ordinary ELF shared object linked by the system C compiler:
+
+- the kernels, as object code LLVM emits (position independent) from the optimized module;
+- each blob ``name`` as the symbols ``nnvm_blob_<name>`` (its bytes, 64-byte aligned, in a read-only
+  section) and ``nnvm_blob_<name>_size`` (uint64). The bytes never pass through LLVM IR: each blob is
+  written to a file and pulled in by a tiny assembly file with ``.incbin``, so 100 MB of weights cost
+  a file copy, not an LLVM constant;
+- ``-lgomp -lm``: the OpenMP runtime (parallel loops) and the C math library.
+
+``nnvm.runtime.module.load_module`` reads it back with ``ctypes`` alone.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import llvmlite.binding as llvm
+
+from nnvm.backend import KernelLibrary
+from nnvm.errors import Error
+from nnvm_backend_llvm_x86.toolchain import LLVMTarget
+
+_BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_runtime_lock = threading.Lock()
+_runtime_loaded: set = set()
+
+
+def load_runtime_libraries(names=("gomp", "m")) -> None:
+    """Make libgomp and libm symbols resolvable by JIT-compiled code (once per process)."""
+    with _runtime_lock:
+        for name in names:
+            if name in _runtime_loaded:
+                continue
+            path = ctypes.util.find_library(name)
+            if path is None:
+                if name == "gomp":
+                    raise Error("the llvm backend needs libgomp (GCC's OpenMP runtime) for parallel loops; "
+                                "install it (e.g. apt-get install libgomp1)")
+                continue
+            llvm.load_library_permanently(path)
+            _runtime_loaded.add(name)
+
+
+class LLVMKernelLibrary(KernelLibrary):
+    """Kernels of one ``build`` call: one LLVM module, optimized once.
+
+    ``source()`` returns the optimized LLVM IR (what actually runs); ``unoptimized_ir`` holds the code
+    generator's output before the O3 pipeline.
+    """
+
+    def __init__(self, optimized_ir: str, unoptimized_ir: str, target: LLVMTarget, kernel_names,
+                 uses_parallel: bool, module: llvm.ModuleRef | None = None, tm=None,
+                 compile_seconds: dict | None = None):
+        self.optimized_ir = optimized_ir
+        self.unoptimized_ir = unoptimized_ir
+        self.target = target
+        self.kernel_names = list(kernel_names)
+        self.uses_parallel = uses_parallel
+        self.compile_seconds = compile_seconds if compile_seconds is not None else {}
+        self._engine = None
+        if module is not None:
+            load_runtime_libraries(("gomp", "m") if uses_parallel else ("m",))
+            self._engine = llvm.create_mcjit_compiler(module, tm)
+            self._engine.finalize_object()
+
+    def address(self, name: str) -> int:
+        if self._engine is None:
+            raise Error(f"kernels for {self.target.triple} cannot run in this process; export them instead")
+        if name not in self.kernel_names and name != "nnvm_llvm_num_threads":
+            raise Error(f"no kernel named {name!r} in this library (kernels: {', '.join(self.kernel_names)})")
+        return self._engine.get_function_address(name)
+
+    def num_threads(self) -> int:
+        """The team size parallel loops use (NNVM_NUM_THREADS or libgomp's default); 1 without any."""
+        if not self.uses_parallel or self._engine is None:
+            return 1
+        return ctypes.CFUNCTYPE(ctypes.c_int32)(self.address("nnvm_llvm_num_threads"))()
+
+    def source(self) -> str:
+        return self.optimized_ir
+
+    def assembly(self) -> str:
+        """The machine code as assembly text (for inspection and tests)."""
+        tm = self.target.target_machine()
+        return tm.emit_assembly(llvm.parse_assembly(self.optimized_ir))
+
+    # -- export -----------------------------------------------------------------------------------
+    def export(self, path: str, blobs: dict) -> None:
+        cc = os.environ.get("CC", "cc")
+        if shutil.which(cc) is None:
+            raise Error(f"exporting {path} needs a C compiler to link the shared library, and {cc!r} was "
+                        "not found; install one (e.g. apt-get install gcc) or set CC")
+        for name in blobs:
+            if not _BLOB_NAME.match(name):
+                raise Error(f"exporting {path}: blob name {name!r} is not a valid symbol name")
+        tm = self.target.target_machine(reloc="pic", codemodel="default")
+        obj = tm.emit_object(llvm.parse_assembly(self.optimized_ir))
+        out_dir = os.path.dirname(os.path.abspath(path))
+        with tempfile.TemporaryDirectory(prefix="nnvm-export-") as tmp:
+            obj_path = os.path.join(tmp, "kernels.o")
+            with open(obj_path, "wb") as f:
+                f.write(obj)
+            asm_path = os.path.join(tmp, "blobs.S")
+            with open(asm_path, "w") as f:
+                f.write(blob_assembly(blobs, tmp))
+            fd, partial = tempfile.mkstemp(prefix=".nnvm-", suffix=".so", dir=out_dir)
+            os.close(fd)
+            try:
+                self._link(cc, partial, [obj_path, asm_path], path)
+                os.replace(partial, path)  # a loaded copy of an older file stays intact
+            finally:
+                if os.path.exists(partial):
+                    os.unlink(partial)
+
+    def _link(self, cc: str, out: str, inputs: list, path: str) -> None:
+        base = [cc, "-shared", "-o", out, *inputs, "-Wl,-z,noexecstack"]
+        attempts = [["-lgomp", "-lm"], ["-l:libgomp.so.1", "-lm"]] if self.uses_parallel else [["-lm"]]
+        errors = []
+        for libs in attempts:
+            proc = subprocess.run(base + libs, capture_output=True, text=True)
+            if proc.returncode == 0:
+                return
+            errors.append(proc.stderr.strip())
+        raise Error(f"exporting {path}: linking with {cc} failed: {errors[-1]}")
+
+
+def blob_assembly(blobs: dict, directory: str) -> str:
+    """GNU assembler source defining ``nnvm_blob_<name>`` and ``nnvm_blob_<name>_size`` for each blob."""
+    lines = []
+    for k, (name, data) in enumerate(blobs.items()):
+        data = bytes(data) if not isinstance(data, (bytes, bytearray, memoryview)) else data
+        file = os.path.join(directory, f"blob{k}.bin")
+        with open(file, "wb") as f:
+            f.write(data)
+        size = len(memoryview(data).cast("B"))
+        sym = f"nnvm_blob_{name}"
+        quoted = file.replace("\\", "\\\\").replace('"', '\\"')
+        lines += [
+            f'\t.section .rodata.{sym},"a"',
+            "\t.balign 64",
+            f"\t.globl {sym}",
+            f"\t.type {sym}, %object",
+            f"{sym}:",
+            f'\t.incbin "{quoted}"',
+            f"\t.size {sym}, . - {sym}",
+            "\t.balign 8",
+            f"\t.globl {sym}_size",
+            f"\t.type {sym}_size, %object",
+            f"{sym}_size:",
+            f"\t.quad {size}",
+            f"\t.size {sym}_size, 8",
+        ]
+    lines.append('\t.section .note.GNU-stack,"",%progbits')
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""The ``llvm`` target: x86-64 CPUs (the host by default), code generated with llvmlite.
+
+How a ``build`` call turns loop programs into running code, in the order of ``LLVMBackend.stages``:
+
+1. ``codegen``: every ``PrimFunc`` of the call into ONE LLVM module (``codegen.CodeGenLLVM``);
+2. ``parse``: llvmlite reads the IR text and verifies it;
+3. ``optimize``: LLVM's O3 pipeline once for the whole module, with the target machine of the host
+   CPU (name and features, so AVX2 / AVX-512 are used) driving the vectorizers;
+4. ``jit``: MCJIT turns it into machine code in this process (libgomp and libm made resolvable).
+
+``KernelLibrary.export`` later emits position-independent object code from the same optimized IR
+and links a shared library with the data blobs (see ``library.py``).
+
+Threads: parallel loops run on libgomp's pool. The team size is ``NNVM_NUM_THREADS`` when set
+(read once, at the first parallel kernel call, by the generated code itself, so exported libraries
+honour it too), else libgomp's default: ``OMP_NUM_THREADS`` or the number of logical CPUs.
+
+Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import llvmlite.binding as llvm
+
+import nnvm
+from nnvm.backend import Backend
+from nnvm.errors import Error, TargetError
+from nnvm.target import Target
+from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
+from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
+from nnvm_backend_llvm_x86.toolchain import (
+    LLVMTarget,
+    host_cpu,
+    host_features,
+    host_triple,
+    optimize,
+    resolve_target,
+)
+
+
+class LLVMBackend(Backend):
+    """Compiles loop programs for x86-64 with LLVM; the host CPU unless the target says otherwise."""
+
+    name = "llvm-x86"
+    target_kinds = ("llvm",)
+    # Ordered compilation stages (name, method); each takes and returns the build state dict.
+    stages = (("codegen", "_codegen"), ("parse", "_parse"), ("optimize", "_optimize"), ("jit", "_jit"))
+
+    def resolve(self, target: Target) -> LLVMTarget:
+        """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
+        if target.kind not in self.target_kinds:
+            raise TargetError(f"target {target}: the llvm-x86 backend builds for 'llvm', not {target.kind!r}")
+        resolved = resolve_target(target, host_triple(), host_cpu(), host_features())
+        if resolved.arch not in ("x86_64", "i386", "i686"):
+            raise TargetError(f"target {target}: the 'llvm' target is for x86 CPUs; use the aarch64 or armv7 "
+                              f"target for {resolved.triple}")
+        return resolved
+
+    def check_target(self, target: Target) -> None:
+        self.resolve(target)
+
+    def host_can_run(self, target: Target) -> bool:
+        return _same_platform(self.resolve(target).triple, host_triple())
+
+    def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
+        state = {"funcs": list(funcs), "target": self.resolve(target), "seconds": {},
+                 "run": self.host_can_run(target)}
+        for stage, method in self.stages:
+            start = time.perf_counter()
+            state = getattr(self, method)(state)
+            state["seconds"][stage] = time.perf_counter() - start
+        return state["library"]
+
+    # -- stages -----------------------------------------------------------------------------------
+    def _codegen(self, state: dict) -> dict:
+        lt: LLVMTarget = state["target"]
+        state["tm"] = lt.target_machine()
+        cg = CodeGenLLVM(lt.triple, str(state["tm"].target_data))
+        for func in state["funcs"]:
+            cg.add_function(func)
+        state["codegen"] = cg
+        state["ir"] = cg.ir_text()
+        return state
+
+    def _parse(self, state: dict) -> dict:
+        try:
+            module = llvm.parse_assembly(state["ir"])
+            module.verify()
+        except RuntimeError as exc:  # a code generator bug, not the user's: say where to look
+            names = ", ".join(f.name for f in state["funcs"])
+            raise Error(f"the llvm backend produced invalid IR for {names}: {exc}") from exc
+        state["module"] = module
+        return state
+
+    def _optimize(self, state: dict) -> dict:
+        optimize(state["module"], state["tm"], level=3)
+        state["optimized_ir"] = str(state["module"])
+        return state
+
+    def _jit(self, state: dict) -> dict:
+        cg: CodeGenLLVM = state["codegen"]
+        state["library"] = LLVMKernelLibrary(
+            state["optimized_ir"], state["ir"], state["target"], cg.kernel_names, cg.uses_parallel,
+            module=state["module"] if state["run"] else None, tm=state["tm"],
+            compile_seconds=state["seconds"])
+        return state
+
+
+_OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbsd", "none")
+
+
+def _same_platform(a: str, b: str) -> bool:
+    """x86_64-unknown-linux-gnu, x86_64-pc-linux-gnu and x86_64-linux-gnu run the same code:
+    compare the architecture and the operating system, whatever the vendor field says."""
+
+    def key(triple: str):
+        parts = triple.lower().split("-")
+        os_name = next((p for p in parts[1:] if p.startswith(_OS_NAMES)), "")
+        return parts[0], next((n for n in _OS_NAMES if os_name.startswith(n)), "")
+
+    return key(a) == key(b)
+
+
+@nnvm.hookimpl
+def nnvm_register_backends(register):
+    register(LLVMBackend())

@@ -1,0 +1,201 @@
+"""``vectorize_loops``: turn simple ``vectorized`` loops into vector expressions (Ramp / Broadcast).
+
+A loop ``for v in range(n): # vectorized`` with a constant extent whose body is straight-line stores
+(no inner loops, branches or allocations) becomes one statement over ``n`` lanes, the way TVM's
+vectorizer does it::
+
+    for j in range(8):  # vectorized           C[ramp(i*8, 1, 8)] = A[ramp(i*8, 1, 8)] + x8(b[i])
+      C[i*8 + j] = A[i*8 + j] + b[i]      ->
+
+Index arithmetic stays a ``Ramp`` where it is affine in ``v`` (so the code generator sees contiguous
+accesses and emits plain vector loads and stores); everything else is computed lane-wise, scalars
+broadcast. Loops this rewrite declines (guards, inner loops, reductions into one element, reads of
+a buffer at another index than it is written) are left alone: the code generator emits them as
+loops carrying ``llvm.loop.vectorize.enable`` metadata and LLVM's loop vectorizer takes over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.printer import expr_str
+from nnvm.tir.simplify import simplify
+from nnvm.tir.visit import rewrite, walk
+
+MAX_LANES = 64
+
+
+class _Decline(Exception):
+    """This loop is not straight-line vector code; keep it as a loop."""
+
+
+def vectorize_loops(body: S.Stmt) -> S.Stmt:
+    """Rewrite every vectorizable ``vectorized`` loop of ``body`` (innermost first)."""
+
+    def fn(node):
+        if isinstance(node, S.For) and node.kind == S.ForKind.VECTORIZED:
+            return vectorize_loop(node)
+        return None
+
+    return rewrite(body, fn)
+
+
+def vectorize_loop(loop: S.For) -> S.Stmt | None:
+    """The vector form of one loop, or None when it must stay a loop."""
+    ext = simplify(loop.extent)
+    if not isinstance(ext, E.Const) or not 2 <= ext.value <= MAX_LANES:
+        return None
+    try:
+        _check_body(loop.body)
+        return _Vectorizer(loop.var, simplify(loop.min), int(ext.value)).stmt(loop.body)
+    except _Decline:
+        return None
+
+
+def _check_body(body: S.Stmt) -> None:
+    """Straight-line stores only, and a buffer both read and written only at one index."""
+    indices: dict = {}
+    stored: set = set()
+
+    def fn(node):
+        if isinstance(node, (S.For, S.IfThenElse, S.Allocate, E.Ramp, E.Broadcast, E.Reduce, E.TensorLoad)):
+            raise _Decline
+        if isinstance(node, S.Evaluate):
+            raise _Decline
+        if isinstance(node, E.Call) and node.name in E.LAZY_INTRINSICS:
+            for branch in node.args[1:]:
+                walk(branch, _no_loads)
+        if isinstance(node, S.Store):
+            stored.add(node.buffer)
+            indices.setdefault(node.buffer, set()).add(expr_str(node.index))
+        if isinstance(node, E.Load):
+            indices.setdefault(node.buffer, set()).add(expr_str(node.index))
+
+    walk(body, fn)
+    for buf in stored:
+        if len(indices[buf]) != 1:
+            raise _Decline
+
+
+def _no_loads(node):
+    if isinstance(node, E.Load):
+        raise _Decline
+
+
+def _lanes(e: E.Expr) -> int:
+    return E.split_lanes(e.dtype)[1]
+
+
+class _Vectorizer:
+    """Lifts the body of a loop over ``var`` (from ``start``, ``lanes`` iterations) to vectors."""
+
+    def __init__(self, var: E.Var, start: E.Expr, lanes: int):
+        self.var = var
+        self.start = start
+        self.lanes = lanes
+        self.remap: dict = {}
+
+    # -- statements -----------------------------------------------------------------------------
+    def stmt(self, s: S.Stmt) -> S.Stmt:
+        if isinstance(s, S.Seq):
+            return S.seq(*(self.stmt(x) for x in s.stmts))
+        if isinstance(s, S.AttrStmt):
+            return replace(s, body=self.stmt(s.body))
+        if isinstance(s, S.LetStmt):
+            value = self.expr(s.value)
+            var = s.var
+            if _lanes(value) > 1:
+                var = E.Var(s.var.name, value.dtype)
+                self.remap[s.var] = var
+            return S.LetStmt(var, value, self.stmt(s.body))
+        if isinstance(s, S.Store):
+            index = self.expr(s.index)
+            if _lanes(index) == 1:
+                raise _Decline  # every lane would write the same element (a reduction)
+            value = self.broadcast(self.expr(s.value))
+            pred = None if s.predicate is None else self.broadcast(self.expr(s.predicate))
+            return S.Store(s.buffer, index, value, pred)
+        raise _Decline
+
+    # -- expressions ----------------------------------------------------------------------------
+    def broadcast(self, e: E.Expr) -> E.Expr:
+        if _lanes(e) > 1:
+            return e
+        if isinstance(e, E.Ramp):
+            return e
+        return E.Broadcast(e, self.lanes, E.with_lanes(e.dtype, self.lanes))
+
+    def ramp(self, base: E.Expr, stride: E.Expr) -> E.Ramp:
+        return E.Ramp(simplify(base), simplify(stride), self.lanes, E.with_lanes(base.dtype, self.lanes))
+
+    def expr(self, e: E.Expr) -> E.Expr:
+        if e is self.var:
+            return self.ramp(self.start, E.const(1, e.dtype))
+        if isinstance(e, E.Var):
+            return self.remap.get(e, e)
+        if isinstance(e, E.Const):
+            return e
+        if isinstance(e, E.BinOp):
+            return self.binop(e)
+        if isinstance(e, E.Load):
+            index = self.expr(e.index)
+            if index is e.index:
+                return e
+            return E.Load(e.buffer, index, E.with_lanes(e.dtype, self.lanes))
+        if isinstance(e, E.Cast):
+            value = self.expr(e.value)
+            if value is e.value:
+                return e
+            return E.Cast(E.with_lanes(e.dtype, self.lanes), self.materialize(value))
+        if isinstance(e, E.Call):
+            args = tuple(self.expr(a) for a in e.args)
+            if all(a is b for a, b in zip(args, e.args)):
+                return e
+            if e.name in E.LAZY_INTRINSICS:  # branches hold no loads (checked): a select is safe
+                cond, t, f = (self.broadcast(a) for a in args)
+                return E.Select(cond, t, f, E.with_lanes(e.dtype, self.lanes))
+            args = tuple(self.broadcast(a) for a in args)
+            return E.Call(e.name, args, E.with_lanes(e.dtype, self.lanes))
+        if isinstance(e, E.Select):
+            parts = [self.expr(x) for x in (e.cond, e.true_value, e.false_value)]
+            if all(a is b for a, b in zip(parts, (e.cond, e.true_value, e.false_value))):
+                return e
+            cond, t, f = (self.broadcast(p) for p in parts)
+            return E.Select(cond, t, f, E.with_lanes(e.dtype, self.lanes))
+        if isinstance(e, E.Let):
+            value = self.expr(e.value)
+            var = e.var
+            if _lanes(value) > 1:
+                var = E.Var(e.var.name, value.dtype)
+                self.remap[e.var] = var
+            body = self.expr(e.body)
+            if value is e.value and body is e.body:
+                return e
+            return E.Let(var, value, body, body.dtype)
+        raise _Decline
+
+    def materialize(self, e: E.Expr) -> E.Expr:
+        """A Ramp is fine as an index; elsewhere it is just a vector value (the codegen builds it)."""
+        return self.broadcast(e)
+
+    def binop(self, e: E.BinOp) -> E.Expr:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if a is e.a and b is e.b:
+            return e
+        ra, rb = isinstance(a, E.Ramp), isinstance(b, E.Ramp)
+        sa, sb = _lanes(a) == 1, _lanes(b) == 1
+        # Keep affine index arithmetic as a Ramp: that is what makes loads contiguous.
+        if e.op in ("add", "sub") and (ra or sa) and (rb or sb) and E.is_int(e.dtype):
+            base_a, stride_a = (a.base, a.stride) if ra else (a, E.const(0, a.dtype))
+            base_b, stride_b = (b.base, b.stride) if rb else (b, E.const(0, b.dtype))
+            if e.op == "add":
+                return self.ramp(E.BinOp("add", base_a, base_b, base_a.dtype),
+                                 E.BinOp("add", stride_a, stride_b, stride_a.dtype))
+            return self.ramp(E.BinOp("sub", base_a, base_b, base_a.dtype),
+                             E.BinOp("sub", stride_a, stride_b, stride_a.dtype))
+        if e.op == "mul" and E.is_int(e.dtype) and ((ra and sb) or (sa and rb)):
+            ramp, k = (a, b) if ra else (b, a)
+            return self.ramp(E.BinOp("mul", ramp.base, k, k.dtype), E.BinOp("mul", ramp.stride, k, k.dtype))
+        return E.BinOp(e.op, self.broadcast(a), self.broadcast(b), E.with_lanes(e.dtype, self.lanes))

@@ -1,0 +1,221 @@
+"""Elementwise, comparison, logical and reduction operators: mostly one ONNX node to one nnvm node."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis, onnx_dtype
+
+UNARY = {
+    "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
+    "Abs": "abs", "Neg": "negative", "Floor": "floor", "Ceil": "ceil", "Round": "round", "Erf": "erf",
+    "Sign": "sign", "Reciprocal": "reciprocal", "Softplus": "softplus", "Sin": "sin", "Cos": "cos",
+    "Not": "logical_not", "IsNaN": "isnan", "HardSwish": "hard_swish",
+}
+
+BINARY = {
+    "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power",
+    "Equal": "equal", "Less": "less", "LessOrEqual": "less_equal", "Greater": "greater",
+    "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+}
+
+# Variadic ONNX operators folded left to right with the binary nnvm operator.
+NARY = {"Sum": "add", "Max": "maximum", "Min": "minimum", "Mean": "add"}
+
+
+@converter(*UNARY)
+def convert_unary(ctx: Context, inputs):
+    return ctx.op(UNARY[ctx.op_type], inputs[:1])
+
+
+@converter("Identity")
+def convert_identity(ctx: Context, inputs):
+    return inputs[0]
+
+
+@converter(*BINARY)
+def convert_binary(ctx: Context, inputs):
+    a, b = inputs[0], inputs[1]
+    if ctx.attr("broadcast", 0) and ctx.has_attr("axis"):
+        b = legacy_broadcast(ctx, a, b, ctx.attr("axis"))
+    if ctx.op_type == "Pow" and ctx.dtype(b) != ctx.dtype(a):
+        b = ctx.cast(b, ctx.dtype(a))  # Pow-12+ allows an exponent of another type
+    return ctx.op(BINARY[ctx.op_type], [a, b])
+
+
+def legacy_broadcast(ctx: Context, a: str, b: str, axis: int) -> str:
+    """Opset < 7 ``broadcast=1, axis=k``: ``b``'s dimensions line up with ``a``'s from ``axis`` on."""
+    ra, rb = ctx.rank(a), ctx.rank(b)
+    axis = normalize_axis(axis, ra, ctx)
+    trailing = ra - axis - rb
+    if trailing < 0:
+        raise ctx.error(f"broadcast axis {axis} does not fit a rank-{rb} operand against rank {ra}")
+    return ctx.reshape(b, ctx.shape(b) + (1,) * trailing)
+
+
+@converter(*NARY)
+def convert_nary(ctx: Context, inputs):
+    values = [v for v in inputs if v]
+    out = values[0]
+    for v in values[1:]:
+        out = ctx.op(NARY[ctx.op_type], [out, v])
+    if ctx.op_type == "Mean" and len(values) > 1:
+        out = ctx.op("divide", [out, ctx.scalar(len(values), out)])
+    return out
+
+
+@converter("Mod")
+def convert_mod(ctx: Context, inputs):
+    return ctx.op("fmod" if ctx.attr("fmod", 0) else "floor_mod", inputs[:2])
+
+
+@converter("Where")
+def convert_where(ctx: Context, inputs):
+    return ctx.op("where", inputs[:3])
+
+
+@converter("PRelu")
+def convert_prelu(ctx: Context, inputs):
+    x, slope = inputs[0], inputs[1]
+    rx, rs = ctx.rank(x), ctx.rank(slope)
+    if ctx.opset < 7 and rs == 1 and rx > 2 and ctx.shape(slope)[0] == ctx.shape(x)[1]:
+        slope = ctx.reshape(slope, (ctx.shape(slope)[0],) + (1,) * (rx - 2))  # old per-channel form
+    return ctx.op("prelu", [x, slope])
+
+
+# -- activations with parameters --------------------------------------------------------------------
+@converter("LeakyRelu")
+def convert_leaky_relu(ctx: Context, inputs):
+    return ctx.op("leaky_relu", inputs[:1], {"alpha": float(ctx.attr("alpha", 0.01))})
+
+
+@converter("Elu")
+def convert_elu(ctx: Context, inputs):
+    return ctx.op("elu", inputs[:1], {"alpha": float(ctx.attr("alpha", 1.0))})
+
+
+@converter("Selu")
+def convert_selu(ctx: Context, inputs):
+    return ctx.op("selu", inputs[:1], {"alpha": float(ctx.attr("alpha", 1.67326319217681884765625)),
+                                       "gamma": float(ctx.attr("gamma", 1.05070102214813232421875))})
+
+
+@converter("HardSigmoid")
+def convert_hard_sigmoid(ctx: Context, inputs):
+    return ctx.op("hard_sigmoid", inputs[:1], {"alpha": float(ctx.attr("alpha", 0.2)),
+                                               "beta": float(ctx.attr("beta", 0.5))})
+
+
+@converter("Gelu")
+def convert_gelu(ctx: Context, inputs):
+    approximate = ctx.attr("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise ctx.error(f"approximate={approximate!r} is not supported")
+    return ctx.op("gelu", inputs[:1], {"approximate": approximate})
+
+
+@converter("Softsign")
+def convert_softsign(ctx: Context, inputs):
+    x = inputs[0]
+    denom = ctx.op("add", [ctx.op("abs", [x]), ctx.scalar(1, x)])
+    return ctx.op("divide", [x, denom])
+
+
+@converter("Clip")
+def convert_clip(ctx: Context, inputs):
+    x = inputs[0]
+    dt = np.dtype(ctx.dtype(x))
+    info = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt)
+    lo_v = inputs[1] if len(inputs) > 1 else ""
+    hi_v = inputs[2] if len(inputs) > 2 else ""
+    lo, hi = ctx.attr("min"), ctx.attr("max")
+    if lo_v:
+        lo = ctx.const_value(lo_v)
+    if hi_v:
+        hi = ctx.const_value(hi_v)
+    if (lo_v and lo is None) or (hi_v and hi is None):
+        # Bounds computed at run time: clip with elementwise maximum/minimum instead.
+        if lo_v:
+            x = ctx.op("maximum", [x, lo_v])
+        if hi_v:
+            x = ctx.op("minimum", [x, hi_v])
+        return x
+    lo = float(info.min) if lo is None else float(np.asarray(lo).reshape(()))
+    hi = float(info.max) if hi is None else float(np.asarray(hi).reshape(()))
+    return ctx.op("clip", [x], {"a_min": lo, "a_max": hi})
+
+
+@converter("Cast")
+def convert_cast(ctx: Context, inputs):
+    dtype = onnx_dtype(ctx.attr("to"), f"node {ctx.name} (Cast)") if isinstance(ctx.attr("to"), int) \
+        else _legacy_cast_name(ctx)
+    return ctx.cast(inputs[0], dtype)
+
+
+def _legacy_cast_name(ctx: Context) -> str:
+    # Cast-1 spelled the target type as a string ("FLOAT").
+    from onnx import TensorProto
+
+    name = str(ctx.attr("to")).upper()
+    if name not in TensorProto.DataType.keys():
+        raise ctx.error(f"unknown target type {ctx.attr('to')!r}")
+    return onnx_dtype(TensorProto.DataType.Value(name), f"node {ctx.name} (Cast)")
+
+
+@converter("Dropout")
+def convert_dropout(ctx: Context, inputs):
+    # Inference: the identity. The mask output (rarely read) is all true.
+    x = inputs[0]
+    if ctx.output_used(1):
+        return [x, ctx.param(np.ones(ctx.shape(x), dtype=bool), "mask")]
+    return [x, None]
+
+
+# -- reductions -------------------------------------------------------------------------------------
+REDUCE = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min",
+          "ReduceProd": "prod"}
+# Reductions composed of a map before and after a sum (or max).
+REDUCE_COMPOSED = {
+    "ReduceL1": ("abs", "sum", None),
+    "ReduceL2": ("square", "sum", "sqrt"),
+    "ReduceSumSquare": ("square", "sum", None),
+    "ReduceLogSum": (None, "sum", "log"),
+    "ReduceLogSumExp": ("exp", "sum", "log"),
+}
+
+
+@converter(*REDUCE, *REDUCE_COMPOSED)
+def convert_reduce(ctx: Context, inputs):
+    x = inputs[0]
+    rank = ctx.rank(x)
+    if ctx.has_attr("axes"):
+        axes = ctx.attr("axes")
+    elif len(inputs) > 1 and inputs[1]:
+        axes = ctx.const_ints(inputs[1], "the axes input")
+    else:
+        axes = None
+    keepdims = bool(ctx.attr("keepdims", 1))
+    if axes is not None and len(axes) == 0:
+        if ctx.attr("noop_with_empty_axes", 0):
+            return x
+        axes = None
+    axis = None if axes is None else tuple(sorted({normalize_axis(a, rank, ctx) for a in axes}))
+    attrs = {"axis": axis, "keepdims": keepdims}
+    if ctx.op_type in REDUCE:
+        return ctx.op(REDUCE[ctx.op_type], [x], attrs)
+    pre, reduce_op, post = REDUCE_COMPOSED[ctx.op_type]
+    if pre == "square":
+        x = ctx.op("multiply", [x, x])
+    elif pre is not None:
+        x = ctx.op(pre, [x])
+    out = ctx.op(reduce_op, [x], attrs)
+    return ctx.op(post, [out]) if post else out
+
+
+@converter("ArgMax", "ArgMin")
+def convert_arg(ctx: Context, inputs):
+    x = inputs[0]
+    attrs = {"axis": normalize_axis(ctx.attr("axis", 0), ctx.rank(x), ctx),
+             "keepdims": bool(ctx.attr("keepdims", 1)),
+             "select_last_index": bool(ctx.attr("select_last_index", 0))}
+    return ctx.op("argmax" if ctx.op_type == "ArgMax" else "argmin", [x], attrs)

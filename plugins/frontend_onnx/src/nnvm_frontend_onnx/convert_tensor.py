@@ -1,0 +1,308 @@
+"""Shape, layout and constant operators.
+
+Shapes in nnvm are static, so everything ONNX computes about shapes (Shape, Size, ConstantOfShape,
+Range, and the Gather/Concat/Cast chains over them) becomes a constant here or in the builder's
+constant folding, and operators whose shape comes from an input (Reshape, Expand, Slice, Pad ...)
+read that input's constant value.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
+
+
+def _axes_input(ctx: Context, inputs, k: int, what: str = "the axes input"):
+    """Axes from the ``axes`` attribute (older opsets) or from input ``k`` (newer ones); None if absent."""
+    if ctx.has_attr("axes"):
+        return tuple(ctx.attr("axes"))
+    if len(inputs) > k and inputs[k]:
+        return ctx.const_ints(inputs[k], what)
+    return None
+
+
+# -- constants --------------------------------------------------------------------------------------
+@converter("Constant")
+def convert_constant(ctx: Context, inputs):
+    kinds = {"value": None, "value_float": np.float32, "value_floats": np.float32,
+             "value_int": np.int64, "value_ints": np.int64}
+    for key, dtype in kinds.items():
+        if ctx.has_attr(key):
+            value = np.asarray(ctx.attr(key), dtype=dtype)
+            if value.dtype.kind not in "biuf":
+                raise ctx.error(f"constants of type {value.dtype} are not supported")
+            return ctx.b.param(ctx.node.output[0], value)
+    raise ctx.error(f"unsupported constant attribute(s): {', '.join(ctx.attrs) or 'none'}")
+
+
+@converter("ConstantOfShape")
+def convert_constant_of_shape(ctx: Context, inputs):
+    shape = ctx.const_ints(inputs[0], "the shape input")
+    value = ctx.attr("value")
+    value = np.zeros((1,), np.float32) if value is None else np.asarray(value)
+    return ctx.b.param(ctx.node.output[0], np.full(shape, value.reshape(-1)[0], dtype=value.dtype))
+
+
+@converter("Shape")
+def convert_shape(ctx: Context, inputs):
+    shape = ctx.shape(inputs[0])
+    start, end = ctx.attr("start", 0), ctx.attr("end", None)
+    return ctx.param(np.asarray(shape[start:end], dtype=np.int64), "shape")
+
+
+@converter("Size")
+def convert_size(ctx: Context, inputs):
+    return ctx.param(np.asarray(math.prod(ctx.shape(inputs[0])), dtype=np.int64), "size")
+
+
+@converter("Range")
+def convert_range(ctx: Context, inputs):
+    start, limit, delta = (ctx.const(v, what) for v, what in
+                           zip(inputs[:3], ("the start input", "the limit input", "the delta input")))
+    return ctx.param(np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), "range")
+
+
+# -- reshaping --------------------------------------------------------------------------------------
+@converter("Reshape")
+def convert_reshape(ctx: Context, inputs):
+    x = inputs[0]
+    spec = tuple(ctx.attr("shape")) if ctx.has_attr("shape") else ctx.const_ints(inputs[1], "the shape input")
+    return ctx.reshape(x, resolve_reshape(ctx, ctx.shape(x), spec, bool(ctx.attr("allowzero", 0))))
+
+
+def resolve_reshape(ctx: Context, in_shape: tuple, spec: tuple, allowzero: bool = False) -> tuple:
+    """ONNX's reshape target with 0 (copy the input dimension) and -1 (infer) resolved."""
+    out = []
+    for i, d in enumerate(spec):
+        if d == 0 and not allowzero:
+            if i >= len(in_shape):
+                raise ctx.error(f"shape {spec} copies dimension {i}, which {in_shape} does not have")
+            d = in_shape[i]
+        out.append(int(d))
+    total = math.prod(in_shape)
+    if out.count(-1) > 1:
+        raise ctx.error(f"shape {spec} has more than one -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0 or total % known:
+            raise ctx.error(f"cannot reshape {in_shape} to {spec}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total or any(d < 0 for d in out):
+        raise ctx.error(f"cannot reshape {in_shape} to {spec}")
+    return tuple(out)
+
+
+@converter("Flatten")
+def convert_flatten(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    axis = int(ctx.attr("axis", 1))
+    if not -len(shape) <= axis <= len(shape):
+        raise ctx.error(f"axis {axis} is out of range for a rank-{len(shape)} tensor")
+    axis = axis + len(shape) if axis < 0 else axis
+    return ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+
+
+@converter("Squeeze")
+def convert_squeeze(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    axes = _axes_input(ctx, inputs, 1)
+    if axes is None:
+        axes = [i for i, d in enumerate(shape) if d == 1]
+    axes = {normalize_axis(a, len(shape), ctx) for a in axes}
+    for a in sorted(axes):
+        if shape[a] != 1:
+            raise ctx.error(f"cannot squeeze axis {a} of size {shape[a]} (shape {shape})")
+    return ctx.reshape(x, tuple(d for i, d in enumerate(shape) if i not in axes))
+
+
+@converter("Unsqueeze")
+def convert_unsqueeze(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    axes = _axes_input(ctx, inputs, 1)
+    if axes is None:
+        raise ctx.error("the axes are missing")
+    rank = len(shape) + len(axes)
+    axes = {normalize_axis(a, rank, ctx) for a in axes}
+    if len(axes) != len(_axes_input(ctx, inputs, 1)):
+        raise ctx.error("the axes repeat")
+    dims = iter(shape)
+    return ctx.reshape(x, tuple(1 if i in axes else next(dims) for i in range(rank)))
+
+
+@converter("Transpose")
+def convert_transpose(ctx: Context, inputs):
+    x = inputs[0]
+    perm = ctx.attr("perm") or tuple(reversed(range(ctx.rank(x))))
+    return ctx.transpose(x, tuple(normalize_axis(p, ctx.rank(x), ctx) for p in perm))
+
+
+@converter("DepthToSpace", "SpaceToDepth")
+def convert_depth_space(ctx: Context, inputs):
+    x = inputs[0]
+    bs = int(ctx.attr("blocksize"))
+    n, c, h, w = ctx.shape(x)
+    if ctx.op_type == "SpaceToDepth":
+        y = ctx.reshape(x, (n, c, h // bs, bs, w // bs, bs))
+        y = ctx.transpose(y, (0, 3, 5, 1, 2, 4))
+        return ctx.reshape(y, (n, c * bs * bs, h // bs, w // bs))
+    if ctx.attr("mode", "DCR") == "DCR":
+        y = ctx.reshape(x, (n, bs, bs, c // (bs * bs), h, w))
+        y = ctx.transpose(y, (0, 3, 4, 1, 5, 2))
+    else:
+        y = ctx.reshape(x, (n, c // (bs * bs), bs, bs, h, w))
+        y = ctx.transpose(y, (0, 1, 4, 2, 5, 3))
+    return ctx.reshape(y, (n, c // (bs * bs), h * bs, w * bs))
+
+
+# -- joining and splitting --------------------------------------------------------------------------
+@converter("Concat")
+def convert_concat(ctx: Context, inputs):
+    values = [v for v in inputs if v]
+    axis = normalize_axis(ctx.attr("axis", 1), ctx.rank(values[0]), ctx)
+    nonempty = [v for v in values if ctx.shape(v)[axis] != 0] or values[:1]
+    if len(nonempty) == 1:
+        return nonempty[0]
+    return ctx.op("concatenate", nonempty, {"axis": axis})
+
+
+@converter("Split")
+def convert_split(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    axis = normalize_axis(ctx.attr("axis", 0), len(shape), ctx)
+    dim = shape[axis]
+    n = len(ctx.node.output)
+    if ctx.has_attr("split"):
+        sizes = tuple(ctx.attr("split"))
+    elif len(inputs) > 1 and inputs[1]:
+        sizes = ctx.const_ints(inputs[1], "the split input")
+    elif ctx.has_attr("num_outputs"):
+        chunk = -(-dim // int(ctx.attr("num_outputs")))
+        sizes = tuple(min(chunk, dim - k * chunk) for k in range(n))
+    else:
+        if dim % n:
+            raise ctx.error(f"cannot split a dimension of {dim} into {n} equal parts")
+        sizes = (dim // n,) * n
+    if len(sizes) != n or sum(sizes) != dim or min(sizes) < 0:
+        raise ctx.error(f"split sizes {sizes} do not divide a dimension of {dim} into {n} outputs")
+    if n == 1:
+        return [x]
+    points = tuple(int(p) for p in np.cumsum(sizes)[:-1])
+    return ctx.ops("split", [x], {"indices": points, "axis": axis}, n)
+
+
+# -- indexing ---------------------------------------------------------------------------------------
+@converter("Slice")
+def convert_slice(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    if ctx.has_attr("starts"):  # Slice-1
+        starts, ends = ctx.attr("starts"), ctx.attr("ends")
+        axes, steps = ctx.attr("axes"), None
+    else:
+        starts = ctx.const_ints(inputs[1], "the starts input")
+        ends = ctx.const_ints(inputs[2], "the ends input")
+        axes = ctx.const_ints(inputs[3], "the axes input") if len(inputs) > 3 and inputs[3] else None
+        steps = ctx.const_ints(inputs[4], "the steps input") if len(inputs) > 4 and inputs[4] else None
+    axes = tuple(range(len(starts))) if axes is None else axes
+    steps = (1,) * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.error("starts, ends, axes and steps differ in length")
+    begin, end, strides, out_axes = [], [], [], []
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        a = normalize_axis(a, len(shape), ctx)
+        if st == 0:
+            raise ctx.error("a step of 0")
+        lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps as Python does
+        if (lo, hi, step) == (0, shape[a], 1):
+            continue
+        if step < 0 and hi < 0:
+            hi = -shape[a] - 1  # "through index 0", spelled so a negative end is not read as from-the-end
+        begin.append(lo)
+        end.append(hi)
+        strides.append(step)
+        out_axes.append(a)
+    if not out_axes:
+        return x
+    return ctx.op("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end),
+                                         "strides": tuple(strides), "axes": tuple(out_axes)})
+
+
+@converter("Gather")
+def convert_gather(ctx: Context, inputs):
+    data, indices = inputs[0], inputs[1]
+    axis = normalize_axis(ctx.attr("axis", 0), ctx.rank(data), ctx)
+    known = ctx.const_value(indices)
+    if known is not None and known.size and known.min() < 0:  # ONNX allows negative indices
+        fixed = np.where(known < 0, known + ctx.shape(data)[axis], known).astype(known.dtype)
+        indices = ctx.param(fixed, "indices")
+    return ctx.op("take", [data, indices], {"axis": axis})
+
+
+@converter("Pad")
+def convert_pad(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    rank = len(shape)
+    mode = ctx.attr("mode", "constant")
+    if mode not in ("constant", "edge", "reflect"):
+        raise ctx.error(f"mode={mode!r} is not supported")
+    if ctx.has_attr("pads") or ctx.has_attr("paddings"):  # Pad-1 and Pad-2
+        pads = tuple(ctx.attr("pads", ctx.attr("paddings")))
+        value = float(ctx.attr("value", 0.0))
+    else:
+        pads = ctx.const_ints(inputs[1], "the pads input")
+        cv = inputs[2] if len(inputs) > 2 else ""
+        value = float(np.asarray(ctx.const(cv, "the constant_value input")).reshape(-1)[0]) if cv else 0.0
+        axes = ctx.const_ints(inputs[3], "the axes input") if len(inputs) > 3 and inputs[3] else None
+        if axes is not None:
+            full = [0] * (2 * rank)
+            for i, a in enumerate(axes):
+                a = normalize_axis(a, rank, ctx)
+                full[a], full[a + rank] = pads[i], pads[i + len(axes)]
+            pads = tuple(full)
+    if len(pads) != 2 * rank:
+        raise ctx.error(f"pads {pads} should have {2 * rank} values")
+    before, after = pads[:rank], pads[rank:]
+    width = tuple(int(max(0, p)) for pair in zip(before, after) for p in pair)
+    out = x
+    if any(width):
+        out = ctx.op("pad", [x], {"pad_width": width, "pad_value": value, "mode": mode})
+    if min(pads) < 0:  # negative pads crop
+        padded = ctx.shape(out)
+        axes = [a for a in range(rank) if before[a] < 0 or after[a] < 0]
+        begin = tuple(max(0, -before[a]) for a in axes)
+        end = tuple(padded[a] - max(0, -after[a]) for a in axes)
+        out = ctx.op("strided_slice", [out], {"begin": begin, "end": end, "strides": (1,) * len(axes),
+                                              "axes": tuple(axes)})
+    return out
+
+
+@converter("Expand")
+def convert_expand(ctx: Context, inputs):
+    x = inputs[0]
+    target = ctx.const_ints(inputs[1], "the shape input")
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(x), target))
+    except ValueError:
+        raise ctx.error(f"cannot expand {ctx.shape(x)} to {target}") from None
+    if shape == ctx.shape(x):
+        return x
+    return ctx.op("broadcast_to", [x], {"shape": shape})
+
+
+@converter("Tile")
+def convert_tile(ctx: Context, inputs):
+    x = inputs[0]
+    reps = ctx.const_ints(inputs[1], "the repeats input")
+    if len(reps) != ctx.rank(x):
+        raise ctx.error(f"repeats {reps} should have one value per dimension of {ctx.shape(x)}")
+    if all(r == 1 for r in reps):
+        return x
+    return ctx.op("tile", [x], {"reps": reps})

@@ -1,0 +1,266 @@
+"""ONNX model -> nnvm ``Graph``.
+
+The steps: read the model (path, bytes or ``ModelProto``); check every node's operator is one we
+convert and report all that are not at once; turn initializers into weights and the remaining graph
+inputs into runtime inputs with static shapes; then convert the nodes in order through the converter
+table (``context.CONVERTERS``), with the builder inferring types and folding constants as it goes.
+
+Input shapes: ``shapes=`` gives an input its whole shape (same rank as declared; it may also change
+static dimensions, such as a batch of 1). Otherwise the declared shape is used, where a symbolic
+leading dimension whose name says it is the batch (``N``, ``batch``, ``batch_size``; not unnamed or
+``unk__0``-style dimensions) defaults to 1, and any other symbolic dimension is an error naming the
+input and the dimension.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from nnvm.errors import Error, InputError, ModelLoadError, UnsupportedOperatorError
+from nnvm.graph.builder import GraphBuilder
+from nnvm.graph.ir import Graph
+from nnvm_frontend_onnx import convert_math, convert_nn, convert_tensor  # noqa: F401  (fill CONVERTERS)
+from nnvm_frontend_onnx.context import CONVERTERS, Context, ConvertError, onnx_dtype
+
+ONNX_DOMAINS = ("", "ai.onnx")
+_BUILDER_PREFIX = re.compile(r"^node \S+ \([a-z0-9_]+\): ")
+BATCH_NAMES = re.compile(r"^(n|b|bs|batch|batch_?size|batches|num_?batch(es)?)$", re.IGNORECASE)
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def is_model_proto(obj) -> bool:
+    """True for an ``onnx.ModelProto`` (checked by type, so onnx need not be imported)."""
+    t = type(obj)
+    return t.__name__ == "ModelProto" and t.__module__.split(".")[0] == "onnx"
+
+
+def read_model(model):
+    """``(ModelProto, path or None)`` from a path, serialized bytes or a ``ModelProto``."""
+    import onnx
+
+    if is_model_proto(model):
+        return model, None
+    if isinstance(model, bytes | bytearray | memoryview):
+        return _parse(bytes(model), "the ONNX bytes"), None
+    if not isinstance(model, str | os.PathLike):
+        raise ModelLoadError(f"cannot read an ONNX model from a {type(model).__name__} object")
+    path = os.fspath(model)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ModelLoadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    proto = _parse(data, path)
+    if _has_external_data(proto):
+        try:
+            onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{path}: the external weight data cannot be read ({exc})") from None
+    return proto, path
+
+
+def _parse(data: bytes, where: str):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeWarning, ValueError):
+        raise ModelLoadError(f"{where}: not a valid ONNX model (truncated or corrupt protobuf)") from None
+    if not proto.ir_version or not proto.HasField("graph") or not proto.graph.output:
+        raise ModelLoadError(f"{where}: not a valid ONNX model (no graph, outputs or IR version)")
+    return proto
+
+
+def _has_external_data(proto) -> bool:
+    from onnx import TensorProto
+
+    return any(t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer)
+
+
+def looks_like_onnx(model) -> bool:
+    """``Frontend.accepts``: a ModelProto, or a file or bytes that parse as an ONNX model."""
+    if is_model_proto(model):
+        return True
+    if isinstance(model, str | os.PathLike):
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                if f.read(1) != b"\x08":  # serialized models start with field 1, ir_version
+                    return False
+        except OSError:
+            return False
+    elif isinstance(model, bytes | bytearray):
+        if not model[:1] == b"\x08":
+            return False
+    else:
+        return False
+    try:
+        read_model(model)
+    except Error:
+        return False
+    return True
+
+
+# -- importing --------------------------------------------------------------------------------------
+def load_onnx(model, shapes: dict | None = None) -> Graph:
+    """The nnvm graph of an ONNX model (path, bytes or ``onnx.ModelProto``).
+
+    ``shapes`` maps input names to shapes and binds symbolic dimensions.
+    """
+    proto, path = read_model(model)
+    where = path or "the ONNX model"
+    graph = proto.graph
+    opset = _opset(proto)
+    names = _node_names(graph)
+    _check_supported(proto, names, opset, path)
+    _check_defined(graph, names, where)
+
+    b = GraphBuilder(name=graph.name or (os.path.splitext(os.path.basename(path))[0] if path else "model"))
+    env: dict[str, str] = {}  # ONNX value name -> nnvm value name
+    initializers = {t.name for t in graph.initializer}
+    from onnx import numpy_helper
+
+    for t in graph.initializer:
+        try:
+            array = numpy_helper.to_array(t)
+        except Exception as exc:  # corrupt or unusual tensor data
+            raise ModelLoadError(f"{where}: initializer {t.name!r} cannot be read ({exc})") from None
+        env[t.name] = b.param(t.name, array)
+    _add_inputs(b, env, [vi for vi in graph.input if vi.name not in initializers], shapes, where)
+
+    consumed = {v for n in graph.node for v in n.input if v} | {o.name for o in graph.output}
+    ctx = Context(b, opset, consumed)
+    for node, name in zip(graph.node, names):
+        inputs = [env[v] if v else "" for v in node.input]
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        ctx.begin(node, name)
+        try:
+            results = CONVERTERS[node.op_type](ctx, inputs)
+        except ConvertError:
+            raise
+        except Error as exc:  # from the builder: "node <nnvm node> (<nnvm op>): why"; name the ONNX node
+            why = _BUILDER_PREFIX.sub("", str(exc), count=1)
+            raise ConvertError(f"node {name} ({node.op_type}): {why}") from None
+        except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
+            why = f"{type(exc).__name__}: {exc}"
+            raise ConvertError(f"node {name} ({node.op_type}): cannot convert ({why})") from exc
+        if isinstance(results, str):
+            results = [results]
+        for out, value in zip(node.output, results):
+            if out and value is not None:
+                env[out] = value
+        for out in node.output[len(results):]:
+            if out in consumed:
+                raise ConvertError(f"node {name} ({node.op_type}): output {out!r} is not supported")
+
+    for out in graph.output:
+        if out.name not in env:
+            raise ModelLoadError(f"{where}: graph output {out.name!r} is not produced by any node")
+        b.output(env[out.name])
+    return _name_outputs(b.build(), [o.name for o in graph.output])
+
+
+def _opset(proto) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS]
+    return int(max(versions)) if versions else 1
+
+
+def _node_names(graph) -> list[str]:
+    """Unique names for the nodes: the ONNX name, or ``<OpType>_<index>`` for unnamed nodes."""
+    seen: set = set()
+    out = []
+    for i, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
+def _check_supported(proto, names, opset: int, path) -> None:
+    """Raise one ``UnsupportedOperatorError`` listing every operator we cannot convert, with its nodes."""
+    missing: dict[str, list[str]] = {}
+    for node, name in zip(proto.graph.node, names):
+        if node.domain in ONNX_DOMAINS and node.op_type in CONVERTERS:
+            continue
+        key = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
+        missing.setdefault(key, []).append(name)
+    if missing:
+        raise UnsupportedOperatorError(f"ONNX (opset {opset})", missing, path)
+
+
+def _check_defined(graph, names, where: str) -> None:
+    """Every node input must be defined before it (catches truncated and unsorted models)."""
+    defined = {t.name for t in graph.initializer} | {vi.name for vi in graph.input}
+    for node, name in zip(graph.node, names):
+        for v in node.input:
+            if v and v not in defined:
+                raise ModelLoadError(f"{where}: node {name} ({node.op_type}) reads {v!r}, which no earlier "
+                                     f"node, input or initializer defines")
+        defined.update(o for o in node.output if o)
+
+
+def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: str) -> None:
+    shapes = dict(shapes or {})
+    known = [vi.name for vi in inputs]
+    for key in shapes:
+        if key not in known:
+            raise InputError(f"shapes= names {key!r}, which is not an input of {where} "
+                             f"(inputs: {', '.join(known) or 'none'})")
+    for vi in inputs:
+        name = vi.name
+        if not vi.type.HasField("tensor_type"):
+            raise InputError(f"input {name!r} of {where} is not a tensor; only tensor inputs are supported")
+        tt = vi.type.tensor_type
+        dtype = onnx_dtype(tt.elem_type, f"input {name!r}") if tt.elem_type else "float32"
+        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim] \
+            if tt.HasField("shape") else None
+        shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
+        if name in shapes:
+            shape = tuple(int(d) for d in shapes[name])
+            if declared is not None and len(shape) != len(declared):
+                raise InputError(f"shapes= gives input {name!r} the shape {shape}, but the model "
+                                 f"declares rank {len(declared)} {shown}")
+        else:
+            if declared is None:
+                raise InputError(f"input {name!r} of {where} has no declared shape; pass "
+                                 f"shapes={{{name!r}: (...)}}")
+            shape = []
+            for i, d in enumerate(declared):
+                if isinstance(d, int):
+                    shape.append(d)
+                elif i == 0 and BATCH_NAMES.match(d):
+                    shape.append(1)  # a named batch dimension defaults to 1
+                else:
+                    raise InputError(f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
+                                     f"bind it with shapes={{{name!r}: (...)}}")
+            shape = tuple(shape)
+        env[name] = b.input(name, shape, dtype)
+
+
+def _name_outputs(graph: Graph, onnx_names: list[str]) -> Graph:
+    """Give graph outputs their ONNX names where the converted value has another name."""
+    taken = set(graph.inputs) | set(graph.params) | {v for n in graph.nodes for v in n.outputs}
+    produced = {v for n in graph.nodes for v in n.outputs}
+    rename: dict[str, str] = {}
+    for value, want in zip(graph.outputs, onnx_names):
+        if value != want and value in produced and value not in rename and want not in taken:
+            rename[value] = want
+            taken.add(want)
+    if not rename:
+        return graph
+
+    def r(v):
+        return rename.get(v, v)
+
+    nodes = [n.replace(inputs=tuple(r(v) for v in n.inputs), outputs=tuple(r(v) for v in n.outputs))
+             for n in graph.nodes]
+    types = {r(k): v for k, v in graph.types.items()}
+    return graph.replace(nodes=nodes, outputs=tuple(r(v) for v in graph.outputs), types=types)

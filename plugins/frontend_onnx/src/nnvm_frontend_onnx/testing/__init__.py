@@ -1,0 +1,1 @@
+"""Helpers for tests and benchmarks: reference models (``testing.models``)."""

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make install`: everything `make test` and `make demo` need, on a fresh Debian machine with nothing
+# installed by hand. Idempotent: when everything is present it prints nothing and takes about a second.
+#
+#   1. system packages (as root, with apt-get; `apt-get update` only when something is missing):
+#        gcc        checked with `command -v gcc`  - links exported modules into shared libraries (`cc -shared`)
+#        libc6-dev  checked with dpkg-query       - the C library files the linker needs
+#        libgomp1   checked with dpkg-query       - the OpenMP runtime parallel kernels run on
+#      Not root, or not Debian: prints what is missing and goes on (tests that need it will skip,
+#      which fails under CI=true).
+#   2. uv: on PATH or importable by python3, else `python3 -m pip install uv`.
+#   3. `uv sync --all-packages`: the workspace's .venv with the core, every plugin and the dev group.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf 'install: %s\n' "$*" >&2; }
+is_installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
+
+apt_updated=0
+apt_install() {
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    say "missing system packages: $*; install them with: sudo apt-get install $*"
+    return 0
+  fi
+  say "installing system packages: $*"
+  export DEBIAN_FRONTEND=noninteractive
+  if [ "$apt_updated" = 0 ]; then
+    apt-get update -qq >/dev/null
+    apt_updated=1
+  fi
+  apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# 1. System packages.
+missing=()
+command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+if command -v dpkg-query >/dev/null 2>&1; then
+  for pkg in libc6-dev libgomp1; do
+    is_installed "$pkg" || missing+=("$pkg")
+  done
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  apt_install "${missing[@]}"
+fi
+
+# 2. uv.
+if ! bash scripts/uv --version >/dev/null 2>&1; then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt_install python3-pip
+  fi
+  say "installing uv with pip"
+  # A Debian system python refuses plain `pip install` (PEP 668); then install for this user only.
+  python3 -m pip install --quiet --disable-pip-version-check uv 2>/dev/null \
+    || python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages uv
+  bash scripts/uv --version >/dev/null
+fi
+
+# 3. The workspace environment (uv is silent when it is already in sync).
+bash scripts/uv sync --all-packages --quiet

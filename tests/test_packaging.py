@@ -1,0 +1,166 @@
+"""How nnvm is packaged and tested: fresh installs of the core alone and of the core with one plugin, and
+the skip policy every test runs under (the root ``conftest.py``).
+
+The installs are real, not editable: ``uv pip install ./core`` into a new virtual environment, as a user
+would, so a file missing from the wheel or an entry point typo shows up here.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+PLUGINS_JSON = "import json, nnvm; print(json.dumps(nnvm.plugins()))"
+
+
+def _version(folder: str) -> str:
+    with open(REPO_ROOT / folder / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["version"]
+
+
+def _plugins(run_in, bin_dir) -> list[tuple[str, dict]]:
+    """What the installed nnvm reports, through the CLI and through the Python API."""
+    found = []
+    for how, program, args in (("nnvm plugins --json", "nnvm", ["plugins", "--json"]),
+                               ("nnvm.plugins()", "python", ["-c", PLUGINS_JSON])):
+        proc = run_in(bin_dir, program, *args)
+        assert proc.returncode == 0, f"{how} failed in a fresh venv: {proc.stderr}"
+        found.append((how, json.loads(proc.stdout)))
+    return found
+
+
+@pytest.fixture(scope="module")
+def core_alone(fresh_venv):
+    return fresh_venv("core")
+
+
+def test_core_alone_lists_no_frontend_and_no_backend(core_alone, run_in):
+    for how, info in _plugins(run_in, core_alone):
+        assert info["frontend"] == [], f"{how}: core alone lists frontends {info['frontend']}"
+        assert info["backend"] == [], f"{how}: core alone lists backends {info['backend']}"
+        others = {row["distribution"] for kind in ("pass", "op") for row in info[kind]} - {"nnvm"}
+        assert not others, f"{how}: core alone lists plugins from {others}"
+
+
+def test_core_alone_installs_no_plugin_dependency(core_alone, run_in):
+    probe = "import importlib.util as u; print([m for m in ('onnx', 'llvmlite', 'nnvm_frontend_onnx', " \
+            "'nnvm_backend_llvm_x86') if u.find_spec(m)])"
+    proc = run_in(core_alone, "python", "-c", probe)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", f"core alone pulled in {proc.stdout.strip()}"
+
+
+def test_core_alone_lowers_a_tensor_expression(core_alone, run_in):
+    script = textwrap.dedent("""
+        import nnvm
+        from nnvm import te
+        n = 64
+        A = te.placeholder((n, n), name="A"); B = te.placeholder((n, n), name="B")
+        k = te.reduce_axis((0, n), name="k")
+        C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        s = te.create_schedule(C.op)
+        xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 32, 32)
+        ko, ki = s[C].split(k, factor=4)
+        s[C].reorder(ko, xi, ki, yi); s[C].unroll(ki); s[C].vectorize(yi); s[C].parallel(xo)
+        print(nnvm.lower(s, [A, B, C]))
+    """)
+    proc = run_in(core_alone, "python", "-c", script)
+    assert proc.returncode == 0, f"lowering failed with the core alone: {proc.stderr}"
+    for needle in ("for ", "parallel", "vectorized", "C[", "A[", "B["):
+        assert needle in proc.stdout, f"{needle!r} missing from the loop program:\n{proc.stdout}"
+
+
+def test_core_alone_round_trips_a_graph_through_json(core_alone, run_in):
+    script = textwrap.dedent("""
+        import numpy as np
+        import nnvm
+        g = nnvm.Graph(
+            nodes=[nnvm.Node("dense", "fc", ["x", "w"], ["y"], {"units": 4}),
+                   nnvm.Node("relu", "act", ["y"], ["z"])],
+            inputs=["x"], outputs=["z"],
+            params={"w": np.arange(12, dtype="float32").reshape(4, 3)},
+            types={"x": nnvm.TensorType((2, 3), "float32"), "z": nnvm.TensorType((2, 4), "float32")},
+            name="tiny")
+        text = g.to_json()
+        back = nnvm.Graph.from_json(text)
+        assert back.to_json() == text, "to_json(from_json(text)) differs from text"
+        assert back.nodes == g.nodes and back.types == g.types and back.name == "tiny"
+        assert back.params["w"].dtype == np.float32 and (back.params["w"] == g.params["w"]).all()
+        print("ok")
+    """)
+    proc = run_in(core_alone, "python", "-c", script)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", f"graph JSON round trip: {proc.stderr}"
+
+
+def test_core_with_onnx_frontend_lists_exactly_that_frontend(fresh_venv, run_in):
+    bin_dir = fresh_venv("core", "plugins/frontend_onnx")
+    want = ("nnvm-frontend-onnx", _version("plugins/frontend_onnx"))
+    for how, info in _plugins(run_in, bin_dir):
+        got = [(row["distribution"], row["version"]) for row in info["frontend"]]
+        assert got == [want], f"{how}: frontends {got}, want [{want}]"
+        assert info["backend"] == [], f"{how}: lists backends {info['backend']} with no backend installed"
+        dists = {row["distribution"] for rows in info.values() for row in rows} - {"nnvm"}
+        assert dists == {"nnvm-frontend-onnx"}, f"{how}: plugins from {dists}"
+
+
+# -- the skip policy of the root conftest.py ----------------------------------------------------------
+
+POLICY_TESTS = """
+    import pytest
+
+    def test_skips():
+        pytest.skip("no toolchain here")
+
+    @pytest.mark.skipif(True, reason="no compiler")
+    def test_skipif():
+        pass
+
+    @pytest.mark.gpu
+    def test_gpu_skips():
+        pytest.skip("no GPU here")
+
+    @pytest.mark.xfail(reason="known bug")
+    def test_xfail():
+        assert False
+
+    def test_passes():
+        pass
+"""
+
+
+@pytest.fixture
+def policy_pytester(pytester):
+    pytester.makeconftest((REPO_ROOT / "conftest.py").read_text())
+    pytester.makepyfile(test_policy=POLICY_TESTS,
+                        test_module_skip="import pytest\npytest.importorskip('no_such_module_nnvm')\n")
+    return pytester
+
+
+def test_skips_pass_outside_ci(policy_pytester, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    result = policy_pytester.runpytest_subprocess("-p", "no:xdist")
+    result.assert_outcomes(passed=1, skipped=4, xfailed=1)
+
+
+def test_skips_fail_under_ci_unless_marked_gpu(policy_pytester, monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    result = policy_pytester.runpytest_subprocess("-p", "no:xdist", "-rA", "--continue-on-collection-errors")
+    # test_skips fails in its body; test_skipif in setup (reported as an error); the module-level skip
+    # as a collection error; the gpu test may skip; xfail stays xfail.
+    result.assert_outcomes(passed=1, failed=1, errors=2, skipped=1, xfailed=1)
+    result.stdout.fnmatch_lines(["*skipped under CI=true*no toolchain here*"])
+    result.stdout.fnmatch_lines(["*skipped under CI=true*no compiler*"])
+    result.stdout.fnmatch_lines(["*skipped under CI=true*no_such_module_nnvm*"])
+    assert result.ret != 0
+
+
+def test_markers_are_registered(pytester):
+    pytester.makeconftest((REPO_ROOT / "conftest.py").read_text())
+    result = pytester.runpytest_subprocess("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.gpu:*", "@pytest.mark.slow:*"])

@@ -1,0 +1,186 @@
+"""Models that PyTorch's own exporter writes compile for ``llvm`` and agree with onnxruntime.
+
+Torch never enters the main environment: a session fixture builds a separate venv (once, cached in
+``$NNVM_CACHE_DIR/venvs/torch-2.13``) from the local CPU wheel and runs ``scripts/torch_export.py``
+there; the exported files are cached in ``$NNVM_CACHE_DIR/models/torch_<model>_<variant>.onnx``.
+Where the venv cannot be built because a tool is missing, the tests skip, and fail under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import nnvm
+
+REPO = Path(__file__).resolve().parents[1]
+EXPORT_SCRIPT = REPO / "scripts" / "torch_export.py"
+MODELS = ["resnet18", "mobilenet_v2"]
+VARIANTS = ["dynamo", "dynamo_unoptimized", "torchscript"]  # as in scripts/torch_export.py
+# Pinned to what was tested; torch comes from the local CPU wheel (PyPI's torch would pull CUDA).
+REQUIREMENTS = ["torch==2.13.0", "onnx==1.23.2", "onnxscript==0.7.2", "onnx-ir==1.1.0", "numpy==2.4.6"]
+PYTHON = "3.11"
+FIND_LINKS = os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("NNVM_CACHE_DIR") or Path.home() / ".cache" / "nnvm")
+
+
+def _unavailable(reason: str):
+    """A missing tool: a skip on a developer's machine, a failure in CI where the tools must be there."""
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"torch export venv cannot be built under CI: {reason}", pytrace=False)
+    pytest.skip(reason=f"torch export venv cannot be built: {reason}")
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path):
+    """Exclusive lock between processes (pytest-xdist workers, concurrent sessions).
+
+    ``flock`` rather than a mkdir lock: the kernel releases it when the holder dies, so a killed run
+    leaves no stale lock behind (this is what the ``filelock`` package does on POSIX, and it is not
+    in the main venv).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], what: str, timeout: float, cwd: Path) -> None:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
+        pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}", pytrace=False)
+
+
+def _build_torch_venv(venv: Path) -> Path:
+    """Create the torch venv unless a complete one is there; returns its Python."""
+    python = venv / "bin" / "python"
+    marker = venv / ".nnvm-complete"
+    spec = " ".join([f"python{PYTHON}", *REQUIREMENTS])
+    if marker.exists() and marker.read_text() == spec:
+        return python
+    uv = shutil.which("uv")
+    if uv is None:
+        _unavailable("uv is not on PATH")
+    if not list(Path(FIND_LINKS).glob(f"torch-2.13.0*-cp{PYTHON.replace('.', '')}-*.whl")):
+        _unavailable(f"no torch 2.13.0 CPU wheel for Python {PYTHON} in {FIND_LINKS} (NNVM_TORCH_FIND_LINKS)")
+    if subprocess.run([uv, "python", "find", PYTHON], capture_output=True).returncode != 0:
+        _unavailable(f"uv finds no Python {PYTHON} interpreter")
+    with _file_lock(venv.with_name(venv.name + ".lock")):
+        if marker.exists() and marker.read_text() == spec:  # another worker built it while we waited
+            return python
+        shutil.rmtree(venv, ignore_errors=True)
+        # cwd outside the repo so uv does not discover (and touch) this workspace.
+        _run([uv, "venv", "--no-project", "--python", PYTHON, str(venv)], "creating the torch venv",
+             300, venv.parent)
+        _run([uv, "pip", "install", "--python", str(python), "--find-links", FIND_LINKS, *REQUIREMENTS],
+             "installing torch into its venv", 1800, venv.parent)
+        marker.write_text(spec)
+    return python
+
+
+def _export_stamp(python: Path) -> str:
+    """Changes when the export script or the torch venv does, so a stale export is redone."""
+    digest = hashlib.sha256(EXPORT_SCRIPT.read_bytes()).hexdigest()[:16]
+    return f"{digest} {(python.parent.parent / '.nnvm-complete').read_text()}"
+
+
+def _export(python: Path, name: str, variant: str, path: Path) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        _run([str(python), str(EXPORT_SCRIPT), name, str(tmp), "--variant", variant],
+             f"exporting {name} ({variant}) with torch", 900, REPO)
+        os.replace(tmp, path)  # readers never see a half-written model
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def torch_models() -> dict[tuple[str, str], Path]:
+    """``{(model, variant): path}`` of every export, made (in parallel) only where missing or stale."""
+    started = time.perf_counter()
+    python = _build_torch_venv(_cache_dir() / "venvs" / "torch-2.13")
+    built = time.perf_counter()
+    models_dir = _cache_dir() / "models"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    paths = {(m, v): models_dir / f"torch_{m}_{v}.onnx" for m in MODELS for v in VARIANTS}
+    stamp = _export_stamp(python)
+
+    def stale(path: Path) -> bool:
+        stamp_file = path.with_name(path.name + ".stamp")
+        return not path.exists() or not stamp_file.exists() or stamp_file.read_text() != stamp
+
+    with _file_lock(models_dir / ".torch_export.lock"):
+        todo = [key for key, path in paths.items() if stale(path)]
+        if todo:
+            # Exporting is mostly single-threaded Python tracing, so the exports run side by side.
+            with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+                list(pool.map(lambda key: _export(python, *key, paths[key]), todo))
+            for key in todo:
+                paths[key].with_name(paths[key].name + ".stamp").write_text(stamp)
+    exported = time.perf_counter()
+    print(f"torch venv ready in {built - started:.1f}s; {len(todo)} exports in {exported - built:.1f}s",
+          file=sys.stderr)
+    return paths
+
+
+def _op_summary(model: onnx.ModelProto) -> str:
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    return f"opset {opsets}; ops {sorted({n.op_type for n in model.graph.node})}"
+
+
+def _seeded_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for inp in model.graph.input:
+        if inp.name not in inits:
+            shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+            feeds[inp.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("name", MODELS)
+def test_torch_exported_model_matches_onnxruntime(torch_models, name, variant):
+    path = str(torch_models[name, variant])
+    model = onnx.load(path)
+    where = f"torch-exported {name} ({variant} exporter; {_op_summary(model)})"
+    feeds = _seeded_inputs(model)
+    shapes = {k: v.shape for k, v in feeds.items()}
+    assert list(shapes.values()) == [(1, 3, 224, 224)], f"{where}: unexpected inputs {shapes}"
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    want = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+    try:
+        mod = nnvm.compile(path, target="llvm")
+    except Exception as exc:  # any failure, ours or a bug, is reported with the graph's op list
+        pytest.fail(f"{where}: nnvm.compile failed: {type(exc).__name__}: {exc}")
+    got = mod.run(**feeds)
+
+    assert len(got) == len(want), f"{where}: {len(got)} outputs, onnxruntime gives {len(want)}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, f"{where} output {k}: shape {g.shape} != onnxruntime's {w.shape}"
+        scale = max(float(np.abs(w).max()), 1e-6)
+        err = float(np.abs(g - w).max()) / scale
+        assert err < 1e-4, f"{where} output {k}: max relative error {err:.2e} against onnxruntime"
