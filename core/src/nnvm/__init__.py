@@ -7,6 +7,10 @@
 
 from __future__ import annotations
 
+# ``nnvm.plugins()`` lists loaded plugins per kind ({"frontend": [...], "backend": [...], "pass": [...],
+# "op": [...]}); the module is callable so that the plugin manager's home and the API share one name.
+# Importing it builds nothing: the manager is built on first use.
+from nnvm import plugins  # noqa: F401
 from nnvm import te  # noqa: F401
 from nnvm.errors import (  # noqa: F401
     Error,
@@ -20,13 +24,6 @@ from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
 
 __version__ = "0.1.0"
-
-
-def plugins() -> dict:
-    """Loaded plugins per kind: {"frontend": [...], "backend": [...], "pass": [...], "op": [...]}."""
-    from nnvm.plugins import summary
-
-    return summary()
 
 
 def lower(schedule, args, name: str = "main", simple_mode: bool = True):

@@ -116,7 +116,7 @@ def _workload_key(graph: Graph, members: list) -> str:
     """Two groups with the same key compute the same function: one kernel serves both."""
     local: dict = {}
     items = []
-    for node in members:
+    for pos, node in enumerate(members):
         ins = []
         for v in node.inputs:
             if v in local:
@@ -127,7 +127,7 @@ def _workload_key(graph: Graph, members: list) -> str:
             else:
                 ins.append(None)
         for k, o in enumerate(node.outputs):
-            local[o] = f"{node.name}:{k}"
+            local[o] = f"{pos}:{k}"
         attrs = {k: _jsonable(v) for k, v in sorted(node.attrs.items())}
         items.append([node.op, ins, attrs])
     return json.dumps(items, sort_keys=True, default=str)

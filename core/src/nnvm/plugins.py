@@ -9,7 +9,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import os
+import sys
 import threading
+import types
 
 import pluggy
 
@@ -127,6 +129,16 @@ def distribution_of(plugin_name: str) -> tuple[str, str]:
         except md.PackageNotFoundError:
             return ("nnvm", "?")
     return _state.get("dists", {}).get(plugin_name, ("?", "?"))
+
+
+class _CallableModule(types.ModuleType):
+    """``import nnvm.plugins`` rebinds ``nnvm.plugins`` to this module; keep ``nnvm.plugins()`` working."""
+
+    def __call__(self) -> dict:
+        return summary()
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 
 def summary() -> dict:

@@ -24,14 +24,36 @@ def _extent(iv) -> int:
 
 def generic_schedule(outputs, target=None):
     sch = te.create_schedule([t.op for t in outputs])
+    guarded_for_reduction = _guarded_inputs_of_reductions(sch)
     for stage in sch.stages:
         op = stage.op
         if isinstance(op, ComputeOp) and not stage.is_output and not op.reduce_axis:
+            if op in guarded_for_reduction:
+                continue  # padding read by a reduction: materialize it once, keep branches out of the loop
             stage.compute_inline()
     for stage in sch.stages:
         if isinstance(stage.op, ComputeOp) and stage.attach_type == "root":
             schedule_loop_nest(stage)
     return sch
+
+
+def _guarded_inputs_of_reductions(sch) -> set:
+    """Stages with a lazy if_then_else (padding) that a reduction reads directly."""
+    from nnvm.tir.expr import Call
+    from nnvm.tir.visit import walk
+
+    def guarded(op) -> bool:
+        found = []
+        for b in op.body:
+            walk(b, lambda n: found.append(n) if isinstance(n, Call) and n.name == "if_then_else" else None)
+        return bool(found)
+
+    out = set()
+    for stage in sch.stages:
+        op = stage.op
+        if isinstance(op, ComputeOp) and op.reduce_axis:
+            out.update(t.op for t in op.input_tensors if isinstance(t.op, ComputeOp) and guarded(t.op))
+    return out
 
 
 def schedule_loop_nest(stage) -> None:

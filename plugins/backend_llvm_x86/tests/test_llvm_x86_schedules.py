@@ -10,6 +10,8 @@ import textwrap
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
@@ -192,3 +194,41 @@ def test_num_threads_from_environment(threads):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"threads {threads}" in proc.stdout, proc.stdout + proc.stderr
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(n=st.integers(1, 24), m=st.integers(1, 24), r=st.integers(1, 12),
+       fj=st.sampled_from([1, 2, 3, 4, 8, 16]), fi=st.sampled_from([None, 2, 3, 8]),
+       fk=st.sampled_from([None, 2, 3]), vectorize=st.booleans(), parallel=st.booleans(), fuse=st.booleans())
+def test_random_matmul_schedules(n, m, r, fj, fi, fk, vectorize, parallel, fuse):
+    """Whatever the split factors (dividing or not), loop order and annotations: the same numbers."""
+    A = te.placeholder((n, r), name="A")
+    B = te.placeholder((r, m), name="B")
+    k = te.reduce_axis((0, r), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    i, j = C.op.axis
+    jo, ji = s[C].split(j, factor=fj)
+    outer = i
+    if fi is not None:
+        io, ii = s[C].split(i, factor=fi)
+        if fk is not None:
+            ko, ki = s[C].split(k, factor=fk)
+            s[C].reorder(io, jo, ko, ii, ki, ji)
+        else:
+            s[C].reorder(io, jo, ii, ji)
+        outer = s[C].fuse(io, jo) if fuse else io
+    if vectorize:
+        s[C].vectorize(ji)
+    if parallel:
+        s[C].parallel(outer)
+    f = nnvm.build(s, [A, B, C], target="llvm")
+    rng = np.random.default_rng(n * 1000 + m * 10 + r)
+    a = rng.standard_normal((n, r)).astype("float32")
+    b = rng.standard_normal((r, m)).astype("float32")
+    c = np.full((n, m), np.nan, "float32")
+    f(a, b, c)
+    want = a.astype("float64") @ b.astype("float64")
+    assert np.allclose(c, want, rtol=1e-4, atol=1e-4), (
+        f"schedule fj={fj} fi={fi} fk={fk} vec={vectorize} par={parallel} fuse={fuse} on {n}x{r}x{m}: "
+        f"max error {np.nanmax(np.abs(c - want))}, {int(np.isnan(c).sum())} elements unwritten")

@@ -97,7 +97,8 @@ def test_gemm_runtime_weight_no_bias():
     check("Gemm", [("a", randn(3, 4)), ("b", randn(4, 6, seed=1))], {"alpha": 1.5}, opset=11)
 
 
-@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (4, 3))])
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 5)), ((2, 3, 4), (4, 5)), ((2, 1, 3, 4), (5, 4, 2)),
+                                    ((4,), (4, 3))])
 def test_matmul(shapes):
     check("MatMul", [("a", randn(*shapes[0])), ("b", randn(*shapes[1], seed=1))])
 
@@ -148,7 +149,8 @@ def test_layer_normalization_without_bias():
 
 
 def test_instance_normalization_and_lrn():
-    check("InstanceNormalization", [("x", randn(2, 3, 4, 5)), ("s", randn(3, seed=1)), ("b", randn(3, seed=2))],
+    check("InstanceNormalization",
+          [("x", randn(2, 3, 4, 5)), ("s", randn(3, seed=1)), ("b", randn(3, seed=2))],
           {"epsilon": 1e-3}, constants={"s", "b"})
     check("LRN", [("x", randn(1, 7, 4, 4))], {"size": 3, "alpha": 1e-2, "beta": 0.6, "bias": 2.0})
 
@@ -237,7 +239,8 @@ def test_split_uneven_num_outputs():
 
 
 def test_concat_transpose_expand_tile():
-    check("Concat", [("a", randn(2, 3)), ("b", randn(2, 1, seed=1)), ("c", randn(2, 2, seed=2))], {"axis": -1})
+    check("Concat", [("a", randn(2, 3)), ("b", randn(2, 1, seed=1)), ("c", randn(2, 2, seed=2))],
+          {"axis": -1})
     check("Transpose", [("x", randn(2, 3, 4))], {"perm": [1, 2, 0]})
     check("Transpose", [("x", randn(2, 3, 4))])
     check("Expand", [("x", randn(3, 1)), ("s", ints(2, 1, 4))], constants={"s"})
@@ -284,8 +287,8 @@ def test_arg_reductions(op):
 
 
 # -- elementwise ------------------------------------------------------------------------------------
-@pytest.mark.parametrize("op", ["Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Floor", "Ceil", "Round", "Erf",
-                                "Sign", "Softplus", "Sin", "Cos", "HardSwish", "Softsign", "Identity"])
+@pytest.mark.parametrize("op", ["Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Floor", "Ceil", "Round",
+                                "Erf", "Sign", "Softplus", "Sin", "Cos", "HardSwish", "Softsign", "Identity"])
 def test_unary(op):
     check(op, [("x", randn(3, 4) * 3)], opset=14)
 
@@ -403,3 +406,78 @@ def test_range_and_constant_forms():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     assert_matches_onnxruntime(model, {"x": randn(2, 6)})
+
+
+def _builder_keeps_scalars() -> bool:
+    from nnvm.graph.builder import GraphBuilder
+
+    b = GraphBuilder()
+    return b.shape(b.param("s", np.float32(1.0))) == ()
+
+
+# GraphBuilder.param stores 0-d constants through np.ascontiguousarray, which makes them 1-d (reported
+# to the core); until that is fixed, scalar constants such as a Gather index get the wrong shape.
+@pytest.mark.xfail(not _builder_keeps_scalars(), reason="core GraphBuilder turns 0-d constants into 1-d",
+                   strict=True)
+def test_scalar_gather_unsqueeze_and_outputs_that_are_constants_or_inputs():
+    """A scalar Gather index (PyTorch's ``x.size(0)``) and outputs that need no computation at all."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "i"], ["dim"], axis=0),
+        helper.make_node("Unsqueeze", ["dim", "zero"], ["dim1"]),
+        helper.make_node("Identity", ["x"], ["same"]),
+        helper.make_node("Reshape", ["x", "shape"], ["reshaped"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "aliases", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_empty_tensor_value_info(n) for n in ("dim1", "same", "reshaped")],
+        initializer=[numpy_helper.from_array(np.array(-1, np.int64), "i"),
+                     numpy_helper.from_array(ints(0), "zero")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    dim, same, reshaped = assert_matches_onnxruntime(model, {"x": randn(3, 4)})
+    assert dim.tolist() == [4]
+    g = load_onnx(model)
+    assert g.outputs == ("dim1", "same", "reshaped") and all(n.op == "copy" for n in g.nodes)
+
+
+def test_cast_like_and_model_local_functions_are_inlined():
+    """What PyTorch's dynamo exporter writes: CastLike of constants, and model-local functions."""
+    from onnx import TensorProto, helper
+
+    relu6 = helper.make_function(
+        "custom.fn", "Relu6", ["x"], ["y"],
+        [helper.make_node("Constant", [], ["lo"], value_float=0.0),
+         helper.make_node("Constant", [], ["hi"], value_float=6.0),
+         helper.make_node("CastLike", ["lo", "x"], ["lo_c"]),
+         helper.make_node("CastLike", ["hi", "x"], ["hi_c"]),
+         helper.make_node("Clip", ["x", "lo_c", "hi_c"], ["y"])],
+        opset_imports=[helper.make_opsetid("", 18)])
+    nodes = [helper.make_node("Relu6", ["x"], ["r"], domain="custom.fn", name="act"),
+             helper.make_node("CastLike", ["r", "like"], ["y"], name="castlike")]
+    graph = helper.make_graph(nodes, "fn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]),
+                                            helper.make_tensor_value_info("like", TensorProto.DOUBLE, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("custom.fn", 1)]
+    model = helper.make_model(graph, functions=[relu6], opset_imports=opsets)
+    model.ir_version = 8
+    assert_matches_onnxruntime(model, {"x": randn(3, 4) * 8, "like": np.zeros(1)})
+    assert [n.op for n in load_onnx(model).nodes] == ["clip", "cast"]
+
+
+def test_dead_nodes_are_ignored():
+    """Nodes no output depends on (an unused MaxPool Indices chain, an unsupported op) are skipped."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("MaxPool", ["x"], ["y", "indices"], name="pool", kernel_shape=[2, 2]),
+             helper.make_node("TopK", ["indices", "k"], ["v", "i"], name="dead_topk"),
+             helper.make_node("Relu", ["y"], ["out"], name="relu")]
+    graph = helper.make_graph(nodes, "dead", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4]),
+                                              helper.make_tensor_value_info("k", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    g = load_onnx(model)
+    assert [n.op for n in g.nodes] == ["max_pool2d", "relu"]

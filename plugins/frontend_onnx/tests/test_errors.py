@@ -104,10 +104,11 @@ def test_symbolic_dimension_needs_shapes():
 def test_named_batch_dimension_defaults_to_one():
     from onnx import helper
 
+    relu = [helper.make_node("Relu", ["x"], ["y"])]
     for batch in ("N", "batch_size", "batch"):
-        model = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [batch, 3])], [_tensor("y", None)])
+        model = _model(relu, [_tensor("x", [batch, 3])], [_tensor("y", None)])
         assert load_onnx(model).types["x"].shape == (1, 3)
-    unnamed = _model([helper.make_node("Relu", ["x"], ["y"])], [_tensor("x", [None, 3])], [_tensor("y", None)])
+    unnamed = _model(relu, [_tensor("x", [None, 3])], [_tensor("y", None)])
     with pytest.raises(InputError, match="dimension 0"):
         load_onnx(unnamed)
 

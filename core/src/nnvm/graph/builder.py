@@ -49,7 +49,7 @@ class GraphBuilder:
 
     def param(self, name: str | None, value) -> str:
         """A constant (weight) value; ``name=None`` picks a fresh name."""
-        arr = np.ascontiguousarray(np.asarray(value))
+        arr = np.asarray(value, order="C")
         if name is None or name in self._names:
             name = self.fresh(name or "const")
         else:
@@ -110,7 +110,7 @@ class GraphBuilder:
                 all((not v) or v in self.params for v in inputs):
             values = evaluate_node(node, [self.params[v] if v else None for v in inputs])
             for o, val, ty in zip(outputs, values, out_types):
-                self.params[o] = np.ascontiguousarray(val.astype(ty.dtype, copy=False).reshape(ty.shape))
+                self.params[o] = np.asarray(val.astype(ty.dtype, copy=False).reshape(ty.shape), order="C")
                 self.types[o] = ty
             return list(outputs)
         for o, ty in zip(outputs, out_types):

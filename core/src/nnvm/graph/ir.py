@@ -238,7 +238,7 @@ def save_params(params: Mapping) -> bytes:
     """Weights as one blob: a JSON header (name, dtype, shape, offset) then the raw bytes, 64-aligned."""
     header, chunks, offset = [], [], 0
     for name, arr in params.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr, order="C")
         pad = (-offset) % 64
         chunks.append(b"\0" * pad)
         offset += pad
@@ -262,5 +262,5 @@ def load_params(blob) -> dict:
         dt = np.dtype(h["dtype"])
         count = int(np.prod(h["shape"])) if h["shape"] else 1
         arr = np.frombuffer(mv, dtype=dt, count=count, offset=base + h["offset"])
-        out[h["name"]] = arr.reshape(h["shape"])
+        out[h["name"]] = arr.reshape(tuple(h["shape"]))
     return out

@@ -188,6 +188,7 @@ def _prelu_compute(inputs, attrs, out_types):
 
 
 def ops() -> list[OpDef]:
+    """The binary broadcast operators' OpDefs, then where, bias_add and prelu."""
     out = [_make_binary(op) for op in BINARY]
     out.append(OpDef("where", _where_infer, _where_compute, OpPattern.BROADCAST, num_inputs=(3, 3),
                      evaluate=checked_evaluate(_where_infer, lambda xs, a: [np.where(*xs)]),

@@ -209,4 +209,5 @@ def _make(u: Unary) -> OpDef:
 
 
 def ops() -> list[OpDef]:
+    """The unary operators' OpDefs."""
     return [_make(u) for u in UNARY]

@@ -417,6 +417,7 @@ def _lrn_eval(xs, attrs):
 
 
 def ops() -> list[OpDef]:
+    """The neural-network operators' OpDefs (pooling lives in ``pool.py``)."""
     out = [
         OpDef("conv2d", _conv2d_infer, _conv2d_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
               attrs={"strides": Attr(tuple, (1, 1)),

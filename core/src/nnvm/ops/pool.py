@@ -19,6 +19,7 @@ from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 
 def pool_out_size(size: int, k: int, s: int, d: int, before: int, after: int, ceil_mode: bool) -> int:
+    """How many windows (size k, stride s, dilation d) fit along one padded axis, counted as ONNX does."""
     span = size + before + after - (d * (k - 1) + 1)
     if span < 0:
         return 0
@@ -178,5 +179,6 @@ def _make_global(op: str) -> OpDef:
 
 
 def ops() -> list[OpDef]:
+    """The pooling operators' OpDefs."""
     return [_make_pool("max_pool2d"), _make_pool("avg_pool2d"), _make_global("global_max_pool2d"),
             _make_global("global_avg_pool2d")]

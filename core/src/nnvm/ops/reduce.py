@@ -30,6 +30,7 @@ _NUMPY = {"sum": np.sum, "mean": np.sum, "max": np.max, "min": np.min, "prod": n
 
 
 def reduced_shape(shape: tuple, axes: tuple, keepdims: bool) -> tuple:
+    """``shape`` without ``axes`` (or with them as 1 when ``keepdims``)."""
     if keepdims:
         return tuple(1 if k in axes else d for k, d in enumerate(shape))
     return tuple(d for k, d in enumerate(shape) if k not in axes)
@@ -147,4 +148,5 @@ def _make_arg(name: str) -> OpDef:
 
 
 def ops() -> list[OpDef]:
+    """The reductions' OpDefs."""
     return [_make_reduce(n) for n in _REDUCERS] + [_make_arg(n) for n in ("argmax", "argmin")]

@@ -366,6 +366,7 @@ def _pad_eval(xs, attrs):
 
 
 def ops() -> list[OpDef]:
+    """The injective operators' OpDefs."""
     return [
         _op("reshape", _reshape_infer, _reshape_compute, lambda xs, a: [xs[0].reshape(a["newshape"])],
             {"newshape": Attr(tuple, doc="the static output shape")}, doc="same elements, new shape"),

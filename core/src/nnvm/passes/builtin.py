@@ -134,7 +134,7 @@ def fold_constants(graph: Graph, ctx=None) -> Graph:
                 ty = graph.types.get(o)
                 if ty is not None:
                     val = val.astype(ty.dtype, copy=False).reshape(ty.shape)
-                params[o] = np.ascontiguousarray(val)
+                params[o] = np.asarray(val, order="C")
             continue
         nodes.append(node)
     return graph.replace(nodes=tuple(nodes), params=params)

@@ -27,7 +27,7 @@ class Module:
 
     def __init__(self, plan: dict, params: dict, library, target, stats: dict, graph=None):
         self.plan = plan
-        self.params = {k: np.ascontiguousarray(v) for k, v in params.items()}
+        self.params = {k: np.asarray(v, order="C") for k, v in params.items()}
         self.library = library
         self.target = target
         self._stats = stats

@@ -67,7 +67,14 @@ round = _unary("round")  # noqa: A001
 trunc = _unary("trunc")
 sin = _unary("sin")
 cos = _unary("cos")
-isnan = _unary("isnan")
+
+
+def isnan(x):
+    """Elementwise NaN test (bool result)."""
+    from nnvm.tir.expr import split_lanes, with_lanes
+
+    x = convert(x)
+    return _call("isnan", x, dtype=with_lanes("bool", split_lanes(x.dtype)[1]))
 
 
 def abs(x):  # noqa: A001

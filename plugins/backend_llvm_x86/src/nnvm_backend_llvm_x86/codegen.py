@@ -50,6 +50,11 @@ from nnvm_backend_llvm_x86.vectorize import vectorize_loops
 MAX_STACK_BUFFER = 64 * 1024  # bytes; larger buffers go to the heap
 MAX_STACK_TOTAL = 256 * 1024  # per function, so worker threads' stacks stay small
 NUM_THREADS_FN = "nnvm_llvm_num_threads"
+# C and OpenMP runtime functions the generated code calls: a kernel may not take these names.
+RESERVED_NAMES = frozenset({
+    NUM_THREADS_FN, "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads",
+    "aligned_alloc", "free", "getenv", "atoi", "tanhf", "tanh", "erff", "erf",
+})
 
 
 @dataclass
@@ -88,6 +93,8 @@ class CodeGenLLVM(ExprEmitter):
         name = func.name
         if name in self.kernel_names:
             raise Error(f"two kernels are named {name!r} in one build")
+        if name in RESERVED_NAMES or name.startswith("llvm.") or name in self.module.globals:
+            raise Error(f"the kernel name {name!r} is taken by a runtime function; rename the kernel")
         self.kernel_names.append(name)
         body = vectorize_loops(func.body)
         fnty = ir.FunctionType(I32, [PTR] * len(func.params))

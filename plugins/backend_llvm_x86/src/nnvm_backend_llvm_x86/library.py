@@ -59,12 +59,13 @@ class LLVMKernelLibrary(KernelLibrary):
 
     def __init__(self, optimized_ir: str, unoptimized_ir: str, target: LLVMTarget, kernel_names,
                  uses_parallel: bool, module: llvm.ModuleRef | None = None, tm=None,
-                 compile_seconds: dict | None = None):
+                 compile_seconds: dict | None = None, cc: str | None = None):
         self.optimized_ir = optimized_ir
         self.unoptimized_ir = unoptimized_ir
         self.target = target
         self.kernel_names = list(kernel_names)
         self.uses_parallel = uses_parallel
+        self.cc = cc  # the C compiler that links exports (a cross compiler for another CPU); None: $CC or cc
         self.compile_seconds = compile_seconds if compile_seconds is not None else {}
         self._engine = None
         if module is not None:
@@ -95,7 +96,7 @@ class LLVMKernelLibrary(KernelLibrary):
 
     # -- export -----------------------------------------------------------------------------------
     def export(self, path: str, blobs: dict) -> None:
-        cc = os.environ.get("CC", "cc")
+        cc = self.cc or os.environ.get("CC", "cc")
         if shutil.which(cc) is None:
             raise Error(f"exporting {path} needs a C compiler to link the shared library, and {cc!r} was "
                         "not found; install one (e.g. apt-get install gcc) or set CC")

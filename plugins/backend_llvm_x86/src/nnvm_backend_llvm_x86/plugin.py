@@ -58,6 +58,10 @@ class LLVMBackend(Backend):
                               f"target for {resolved.triple}")
         return resolved
 
+    def c_compiler(self, target: Target) -> str | None:
+        """The C compiler that links exported libraries; None means ``$CC`` or ``cc``."""
+        return None
+
     def check_target(self, target: Target) -> None:
         self.resolve(target)
 
@@ -65,7 +69,7 @@ class LLVMBackend(Backend):
         return _same_platform(self.resolve(target).triple, host_triple())
 
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
-        state = {"funcs": list(funcs), "target": self.resolve(target), "seconds": {},
+        state = {"funcs": list(funcs), "target": self.resolve(target), "parsed": target, "seconds": {},
                  "run": self.host_can_run(target)}
         for stage, method in self.stages:
             start = time.perf_counter()
@@ -104,7 +108,7 @@ class LLVMBackend(Backend):
         state["library"] = LLVMKernelLibrary(
             state["optimized_ir"], state["ir"], state["target"], cg.kernel_names, cg.uses_parallel,
             module=state["module"] if state["run"] else None, tm=state["tm"],
-            compile_seconds=state["seconds"])
+            compile_seconds=state["seconds"], cc=self.c_compiler(state["parsed"]))
         return state
 
 

@@ -152,6 +152,11 @@ def convert_cast(ctx: Context, inputs):
     return ctx.cast(inputs[0], dtype)
 
 
+@converter("CastLike")
+def convert_cast_like(ctx: Context, inputs):
+    return ctx.cast(inputs[0], ctx.dtype(inputs[1]))
+
+
 def _legacy_cast_name(ctx: Context) -> str:
     # Cast-1 spelled the target type as a string ("FLOAT").
     from onnx import TensorProto

@@ -114,11 +114,13 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
     """
     proto, path = read_model(model)
     where = path or "the ONNX model"
+    if proto.functions:  # model-local functions (exporters write them): inline them into plain nodes
+        proto = _inline_functions(proto, where)
     graph = proto.graph
     opset = _opset(proto)
-    names = _node_names(graph)
-    _check_supported(proto, names, opset, path)
-    _check_defined(graph, names, where)
+    _check_defined(graph, _node_names(graph), where)
+    nodes = _live_nodes(graph)
+    _check_supported(nodes, opset, path)
 
     b = GraphBuilder(name=graph.name or (os.path.splitext(os.path.basename(path))[0] if path else "model"))
     env: dict[str, str] = {}  # ONNX value name -> nnvm value name
@@ -133,37 +135,64 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
         env[t.name] = b.param(t.name, array)
     _add_inputs(b, env, [vi for vi in graph.input if vi.name not in initializers], shapes, where)
 
-    consumed = {v for n in graph.node for v in n.input if v} | {o.name for o in graph.output}
+    consumed = {v for n, _ in nodes for v in n.input if v} | {o.name for o in graph.output}
     ctx = Context(b, opset, consumed)
-    for node, name in zip(graph.node, names):
-        inputs = [env[v] if v else "" for v in node.input]
-        while inputs and not inputs[-1]:
-            inputs.pop()
-        ctx.begin(node, name)
-        try:
-            results = CONVERTERS[node.op_type](ctx, inputs)
-        except ConvertError:
-            raise
-        except Error as exc:  # from the builder: "node <nnvm node> (<nnvm op>): why"; name the ONNX node
-            why = _BUILDER_PREFIX.sub("", str(exc), count=1)
-            raise ConvertError(f"node {name} ({node.op_type}): {why}") from None
-        except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
-            why = f"{type(exc).__name__}: {exc}"
-            raise ConvertError(f"node {name} ({node.op_type}): cannot convert ({why})") from exc
-        if isinstance(results, str):
-            results = [results]
-        for out, value in zip(node.output, results):
-            if out and value is not None:
-                env[out] = value
-        for out in node.output[len(results):]:
-            if out in consumed:
-                raise ConvertError(f"node {name} ({node.op_type}): output {out!r} is not supported")
+    for node, name in nodes:
+        _convert_node(ctx, node, name, env)
 
+    produced = {v for n in b.nodes for v in n.outputs}
     for out in graph.output:
         if out.name not in env:
             raise ModelLoadError(f"{where}: graph output {out.name!r} is not produced by any node")
-        b.output(env[out.name])
+        value = env[out.name]
+        if value not in produced:
+            value = _computed_copy(b, value, out.name)
+        b.output(value)
     return _name_outputs(b.build(), [o.name for o in graph.output])
+
+
+def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
+    """Convert one ONNX node, recording its outputs' nnvm values in ``env``; errors name the node."""
+    inputs = [env[v] if v else "" for v in node.input]
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    ctx.begin(node, name)
+    try:
+        results = CONVERTERS[node.op_type](ctx, inputs)
+    except ConvertError:
+        raise
+    except Error as exc:  # from the builder: "node <nnvm node> (<nnvm op>): why"; name the ONNX node
+        why = _BUILDER_PREFIX.sub("", str(exc), count=1)
+        raise ConvertError(f"node {name} ({node.op_type}): {why}") from None
+    except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
+        why = f"{type(exc).__name__}: {exc}"
+        raise ConvertError(f"node {name} ({node.op_type}): cannot convert ({why})") from exc
+    if isinstance(results, str):
+        results = [results]
+    for out, value in zip(node.output, results):
+        if out and value is not None:
+            env[out] = value
+    for out in node.output[len(results):]:
+        if out in ctx.consumed:
+            raise ConvertError(f"node {name} ({node.op_type}): output {out!r} is not supported")
+
+
+def _computed_copy(b: GraphBuilder, value: str, name: str) -> str:
+    """A graph output that is an input or a constant becomes a ``copy`` of it, computed at run time."""
+    fold, b.fold_constants = b.fold_constants, False
+    try:
+        return b.node("copy", [value], {}, name=name, outputs=[name])[0]
+    finally:
+        b.fold_constants = fold
+
+
+def _inline_functions(proto, where: str):
+    from onnx import inliner
+
+    try:
+        return inliner.inline_local_functions(proto)
+    except Exception as exc:  # onnx raises plain RuntimeErrors for malformed functions
+        raise ModelLoadError(f"{where}: its local functions cannot be inlined ({exc})") from None
 
 
 def _opset(proto) -> int:
@@ -184,10 +213,22 @@ def _node_names(graph) -> list[str]:
     return out
 
 
-def _check_supported(proto, names, opset: int, path) -> None:
+def _live_nodes(graph) -> list:
+    """``(node, name)`` for the nodes the graph outputs depend on, in order; dead nodes are dropped
+    (exporters leave some behind, such as index computations for a MaxPool's unused Indices)."""
+    needed = {o.name for o in graph.output}
+    live = []
+    for node, name in reversed(list(zip(graph.node, _node_names(graph)))):
+        if any(o in needed for o in node.output if o):
+            live.append((node, name))
+            needed.update(v for v in node.input if v)
+    return live[::-1]
+
+
+def _check_supported(nodes, opset: int, path) -> None:
     """Raise one ``UnsupportedOperatorError`` listing every operator we cannot convert, with its nodes."""
     missing: dict[str, list[str]] = {}
-    for node, name in zip(proto.graph.node, names):
+    for node, name in nodes:
         if node.domain in ONNX_DOMAINS and node.op_type in CONVERTERS:
             continue
         key = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
