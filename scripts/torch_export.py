@@ -80,6 +80,7 @@ class ResNet18(nn.Module):
 
 
 def conv_bn_relu6(cin: int, cout: int, kernel: int, stride: int = 1, groups: int = 1) -> nn.Sequential:
+    """Conv (no bias, "same" padding) + BatchNorm + ReLU6: MobileNetV2's building unit."""
     return nn.Sequential(
         nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False),
         nn.BatchNorm2d(cout), nn.ReLU6(inplace=True),

@@ -33,12 +33,13 @@ def _clean_env() -> dict:
 
 @pytest.fixture(scope="module")
 def fresh_venv(uv_bin, tmp_path_factory) -> Callable[..., Path]:
-    """``fresh_venv("core", "plugins/frontend_onnx")``: a new Python 3.11 venv with those folders of
-    the repository installed (not editable, as a user would); returns its ``bin`` folder.
+    """``fresh_venv("core", "plugins/frontend_onnx")``: a new Python 3.11 venv with those folders
+    (relative to the repository root, or absolute) installed as a user would, not editable; returns the
+    venv's ``bin`` folder. uv builds the folders afresh each time, so a wheel is never stale.
 
-    Packages come from the uv cache (``UV_CACHE_DIR``, else uv's default) without touching the network
-    when the cache has them, so this is fast and works offline once the cache is warm; otherwise uv
-    fetches what is missing from the index.
+    Dependencies come from the uv cache (``UV_CACHE_DIR``, else uv's default) without touching the
+    network when the cache has them, so this works offline once the cache is warm; otherwise uv fetches
+    what is missing from the index.
     """
     python = sys.executable if sys.version_info[:2] == (3, 11) else "3.11"
     env = _clean_env()

@@ -49,8 +49,12 @@ def _check(path: str, opt_level: int = 3):
 
 
 @pytest.mark.parametrize("name", LIGHT)
-def test_light_model_matches_onnxruntime(name):
-    _check(models.light_model_paths()[name])
+def test_light_model_matches_onnxruntime(name, tmp_path):
+    # The shipped light models fill every weight with 0.02, which makes outputs nearly constant;
+    # the same architectures with seeded random weights make the comparison meaningful.
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(models.light_model(name, seed=0), str(path))
+    _check(str(path))
 
 
 @pytest.mark.parametrize("build", ["resnet18", "mobilenet_v2"])

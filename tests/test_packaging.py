@@ -8,6 +8,7 @@ would, so a file missing from the wheel or an entry point typo shows up here.
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import tomllib
 from pathlib import Path
@@ -109,6 +110,62 @@ def test_core_with_onnx_frontend_lists_exactly_that_frontend(fresh_venv, run_in)
         assert dists == {"nnvm-frontend-onnx"}, f"{how}: plugins from {dists}"
 
 
+# -- the example plugins of docs/plugins.md ----------------------------------------------------------
+
+# Each example's registration hook -> the entry point name its test package gets.
+DOC_EXAMPLES = {"nnvm_register_ops": "softsign", "nnvm_register_frontends": "chain",
+                "nnvm_register_passes": "float32", "nnvm_register_backends": "interp"}
+
+
+def _doc_example_packages(root) -> list:
+    """One package per example plugin of docs/plugins.md, each from the documented pyproject.toml."""
+    text = (REPO_ROOT / "docs" / "plugins.md").read_text()
+    (pyproject,) = re.findall(r"```toml\n(.*?)```", text, re.S)
+    modules = {}
+    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+        hooks = [h for h in DOC_EXAMPLES if f"def {h}(" in block]
+        if hooks:
+            modules[DOC_EXAMPLES[hooks[0]]] = block
+    assert sorted(modules) == sorted(DOC_EXAMPLES.values()), f"examples found: {sorted(modules)}"
+    folders = []
+    for name, source in modules.items():
+        package = root / f"doc-{name}"
+        (package / "src" / f"nnvm_doc_{name}").mkdir(parents=True)
+        (package / "src" / f"nnvm_doc_{name}" / "__init__.py").write_text("")
+        (package / "src" / f"nnvm_doc_{name}" / "plugin.py").write_text(source)
+        (package / "pyproject.toml").write_text(
+            pyproject.replace("nnvm-ops-softsign", f"nnvm-doc-{name}")
+            .replace("nnvm_ops_softsign", f"nnvm_doc_{name}").replace("softsign = ", f"{name} = "))
+        folders.append(str(package))
+    return folders
+
+
+def test_plugin_examples_of_the_docs_compile_and_run_a_model(fresh_venv, run_in, tmp_path):
+    bin_dir = fresh_venv("core", *_doc_example_packages(tmp_path))
+    (tmp_path / "model.chain").write_text("1x16\nrelu\nsoftsign\nsigmoid\n")
+    script = textwrap.dedent(f"""
+        import json
+        import numpy as np
+        import nnvm
+        mod = nnvm.compile({str(tmp_path / "model.chain")!r}, target="interp")
+        x = np.random.default_rng(0).standard_normal((1, 16)).astype("float32")
+        (y,) = mod.run(x)
+        r = np.maximum(x, 0)
+        r = r / (1 + np.abs(r))
+        want = 1 / (1 + np.exp(-r))
+        info = nnvm.plugins()
+        print(json.dumps({{"err": float(np.abs(y - want).max()),
+                          "dists": sorted({{row["distribution"] for rows in info.values() for row in rows}}),
+                          "passes": [row["name"] for row in info["pass"]]}}))
+    """)
+    proc = run_in(bin_dir, "python", "-c", script)
+    assert proc.returncode == 0, f"the docs/plugins.md examples failed: {proc.stderr}"
+    got = json.loads(proc.stdout)
+    assert got["err"] < 1e-6, f"relu -> softsign -> sigmoid on 'interp': max abs error {got['err']:.2e}"
+    assert got["dists"] == sorted(["nnvm", *(f"nnvm-doc-{n}" for n in DOC_EXAMPLES.values())]), got["dists"]
+    assert "forbid_float64" in got["passes"], got["passes"]
+
+
 # -- the skip policy of the root conftest.py ----------------------------------------------------------
 
 POLICY_TESTS = """
@@ -129,6 +186,7 @@ POLICY_TESTS = """
     def test_xfail():
         assert False
 
+    @pytest.mark.slow
     def test_passes():
         pass
 """
@@ -144,7 +202,8 @@ def policy_pytester(pytester):
 
 def test_skips_pass_outside_ci(policy_pytester, monkeypatch):
     monkeypatch.delenv("CI", raising=False)
-    result = policy_pytester.runpytest_subprocess("-p", "no:xdist")
+    # --strict-markers: using 'gpu' and 'slow' is an error unless the conftest registers them
+    result = policy_pytester.runpytest_subprocess("-p", "no:xdist", "--strict-markers")
     result.assert_outcomes(passed=1, skipped=4, xfailed=1)
 
 
@@ -158,9 +217,3 @@ def test_skips_fail_under_ci_unless_marked_gpu(policy_pytester, monkeypatch):
     result.stdout.fnmatch_lines(["*skipped under CI=true*no compiler*"])
     result.stdout.fnmatch_lines(["*skipped under CI=true*no_such_module_nnvm*"])
     assert result.ret != 0
-
-
-def test_markers_are_registered(pytester):
-    pytester.makeconftest((REPO_ROOT / "conftest.py").read_text())
-    result = pytester.runpytest_subprocess("--markers")
-    result.stdout.fnmatch_lines(["@pytest.mark.gpu:*", "@pytest.mark.slow:*"])

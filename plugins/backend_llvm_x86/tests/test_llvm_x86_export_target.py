@@ -134,3 +134,9 @@ def test_cross_triple_builds_without_running():
     assert "x86_64-apple-darwin" in lib.source()
     with pytest.raises(nnvm.Error, match="cannot run"):
         lib.address("k")
+
+
+def test_kernel_names_that_clash_with_runtime_functions():
+    s, args = _scaled_add()
+    with pytest.raises(nnvm.Error, match="taken by a runtime function"):
+        nnvm.build(s, args, target="llvm", name="free")

@@ -54,12 +54,12 @@ def test_float_math_intrinsics(build_all, close, rng):
         "square_add": (lambda v: v * v + 3.0 * v - 1.0, lambda v: v * v + 3 * v - 1, x),
         "div": (lambda v: v / 3.0, lambda v: v / np.float32(3), x),
     }
-    items = [_elementwise(name, tf) for name, (tf, _, _) in cases.items()]
+    items = [_elementwise(name + "_vector", tf) for name, (tf, _, _) in cases.items()]
     # the same intrinsics also as plain scalar loops
     items += [_elementwise(name + "_scalar", tf, vector=False) for name, (tf, _, _) in cases.items()]
     funcs = build_all(items)
     for name, (_, nf, data) in cases.items():
-        for suffix in ("", "_scalar"):
+        for suffix in ("_vector", "_scalar"):
             out = np.zeros(N, "float32")
             funcs[name + suffix](data.astype("float32"), out)
             with np.errstate(all="ignore"):
@@ -322,7 +322,7 @@ def test_inline_exp_tanh_erf_accuracy(build_all):
         s = te.create_schedule(B.op)
         _, inner = s[B].split(B.op.axis[0], factor=16)
         s[B].vectorize(inner)
-        items.append((name, s, [A, B]))
+        items.append((f"k_{name}", s, [A, B]))
     funcs = build_all(items)
     x64 = x.astype("float64")
     with np.errstate(all="ignore"):
@@ -330,7 +330,7 @@ def test_inline_exp_tanh_erf_accuracy(build_all):
     limits = {"exp": 1.5, "tanh": 8, "erf": 10, "sigmoid": 4}
     for name, ref in refs.items():
         out = np.zeros(n, "float32")
-        funcs[name](x, out)
+        funcs[f"k_{name}"](x, out)
         with np.errstate(over="ignore"):
             want = ref.astype("float32")
         same_special = (np.isnan(out) == np.isnan(want)) & ((out == want) | ~np.isinf(want))

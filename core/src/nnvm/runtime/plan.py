@@ -77,7 +77,9 @@ def make_plan(graph: Graph, calls: list) -> dict:
         "calls": [{"kernel": c["kernel"], "group": c["group"], "args": [ref(v) for v in c["args"]]}
                   for c in calls],
         "arena_bytes": arena,
-        "naive_bytes": sum(_aligned(s) for s in sizes.values()),
+        # Without fusion or planning every node output and input would have its own memory.
+        "naive_bytes": sum(_aligned(graph.type_of(v).nbytes)
+                           for v in list(graph.inputs) + [o for n in graph.nodes for o in n.outputs]),
         "lower_bound_bytes": lower_bound,
         "placements": {v: [offsets[v], sizes[v], lifetimes[v][0], lifetimes[v][1]] for v in offsets},
     }

@@ -132,7 +132,8 @@ def compute(shape, fcompute, name: str = "compute", tag: str = "", attrs: dict |
     shape = _shape(shape)
     sig = inspect.signature(fcompute)
     varargs = any(p.kind == p.VAR_POSITIONAL for p in sig.parameters.values())
-    names = [f"i{k}" for k in range(len(shape))] if varargs else list(sig.parameters)
+    names = ([f"i{k}" for k in range(len(shape))] if varargs else
+             [p.name for p in sig.parameters.values() if p.default is p.empty])
     if len(names) != len(shape):
         raise Error(f"compute {name}: the function takes {len(names)} indices but the shape has "
                     f"{len(shape)} dimensions")

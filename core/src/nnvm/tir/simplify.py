@@ -341,7 +341,8 @@ def _fold(op: str, a, b, dtype: str):
             if E.is_float(dtype):
                 r = a / b if b != 0 else None
             else:
-                r = None if b == 0 else int(a / b)  # C semantics: truncation
+                # C semantics: truncation toward zero, in exact integer arithmetic
+                r = None if b == 0 else (abs(a) // abs(b)) * (1 if (a < 0) == (b < 0) else -1)
         elif op == "floordiv":
             r = None if b == 0 else (a // b if not E.is_float(dtype) else math.floor(a / b))
         elif op == "floormod":

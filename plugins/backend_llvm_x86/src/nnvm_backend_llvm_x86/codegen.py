@@ -50,10 +50,11 @@ from nnvm_backend_llvm_x86.vectorize import vectorize_loops
 MAX_STACK_BUFFER = 64 * 1024  # bytes; larger buffers go to the heap
 MAX_STACK_TOTAL = 256 * 1024  # per function, so worker threads' stacks stay small
 NUM_THREADS_FN = "nnvm_llvm_num_threads"
+POOL_PID_VAR = "nnvm_llvm_pool_pid"
 # C and OpenMP runtime functions the generated code calls: a kernel may not take these names.
 RESERVED_NAMES = frozenset({
-    NUM_THREADS_FN, "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads", "omp_get_max_threads",
-    "aligned_alloc", "free", "getenv", "atoi", "tanhf", "tanh", "erff", "erf",
+    NUM_THREADS_FN, POOL_PID_VAR, "getpid", "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads",
+    "omp_get_max_threads", "aligned_alloc", "free", "getenv", "atoi", "tanhf", "tanh", "erff", "erf",
 })
 
 
@@ -358,7 +359,11 @@ class CodeGenLLVM(ExprEmitter):
         one = ir.Constant(I64, 1)
         team = bld.trunc(bld.select(bld.icmp_signed("<", team, one), one, team), I32)
         gomp = self.declare("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-        bld.call(gomp, [tramp, closure, team, ir.Constant(I32, 0)])
+        with bld.if_else(bld.icmp_signed(">", team, ir.Constant(I32, 1))) as (many, alone):
+            with many:
+                bld.call(gomp, [tramp, closure, team, ir.Constant(I32, 0)])
+            with alone:  # one thread: no need for libgomp (and no libgomp at all in a forked child)
+                bld.call(tramp, [closure])
 
     def _emit_parallel_body(self, s: S.For, fn: ir.Function, buf_list, var_list, kernel: str) -> None:
         self.begin_function(kernel, fn, in_parallel=True)
@@ -382,34 +387,49 @@ class CodeGenLLVM(ExprEmitter):
         self.builder.ret_void()
 
     def num_threads_fn(self) -> ir.Function:
-        """``int32_t nnvm_llvm_num_threads()``: NNVM_NUM_THREADS (read once) or libgomp's default."""
+        """``int32_t nnvm_llvm_num_threads()``: the team size of parallel loops.
+
+        ``NNVM_NUM_THREADS`` (read once) or libgomp's default. libgomp's pool does not survive
+        ``fork``: a child process calling into it hangs. So the first call that picks more than one
+        thread records the process id in ``nnvm_llvm_pool_pid``, and any other process (a forked
+        child) gets 1, i.e. runs parallel loops on its own thread, without libgomp. The Python side
+        also writes -1 there in children forked after any parallel kernel ran (``library.py``).
+        """
         fn = self.module.globals.get(NUM_THREADS_FN)
         if fn is not None:
             return fn
         cache = ir.GlobalVariable(self.module, I32, name="nnvm_llvm_num_threads.cache")
         cache.linkage = "internal"
         cache.initializer = ir.Constant(I32, 0)
+        owner_var = ir.GlobalVariable(self.module, I32, name=POOL_PID_VAR)
+        owner_var.initializer = ir.Constant(I32, 0)
         fn = ir.Function(self.module, ir.FunctionType(I32, []), name=NUM_THREADS_FN)
         fn.attributes.add("nounwind")
         bld = ir.IRBuilder(fn.append_basic_block("entry"))
-        cached = bld.load_atomic(cache, "monotonic", 4)
-        with bld.if_then(bld.icmp_signed(">", cached, ir.Constant(I32, 0)), likely=True):
-            bld.ret(cached)
-        text = b"NNVM_NUM_THREADS\0"
-        key = ir.GlobalVariable(self.module, ir.ArrayType(I8, len(text)), name="nnvm_llvm_num_threads.env")
-        key.linkage = "private"
-        key.global_constant = True
-        key.initializer = ir.Constant(ir.ArrayType(I8, len(text)), bytearray(text))
-        env = bld.call(self.declare("getenv", PTR, [PTR]), [key])
+        getpid = self.declare("getpid", I32, [])
+        zero, one = ir.Constant(I32, 0), ir.Constant(I32, 1)
+        owner = bld.load_atomic(owner_var, "monotonic", 4)
+        with bld.if_then(bld.icmp_signed("!=", owner, zero), likely=True):
+            with bld.if_then(bld.icmp_signed("!=", owner, bld.call(getpid, [])), likely=False):
+                bld.ret(one)
         n = bld.alloca(I32)
-        bld.store(ir.Constant(I32, 0), n)
-        with bld.if_then(bld.icmp_unsigned("!=", env, ir.Constant(PTR, None))):
-            bld.store(bld.call(self.declare("atoi", I32, [PTR]), [env]), n)
+        bld.store(bld.load_atomic(cache, "monotonic", 4), n)
+        with bld.if_then(bld.icmp_signed("<=", bld.load(n), zero), likely=False):
+            text = b"NNVM_NUM_THREADS\0"
+            text_ty = ir.ArrayType(I8, len(text))
+            key = ir.GlobalVariable(self.module, text_ty, name="nnvm_llvm_num_threads.env")
+            key.linkage = "private"
+            key.global_constant = True
+            key.initializer = ir.Constant(text_ty, bytearray(text))
+            env = bld.call(self.declare("getenv", PTR, [PTR]), [key])
+            with bld.if_then(bld.icmp_unsigned("!=", env, ir.Constant(PTR, None))):
+                bld.store(bld.call(self.declare("atoi", I32, [PTR]), [env]), n)
+            with bld.if_then(bld.icmp_signed("<=", bld.load(n), zero)):
+                bld.store(bld.call(self.declare("omp_get_max_threads", I32, []), []), n)
+            bld.store_atomic(bld.load(n), cache, "monotonic", 4)
         value = bld.load(n)
-        with bld.if_then(bld.icmp_signed("<=", value, ir.Constant(I32, 0))):
-            bld.store(bld.call(self.declare("omp_get_max_threads", I32, []), []), n)
-        value = bld.load(n)
-        bld.store_atomic(value, cache, "monotonic", 4)
+        with bld.if_then(bld.and_(bld.icmp_signed(">", value, one), bld.icmp_signed("==", owner, zero))):
+            bld.store_atomic(bld.call(getpid, []), owner_var, "monotonic", 4)
         bld.ret(value)
         return fn
 

@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 
@@ -32,6 +33,8 @@ from nnvm_backend_llvm_x86.toolchain import LLVMTarget
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _runtime_lock = threading.Lock()
 _runtime_loaded: set = set()
+_parallel_libraries: weakref.WeakSet = weakref.WeakSet()  # in-process libraries with parallel loops
+_pool_unusable = False  # True in a child forked after this process started libgomp's pool
 
 
 def load_runtime_libraries(names=("gomp", "m")) -> None:
@@ -72,6 +75,10 @@ class LLVMKernelLibrary(KernelLibrary):
             load_runtime_libraries(("gomp", "m") if uses_parallel else ("m",))
             self._engine = llvm.create_mcjit_compiler(module, tm)
             self._engine.finalize_object()
+            if uses_parallel:
+                _parallel_libraries.add(self)
+                if _pool_unusable:
+                    self._set_pool_pid(-1)
 
     def address(self, name: str) -> int:
         if self._engine is None:
@@ -88,6 +95,12 @@ class LLVMKernelLibrary(KernelLibrary):
 
     def source(self) -> str:
         return self.optimized_ir
+
+    def _pool_pid(self) -> ctypes.c_int32:
+        return ctypes.c_int32.from_address(self._engine.get_global_value_address("nnvm_llvm_pool_pid"))
+
+    def _set_pool_pid(self, value: int) -> None:
+        self._pool_pid().value = value
 
     def assembly(self) -> str:
         """The machine code as assembly text (for inspection and tests)."""
@@ -162,3 +175,19 @@ def blob_assembly(blobs: dict, directory: str) -> str:
         ]
     lines.append('\t.section .note.GNU-stack,"",%progbits')
     return "\n".join(lines) + "\n"
+
+
+def _after_fork_in_child() -> None:
+    """libgomp's thread pool does not survive fork: a child calling into it would hang. When any of our
+    kernels started the pool (its pid is recorded), run parallel loops single-threaded in the child,
+    in the libraries built so far and those built later (the generated code itself covers exported
+    libraries that were called before the fork)."""
+    global _pool_unusable
+    libs = list(_parallel_libraries)
+    if _pool_unusable or any(lib._pool_pid().value != 0 for lib in libs):
+        _pool_unusable = True
+        for lib in libs:
+            lib._set_pool_pid(-1)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

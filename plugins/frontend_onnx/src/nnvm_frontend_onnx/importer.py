@@ -1,9 +1,10 @@
 """ONNX model -> nnvm ``Graph``.
 
-The steps: read the model (path, bytes or ``ModelProto``); check every node's operator is one we
-convert and report all that are not at once; turn initializers into weights and the remaining graph
-inputs into runtime inputs with static shapes; then convert the nodes in order through the converter
-table (``context.CONVERTERS``), with the builder inferring types and folding constants as it goes.
+The steps: read the model (path, bytes or ``ModelProto``) and inline its local functions; drop the
+nodes no output depends on; check every remaining node's operator is one we convert and report all
+that are not at once; turn initializers into weights and the other graph inputs into runtime inputs
+with static shapes; then convert the nodes in order through the converter table
+(``context.CONVERTERS``), with the builder inferring types and folding constants as it goes.
 
 Input shapes: ``shapes=`` gives an input its whole shape (same rank as declared; it may also change
 static dimensions, such as a batch of 1). Otherwise the declared shape is used, where a symbolic
@@ -40,7 +41,7 @@ def read_model(model):
     import onnx
 
     if is_model_proto(model):
-        return model, None
+        return _checked(model, "the ONNX model"), None
     if isinstance(model, bytes | bytearray | memoryview):
         return _parse(bytes(model), "the ONNX bytes"), None
     if not isinstance(model, str | os.PathLike):
@@ -71,6 +72,10 @@ def _parse(data: bytes, where: str):
         proto.ParseFromString(data)
     except (DecodeError, RuntimeWarning, ValueError):
         raise ModelLoadError(f"{where}: not a valid ONNX model (truncated or corrupt protobuf)") from None
+    return _checked(proto, where)
+
+
+def _checked(proto, where: str):
     if not proto.ir_version or not proto.HasField("graph") or not proto.graph.output:
         raise ModelLoadError(f"{where}: not a valid ONNX model (no graph, outputs or IR version)")
     return proto
