@@ -68,7 +68,8 @@ def test_type_errors_name_the_node():
 
 
 def test_params_blob_round_trip():
-    params = {"a": np.arange(10, dtype=np.float32), "b": np.ones((3, 4), np.int64), "c": np.zeros((), np.float64)}
+    params = {"a": np.arange(10, dtype=np.float32), "b": np.ones((3, 4), np.int64),
+              "c": np.zeros((), np.float64)}
     back = load_params(save_params(params))
     for k, v in params.items():
         assert back[k].dtype == v.dtype and np.array_equal(back[k], v)

@@ -10,8 +10,10 @@ from __future__ import annotations
 # ``nnvm.plugins()`` lists loaded plugins per kind ({"frontend": [...], "backend": [...], "pass": [...],
 # "op": [...]}); the module is callable so that the plugin manager's home and the API share one name.
 # Importing it builds nothing: the manager is built on first use.
-from nnvm import plugins  # noqa: F401
-from nnvm import te  # noqa: F401
+from nnvm import (
+    plugins,  # noqa: F401
+    te,  # noqa: F401
+)
 from nnvm.errors import (  # noqa: F401
     Error,
     InputError,
