@@ -145,3 +145,15 @@ def run_onnx(op_type: str, inputs: list, attrs: dict | None = None, num_outputs:
 @pytest.fixture(scope="session")
 def onnx_ref():
     return run_onnx
+
+
+@pytest.fixture(autouse=True)
+def core_plugins_only(monkeypatch):
+    """Core tests see only the core's built-in plugins, whatever else the environment has installed."""
+    from nnvm import plugins
+
+    monkeypatch.setenv("NNVM_DISABLE_PLUGIN_AUTOLOAD", "1")
+    plugins.reset()
+    yield
+    monkeypatch.delenv("NNVM_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    plugins.reset()

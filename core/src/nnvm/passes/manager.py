@@ -43,7 +43,8 @@ class PassContext:
         return p.name in self.enabled or p.opt_level <= self.opt_level
 
 
-# The order passes run in when they are selected; plugins' passes run after these unless listed.
+# The order passes run in when they are selected. Plugins' passes run before fusion (the last step,
+# which partitions the final graph into kernels), in the order they were registered.
 DEFAULT_PIPELINE = (
     "infer_types",
     "simplify_inference",
@@ -60,7 +61,9 @@ def run_pipeline(graph: Graph, ctx: PassContext, pipeline=None) -> Graph:
 
     table = {name: p for name, (_, p) in registered().items()}
     order = list(pipeline or DEFAULT_PIPELINE)
-    order += [n for n in table if n not in order]
+    extra = [n for n in table if n not in order]
+    at = order.index("fuse_ops") if "fuse_ops" in order else len(order)
+    order[at:at] = extra
     for name in ctx.enabled | ctx.disabled:
         if name not in table:
             raise Error(f"unknown pass {name!r}; known passes: {', '.join(sorted(table))}")
