@@ -99,6 +99,28 @@ def test_core_alone_round_trips_a_graph_through_json(core_alone, run_in):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", f"graph JSON round trip: {proc.stderr}"
 
 
+def test_core_alone_runs_an_exported_module(core_alone, run_in, tmp_path):
+    """Deployment: a module exported with the full toolchain runs where only the core is installed."""
+    import numpy as np
+    import onnxruntime as ort
+
+    import nnvm
+    from nnvm_frontend_onnx.testing import models
+
+    path = models.cached_model_path("mobilenet_v2")
+    artifact = tmp_path / "mobilenet_v2.so"
+    nnvm.compile(path, target="llvm").export(str(artifact))
+    x = np.random.default_rng(7).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    script = (f"import numpy as np, nnvm; m = nnvm.load({str(artifact)!r}); "
+              f"np.save({str(tmp_path / 'y.npy')!r}, m.run(np.load({str(tmp_path / 'x.npy')!r}))[0])")
+    proc = run_in(core_alone, "python", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"data": x})[0]
+    err = float(np.abs(np.load(tmp_path / "y.npy") - want).max() / np.abs(want).max())
+    assert err < 1e-4, f"exported mobilenet_v2 under the core alone: max relative error {err:.2e}"
+
+
 def test_core_with_onnx_frontend_lists_exactly_that_frontend(fresh_venv, run_in):
     bin_dir = fresh_venv("core", "plugins/frontend_onnx")
     want = ("nnvm-frontend-onnx", _version("plugins/frontend_onnx"))
