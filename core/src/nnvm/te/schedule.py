@@ -7,12 +7,13 @@ recovers the original indices. Nothing here changes the computed values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from nnvm.errors import ScheduleError
 from nnvm.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from nnvm.tir import expr as E
 from nnvm.tir.stmt import ForKind
+from nnvm.tir.visit import rewrite, substitute
 
 
 @dataclass(eq=False)
@@ -54,8 +55,8 @@ class Stage:
         self.attach_ivar: E.IterVar | None = None
         self.scope = "global"
         self.is_output = False
-        self.storage_align: dict = {}
-        self.double_buffer = False
+        self.storage_alignments: dict = {}  # dimension -> (factor, offset)
+        self.double_buffered = False
 
     # -- helpers ------------------------------------------------------------------------------------
     @property
@@ -225,9 +226,44 @@ class Stage:
         self.attach_ivar = iv
 
     def set_scope(self, scope: str):
-        if scope not in ("global", "shared", "local"):
-            raise ScheduleError(f"stage {self.name}: unknown storage scope {scope!r}")
+        """Where the stage's buffer lives: ``global``, ``shared`` or ``local``."""
+        _check_scope(self.name, scope)
         self.scope = scope
+
+    # -- storage ------------------------------------------------------------------------------------
+    def storage_align(self, axis, factor: int, offset: int):
+        """Pad the stride of dimension ``axis`` of this stage's buffer so ``stride % factor == offset``.
+
+        TVM's semantics: only the layout of the intermediate buffer changes (to avoid bank conflicts
+        or align rows), never the values. ``B: float32[8, 8]`` aligned at its first axis with
+        ``factor=16, offset=1`` is stored with row stride 17::
+
+            allocate B: float32[8, 8]        ->   allocate B: float32[136]
+            B[((i * 8) + j)] = ...                B[((i * 17) + j)] = ...
+        """
+        self._check_compute("storage_align")
+        iv = self._ivar(axis)
+        if iv not in self.op.axis:
+            raise ScheduleError(f"stage {self.name}: storage_align needs an original spatial axis of the "
+                                f"stage, not {iv.var.name}")
+        if not isinstance(factor, int) or factor <= 0 or not isinstance(offset, int) or offset < 0:
+            raise ScheduleError(f"stage {self.name}: storage_align of axis {iv.var.name} needs a positive "
+                                f"integer factor and a non-negative offset, got {factor!r}, {offset!r}")
+        self.storage_alignments[list(self.op.axis).index(iv)] = (factor, offset % factor)
+
+    def double_buffer(self):
+        """Mark this stage's buffer for double buffering (load the next tile while using this one).
+
+        Lowering keeps the loop program and wraps the buffer's allocation in an annotation that a
+        backend may act on::
+
+            allocate B: float32[4]      ->   attr double_buffer_scope = B
+              ...                              allocate B: float32[4]
+        """
+        self._check_compute("double_buffer")
+        if self.is_output:
+            raise ScheduleError(f"stage {self.name}: an output of the schedule cannot be double buffered")
+        self.double_buffered = True
 
 
 class Schedule:
@@ -253,6 +289,216 @@ class Schedule:
     def __contains__(self, key) -> bool:
         op = key.op if isinstance(key, Tensor) else key
         return op in self.stage_map
+
+    # -- primitives that add stages -----------------------------------------------------------------
+    def _insert_stage(self, op: ComputeOp, before: Stage) -> Stage:
+        stage = Stage(op, self)
+        self.stages.insert(self.stages.index(before), stage)
+        self.stage_map[op] = stage
+        return stage
+
+    def _fresh_stage(self, tensor: Tensor, primitive: str) -> Stage:
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"{primitive} takes a tensor, got {tensor!r}")
+        stage = self[tensor]
+        if stage.relations or stage.iter_var_attrs or stage.attach_type != "root":
+            raise ScheduleError(f"stage {stage.name}: {primitive} must come before the stage is scheduled "
+                                "(split, fuse, annotations or attachment)")
+        return stage
+
+    def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
+        """Compute ``tensor`` into a new cache stage in ``scope``; the original stage becomes a copy.
+
+        Approach (TVM's): a new ComputeOp ``<name>.<scope>`` takes the original body with fresh axis
+        and reduce IterVars; the original stage keeps its tensor and spatial axes (so ``s[C]`` and
+        ``C.op.axis`` still work, and it stays the output) but its operation becomes the copy
+        ``C[i, j] = C.local[i, j]``. The new stage is inserted just before it. Typical use: the
+        reduction accumulates in a small local tile (``compute_at`` the copy's loop)::
+
+            for i, j:                          for i, j:
+              C[i, j] = 0                        C.local[i, j] = 0
+              for k:                     ->      for k:
+                C[i, j] += A[i, k]*B[k, j]         C.local[i, j] += A[i, k]*B[k, j]
+                                               for i, j:
+                                                 C[i, j] = C.local[i, j]
+
+        Returns the cache tensor; schedule it through ``s[cache]``.
+        """
+        stage = self._fresh_stage(tensor, "cache_write")
+        _check_scope(stage.name, scope)
+        op = stage.op
+        if not isinstance(op, ComputeOp):
+            raise ScheduleError(f"stage {stage.name}: cache_write applies only to compute stages")
+        if len(op.outputs) != 1:
+            raise ScheduleError(f"stage {stage.name}: cache_write of an operation with several outputs "
+                                "is not supported")
+        vmap, axis, raxis = {}, [], []
+        for iv in op.axis:
+            new = E.IterVar(iv.dom, E.Var(iv.var.name + ".c"), iv.kind)
+            vmap[iv.var] = new.var
+            axis.append(new)
+        for iv in op.reduce_axis:
+            new = E.IterVar(iv.dom, E.Var(iv.var.name), iv.kind)
+            vmap[iv.var] = new.var
+            raxis.append(new)
+        rmap = {id(old): new for old, new in zip(op.reduce_axis, raxis)}
+        body = tuple(_remap_reduce(substitute(b, vmap), rmap) for b in op.body)
+        cache_op = ComputeOp(f"{op.name}.{scope}", tuple(axis), tuple(raxis), body, op.tag, dict(op.attrs))
+        cache_op.outputs = [Tensor(cache_op, 0, tensor.shape, tensor.dtype)]
+        cache = cache_op.outputs[0]
+        copy_op = ComputeOp(op.name, op.axis, (), (cache[tuple(iv.var for iv in op.axis)],), op.tag,
+                            dict(op.attrs), op.outputs)
+        cache_stage = self._insert_stage(cache_op, stage)
+        cache_stage.scope = scope
+        stage.op = copy_op
+        stage.all_iter_vars = list(op.axis)
+        stage.leaf_iter_vars = list(op.axis)
+        self.stage_map[copy_op] = stage
+        return cache
+
+    def rfactor(self, tensor: Tensor, axis) -> Tensor:
+        """Factor a reduction over the reduce loop ``axis`` into a new stage with ``axis`` as data.
+
+        TVM's semantics (``factor_axis=0``): the new stage ``<name>.rf`` has ``axis`` as its first
+        spatial dimension and reduces over the stage's other reduce loops; the original stage then
+        reduces ``<name>.rf`` over ``axis`` alone. The partial sums can be computed in parallel::
+
+            for i:                           for k.inner, i:
+              B[i] = 0                         B.rf[k.inner, i] = 0
+              for k.outer, k.inner:   ->       for k.outer:
+                B[i] += A[i, k]                  B.rf[k.inner, i] += A[i, k.outer*4 + k.inner]
+                                             for i:
+                                               B[i] = 0
+                                               for k.inner.v:
+                                                 B[i] += B.rf[k.inner.v, i]
+
+        ``axis`` is a reduce loop of the stage as it stands (an original reduce axis or one from a
+        split); spatial splits of the stage are kept, its reduce loops are replaced.
+        """
+        from nnvm.tir.lower import _root_values, infer_bounds, root_ranges
+
+        stage = self[tensor]
+        op = stage.op
+        if not isinstance(op, ComputeOp) or not op.reduce_axis or len(op.body) != 1:
+            raise ScheduleError(f"stage {stage.name}: rfactor needs a single-output reduction")
+        iv = stage._ivar(axis)
+        stage._leaf_index(iv)
+        if iv.kind != E.IterKind.REDUCE:
+            raise ScheduleError(f"stage {stage.name}: rfactor axis {iv.var.name} is not a reduce axis")
+        red = op.body[0]
+        ranges = infer_bounds(stage, root_ranges(stage))
+        reduce_leaves = [lv for lv in stage.leaf_iter_vars if lv.kind == E.IterKind.REDUCE]
+        new_leaf = {}
+        for lv in reduce_leaves:
+            kind = E.IterKind.DATA_PAR if lv is iv else E.IterKind.REDUCE
+            new_leaf[lv] = E.IterVar(E.Range(E.const(0), E.const(ranges[lv][1])), E.Var(lv.var.name), kind)
+        spatial = [E.IterVar(a.dom, E.Var(a.var.name), a.kind) for a in op.axis]
+        leaf_values = {lv: new_leaf[lv].var if lv in new_leaf else lv.var for lv in stage.leaf_iter_vars}
+        values, guards = _root_values(stage, ranges, leaf_values)
+        vmap = {a.var: b.var for a, b in zip(op.axis, spatial)}
+        for r in op.reduce_axis:
+            mn = ranges[r][0]
+            vmap[r.var] = values[r] + mn if mn != 0 else values[r]
+        conds = [E.convert(c) for g_iv, c in guards if g_iv.kind == E.IterKind.REDUCE]
+        if red.condition is not None:
+            conds.append(red.condition)
+        cond = None
+        for c in conds:
+            c = substitute(c, vmap)
+            cond = c if cond is None else cond & c
+        src = substitute(red.source, vmap)
+        rf_reduce = tuple(new_leaf[lv] for lv in reduce_leaves if lv is not iv)
+        if rf_reduce:
+            rf_body = E.Reduce(red.combiner, src, rf_reduce, cond, red.dtype)
+        else:
+            rf_body = src if cond is None else E.select(cond, src, red.combiner.identity(red.dtype))
+        rf_op = ComputeOp(f"{op.name}.rf", (new_leaf[iv], *spatial), rf_reduce, (rf_body,), op.tag)
+        rf_op.outputs = [Tensor(rf_op, 0, (E.const(ranges[iv][1]), *tensor.shape), red.dtype)]
+        rf = rf_op.outputs[0]
+        rv = E.IterVar(E.Range(E.const(0), E.const(ranges[iv][1])), E.Var(iv.var.name + ".v"),
+                       E.IterKind.REDUCE)
+        final = E.Reduce(red.combiner, rf[(rv.var, *[a.var for a in op.axis])], (rv,), None, red.dtype,
+                         red.init)
+        new_op = ComputeOp(op.name, op.axis, (rv,), (final,), op.tag, dict(op.attrs), op.outputs)
+        self._insert_stage(rf_op, stage)
+        stage.op = new_op
+        self.stage_map[new_op] = stage
+        keep = [rel for rel in stage.relations
+                if (rel.parent if isinstance(rel, Split) else rel.fused).kind != E.IterKind.REDUCE]
+        stage.relations = keep
+        stage.leaf_iter_vars = [lv for lv in stage.leaf_iter_vars if lv.kind != E.IterKind.REDUCE] + [rv]
+        stage.all_iter_vars = [a for a in stage.all_iter_vars if a.kind != E.IterKind.REDUCE] + [rv]
+        stage.iter_var_attrs = {k: v for k, v in stage.iter_var_attrs.items() if k.kind != E.IterKind.REDUCE}
+        return rf
+
+    def cache_read(self, tensor: Tensor, scope: str, readers) -> Tensor:
+        """Copy ``tensor`` into a new stage in ``scope`` and make ``readers`` read the copy.
+
+        TVM's semantics: a stage ``<name>.<scope>`` (``A.shared[i, j] = A[i, j]``) is inserted after
+        the producer of ``tensor``, and the given reader stages' bodies read it instead of
+        ``tensor`` (their operations are rebuilt; their tensors and axes stay). Attach it with
+        ``compute_at`` to copy only the tile a loop needs::
+
+            for i, j:                          for i, j:
+              B[i, j] = A[i, j] * 2      ->      A.local[i, j] = A[i, j]
+                                               for i, j:
+                                                 B[i, j] = A.local[i, j] * 2
+        """
+        if not isinstance(tensor, Tensor):
+            raise ScheduleError(f"cache_read takes a tensor, got {tensor!r}")
+        _check_scope(tensor.name, scope)
+        readers = readers if isinstance(readers, list | tuple) else [readers]
+        reader_stages = [r if isinstance(r, Stage) else self[r] for r in readers]
+        if not reader_stages:
+            raise ScheduleError(f"cache_read of {tensor.name} needs at least one reader stage")
+        from nnvm.tir.visit import tensors_read
+
+        for st in reader_stages:
+            if not isinstance(st.op, ComputeOp) or not any(
+                    t is tensor for b in st.op.body for t in tensors_read(b)):
+                raise ScheduleError(f"stage {st.name}: cache_read of {tensor.name} names it as a reader "
+                                    "but it does not read that tensor")
+        axis = tuple(E.IterVar(E.Range.from_extent(n), E.Var(f"ax{d}"), E.IterKind.DATA_PAR)
+                     for d, n in enumerate(tensor.shape))
+        name = f"{tensor.name}.{scope}"
+        cache_op = ComputeOp(name, axis, (), (tensor[tuple(iv.var for iv in axis)],))
+        cache_op.outputs = [Tensor(cache_op, 0, tensor.shape, tensor.dtype)]
+        cache = cache_op.outputs[0]
+
+        def swap(node):
+            if isinstance(node, E.TensorLoad) and node.tensor is tensor:
+                return E.TensorLoad(cache, node.indices, node.dtype)
+            return None
+
+        for st in reader_stages:
+            old = st.op
+            new_op = ComputeOp(old.name, old.axis, old.reduce_axis, tuple(rewrite(b, swap) for b in old.body),
+                               old.tag, dict(old.attrs), old.outputs)
+            st.op = new_op
+            self.stage_map[new_op] = st
+        first = min(self.stages.index(st) for st in reader_stages)
+        producer = self.stage_map.get(tensor.op)
+        pos = self.stages.index(producer) + 1 if producer is not None else 0
+        cache_stage = self._insert_stage(cache_op, self.stages[min(max(pos, 0), first)])
+        cache_stage.scope = scope
+        return cache
+
+
+def _check_scope(name: str, scope: str) -> None:
+    if scope not in ("global", "shared", "local"):
+        raise ScheduleError(f"stage {name}: unknown storage scope {scope!r}; expected global, shared "
+                            "or local")
+
+
+def _remap_reduce(expr, rmap: dict):
+    """Point the ``axis`` of Reduce nodes at the IterVars that replace them (by identity)."""
+
+    def fn(node):
+        if isinstance(node, E.Reduce) and any(id(iv) in rmap for iv in node.axis):
+            return replace(node, axis=tuple(rmap.get(id(iv), iv) for iv in node.axis))
+        return None
+
+    return rewrite(expr, fn)
 
 
 def _post_order(outputs: list[Operation]) -> list[Operation]:

@@ -224,7 +224,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     arg_ops = {a.op for a in args}
     realized = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.attach_type != "inline"]
     for stage in sch.stages:
-        if stage.is_output and stage.op not in arg_ops:
+        if stage.is_output and stage.origin_op not in arg_ops:
             raise ScheduleError(f"lower: the output {stage.name} is not among the arguments")
         if isinstance(stage.op, PlaceholderOp) and stage.op not in arg_ops:
             if any(stage.op in (t.op for t in _reads(bodies, st)) for st in realized):
@@ -256,13 +256,17 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
         buffers[a] = buf
         params.append(buf)
     own_buffers: dict = {}
+    strides: dict = {}  # tensor -> row-major strides, for storage_align'ed buffers
     for stage in realized:
         own_buffers[stage] = []
         for t in stage.op.outputs:
             if t in buffers:
                 continue
-            shape = tuple(E.const(stage_ranges[stage][iv][1]) for iv in stage.op.axis)
-            buffers[t] = S.Buffer(t.name, shape, t.dtype, stage.scope)
+            shape = [stage_ranges[stage][iv][1] for iv in stage.op.axis]
+            if stage.storage_alignments:
+                strides[t] = _aligned_strides(shape, stage.storage_alignments)
+                shape = [strides[t][0] * shape[0]] if shape else []
+            buffers[t] = S.Buffer(t.name, tuple(E.const(x) for x in shape), t.dtype, stage.scope)
             own_buffers[stage].append(buffers[t])
 
     built: dict = {}
@@ -280,10 +284,12 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     for stage in realized:
         if stage not in built:
             raise ScheduleError(f"stage {stage.name}: compute_at chain does not reach a root stage")
-    body = flatten_storage(body, buffers, stage_ranges)
+    body = flatten_storage(body, buffers, stage_ranges, strides)
     for stage in reversed(roots):
         for buf in reversed(own_buffers[stage]):
             body = S.Allocate(buf, body)
+    doubled = {buf for st in realized if st.double_buffered for buf in own_buffers[st]}
+    body = _mark_double_buffers(body, doubled)
     body = unroll_loops(body)
     body = simplify(body)
     return S.PrimFunc(name, tuple(params), body)
@@ -298,8 +304,34 @@ def _reads(bodies, stage):
     return out
 
 
-def flatten_storage(body, buffers: dict, stage_ranges: dict):
+def _aligned_strides(shape: list, alignments: dict) -> list:
+    """Row-major strides where dimension ``d``'s stride is padded to ``stride % factor == offset``."""
+    strides = [1] * len(shape)
+    for d in range(len(shape) - 1, -1, -1):
+        stride = 1 if d == len(shape) - 1 else strides[d + 1] * shape[d + 1]
+        if d in alignments:
+            factor, offset = alignments[d]
+            stride += (offset - stride) % factor
+        strides[d] = stride
+    return strides
+
+
+def _mark_double_buffers(body, bufs: set):
+    """Wrap the allocation of each double-buffered buffer in ``attr double_buffer_scope = buf``."""
+    if not bufs:
+        return body
+
+    def fn(node):
+        if isinstance(node, S.Allocate) and node.buffer in bufs:
+            return S.AttrStmt("double_buffer_scope", node.buffer.name, node)
+        return None
+
+    return rewrite(body, fn)
+
+
+def flatten_storage(body, buffers: dict, stage_ranges: dict, strides: dict | None = None):
     """TensorLoad / multi-index Store -> flat Load / Store, relative to each buffer's region."""
+    strides = strides or {}
     offsets: dict = {}
     for stage, ranges in stage_ranges.items():
         for t in stage.op.outputs:
@@ -311,9 +343,16 @@ def flatten_storage(body, buffers: dict, stage_ranges: dict):
             raise ScheduleError(f"lower: tensor {tensor.name} has no storage; is it among the arguments?")
         base = offsets.get(tensor)
         idx = E.const(0)
-        for k, (i, n) in enumerate(zip(indices, buf.shape)):
+        rel = []
+        for k, i in enumerate(indices):
             if base is not None and not (isinstance(base[k], int) and base[k] == 0):
                 i = i - base[k]
+            rel.append(i)
+        if tensor in strides:
+            for i, st in zip(rel, strides[tensor]):
+                idx = idx + i * st
+            return buf, idx
+        for i, n in zip(rel, buf.shape):
             idx = idx * n + i
         return buf, idx
 
