@@ -48,6 +48,7 @@ class PassContext:
 DEFAULT_PIPELINE = (
     "infer_types",
     "simplify_inference",
+    "fold_scale_axis",
     "fold_constants",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",
