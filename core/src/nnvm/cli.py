@@ -1,4 +1,4 @@
-"""The ``nnvm`` command: plugins, compile, run (see API.md).
+"""The ``nnvm`` command: plugins, compile, run, bench (see API.md).
 
 A user's mistake (bad file, unknown operator, wrong input) is printed as one sentence on stderr with
 exit status 1. Anything else is a bug in nnvm: it prints the traceback and asks for a report (exit 2).
@@ -121,6 +121,15 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from nnvm.bench import bench, format_result
+
+    result = bench(args.model, target=args.target, compare=args.compare, repeat=args.repeat,
+                   threads=args.threads, shapes=_parse_shapes(args.shape), do_profile=args.profile)
+    print(json.dumps(result, indent=2) if args.json else format_result(result))
+    return 0 if result.get("match", True) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nnvm", description="The nnvm deep learning compiler.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,6 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="write outputs to this .npz")
     p.add_argument("--shape", action="append")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("bench", help="time a model, optionally against onnxruntime")
+    p.add_argument("model")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--compare", choices=["onnxruntime"])
+    p.add_argument("--repeat", type=int, default=20, help="timed runs (median reported; default 20)")
+    p.add_argument("--threads", type=int, help="threads for nnvm (NNVM_NUM_THREADS) and onnxruntime")
+    p.add_argument("--shape", action="append")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--profile", action="store_true", help="time each fused group's kernel")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

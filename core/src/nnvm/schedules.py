@@ -24,7 +24,7 @@ def _extent(iv) -> int:
 
 def generic_schedule(outputs, target=None):
     sch = te.create_schedule([t.op for t in outputs])
-    guarded_for_reduction = _guarded_inputs_of_reductions(sch)
+    guarded_for_reduction = guarded_inputs_of_reductions(sch)
     for stage in sch.stages:
         op = stage.op
         if isinstance(op, ComputeOp) and not stage.is_output and not op.reduce_axis:
@@ -37,7 +37,7 @@ def generic_schedule(outputs, target=None):
     return sch
 
 
-def _guarded_inputs_of_reductions(sch) -> set:
+def guarded_inputs_of_reductions(sch) -> set:
     """Stages with a lazy if_then_else (padding) that a reduction reads directly."""
     from nnvm.tir.expr import Call
     from nnvm.tir.visit import walk

@@ -130,3 +130,13 @@ def _same_platform(a: str, b: str) -> bool:
 @nnvm.hookimpl
 def nnvm_register_backends(register):
     register(LLVMBackend())
+
+
+@nnvm.hookimpl
+def nnvm_schedule_group(target, group):
+    """conv2d groups for ``llvm`` get the register-blocked schedule of ``schedules.py``; else None."""
+    if getattr(target, "kind", None) != "llvm":
+        return None
+    from nnvm_backend_llvm_x86.schedules import schedule_group
+
+    return schedule_group(target, group)

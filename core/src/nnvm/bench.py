@@ -1,0 +1,197 @@
+"""``nnvm bench``: time a compiled model, optionally against onnxruntime, and profile its kernels.
+
+Both runtimes get the same seeded input and the same number of threads; their timed runs alternate
+(one of ours, one of theirs) so a noisy neighbour or a clock change hurts both alike. The latency is
+the median of ``repeat`` runs after a warm-up. onnxruntime is optional and imported only when asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+
+import numpy as np
+
+from nnvm.errors import Error
+
+TOLERANCE = 1e-4  # largest |ours - reference| relative to the largest |reference|
+WARMUP = 3
+
+
+def seeded_inputs(mod, seed: int = 0) -> dict:
+    """One standard-normal array per model input (integers: zeros), the same for a given seed."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, shape, dtype, _ in mod._inputs:
+        if dtype.kind == "f":
+            feeds[name] = rng.standard_normal(shape).astype(dtype)
+        else:
+            feeds[name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
+def _onnxruntime_session(model, threads: int | None):
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise Error("--compare onnxruntime needs the onnxruntime package (pip install onnxruntime)") from None
+    if not (isinstance(model, str | os.PathLike) and os.fspath(model).endswith(".onnx")):
+        raise Error(f"{model}: --compare onnxruntime needs an .onnx model file")
+    opts = ort.SessionOptions()
+    if threads:
+        opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    try:
+        session = ort.InferenceSession(os.fspath(model), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for a model it cannot load
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Error(f"{model}: onnxruntime cannot load it ({first})") from None
+    return session, ort.__version__
+
+
+def relative_error(got: list, want: list) -> float:
+    """max |got - want| / max |want| over all outputs; inf when shapes differ."""
+    worst = 0.0
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        if g.shape != w.shape:
+            return math.inf
+        scale = max(float(np.abs(w).max()) if w.size else 0.0, 1e-30)
+        worst = max(worst, float(np.abs(g.astype(np.float64) - w).max()) / scale if w.size else 0.0)
+    return worst
+
+
+def alternate_ms(fns: list, repeat: int, warmup: int = WARMUP) -> list[float]:
+    """Median milliseconds of each callable, timed in alternation after ``warmup`` untimed rounds."""
+    for _ in range(warmup):
+        for fn in fns:
+            fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for k, fn in enumerate(fns):
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return [1e3 * statistics.median(t) for t in times]
+
+
+def group_flops(graph, names: list) -> int:
+    """Multiply-adds x 2 of the conv2d and dense nodes among ``names`` (other ops count as 0)."""
+    if graph is None:
+        return 0
+    by_name = {n.name: n for n in graph.nodes}
+    total = 0
+    for name in names:
+        node = by_name.get(name)
+        if node is None:
+            continue
+        if node.op == "conv2d":
+            out = graph.type_of(node.outputs[0]).shape
+            weight = graph.type_of(node.inputs[1]).shape  # [O, C / groups, KH, KW]
+            total += 2 * math.prod(out) * math.prod(weight[1:])
+        elif node.op == "dense":
+            m, k = graph.type_of(node.inputs[0]).shape
+            n = graph.type_of(node.inputs[1]).shape[0]
+            total += 2 * m * n * k
+    return total
+
+
+def profile(mod, feeds: dict, repeat: int) -> list[dict]:
+    """Median time of every kernel call, slowest first, as dicts (group, kernel, ms, share, gflops).
+
+    Kernels are called directly, in plan order, on the module's own arena after the inputs are copied
+    in as ``Module.run`` does, so each one sees the same data as in a real run.
+    """
+    values = mod._bind((), feeds)
+    for (_, _, _, view), value in zip(mod._inputs, values):
+        view[...] = value
+    times: list[list[float]] = [[] for _ in mod._calls]
+    for rnd in range(repeat + 1):
+        for k, (fn, arg, _keep, kernel) in enumerate(mod._calls):
+            start = time.perf_counter()
+            rc = fn(arg)
+            elapsed = time.perf_counter() - start
+            if rc != 0:
+                raise Error(f"kernel {kernel} failed with status {rc}")
+            if rnd:  # the first round warms caches and the thread pool
+                times[k].append(elapsed)
+    rows = []
+    for k, call in enumerate(mod.plan["calls"]):
+        ms = 1e3 * statistics.median(times[k])
+        flops = group_flops(mod.graph, call["group"])
+        rows.append({"group": list(call["group"]), "kernel": call["kernel"], "ms": ms,
+                     "gflops": flops / (ms * 1e6) if flops and ms > 0 else None})
+    total = sum(r["ms"] for r in rows) or 1.0
+    for r in rows:
+        r["share"] = r["ms"] / total
+    rows.sort(key=lambda r: -r["ms"])
+    return rows
+
+
+def bench(model, target: str = "llvm", compare: str | None = None, repeat: int = 20,
+          threads: int | None = None, shapes: dict | None = None, do_profile: bool = False) -> dict:
+    """Compile ``model`` and time it (and onnxruntime when ``compare="onnxruntime"``); a result dict."""
+    import nnvm
+
+    if repeat < 1:
+        raise Error(f"--repeat must be at least 1, got {repeat}")
+    if threads is not None:
+        if threads < 1:
+            raise Error(f"--threads must be at least 1, got {threads}")
+        # Read by the generated code at its first parallel call: set before the module first runs.
+        os.environ["NNVM_NUM_THREADS"] = str(threads)
+    if compare not in (None, "onnxruntime"):
+        raise Error(f"--compare {compare!r}: only onnxruntime is supported")
+    session = None
+    if compare:
+        session, ort_version = _onnxruntime_session(model, threads)
+
+    start = time.perf_counter()
+    mod = nnvm.compile(model, target=target, shapes=shapes)
+    result: dict = {"model": os.fspath(model) if isinstance(model, str | os.PathLike) else repr(model),
+                    "target": str(mod.target), "threads": threads, "repeat": repeat,
+                    "compile_seconds": time.perf_counter() - start, "kernels": len(mod._calls)}
+    feeds = seeded_inputs(mod)
+    ours = mod.run(**feeds)
+    fns = [lambda: mod.run(**feeds)]
+    if session is not None:
+        names = [i.name for i in session.get_inputs()]
+        ort_feeds = {n: feeds[n] for n in names if n in feeds}
+        want = session.run(None, ort_feeds)
+        error = relative_error(ours, want)
+        result.update(compare="onnxruntime", compare_version=ort_version, max_rel_err=error,
+                      match=bool(error < TOLERANCE))
+        fns.append(lambda: session.run(None, ort_feeds))
+    times = alternate_ms(fns, repeat)
+    result["nnvm_ms"] = times[0]
+    if session is not None:
+        result["onnxruntime_ms"] = times[1]
+        result["ratio"] = times[0] / times[1]
+    if do_profile:
+        result["profile"] = profile(mod, feeds, repeat)
+    return result
+
+
+def format_result(r: dict) -> str:
+    """The human-readable report ``nnvm bench`` prints."""
+    threads = r["threads"] if r["threads"] else "default"
+    lines = [f"model        {r['model']}",
+             f"target       {r['target']}, {r['kernels']} kernels, compiled in {r['compile_seconds']:.2f} s",
+             f"nnvm         {r['nnvm_ms']:.3f} ms (median of {r['repeat']}, threads {threads})"]
+    if "onnxruntime_ms" in r:
+        verdict = "match" if r["match"] else "MISMATCH"
+        lines += [f"onnxruntime  {r['onnxruntime_ms']:.3f} ms (onnxruntime {r['compare_version']})",
+                  f"ratio        nnvm / onnxruntime = {r['ratio']:.2f}",
+                  f"outputs      {verdict}: max rel err {r['max_rel_err']:.2e} (limit {TOLERANCE:.0e})"]
+    if "profile" in r:
+        lines.append("profile      (per kernel call, slowest first)")
+        lines.append(f"  {'ms':>9} {'share':>6} {'GFLOP/s':>8}  group")
+        for row in r["profile"]:
+            gf = f"{row['gflops']:.1f}" if row["gflops"] else "-"
+            group = ", ".join(row["group"])
+            if len(group) > 70:
+                group = group[:67] + "..."
+            lines.append(f"  {row['ms']:9.3f} {100 * row['share']:5.1f}% {gf:>8}  {group}")
+    return "\n".join(lines)
