@@ -8,7 +8,8 @@ The steps, each a function below:
 4. attach: stages computed at a loop of another stage are nested inside it; the others follow in
    producer-before-consumer order, intermediates wrapped in ``Allocate``.
 5. ``flatten_storage``: multi-dimensional tensor reads/writes become flat buffer accesses.
-6. ``unroll_loops`` and ``simplify``.
+6. ``unroll_loops``, ``partition_loops`` (split guards out of the loops' main iterations) and
+   ``simplify``.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from nnvm.te.schedule import Fuse, Schedule, Split, Stage
 from nnvm.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.simplify import Simplifier, simplify
-from nnvm.tir.visit import rewrite, substitute
+from nnvm.tir.simplify import Linear, Simplifier, simplify
+from nnvm.tir.visit import free_vars, rewrite, substitute, walk
 
 # ---------------------------------------------------------------------------------------------------
 # 1. inlining
@@ -291,6 +292,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     doubled = {buf for st in realized if st.double_buffered for buf in own_buffers[st]}
     body = _mark_double_buffers(body, doubled)
     body = unroll_loops(body)
+    body = partition_loops(body)
     body = simplify(body)
     return S.PrimFunc(name, tuple(params), body)
 
@@ -382,6 +384,160 @@ def unroll_loops(body):
         return None
 
     return rewrite(body, fn)
+
+
+# Loops that may be cut in two: serial ones. A vectorized loop stays one vector, a thread binding one
+# launch, and a parallel loop one fork-join with its iterations balanced (its guards are still lifted
+# from the serial loops inside it whose variables they share).
+_PARTITIONABLE = (S.ForKind.SERIAL,)
+
+
+def partition_loops(body):
+    """Cut the guarded tail off loops: ``for o in range(E)`` whose body holds a guard such as
+    ``if o*4 + i < 10`` (a non-divisible split) becomes a main loop over the iterations where every
+    such guard provably holds, with the guards removed, followed by the tail loop with them kept.
+
+    Before (``i`` split by 4 over 10 elements)::
+
+        for i.outer in range(3):
+          for i.inner in range(4):
+            if (((i.outer * 4) + i.inner) < 10):
+              B[...] = ...
+
+    After::
+
+        for i.outer in range(2):
+          for i.inner in range(4):
+            B[...] = ...
+        for i.outer in range(2, 2 + 1):   # min 2, extent 1
+          for i.inner in range(4):
+            if (((i.outer * 4) + i.inner) < 10):
+              B[...] = ...
+
+    Only serial loops with constant bounds are cut, only at a point found from guards
+    linear in the loop variable (``c*o + rest < n`` with ``c > 0`` and ``rest`` bounded by the
+    ranges of the enclosing and inner loops), and only when the simplifier, given the main part's
+    range, removes at least one guard: correctness never depends on the analysis, since the main
+    body is the original one simplified under its own range. A loop whose tail would do nothing
+    (``for i in range(4): if i < 2``: trimming, not partitioning) is left alone. Both parts are
+    partitioned further, so a tiled nest with several guarded axes becomes one unguarded main
+    nest plus guarded tails.
+    """
+    out = _partition(body, {})
+    return out if out is not None else S.Seq(())
+
+
+def _partition(stmt, ranges: dict):
+    if isinstance(stmt, S.Seq):
+        return S.seq(*[_partition(s, ranges) for s in stmt.stmts])
+    if isinstance(stmt, S.IfThenElse):
+        other = _partition(stmt.else_body, ranges) if stmt.else_body is not None else None
+        return replace(stmt, then_body=_partition(stmt.then_body, ranges), else_body=other)
+    if isinstance(stmt, (S.Allocate, S.AttrStmt, S.LetStmt)):
+        return replace(stmt, body=_partition(stmt.body, ranges))
+    if not isinstance(stmt, S.For):
+        return stmt
+    if not (isinstance(stmt.min, E.Const) and isinstance(stmt.extent, E.Const)):
+        return replace(stmt, body=_partition(stmt.body, ranges))
+    lo, ext = int(stmt.min.value), int(stmt.extent.value)
+    parts = _split_loop(stmt, lo, ext, ranges) if stmt.kind in _PARTITIONABLE else None
+    if parts is None:
+        return replace(stmt, body=_partition(stmt.body, {**ranges, stmt.var: (lo, lo + ext - 1)}))
+    out = []
+    for part in parts:
+        p_lo, p_ext = int(part.min.value), int(part.extent.value)
+        out.append(replace(part, body=_partition(part.body, {**ranges, stmt.var: (p_lo, p_lo + p_ext - 1)})))
+    return S.seq(*out)
+
+
+def _split_loop(loop: S.For, lo: int, ext: int, ranges: dict):
+    """(main, tail) loops cut from ``loop``, or None when no guard on its variable can be lifted."""
+    bounds = [b for b in _guard_limits(loop.var, loop.body, ranges) if b is not None]
+    if not bounds or ext < 2:
+        return None
+    main_ext = min(bounds) - lo + 1  # iterations lo .. min(bounds) satisfy every guard
+    if not 0 < main_ext < ext:
+        return None
+    main_body = Simplifier({**ranges, loop.var: (lo, lo + main_ext - 1)}).stmt(loop.body)
+    if main_body is None or _count_guards_on(loop.var, main_body) >= _count_guards_on(loop.var, loop.body):
+        return None
+    tail_range = (lo + main_ext, lo + ext - 1)
+    if Simplifier({**ranges, loop.var: tail_range}).stmt(loop.body) is None:
+        # Nothing runs in the tail: that is trimming the loop (``for i in range(4): if i < 2``), which
+        # is left to the guard, so the program keeps saying where the domain ends.
+        return None
+    main = replace(loop, extent=E.const(main_ext), body=main_body)
+    tail = replace(loop, min=E.const(lo + main_ext), extent=E.const(ext - main_ext))
+    return main, tail
+
+
+def _guard_limits(var: E.Var, stmt, ranges: dict) -> list:
+    """For each guard below ``stmt`` with a conjunct ``c*var + rest < 0`` (``c > 0``): the largest
+    value of ``var`` for which that conjunct holds for every value ``rest`` can take."""
+    limits: list = []
+
+    def visit(s, rng):
+        if isinstance(s, S.Seq):
+            for x in s.stmts:
+                visit(x, rng)
+        elif isinstance(s, S.For):
+            if isinstance(s.min, E.Const) and isinstance(s.extent, E.Const):
+                lo = int(s.min.value)
+                rng = {**rng, s.var: (lo, lo + int(s.extent.value) - 1)}
+            visit(s.body, rng)
+        elif isinstance(s, (S.Allocate, S.AttrStmt, S.LetStmt)):
+            visit(s.body, rng)
+        elif isinstance(s, S.IfThenElse):
+            for conj in _conjuncts(s.cond):
+                if var in free_vars(conj):
+                    limits.append(_upper_limit(var, conj, rng))
+            visit(s.then_body, rng)
+            if s.else_body is not None:
+                visit(s.else_body, rng)
+
+    visit(stmt, ranges)
+    return limits
+
+
+def _conjuncts(cond) -> list:
+    if isinstance(cond, E.BinOp) and cond.op == "and":
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _upper_limit(var: E.Var, cond, ranges: dict) -> int | None:
+    """The largest ``var`` with ``cond`` true for all values of the other variables, for ``cond``
+    of the form ``a < b`` (or ``<=``, ``>``, ``>=``) linear in ``var`` with a positive coefficient."""
+    if not isinstance(cond, E.BinOp) or cond.op not in ("lt", "le", "gt", "ge"):
+        return None
+    a, b = (cond.a, cond.b) if cond.op in ("lt", "le") else (cond.b, cond.a)
+    if not (E.is_int(a.dtype) and E.is_int(b.dtype)):
+        return None
+    simp = Simplifier(ranges)
+    diff = simp.linear(E.BinOp("sub", a, b, a.dtype))  # cond: diff < 0 (lt) or diff <= 0 (le)
+    if diff is None:
+        return None
+    coef = diff.terms.get(var, 0)
+    rest = diff.plus(Linear(diff.dtype, 0, {var: coef}), -1)
+    if coef <= 0 or any(var in free_vars(t) for t in rest.terms):
+        return None
+    hi = simp.bound(rest.to_expr())[1]
+    if math.isinf(hi):
+        return None
+    strict_hi = hi + (1 if cond.op in ("lt", "gt") else 0)  # coef*var + strict_hi <= 0
+    return (-strict_hi) // coef
+
+
+def _count_guards_on(var: E.Var, stmt) -> int:
+    count = 0
+
+    def fn(node):
+        nonlocal count
+        if isinstance(node, S.IfThenElse) and var in free_vars(node.cond):
+            count += 1
+
+    walk(stmt, fn)
+    return count
 
 
 def stage_extent_product(ranges: dict, ivs) -> int:
