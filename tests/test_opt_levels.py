@@ -15,7 +15,9 @@ from nnvm_frontend_onnx.testing import models
 
 # (kernels at most, at opt level 3) for the models built by ``models``; None: no bound checked.
 BUILT = {"resnet18": 30, "mobilenet_v2": 70}
-LIGHT = ["squeezenet", "shufflenet", "resnet50"]
+# All nine light models that ship with onnx, with seeded random weights.
+LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+         "squeezenet", "vgg19", "zfnet512"]
 
 
 def _inputs(path: str, seed: int = 0) -> dict:
