@@ -32,37 +32,13 @@ import numpy as np  # noqa: E402
 
 import nnvm  # noqa: E402
 from nnvm import te  # noqa: E402
+from nnvm.te.examples import matmul, matmul_api_schedule  # noqa: E402
 
 
-def _matmul(n):
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C, k
-
-
-def api_md_schedule(n):
-    """The schedule of API.md: 32x32 tiles, k split by 4 and unrolled, j vectorized, i.outer parallel."""
-    A, B, C, k = _matmul(n)
-    s = te.create_schedule(C.op)
-    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 32, 32)
-    ko, ki = s[C].split(k, factor=4)
-    s[C].reorder(ko, xi, ki, yi)
-    s[C].unroll(ki)
-    s[C].vectorize(yi)
-    s[C].parallel(xo)
-    return s, [A, B, C]
-
-
-def blocked_schedule(n, bn=32, bi=4, kb=4):
-    """Register blocking: a ``bi x bn`` block of C accumulated in a local buffer over k (inner loop),
-    B read along rows (contiguous), j vectorized, rows of blocks in parallel."""
-    A, B, C, k = _matmul(n)
-    s = te.create_schedule(C.op)
-    CC = s.cache_write(C, "local")
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bi, bn)
-    s[CC].compute_at(s[C], jo)
+def _block_accumulator(s, C, CC, at, kb):
+    """The register tile: ``CC`` (C's cache_write) computed at C's loop ``at``, k outside the tile,
+    its rows unrolled and its columns vectorized; C's own columns vectorized."""
+    s[CC].compute_at(s[C], at)
     ci, cj = s[CC].op.axis
     (ck,) = s[CC].op.reduce_axis
     ko, ki = s[CC].split(ck, factor=kb)
@@ -70,7 +46,17 @@ def blocked_schedule(n, bn=32, bi=4, kb=4):
     s[CC].unroll(ki)
     s[CC].unroll(ci)
     s[CC].vectorize(cj)
-    s[C].vectorize(ji)
+    s[C].vectorize(s[C].leaf_iter_vars[-1])
+
+
+def blocked_schedule(n, bn=32, bi=4, kb=4):
+    """Register blocking: a ``bi x bn`` block of C accumulated in a local buffer over k (inner loop),
+    B read along rows (contiguous), j vectorized, rows of blocks in parallel."""
+    A, B, C, _ = matmul(n)
+    s = te.create_schedule(C.op)
+    CC = s.cache_write(C, "local")
+    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bi, bn)
+    _block_accumulator(s, C, CC, jo, kb)
     s[C].parallel(io)
     return s, [A, B, C]
 
@@ -91,15 +77,7 @@ def packed_schedule(n, bn=32, bi=4, kb=4):
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bi, bn)
     # Column panel outside: one panel of packedB (n * bn floats) stays in L2 across all row blocks.
     s[C].reorder(jo, io, ii, ji)
-    s[CC].compute_at(s[C], io)
-    ci, cj = s[CC].op.axis
-    (ck,) = s[CC].op.reduce_axis
-    ko, ki = s[CC].split(ck, factor=kb)
-    s[CC].reorder(ko, ki, ci, cj)
-    s[CC].unroll(ki)
-    s[CC].unroll(ci)
-    s[CC].vectorize(cj)
-    s[C].vectorize(ji)
+    _block_accumulator(s, C, CC, io, kb)
     s[C].parallel(jo)
     return s, [A, B, C]
 
@@ -131,7 +109,7 @@ def main() -> None:
     ref = a.astype(np.float64) @ b.astype(np.float64)
     flops = 2.0 * n ** 3
     print(f"matmul {n}x{n}x{n} float32, target llvm, threads {THREADS}, median of {args.repeat}")
-    for name, make in (("api.md schedule", api_md_schedule), ("register-blocked", blocked_schedule),
+    for name, make in (("api.md schedule", matmul_api_schedule), ("register-blocked", blocked_schedule),
                        ("packed B", packed_schedule)):
         s, tensors = make(n)
         f = nnvm.build(s, tensors, target="llvm")

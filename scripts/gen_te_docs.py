@@ -12,6 +12,7 @@ from pathlib import Path
 
 import nnvm
 from nnvm import te
+from nnvm.te.examples import matmul
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "tensor-expressions.md"
 
@@ -34,14 +35,6 @@ def code(text: str) -> str:
 
 def lowered(s, args) -> str:
     return code(str(nnvm.lower(s, args)))
-
-
-def matmul(n):
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C, k
 
 
 def walkthrough() -> str:

@@ -6,14 +6,11 @@ import pytest
 
 import nnvm
 from nnvm import te
+from nnvm.te.examples import matmul, matmul_api_schedule
 
 
 def _matmul(n=64):
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C, k
+    return matmul(n)
 
 
 def test_default_matmul_loop_program():
@@ -30,14 +27,7 @@ def test_default_matmul_loop_program():
 
 
 def test_api_md_schedule_structure():
-    A, B, C, k = _matmul()
-    s = te.create_schedule(C.op)
-    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 32, 32)
-    ko, ki = s[C].split(k, factor=4)
-    s[C].reorder(ko, xi, ki, yi)
-    s[C].unroll(ki)
-    s[C].vectorize(yi)
-    s[C].parallel(xo)
+    s, (A, B, C) = matmul_api_schedule(64)
     text = str(nnvm.lower(s, [A, B, C]))
     assert "for i.outer in range(2):  # parallel" in text
     assert "for j.inner in range(32):  # vectorized" in text

@@ -13,26 +13,10 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm import te
+from nnvm.te.examples import matmul_api_schedule
 
 # Fast-math flags other than ``contract``: any of them could change results beyond one rounding.
 OTHER_FLAGS = re.compile(r"\bf(?:add|sub|mul|div|neg|rem)\b[^\n]*\b(?:fast|reassoc|nnan|ninf|nsz|arcp|afn)\b")
-
-
-def _matmul_api_md(n: int):
-    """API.md's matmul schedule: 32x32 tiles, k split by 4 and unrolled, j vectorized, i.outer parallel."""
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 32, 32)
-    ko, ki = s[C].split(k, factor=4)
-    s[C].reorder(ko, xi, ki, yi)
-    s[C].unroll(ki)
-    s[C].vectorize(yi)
-    s[C].parallel(xo)
-    return s, [A, B, C]
 
 
 def _has_fma(target: str) -> bool:
@@ -44,7 +28,7 @@ def _has_fma(target: str) -> bool:
 
 def test_matmul_numbers_and_fused_multiply_add(close, rng):
     n = 128
-    s, args = _matmul_api_md(n)
+    s, args = matmul_api_schedule(n)
     f = nnvm.build(s, args, target="llvm")
     a = rng.standard_normal((n, n)).astype("float32")
     b = rng.standard_normal((n, n)).astype("float32")
@@ -67,7 +51,7 @@ def test_matmul_numbers_and_fused_multiply_add(close, rng):
 
 def test_haswell_code_has_vector_fma():
     """An explicit FMA-capable CPU gets ``vfmadd`` on ymm registers, whatever the host is."""
-    s, args = _matmul_api_md(64)
+    s, args = matmul_api_schedule(64)
     f = nnvm.build(s, args, target="llvm -mcpu=haswell")
     asm = f.library.assembly()
     assert re.search(r"vfmadd\w*ps\s+.*%ymm", asm), "no 256-bit vfmadd in the haswell matmul"
@@ -75,7 +59,7 @@ def test_haswell_code_has_vector_fma():
 
 def test_no_contraction_without_fma_unit():
     """Without an FMA unit LLVM keeps the separate multiply and add (the flag permits, never forces)."""
-    s, args = _matmul_api_md(64)
+    s, args = matmul_api_schedule(64)
     f = nnvm.build(s, args, target="llvm -mcpu=x86-64")
     asm = f.library.assembly()
     assert "vfmadd" not in asm and "mulps" in asm
@@ -113,7 +97,7 @@ def test_non_divisible_matmul_keeps_fma_and_numbers(close, rng):
     """n = 100 over 32x32 tiles and k by 4: the partitioned main nest and the guarded tails agree
     with numpy, and the main nest is fused multiply-adds."""
     n = 100
-    s, args = _matmul_api_md(n)
+    s, args = matmul_api_schedule(n)
     f = nnvm.build(s, args, target="llvm")
     a = rng.standard_normal((n, n)).astype("float32")
     b = rng.standard_normal((n, n)).astype("float32")

@@ -15,27 +15,12 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-
-
-def _matmul_schedule(n: int):
-    """The schedule of API.md: tile, split the reduction, reorder, unroll, vectorize, parallel."""
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 32, 32)
-    ko, ki = s[C].split(k, factor=4)
-    s[C].reorder(ko, xi, ki, yi)
-    s[C].unroll(ki)
-    s[C].vectorize(yi)
-    s[C].parallel(xo)
-    return s, [A, B, C]
+from nnvm.te.examples import matmul_api_schedule
 
 
 def test_matmul_api_schedule(close, rng):
     n = 256
-    s, args = _matmul_schedule(n)
+    s, args = matmul_api_schedule(n)
     f = nnvm.build(s, args, target="llvm")
     a = rng.standard_normal((n, n)).astype("float32")
     b = rng.standard_normal((n, n)).astype("float32")
