@@ -28,7 +28,7 @@ from nnvm.hookspecs import hookimpl  # noqa: F401
 __version__ = "0.1.0"
 
 
-def lower(schedule, args, name: str = "main", simple_mode: bool = True):
+def lower(schedule, args, name: str = "main"):
     """The loop program of a schedule, as a ``PrimFunc`` (``print`` it to read it)."""
     from nnvm.tir.lower import lower_schedule
 

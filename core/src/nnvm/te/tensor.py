@@ -117,11 +117,10 @@ def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Ten
 
 
 def reduce_axis(dom, name: str = "rv") -> E.IterVar:
-    """A reduction axis over ``dom`` = (min, max) or an extent."""
+    """A reduction axis over ``dom``: a ``(min, end)`` pair or an extent."""
     if isinstance(dom, tuple):
-        lo, hi = dom
-        rng = E.Range(E.convert(lo), E.convert(hi) - E.convert(lo) if not isinstance(hi, int) or not
-                      isinstance(lo, int) else E.const(hi - lo))
+        lo, hi = (E.convert(x) for x in dom)
+        rng = E.Range(lo, hi - lo)
     else:
         rng = E.Range.from_extent(dom)
     return E.IterVar(rng, E.Var(name), E.IterKind.REDUCE)

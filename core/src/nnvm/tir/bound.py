@@ -78,8 +78,9 @@ def _reads_of(expr, tensor) -> list:
     return found
 
 
-def attach_ranges(stage, sch, bodies, stage_ranges) -> dict:
-    """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``."""
+def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
+    """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``, and
+    the domain end of each axis whose region may overhang the domain (lowering guards those)."""
     from nnvm.tir.lower import _root_values
 
     consumer = stage.attach_stage
@@ -107,6 +108,7 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> dict:
         for t in stage.op.outputs:
             accesses.extend(_reads_of(body, t))
     out: dict = {}
+    limits: dict = {}
     for d, iv in enumerate(stage.op.axis):
         dom_min = int(simplify(iv.dom.min).value)
         dom_ext = int(simplify(iv.dom.extent).value)
@@ -139,8 +141,8 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> dict:
         if lo_bounds[0] < dom_min:
             lo = simp.expr(E.binop("max", lo, E.const(dom_min)))
         if lo_bounds[1] + extent > dom_min + dom_ext:
-            out[("overhang", iv)] = dom_min + dom_ext
+            limits[iv] = dom_min + dom_ext
         out[iv] = (lo, extent)
     for iv in stage.op.reduce_axis:
         out[iv] = (int(simplify(iv.dom.min).value), int(simplify(iv.dom.extent).value))
-    return out
+    return out, limits

@@ -126,16 +126,13 @@ def _leaf_loop(stage: Stage, iv: E.IterVar, ranges: dict, var: E.Var, body: S.St
     return S.For(var, E.const(0), E.const(ext), kind, body, attrs.get("thread_tag", ""), annotations)
 
 
-def _depends_on_reduce(stage: Stage, iv: E.IterVar) -> bool:
-    return iv.kind == E.IterKind.REDUCE
-
-
 def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: dict,
-                    inner_stmts: dict) -> S.Stmt:
+                    inner_stmts: dict, limits: dict | None = None) -> S.Stmt:
     """The loop nest computing one stage into its (multi-dimensional) outputs.
 
     ``inner_stmts`` maps a leaf IterVar to statements (stages computed at it) that go first inside
-    that loop.
+    that loop. ``limits`` maps a spatial axis to the end of its domain where the computed region may
+    overhang it (stages computed at another's loop); those axes get a guard.
     """
     op: ComputeOp = stage.op
     leaves = stage.leaf_iter_vars
@@ -146,16 +143,13 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
         mn = ranges[iv][0]
         vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
     spatial_idx = tuple(vmap[iv.var] for iv in op.axis)
-    # A stage computed at another's loop covers a region that may overhang its domain: guard it.
-    for iv in op.axis:
-        if stage.attach_type == "scope" and ranges.get(("overhang", iv)):
-            guards.append((iv, vmap[iv.var] < ranges[("overhang", iv)]))
+    for iv, end in (limits or {}).items():
+        guards.append((iv, vmap[iv.var] < end))
 
     spatial_guards = [c for iv, c in guards if iv.kind != E.IterKind.REDUCE]
     reduce_guards = [c for iv, c in guards if iv.kind == E.IterKind.REDUCE]
 
     def guard(stmt, conds):
-        conds = [substitute(c, {}) for c in conds]
         if not conds:
             return stmt
         cond = conds[0]
@@ -184,9 +178,9 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
     update = guard(update, conds + spatial_guards)
     init = guard(S.Store(out, spatial_idx, substitute(init_value, vmap)), spatial_guards)
 
-    first_reduce = next((k for k, iv in enumerate(leaves) if _depends_on_reduce(stage, iv)), len(leaves))
+    first_reduce = next((k for k, iv in enumerate(leaves) if iv.kind == E.IterKind.REDUCE), len(leaves))
     outer, inner = leaves[:first_reduce], leaves[first_reduce:]
-    init_leaves = [iv for iv in inner if not _depends_on_reduce(stage, iv)]
+    init_leaves = [iv for iv in inner if not iv.kind == E.IterKind.REDUCE]
     init_vars = {iv: E.Var(iv.var.name + ".init", E.INDEX_DTYPE) for iv in init_leaves}
     init = substitute(init, {leaf_vars[iv]: init_vars[iv] for iv in init_leaves})
     init_nest = _wrap_loops(stage, init_leaves, init_vars, ranges, init, {}, drop_kinds=True)
@@ -238,6 +232,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
 
     # Ranges consumers-first, so a compute_at stage sees the loops of the stage it is computed in.
     stage_ranges: dict = {}
+    stage_limits: dict = {}  # compute_at stages: axis -> domain end where the region may overhang
     for stage in reversed(sch.stages):
         if stage not in realized:
             continue
@@ -245,7 +240,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
             if stage.attach_stage not in stage_ranges:
                 raise ScheduleError(f"stage {stage.name}: compute_at target {stage.attach_stage.name} is "
                                     "not computed before it can be attached to (inlined or attached later)")
-            roots = attach_ranges(stage, sch, bodies, stage_ranges)
+            roots, stage_limits[stage] = attach_ranges(stage, sch, bodies, stage_ranges)
         else:
             roots = root_ranges(stage)
         stage_ranges[stage] = infer_bounds(stage, roots)
@@ -277,7 +272,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
             inner = {iv: [(own_buffers[k], build(k)) for k in kids]
                      for iv, kids in children.get(stage, {}).items()}
             built[stage] = make_stage_nest(stage, bodies[stage.op], list(stage.op.outputs),
-                                           stage_ranges[stage], inner)
+                                           stage_ranges[stage], inner, stage_limits.get(stage))
         return built[stage]
 
     roots = [st for st in realized if st.attach_type == "root"]
@@ -538,10 +533,3 @@ def _count_guards_on(var: E.Var, stmt) -> int:
 
     walk(stmt, fn)
     return count
-
-
-def stage_extent_product(ranges: dict, ivs) -> int:
-    return math.prod(ranges[iv][1] for iv in ivs)
-
-
-__all__ = ["lower_schedule", "Simplifier"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from nnvm.tir.expr import Expr, Reduce, TensorLoad, Var
+from nnvm.tir.expr import Expr, TensorLoad, Var
 from nnvm.tir.stmt import Stmt
 
 # Fields that hold references rather than children: never descended into.
@@ -49,8 +49,6 @@ def walk(node, fn: Callable) -> None:
     fn(node)
     for _, value in _children_fields(node):
         _walk_value(value, fn)
-    if isinstance(node, Reduce):
-        pass
 
 
 def _walk_value(value, fn):
