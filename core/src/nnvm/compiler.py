@@ -141,11 +141,22 @@ def _jsonable(v):
     return v
 
 
-def schedule_group(target, group: GroupCompute):
-    """The backend's schedule for a group, or the generic one when every plugin declines."""
+def schedule_template(target, group: GroupCompute):
+    """The backend's tunable schedule template for a group, or None."""
+    from nnvm.plugins import hook
+
+    return hook().nnvm_schedule_template(target=target, group=group)
+
+
+def schedule_group(target, group: GroupCompute, config: dict | None = None):
+    """The backend's schedule for a group: its template (with ``config``, else the template's fallback),
+    else a plain schedule hook, else the generic schedule when every plugin declines."""
     from nnvm.plugins import hook
     from nnvm.schedules import generic_schedule
 
+    template = schedule_template(target, group)
+    if template is not None:
+        return template.apply(config)
     sch = hook().nnvm_schedule_group(target=target, group=group)
     return sch if sch is not None else generic_schedule(group.outputs, target)
 

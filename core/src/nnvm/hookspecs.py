@@ -55,5 +55,16 @@ def nnvm_schedule_group(target, group):
 
 
 @hookspec(firstresult=True)
+def nnvm_schedule_template(target, group):
+    """Return an ``nnvm.autotune.ScheduleTemplate`` (a schedule with tunable knobs) for one fused group
+    on ``target``, or ``None`` if not yours.
+
+    Asked before ``nnvm_schedule_group``. The compiler builds the template with the best config a
+    tuning log holds for the group's workload, else with the template's fallback config; the tuner
+    (``nnvm.autotune``) searches the template's space.
+    """
+
+
+@hookspec(firstresult=True)
 def nnvm_alter_op_layout(target, node, in_types):
     """Return a replacement list of nodes for ``node`` in a layout the target prefers, or ``None``."""

@@ -1,0 +1,57 @@
+"""The contract between a schedule with knobs and whoever picks the knobs (compiler or tuner)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nnvm.errors import Error
+
+
+@dataclass
+class ScheduleTemplate:
+    """One way to schedule a fused group, with named knobs.
+
+    ``space`` maps each knob to its candidate values (JSON-able: ints, strings, bools, lists);
+    ``fallback`` is the config used without a tuning log (it must be in the space); ``build(config)``
+    returns the ``te.Schedule`` for one config (a dict with one value per knob); ``flops`` is the work
+    of one run, for GFLOP/s reports. ``name`` identifies the template in tuning logs
+    (``"x86.conv2d_nchw.direct"``): a log entry applies only to the template that wrote it.
+    """
+
+    name: str
+    space: dict
+    fallback: dict
+    build: Callable[[dict], object]
+    flops: float = 0.0
+    notes: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        missing = set(self.space) ^ set(self.fallback)
+        if missing:
+            raise Error(f"schedule template {self.name}: fallback and space differ in {sorted(missing)}")
+        for knob, value in self.fallback.items():
+            if value not in self.space[knob]:
+                raise Error(f"schedule template {self.name}: fallback {knob}={value!r} is not a candidate")
+
+    def size(self) -> int:
+        """Number of configs in the space."""
+        n = 1
+        for values in self.space.values():
+            n *= len(values)
+        return n
+
+    def configs(self):
+        """Every config of the space, in a fixed order (knob order, then candidate order)."""
+        knobs = list(self.space)
+        for values in itertools.product(*(self.space[k] for k in knobs)):
+            yield dict(zip(knobs, values))
+
+    def apply(self, config: dict | None = None):
+        """The schedule for ``config`` (the fallback when None); unknown or missing knobs are errors."""
+        config = dict(self.fallback if config is None else config)
+        if set(config) != set(self.space):
+            raise Error(f"schedule template {self.name}: config knobs {sorted(config)} "
+                        f"are not the template's {sorted(self.space)}")
+        return self.build(config)
