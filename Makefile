@@ -7,7 +7,7 @@
 SHELL := /bin/bash
 UV := bash scripts/uv
 # Every plugin's tests, found by folder, so a new plugin is tested without editing this file.
-TEST_PATHS := core/tests $(wildcard plugins/*/tests) tests
+TEST_PATHS := core/tests $(wildcard plugins/*/tests) conformance/tests tests
 
 .PHONY: help install test demo lint clean
 help:

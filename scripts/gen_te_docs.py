@@ -91,6 +91,15 @@ def row_sum():
     return A, B, k
 
 
+def gemm_intrin(m, n, k):
+    """A GEMM micro-kernel declared in Python (``c += a @ b`` on an m x n x k tile)."""
+    a = te.placeholder((m, k), name="a")
+    b = te.placeholder((k, n), name="b")
+    r = te.reduce_axis((0, k), name="r")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="c")
+    return te.decl_tensor_intrin(c, lambda a, b, c: c.__iadd__(a @ b), name=f"gemm_{m}x{n}x{k}")
+
+
 def primitives():
     """(title, description, call text, make() -> (schedule, args, apply))."""
 
@@ -175,6 +184,17 @@ def primitives():
         s = te.create_schedule(C.op)
         return s, [A, C], lambda: s[B].double_buffer()
 
+    def p_tensorize():
+        A = te.placeholder((8, 16), name="A")
+        B = te.placeholder((16, 32), name="B")
+        k = te.reduce_axis((0, 16), name="k")
+        C = te.compute((8, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        s = te.create_schedule(C.op)
+        xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
+        ko, ki = s[C].split(k, factor=8)
+        s[C].reorder(xo, yo, ko, xi, yi, ki)
+        return s, [A, B, C], lambda: s[C].tensorize(xi, gemm_intrin(4, 16, 8))
+
     return [
         ("split", "`s[B].split(B.op.axis[0], factor=4)`", p_split),
         ("tile", "`s[B].tile(B.op.axis[0], B.op.axis[1], 4, 4)`", p_tile),
@@ -194,6 +214,10 @@ def primitives():
         ("rfactor", "`BF = s.rfactor(B, ki)` (after `ko, ki = s[B].split(k, factor=4)`)", p_rfactor),
         ("storage_align", "`s[B].storage_align(B.op.axis[0], 16, 1)`", p_align),
         ("double_buffer", "`s[B].double_buffer()`", p_double),
+        ("tensorize", "`s[C].tensorize(xi, gemm)` (C tiled 4x16, k split by 8 and its inner loop innermost; "
+         "`gemm = te.decl_tensor_intrin(c, reference)` with `c[i, j] = te.sum(a[i, r] * b[r, j], axis=r)` "
+         "over a 4x16x8 tile; the llvm backend offers this kernel as "
+         "`te.backend_intrinsic(\"llvm\", \"gemm\", m=4, n=16, k=8)`)", p_tensorize),
     ]
 
 

@@ -30,6 +30,21 @@ class KernelLibrary:
         """Human-readable generated code (LLVM IR, OpenCL C, ...), for ``--dump-ir``."""
         return ""
 
+    def runs_in_process(self) -> bool:
+        """False when this process cannot execute the code (built for another CPU). ``Module.run`` then
+        exports the module once to a temporary file and hands it to ``run_exported``."""
+        return True
+
+    def run_exported(self, path: str, inputs: list, outputs: list) -> list:
+        """Run the exported module ``path`` in another process (an emulator, a device runtime) on
+        ``inputs`` (arrays in the plan's input order); ``outputs`` are the plan's output descriptions.
+        Returns the output arrays. Needed only when ``runs_in_process()`` is False."""
+        raise NotImplementedError
+
+    def emulation_note(self) -> str:
+        """One line ``Module.run`` prints on stderr, once, before running out of process."""
+        return "this host cannot run the module's code in process; running it in another process"
+
 
 class Backend:
     """A code generator. ``name`` is shown by ``nnvm plugins``; ``target_kinds`` are target names."""
@@ -44,6 +59,23 @@ class Backend:
         """Compile ``PrimFunc``s into one ``KernelLibrary``."""
         raise NotImplementedError
 
+    def default_tuning_logs(self, target: Target) -> list:
+        """Paths of the tuning logs this backend ships for ``target`` (TVM's TopHub): logs measured on
+        the host's CPU model, consulted by the compiler after any log the user gives. None by default."""
+        return []
+
+    def tensor_intrinsics(self, target: Target) -> dict:
+        """Tensor intrinsics this backend implements for ``target``, for ``Stage.tensorize``: a dict
+        from name to a function of keyword parameters returning a ``nnvm.te.tensorize.TensorIntrin``
+        (``te.backend_intrinsic(target, name, **params)`` calls it). None by default."""
+        return {}
+
     def host_can_run(self, target: Target) -> bool:
         """Whether kernels for ``target`` execute in this process (False: an emulator is needed)."""
         return True
+
+    def open_foreign(self, path: str) -> KernelLibrary | None:
+        """For ``nnvm.load`` of an exported file this host cannot load (another CPU's shared library): a
+        ``KernelLibrary`` with ``blob(name)`` (the bytes of ``nnvm_blob_<name>``) that runs out of
+        process, or None when the file is not this backend's. Asked of every backend in turn."""
+        return None

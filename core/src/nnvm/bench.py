@@ -131,8 +131,10 @@ def profile(mod, feeds: dict, repeat: int) -> list[dict]:
 
 
 def bench(model, target: str = "llvm", compare: str | None = None, repeat: int = 20,
-          threads: int | None = None, shapes: dict | None = None, do_profile: bool = False) -> dict:
-    """Compile ``model`` and time it (and onnxruntime when ``compare="onnxruntime"``); a result dict."""
+          threads: int | None = None, shapes: dict | None = None, do_profile: bool = False,
+          tuning_log=None) -> dict:
+    """Compile ``model`` and time it (and onnxruntime when ``compare="onnxruntime"``); a result dict.
+    ``tuning_log`` is passed to ``nnvm.compile`` (None: the shipped logs; False: fallback configs only)."""
     import nnvm
 
     if repeat < 1:
@@ -149,10 +151,11 @@ def bench(model, target: str = "llvm", compare: str | None = None, repeat: int =
         session, ort_version = _onnxruntime_session(model, threads)
 
     start = time.perf_counter()
-    mod = nnvm.compile(model, target=target, shapes=shapes)
+    mod = nnvm.compile(model, target=target, shapes=shapes, tuning_log=tuning_log)
     result: dict = {"model": os.fspath(model) if isinstance(model, str | os.PathLike) else repr(model),
                     "target": str(mod.target), "threads": threads, "repeat": repeat,
-                    "compile_seconds": time.perf_counter() - start, "kernels": len(mod._calls)}
+                    "compile_seconds": time.perf_counter() - start, "kernels": len(mod._calls),
+                    "tuned_kernels": mod.stats().get("tuned_kernels", 0)}
     feeds = seeded_inputs(mod)
     ours = mod.run(**feeds)
     fns = [lambda: mod.run(**feeds)]
@@ -178,7 +181,8 @@ def format_result(r: dict) -> str:
     """The human-readable report ``nnvm bench`` prints."""
     threads = r["threads"] if r["threads"] else "default"
     lines = [f"model        {r['model']}",
-             f"target       {r['target']}, {r['kernels']} kernels, compiled in {r['compile_seconds']:.2f} s",
+             f"target       {r['target']}, {r['kernels']} kernels ({r.get('tuned_kernels', 0)} distinct ones "
+             f"tuned), compiled in {r['compile_seconds']:.2f} s",
              f"nnvm         {r['nnvm_ms']:.3f} ms (median of {r['repeat']}, threads {threads})"]
     if "onnxruntime_ms" in r:
         verdict = "match" if r["match"] else "MISMATCH"

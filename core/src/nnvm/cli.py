@@ -1,4 +1,4 @@
-"""The ``nnvm`` command: plugins, compile, run, bench (see API.md).
+"""The ``nnvm`` command: plugins, compile, run, bench, tune (see API.md).
 
 A user's mistake (bad file, unknown operator, wrong input) is printed as one sentence on stderr with
 exit status 1. Anything else is a bug in nnvm: it prints the traceback and asks for a report (exit 2).
@@ -124,10 +124,50 @@ def cmd_run(args) -> int:
 def cmd_bench(args) -> int:
     from nnvm.bench import bench, format_result
 
+    if args.untuned and args.tuning_log:
+        raise Error("--untuned and --tuning-log contradict each other; give one of them")
     result = bench(args.model, target=args.target, compare=args.compare, repeat=args.repeat,
-                   threads=args.threads, shapes=_parse_shapes(args.shape), do_profile=args.profile)
+                   threads=args.threads, shapes=_parse_shapes(args.shape), do_profile=args.profile,
+                   tuning_log=False if args.untuned else args.tuning_log)
     print(json.dumps(result, indent=2) if args.json else format_result(result))
     return 0 if result.get("match", True) else 1
+
+
+def cmd_tune(args) -> int:
+    from nnvm.autotune import Measurer, extract_tasks, tune
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise Error(f"--threads must be at least 1, got {args.threads}")
+        os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # inherited by the measuring process
+    tasks = extract_tasks(args.model, target=args.target, shapes=_parse_shapes(args.shape))
+    if not tasks:
+        print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
+              f"on {args.target}")
+        return 0
+    total = sum(t.weight for t in tasks)
+    print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials each, "
+          f"tuner {args.tuner}; log {args.log}", flush=True)
+    with Measurer(timeout=args.timeout) as measurer:
+        summaries = tune(tasks, args.trials, args.log, tuner=args.tuner, measurer=measurer,
+                         progress=not args.quiet)
+    if args.json:
+        print(json.dumps([{"task": s.label, "template": s.template, "weight": s.weight, "trials": s.trials,
+                           "measured": s.measured, "errors": s.errors, "best_ms": 1e3 * s.best_seconds
+                           if s.best_seconds else None, "best_gflops": s.best_gflops,
+                           "fallback_ms": 1e3 * s.fallback_seconds if s.fallback_seconds else None,
+                           "best_config": s.best_config} for s in summaries], indent=2))
+    return 0
+
+
+def cmd_conformance(args) -> int:
+    try:  # the suite is its own distribution, so the core runs without it
+        from nnvm_conformance.cli import main as conformance_main
+    except ModuleNotFoundError as exc:
+        if exc.name != "nnvm_conformance":
+            raise Error(f"the conformance suite cannot import {exc.name!r}; reinstall it") from None
+        raise Error("nnvm conformance needs the conformance suite: pip install nnvm-conformance") from None
+    return conformance_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -166,7 +206,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append")
     p.add_argument("--json", action="store_true")
     p.add_argument("--profile", action="store_true", help="time each fused group's kernel")
+    p.add_argument("--tuning-log", action="append", metavar="LOG",
+                   help="apply the best configs of this tuning log (repeatable; before the shipped logs)")
+    p.add_argument("--untuned", action="store_true",
+                   help="use every template's fallback config: no tuning log, not even the shipped ones")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("tune", help="search schedule configs for a model's kernels; append them to a log")
+    p.add_argument("model")
+    p.add_argument("--target", default="llvm")
+    p.add_argument("--trials", type=int, required=True, help="configs to measure per task (at most)")
+    p.add_argument("--log", required=True, help="JSON-lines log to append to (and resume from)")
+    p.add_argument("--tuner", choices=["xgb", "random", "grid"], default="xgb",
+                   help="xgb: cost-model guided (default); random; grid")
+    p.add_argument("--timeout", type=float, default=20.0, help="seconds allowed per config (default 20)")
+    p.add_argument("--threads", type=int, help="threads of the measured kernels (NNVM_NUM_THREADS)")
+    p.add_argument("--shape", action="append")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no per-task lines")
+    p.add_argument("--json", action="store_true", help="print the per-task results as JSON at the end")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("conformance", help="check every standard operator and four models on a target")
+    p.add_argument("--target", action="append", help="target to check (repeatable)")
+    p.add_argument("--targets", help="comma-separated targets: one column each (the cross-backend matrix)")
+    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    p.add_argument("--markdown", metavar="PATH", help="write the matrix into PATH's generated section")
+    p.add_argument("--ops", help="comma-separated operators (default: the whole standard set)")
+    p.add_argument("--models", help="comma-separated models (default: all four)")
+    p.add_argument("--no-models", action="store_true", help="operators only")
+    p.add_argument("--examples", type=int, help="examples per operator (default: each operator's own)")
+    p.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if some are unsupported")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=cmd_conformance)
     return parser
 
 

@@ -161,21 +161,20 @@ def schedule_group(target, group: GroupCompute, config: dict | None = None):
     return sch if sch is not None else generic_schedule(group.outputs, target)
 
 
-def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
-                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(), **kwargs):
+def optimized_graph(model, target="llvm", shapes=None, opt_level: int = 3, dump_ir: str | None = None,
+                    disabled_passes=(), enabled_passes=(), seconds: dict | None = None, **kwargs):
+    """``(graph, target, pass context, nodes before)``: the model imported and through the graph passes,
+    up to fused groups, exactly as the compiler lowers it (the tuner extracts its tasks from this, so
+    tuned workload keys match the compiler's)."""
     from nnvm.passes.manager import PassContext, run_pipeline
-    from nnvm.runtime.module import Module
-    from nnvm.runtime.plan import make_plan
     from nnvm.target import parse_target
-    from nnvm.tir.lower import lower_schedule
 
     if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
         raise Error(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
-    seconds: dict = {}
+    seconds = {} if seconds is None else seconds
     t0 = time.perf_counter()
     tgt = parse_target(target)
-    backend = tgt.backend
-    backend.check_target(tgt)
+    tgt.backend.check_target(tgt)
     graph = import_model(model, shapes, **kwargs)
     nodes_before = len(graph.nodes)
     seconds["import"] = time.perf_counter() - t0
@@ -185,8 +184,36 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
                       enabled=frozenset(enabled_passes) | {"infer_types", "fuse_ops"}, dump_dir=dump_ir)
     graph = run_pipeline(graph, ctx)
     seconds["passes"] = time.perf_counter() - t0
+    return graph, tgt, ctx, nodes_before
+
+
+def tuning_logs_for(target, tuning_log=None):
+    """The logs the compiler consults: ``tuning_log`` (a path or a list of paths) first, then the logs
+    the backend ships for this host (``Backend.default_tuning_logs``); ``tuning_log=False``: none at all
+    (every template gets its fallback config)."""
+    from nnvm.autotune.log import TuningLogs
+
+    if tuning_log is False:
+        return TuningLogs([])
+    given = [] if tuning_log is None else [tuning_log] if isinstance(tuning_log, str | os.PathLike) \
+        else list(tuning_log)
+    return TuningLogs(given + [p for p in target.backend.default_tuning_logs(target) if p not in given])
+
+
+def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
+                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(), **kwargs):
+    from nnvm.runtime.module import Module
+    from nnvm.runtime.plan import make_plan
+    from nnvm.tir.lower import lower_schedule
+
+    seconds: dict = {}
+    graph, tgt, ctx, nodes_before = optimized_graph(model, target, shapes, opt_level, dump_ir,
+                                                    disabled_passes, enabled_passes, seconds, **kwargs)
+    backend = tgt.backend
 
     t0 = time.perf_counter()
+    logs = tuning_logs_for(tgt, tuning_log)
+    tuned = 0
     by_name = {n.name: n for n in graph.nodes}
     kernels: dict = {}  # workload key -> (kernel name, GroupCompute)
     funcs = []
@@ -197,7 +224,13 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
         group = group_compute(graph, k, members)
         if key not in kernels:
             kname = f"nnvm_k{len(kernels)}_{_c_name(group.anchor.op)}"
-            sch = schedule_group(tgt, group)
+            template = schedule_template(tgt, group)
+            if template is not None:
+                config = logs.config_for(template, key, tgt) if len(logs) else None
+                tuned += config is not None
+                sch = template.apply(config)
+            else:
+                sch = schedule_group(tgt, group)
             args = [t for _, t in group.inputs] + list(group.outputs)
             try:
                 funcs.append(lower_schedule(sch, args, kname))
@@ -229,6 +262,7 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
         "nodes_after": len(graph.nodes),
         "kernels": len(calls),
         "distinct_kernels": len(funcs),
+        "tuned_kernels": tuned,  # distinct kernels scheduled with a config from a tuning log
         "fused_groups": [list(g) for g in graph.groups],
         "weight_bytes": int(sum(np.asarray(v).nbytes for v in graph.params.values())),
         "activation_bytes_planned": plan["arena_bytes"],

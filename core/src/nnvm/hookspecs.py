@@ -67,4 +67,12 @@ def nnvm_schedule_template(target, group):
 
 @hookspec(firstresult=True)
 def nnvm_alter_op_layout(target, node, in_types):
-    """Return a replacement list of nodes for ``node`` in a layout the target prefers, or ``None``."""
+    """Return an ``nnvm.passes.alter_layout.AlteredNode`` computing ``node`` in a layout the target
+    prefers (``conv2d`` as ``conv2d_nchwc`` over ``NCHW16c``, say), or ``None`` to keep it as it is.
+
+    Called by the ``alter_op_layout`` pass (opt level 3) for every node, in execution order, with the
+    parsed ``target``, the ``nnvm.graph.ir.Node`` and ``in_types`` (the ``TensorType`` of each input
+    in its original layout; ``None`` for an absent optional input). The answer names the new operator
+    and attributes, the layout each input must arrive in and the layout each output leaves in; the
+    pass inserts the layout transforms (folded at compile time for weights).
+    """

@@ -9,8 +9,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.compiler import group_compute, import_model
+from nnvm.compiler import group_compute, import_model, schedule_template
 from nnvm.target import parse_target
+from nnvm.tir.lower import lower_schedule
 from nnvm_backend_llvm_x86.schedules import schedule_conv2d, vector_lanes
 
 # (in channels, out channels, height = width, kernel, stride, padding, groups, relu epilogue)
@@ -21,7 +22,8 @@ CASES = [
     (3, 16, 32, 7, 2, 3, 1, True),    # 7x7 stride 2 (a ResNet stem)
     (32, 64, 7, 3, 1, 1, 1, False),   # the conv itself is the group's output
     (8, 12, 17, 3, 1, 1, 1, True),    # a width the vector does not divide: declined, generic
-    (16, 16, 14, 3, 1, 1, 16, True),  # depthwise: declined, generic
+    (16, 16, 14, 3, 1, 1, 16, True),  # depthwise: the depthwise template
+    (8, 12, 9, 3, 2, 1, 2, True),     # grouped (2 groups): declined, generic
 ]
 
 
@@ -69,3 +71,30 @@ def test_schedule_takes_plain_conv_and_declines_depthwise(tmp_path):
 def test_vector_lanes_follow_target_features():
     assert vector_lanes(parse_target("llvm -mcpu=x86-64 -mattr=+avx2")) == 8
     assert vector_lanes(parse_target("llvm -mcpu=skylake-avx512")) == 16
+
+
+def test_every_config_of_the_conv_template(tmp_path, build):
+    """All knob combinations of ``x86.conv2d_nchw.direct`` on a stride-2, padded conv with batch 2."""
+    path = str(tmp_path / "conv.onnx")
+    _model(path, 4, 12, 16, 3, 2, 1, 1, True)
+    graph = import_model(path, shapes={"x": (2, 4, 16, 16)})
+    group = group_compute(graph, 0, list(graph.nodes))
+    template = schedule_template(parse_target("llvm"), group)
+    assert template is not None and template.name == "x86.conv2d_nchw.direct"
+    assert template.size() > 8, f"a space of {template.size()} configs leaves the tuner nothing to search"
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    configs = list(template.configs())
+    funcs = build([lower_schedule(template.apply(c), args, f"conv_{q}") for q, c in enumerate(configs)])
+    x = np.random.default_rng(2).standard_normal((2, 4, 16, 16)).astype(np.float32)
+    ins = [x if v == "x" else np.array(graph.params[v]) for v, _ in group.inputs]
+    w, b = (np.array(graph.params[v]) for v in ("w", "b"))
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x[:1]})[0]
+    for q, config in enumerate(configs):
+        got = np.full((2, 12, 8, 8), np.nan, np.float32)
+        funcs[f"conv_{q}"](*ins, got)
+        for n in range(2):
+            ref = want if n == 0 else ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+                None, {"x": x[1:]})[0]
+            err = float(np.abs(got[n:n + 1] - ref).max() / np.abs(ref).max())
+            assert err < 1e-5, f"conv config {config}, batch row {n}: max relative error {err:.2e}"
+    assert w.shape == (12, 4, 3, 3) and b.shape == (12,)

@@ -11,9 +11,9 @@ from nnvm.ops.registry import OpDef
 
 def all_ops() -> list[OpDef]:
     """Every standard operator, each name once."""
-    from nnvm.ops import broadcast, elemwise, nn, pool, reduce, transform
+    from nnvm.ops import broadcast, elemwise, index, layout, nn, pool, reduce, transform
 
     out: list[OpDef] = []
-    for module in (elemwise, broadcast, reduce, nn, pool, transform):
+    for module in (elemwise, broadcast, reduce, nn, pool, transform, layout, index):
         out.extend(module.ops())
     return out

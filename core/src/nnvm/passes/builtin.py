@@ -254,6 +254,7 @@ def _may_join(group_pattern: OpPattern, node_pattern: OpPattern) -> bool:
 def all_passes() -> list:
     """The core's passes. Opt levels: 0 shape inference and one kernel per node; 1 inference
     simplification and folding; 2 operator fusion; 3 everything (layout passes, when present)."""
+    from nnvm.passes.alter_layout import alter_op_layout
     from nnvm.passes.fold_scale import fold_scale_axis
 
     return [
@@ -262,6 +263,8 @@ def all_passes() -> list:
              "batch_norm to scale and shift; dropout and identity removed"),
         Pass("fold_scale_axis", fold_scale_axis, 1, ("infer_types",),
              "per-channel scale and shift after conv2d/dense folded into its weights and a bias_add"),
+        Pass("alter_op_layout", alter_op_layout, 3, ("infer_types",),
+             "operators the backend prefers in a blocked layout (NCHW[x]c) rewritten, transforms at borders"),
         Pass("fold_constants", fold_constants, 1, ("infer_types",),
              "subgraphs that depend only on weights evaluated at compile time"),
         Pass("eliminate_common_subexpressions", eliminate_common_subexpressions, 1, (),

@@ -49,6 +49,7 @@ DEFAULT_PIPELINE = (
     "infer_types",
     "simplify_inference",
     "fold_scale_axis",
+    "alter_op_layout",
     "fold_constants",
     "eliminate_common_subexpressions",
     "eliminate_dead_code",

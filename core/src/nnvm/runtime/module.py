@@ -11,9 +11,12 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import sys
+import tempfile
 
 import numpy as np
 
+from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
 from nnvm.runtime.kernel import kernel_from_address
@@ -39,7 +42,11 @@ class Module:
             self._inputs.append((d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), self._view(d)))
         self._outputs = [(d["name"], self._view(d)) for d in plan["outputs"]]
         self._calls = []
-        for call in plan["calls"]:
+        self._exported = None  # an exported copy, for a library whose code runs out of process
+        self._noted = False
+        if not getattr(library, "runs_in_process", lambda: True)():
+            self._calls = None
+        for call in plan["calls"] if self._calls is not None else []:
             fn = kernel_from_address(library.address(call["kernel"]))
             ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
             for k, ref in enumerate(call["args"]):
@@ -61,6 +68,8 @@ class Module:
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         values = self._bind(args, kwargs)
+        if self._calls is None:
+            return self._run_out_of_process(values)
         for (_, _, _, view), value in zip(self._inputs, values):
             view[...] = value
         for fn, arg, _keep, kernel in self._calls:
@@ -70,6 +79,19 @@ class Module:
         return [np.array(view, copy=True) for _, view in self._outputs]
 
     __call__ = run
+
+    def _run_out_of_process(self, values: list) -> list[np.ndarray]:
+        """Code for another CPU (an Arm module on x86): export once, let the library run the file (under
+        an emulator), and say so once on stderr."""
+        if self._exported is None:
+            self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-module-")
+            path = os.path.join(self._tmpdir.name, "module.so")
+            self.export(path)
+            self._exported = path
+        if not self._noted:
+            print(f"nnvm: {self.library.emulation_note()}", file=sys.stderr)
+            self._noted = True
+        return self.library.run_exported(self._exported, values, self.plan["outputs"])
 
     def _bind(self, args, kwargs) -> list:
         names = self.input_names
@@ -120,7 +142,7 @@ def _aligned_bytes(n: int, align: int = 64) -> np.ndarray:
     return raw[start:start + n]
 
 
-class SharedLibrary:
+class SharedLibrary(KernelLibrary):
     """Kernels in a shared library on disk, found by symbol name."""
 
     def __init__(self, path: str):
@@ -157,7 +179,12 @@ def load_module(path) -> Module:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
-    lib = SharedLibrary(path)
+    try:
+        lib = SharedLibrary(path)
+    except ModelLoadError:
+        lib = _foreign_library(path)
+        if lib is None:
+            raise
     try:
         meta = json.loads(bytes(lib.blob("graph")).decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -168,4 +195,22 @@ def load_module(path) -> Module:
     params = load_params(lib.blob("params"))
     mod = Module(meta["plan"], params, lib, meta["target"], meta["stats"])
     mod._keep = lib
+    if mod._calls is None:
+        mod._exported = path
     return mod
+
+
+def _foreign_library(path: str):
+    """A library for a file ``dlopen`` refused (built for another CPU), from the first installed backend
+    that recognises it (``Backend.open_foreign``); None when none does."""
+    from nnvm.plugins import backends
+
+    seen = set()
+    for _, backend in backends().values():
+        if id(backend) in seen:
+            continue
+        seen.add(id(backend))
+        lib = backend.open_foreign(path) if hasattr(backend, "open_foreign") else None
+        if lib is not None:
+            return lib
+    return None

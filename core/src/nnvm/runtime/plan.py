@@ -1,18 +1,29 @@
 """Memory planning and the execution plan: what the runtime needs to run a compiled graph.
 
-Every activation (graph inputs and kernel outputs) lives in one arena. A value is live from the call
-that writes it to the last call that reads it (graph outputs to the end). Values are placed largest
-first at the lowest offset that does not overlap any already placed value whose lifetime overlaps, a
-greedy that lands close to the lower bound (the most bytes ever live at once). A kernel's inputs and
-outputs are live at the same call, so they never share memory, which keeps ``noalias`` code correct.
+Every activation (graph inputs and kernel outputs) lives in one arena. Lifetimes count in half
+steps: call ``k`` occupies ``2k`` (its inputs are read) and ``2k + 1`` (its outputs are written), so a
+value is live from ``2k`` of the call that writes it to ``2k + 1`` of the last call that reads it
+(graph outputs to the end), and a kernel's inputs and outputs normally never share memory.
+
+In place: when a kernel's only output is computed from an input element by element (every node of
+the group on the way from that input to the output is elementwise or broadcast and keeps its shape),
+and that input dies at this call, the output takes the input's storage: the input's life ends at
+``2k`` and the output's starts at ``2k + 1``. Each element is read before the same element is
+written and no other element is read after, so sharing is safe; the two are planned as one block,
+never at two offsets that partially overlap.
+
+Blocks are placed largest first at the lowest offset that does not overlap any already placed block
+whose lifetime overlaps, a greedy that lands close to the lower bound (the most bytes ever live at
+once).
 """
 
 from __future__ import annotations
 
 from nnvm.graph.ir import Graph
+from nnvm.ops.registry import OpPattern, get_op
 
 ALIGN = 64
-PLAN_VERSION = 1
+PLAN_VERSION = 1  # the runtime reads offsets only; lifetimes in half steps do not change it
 
 
 def _aligned(n: int) -> int:
@@ -38,26 +49,75 @@ def plan_memory(sizes: dict, lifetimes: dict) -> tuple[dict, int]:
     return offsets, arena
 
 
-def make_plan(graph: Graph, calls: list) -> dict:
+def inplace_input(graph: Graph, call: dict, producers: dict) -> str | None:
+    """The input whose storage the call's single output may take (see the module docstring), or None."""
+    members = set(call["group"])
+    outs = [v for v in call["args"] if v in producers and producers[v].name in members]
+    if len(outs) != 1:
+        return None
+    out = outs[0]
+    out_ty = graph.type_of(out)
+    nodes = [n for n in graph.nodes if n.name in members]
+    for v in call["args"]:
+        if v == out or v in graph.params or v in graph.inputs or v in graph.outputs:
+            continue
+        ty = graph.type_of(v)
+        if ty.nbytes != out_ty.nbytes or ty.shape != out_ty.shape:
+            continue
+        reach = {v}
+        ok = True
+        for node in nodes:  # execution order: a reader comes after what it reads
+            if not any(i in reach for i in node.inputs):
+                continue
+            if get_op(node.op, node.name).pattern > OpPattern.BROADCAST or any(
+                    graph.type_of(o).shape != ty.shape for o in node.outputs):
+                ok = False
+                break
+            reach.update(node.outputs)
+        if ok and out in reach:
+            return v
+    return None
+
+
+def make_plan(graph: Graph, calls: list, inplace: bool = True) -> dict:
     """The JSON-able plan: inputs, outputs, kernel calls with argument locations, arena size."""
     steps = len(calls)
     lifetimes: dict = {}
     for v in graph.inputs:
-        lifetimes[v] = [0, 0]
+        lifetimes[v] = [0, 1]
+    producers = graph.producers()
     for k, call in enumerate(calls):
         for v in call["args"]:
             if v in graph.params:
                 continue
             if v not in lifetimes:
-                lifetimes[v] = [k, k]
-            lifetimes[v][1] = max(lifetimes[v][1], k)
+                lifetimes[v] = [2 * k, 2 * k + 1]
+            lifetimes[v][1] = max(lifetimes[v][1], 2 * k + 1)
     for v in graph.outputs:
         if v in lifetimes:
-            lifetimes[v][1] = steps
+            lifetimes[v][1] = 2 * steps + 1
+    # In-place pairs: the input's life ends as the output's begins; both join one storage block.
+    block_of = {v: v for v in lifetimes}
+    for k, call in enumerate(calls if inplace else ()):
+        v = inplace_input(graph, call, producers)
+        if v is None or lifetimes[v][1] != 2 * k + 1:
+            continue  # read again later: its storage is not free
+        out = next(o for o in call["args"] if o in producers and producers[o].name in set(call["group"]))
+        lifetimes[v][1] = 2 * k
+        lifetimes[out][0] = 2 * k + 1
+        block_of[out] = block_of[v]
     sizes = {v: graph.type_of(v).nbytes for v in lifetimes}
-    offsets, arena = plan_memory(sizes, {v: tuple(t) for v, t in lifetimes.items()})
+    block_size: dict = {}
+    block_life: dict = {}
+    for v, b in block_of.items():
+        block_size[b] = max(block_size.get(b, 0), sizes[v])
+        f, last = lifetimes[v]
+        bf, bl = block_life.get(b, (f, last))
+        block_life[b] = (min(bf, f), max(bl, last))
+    block_offsets, arena = plan_memory(block_size, block_life)
+    offsets = {v: block_offsets[b] for v, b in block_of.items()}
     lower_bound = 0
-    for step in range(steps + 1):
+    for step in range(2 * steps + 2):
         live = sum(_aligned(sizes[v]) for v, (f, l) in lifetimes.items() if f <= step <= l)
         lower_bound = max(lower_bound, live)
 

@@ -23,6 +23,7 @@ from nnvm.te.tensor import (  # noqa: F401
     reduce_axis,
     sum,
 )
+from nnvm.te.tensorize import TensorIntrin, backend_intrinsic, decl_tensor_intrin  # noqa: F401
 from nnvm.tir.expr import Expr, IterVar, Range, Var, cast, const, convert, max_value, min_value  # noqa: F401
 from nnvm.tir.expr import call as _call
 from nnvm.tir.expr import select as _select

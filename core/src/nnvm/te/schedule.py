@@ -57,6 +57,7 @@ class Stage:
         self.is_output = False
         self.storage_alignments: dict = {}  # dimension -> (factor, offset)
         self.double_buffered = False
+        self.tensorized: tuple | None = None  # (leaf IterVar, nnvm.te.tensorize.TensorIntrin)
 
     # -- helpers ------------------------------------------------------------------------------------
     @property
@@ -221,9 +222,35 @@ class Stage:
             raise ScheduleError(f"stage {self.name}: compute_at takes a stage, e.g. s[C]")
         iv = parent._ivar(ivar)
         parent._leaf_index(iv)
+        if parent is self:
+            raise ScheduleError(f"stage {self.name}: compute_at its own loop {iv.var.name}; a stage can only "
+                                "be computed inside a loop of a stage that reads it")
         self.attach_type = "scope"
         self.attach_stage = parent
         self.attach_ivar = iv
+
+    def tensorize(self, axis, intrin):
+        """Replace the loops from ``axis`` inward by a call of the tensor intrinsic ``intrin``.
+
+        ``intrin`` comes from ``te.decl_tensor_intrin`` or a backend (``te.backend_intrinsic``);
+        lowering checks that the loops and the body match it (``nnvm.te.tensorize``). Matmul tiled
+        4x16, reduction split by 8, tensorized at the 4-row tile with a 4x16x8 GEMM kernel::
+
+            for k.outer in range(4):                    for k.outer in range(4):
+              for i.inner in range(4):                    gemm_4x16x8(&A[...], &B[...], &C[...])
+                for j.inner in range(16):         ->
+                  for k.inner in range(8):
+                    C[...] = C[...] + A[...]*B[...]
+        """
+        from nnvm.te.tensorize import TensorIntrin
+
+        self._check_compute("tensorize")
+        iv = self._ivar(axis)
+        self._leaf_index(iv)
+        if not isinstance(intrin, TensorIntrin):
+            raise ScheduleError(f"stage {self.name}: tensorize of axis {iv.var.name} needs a tensor "
+                                f"intrinsic (te.decl_tensor_intrin), got {intrin!r}")
+        self.tensorized = (iv, intrin)
 
     def set_scope(self, scope: str):
         """Where the stage's buffer lives: ``global``, ``shared`` or ``local``."""

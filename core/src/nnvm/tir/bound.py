@@ -78,6 +78,18 @@ def _reads_of(expr, tensor) -> list:
     return found
 
 
+def _thread_loops(stage, stage_ranges) -> dict:
+    """``threadIdx`` loops of ``stage`` and of the stages it is computed in, with their ranges: a shared
+    buffer is filled by all threads of a block together, so its region covers every thread's needs."""
+    out: dict = {}
+    while stage is not None:
+        for iv in stage.leaf_iter_vars:
+            if stage.iter_var_attrs.get(iv, {}).get("thread_tag", "").startswith("threadIdx"):
+                out[iv.var] = (0, stage_ranges[stage][iv][1] - 1)
+        stage = stage.attach_stage if stage.attach_type == "scope" else None
+    return out
+
+
 def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``, and
     the domain end of each axis whose region may overhang the domain (lowering guards those)."""
@@ -99,6 +111,8 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
         mn = c_ranges[iv][0]
         vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
     relax = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[pos + 1:]}
+    if stage.scope == "shared":
+        relax.update(_thread_loops(consumer, stage_ranges))
     # Outer loop variables, for bounding extents that depend on them.
     outer_ranges = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[:pos + 1]}
     simp = Simplifier(outer_ranges)

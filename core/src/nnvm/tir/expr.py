@@ -279,6 +279,23 @@ class Load(Expr):
     dtype: str
 
 
+@dataclass(frozen=True, eq=False, repr=False)
+class TensorIntrinCall(Expr):
+    """A call of a backend's tensor intrinsic (``te.tensorize``) on regions of buffers.
+
+    ``regions[k]`` is a ``Load`` of the first element of the intrinsic's k-th buffer (inputs, then the
+    output): its *address* is passed, not its value. Keeping it a ``Load`` means every pass that looks
+    for the buffers a statement uses (parallel outlining, substitution, simplification) sees them.
+    ``strides[k]`` holds the element stride of each dimension of that buffer. ``intrin`` is the
+    ``nnvm.te.tensorize.TensorIntrin`` (never rewritten). Used as ``Evaluate(TensorIntrinCall(...))``.
+    """
+
+    intrin: Any
+    regions: tuple
+    strides: tuple
+    dtype: str = "int32"
+
+
 @dataclass(frozen=True, eq=False)
 class Range:
     """The half-open interval [min, min + extent)."""

@@ -350,6 +350,38 @@ class _ExprCompiler:
 
         return load
 
+    def _TensorIntrinCall(self, e: E.TensorIntrinCall):
+        """Run the intrinsic's numpy reference on strided views of the regions, after checking that
+        every element of every region lies inside its buffer."""
+        intrin = e.intrin
+        regions = []
+        for load, strides, tensor in zip(e.regions, e.strides, intrin.buffers):
+            steps = [int(s.value) if isinstance(s, E.Const) else None for s in strides]
+            if None in steps:
+                raise Error(f"tensor intrinsic {intrin.name}: strides of {load.buffer.name} are not "
+                            "constants")
+            regions.append((load.buffer, self.expr(load.index), steps, intrin.shape(tensor)))
+
+        def call(env):
+            views = []
+            for buf, index, steps, shape in regions:
+                arr = env.get(buf)
+                if arr is None:
+                    raise Error(f"{intrin.name}: buffer {buf.name} used outside its allocation"
+                                f"{_where_vars(env)}")
+                base = int(index(env))
+                lo = base + sum(min(0, (n - 1) * s) for n, s in zip(shape, steps))
+                hi = base + sum(max(0, (n - 1) * s) for n, s in zip(shape, steps))
+                if lo < 0 or hi >= arr.shape[0]:
+                    raise Error(f"out-of-bounds tensor intrinsic {intrin.name}: region of buffer {buf.name} "
+                                f"(size {arr.shape[0]}) spans indices {lo}..{hi}{_where_vars(env)}")
+                views.append(np.lib.stride_tricks.as_strided(
+                    arr[base:], shape, [s * arr.itemsize for s in steps], writeable=True))
+            intrin.reference(*views)
+            return np.int32(0)
+
+        return call
+
     def _TensorLoad(self, e):
         raise Error(f"tensor read {e!r} was not lowered to a buffer load; run lowering first")
 

@@ -145,6 +145,10 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
     spatial_idx = tuple(vmap[iv.var] for iv in op.axis)
     for iv, end in (limits or {}).items():
         guards.append((iv, vmap[iv.var] < end))
+    if stage.tensorized is not None:
+        from nnvm.te.tensorize import tensorized_nest
+
+        return tensorized_nest(stage, body_exprs, out_tensors, ranges, inner_stmts, vmap, guards)
 
     spatial_guards = [c for iv, c in guards if iv.kind != E.IterKind.REDUCE]
     reduce_guards = [c for iv, c in guards if iv.kind == E.IterKind.REDUCE]
@@ -237,9 +241,11 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
         if stage not in realized:
             continue
         if stage.attach_type == "scope":
+            at = f"compute_at loop {stage.attach_ivar.var.name} of stage {stage.attach_stage.name}"
             if stage.attach_stage not in stage_ranges:
-                raise ScheduleError(f"stage {stage.name}: compute_at target {stage.attach_stage.name} is "
-                                    "not computed before it can be attached to (inlined or attached later)")
+                raise ScheduleError(f"stage {stage.name}: {at}: that stage is not computed before it can be "
+                                    "attached to (inlined or attached later)")
+            _check_attach_dominates(stage, bodies, stage_ranges, at)
             roots, stage_limits[stage] = attach_ranges(stage, sch, bodies, stage_ranges)
         else:
             roots = root_ranges(stage)
@@ -281,6 +287,10 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
         if stage not in built:
             raise ScheduleError(f"stage {stage.name}: compute_at chain does not reach a root stage")
     body = flatten_storage(body, buffers, stage_ranges, strides)
+    if any(st.tensorized is not None for st in realized):
+        from nnvm.te.tensorize import finish_tensor_intrin_calls
+
+        body = finish_tensor_intrin_calls(body)
     for stage in reversed(roots):
         for buf in reversed(own_buffers[stage]):
             body = S.Allocate(buf, body)
@@ -290,6 +300,22 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     body = partition_loops(body)
     body = simplify(body)
     return S.PrimFunc(name, tuple(params), body)
+
+
+def _check_attach_dominates(stage: Stage, bodies: dict, lowered, at: str) -> None:
+    """A stage computed inside a loop must be read only inside that loop, by the stage owning it."""
+    from nnvm.tir.visit import tensors_read
+
+    outs = set(stage.op.outputs)
+    readers = [st for st in lowered if any(t in outs for b in bodies[st.op] for t in tensors_read(b))]
+    if readers == [stage.attach_stage]:
+        return
+    others = [st.name for st in readers if st is not stage.attach_stage]
+    why = f"{', '.join(others)} read{'s' if len(others) == 1 else ''} it outside that loop" if others else \
+        "nothing reads it"
+    if stage.attach_stage not in readers:
+        why += f", and {stage.attach_stage.name} does not read it"
+    raise ScheduleError(f"stage {stage.name}: {at} does not dominate every read of {stage.name}: {why}")
 
 
 def _reads(bodies, stage):

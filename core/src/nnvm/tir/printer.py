@@ -41,6 +41,10 @@ def expr_str(e) -> str:
         return f"{e.tensor.name}[{', '.join(expr_str(i) for i in e.indices)}]"
     if isinstance(e, E.Load):
         return f"{e.buffer.name}[{expr_str(e.index)}]"
+    if isinstance(e, E.TensorIntrinCall):
+        parts = [f"&{expr_str(r)} strides ({', '.join(expr_str(x) for x in st)})"
+                 for r, st in zip(e.regions, e.strides)]
+        return f"{e.intrin.name}({', '.join(parts)})"
     if isinstance(e, E.Reduce):
         axes = ", ".join(iv.var.name for iv in e.axis)
         where = f", where={expr_str(e.condition)}" if e.condition is not None else ""

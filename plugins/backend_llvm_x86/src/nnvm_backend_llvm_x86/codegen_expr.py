@@ -357,6 +357,12 @@ class ExprEmitter(FastMath):
         base = E.split_lanes(e.args[0].dtype)[0] if e.args else E.split_lanes(e.dtype)[0]
         return self.math(e.name, args, base, e)
 
+    def expr_TensorIntrinCall(self, e: E.TensorIntrinCall):
+        """A tensor intrinsic (``te.tensorize``): its IR comes from ``intrinsics.py``."""
+        from nnvm_backend_llvm_x86.intrinsics import emit_tensor_intrin
+
+        return emit_tensor_intrin(self, e)
+
     def math(self, name: str, args: list, base: str, e: E.Call):
         bld = self.builder
         x = args[0] if args else None

@@ -129,11 +129,17 @@ class LLVMKernelLibrary(KernelLibrary):
             fd, partial = tempfile.mkstemp(prefix=".nnvm-", suffix=".so", dir=out_dir)
             os.close(fd)
             try:
-                self._link(cc, partial, [obj_path, asm_path], path)
+                extra = self._export_objects(tmp, blobs, path)
+                self._link(cc, partial, [obj_path, asm_path, *extra], path)
                 os.replace(partial, path)  # a loaded copy of an older file stays intact
             finally:
                 if os.path.exists(partial):
                     os.unlink(partial)
+
+    def _export_objects(self, directory: str, blobs: dict, path: str) -> list[str]:
+        """More object files to link into the export (written under ``directory``); none here. The Arm
+        backend adds the C entry point that runs the whole plan on a device without Python."""
+        return []
 
     def _link(self, cc: str, out: str, inputs: list, path: str) -> None:
         base = [cc, "-shared", "-o", out, *inputs, "-Wl,-z,noexecstack"]

@@ -47,6 +47,7 @@ class LLVMBackend(Backend):
     target_kinds = ("llvm",)
     # Ordered compilation stages (name, method); each takes and returns the build state dict.
     stages = (("codegen", "_codegen"), ("parse", "_parse"), ("optimize", "_optimize"), ("jit", "_jit"))
+    library_class = LLVMKernelLibrary  # what ``build`` returns; a subclass may export more (Arm)
 
     def resolve(self, target: Target) -> LLVMTarget:
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
@@ -65,8 +66,22 @@ class LLVMBackend(Backend):
     def check_target(self, target: Target) -> None:
         self.resolve(target)
 
+    def tensor_intrinsics(self, target: Target) -> dict:
+        """The micro-kernels of ``intrinsics.py`` (``gemm``), for ``Stage.tensorize``."""
+        from nnvm_backend_llvm_x86.intrinsics import TENSOR_INTRINSICS
+
+        return dict(TENSOR_INTRINSICS)
+
     def host_can_run(self, target: Target) -> bool:
         return _same_platform(self.resolve(target).triple, host_triple())
+
+    def default_tuning_logs(self, target: Target) -> list:
+        """The shipped log for the target's CPU model, ``tuned/<llvm cpu name>.jsonl``, when there is one
+        (configs tuned on one microarchitecture are a poor guess for another)."""
+        import os
+
+        path = os.path.join(os.path.dirname(__file__), "tuned", f"{self.resolve(target).cpu}.jsonl")
+        return [path] if os.path.exists(path) else []
 
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
         state = {"funcs": list(funcs), "target": self.resolve(target), "parsed": target, "seconds": {},
@@ -105,7 +120,7 @@ class LLVMBackend(Backend):
 
     def _jit(self, state: dict) -> dict:
         cg: CodeGenLLVM = state["codegen"]
-        state["library"] = LLVMKernelLibrary(
+        state["library"] = self.library_class(
             state["optimized_ir"], state["ir"], state["target"], cg.kernel_names, cg.uses_parallel,
             module=state["module"] if state["run"] else None, tm=state["tm"],
             compile_seconds=state["seconds"], cc=self.c_compiler(state["parsed"]))
@@ -133,10 +148,19 @@ def nnvm_register_backends(register):
 
 
 @nnvm.hookimpl
-def nnvm_schedule_group(target, group):
-    """conv2d groups for ``llvm`` get the register-blocked schedule of ``schedules.py``; else None."""
+def nnvm_schedule_template(target, group):
+    """The x86 schedule library: the first template of ``templates.TEMPLATE_BUILDERS`` that takes the
+    group (conv2d, depthwise conv2d, dense ...) on ``llvm``; None lets the generic schedule serve it."""
+    from nnvm_backend_llvm_x86.templates import schedule_template
+
+    return schedule_template(target, group)
+
+
+@nnvm.hookimpl
+def nnvm_alter_op_layout(target, node, in_types):
+    """conv2d on ``llvm`` runs in NCHW[x]c (``layout.py``); every other node keeps its layout."""
     if getattr(target, "kind", None) != "llvm":
         return None
-    from nnvm_backend_llvm_x86.schedules import schedule_group
+    from nnvm_backend_llvm_x86.layout import alter_op_layout
 
-    return schedule_group(target, group)
+    return alter_op_layout(target, node, in_types)

@@ -1,35 +1,42 @@
-"""x86 schedules: register-blocked direct convolution for NCHW conv2d groups.
+"""x86 schedules: register-blocked direct convolution for NCHW conv2d groups, as a tunable template.
 
 The generic schedule keeps one vector of outputs (the innermost width loop) in flight while it walks
 the whole reduction, so every weight is loaded once per output vector and every input row once per
-output channel. This one keeps a tile of ``OC_BLOCK`` output channels x ``ow_block`` output columns
-in registers: each input vector loaded feeds ``OC_BLOCK`` fused multiply-adds, each broadcast weight
+output channel. This one keeps a tile of ``oc_block`` output channels x ``ow_block`` output columns
+in registers: each input vector loaded feeds ``oc_block`` fused multiply-adds, each broadcast weight
 feeds one vector. The loop program of a conv2d group (conv -> bias/bn/relu epilogue) becomes::
 
     parallel for oc_outer in ...:                   # on the thread pool
       for oh, n, ow_outer in ...:
-        conv_tile[OC_BLOCK, ow_block] = 0            # the conv stage, computed at ow_outer
+        conv_tile[oc_block, ow_block] = 0            # the conv stage, computed at ow_outer
         for rc, ry, rx:                              # reduction outside the register tile
-          unrolled for oci in OC_BLOCK:
+          unrolled for oci in oc_block:
             vectorized for owi in ow_block:
               conv_tile[oci, owi] += pad[...] * w[...]
       unrolled for oci: vectorized for owi: out[...] = epilogue(conv_tile[oci, owi])
 
+Knobs (``conv2d_template``): ``oc_block`` and ``ow_block`` (the register tile; divisors, so tiles need
+no guards), ``reduce_order`` (channels outside or inside the kernel window) and ``unroll_kw`` (unroll
+the kernel-width loop). The fallback is the tile this schedule always used: 8 channels x one vector.
+
 Padding is materialized at root (as in the generic schedule), epilogue stages are inlined. Grouped
 and depthwise convolutions, and groups this schedule does not recognise, are declined (``None``) so
-the generic schedule serves them.
+the next template (or the generic schedule) serves them.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from nnvm import te
+from nnvm.autotune import ScheduleTemplate
 from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
+from nnvm.tir.simplify import simplify
 
-OC_BLOCK = 8  # output channels per register tile
+OC_BLOCK = 8  # output channels per register tile (the fallback)
 _AVX512_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
                 "graniterapids", "rocketlake", "cannonlake", "znver4", "znver5", "x86-64-v4")
 _AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver",
@@ -40,8 +47,9 @@ def vector_lanes(target) -> int:
     """float32 lanes of the widest vector unit the target has: 16 with AVX-512, 8 with AVX2, else 4."""
     from nnvm_backend_llvm_x86.plugin import LLVMBackend
 
-    try:
-        resolved = LLVMBackend().resolve(target)
+    try:  # another LLVM backend (Arm: NEON, 4 lanes) resolves its own target kinds
+        backend = LLVMBackend() if getattr(target, "kind", "llvm") == "llvm" else target.backend
+        resolved = backend.resolve(target)
     except Exception:  # an unusual target: assume the common AVX2 width
         return 8
     flags = set(resolved.features.split(","))
@@ -57,25 +65,32 @@ def vector_lanes(target) -> int:
     return 4
 
 
-def _extent(iv) -> int | None:
-    ext = iv.dom.extent
+def extent(iv) -> int | None:
+    """The constant extent of an axis, None when it is symbolic."""
+    ext = simplify(iv.dom.extent)
     return int(ext.value) if isinstance(ext, Const) else None
 
 
-def _block(extent: int, limit: int) -> int:
-    """The largest divisor of ``extent`` not above ``limit`` (so tiles need no bounds guards)."""
-    for b in range(min(extent, limit), 0, -1):
-        if extent % b == 0:
+def largest_divisor(n: int, limit: int) -> int:
+    """The largest divisor of ``n`` not above ``limit`` (so tiles need no bounds guards)."""
+    for b in range(min(n, limit), 0, -1):
+        if n % b == 0:
             return b
     return 1
 
 
-def schedule_conv2d(group, target):
-    """The register-blocked schedule for a plain (groups=1) NCHW conv2d group, or None to decline."""
+def divisors(n: int, limit: int, low: int = 1) -> list:
+    """Divisors of ``n`` in ``[low, limit]``, ascending: the tile sizes a template offers."""
+    return [d for d in range(max(low, 1), min(n, limit) + 1) if n % d == 0]
+
+
+def single_conv_stage(group, depthwise: bool):
+    """(schedule, conv stage, padded stages) for a float32 NCHW conv2d group with one output and one
+    reduction, ``depthwise`` or plain (groups=1); None for anything else."""
     if group.anchor_op != "conv2d" or len(group.outputs) != 1:
         return None
     attrs = group.anchor_attrs
-    if attrs.get("groups", 1) != 1 or attrs.get("layout", "NCHW") not in ("NCHW", None):
+    if attrs.get("layout", "NCHW") not in ("NCHW", None):
         return None
     out = group.outputs[0]
     if out.dtype != "float32" or len(out.shape) != 4:
@@ -85,33 +100,73 @@ def schedule_conv2d(group, target):
     if len(convs) != 1:
         return None
     conv = convs[0]
-    lanes = vector_lanes(target)
+    groups = conv.op.attrs.get("groups", attrs.get("groups", 1))
+    is_depthwise = bool(conv.op.attrs.get("depthwise"))
+    if (depthwise and not is_depthwise) or (not depthwise and groups != 1):
+        return None
     padded = guarded_inputs_of_reductions(sch)
     for stage in sch.stages:
         op = stage.op
-        if not isinstance(op, ComputeOp) or stage.is_output or stage is conv:
+        if not isinstance(op, ComputeOp) or stage is conv:
             continue
         if op.reduce_axis:
-            return None  # a second reduction in the group: not the shape this schedule knows
-        if op not in padded:
-            stage.compute_inline()
+            return None  # a second reduction in the group: not the shape these schedules know
+    return sch, conv, padded
 
-    n, oc, oh, ow = conv.op.axis
-    ext_oc, ext_ow = _extent(oc), _extent(ow)
+
+def conv2d_flops(conv_op) -> float:
+    """Multiply-adds x 2 of a conv2d stage (its output size times its reduction size)."""
+    spatial = math.prod(extent(iv) or 1 for iv in conv_op.axis)
+    return 2.0 * spatial * math.prod(extent(iv) or 1 for iv in conv_op.reduce_axis)
+
+
+def conv2d_template(target, group) -> ScheduleTemplate | None:
+    """``x86.conv2d_nchw.direct``: the register-blocked schedule for a plain (groups=1) NCHW conv2d
+    group as a template, or None to decline."""
+    if os.environ.get("NNVM_X86_CONV_SCHEDULE", "1") == "0":
+        return None  # A/B switch for benchmarks: the generic schedule for conv2d
+    found = single_conv_stage(group, depthwise=False)
+    if found is None:
+        return None
+    _, conv, _ = found
+    _, oc, _, ow = conv.op.axis
+    ext_oc, ext_ow = extent(oc), extent(ow)
     if ext_oc is None or ext_ow is None:
         return None
-    oc_block = _block(ext_oc, OC_BLOCK)
-    ow_block = _block(ext_ow, lanes) if ext_ow > lanes else ext_ow
-    if ow_block < 4 and ext_ow >= 4:
+    lanes = vector_lanes(target)
+    ow_fallback = largest_divisor(ext_ow, lanes) if ext_ow > lanes else ext_ow
+    if ow_fallback < 4 and ext_ow >= 4:
         return None  # no useful vector along the width (e.g. a prime width above the vector size)
+    ow_space = sorted({d for d in divisors(ext_ow, 4 * lanes, 4)} | {ow_fallback})
+    oc_space = sorted({d for d in divisors(ext_oc, 32) if d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)}
+                      | {largest_divisor(ext_oc, OC_BLOCK)})
+    space = {"oc_block": oc_space, "ow_block": ow_space, "reduce_order": ["rc_ry_rx", "ry_rx_rc"],
+             "unroll_kw": [False, True]}
+    fallback = {"oc_block": largest_divisor(ext_oc, OC_BLOCK), "ow_block": ow_fallback,
+                "reduce_order": "rc_ry_rx", "unroll_kw": False}
+    return ScheduleTemplate("x86.conv2d_nchw.direct", space, fallback,
+                            lambda config: build_conv2d(group, config), flops=conv2d_flops(conv.op))
+
+
+def build_conv2d(group, config: dict):
+    """The schedule of ``x86.conv2d_nchw.direct`` for one config (see the module docstring)."""
+    sch, conv, padded = single_conv_stage(group, depthwise=False)
+    for stage in sch.stages:
+        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage is not conv \
+                and stage.op not in padded:
+            stage.compute_inline()
+    out = group.outputs[0]
+    n, oc, oh, ow = conv.op.axis
+    oc_block, ow_block = config["oc_block"], config["ow_block"]
     rc, ry, rx = conv.op.reduce_axis
+    reduce = [rc, ry, rx] if config["reduce_order"] == "rc_ry_rx" else [ry, rx, rc]
     out_stage = sch[out.op]
     # The outer loops stay unfused: bound inference cannot see through a fused index, so a conv tile
     # computed inside a fused loop would cover every row. The parallel loop is the outermost one.
     if out_stage is conv:
         oco, oci = conv.split(oc, factor=oc_block)
         owo, owi = conv.split(ow, factor=ow_block)
-        conv.reorder(oco, oh, n, owo, rc, ry, rx, oci, owi)
+        conv.reorder(oco, oh, n, owo, *reduce, oci, owi)
     else:
         on, ooc, ooh, oow = out_stage.op.axis
         oco, oci = out_stage.split(ooc, factor=oc_block)
@@ -120,21 +175,20 @@ def schedule_conv2d(group, target):
         out_stage.unroll(oci)
         out_stage.vectorize(owi)
         conv.compute_at(out_stage, owo)
-        conv.reorder(n, oh, rc, ry, rx, oc, ow)
+        conv.reorder(n, oh, *reduce, oc, ow)
         oci, owi = oc, ow
     conv.unroll(oci)
     conv.vectorize(owi)
-    (out_stage if out_stage is not conv else conv).parallel(oco)
+    if config["unroll_kw"]:
+        conv.unroll(rx)
+    out_stage.parallel(oco)
     for stage in sch.stages:
         if isinstance(stage.op, ComputeOp) and stage.op in padded and stage.attach_type == "root":
             schedule_loop_nest(stage)
     return sch
 
 
-def schedule_group(target, group):
-    """Entry point for ``nnvm_schedule_group``: conv2d groups get ``schedule_conv2d``; others None."""
-    if os.environ.get("NNVM_X86_CONV_SCHEDULE", "1") == "0":
-        return None  # A/B switch for benchmarks: the generic schedule everywhere
-    if group.anchor_op == "conv2d":
-        return schedule_conv2d(group, target)
-    return None
+def schedule_conv2d(group, target):
+    """The register-blocked schedule with its fallback config for a plain NCHW conv2d group, or None."""
+    template = conv2d_template(target, group)
+    return None if template is None else template.apply()

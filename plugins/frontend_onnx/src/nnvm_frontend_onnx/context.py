@@ -38,6 +38,17 @@ class ConvertError(Error):
     """A node the frontend cannot convert as written (names the node and what is wrong)."""
 
 
+class ValueDependentError(ConvertError):
+    """A converter needs the value of ``value`` (it decides a shape) but it is only known at run time.
+
+    ``nnvm_frontend_onnx.backend`` catches it and compiles again with that input's value built in.
+    """
+
+    def __init__(self, message: str, value: str):
+        super().__init__(message)
+        self.value = value
+
+
 class Context:
     """The state of one import: the builder, the model's opset, and the node being converted."""
 
@@ -71,7 +82,7 @@ class Context:
         return k < len(outs) and bool(outs[k]) and outs[k] in self.consumed
 
     def error(self, message: str) -> ConvertError:
-        return ConvertError(f"node {self.name} ({self.op_type}): {message}")
+        return ConvertError(f"node {self.name} ({self.op_type}, opset {self.opset}): {message}")
 
     # -- values -------------------------------------------------------------------------------------
     def shape(self, v: str) -> tuple:
@@ -90,7 +101,9 @@ class Context:
         """The value of an input that decides a shape; it must be known when importing."""
         value = self.const_value(v)
         if value is None:
-            raise self.error(f"{what} is computed at run time (value-dependent shape not supported)")
+            raise ValueDependentError(f"node {self.name} ({self.op_type}, opset {self.opset}): {what} is "
+                                      f"computed at run time "
+                                      f"(value-dependent shape not supported)", v)
         return value
 
     def const_ints(self, v: str, what: str) -> tuple:

@@ -18,11 +18,20 @@ from __future__ import annotations
 import os
 import re
 
+import numpy as np
+
 from nnvm.errors import Error, InputError, ModelLoadError, UnsupportedOperatorError
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
-from nnvm_frontend_onnx import convert_math, convert_nn, convert_tensor  # noqa: F401  (fill CONVERTERS)
-from nnvm_frontend_onnx.context import CONVERTERS, Context, ConvertError, onnx_dtype
+from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
+    convert_index,
+    convert_math,
+    convert_nn,
+    convert_norm,
+    convert_tensor,
+    functions,
+)
+from nnvm_frontend_onnx.context import CONVERTERS, Context, ConvertError, ValueDependentError, onnx_dtype
 
 ONNX_DOMAINS = ("", "ai.onnx")
 _BUILDER_PREFIX = re.compile(r"^node \S+ \([a-z0-9_]+\): ")
@@ -161,17 +170,25 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
     inputs = [env[v] if v else "" for v in node.input]
     while inputs and not inputs[-1]:
         inputs.pop()
+    if node.op_type not in CONVERTERS:
+        _convert_function(ctx, node, name, env, inputs)
+        return
     ctx.begin(node, name)
     try:
         results = CONVERTERS[node.op_type](ctx, inputs)
+    except ValueDependentError:
+        raise
     except ConvertError:
+        if functions.has_function(node.op_type, ctx.opset, node.domain):
+            _convert_function(ctx, node, name, env, inputs)  # a form the converter declines
+            return
         raise
     except Error as exc:  # from the builder: "node <nnvm node> (<nnvm op>): why"; name the ONNX node
         why = _BUILDER_PREFIX.sub("", str(exc), count=1)
-        raise ConvertError(f"node {name} ({node.op_type}): {why}") from None
+        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): {why}") from None
     except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
         why = f"{type(exc).__name__}: {exc}"
-        raise ConvertError(f"node {name} ({node.op_type}): cannot convert ({why})") from exc
+        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): cannot convert ({why})") from exc
     if isinstance(results, str):
         results = [results]
     for out, value in zip(node.output, results):
@@ -179,7 +196,33 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
             env[out] = value
     for out in node.output[len(results):]:
         if out in ctx.consumed:
-            raise ConvertError(f"node {name} ({node.op_type}): output {out!r} is not supported")
+            raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): output {out!r} is not "
+                               f"supported")
+
+
+def _convert_function(ctx: Context, node, name: str, env: dict, inputs: list) -> None:
+    """Convert an operator through its ONNX function body (see ``functions``), with the body's opset."""
+    from onnx import helper
+
+    types = []
+    for v in inputs:
+        if v:
+            elem = helper.np_dtype_to_tensor_dtype(np.dtype(ctx.dtype(v)))
+            types.append(helper.make_tensor_type_proto(elem, ctx.shape(v)))
+        else:
+            types.append(helper.make_tensor_type_proto(0, None))
+    expanded = functions.expand(node, name, ctx.opset, types)
+    if expanded is None:
+        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): operator not supported")
+    body, body_opset = expanded
+    saved = ctx.opset, ctx.consumed
+    ctx.opset = body_opset
+    ctx.consumed = saved[1] | {v for n in body for v in n.input if v}
+    try:
+        for inner in body:
+            _convert_node(ctx, inner, inner.name, env)
+    finally:
+        ctx.opset, ctx.consumed = saved
 
 
 def _computed_copy(b: GraphBuilder, value: str, name: str) -> str:
@@ -234,7 +277,8 @@ def _check_supported(nodes, opset: int, path) -> None:
     """Raise one ``UnsupportedOperatorError`` listing every operator we cannot convert, with its nodes."""
     missing: dict[str, list[str]] = {}
     for node, name in nodes:
-        if node.domain in ONNX_DOMAINS and node.op_type in CONVERTERS:
+        if node.domain in ONNX_DOMAINS and (node.op_type in CONVERTERS
+                                            or functions.has_function(node.op_type, opset)):
             continue
         key = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
         missing.setdefault(key, []).append(name)

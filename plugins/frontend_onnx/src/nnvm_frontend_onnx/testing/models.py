@@ -1,10 +1,11 @@
 """Reference models for tests and benchmarks, built with ``onnx.helper`` (no download, no PyTorch).
 
-``resnet18`` and ``mobilenet_v2`` are the real architectures (torchvision's layer for layer, as
-PyTorch exports them at opset 13 without folding batch normalization) with seeded random weights:
-He-initialized convolutions and random batch-norm statistics, so that folding batch normalization
-into convolutions changes real numbers. ``cached_model_path`` writes a model to disk once;
-``light_model_paths`` finds the nine small-weight model zoo networks that ship inside ``onnx``.
+``resnet18``, ``resnet50``, ``mobilenet_v2``, ``squeezenet1_1`` and ``densenet121`` are the real
+architectures (torchvision's layer for layer, as PyTorch exports them at opset 13 without folding
+batch normalization) with seeded random weights: He-initialized convolutions, random biases and
+random batch-norm statistics, so that folding batch normalization into convolutions changes real
+numbers. ``cached_model_path`` writes a model to disk once; ``light_model_paths`` finds the nine
+small-weight model zoo networks that ship inside ``onnx`` (``cached_model_path("light_resnet50")``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,25 @@ class _Net:
             hi = self.weight(f"{name}.relu6.max", np.array(6.0))
             y = self.node("Clip", [y, lo, hi], f"{name}.relu6")
         return y
+
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, pad: int, name: str) -> str:
+        """Conv with a bias and no normalization after it (SqueezeNet's layers)."""
+        w = self.rng.normal(0.0, np.sqrt(2.0 / (cin * k * k)), (cout, cin, k, k))
+        b = self.rng.normal(0.0, 0.1, cout)
+        return self.node("Conv", [x, self.weight(f"{name}.weight", w), self.weight(f"{name}.bias", b)], name,
+                         kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=1,
+                         dilations=[1, 1])
+
+    def bn_relu(self, x: str, c: int, name: str) -> str:
+        """BatchNormalization -> ReLU on its own (DenseNet's pre-activation layers)."""
+        params = [
+            self.weight(f"{name}.weight", self.rng.uniform(0.5, 1.5, c)),
+            self.weight(f"{name}.bias", self.rng.normal(0.0, 0.1, c)),
+            self.weight(f"{name}.running_mean", self.rng.normal(0.0, 0.1, c)),
+            self.weight(f"{name}.running_var", self.rng.uniform(0.5, 1.5, c)),
+        ]
+        y = self.node("BatchNormalization", [x, *params], name, epsilon=1e-5, momentum=0.9)
+        return self.node("Relu", [y], f"{name}.relu")
 
     def classifier(self, x: str, cin: int, classes: int = 1000) -> str:
         x = self.node("GlobalAveragePool", [x], "avgpool")
@@ -140,7 +160,112 @@ def mobilenet_v2(seed: int = 0, batch: int = 1):
     return net.model("mobilenet_v2", "data", batch)
 
 
-BUILDERS = {"resnet18": resnet18, "mobilenet_v2": mobilenet_v2}
+def resnet50(seed: int = 0, batch: int = 1):
+    """ResNet-50 (torchvision's v1.5: the stride sits on each bottleneck's 3x3 conv), seeded weights.
+
+    Input ``data`` (batch, 3, 224, 224), output ``output`` (batch, 1000).
+    """
+    net = _Net(seed)
+    x = net.conv_bn("data", 3, 64, 7, 2, "conv1")
+    x = net.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for stage, (width, blocks, stride) in enumerate([(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)],
+                                                    start=1):
+        for block in range(blocks):
+            name = f"layer{stage}.{block}"
+            s = stride if block == 0 else 1
+            y = net.conv_bn(x, cin, width, 1, 1, f"{name}.conv1")
+            y = net.conv_bn(y, width, width, 3, s, f"{name}.conv2")
+            y = net.conv_bn(y, width, width * 4, 1, 1, f"{name}.conv3", act=None)
+            if block == 0:
+                x = net.conv_bn(x, cin, width * 4, 1, s, f"{name}.downsample", act=None)
+            y = net.node("Add", [y, x], f"{name}.add")
+            x = net.node("Relu", [y], f"{name}.relu")
+            cin = width * 4
+    net.classifier(x, 2048)
+    return net.model("resnet50", "data", batch)
+
+
+def squeezenet1_1(seed: int = 0, batch: int = 1):
+    """SqueezeNet 1.1 (Iandola et al. 2016; torchvision's layout) with seeded random weights.
+
+    Fire modules: a 1x1 squeeze conv, then 1x1 and 3x3 expand convs concatenated on channels; max
+    pools round up (``ceil_mode``); the classifier is a 1x1 conv to 1000 channels, ReLU, global
+    average pool and flatten (dropout is gone in inference). Convs carry biases and no batch norm.
+    Input ``data`` (batch, 3, 224, 224), output ``output`` (batch, 1000).
+    """
+    net = _Net(seed)
+
+    def relu_conv(x, cin, cout, k, stride, pad, name):
+        return net.node("Relu", [net.conv(x, cin, cout, k, stride, pad, name)], f"{name}.relu")
+
+    def maxpool(x, name):
+        return net.node("MaxPool", [x], name, kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 0, 0],
+                        ceil_mode=1)
+
+    def fire(x, cin, squeeze, expand, name):
+        s = relu_conv(x, cin, squeeze, 1, 1, 0, f"{name}.squeeze")
+        a = relu_conv(s, squeeze, expand, 1, 1, 0, f"{name}.expand1x1")
+        b = relu_conv(s, squeeze, expand, 3, 1, 1, f"{name}.expand3x3")
+        return net.node("Concat", [a, b], f"{name}.concat", axis=1)
+
+    x = relu_conv("data", 3, 64, 3, 2, 0, "features.0")
+    x = maxpool(x, "features.2")
+    x = fire(x, 64, 16, 64, "features.3")
+    x = fire(x, 128, 16, 64, "features.4")
+    x = maxpool(x, "features.5")
+    x = fire(x, 128, 32, 128, "features.6")
+    x = fire(x, 256, 32, 128, "features.7")
+    x = maxpool(x, "features.8")
+    x = fire(x, 256, 48, 192, "features.9")
+    x = fire(x, 384, 48, 192, "features.10")
+    x = fire(x, 384, 64, 256, "features.11")
+    x = fire(x, 512, 64, 256, "features.12")
+    x = relu_conv(x, 512, 1000, 1, 1, 0, "classifier.1")
+    x = net.node("GlobalAveragePool", [x], "classifier.3")
+    net.node("Flatten", [x], "flatten", out="output", axis=1)
+    return net.model("squeezenet1_1", "data", batch)
+
+
+def densenet121(seed: int = 0, batch: int = 1):
+    """DenseNet-121 (Huang et al. 2017; torchvision's layout: growth 32, blocks 6-12-24-16, bottleneck
+    width 4 x growth, transitions halving channels) with seeded random weights.
+
+    Each dense layer is BN -> ReLU -> 1x1 conv -> BN -> ReLU -> 3x3 conv on the concatenation of all
+    earlier features of its block, one ``Concat`` per layer, as PyTorch exports ``torch.cat``.
+    Input ``data`` (batch, 3, 224, 224), output ``output`` (batch, 1000).
+    """
+    net = _Net(seed)
+    growth, width = 32, 4 * 32
+    x = net.conv_bn("data", 3, 64, 7, 2, "features.conv0")
+    x = net.node("MaxPool", [x], "features.pool0", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    channels = 64
+    for block, layers in enumerate([6, 12, 24, 16], start=1):
+        features = [x]
+        for layer in range(1, layers + 1):
+            name = f"features.denseblock{block}.denselayer{layer}"
+            cin = channels + growth * (layer - 1)
+            y = features[0] if len(features) == 1 else net.node("Concat", features, f"{name}.cat", axis=1)
+            y = net.bn_relu(y, cin, f"{name}.norm1")
+            y = net.conv(y, cin, width, 1, 1, 0, f"{name}.conv1")
+            y = net.bn_relu(y, width, f"{name}.norm2")
+            y = net.conv(y, width, growth, 3, 1, 1, f"{name}.conv2")
+            features.append(y)
+        x = net.node("Concat", features, f"features.denseblock{block}.cat", axis=1)
+        channels += growth * layers
+        if block < 4:
+            name = f"features.transition{block}"
+            x = net.bn_relu(x, channels, f"{name}.norm")
+            x = net.conv(x, channels, channels // 2, 1, 1, 0, f"{name}.conv")
+            x = net.node("AveragePool", [x], f"{name}.pool", kernel_shape=[2, 2], strides=[2, 2])
+            channels //= 2
+    x = net.bn_relu(x, channels, "features.norm5")
+    net.classifier(x, channels)
+    return net.model("densenet121", "data", batch)
+
+
+BUILDERS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilenet_v2,
+            "squeezenet1_1": squeezenet1_1, "densenet121": densenet121}
 
 
 def cache_dir() -> str:
@@ -151,12 +276,14 @@ def cache_dir() -> str:
 
 
 def cached_model_path(name: str, seed: int = 0, batch: int = 1) -> str:
-    """Path of model ``name`` (``resnet18``, ``mobilenet_v2``, or a light model), written once.
+    """Path of model ``name`` (one of ``BUILDERS``, or a light model), written once.
 
-    Generated models are keyed by name, seed, batch and ``MODELS_VERSION``; the file is written to a
+    A name in ``BUILDERS`` is the generated model (``densenet121`` and ``resnet50`` too, which are also
+    light models: ask for ``light_densenet121`` to get the shipped one). Generated models are keyed
+    by name, seed, batch and ``MODELS_VERSION``; the file is written to a
     temporary name and renamed, so concurrent test workers never read a half-written model.
     """
-    if name in LIGHT_MODELS or name.removeprefix("light_") in LIGHT_MODELS:
+    if name not in BUILDERS and name.removeprefix("light_") in LIGHT_MODELS:
         return light_model_paths()[name.removeprefix("light_")]
     if name not in BUILDERS:
         raise KeyError(f"unknown model {name!r}; known: {', '.join([*BUILDERS, *LIGHT_MODELS])}")

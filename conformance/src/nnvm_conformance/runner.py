@@ -1,0 +1,185 @@
+"""Running cases on a target: operators against numpy, whole models against onnxruntime.
+
+An operator's examples are compiled together, as one graph with one node per example, so a target
+pays its per-module cost (an LLVM module, an OpenCL program) once per operator rather than once per
+example; the graph is compiled at ``opt_level=0`` so no pass rewrites the operator away (batch norm
+into a multiply-add, dropout into nothing) and the target runs the operator's own compute. If the
+graph does not compile, each example is compiled alone to say which ones fail.
+
+Outcomes: ``pass``; ``fail`` (wrong numbers, a wrong shape or dtype, or an error that is not an
+"unsupported" one: the result names the example and the largest error); ``unsupported`` (compile
+raised an ``nnvm.Error`` saying the target does not support something: a reported outcome, never a
+pass and never a silent skip); ``no case`` (an operator of the standard set the suite has no case
+for).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from nnvm_conformance.case import Comparison, Example, OpCase, compare
+
+PASS, FAIL, UNSUPPORTED, NO_CASE = "pass", "fail", "unsupported", "no case"
+MODEL_RTOL = 1e-4  # max |nnvm - onnxruntime| / max |onnxruntime| over the output
+
+
+@dataclass
+class Result:
+    """One operator (or model) on one target. ``max_error`` is the largest absolute difference from
+    the reference over every example (for models: relative to the output's largest magnitude)."""
+
+    name: str
+    target: str
+    status: str
+    max_error: float | None = None
+    examples: int = 0
+    failing: str = ""  # the failing (or unsupported) example: shapes, dtypes, attributes
+    message: str = ""
+    seconds: float = 0.0
+    kind: str = "op"
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        if out["max_error"] is not None and not np.isfinite(out["max_error"]):
+            out["max_error"] = None if np.isnan(out["max_error"]) else str(out["max_error"])
+        return out
+
+    def summary(self) -> str:
+        """One line: the status, then the error or the reason."""
+        if self.status == PASS:
+            return f"pass (max error {self.max_error:.3g}, {self.examples} examples)"
+        if self.status == FAIL:
+            return f"FAIL {self.failing}: {self.message}"
+        if self.status == UNSUPPORTED:
+            return f"unsupported: {self.message}"
+        return self.message or self.status
+
+
+def is_unsupported(exc: BaseException) -> bool:
+    """An ``nnvm.Error`` saying that the target cannot do something: a reported outcome, not a bug."""
+    from nnvm.errors import Error, UnsupportedOperatorError
+
+    if isinstance(exc, UnsupportedOperatorError):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, Error) and ("unsupported" in text or "not supported" in text)
+
+
+def draw_examples(case: OpCase, count: int | None = None) -> list[Example]:
+    """The case's first ``count`` distinct examples, drawn by Hypothesis from the operator's own seed.
+
+    The same package versions give the same examples on every run and every machine.
+    """
+    from hypothesis import HealthCheck, Phase, given, seed, settings
+
+    count = count or case.count
+    found: list[Example] = []
+    seen: set = set()
+
+    @settings(max_examples=count * 3, database=None, derandomize=False, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck), print_blob=False)
+    @seed(case.seed())
+    @given(case.examples)
+    def collect(example):
+        key = (example.describe(), tuple(a.tobytes() for a in example.inputs))
+        if key not in seen and len(found) < count:
+            seen.add(key)
+            found.append(example)
+
+    collect()
+    return found
+
+
+def _build_graph(op: str, examples: list[Example], wants: list[list]):
+    from nnvm.graph.builder import GraphBuilder
+
+    b = GraphBuilder(name=f"conformance_{op}", fold_constants=False)
+    feeds = {}
+    for k, (ex, want) in enumerate(zip(examples, wants)):
+        names = []
+        for j, a in enumerate(ex.inputs):
+            names.append(b.input(f"e{k}_x{j}", a.shape, str(a.dtype)))
+            feeds[names[-1]] = a
+        outputs = [f"e{k}_y{i}" for i in range(len(want))]
+        outs = b.node(op, names, dict(ex.attrs), name=f"e{k}", outputs=outputs)
+        for o in outs:
+            b.output(o)
+    return b.build(), feeds
+
+
+def _compile(graph, target: str):
+    import nnvm
+
+    return nnvm.compile(graph, target=target, opt_level=0)
+
+
+def _error_result(case: OpCase, target: str, example: Example, exc: BaseException) -> Result:
+    status = UNSUPPORTED if is_unsupported(exc) else FAIL
+    message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    return Result(case.op, target, status, None, 1, example.describe(), message)
+
+
+def run_op(case: OpCase, target: str, count: int | None = None) -> Result:
+    """Every example of ``case`` compiled for ``target``, run, and compared with the reference."""
+    start = time.perf_counter()
+    examples = draw_examples(case, count)
+    wants = [[np.asarray(w) for w in case.reference(list(ex.inputs), dict(ex.attrs))] for ex in examples]
+    try:
+        graph, feeds = _build_graph(case.op, examples, wants)
+        mod = _compile(graph, target)
+        outs = mod.run(**feeds)
+    except Exception:  # find out which examples fail, one compile each
+        return _one_by_one(case, target, examples, wants, start)
+    result = _judge(case, target, examples, wants, outs)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _judge(case: OpCase, target: str, examples, wants, outs) -> Result:
+    worst: tuple | None = None  # (ratio, error, example, comparison)
+    max_error, pos = 0.0, 0
+    for ex, want in zip(examples, wants):
+        got, pos = outs[pos:pos + len(want)], pos + len(want)
+        dtypes = case.expected_dtypes(ex, want)
+        scale = case.scale(ex) if case.scale is not None else 1.0
+        for k, (g, w, dt) in enumerate(zip(got, want, dtypes)):
+            c: Comparison = compare(g, w, dt, case.tolerance, scale)
+            max_error = max(max_error, c.max_abs_error)
+            if not c.ok and (worst is None or c.worst_ratio > worst[0]):
+                where = ex.describe() + (f" output {k}" if len(want) > 1 else "")
+                worst = (c.worst_ratio, c.max_abs_error, where, c.detail)
+    if worst is not None:
+        return Result(case.op, target, FAIL, max_error, len(examples), worst[2], worst[3])
+    return Result(case.op, target, PASS, max_error, len(examples))
+
+
+def _one_by_one(case: OpCase, target: str, examples, wants, start: float) -> Result:
+    passed, outcomes = [], []
+    for ex, want in zip(examples, wants):
+        try:
+            graph, feeds = _build_graph(case.op, [ex], [want])
+            outs = _compile(graph, target).run(**feeds)
+        except Exception as exc:  # noqa: BLE001 - every failure is reported, with its example
+            outcomes.append(_error_result(case, target, ex, exc))
+            continue
+        r = _judge(case, target, [ex], [want], outs)
+        (passed if r.status == PASS else outcomes).append(r)
+    failed = [r for r in outcomes if r.status == FAIL]
+    chosen = failed[0] if failed else outcomes[0] if outcomes else None
+    errors = [r.max_error for r in passed + failed if r.max_error is not None]
+    if chosen is None:  # all passed alone although the batch did not: the batch itself is the fault
+        chosen = Result(case.op, target, FAIL, None, 0, "all examples in one graph",
+                        "the examples pass one at a time but not compiled together")
+    status = FAIL if failed or chosen.status == FAIL else UNSUPPORTED
+    message = chosen.message
+    if status == UNSUPPORTED:
+        message += f" ({len(outcomes)} of {len(examples)} examples unsupported, {len(passed)} pass)"
+    return Result(case.op, target, status, max(errors) if errors else None, len(examples), chosen.failing,
+                  message, time.perf_counter() - start)
+
+
+def no_case(op: str, target: str) -> Result:
+    return Result(op, target, NO_CASE, message="the conformance suite has no case for this operator")

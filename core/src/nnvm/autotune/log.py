@@ -1,0 +1,155 @@
+"""Tuning logs: one JSON line per measurement, appended as the tuner goes, read back by the compiler.
+
+A line holds ``target`` (the target text), ``template`` (the template's name), ``workload`` (the
+compiler's workload key of the fused group), ``config`` (one value per knob), ``seconds`` (median time
+of one run, null on error), ``gflops``, ``error`` (null, or one sentence), ``timestamp`` (UTC, ISO
+8601) and ``label`` (a short readable name of the task). Appending line by line keeps a log that an
+interrupted run wrote usable, and makes resuming a matter of reading it back.
+
+The compiler looks up the fastest error-free config of a (template, workload, target kind): several
+logs may be given, and the first log that knows a workload decides it, so a user's log overrides
+the logs the backend ships for the host CPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import dataclass
+
+from nnvm.errors import Error
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement of one config."""
+
+    target: str
+    template: str
+    workload: str
+    config: dict
+    seconds: float | None
+    gflops: float | None = None
+    error: str | None = None
+    timestamp: str = ""
+    label: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.seconds is not None and self.seconds > 0
+
+    def to_json(self) -> str:
+        return json.dumps({"version": FORMAT_VERSION, "target": self.target, "template": self.template,
+                           "workload": self.workload, "config": self.config, "seconds": self.seconds,
+                           "gflops": self.gflops, "error": self.error,
+                           "timestamp": self.timestamp or now(), "label": self.label}, sort_keys=True)
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def config_key(config: dict) -> str:
+    """A canonical text for a config, to compare configs read from JSON with those of a space."""
+    return json.dumps(config, sort_keys=True)
+
+
+def append(path: str | os.PathLike, records: list[Record]) -> None:
+    """Append records to a log, one line each (the folder is created when missing)."""
+    folder = os.path.dirname(os.fspath(path))
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+    with open(path, "a") as f:
+        for r in records:
+            f.write(r.to_json() + "\n")
+
+
+def read(path: str | os.PathLike) -> list[Record]:
+    """Every record of a log; a missing file is an error, a truncated last line (interrupted write)
+    is skipped, any other unreadable line is an error naming the file and line."""
+    path = os.fspath(path)
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise Error(f"tuning log {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise Error(f"tuning log {path} cannot be read ({exc})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            records.append(Record(str(d["target"]), str(d["template"]), str(d["workload"]), dict(d["config"]),
+                                  d.get("seconds"), d.get("gflops"), d.get("error"), d.get("timestamp", ""),
+                                  d.get("label", "")))
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):
+                continue  # the last line of a run that was killed while writing it
+            raise Error(f"tuning log {path}, line {number}: not a tuning record ({exc})") from None
+    return records
+
+
+def _kind(target: str) -> str:
+    return str(target).split(" ", 1)[0]
+
+
+class TuningLogs:
+    """The best configs of one or more logs, for the compiler: ``best(template, workload, target)``.
+
+    Logs are read once, in order; for a workload, the first log that has an error-free record of it
+    decides (records for the exact target text are preferred over those for the same target kind).
+    """
+
+    def __init__(self, paths=()):
+        self.paths = [os.fspath(p) for p in paths]
+        # (template, workload, target kind) -> list (one per log) of {target text: best Record}
+        self._best: dict = {}
+        for rank, path in enumerate(self.paths):
+            for r in read(path):
+                if not r.ok:
+                    continue
+                per_log = self._best.setdefault((r.template, r.workload, _kind(r.target)), {})
+                slot = per_log.setdefault(rank, {})
+                old = slot.get(r.target)
+                if old is None or r.seconds < old.seconds:
+                    slot[r.target] = r
+
+    def __len__(self) -> int:
+        return len(self._best)
+
+    def best(self, template: str, workload: str, target) -> Record | None:
+        """The fastest record for this template and workload on ``target``, or None."""
+        per_log = self._best.get((template, workload, _kind(str(target))))
+        if not per_log:
+            return None
+        slot = per_log[min(per_log)]
+        exact = slot.get(str(target))
+        return exact if exact is not None else min(slot.values(), key=lambda r: r.seconds)
+
+    def config_for(self, template, workload: str, target) -> dict | None:
+        """The best logged config of ``template`` (a ``ScheduleTemplate``) if it is still in the
+        template's space; None when the logs have nothing or only stale configs (knobs since changed)."""
+        rec = self.best(template.name, workload, target)
+        if rec is None:
+            return None
+        return match_config(template.space, rec.config)
+
+
+def match_config(space: dict, config: dict) -> dict | None:
+    """``config`` (read from JSON, where tuples became lists) as the space's own candidate values, or
+    None when a knob is missing, unknown or holds a value that is not a candidate."""
+    if set(config) != set(space):
+        return None
+    out = {}
+    for knob, value in config.items():
+        text = json.dumps(value, sort_keys=True)
+        found = [c for c in space[knob] if json.dumps(c, sort_keys=True) == text]
+        if not found:
+            return None
+        out[knob] = found[0]
+    return out

@@ -1,0 +1,278 @@
+"""Blocked data layouts: ``layout_transform`` and the convolution that reads and writes NCHW[x]c.
+
+A layout string names the axes of a tensor in memory order, in TVM's notation: an upper-case letter
+is a primal axis (``N``, ``C``, ``H``, ``W``, ``O``, ``I``), a number followed by the same letter in
+lower case is a block split off that axis and stored innermost. ``NCHW16c`` is ``[N, C/16, H, W, 16]``
+with channel ``c = C_outer * 16 + c_inner``; ``OIHW16i16o`` is ``[O/16, I/16, H, W, 16, 16]``.
+
+Why blocked layouts exist: a conv2d over ``NCHW16c`` data keeps 16 output channels in one AVX-512
+register and walks the input contiguously, which an ``NCHW`` schedule cannot do for both operands at
+once. The AlterOpLayout pass (``nnvm.passes.alter_layout``) inserts ``layout_transform`` where
+layouts change; transforms of weights are folded at compile time, so only activations pay for them.
+
+``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
+takes ``groups=1``, or depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
+block). Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
+target's schedule recognizes it; the padding stage is tagged ``injective``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from nnvm import te
+from nnvm.errors import Error
+from nnvm.graph.ir import TensorType
+from nnvm.ops.common import checked_evaluate, int_tuple, require_dtype, require_inputs, same_dtypes, shape_of
+from nnvm.ops.registry import Attr, OpDef, OpPattern
+
+_AXIS = re.compile(r"(\d*)([A-Za-z])")
+
+
+def parse_layout(layout: str) -> list[tuple[str, int | None]]:
+    """``"NCHW16c"`` -> ``[("N", None), ("C", None), ("H", None), ("W", None), ("c", 16)]``, checked."""
+    if not isinstance(layout, str) or not layout or _AXIS.sub("", layout):
+        raise Error(f"layout {layout!r} is not a layout string like 'NCHW' or 'NCHW16c'")
+    axes: list = []
+    for num, ch in _AXIS.findall(layout):
+        if ch.isupper():
+            if num:
+                raise Error(f"layout {layout!r}: the primal axis {ch} cannot have a block size")
+            axes.append((ch, None))
+        else:
+            if not num or int(num) < 1:
+                raise Error(f"layout {layout!r}: the block axis {ch} needs a positive size before it")
+            axes.append((ch, int(num)))
+    names = [a for a, _ in axes]
+    if len(set(names)) != len(names):
+        raise Error(f"layout {layout!r} names an axis twice")
+    for a, f in axes:
+        if f is not None and a.upper() not in names:
+            raise Error(f"layout {layout!r}: block axis {a} has no primal axis {a.upper()}")
+    return axes
+
+
+def _primal(layout: str) -> str:
+    return "".join(a for a, f in parse_layout(layout) if f is None)
+
+
+def _blocks(layout: str) -> dict:
+    return {a.upper(): f for a, f in parse_layout(layout) if f is not None}
+
+
+def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
+    """The shape of a ``src``-layout tensor of ``shape`` once stored in layout ``dst``."""
+    sa, da = parse_layout(src), parse_layout(dst)
+    if len(sa) != len(shape):
+        raise Error(f"layout_transform: layout {src!r} has {len(sa)} axes but the data has shape {shape}")
+    if sorted(_primal(src)) != sorted(_primal(dst)):
+        raise Error(f"layout_transform: {src!r} and {dst!r} do not have the same primal axes")
+    full = {}
+    for (a, f), d in zip(sa, shape):
+        key = a.upper()
+        full[key] = full.get(key, 1) * d
+    blocks = _blocks(dst)
+    out = []
+    for a, f in da:
+        if f is None:
+            b = blocks.get(a, 1)
+            if full[a] % b:
+                raise Error(f"layout_transform: axis {a} of size {full[a]} cannot be split into blocks of {b} "
+                            f"({src} -> {dst})")
+            out.append(full[a] // b)
+        else:
+            out.append(f)
+    return tuple(out)
+
+
+def _lt_infer(in_types, attrs):
+    (x,) = require_inputs("layout_transform", in_types, ("data",))
+    return [TensorType(transformed_shape(x.shape, attrs["src_layout"], attrs["dst_layout"]), x.dtype)]
+
+
+def _lt_compute(inputs, attrs, out_types):
+    (x,) = inputs
+    src, dst = parse_layout(attrs["src_layout"]), parse_layout(attrs["dst_layout"])
+    src_blocks, dst_blocks = _blocks(attrs["src_layout"]), _blocks(attrs["dst_layout"])
+    dpos = {a: k for k, (a, _) in enumerate(dst)}
+
+    def body(*i):
+        full = {}
+        for a, f in dst:
+            if f is None:
+                b = dst_blocks.get(a)
+                full[a] = i[dpos[a]] * b + i[dpos[a.lower()]] if b else i[dpos[a]]
+        idx = []
+        for a, f in src:
+            if f is None:
+                b = src_blocks.get(a)
+                idx.append(full[a] // b if b else full[a])
+            else:
+                idx.append(full[a.upper()] % f)
+        return x[tuple(idx)]
+
+    return [te.compute(out_types[0].shape, body, name="layout_transform", tag="layout_transform")]
+
+
+def to_primal(arr: np.ndarray, layout: str) -> np.ndarray:
+    """A ``layout`` array unblocked into its primal axes, in the order they appear in ``layout``."""
+    axes = parse_layout(layout)
+    names = [a for a, _ in axes]
+    order, shape = [], []
+    for a, f in axes:
+        if f is None:
+            order.append(names.index(a))
+            shape.append(arr.shape[names.index(a)])
+            if a.lower() in names:
+                order.append(names.index(a.lower()))
+                shape[-1] *= arr.shape[names.index(a.lower())]
+    return np.transpose(arr, order).reshape(shape)
+
+
+def from_primal(arr: np.ndarray, primal: str, layout: str) -> np.ndarray:
+    """The inverse of ``to_primal``: an array with axes ``primal`` stored in ``layout``."""
+    axes = parse_layout(layout)
+    blocks = _blocks(layout)
+    split_shape, split_names = [], []
+    for a, d in zip(primal, arr.shape):
+        b = blocks.get(a)
+        if b:
+            split_shape += [d // b, b]
+            split_names += [a, a.lower()]
+        else:
+            split_shape.append(d)
+            split_names.append(a)
+    arr = arr.reshape(split_shape)
+    return np.transpose(arr, [split_names.index(a) for a, _ in axes])
+
+
+def _lt_eval(xs, attrs):
+    src, dst = attrs["src_layout"], attrs["dst_layout"]
+    return [from_primal(to_primal(xs[0], src), _primal(src), dst)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# conv2d_nchwc
+
+
+def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
+    """(output shape, input block, output block, depthwise) after checking shapes and attributes."""
+    strides = int_tuple("conv2d_nchwc", "strides", attrs["strides"], 2)
+    pt, pl, pb, pr = int_tuple("conv2d_nchwc", "padding", attrs["padding"], 4)
+    dh, dw = int_tuple("conv2d_nchwc", "dilation", attrs["dilation"], 2)
+    if len(data.shape) == 4:
+        n, c_outer, h, w = data.shape
+        ic = 1
+    elif len(data.shape) == 5:
+        n, c_outer, h, w, ic = data.shape
+    else:
+        raise Error(f"conv2d_nchwc: data must be NCHW or NCHW[x]c (rank 4 or 5), got shape {data.shape}")
+    if len(weight.shape) != 6:
+        raise Error(f"conv2d_nchwc: the weight must be OIHW[i]i[o]o (rank 6), got shape {weight.shape}")
+    o_outer, wi_outer, kh, kw, wi, oc = weight.shape
+    channels = c_outer * ic
+    groups = attrs["groups"]
+    depthwise = groups != 1
+    if depthwise:
+        if groups != channels or wi_outer != 1 or wi != 1 or oc != ic or o_outer != c_outer:
+            raise Error(f"conv2d_nchwc: groups={groups} is only supported as depthwise (groups = {channels} "
+                        f"channels, weight OIHW1i{ic}o of shape ({c_outer}, 1, KH, KW, 1, {ic})), got "
+                        f"weight {weight.shape}")
+    elif wi_outer * wi != channels or wi != ic:
+        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in blocks "
+                    f"of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // strides[0] + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // strides[1] + 1
+    if oh < 1 or ow < 1:
+        raise Error(f"conv2d_nchwc: the {kh}x{kw} kernel is larger than the padded {h}x{w} input")
+    return (n, o_outer, oh, ow, oc), ic, oc, depthwise
+
+
+def _conv_nchwc_infer(in_types, attrs):
+    data, weight = require_inputs("conv2d_nchwc", in_types, ("data", "weight"))
+    dtype = same_dtypes("conv2d_nchwc", [data, weight])
+    require_dtype("conv2d_nchwc", data, "number")
+    return [TensorType(_conv_nchwc_geometry(data, weight, attrs)[0], dtype)]
+
+
+def _pad_spatial(data: te.Tensor, top: int, left: int, bottom: int, right: int):
+    """Zero padding of axes 2 and 3 of a rank-4 or rank-5 tensor; ``data`` itself without padding."""
+    if not (top or left or bottom or right):
+        return data
+    shape = list(shape_of(data))
+    h, w = shape[2], shape[3]
+    shape[2] += top + bottom
+    shape[3] += left + right
+
+    def body(*i):
+        y, x = i[2], i[3]
+        inside = te.all_of(y >= top, y < top + h, x >= left, x < left + w)
+        src = (i[0], i[1], y - top, x - left) + tuple(i[4:])
+        return te.if_then_else(inside, data[src], te.const(0, data.dtype))
+
+    return te.compute(tuple(shape), body, name="pad", tag="injective")
+
+
+def _conv_nchwc_compute(inputs, attrs, out_types):
+    data, weight = inputs
+    dtype_in = TensorType(shape_of(data), data.dtype)
+    shape, ic, oc, depthwise = _conv_nchwc_geometry(dtype_in, TensorType(shape_of(weight), weight.dtype),
+                                                    attrs)
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    padded = _pad_spatial(data, *attrs["padding"])
+    _, ci_outer, kh, kw, _, _ = shape_of(weight)
+    rank5 = len(shape_of(data)) == 5
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+    if depthwise:
+        def body(n, co, y, x, ci):
+            return te.sum(padded[n, co, y * sh + ry * dh, x * sw + rx * dw, ci] * weight[co, 0, ry, rx, 0, ci],
+                          axis=[ry, rx])
+    else:
+        rco = te.reduce_axis((0, ci_outer), name="rco")
+        rci = te.reduce_axis((0, ic), name="rci")
+
+        def body(n, co, y, x, ci):
+            yy, xx = y * sh + ry * dh, x * sw + rx * dw
+            pix = padded[n, rco, yy, xx, rci] if rank5 else padded[n, rco, yy, xx]
+            return te.sum(pix * weight[co, rco, ry, rx, rci, ci], axis=[rco, ry, rx, rci])
+
+    workload = {
+        "data_shape": shape_of(data), "kernel_shape": shape_of(weight), "strides": (sh, sw),
+        "padding": tuple(attrs["padding"]), "dilation": (dh, dw), "groups": attrs["groups"],
+        "dtype": data.dtype, "layout": f"NCHW{ic}c" if rank5 else "NCHW", "out_layout": f"NCHW{oc}c",
+        "depthwise": depthwise,
+    }
+    return [te.compute(shape, body, name="conv2d_nchwc", tag="conv2d_nchwc",
+                       attrs={"workload": workload, **workload})]
+
+
+def _conv_nchwc_eval(xs, attrs):
+    from nnvm.ops.nn import _conv2d_eval
+
+    data, weight = xs
+    ic = data.shape[4] if data.ndim == 5 else 1
+    oc = weight.shape[5]
+    x = to_primal(data, f"NCHW{ic}c") if data.ndim == 5 else data
+    w = to_primal(weight, f"OIHW{weight.shape[4]}i{oc}o")
+    (y,) = _conv2d_eval([x, w], attrs)
+    return [from_primal(y, "NCHW", f"NCHW{oc}c")]
+
+
+def ops() -> list[OpDef]:
+    """The blocked-layout operators' OpDefs."""
+    return [
+        OpDef("layout_transform", _lt_infer, _lt_compute, OpPattern.INJECTIVE,
+              attrs={"src_layout": Attr(str, doc="layout of the input, e.g. NCHW"),
+                     "dst_layout": Attr(str, doc="layout of the output, e.g. NCHW16c")},
+              num_inputs=(1, 1), evaluate=checked_evaluate(_lt_infer, _lt_eval),
+              doc="the same tensor stored in another (blocked) layout"),
+        OpDef("conv2d_nchwc", _conv_nchwc_infer, _conv_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
+              attrs={"strides": Attr(tuple, (1, 1)),
+                     "padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right"),
+                     "dilation": Attr(tuple, (1, 1)), "groups": Attr(int, 1, "1, or the channels: depthwise")},
+              num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
+              doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
+    ]

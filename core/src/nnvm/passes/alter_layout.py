@@ -1,0 +1,256 @@
+"""alter_op_layout: let the backend store activations in the layout its kernels prefer.
+
+The backend answers ``nnvm_alter_op_layout`` per node with an ``AlteredNode``: another operator
+(``conv2d_nchwc``), the layout each input must arrive in and the layout each output leaves in. The
+pass keeps, for every value, the layouts it already exists in, and inserts a ``layout_transform``
+only where a reader needs a layout the value does not have yet, so a transform and its inverse never
+both appear (``cancel_layout_transforms`` also removes such pairs from an input graph).
+
+Between two altered nodes the layout is carried through elementwise and broadcast operators (bias,
+batch-norm scale and shift, relu, clip, the residual add): their constant operands are reshaped and
+transformed by nodes on weights alone, which ``fold_constants`` evaluates at compile time, so
+weights are stored pre-transformed. Any other reader (pooling, reshape, dense, a graph output) gets
+the value back in its original layout through one transform. A chain conv -> bias -> relu -> add
+-> conv thus runs blocked from the first convolution to the first operator without blocked support.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from nnvm.errors import Error
+from nnvm.graph.ir import Graph, Node
+from nnvm.ops.registry import OpPattern, get_op
+
+_BLOCKED_NCHW = re.compile(r"^NCHW(\d+)c$")
+
+
+@dataclass(frozen=True)
+class AlteredNode:
+    """A backend's answer for one node: compute it as ``op(attrs)`` over re-laid-out inputs.
+
+    ``inputs`` has one entry per input of the original node: ``(from_layout, to_layout)`` (the layout
+    the original value is in, and the one the new operator reads), or ``None`` to read the value as
+    it is. ``outputs`` has ``(original_layout, new_layout)`` per output.
+    """
+
+    op: str
+    attrs: dict = field(default_factory=dict)
+    inputs: tuple = ()
+    outputs: tuple = ()
+
+
+class _Rewriter:
+    def __init__(self, graph: Graph, choose):
+        self.graph = graph
+        self.choose = choose
+        self.nodes: list = []
+        self.defined = set(graph.inputs) | set(graph.params)  # values that exist in their original layout
+        self.reps: dict = {}  # value -> {layout: value name}, for values that exist re-laid-out
+        self.orig_layout: dict = {}  # value -> its original layout, for values in ``reps``
+        self.taken = set(graph.types) | set(graph.params) | {o for n in graph.nodes for o in n.outputs}
+        self.taken |= {n.name for n in graph.nodes}
+
+    def fresh(self, hint: str) -> str:
+        name, k = hint, 0
+        while name in self.taken:
+            k += 1
+            name = f"{hint}_{k}"
+        self.taken.add(name)
+        return name
+
+    def transform(self, value: str, src: str, dst: str, out: str | None = None) -> str:
+        out = out or self.fresh(f"{value}_{dst}")
+        self.nodes.append(Node("layout_transform", self.fresh(f"{out}_transform"), (value,), (out,),
+                               {"src_layout": src, "dst_layout": dst}))
+        return out
+
+    def original(self, v: str) -> str:
+        """``v`` in its original layout, transformed back (once) if it only exists re-laid-out."""
+        if not v or v in self.defined:
+            return v
+        layout, name = next(iter(self.reps[v].items()))
+        self.transform(name, layout, self.orig_layout[v], out=v)
+        self.defined.add(v)
+        return v
+
+    def laid_out(self, v: str, src: str, dst: str) -> str:
+        """``v`` (originally in layout ``src``) in layout ``dst``, transformed (once) if needed."""
+        if src == dst:
+            return self.original(v)
+        have = self.reps.setdefault(v, {})
+        if dst in have:
+            return have[dst]
+        self.orig_layout.setdefault(v, src)
+        if v in self.defined:
+            name = self.transform(v, src, dst)
+        else:
+            layout, existing = next(iter(have.items()))
+            name = self.transform(existing, layout, dst)
+        have[dst] = name
+        return name
+
+    def emit(self, node: Node, inputs: list, out_layouts: tuple, op: str | None = None, attrs=None):
+        outs = []
+        for o, (orig, new) in zip(node.outputs, out_layouts):
+            if orig == new:
+                outs.append(o)
+                self.defined.add(o)
+            else:
+                name = self.fresh(f"{o}_{new}")
+                self.reps.setdefault(o, {})[new] = name
+                self.orig_layout[o] = orig
+                outs.append(name)
+        self.nodes.append(Node(op or node.op, node.name, tuple(inputs), tuple(outs),
+                               dict(node.attrs) if attrs is None else dict(attrs)))
+
+    # -- one node ----------------------------------------------------------------------------------
+    def visit(self, node: Node) -> None:
+        types = self.graph.types
+        spec = self.choose(node, [types.get(v) if v else None for v in node.inputs])
+        if spec is not None:
+            if len(spec.inputs) != len(node.inputs) or len(spec.outputs) != len(node.outputs):
+                raise Error(f"node {node.name} ({node.op}): the backend's layout choice names "
+                            f"{len(spec.inputs)} inputs and {len(spec.outputs)} outputs, the node has "
+                            f"{len(node.inputs)} and {len(node.outputs)}")
+            ins = [self.laid_out(v, *io) if io and v else self.original(v) for v, io in zip(node.inputs,
+                                                                                        spec.inputs)]
+            self.emit(node, ins, spec.outputs, spec.op, spec.attrs)
+            return
+        if self.follow(node):
+            return
+        self.emit(node, [self.original(v) for v in node.inputs],
+                  tuple((None, None) for _ in node.outputs))
+
+    def follow(self, node: Node) -> bool:
+        """Run an elementwise or broadcast node in the blocked layout of its inputs, when it can."""
+        opdef = get_op(node.op, node.name)
+        if opdef.pattern > OpPattern.BROADCAST or len(node.outputs) != 1:
+            return False
+        attrs = opdef.normalize_attrs(dict(node.attrs), node.name)
+        out_ty = self.graph.types.get(node.outputs[0])
+        if out_ty is None or len(out_ty.shape) != 4:
+            return False
+        is_bias = node.op == "bias_add"
+        if is_bias and attrs["axis"] % 4 != 1:
+            return False
+        if not is_bias and ({"axis", "axes"} & attrs.keys()):
+            return False  # an axis attribute would mean something else in another layout
+        layout = None
+        for v in node.inputs:
+            if v and self.graph.types.get(v) == out_ty and self.orig_layout.get(v) == "NCHW":
+                layout = next((lay for lay in self.reps[v] if _BLOCKED_NCHW.match(lay)), None)
+                if layout:
+                    break
+        if layout is None:
+            return False
+        channels, block = out_ty.shape[1], int(_BLOCKED_NCHW.match(layout).group(1))
+        plan = []  # per input: ("act", v) | ("param", v, 4-d shape)
+        for k, v in enumerate(node.inputs):
+            ty = self.graph.types.get(v) if v else None
+            if ty is None:
+                return False
+            if ty == out_ty:
+                plan.append(("act", v))
+                continue
+            if v not in self.graph.params:
+                return False  # a broadcast activation: keep the original layout
+            if is_bias and k == 1:
+                shape4 = (1, channels, 1, 1)
+            elif len(ty.shape) <= 4:
+                shape4 = (1,) * (4 - len(ty.shape)) + tuple(ty.shape)
+                if any(d not in (1, o) for d, o in zip(shape4, out_ty.shape)):
+                    return False
+            else:
+                return False
+            if shape4[1] not in (1, channels) or (shape4[1] == channels and channels % block):
+                return False
+            plan.append(("param", v, shape4))
+        ins = []
+        for item in plan:
+            if item[0] == "act":
+                ins.append(self.laid_out(item[1], "NCHW", layout))
+                continue
+            _, v, shape4 = item
+            ins.append(self.param_in_layout(v, shape4, layout, block))
+        self.emit(node, ins, (("NCHW", layout),), "add" if is_bias else None, {} if is_bias else None)
+        return True
+
+    def param_in_layout(self, v: str, shape4: tuple, layout: str, block: int) -> str:
+        """A weight broadcast against NCHW data, as nodes on the weight alone (folded later)."""
+        key = f"{layout}@{'x'.join(map(str, shape4))}"
+        have = self.reps.setdefault(v, {})
+        if key in have:
+            return have[key]
+        cur = v
+        if shape4[1] == 1:  # no channel variation: one block lane broadcasts
+            new_shape = (shape4[0], 1, shape4[2], shape4[3], 1)
+            cur = self.reshape(cur, new_shape)
+        else:
+            if tuple(self.graph.types[v].shape) != shape4:
+                cur = self.reshape(cur, shape4)
+            cur = self.transform(cur, "NCHW", layout)
+        have[key] = cur
+        return cur
+
+    def reshape(self, v: str, shape: tuple) -> str:
+        out = self.fresh(f"{v}_reshaped")
+        self.nodes.append(Node("reshape", self.fresh(f"{out}_reshape"), (v,), (out,),
+                               {"newshape": tuple(shape)}))
+        return out
+
+
+def cancel_layout_transforms(graph: Graph) -> Graph:
+    """A ``layout_transform`` whose input is the inverse transform reads the original value instead."""
+    from nnvm.passes.builtin import eliminate_dead_code, rename_uses
+
+    producers = graph.producers()
+    rename = {}
+    for node in graph.nodes:
+        if node.op != "layout_transform":
+            continue
+        prev = producers.get(node.inputs[0])
+        if (prev is not None and prev.op == "layout_transform"
+                and prev.attrs.get("src_layout") == node.attrs.get("dst_layout")
+                and prev.attrs.get("dst_layout") == node.attrs.get("src_layout")):
+            rename[node.outputs[0]] = prev.inputs[0]
+    if not rename:
+        return graph
+    kept_outputs = [o for o in graph.outputs if o in rename]
+    if kept_outputs:  # a graph output keeps its name: leave those transforms alone
+        rename = {k: v for k, v in rename.items() if k not in kept_outputs}
+    return eliminate_dead_code(rename_uses(graph, rename))
+
+
+def _hook_chooser(target):
+    from nnvm.plugins import hook
+
+    def choose(node, in_types):
+        return hook().nnvm_alter_op_layout(target=target, node=node, in_types=in_types)
+
+    return choose
+
+
+def alter_op_layout(graph: Graph, ctx=None, choose=None) -> Graph:
+    """Replace nodes by the backend's blocked-layout versions, with layout transforms at the borders.
+
+    ``choose(node, in_types) -> AlteredNode | None`` decides per node; by default the backends'
+    ``nnvm_alter_op_layout`` hook for the compile's target (no target: the graph is returned as is).
+    """
+    from nnvm.passes.builtin import infer_types
+
+    target = getattr(ctx, "target", None)
+    if choose is None:
+        if target is None:
+            return graph
+        choose = _hook_chooser(target)
+    graph = cancel_layout_transforms(graph)
+    rw = _Rewriter(graph, choose)
+    for node in graph.nodes:
+        rw.visit(node)
+    if not rw.reps:
+        return graph
+    outputs = tuple(rw.original(v) for v in graph.outputs)
+    out = graph.replace(nodes=tuple(rw.nodes), outputs=outputs, groups=())
+    return infer_types(out)

@@ -1,0 +1,79 @@
+"""Targets ``aarch64`` and ``armv7``: the x86 plugin's LLVM backend with Arm triples and cross tools.
+
+Everything but the target facts is inherited: ``LLVMBackend``'s stages (codegen, parse, optimize,
+jit), its code generator and its export. What differs:
+
+- ``resolve``: ``aarch64`` is ``aarch64-unknown-linux-gnu`` on a Cortex-A72 (NEON); ``armv7`` is
+  ``armv7a-unknown-linux-gnueabihf`` (hard float) on a Cortex-A15 with ``+neon,+vfp4`` (so fused
+  multiply-adds exist). ``-mcpu``/``-mattr``/``-mtriple`` work as for ``llvm``.
+- ``c_compiler``: the cross gcc links exports; ``ArmKernelLibrary`` adds the C entry point the
+  device runtime calls.
+- ``host_can_run``: only on a matching Arm host; elsewhere ``mod.run`` goes through qemu-user.
+- schedules: NEON-width (4 x float32) register blocking (``schedules.py``).
+"""
+
+from __future__ import annotations
+
+import nnvm
+from nnvm.errors import TargetError
+from nnvm.target import Target
+from nnvm_backend_llvm_arm.elf import elf_header
+from nnvm_backend_llvm_arm.library import ArmKernelLibrary, ForeignArtifact
+from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS, ArmToolchain, toolchain_for_machine
+from nnvm_backend_llvm_x86.plugin import LLVMBackend
+from nnvm_backend_llvm_x86.toolchain import LLVMTarget, resolve_target
+
+
+class ArmBackend(LLVMBackend):
+    """LLVM code for 64-bit (``aarch64``) and 32-bit hard-float (``armv7``) Arm Linux with NEON."""
+
+    name = "llvm-arm"
+    target_kinds = tuple(ARM_TARGETS)
+    library_class = ArmKernelLibrary
+
+    def toolchain(self, target: Target) -> ArmToolchain:
+        tc = ARM_TARGETS.get(target.kind)
+        if tc is None:
+            raise TargetError(f"target {target}: the llvm-arm backend builds for "
+                              f"{', '.join(ARM_TARGETS)}, not {target.kind!r}")
+        return tc
+
+    def resolve(self, target: Target) -> LLVMTarget:
+        tc = self.toolchain(target)
+        resolved = resolve_target(target, tc.triple, tc.cpu, tc.features)
+        want = "aarch64" if tc.kind == "aarch64" else "arm"
+        if not resolved.arch.startswith(want) and not resolved.arch.startswith("thumb"):
+            raise TargetError(f"target {target}: -mtriple={resolved.triple} is not a {tc.kind} triple")
+        return resolved
+
+    def c_compiler(self, target: Target) -> str:
+        return self.toolchain(target).cc
+
+    def host_can_run(self, target: Target) -> bool:
+        return self.toolchain(target).runs_natively()
+
+    def build(self, funcs: list, target: Target) -> ArmKernelLibrary:
+        library = super().build(funcs, target)
+        library.toolchain = self.toolchain(target)
+        return library
+
+    def open_foreign(self, path: str) -> ForeignArtifact | None:
+        """An exported Arm module this host cannot ``dlopen``; None for files of other CPUs."""
+        header = elf_header(path)
+        tc = toolchain_for_machine(*header) if header else None
+        return ForeignArtifact(path, tc) if tc is not None else None
+
+
+@nnvm.hookimpl
+def nnvm_register_backends(register):
+    register(ArmBackend())
+
+
+@nnvm.hookimpl
+def nnvm_schedule_group(target, group):
+    """NEON register-blocked conv2d, depthwise conv2d and dense on ``aarch64``/``armv7``; else None."""
+    if getattr(target, "kind", None) not in ARM_TARGETS:
+        return None
+    from nnvm_backend_llvm_arm.schedules import schedule_group
+
+    return schedule_group(target, group)

@@ -1,0 +1,68 @@
+"""Which layout each operator runs in on x86: conv2d in NCHW[x]c, x the vector width in float32 lanes.
+
+In ``NCHW16c`` (AVX-512; ``NCHW8c`` with AVX2) sixteen output channels of one pixel are one vector
+register, so the convolution's inner step is a broadcast input scalar times a weight vector into a
+vector accumulator, with no gathers and no horizontal sums; the weights are pre-transformed to
+``OIHW{i}i{o}o`` so the vector of 16 output channels for one input channel is contiguous.
+
+A tensor's block depends only on its channel count (the widest of lanes, lanes/2 dividing it), so a
+producer and every consumer agree without negotiation, and residual adds meet in one layout.
+Convolutions whose input has few channels (the 3-channel stem) read plain ``NCHW`` data: a block of
+one is the same memory, and no transform kernel is needed at the model input.
+
+``NNVM_X86_LAYOUT=0`` keeps every operator in NCHW (an A/B switch for benchmarks).
+"""
+
+from __future__ import annotations
+
+import os
+
+from nnvm.passes.alter_layout import AlteredNode
+
+
+def channel_block(channels: int, lanes: int) -> int | None:
+    """The block for a tensor of ``channels`` channels: lanes or half of it when it divides, else None."""
+    for b in (lanes, lanes // 2):
+        if b >= 4 and channels % b == 0:
+            return b
+    return None
+
+
+def alter_conv2d(target, node, in_types) -> AlteredNode | None:
+    """conv2d (plain or depthwise, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
+    from nnvm.ops.registry import get_op
+    from nnvm_backend_llvm_x86.schedules import vector_lanes
+
+    if node.op != "conv2d" or len(in_types) != 2 or None in in_types:
+        return None
+    data, weight = in_types
+    if data.dtype != "float32" or len(data.shape) != 4 or len(weight.shape) != 4:
+        return None
+    attrs = get_op("conv2d").normalize_attrs(dict(node.attrs), node.name)
+    lanes = vector_lanes(target)
+    channels, out_channels = data.shape[1], weight.shape[0]
+    groups = attrs["groups"]
+    oc = channel_block(out_channels, lanes)
+    if oc is None:
+        return None
+    new_attrs = {"strides": tuple(attrs["strides"]), "padding": tuple(attrs["padding"]),
+                 "dilation": tuple(attrs["dilation"]), "groups": groups}
+    if groups == 1:
+        ic = channel_block(channels, lanes)
+        data_layout = f"NCHW{ic}c" if ic else "NCHW"
+        weight_layout = f"OIHW{ic or 1}i{oc}o"
+    elif groups == channels == out_channels and weight.shape[1] == 1:
+        data_layout, weight_layout = f"NCHW{oc}c", f"OIHW1i{oc}o"
+    else:
+        return None
+    return AlteredNode("conv2d_nchwc", new_attrs, inputs=(("NCHW", data_layout), ("OIHW", weight_layout)),
+                       outputs=(("NCHW", f"NCHW{oc}c"),))
+
+
+def alter_op_layout(target, node, in_types) -> AlteredNode | None:
+    """Entry point for ``nnvm_alter_op_layout`` on ``llvm`` targets."""
+    if os.environ.get("NNVM_X86_LAYOUT", "1") == "0":
+        return None
+    if node.op == "conv2d":
+        return alter_conv2d(target, node, in_types)
+    return None

@@ -1,0 +1,42 @@
+"""The x86 schedule library as one table: which template serves which fused group.
+
+``nnvm_schedule_template`` (``plugin.py``) asks each builder of ``TEMPLATE_BUILDERS`` in order; a
+builder returns an ``nnvm.autotune.ScheduleTemplate`` for the group or None ("not mine"), and the
+first template wins. More specific templates (a blocked layout, Winograd) go before the general ones
+they improve on; a new schedule is one function and one line here.
+
+``NNVM_X86_TEMPLATES=0`` turns the whole library off (every group gets the core's generic schedule),
+for A/B benchmarks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from nnvm.autotune import ScheduleTemplate
+from nnvm_backend_llvm_x86.schedule_dense import dense_template
+from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
+from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
+from nnvm_backend_llvm_x86.schedules import conv2d_template
+
+TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
+
+# (target, group) -> ScheduleTemplate | None, asked in this order.
+TEMPLATE_BUILDERS: list[TemplateBuilder] = [
+    conv2d_nchwc_template,  # x86.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
+    conv2d_template,      # x86.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
+    depthwise_template,   # x86.depthwise_conv2d_nchw.direct: one channel per group
+    dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
+]
+
+
+def schedule_template(target, group) -> ScheduleTemplate | None:
+    """The first template of ``TEMPLATE_BUILDERS`` that takes ``group`` on ``target``, or None."""
+    if getattr(target, "kind", None) != "llvm" or os.environ.get("NNVM_X86_TEMPLATES", "1") == "0":
+        return None
+    for builder in TEMPLATE_BUILDERS:
+        template = builder(target, group)
+        if template is not None:
+            return template
+    return None

@@ -1,0 +1,80 @@
+"""The depthwise conv2d template: every config computes what onnxruntime computes, awkward shapes too."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nnvm
+from nnvm.compiler import group_compute, import_model, schedule_template
+from nnvm.target import parse_target
+from nnvm.tir.lower import lower_schedule
+
+# (batch, in channels, out channels, height = width, kernel, stride, padding, relu epilogue)
+CASES = [
+    (1, 32, 32, 28, 3, 1, 1, True),   # MobileNetV2, stride 1
+    (1, 24, 24, 15, 3, 2, 1, True),   # stride 2 on an odd size
+    (2, 8, 8, 9, 5, 1, 2, False),     # batch 2, 5x5, the conv is the group's output
+    (1, 4, 8, 10, 3, 1, 0, True),     # channel multiplier 2, no padding
+    (1, 16, 16, 7, 3, 1, 1, True),    # a 7x7 plane: one tile
+]
+
+
+def _conv(path, n, c, o, hw, k, s, p, relu):
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((o, 1, k, k)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if relu else "y"], pads=[p] * 4, strides=[s, s],
+                              group=c)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["y"]))
+    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+
+
+def _reference(path, x):
+    return ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def _group(path):
+    graph = import_model(path)
+    return graph, group_compute(graph, 0, list(graph.nodes))
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}_c{}_o{}_hw{}_k{}_s{}_p{}_relu{}".format(*c))
+def test_depthwise_group_matches_onnxruntime(case, tmp_path):
+    path = str(tmp_path / "dw.onnx")
+    _conv(path, *case)
+    _, group = _group(path)
+    template = schedule_template(parse_target("llvm"), group)
+    assert template is not None and template.name == "x86.depthwise_conv2d_nchw.direct"
+    n, c, _, hw = case[:4]
+    x = np.random.default_rng(1).standard_normal((n, c, hw, hw)).astype(np.float32)
+    want = _reference(path, x)
+    got = nnvm.compile(path, target="llvm").run(x)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"depthwise {case}: max relative error {err:.2e}"
+
+
+def test_every_config_of_the_space(tmp_path, build):
+    """All knob combinations on one awkward shape: stride 2, an odd plane, batch 2."""
+    path = str(tmp_path / "dw.onnx")
+    _conv(path, 2, 6, 6, 13, 3, 2, 1, True)
+    graph, group = _group(path)
+    template = schedule_template(parse_target("llvm"), group)
+    assert template.size() > 2, f"a space of {template.size()} configs leaves the tuner nothing to search"
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    configs = list(template.configs())
+    funcs = build([lower_schedule(template.apply(c), args, f"dw_{q}") for q, c in enumerate(configs)])
+    x = np.random.default_rng(2).standard_normal((2, 6, 13, 13)).astype(np.float32)
+    want = _reference(path, x)
+    ins = [x if v == "x" else np.array(graph.params[v]) for v, _ in group.inputs]
+    for q, config in enumerate(configs):
+        got = np.full(want.shape, np.nan, np.float32)
+        funcs[f"dw_{q}"](*ins, got)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < 1e-5, f"depthwise config {config}: max relative error {err:.2e}"

@@ -1,0 +1,197 @@
+"""Indexing, masking and selection: Trilu, EyeLike, OneHot, GatherElements, GatherND, ScatterElements,
+ScatterND, CumSum, CumProd, TopK, Hardmax, Compress.
+
+Where an operator is a composition of comparisons with constant index ranges (one-hot masks), it is
+written so here, which keeps integer and bool results exact; the element-wise gathers and scatters
+and running totals use the core's ``gather_elements``, ``scatter_elements``, ``cumsum``, ``cumprod``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis, onnx_dtype
+
+
+def _zero(ctx: Context, like: str) -> str:
+    return ctx.param(np.zeros((), dtype=ctx.dtype(like)), "zero")
+
+
+@converter("Trilu")
+def convert_trilu(ctx: Context, inputs):
+    x = inputs[0]
+    k = int(ctx.const_ints(inputs[1], "the k input")[0]) if len(inputs) > 1 and inputs[1] else 0
+    n, m = ctx.shape(x)[-2:]
+    ones = np.ones((n, m), dtype=bool)
+    mask = np.triu(ones, k) if ctx.attr("upper", 1) else np.tril(ones, k)
+    return ctx.op("where", [ctx.param(mask, "mask"), x, _zero(ctx, x)])
+
+
+@converter("EyeLike")
+def convert_eye_like(ctx: Context, inputs):
+    x = inputs[0]
+    dtype = onnx_dtype(ctx.attr("dtype"), f"node {ctx.name}") if ctx.has_attr("dtype") else ctx.dtype(x)
+    n, m = ctx.shape(x)
+    return ctx.param(np.eye(n, m, int(ctx.attr("k", 0)), dtype=dtype), "eye")
+
+
+def _wrap_negative(ctx: Context, idx: str, size: int) -> str:
+    """``idx + size`` where ``idx < 0`` (ONNX's negative indices), constants folded."""
+    neg = ctx.op("less", [idx, ctx.scalar(0, idx)])
+    return ctx.op("where", [neg, ctx.op("add", [idx, ctx.scalar(size, idx)]), idx])
+
+
+@converter("OneHot")
+def convert_one_hot(ctx: Context, inputs):
+    indices, depth_v, values = inputs[:3]
+    depth = int(np.asarray(ctx.const(depth_v, "the depth input")).reshape(-1)[0])
+    rank = ctx.rank(indices) + 1
+    axis = normalize_axis(ctx.attr("axis", -1), rank, ctx)
+    idx = ctx.cast(indices, "int64") if ctx.dtype(indices) != "int64" else indices
+    idx = _wrap_negative(ctx, idx, depth)
+    shape = list(ctx.shape(indices))
+    expanded = ctx.reshape(idx, shape[:axis] + [1] + shape[axis:])
+    positions = ctx.param(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis - 1)), "range")
+    hot = ctx.op("equal", [expanded, positions])
+    off = ctx.reshape(ctx.op("strided_slice", [values], {"begin": (0,), "end": (1,), "strides": (1,),
+                                                           "axes": (0,)}), ())
+    on = ctx.reshape(ctx.op("strided_slice", [values], {"begin": (1,), "end": (2,), "strides": (1,),
+                                                          "axes": (0,)}), ())
+    return ctx.op("where", [hot, on, off])
+
+
+@converter("GatherElements")
+def convert_gather_elements(ctx: Context, inputs):
+    data, indices = inputs[:2]
+    axis = normalize_axis(ctx.attr("axis", 0), ctx.rank(data), ctx)
+    return ctx.op("gather_elements", [data, indices], {"axis": axis})
+
+
+@converter("ScatterElements", "Scatter")
+def convert_scatter_elements(ctx: Context, inputs):
+    data, indices, updates = inputs[:3]
+    axis = normalize_axis(ctx.attr("axis", 0), ctx.rank(data), ctx)
+    return ctx.op("scatter_elements", [data, indices, updates],
+                  {"axis": axis, "reduction": ctx.attr("reduction", "none")})
+
+
+def _linear_index(ctx: Context, data_shape: tuple, indices: str, batch_dims: int) -> tuple[str, int]:
+    """GatherND/ScatterND's index tuples (last axis of ``indices``) as one row index into ``data``
+    reshaped to ``(prod(shape[:batch_dims + k]), *rest)``; returns (index, k)."""
+    ishape = ctx.shape(indices)
+    k = ishape[-1]
+    idx = ctx.cast(indices, "int64")
+    dims = data_shape[batch_dims:batch_dims + k]
+    strides = [math.prod(dims[j + 1:]) for j in range(k)]
+    total = None
+    for j in range(k):
+        comp = ctx.op("strided_slice", [idx], {"begin": (j,), "end": (j + 1,), "strides": (1,),
+                                               "axes": (len(ishape) - 1,)})
+        comp = ctx.reshape(_wrap_negative(ctx, comp, dims[j]), ishape[:-1])
+        term = ctx.op("multiply", [comp, ctx.scalar(strides[j], comp)]) if strides[j] != 1 else comp
+        total = term if total is None else ctx.op("add", [total, term])
+    if total is None:
+        total = ctx.param(np.zeros(ishape[:-1], dtype=np.int64), "index")
+    if batch_dims:
+        batch = data_shape[:batch_dims]
+        offsets = (np.arange(math.prod(batch), dtype=np.int64) * math.prod(dims)).reshape(
+            batch + (1,) * (len(ishape) - 1 - batch_dims))
+        total = ctx.op("add", [total, ctx.param(offsets, "batch_offsets")])
+    return total, k
+
+
+@converter("GatherND")
+def convert_gather_nd(ctx: Context, inputs):
+    data, indices = inputs[:2]
+    shape = ctx.shape(data)
+    b = int(ctx.attr("batch_dims", 0))
+    row, k = _linear_index(ctx, shape, indices, b)
+    flat = ctx.reshape(data, (math.prod(shape[:b + k]),) + shape[b + k:])
+    return ctx.op("take", [flat, row], {"axis": 0})
+
+
+@converter("ScatterND")
+def convert_scatter_nd(ctx: Context, inputs):
+    data, indices, updates = inputs[:3]
+    shape = ctx.shape(data)
+    row, k = _linear_index(ctx, shape, indices, 0)
+    rest = math.prod(shape[k:])
+    flat = ctx.reshape(data, (math.prod(shape[:k]), rest))
+    n_updates = math.prod(ctx.shape(row))
+    rows = ctx.op("broadcast_to", [ctx.reshape(row, (n_updates, 1))], {"shape": (n_updates, rest)})
+    upd = ctx.reshape(updates, (n_updates, rest))
+    out = ctx.op("scatter_elements", [flat, rows, upd], {"axis": 0, "reduction": ctx.attr("reduction", "none")})
+    return ctx.reshape(out, shape)
+
+
+@converter("CumSum", "CumProd")
+def convert_cumulative(ctx: Context, inputs):
+    x = inputs[0]
+    axis = normalize_axis(ctx.const_ints(inputs[1], "the axis input")[0], ctx.rank(x), ctx)
+    return ctx.op("cumsum" if ctx.op_type == "CumSum" else "cumprod", [x],
+                  {"axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)),
+                   "reverse": bool(ctx.attr("reverse", 0))})
+
+
+def _to_last(ctx: Context, x: str, axis: int) -> tuple[str, tuple]:
+    rank = ctx.rank(x)
+    perm = tuple(a for a in range(rank) if a != axis) + (axis,)
+    return ctx.transpose(x, perm), tuple(int(p) for p in np.argsort(perm))
+
+
+@converter("TopK")
+def convert_topk(ctx: Context, inputs):
+    """The k largest (or smallest) along an axis: each element's rank is the count of elements that
+    beat it (ties broken by position), then rank r's element is picked with a one-hot mask."""
+    x = inputs[0]
+    k = int(ctx.attr("k")) if ctx.has_attr("k") else ctx.const_ints(inputs[1], "the K input")[0]
+    axis = normalize_axis(ctx.attr("axis", -1), ctx.rank(x), ctx)
+    largest = bool(ctx.attr("largest", 1))
+    xt, back = _to_last(ctx, x, axis)
+    shape = ctx.shape(xt)
+    n = shape[-1]
+    if not 0 <= k <= n:
+        raise ctx.error(f"k={k} is out of range for an axis of {n}")
+    xi = ctx.reshape(xt, shape + (1,))
+    xj = ctx.reshape(xt, shape[:-1] + (1, n))
+    better = ctx.op("greater" if largest else "less", [xj, xi])
+    tie = ctx.op("logical_and", [ctx.op("equal", [xj, xi]),
+                                 ctx.param(np.tril(np.ones((n, n), dtype=bool), -1), "earlier")])
+    beats = ctx.cast(ctx.op("logical_or", [better, tie]), "int64")
+    rank = ctx.op("sum", [beats], {"axis": (len(shape),), "keepdims": True})  # (..., n, 1)
+    hot = ctx.op("equal", [rank, ctx.param(np.arange(k, dtype=np.int64).reshape(1, k), "ranks")])
+    positions = ctx.param(np.arange(n, dtype=np.int64).reshape(n, 1), "positions")
+    index = ctx.op("sum", [ctx.op("where", [hot, positions, ctx.param(np.zeros((), np.int64), "zero")])],
+                   {"axis": (len(shape) - 1,), "keepdims": False})  # (..., k)
+    values = ctx.op("gather_elements", [xt, index], {"axis": len(shape) - 1})
+    return [ctx.transpose(values, back), ctx.transpose(index, back)]
+
+
+@converter("Hardmax")
+def convert_hardmax(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    axis = normalize_axis(ctx.attr("axis", -1 if ctx.opset >= 13 else 1), len(shape), ctx)
+    if ctx.opset < 13:  # coerced to 2-D at axis
+        x = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
+        axis = 1
+    best = ctx.op("argmax", [x], {"axis": axis, "keepdims": True})
+    n = ctx.shape(x)[axis]
+    positions = ctx.param(np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (ctx.rank(x) - axis - 1)),
+                          "positions")
+    out = ctx.cast(ctx.op("equal", [best, positions]), ctx.dtype(x))
+    return ctx.reshape(out, shape)
+
+
+@converter("Compress")
+def convert_compress(ctx: Context, inputs):
+    x, cond = inputs[:2]
+    keep = np.flatnonzero(np.asarray(ctx.const(cond, "the condition input")).astype(bool))
+    if ctx.has_attr("axis"):
+        axis = normalize_axis(ctx.attr("axis"), ctx.rank(x), ctx)
+    else:
+        x, axis = ctx.reshape(x, (math.prod(ctx.shape(x)),)), 0
+    keep = keep[keep < ctx.shape(x)[axis]]
+    return ctx.op("take", [x, ctx.param(keep.astype(np.int64), "kept")], {"axis": axis})
