@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import event, given
+from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
+from nnvm.testing.te_strategies import SETTINGS
 from nnvm.tir.interpreter import run_primfunc
 
 
@@ -280,3 +283,71 @@ def test_declaration_errors():
     w = te.compute((4,), lambda j: x[j, j] * 2.0, name="w")
     with pytest.raises(nnvm.ScheduleError, match="reference must be a function"):
         te.decl_tensor_intrin(w, None)
+
+
+def test_loops_of_the_region_may_come_in_any_order(mats):
+    """The region is replaced whole: loops are paired with the intrinsic's axes by the axis they walk."""
+    A, B, C, k = matmul(8, 32, 16)
+    s = te.create_schedule(C.op)
+    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
+    ko, ki = s[C].split(k, factor=8)
+    s[C].reorder(xo, yo, ko, ki, yi, xi)
+    s[C].tensorize(ki, gemm_intrin(4, 16, 8))
+    text = run(s, [A, B, C], mats, mats[0] @ mats[1])
+    assert "gemm_4x16x8(&A[((i.outer * 64) + (k.outer * 8))] strides (16, 1)" in text
+
+
+def test_packed_layout_read_through_split_indices(mats):
+    """B packed as Bp[j // 16, k, j % 16]: once the loops' ranges are known the indices are linear
+    (``j.outer``, ``k``, ``j.inner``), so the kernel reads 16 contiguous floats per k."""
+    A, B, _, _ = matmul(8, 32, 16)
+    Bp = te.compute((2, 16, 16), lambda jo, kq, ji: B[kq, jo * 16 + ji], name="Bp")
+    k = te.reduce_axis((0, 16), name="k")
+    C = te.compute((8, 32), lambda i, j: te.sum(A[i, k] * Bp[j // 16, k, j % 16], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
+    s[C].tensorize(xi, gemm_intrin(4, 16, 16))
+    text = run(s, [A, B, C], mats, mats[0] @ mats[1])
+    assert "&Bp[(j.outer * 256)] strides (16, 1)" in text
+
+
+# ---------------------------------------------------------------------------------------------------
+# soundness: whatever the schedule, tensorize either refuses it or computes the right numbers
+
+
+@SETTINGS
+@given(st.data())
+def test_random_tensorize_is_refused_or_correct(data):
+    """Random matmul shapes, random splits and orders of the loops, a random axis to tensorize and a
+    random kernel size: lowering raises ``ScheduleError`` or the program equals numpy. Half the
+    examples are built to match (kernel sizes dividing the shape, loops tiled by them)."""
+    m, n, k = (data.draw(st.sampled_from([1, 2, 4])) for _ in range(3))
+    M, N = m * data.draw(st.integers(1, 3)), n * data.draw(st.integers(1, 3))
+    K = k * data.draw(st.integers(1, 2))
+    A, B, C, r = matmul(M, N, K)
+    s = te.create_schedule(C.op)
+    if data.draw(st.booleans()):  # the canonical tiling, loops inside the region in a random order
+        xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], m, n)
+        ko, ki = s[C].split(r, factor=k)
+        inner = data.draw(st.permutations([xi, yi, ki]))
+        s[C].reorder(xo, yo, ko, *inner)
+        axis = inner[0]
+    else:  # anything: random splits and a random order, a random axis
+        for _ in range(data.draw(st.integers(0, 3))):
+            leaf = data.draw(st.sampled_from(list(s[C].leaf_iter_vars)))
+            s[C].split(leaf, factor=data.draw(st.integers(1, 4)))
+        s[C].reorder(*data.draw(st.permutations(list(s[C].leaf_iter_vars))))
+        axis = data.draw(st.sampled_from(list(s[C].leaf_iter_vars)))
+        m, n, k = (data.draw(st.sampled_from([1, 2, 4])) for _ in range(3))
+    s[C].tensorize(axis, gemm_intrin(m, n, k))
+    try:
+        func = nnvm.lower(s, [A, B, C])
+    except nnvm.ScheduleError:
+        event("refused")
+        return
+    event("tensorized")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((M, K), dtype=np.float32), rng.standard_normal((K, N), dtype=np.float32)
+    out = np.full((M, N), np.nan, np.float32)
+    run_primfunc(func, [a, b, out])
+    np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4, err_msg=str(func))

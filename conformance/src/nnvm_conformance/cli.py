@@ -42,6 +42,14 @@ def run_suite(targets: list[str], ops: list[str] | None = None, models: list[str
     unknown = [m for m in (models or []) if m not in MODELS]
     if unknown:
         raise Error(f"unknown model {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    from nnvm.plugins import op_registry
+
+    registered = op_registry()
+    unknown = [op for op in names if op not in registered]
+    if unknown:
+        raise Error(f"unknown operator {', '.join(unknown)}; no installed operator set provides it")
+    if examples is not None and examples < 1:
+        raise Error(f"--examples must be at least 1, got {examples}")
     results = []
     for target in targets:
         for op in names:

@@ -49,6 +49,8 @@ class Result:
 
     def summary(self) -> str:
         """One line: the status, then the error or the reason."""
+        if self.status == PASS and self.kind == "model":
+            return f"pass (relative error {self.max_error:.3g})"
         if self.status == PASS:
             return f"pass (max error {self.max_error:.3g}, {self.examples} examples)"
         if self.status == FAIL:

@@ -164,7 +164,7 @@ def cmd_conformance(args) -> int:
     try:  # the suite is its own distribution, so the core runs without it
         from nnvm_conformance.cli import main as conformance_main
     except ModuleNotFoundError as exc:
-        if exc.name != "nnvm_conformance":
+        if (exc.name or "").split(".")[0] != "nnvm_conformance":
             raise Error(f"the conformance suite cannot import {exc.name!r}; reinstall it") from None
         raise Error("nnvm conformance needs the conformance suite: pip install nnvm-conformance") from None
     return conformance_main(args)

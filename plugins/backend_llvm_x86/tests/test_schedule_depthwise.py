@@ -31,8 +31,9 @@ def _conv(path, n, c, o, hw, k, s, p, relu):
                               group=c)]
     if relu:
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
-    graph = helper.make_graph(nodes, "dw", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])
+    graph = helper.make_graph(nodes, "dw", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [w, b])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
 
 

@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import nnvm
@@ -104,7 +104,9 @@ def test_unknown_intrinsic_name_and_foreign_intrinsic():
         nnvm.build(s, [A, B, C], target="llvm")
 
 
-@SETTINGS
+# Fewer examples than the lowering properties: the space is small (kernel sizes x layouts x split or
+# not), and each example compiles a module, the costly part.
+@settings(SETTINGS, max_examples=50)
 @given(st.data())
 def test_random_tensorized_matmuls(data):
     """Random shapes that the kernel tiles evenly, random kernel sizes, split or whole reduction."""
@@ -117,3 +119,21 @@ def test_random_tensorized_matmuls(data):
     s, args = tensorized(M, N, K, m, n, k, split_k=split_k, parallel=data.draw(st.booleans()),
                          transposed_b=transposed_b)
     check(s, args, transposed_b=transposed_b)
+
+
+def test_packed_b_with_a_wide_kernel():
+    """B packed in 32-column panels (what fast GEMMs do), the 8x32 kernel over k steps of 16."""
+    M = N = K = 64
+    A = te.placeholder((M, K), name="A")
+    B = te.placeholder((K, N), name="B")
+    Bp = te.compute((N // 32, K, 32), lambda jo, kq, ji: B[kq, jo * 32 + ji], name="Bp")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((M, N), lambda i, j: te.sum(A[i, k] * Bp[j // 32, k, j % 32], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 8, 32)
+    ko, ki = s[C].split(k, factor=16)
+    s[C].reorder(xo, yo, ko, xi, yi, ki)
+    s[C].parallel(xo)
+    s[C].tensorize(xi, te.backend_intrinsic("llvm", "gemm", m=8, n=32, k=16))
+    f = check(s, [A, B, C])
+    assert "gemm_8x32x16(" in str(f.func) and "strides (32, 1)" in str(f.func)

@@ -261,6 +261,56 @@ def _conv_nchwc_eval(xs, attrs):
     return [from_primal(y, "NCHW", f"NCHW{oc}c")]
 
 
+# ---------------------------------------------------------------------------------------------------
+# max_pool2d_nchwc
+
+
+def _pool_nchwc_infer(in_types, attrs):
+    from nnvm.ops.pool import pool_out_size
+
+    (x,) = require_inputs("max_pool2d_nchwc", in_types, ("data",))
+    if len(x.shape) != 5:
+        raise Error(f"max_pool2d_nchwc: data must be NCHW[x]c (rank 5), got shape {x.shape}")
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = _pool_params(attrs)
+    n, c, h, w, b = x.shape
+    oh = pool_out_size(h, kh, sh, dh, pt, pb, attrs["ceil_mode"])
+    ow = pool_out_size(w, kw, sw, dw, pl, pr, attrs["ceil_mode"])
+    if oh < 1 or ow < 1:
+        raise Error(f"max_pool2d_nchwc: the {kh}x{kw} window is larger than the padded {h}x{w} input")
+    return [TensorType((n, c, oh, ow, b), x.dtype)]
+
+
+def _pool_params(attrs):
+    from nnvm.ops.pool import _params
+
+    return _params("max_pool2d_nchwc", attrs)
+
+
+def _pool_nchwc_compute(inputs, attrs, out_types):
+    (x,) = inputs
+    (kh, kw), (sh, sw), (pt, pl, pb, pr), (dh, dw) = _pool_params(attrs)
+    h, w = shape_of(x)[2:4]
+    ry = te.reduce_axis((0, kh), name="ry")
+    rx = te.reduce_axis((0, kw), name="rx")
+
+    def body(n, c, y, xx, b):
+        iy, ix = y * sh + ry * dh - pt, xx * sw + rx * dw - pl
+        inside = te.all_of(iy >= 0, iy < h, ix >= 0, ix < w)
+        return te.max(x[n, c, iy, ix, b], axis=[ry, rx], where=inside)
+
+    return [te.compute(out_types[0].shape, body, name="max_pool2d_nchwc", tag="max_pool2d_nchwc")]
+
+
+def _pool_nchwc_eval(xs, attrs):
+    from nnvm.ops.registry import get_op
+
+    (x,) = xs
+    block = x.shape[4]
+    pool = get_op("max_pool2d")
+    (y,) = pool.evaluate([to_primal(x, f"NCHW{block}c")], pool.normalize_attrs(dict(attrs)))
+    return [from_primal(y, "NCHW", f"NCHW{block}c")]
+
+
 def ops() -> list[OpDef]:
     """The blocked-layout operators' OpDefs."""
     return [
@@ -275,4 +325,10 @@ def ops() -> list[OpDef]:
                      "dilation": Attr(tuple, (1, 1)), "groups": Attr(int, 1, "1, or the channels: depthwise")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
               doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
+        OpDef("max_pool2d_nchwc", _pool_nchwc_infer, _pool_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
+              attrs={"pool_size": Attr(tuple, doc="window (height, width)"), "strides": Attr(tuple, (1, 1)),
+                     "padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right"),
+                     "dilation": Attr(tuple, (1, 1)), "ceil_mode": Attr(bool, False)},
+              num_inputs=(1, 1), evaluate=checked_evaluate(_pool_nchwc_infer, _pool_nchwc_eval),
+              doc="max_pool2d over NCHW[x]c data (the channel block is carried through)"),
     ]

@@ -24,6 +24,8 @@ from nnvm.graph.ir import Graph, Node
 from nnvm.ops.registry import OpPattern, get_op
 
 _BLOCKED_NCHW = re.compile(r"^NCHW(\d+)c$")
+# Operators with a blocked-layout twin taking the same attributes, used when their input is blocked.
+BLOCKED_FOLLOWERS = {"max_pool2d": "max_pool2d_nchwc"}
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ class _Rewriter:
                                                                                         spec.inputs)]
             self.emit(node, ins, spec.outputs, spec.op, spec.attrs)
             return
-        if self.follow(node):
+        if self.follow(node) or self.follow_pool(node):
             return
         self.emit(node, [self.original(v) for v in node.inputs],
                   tuple((None, None) for _ in node.outputs))
@@ -175,6 +177,17 @@ class _Rewriter:
             _, v, shape4 = item
             ins.append(self.param_in_layout(v, shape4, layout, block))
         self.emit(node, ins, (("NCHW", layout),), "add" if is_bias else None, {} if is_bias else None)
+        return True
+
+    def follow_pool(self, node: Node) -> bool:
+        """A max pool whose input is already blocked pools in the blocked layout (no transform)."""
+        if node.op not in BLOCKED_FOLLOWERS or not node.inputs or self.orig_layout.get(node.inputs[0]) != "NCHW":
+            return False
+        v = node.inputs[0]
+        layout = next((lay for lay in self.reps[v] if _BLOCKED_NCHW.match(lay)), None)
+        if layout is None or v in self.defined or v in self.graph.outputs:
+            return False  # also needed in NCHW anyway: pooling there costs no extra transform
+        self.emit(node, [self.reps[v][layout]], (("NCHW", layout),), BLOCKED_FOLLOWERS[node.op])
         return True
 
     def param_in_layout(self, v: str, shape4: tuple, layout: str, block: int) -> str:

@@ -7,11 +7,13 @@ import ctypes
 import numpy as np
 
 from nnvm.errors import Error, InputError
+from nnvm.runtime.threads import set_default_threads
 
 KERNEL_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 
 
 def kernel_from_address(address: int):
+    set_default_threads()  # before any kernel can run its first parallel loop
     return KERNEL_TYPE(address)
 
 

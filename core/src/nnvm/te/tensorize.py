@@ -11,19 +11,21 @@ way every operator does, as a ``te.compute`` over small placeholders, and declar
     gemm = te.decl_tensor_intrin(C, reference=lambda a, b, c: c.__iadd__(a @ b), name="gemm_4x16x8")
 
 ``s[C].tensorize(xi, gemm)`` then asks lowering to replace the loops from ``xi`` inward by one call.
-Lowering checks that the replacement is *exact*: the loops under ``xi`` must be as many and as long as
-the intrinsic's axes (spatial ones paired in order, then reduce ones), and the stage's body, with those
-loops' variables renamed to the intrinsic's, must have the intrinsic's structure: the same operations,
-the same reducer, the same dtypes, and reads of tensors whose indices differ from the intrinsic's only
-by an offset (the enclosing loops' position) and by strides (the tensors' layout). Anything else is an
-``nnvm.ScheduleError`` naming the stage, the axis and what differed. The call passes, per buffer of the
-intrinsic (inputs, then the output), the address of its first element and the element stride of each
-of its dimensions (``tir.expr.TensorIntrinCall``).
+Lowering checks that the replacement is *exact*: those loops must be as many and as long as the
+intrinsic's axes (paired in the order of the stage's axes they walk, spatial ones then reduce ones,
+whatever the order of the loops; an intrinsic's axis of extent 1 may have no loop), and the stage's
+body, with their variables renamed to the intrinsic's, must have the intrinsic's structure: the same
+operations, the same reducer, the same dtypes, and reads of tensors whose indices differ from the
+intrinsic's only by an offset (the enclosing loops' position) and by strides (the tensors' layout).
+Anything else is an ``nnvm.ScheduleError`` naming the stage, the axis and what differed. The call
+passes, per buffer of the intrinsic (inputs, then the output), the address of its first element and
+the element stride of each of its dimensions (``tir.expr.TensorIntrinCall``). Annotations of the
+replaced loops (unroll, vectorize) go with them.
 
 What the call does, which every implementation follows: for a reduction it *accumulates* into the
-output region (``c += a @ b``), the initialisation staying an ordinary loop nest (placed inside the
-tensorized region when it was there, above it otherwise), so the same intrinsic serves a reduction
-split around it; otherwise it overwrites the region. ``reference`` is that behaviour in numpy,
+output region (``c += a @ b``), the initialisation staying an ordinary loop nest just before the call
+(or above the reduction loops outside the region), so the same intrinsic serves a reduction split
+around it; otherwise it overwrites the region. ``reference`` is that behaviour in numpy,
 ``reference(*inputs, output)`` on strided views, updating ``output`` in place: the reference
 interpreter runs it, so a tensorized program is checked on any machine.
 """
@@ -163,7 +165,7 @@ def tensorized_nest(stage, body_exprs: tuple, out_tensors: list, ranges: dict, i
         if lv in inner_stmts:
             raise ScheduleError(f"{where}: another stage is computed at loop {lv.var.name}, inside the "
                                 "region the intrinsic replaces")
-    pairing = _pair_axes(region, intrin, ranges, where)
+    pairing = _pair_axes(_in_axis_order(stage, region), intrin, ranges, where)
     region_vars = {lv.var for lv in region}
     for g_iv, cond in guards:
         if free_vars(cond) & region_vars:
@@ -195,7 +197,12 @@ def tensorized_nest(stage, body_exprs: tuple, out_tensors: list, ranges: dict, i
         out_idx = tuple(values[iv.var] for iv in op.axis)
         _bind(intrin.output, out, out_idx, intrin.output[tuple(iv.var for iv in intrin.op.axis)].indices,
               bindings)
-        regions, strides = _regions(intrin, bindings)
+        # with the loops' ranges known, split indices (``(j.outer*32 + j) // 32``) become linear again
+        var_ranges = {iv.var: (0, int(simplify(iv.dom.extent).value) - 1) for iv in pairing.values()}
+        var_ranges.update({lv.var: (0, ranges[lv][1] - 1) for lv in leaves[:pos]})
+        bindings = {p: (t, tuple(simplify(i, var_ranges) for i in idx), pat)
+                    for p, (t, idx, pat) in bindings.items()}
+        regions, strides = _regions(intrin, bindings, var_ranges)
     except _Mismatch as exc:
         raise ScheduleError(f"{where}: the loop nest does not match the intrinsic: {exc}") from None
     call = S.Evaluate(E.TensorIntrinCall(intrin, tuple(regions), tuple(strides)))
@@ -224,6 +231,20 @@ def _guard(stmt, conds):
     for c in conds[1:]:
         cond = cond & c
     return S.IfThenElse(cond, stmt, None)
+
+
+def _in_axis_order(stage, region: list) -> list:
+    """The region's loops ordered by the original axis each comes from (stable within one axis): the
+    region is replaced as a whole, so the order of its loops does not matter, the axes they walk do."""
+    from nnvm.te.schedule import Fuse, Split
+
+    root = {iv: k for k, iv in enumerate(list(stage.op.axis) + list(stage.op.reduce_axis))}
+    for rel in stage.relations:
+        if isinstance(rel, Split) and rel.parent in root:
+            root[rel.outer] = root[rel.inner] = root[rel.parent]
+        elif isinstance(rel, Fuse) and rel.outer in root:
+            root[rel.fused] = root[rel.outer]
+    return sorted(region, key=lambda lv: root.get(lv, len(root)))
 
 
 def _pair_axes(region: list, intrin: TensorIntrin, ranges: dict, where: str) -> dict:
@@ -319,7 +340,7 @@ def _bind(placeholder: Tensor, tensor: Tensor, indices: tuple, pattern: tuple, b
     bindings[placeholder] = (tensor, tuple(indices), tuple(pattern))
 
 
-def _regions(intrin: TensorIntrin, bindings: dict) -> tuple[list, list]:
+def _regions(intrin: TensorIntrin, bindings: dict, var_ranges: dict) -> tuple[list, list]:
     """Per buffer of the intrinsic: the read of its first element and, per dimension, the read of the
     element one step along it. ``flatten_storage`` turns both into flat loads, and
     ``finish_tensor_intrin_calls`` the differences into strides: the layout is known only then."""
@@ -328,9 +349,9 @@ def _regions(intrin: TensorIntrin, bindings: dict) -> tuple[list, list]:
     regions, strides = [], []
     for placeholder in intrin.buffers:
         tensor, indices, pattern = bindings[placeholder]
-        simp = Simplifier()
+        simp = Simplifier(dict(var_ranges))
         for idx in indices:
-            lin = simp.linear(simplify(idx))
+            lin = simp.linear(idx)
             for atom in (lin.terms if lin is not None else {idx: 1}):
                 if atom not in ivars and free_vars(atom) & set(ivars):
                     raise _Mismatch(f"{tensor.name} is indexed by {idx!r}, not an offset plus a multiple of "

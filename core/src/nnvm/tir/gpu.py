@@ -13,7 +13,8 @@ module turns the first into the second, so the OpenCL, CUDA and Metal backends o
 3. ``bind_threads``: each bound loop becomes its thread variable (one ``Var`` per tag, shared by all
    loops bound to it); the launch extent of a tag is the largest of its loops, loops with a smaller
    extent get a guard ``if threadIdx.x < extent`` (pushed below barriers, which every thread must
-   reach); stores outside every ``threadIdx`` loop run once per block (guarded by ``threadIdx == 0``);
+   reach, and below loops that bind the same tag again, such as a cooperative copy by all threads);
+   stores outside every ``threadIdx`` loop run once per block (guarded by ``threadIdx == 0``);
    ``vthread`` loops run serially in each thread; ``shared`` allocations move to the top of the block.
 
 The result keeps the form of a loop program, ``for blockIdx`` loops outermost, shared allocations,
@@ -174,18 +175,11 @@ def _has_barrier(s) -> bool:
     return bool(found)
 
 
-def _guard(cond, stmt):
-    """``if cond: stmt`` with barriers left outside the condition, which every thread must reach."""
-    if not _has_barrier(stmt):
-        return S.IfThenElse(cond, stmt, None)
-    if is_barrier(stmt):
-        return stmt
-    if isinstance(stmt, S.Seq):
-        return S.seq(*[_guard(cond, s) for s in stmt.stmts])
-    if isinstance(stmt, (S.For, S.Allocate, S.AttrStmt, S.LetStmt)):
-        return replace(stmt, body=_guard(cond, stmt.body))
-    raise ScheduleError(f"a barrier inside a conditional statement ({stmt.cond!r}) would be reached by "
-                        "some threads only")
+def _binds(s, tags) -> bool:
+    """Whether a loop below ``s`` is bound to one of ``tags`` (it then decides that tag's guard)."""
+    found = []
+    walk(s, lambda n: found.append(n) if isinstance(n, S.For) and n.thread_tag in tags else None)
+    return bool(found)
 
 
 def bind_threads(body: S.Stmt, where: str) -> tuple[S.Stmt, dict]:
@@ -204,28 +198,38 @@ def bind_threads(body: S.Stmt, where: str) -> tuple[S.Stmt, dict]:
     shared: list = []
     threads = [t for t in THREAD_TAGS if t in launch]
 
-    def lower(s, in_thread: bool):
+    def lower(s, in_thread: bool, guards: dict):
+        """``guards``: tag -> ``threadIdx < extent`` of the enclosing loops bound with a smaller extent
+        than the launch; applied to the largest subtrees without barriers or re-bindings of the tag."""
+        if guards and not _has_barrier(s) and not _binds(s, guards):
+            cond = None
+            for c in guards.values():
+                cond = c if cond is None else cond & c
+            return S.IfThenElse(cond, lower(s, in_thread, {}), None)
         if isinstance(s, S.For):
             if s.kind == S.ForKind.THREAD_BINDING and s.thread_tag != "vthread":
                 tv = thread_var(s.thread_tag)
-                inner = lower(substitute(s.body, {s.var: tv + s.min} if _nonzero(s.min) else {s.var: tv}),
-                              in_thread or s.thread_tag in THREAD_TAGS)
                 ext = int(simplify(s.extent).value)
-                return inner if ext == launch[s.thread_tag] else _guard(tv < ext, inner)
+                inner_guards = {t: c for t, c in guards.items() if t != s.thread_tag}
+                if ext != launch[s.thread_tag]:
+                    inner_guards[s.thread_tag] = tv < ext
+                body = substitute(s.body, {s.var: tv + s.min} if _nonzero(s.min) else {s.var: tv})
+                return lower(body, in_thread or s.thread_tag in THREAD_TAGS, inner_guards)
             kind = s.kind if s.kind in (S.ForKind.SERIAL, S.ForKind.VECTORIZED) else S.ForKind.SERIAL
-            return replace(s, kind=kind, thread_tag="", body=lower(s.body, in_thread))
+            return replace(s, kind=kind, thread_tag="", body=lower(s.body, in_thread, guards))
         if isinstance(s, S.Allocate):
             if s.buffer.scope == "shared":
-                shared.append(s.buffer)
-                return lower(s.body, in_thread)
-            return replace(s, body=lower(s.body, in_thread))
+                if s.buffer not in shared:  # loop partitioning may have copied the allocation
+                    shared.append(s.buffer)
+                return lower(s.body, in_thread, guards)
+            return replace(s, body=lower(s.body, in_thread, guards))
         if isinstance(s, (S.AttrStmt, S.LetStmt)):
-            return replace(s, body=lower(s.body, in_thread))
+            return replace(s, body=lower(s.body, in_thread, guards))
         if isinstance(s, S.Seq):
-            return S.seq(*[lower(x, in_thread) for x in s.stmts])
+            return S.seq(*[lower(x, in_thread, guards) for x in s.stmts])
         if isinstance(s, S.IfThenElse):
-            other = lower(s.else_body, in_thread) if s.else_body is not None else None
-            return replace(s, then_body=lower(s.then_body, in_thread), else_body=other)
+            other = lower(s.else_body, in_thread, guards) if s.else_body is not None else None
+            return replace(s, then_body=lower(s.then_body, in_thread, guards), else_body=other)
         if isinstance(s, S.Store) and not in_thread and threads and s.buffer.scope != "local":
             return _once_per_block(s)
         return s
@@ -237,7 +241,7 @@ def bind_threads(body: S.Stmt, where: str) -> tuple[S.Stmt, dict]:
             cond = c if cond is None else cond & c
         return S.IfThenElse(cond, s, None)
 
-    body = lower(body, False)
+    body = lower(body, False, {})
     body = _grid(body, THREAD_TAGS, launch)
     for buf in reversed(shared):
         body = S.Allocate(buf, body)

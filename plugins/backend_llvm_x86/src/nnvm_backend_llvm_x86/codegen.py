@@ -84,6 +84,8 @@ class CodeGenLLVM(ExprEmitter):
         self.frame: Frame | None = None
         self.uses_parallel = False
         self.kernel_names: list[str] = []
+        # C's size_t (aligned_alloc's arguments): 32 bits where the data layout says pointers are (armv7)
+        self.size_t = ir.IntType(32) if "-p:32" in f"-{data_layout}" else I64
 
     def ir_text(self) -> str:
         return str(self.module)
@@ -240,8 +242,10 @@ class CodeGenLLVM(ExprEmitter):
         # aligned_alloc wants a multiple of the alignment
         size = bld.and_(bld.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
         size = bld.select(bld.icmp_unsigned("==", size, ir.Constant(I64, 0)), ir.Constant(I64, 64), size)
-        alloc = self.declare("aligned_alloc", PTR, [I64, I64])
-        ptr = bld.call(alloc, [ir.Constant(I64, 64), size])
+        alloc = self.declare("aligned_alloc", PTR, [self.size_t, self.size_t])
+        if self.size_t is not I64:
+            size = bld.trunc(size, self.size_t)
+        ptr = bld.call(alloc, [ir.Constant(self.size_t, 64), size])
         if not self.frame.in_parallel:
             with bld.if_then(bld.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
                 bld.ret(ir.Constant(I32, -1))  # out of memory: the caller raises an error

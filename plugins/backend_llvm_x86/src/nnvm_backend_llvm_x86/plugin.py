@@ -11,9 +11,10 @@ How a ``build`` call turns loop programs into running code, in the order of ``LL
 ``KernelLibrary.export`` later emits position-independent object code from the same optimized IR
 and links a shared library with the data blobs (see ``library.py``).
 
-Threads: parallel loops run on libgomp's pool. The team size is ``NNVM_NUM_THREADS`` when set
-(read once, at the first parallel kernel call, by the generated code itself, so exported libraries
-honour it too), else libgomp's default: ``OMP_NUM_THREADS`` or the number of logical CPUs.
+Threads: parallel loops run on libgomp's pool. The team size is ``NNVM_NUM_THREADS`` (read once, at
+the first parallel kernel call, by the generated code itself, so exported libraries honour it too);
+unless the user set it or ``OMP_NUM_THREADS``, the Python runtime sets it to the number of physical
+cores before handing out the first kernel (``nnvm.runtime.threads``).
 
 Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``.
 """

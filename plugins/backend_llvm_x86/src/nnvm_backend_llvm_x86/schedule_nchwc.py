@@ -73,8 +73,10 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     ow_fallback = largest_divisor(ext_ow, fit)
     ow_space = sorted(set(divisors(ext_ow, 32)) | {ow_fallback})
     depthwise = bool(conv.op.attrs.get("depthwise"))
-    space = {"ow_block": ow_space, "unroll_kw": [False, True], "parallel": ["oc", "oh"]}
-    fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": "oc" if ext_oco >= 8 else "oh"}
+    space = {"ow_block": ow_space, "unroll_kw": [False, True], "parallel": ["oc", "oh"],
+             "pad_at": ["row", "root"]}
+    fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": "oc" if ext_oco >= 8 else "oh",
+                "pad_at": os.environ.get("NNVM_X86_PAD_AT", "row")}
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"
@@ -128,6 +130,13 @@ def build_conv2d_nchwc(group, config: dict):
         conv.unroll(rx)
     out_stage.parallel(parallel)
     for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and stage.op in padded and stage.attach_type == "root":
+        if not (isinstance(stage.op, ComputeOp) and stage.op in padded and stage.attach_type == "root"):
+            continue
+        if config["pad_at"] == "row":
+            # The padded window one register tile reads, made just before it (in cache, not a copy of
+            # the whole input).
+            stage.compute_at(conv, conv.op.axis[2] if out_stage is not conv else outer[-1])
+            stage.vectorize(stage.op.axis[-1])
+        else:
             schedule_loop_nest(stage)
     return sch

@@ -1,14 +1,14 @@
 """GPU-style schedules for the ``opencl`` target: blocks of threads, local (shared) memory, barriers.
 
-- ``conv2d`` (plain, grouped, depthwise) and ``dense``: each block computes an output tile, each
+- ``conv2d`` (plain and grouped) and ``dense``: each block computes an output tile, each
   thread a few outputs accumulated in private (``local``) memory; the reduction runs in chunks, and
   for every chunk the block's threads cooperatively copy the input and weight tiles it needs into
   ``__local`` memory (barriers before and after), so each global value is read once per block.
 - Large reductions over few outputs (softmax's sums, global pooling, mean): ``rfactor`` across the
   threads of a block, partial results in ``__local`` memory, combined by one thread.
-- Everything else (elementwise chains, pooling windows, transforms): all output axes fused, split
-  over blocks and threads, with the innermost four elements as one ``float4`` where they are
-  contiguous.
+- Everything else (depthwise convolutions, elementwise chains, pooling windows, transforms): all
+  output axes fused, split over blocks and threads, with the innermost four elements as one
+  ``float4`` where they are contiguous.
 
 A schedule that does not fit a group's shapes raises ``ScheduleError`` while being built; the group
 then gets the generic GPU schedule, which fits every group.
@@ -167,6 +167,8 @@ def schedule_conv2d(out):
     conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d"), None)
     if conv is None or len(conv.op.axis) != 4:
         raise ScheduleError("no NCHW conv2d stage")
+    if conv.op.attrs.get("depthwise"):
+        raise ScheduleError("depthwise: one input channel per output channel leaves little to share")
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
     _, o_total, oh, ow = (_ext(iv) for iv in conv.op.axis)
     rc_ext = _ext(conv.op.reduce_axis[0])

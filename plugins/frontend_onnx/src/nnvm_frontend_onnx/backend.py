@@ -31,7 +31,7 @@ def _device_ok(device: str) -> bool:
 class NnvmBackendRep:
     """A prepared model: compiled lazily per input shapes and shape-deciding input values."""
 
-    def __init__(self, model, device: str = "CPU", opt_level: int = 1, **kwargs):
+    def __init__(self, model, device: str = "CPU", opt_level: int = 3, **kwargs):
         import onnx
 
         if not isinstance(model, onnx.ModelProto):

@@ -56,6 +56,7 @@ class Context:
         self.b = builder
         self.opset = opset
         self.consumed = consumed  # ONNX value names read by some node or graph output
+        self.env: dict[str, str] = {}  # ONNX value name -> nnvm value, of the scope being converted
         self.node = None  # the onnx NodeProto being converted
         self.name = ""  # its (unique) name, used for every nnvm node it becomes
         self.attrs: dict = {}

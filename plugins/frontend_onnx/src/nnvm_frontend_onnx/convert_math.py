@@ -224,3 +224,91 @@ def convert_arg(ctx: Context, inputs):
              "keepdims": bool(ctx.attr("keepdims", 1)),
              "select_last_index": bool(ctx.attr("select_last_index", 0))}
     return ctx.op("argmax" if ctx.op_type == "ArgMax" else "argmin", [x], attrs)
+
+
+# -- trigonometric and hyperbolic functions without an nnvm operator ----------------------------------
+def _atan(ctx: Context, x: str) -> str:
+    """``atan`` for any real ``x``: two half-angle steps ``u -> u / (1 + sqrt(1 + u^2))`` bring the
+    argument below tan(pi/8), where 8 terms of the Taylor series are exact to float32 rounding."""
+    one = ctx.scalar(1.0, x)
+    u = x
+    for _ in range(2):
+        u = ctx.op("divide", [u, ctx.op("add", [one, ctx.op("sqrt", [ctx.op("add", [one, ctx.op(
+            "multiply", [u, u])])])])])
+    u2 = ctx.op("multiply", [u, u])
+    series = ctx.scalar(-1.0 / 15.0, x)  # Horner form of sum (-1)^k u^(2k+1) / (2k+1), k < 8
+    for k in range(6, -1, -1):
+        series = ctx.op("add", [ctx.op("multiply", [series, u2]), ctx.scalar((-1) ** k / (2 * k + 1), x)])
+    return ctx.op("multiply", [ctx.op("multiply", [series, u]), ctx.scalar(4.0, x)])
+
+
+@converter("Tan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Atan", "Asin", "Acos")
+def convert_trig(ctx: Context, inputs):
+    x = inputs[0]
+    one = ctx.scalar(1.0, x)
+    op = ctx.op_type
+    if op == "Tan":
+        return ctx.op("divide", [ctx.op("sin", [x]), ctx.op("cos", [x])])
+    if op in ("Sinh", "Cosh"):
+        e, inv = ctx.op("exp", [x]), ctx.op("exp", [ctx.op("negative", [x])])
+        both = ctx.op("subtract" if op == "Sinh" else "add", [e, inv])
+        return ctx.op("multiply", [both, ctx.scalar(0.5, x)])
+    if op in ("Asinh", "Acosh"):
+        sq = ctx.op("multiply", [x, x])
+        root = ctx.op("sqrt", [ctx.op("add" if op == "Asinh" else "subtract", [sq, one])])
+        return ctx.op("log", [ctx.op("add", [x, root])])
+    if op == "Atanh":
+        ratio = ctx.op("divide", [ctx.op("add", [one, x]), ctx.op("subtract", [one, x])])
+        return ctx.op("multiply", [ctx.op("log", [ratio]), ctx.scalar(0.5, x)])
+    if op == "Atan":
+        return _atan(ctx, x)
+    # asin(x) = 2 atan(x / (1 + sqrt(1 - x^2))): accurate up to |x| = 1
+    root = ctx.op("sqrt", [ctx.op("subtract", [one, ctx.op("multiply", [x, x])])])
+    asin = ctx.op("multiply", [_atan(ctx, ctx.op("divide", [x, ctx.op("add", [one, root])])),
+                               ctx.scalar(2.0, x)])
+    if op == "Asin":
+        return asin
+    return ctx.op("subtract", [ctx.scalar(np.pi / 2, x), asin])
+
+
+@converter("BitShift")
+def convert_bitshift(ctx: Context, inputs):
+    """Shifts as arithmetic on exact integers: ``x << y = x * 2^y`` in the unsigned type of the same
+    width (wrapping), ``x >> y = floor(x / 2^y)`` (arithmetic for signed types, in int64); shifts below
+    0 or not below the bit width give 0 (or -1 for a negative ``x`` shifted right), as ONNX says."""
+    x, y = inputs[0], inputs[1]
+    dtype = np.dtype(ctx.dtype(x))
+    bits = dtype.itemsize * 8
+    y = ctx.cast(y, "int64")
+    outside = ctx.op("logical_or", [ctx.op("less", [y, ctx.scalar(0, y)]),
+                                    ctx.op("greater_equal", [y, ctx.scalar(bits, y)])])
+    safe = ctx.op("where", [outside, ctx.scalar(0, y), y])
+    two = ctx.param(np.asarray(2.0, dtype=np.float64), "two")
+    power = ctx.op("power", [two, ctx.cast(safe, "float64")])
+    if ctx.attr("direction") == "LEFT":
+        work = f"uint{bits}"
+        shifted = ctx.cast(ctx.op("multiply", [ctx.cast(x, work), ctx.cast(power, work)]), str(dtype))
+        return ctx.op("where", [outside, ctx.scalar(0, x), shifted])
+    if dtype.kind == "u":
+        shifted = ctx.op("divide", [x, ctx.cast(power, str(dtype))])
+        return ctx.op("where", [outside, ctx.scalar(0, x), shifted])
+    wide = ctx.cast(x, "int64")
+    factor = ctx.cast(power, "int64")
+    floor = ctx.op("divide", [ctx.op("subtract", [wide, ctx.op("floor_mod", [wide, factor])]), factor])
+    negative = ctx.op("less", [x, ctx.scalar(0, x)])
+    beyond = ctx.op("where", [negative, ctx.scalar(-1, x), ctx.scalar(0, x)])
+    return ctx.op("where", [outside, beyond, ctx.cast(floor, str(dtype))])
+
+
+@converter("IsInf")
+def convert_isinf(ctx: Context, inputs):
+    x = inputs[0]
+    pos, neg = ctx.attr("detect_positive", 1), ctx.attr("detect_negative", 1)
+    hits = []
+    if pos:
+        hits.append(ctx.op("equal", [x, ctx.scalar(np.inf, x)]))
+    if neg:
+        hits.append(ctx.op("equal", [x, ctx.scalar(-np.inf, x)]))
+    if not hits:
+        return ctx.param(np.zeros(ctx.shape(x), dtype=bool), "none")
+    return hits[0] if len(hits) == 1 else ctx.op("logical_or", hits)

@@ -39,8 +39,11 @@ def function_body(node, opset: int, input_types: list):
     if schema is None:
         return None
     proto = FunctionProto()
-    static = [v for v in schema.function_opset_versions if v <= opset]
-    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset]
+    # a schema may carry its body written for several opsets; take the newest not above the model's
+    # (or, for a body written only for later opsets, the oldest: the operator's semantics are the same)
+    static = [v for v in schema.function_opset_versions if v <= opset] or sorted(schema.function_opset_versions)[:1]
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset] \
+        or sorted(schema.context_dependent_function_opset_versions)[:1]
     if static and (not dependent or max(static) >= max(dependent)):
         proto.ParseFromString(schema.get_function_with_opset_version(max(static)))
     elif dependent:

@@ -24,10 +24,12 @@ from nnvm.errors import Error, InputError, ModelLoadError, UnsupportedOperatorEr
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
 from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
+    convert_control,
     convert_index,
     convert_math,
     convert_nn,
     convert_norm,
+    convert_resize,
     convert_tensor,
     functions,
 )
@@ -151,6 +153,7 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
 
     consumed = {v for n, _ in nodes for v in n.input if v} | {o.name for o in graph.output}
     ctx = Context(b, opset, consumed)
+    ctx.env = env
     for node, name in nodes:
         _convert_node(ctx, node, name, env)
 

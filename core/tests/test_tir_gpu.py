@@ -1,0 +1,169 @@
+"""Thread binding and shared memory lowered for GPUs (nnvm.tir.gpu), run by the reference interpreter.
+
+Every program here is checked twice: its printed form (what a backend prints from) and its numbers
+against numpy, with threads of a barrier-holding loop run in lockstep as on a GPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nnvm import te
+from nnvm.errors import ScheduleError
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.gpu import insert_barriers, lower_for_gpu
+from nnvm.tir.interpreter import run_primfunc
+from nnvm.tir.lower import lower_schedule
+from nnvm.tir.visit import walk
+
+
+def _matmul_shared(n=16, tile=4):
+    A = te.placeholder((n, n), name="A")
+    B = te.placeholder((n, n), name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    s = te.create_schedule(C.op)
+    AS = s.cache_read(A, "shared", [C])
+    BS = s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    i, j = s[C].op.axis
+    bi, ti = s[C].split(i, factor=tile)
+    bj, tj = s[C].split(j, factor=tile)
+    s[C].reorder(bi, bj, ti, tj)
+    for iv, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        s[C].bind(iv, tag)
+    s[CL].compute_at(s[C], tj)
+    ko, _ = s[CL].split(CL.op.reduce_axis[0], factor=tile)
+    for shared in (AS, BS):
+        s[shared].compute_at(s[CL], ko)
+        ax0, ax1 = s[shared].op.axis
+        s[shared].bind(ax0, "threadIdx.y")
+        s[shared].bind(ax1, "threadIdx.x")
+    return s, [A, B, C]
+
+
+def _count(node, pred) -> int:
+    found = []
+    walk(node, lambda n: found.append(n) if pred(n) else None)
+    return len(found)
+
+
+def _is_barrier(n) -> bool:
+    return isinstance(n, E.Call) and n.name == "barrier"
+
+
+def test_shared_tiles_get_barriers_launch_sizes_and_match_numpy():
+    s, args = _matmul_shared()
+    prog = lower_for_gpu(lower_schedule(s, args, "mm"))
+    (kernel,) = prog.kernels
+    assert kernel.attrs["launch"] == {"blockIdx.y": 4, "blockIdx.x": 4, "threadIdx.y": 4, "threadIdx.x": 4}
+    text = str(kernel)
+    # the block's shared tiles are allocated once per block, outside the thread loops
+    assert text.index("A.shared = allocate(float32[4*4], shared)") < text.index("for threadIdx.y")
+    # for each chunk of k: wait until the previous chunk is read, load, wait until loaded, compute
+    loop = text[text.index("for k.outer"):]
+    assert loop.index("barrier()") < loop.index("A.shared[") < loop.rindex("barrier()") < loop.index("k.inner")
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((16, 16), dtype="float32"), rng.standard_normal((16, 16), dtype="float32")
+    c = np.zeros((16, 16), "float32")
+    run_primfunc(kernel, [a, b, c])
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_without_barriers_the_lockstep_interpreter_sees_the_race():
+    """The barriers are what makes the program right: dropping them reads tiles not yet loaded."""
+    s, args = _matmul_shared()
+    (kernel,) = lower_for_gpu(lower_schedule(s, args, "mm")).kernels
+
+    def strip(stmt):
+        from nnvm.tir.visit import rewrite
+
+        return rewrite(stmt, lambda n: S.Seq(()) if isinstance(n, S.Evaluate) and _is_barrier(n.value)
+                       else None)
+
+    racy = S.PrimFunc(kernel.name, kernel.params, strip(kernel.body), kernel.attrs)
+    assert _count(racy.body, _is_barrier) == 0
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((16, 16), dtype="float32"), rng.standard_normal((16, 16), dtype="float32")
+    c = np.zeros((16, 16), "float32")
+    run_primfunc(racy, [a, b, c])  # without lockstep points each thread runs to completion alone
+    assert not np.allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_smaller_thread_loops_are_guarded_and_block_level_stores_run_once():
+    n = 10
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((1,), lambda i: A[0] + 1.0, name="C")
+    s = te.create_schedule([B.op, C.op])
+    bo, bi = s[B].split(B.op.axis[0], factor=8)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    prog = lower_for_gpu(lower_schedule(s, [A, B, C], "two"))
+    assert [k.attrs["launch"] for k in prog.kernels] == [{"blockIdx.x": 2, "threadIdx.x": 8}, {}]
+    a = np.arange(n, dtype="float32")
+    b, c = np.zeros(n, "float32"), np.zeros(1, "float32")
+    for kernel in prog.kernels:
+        run_primfunc(kernel, [a, b, c])
+    np.testing.assert_array_equal(b, a * 2)
+    np.testing.assert_array_equal(c, [1.0])
+
+
+def test_rfactor_across_threads_combines_in_shared_memory_on_thread_zero():
+    n, m = 4, 100
+    A = te.placeholder((n, m), name="A")
+    k = te.reduce_axis((0, m), name="k")
+    B = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    _, ki = s[B].split(k, factor=16)
+    rf = s.rfactor(B, ki)
+    s[B].bind(B.op.axis[0], "blockIdx.x")
+    s[rf].compute_at(s[B], B.op.axis[0])
+    s[rf].set_scope("shared")
+    s[rf].bind(s[rf].op.axis[0], "threadIdx.x")
+    (kernel,) = lower_for_gpu(lower_schedule(s, [A, B], "rsum")).kernels
+    text = str(kernel)
+    assert "if (threadIdx.x == 0):" in text and _count(kernel.body, _is_barrier) >= 1
+    a = np.random.default_rng(2).standard_normal((n, m), dtype="float32")
+    b = np.zeros(n, "float32")
+    run_primfunc(kernel, [a, b])
+    np.testing.assert_allclose(b, a.sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
+def test_vthread_runs_serially_in_each_thread():
+    n = 16
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    vo, rest = s[B].split(B.op.axis[0], nparts=2)
+    to, _ = s[B].split(rest, factor=2)
+    s[B].bind(vo, "vthread")
+    s[B].bind(to, "threadIdx.x")
+    (kernel,) = lower_for_gpu(lower_schedule(s, [A, B], "v")).kernels
+    assert kernel.attrs["launch"] == {"threadIdx.x": 4}
+    a = np.arange(n, dtype="float32")
+    b = np.zeros(n, "float32")
+    run_primfunc(kernel, [a, b])
+    np.testing.assert_array_equal(b, a + 1)
+
+
+def test_insert_barriers_write_after_read_in_a_loop():
+    buf = S.Buffer("T", (E.const(4),), "float32", "shared")
+    out = S.Buffer("O", (E.const(4),), "float32")
+    k, t = E.Var("k"), E.Var("t")
+    write = S.Store(buf, t, E.const(1.0))
+    read = S.Store(out, t, E.Load(buf, E.const(3) - t, "float32"))
+    loop = S.For(k, E.const(0), E.const(2), S.ForKind.SERIAL, S.seq(write, read))
+    text = str(insert_barriers(loop))
+    assert text.split("\n")[1:] == ["  barrier()", "  T[t] = 1.0f", "  barrier()", "  O[t] = T[(3 - t)]"]
+
+
+def test_binding_one_thread_axis_twice_names_stage_and_axes():
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j], name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], "threadIdx.x")
+    with pytest.raises(ScheduleError, match=r"stage B: threadIdx.x is already bound to axis i.*j"):
+        s[B].bind(B.op.axis[1], "threadIdx.x")

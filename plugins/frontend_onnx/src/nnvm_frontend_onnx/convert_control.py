@@ -1,0 +1,159 @@
+"""Control flow lowered into the graph: If, Loop and Scan become plain nnvm nodes.
+
+nnvm graphs are static, so:
+
+- ``If`` with a condition known when importing converts only the branch taken; otherwise both branches
+  are converted and each output is ``where(cond, then, else)`` (the branches must agree in shape).
+- ``Loop`` is unrolled: the trip count must be known when importing (a graph input that gives it is
+  specialized on by ``nnvm_frontend_onnx.backend``), and the loop-carried condition must fold to a
+  constant after each iteration (loops that stop on a run-time value are reported as unsupported).
+- ``Scan`` (opset 9+) is unrolled over the scanned axis, whose length is static.
+
+A body is converted node by node into the enclosing graph, its values renamed per iteration, with
+the outer scope's values visible to it, as ONNX scoping says.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
+
+
+def _graph(ctx: Context, key: str):
+    attr = ctx.attr(key)
+    if attr is None or not hasattr(attr, "g"):
+        raise ctx.error(f"the {key} attribute (a graph) is missing")
+    return attr.g
+
+
+def run_body(ctx: Context, graph, bindings: list, tag: str) -> list:
+    """Convert ``graph``'s nodes into the enclosing graph; ``bindings`` are the nnvm values of its
+    inputs, in order. Returns the nnvm values of its outputs. The caller's node stays current."""
+    from nnvm_frontend_onnx.importer import _convert_node, _node_names
+    from onnx import numpy_helper
+
+    node, name, attrs = ctx.node, ctx.name, ctx.attrs
+    env = dict(ctx.env)
+    for vi, value in zip(graph.input, bindings):
+        env[vi.name] = value
+    for t in graph.initializer:
+        env[t.name] = ctx.param(numpy_helper.to_array(t), f"{tag}/{t.name}")
+    saved_consumed, saved_env = ctx.consumed, ctx.env
+    ctx.env = env
+    ctx.consumed = saved_consumed | {v for n in graph.node for v in n.input if v} | \
+        {o.name for o in graph.output}
+    try:
+        for inner, inner_name in zip(graph.node, _node_names(graph)):
+            _convert_node(ctx, inner, f"{name}/{tag}/{inner_name}", env)
+    finally:
+        ctx.consumed, ctx.env = saved_consumed, saved_env
+        ctx.node, ctx.name, ctx.attrs = node, name, attrs
+    missing = [o.name for o in graph.output if o.name not in env]
+    if missing:
+        raise ctx.error(f"the {tag} body does not produce {missing[0]!r}")
+    return [env[o.name] for o in graph.output]
+
+
+def _stack(ctx: Context, values: list, axis: int = 0) -> str:
+    """Stack same-shaped values along a new ``axis``."""
+    shape = ctx.shape(values[0])
+    axis = normalize_axis(axis, len(shape) + 1, ctx)
+    parts = [ctx.reshape(v, shape[:axis] + (1,) + shape[axis:]) for v in values]
+    return parts[0] if len(parts) == 1 else ctx.op("concatenate", parts, {"axis": axis})
+
+
+@converter("If")
+def convert_if(ctx: Context, inputs):
+    cond = inputs[0]
+    known = ctx.const_value(cond)
+    if known is not None:
+        branch = "then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"
+        return run_body(ctx, _graph(ctx, branch), [], branch)
+    then = run_body(ctx, _graph(ctx, "then_branch"), [], "then")
+    other = run_body(ctx, _graph(ctx, "else_branch"), [], "else")
+    flag = ctx.reshape(cond, ())
+    out = []
+    for a, b in zip(then, other):
+        if ctx.shape(a) != ctx.shape(b):
+            raise ctx.error(f"the branches give outputs of different shapes {ctx.shape(a)} and {ctx.shape(b)} "
+                            f"and the condition is only known at run time")
+        out.append(ctx.op("where", [flag, a, b]))
+    return out
+
+
+@converter("Loop")
+def convert_loop(ctx: Context, inputs):
+    body = _graph(ctx, "body")
+    trip_v = inputs[0] if inputs else ""
+    cond_v = inputs[1] if len(inputs) > 1 else ""
+    carried = list(inputs[2:])
+    trips = int(np.asarray(ctx.const(trip_v, "the trip count M")).reshape(-1)[0]) if trip_v else None
+    cond = True
+    if cond_v:
+        cond = bool(np.asarray(ctx.const(cond_v, "the initial condition")).reshape(-1)[0])
+    if trips is None:
+        trips = 1 << 16  # bounded by the condition, which must fold to a constant
+    n_carried = len(carried)
+    scans: list[list] = []
+    i = 0
+    while cond and i < trips:
+        iteration = ctx.param(np.asarray(i, dtype=np.int64), "iter")
+        flag = ctx.param(np.asarray(True), "cond")
+        outs = run_body(ctx, body, [iteration, flag] + carried, f"iter{i}")
+        known = ctx.const_value(outs[0])
+        if known is None:
+            raise ctx.error("the loop condition is computed at run time (loops must unroll when importing)")
+        cond = bool(np.asarray(known).reshape(-1)[0])
+        carried = outs[1:1 + n_carried]
+        for k, v in enumerate(outs[1 + n_carried:]):
+            if len(scans) <= k:
+                scans.append([])
+            scans[k].append(v)
+        i += 1
+        if i > 4096:
+            raise ctx.error("more than 4096 iterations; not unrolled")
+    n_scan = len(body.output) - 1 - n_carried
+    stacked = [_stack(ctx, s) if s else None for s in scans] + [None] * (n_scan - len(scans))
+    if any(s is None for s in stacked):
+        raise ctx.error("a scan output of a loop that runs zero times has no static shape")
+    return carried + stacked
+
+
+@converter("Scan")
+def convert_scan(ctx: Context, inputs):
+    if ctx.opset < 9:
+        raise ctx.error("Scan-8 (with sequence_lens and a batch axis) is not supported")
+    body = _graph(ctx, "body")
+    n_scan_in = int(ctx.attr("num_scan_inputs"))
+    states = list(inputs[:len(inputs) - n_scan_in])
+    xs = list(inputs[len(inputs) - n_scan_in:])
+    in_axes = list(ctx.attr("scan_input_axes", (0,) * n_scan_in))
+    in_dirs = list(ctx.attr("scan_input_directions", (0,) * n_scan_in))
+    n_out = len(body.output) - len(states)
+    out_axes = list(ctx.attr("scan_output_axes", (0,) * n_out))
+    out_dirs = list(ctx.attr("scan_output_directions", (0,) * n_out))
+    in_axes = [normalize_axis(a, ctx.rank(x), ctx) for a, x in zip(in_axes, xs)]
+    lengths = {ctx.shape(x)[a] for x, a in zip(xs, in_axes)}
+    if len(lengths) != 1:
+        raise ctx.error(f"the scan inputs have different lengths {sorted(lengths)}")
+    steps = lengths.pop()
+    collected: list[list] = [[] for _ in range(n_out)]
+    for t in range(steps):
+        slices = []
+        for x, a, d in zip(xs, in_axes, in_dirs):
+            k = steps - 1 - t if d else t
+            piece = ctx.op("strided_slice", [x], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (a,)})
+            shape = ctx.shape(x)
+            slices.append(ctx.reshape(piece, shape[:a] + shape[a + 1:]))
+        outs = run_body(ctx, body, states + slices, f"step{t}")
+        states = outs[:len(states)]
+        for k, v in enumerate(outs[len(states):]):
+            collected[k].append(v)
+    results = []
+    for values, axis, d in zip(collected, out_axes, out_dirs):
+        if not values:
+            raise ctx.error("a scan over zero steps has no static output shape")
+        values = values[::-1] if d else values
+        results.append(_stack(ctx, values, axis))
+    return states + results

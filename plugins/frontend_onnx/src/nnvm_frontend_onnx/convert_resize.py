@@ -1,0 +1,229 @@
+"""Resize (opsets 10-19) and Upsample, as separable per-axis resampling with constant weights.
+
+Every ONNX resize mode is separable: the output along one axis is a fixed linear combination of input
+elements along that axis, the same for every other index. So each resized axis becomes, with weights
+computed here in float64 from the static shapes:
+
+- ``nearest``: a ``take`` of constant indices (exact for every dtype);
+- ``linear`` / ``cubic`` (with ``antialias``, ``exclude_outside``, any coordinate transformation):
+  a ``matmul`` with a constant ``(in, out)`` weight matrix on that axis moved last, in float32 or
+  float64, cast back to the input type;
+- ``tf_crop_and_resize``: output positions whose source falls outside the input take
+  ``extrapolation_value`` through a constant mask.
+
+The coordinate transformations, tie rules and cubic kernel follow the ONNX operator specification.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
+
+
+# -- weights along one axis -------------------------------------------------------------------------
+def source_coords(mode: str, out_len: int, in_len: int, scale: float, roi=(0.0, 1.0)) -> np.ndarray:
+    """Input coordinate of each output index along one axis, for a coordinate transformation mode."""
+    y = np.arange(out_len, dtype=np.float64)
+    out_f = scale * in_len  # the spec uses the unrounded output length
+    if mode == "align_corners":
+        return np.zeros(out_len) if out_f == 1 else y * (in_len - 1) / (out_f - 1)
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "tf_crop_and_resize":
+        start, end = roi
+        x = np.full(out_len, (end - start) * (in_len - 1) / 2) if out_f == 1 \
+            else y * (end - start) * (in_len - 1) / (out_f - 1)
+        return x + start * (in_len - 1)
+    if mode == "pytorch_half_pixel":
+        return np.full(out_len, -0.5) if out_f == 1 else (y + 0.5) / scale - 0.5
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "half_pixel_symmetric":
+        offset = in_len / 2 * (1 - out_len / out_f)
+        return offset + (y + 0.5) / scale - 0.5
+    raise ValueError(f"coordinate_transformation_mode={mode!r} is not supported")
+
+
+def _nearest(ratio: float, rule: str) -> list:
+    if ratio == 1.0:  # the source coordinate is an integer
+        return [0.0, 1.0]
+    pick_high = {"round_prefer_floor": ratio > 0.5, "round_prefer_ceil": ratio >= 0.5,
+                 "floor": False, "ceil": True}[rule]
+    return [0.0, 1.0] if pick_high else [1.0, 0.0]
+
+
+def _cubic(ratio: float, a: float) -> list:
+    def k(x):
+        x = abs(x)
+        if x <= 1:
+            return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+        return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+    return [k(ratio + 1), k(ratio), k(1 - ratio), k(2 - ratio)]
+
+
+def _antialiased(ratio: float, scale: float, kind: str, a: float) -> list:
+    """The linear or cubic kernel stretched by ``1/scale`` when shrinking, normalized to sum 1."""
+    scale = min(scale, 1.0)
+    if kind == "linear":
+        start = int(np.floor(-1 / scale) + 1)
+        args = (np.arange(start, 2 - start) - ratio) * scale
+        c = np.clip(1 - np.abs(args), 0, 1)
+    else:
+        start = int(np.floor(-2 / scale) + 1)
+        c = np.array([_cubic_kernel(scale * (i - ratio), a) for i in range(start, 2 - start)])
+    return list(c / c.sum())
+
+
+def _cubic_kernel(x: float, a: float) -> float:
+    x = abs(x)
+    if x <= 1:
+        return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+    return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+
+
+def axis_weights(in_len: int, out_len: int, scale: float, *, mode: str, ctm: str, nearest_rule: str,
+                 cubic_a: float, exclude_outside: bool, antialias: bool, roi=(0.0, 1.0)):
+    """``(W, outside)``: the ``(out_len, in_len)`` weights and which outputs are extrapolated."""
+    x = source_coords(ctm, out_len, in_len, scale, roi)
+    outside = (x < 0) | (x > in_len - 1) if ctm == "tf_crop_and_resize" else np.zeros(out_len, bool)
+    w = np.zeros((out_len, in_len))
+    for o, xo in enumerate(x):
+        base = math.floor(xo)
+        ratio = 1.0 if xo == base else xo - base
+        if mode == "nearest":
+            coeffs = _nearest(ratio, nearest_rule)
+        elif antialias:
+            coeffs = _antialiased(ratio, scale, mode, cubic_a)
+        elif mode == "linear":
+            coeffs = [1 - ratio, ratio]
+        else:
+            coeffs = _cubic(ratio, cubic_a)
+        n = len(coeffs)
+        # the n neighbours nearest to x (ties toward the smaller index), as indices into the input
+        half = math.ceil(n / 2)
+        frac = (xo + half) - math.floor(xo + half)
+        if n % 2 == 0:
+            first = math.floor(xo + half) + (-(n // 2) if frac == 0 else -(n // 2) + 1) - half
+        else:
+            first = math.floor(xo + half) + (-((n - 1) // 2) + (0 if frac <= 0.5 else 1)) - half
+        idx = np.arange(first, first + n)
+        coeffs = np.asarray(coeffs, dtype=np.float64)
+        if exclude_outside:
+            coeffs = np.where((idx < 0) | (idx >= in_len), 0.0, coeffs)
+            total = coeffs.sum()
+            coeffs = coeffs / (total if total != 0 else 1.0)
+        for i, c in zip(np.clip(idx, 0, in_len - 1), coeffs):
+            w[o, i] += c
+    return w, outside
+
+
+# -- the converters ---------------------------------------------------------------------------------
+def _resample(ctx: Context, x: str, out_shape, scales, *, mode: str, ctm: str, nearest_rule: str,
+              cubic_a: float = -0.75, exclude_outside: bool = False, antialias: bool = False,
+              extrapolation: float = 0.0, roi=None) -> str:
+    shape = ctx.shape(x)
+    rank = len(shape)
+    dtype = ctx.dtype(x)
+    compute = "float64" if dtype == "float64" else "float32"
+    y = x if mode == "nearest" else ctx.cast(x, compute)
+    extrapolated = None
+    for a in range(rank):
+        axis_roi = (0.0, 1.0) if roi is None else (float(roi[a]), float(roi[a + rank]))
+        if out_shape[a] == shape[a] and math.isclose(scales[a], 1.0) and axis_roi == (0.0, 1.0):
+            continue
+        w, outside = axis_weights(shape[a], int(out_shape[a]), float(scales[a]), mode=mode, ctm=ctm,
+                                  nearest_rule=nearest_rule, cubic_a=cubic_a,
+                                  exclude_outside=exclude_outside, antialias=antialias, roi=axis_roi)
+        if mode == "nearest":
+            y = ctx.op("take", [y, ctx.param(w.argmax(axis=1).astype(np.int64), "indices")], {"axis": a})
+        else:
+            perm = tuple(d for d in range(rank) if d != a) + (a,)
+            moved = ctx.transpose(y, perm)
+            moved = ctx.op("matmul", [moved, ctx.param(w.T.astype(compute), "weights")])
+            y = ctx.transpose(moved, tuple(int(p) for p in np.argsort(perm)))
+        if outside.any():
+            mask = outside.reshape((1,) * a + (-1,) + (1,) * (rank - a - 1))
+            extrapolated = mask if extrapolated is None else extrapolated | mask
+    if extrapolated is not None:
+        full = np.broadcast_to(extrapolated, tuple(int(d) for d in out_shape))
+        y = ctx.op("where", [ctx.param(np.ascontiguousarray(full), "outside"),
+                             ctx.param(np.asarray(extrapolation, dtype=ctx.dtype(y)), "extrapolation"), y])
+    if mode != "nearest" and dtype != compute:
+        if np.dtype(dtype).kind in "iu":  # round and saturate like the reference's saturating cast
+            info = np.iinfo(dtype)
+            y = ctx.op("clip", [ctx.op("round", [y])], {"a_min": float(info.min), "a_max": float(info.max)})
+        y = ctx.cast(y, dtype)
+    return y
+
+
+@converter("Resize")
+def convert_resize(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if ctx.opset < 11:  # Resize-10: (X, scales)
+        roi_v, scales_v, sizes_v = "", inputs[1] if len(inputs) > 1 else "", ""
+    else:
+        roi_v = inputs[1] if len(inputs) > 1 else ""
+        scales_v = inputs[2] if len(inputs) > 2 else ""
+        sizes_v = inputs[3] if len(inputs) > 3 else ""
+    axes = [normalize_axis(a, rank, ctx) for a in ctx.attr("axes", range(rank))]
+    scales = ctx.const(scales_v, "the scales input").astype(np.float64).reshape(-1) if scales_v else None
+    sizes = ctx.const_ints(sizes_v, "the sizes input") if sizes_v else None
+    if scales is not None and scales.size == 0:
+        scales = None
+    roi = np.asarray(ctx.const(roi_v, "the roi input"), np.float64).reshape(-1) if roi_v else None
+    if roi is not None and roi.size == 0:
+        roi = None
+    if roi is not None and len(axes) != rank:
+        full = [0.0] * rank + [1.0] * rank
+        for i, a in enumerate(axes):
+            full[a], full[a + rank] = roi[i], roi[i + len(axes)]
+        roi = np.asarray(full)
+    full_scales = [1.0] * rank
+    out = list(shape)
+    if sizes is not None:
+        for i, a in enumerate(axes):
+            out[a] = int(sizes[i])
+            full_scales[a] = sizes[i] / shape[a]
+        policy = ctx.attr("keep_aspect_ratio_policy", "stretch")
+        if policy != "stretch":
+            pick = min if policy == "not_larger" else max
+            s = pick(full_scales[a] for a in axes)
+            for a in axes:
+                full_scales[a] = s
+                out[a] = int(s * shape[a] + 0.5)
+    elif scales is not None:
+        for i, a in enumerate(axes):
+            full_scales[a] = float(scales[i])
+            out[a] = int(math.floor(scales[i] * shape[a]))
+    else:
+        raise ctx.error("neither scales nor sizes is given")
+    mode = ctx.attr("mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise ctx.error(f"mode={mode!r} is not supported")
+    ctm = ctx.attr("coordinate_transformation_mode", "half_pixel" if ctx.opset >= 11 else "asymmetric")
+    rule = ctx.attr("nearest_mode", "round_prefer_floor")
+    try:
+        return _resample(ctx, x, out, full_scales, mode=mode, ctm=ctm, nearest_rule=rule,
+                         cubic_a=float(ctx.attr("cubic_coeff_a", -0.75)),
+                         exclude_outside=bool(ctx.attr("exclude_outside", 0)),
+                         antialias=bool(ctx.attr("antialias", 0)),
+                         extrapolation=float(ctx.attr("extrapolation_value", 0.0)), roi=roi)
+    except ValueError as exc:
+        raise ctx.error(str(exc)) from None
+
+
+@converter("Upsample")
+def convert_upsample(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    scales = ctx.attr("scales") if ctx.has_attr("scales") else \
+        tuple(float(s) for s in ctx.const(inputs[1], "the scales input").reshape(-1))
+    out = [int(math.floor(s * d)) for s, d in zip(scales, shape)]
+    mode = ctx.attr("mode", "nearest")
+    mode = "linear" if mode in ("linear", "bilinear") else mode
+    return _resample(ctx, x, out, [float(s) for s in scales], mode=mode, ctm="asymmetric", nearest_rule="floor")
