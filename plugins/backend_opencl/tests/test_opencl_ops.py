@@ -53,7 +53,8 @@ def _conv_ref(x, w, stride, pad, groups):
                 rows = slice(i, i + stride * (oh - 1) + 1, stride)
                 cols = slice(j, j + stride * (ow - 1) + 1, stride)
                 patch = xp[:, g * cg:(g + 1) * cg, rows, cols]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+                wg = w[g * og:(g + 1) * og, :, i, j]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, wg)
     return out
 
 

@@ -166,11 +166,16 @@ class ModelTuner(Tuner):
         good = sum(1 for y in self.ys if y > 0)
         if good < min(self.plan_size, 2) or len(self.xs) < self.plan_size:
             return [self.config(i) for i in self._random_unvisited(n, set())]
+        from threadpoolctl import threadpool_limits
+
         model = _cost_model()
         ys = np.asarray(self.ys)
-        model.fit(self.features(self.xs), ys / ys.max())
         n_model = max(1, n - int(round(self.epsilon * n)))
-        picked = self._best_predicted(model, n_model)
+        # One thread: the data is tiny, and OpenMP's spinning workers fight the measured kernels
+        # (and everything else) for the cores.
+        with threadpool_limits(limits=1, user_api="openmp"):
+            model.fit(self.features(self.xs), ys / ys.max())
+            picked = self._best_predicted(model, n_model)
         picked += self._random_unvisited(n - len(picked), set(picked))
         return [self.config(i) for i in picked]
 

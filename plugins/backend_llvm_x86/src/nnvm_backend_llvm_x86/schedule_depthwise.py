@@ -50,10 +50,11 @@ def depthwise_template(target, group) -> ScheduleTemplate | None:
     lanes = vector_lanes(target)
     ow_space = sorted(set(divisors(ext_ow, 2 * lanes, min(4, ext_ow))) | {largest_divisor(ext_ow, lanes)})
     oh_space = divisors(ext_oh, 8)
-    # Measured on MobileNetV2's layers: two vectors wide, 8 rows (stride 1) or 4 (stride 2) high; a
-    # small plane (7x7) in one tile.
-    ow_fallback = largest_divisor(ext_ow, 2 * lanes)
-    stride = conv.op.attrs.get("strides", (1, 1))[0]
+    # Measured on MobileNetV2's layers: two vectors wide, 8 rows high at stride 1; at stride 2 every
+    # lane is a load of its own (a gather), which makes wide tiles slow to compile for little gain:
+    # half a vector, 4 rows. A small plane (7x7) in one tile.
+    stride = conv.op.attrs.get("strides", (1, 1))[1]
+    ow_fallback = largest_divisor(ext_ow, 2 * lanes if stride == 1 else max(4, lanes // 2))
     oh_fallback = largest_divisor(ext_oh, max(1, min(8 if stride == 1 else 4, MAX_TILE // math.ceil(
         ow_fallback / lanes))))
     if oh_fallback == 1 and ext_oh <= 8:

@@ -147,13 +147,6 @@ def _accumulator(sch, anchor_stage, out):
     return anchor_stage, sch[out]
 
 
-def _pow2_at_most(n: int, cap: int) -> int:
-    p = 1
-    while p * 2 <= min(n, cap):
-        p *= 2
-    return p if n > cap or n & (n - 1) == 0 else min(n, cap)
-
-
 def _divisor_at_most(n: int, cap: int) -> int:
     """The largest divisor of ``n`` not above ``cap``: tiles that divide need no guards."""
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
@@ -200,7 +193,7 @@ def schedule_conv2d(out):
 
 
 def schedule_dense(out):
-    """dense (+ fused elementwise): a block computes TY rows x 64/TY columns, one output per thread;
+    """dense (+ fused elementwise): a block computes TY rows x TX columns, one output per thread;
     data and weight tiles per chunk of 32 of K go through local memory."""
     sch = te.create_schedule([out.op])
     dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "dense"), None)
@@ -210,8 +203,9 @@ def schedule_dense(out):
     m, n_out = (_ext(iv) for iv in dense.op.axis)
     k_ext = _ext(dense.op.reduce_axis[0])
     local, stage = _accumulator(sch, dense, out)
-    ty = _pow2_at_most(m, 8)
-    tx = THREADS // ty
+    # tiles that divide the output: no thread sits idle in a block (PoCL miscomputed such tails)
+    ty = _divisor_at_most(m, 8)
+    tx = _divisor_at_most(n_out, THREADS // ty)
     i, j = stage.op.axis
     io, ii = stage.split(i, factor=ty)
     jo, ji = stage.split(j, factor=tx)

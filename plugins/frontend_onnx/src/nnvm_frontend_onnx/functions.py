@@ -101,6 +101,8 @@ def expand(node, name: str, opset: int, input_types: list):
         n.output.extend(r(v) for v in inner.output)
         del n.attribute[:]
         for a in inner.attribute:
+            if a.HasField("g") or a.graphs:
+                a = _renamed_subgraphs(a, r)
             if a.ref_attr_name:
                 if a.ref_attr_name not in attrs:
                     continue
@@ -114,3 +116,29 @@ def expand(node, name: str, opset: int, input_types: list):
         out.append(n)
     body_opset = max((o.version for o in body.opset_import if o.domain in STANDARD_DOMAINS), default=opset)
     return out, int(body_opset)
+
+
+def _renamed_subgraphs(attr, rename):
+    """A copy of a graph attribute whose references to the function's values are renamed."""
+    from onnx import AttributeProto
+
+    out = AttributeProto()
+    out.CopyFrom(attr)
+    for g in ([out.g] if out.HasField("g") else []) + list(out.graphs):
+        _rename_outer(g, rename, set())
+    return out
+
+
+def _rename_outer(graph, rename, bound: set) -> None:
+    inner = set(bound) | {vi.name for vi in graph.input} | {t.name for t in graph.initializer}
+    for n in graph.node:
+        for k, v in enumerate(n.input):
+            if v and v not in inner:
+                n.input[k] = rename(v)
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                _rename_outer(g, rename, inner)
+        inner.update(n.output)
+    for o in graph.output:
+        if o.name not in inner:
+            o.name = rename(o.name)

@@ -29,6 +29,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
     convert_math,
     convert_nn,
     convert_norm,
+    convert_quant,
     convert_resize,
     convert_tensor,
     functions,
@@ -273,7 +274,22 @@ def _live_nodes(graph) -> list:
         if any(o in needed for o in node.output if o):
             live.append((node, name))
             needed.update(v for v in node.input if v)
+            needed.update(_outer_references(node))
     return live[::-1]
+
+
+def _outer_references(node) -> set:
+    """Values a node's subgraphs (If branches, Loop and Scan bodies) read from enclosing scopes."""
+    out: set = set()
+    for attr in node.attribute:
+        for g in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            inner = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+            for n in g.node:
+                out.update(v for v in n.input if v and v not in inner)
+                out.update(v for v in _outer_references(n) if v not in inner)
+                inner.update(n.output)
+            out.update(o.name for o in g.output if o.name not in inner)
+    return out
 
 
 def _check_supported(nodes, opset: int, path) -> None:
