@@ -1,12 +1,21 @@
-"""ResNet-18 and MobileNetV2: nnvm against onnxruntime on this CPU, written to ``bench/RESULTS.md``.
+"""Four CNNs on this CPU: nnvm untuned and tuned, onnxruntime, MXNet 1.9.1; writes ``bench/RESULTS.md``.
 
     uv run python bench/models.py --threads 2 --repeat 20
 
-The models are the seeded-random-weight ONNX builds of ``nnvm_frontend_onnx.testing.models`` (cached
-under ``$NNVM_CACHE_DIR/models``). Each row is ``nnvm bench --compare onnxruntime``: the same seeded
-input, the same thread count, runs alternated, median of ``--repeat`` after a warm-up. With
-``--ab`` each model is also compiled with ``NNVM_X86_CONV_SCHEDULE=0`` (the generic schedule for conv2d
-groups) in a child process, to show what the x86 conv2d schedule is worth.
+Models: ResNet-18, MobileNetV2, ResNet-50 and SqueezeNet 1.1, the seeded-random-weight ONNX builds of
+``nnvm_frontend_onnx.testing.models`` (cached under ``$NNVM_CACHE_DIR/models``); batch 1, float32.
+
+- nnvm: ``nnvm bench --compare onnxruntime --json`` in a child process (so the thread count holds from
+  the start), twice: ``--untuned`` (every schedule template's fallback config, no log at all) and tuned
+  (the logs the backend ships for this CPU, plus any ``--tuning-log``). Each run alternates ours and
+  onnxruntime on the same seeded input, median of ``--repeat`` after a warm-up; the onnxruntime column
+  and the ratio come from the tuned run.
+- MXNet 1.9.1 needs numpy<1.24, so it runs in its own virtual environment, made once with uv under
+  ``~/.cache/nnvm/venvs/mxnet-1.9.1``: its own gluon model zoo network of the same architecture
+  (random weights, hybridized with static allocation, same input shape and threads), timed the same
+  way but not alternated with the others. ``--no-mxnet`` leaves the column out.
+
+Next to the table, ``bench/results.png`` (matplotlib; not committed: it is in ``.gitignore``) plots it.
 """
 
 from __future__ import annotations
@@ -16,11 +25,43 @@ import datetime
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 
-MODELS = {"resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}
 HERE = os.path.dirname(os.path.abspath(__file__))
+# key in nnvm_frontend_onnx.testing.models -> (title, MXNet gluon model zoo name)
+MODELS = {
+    "resnet18": ("ResNet-18", "resnet18_v1"),
+    "mobilenet_v2": ("MobileNetV2", "mobilenetv2_1.0"),
+    "resnet50": ("ResNet-50", "resnet50_v1"),
+    "squeezenet1_1": ("SqueezeNet 1.1", "squeezenet1.1"),
+}
+MXNET_VERSION = "1.9.1"
+MXNET_REQUIREMENTS = [f"mxnet=={MXNET_VERSION}", "numpy<1.24"]
+
+# Runs inside the MXNet environment: argv = gluon name, threads, repeat; prints one JSON line.
+MXNET_SCRIPT = r"""
+import json, statistics, sys, time
+import mxnet as mx
+from mxnet.gluon.model_zoo import vision
+name, repeat = sys.argv[1], int(sys.argv[3])
+mx.random.seed(0)
+net = vision.get_model(name, pretrained=False)
+net.initialize(mx.init.Xavier())
+net.hybridize(static_alloc=True, static_shape=True)
+x = mx.nd.random.normal(shape=(1, 3, 224, 224))
+for _ in range(3):
+    net(x).wait_to_read()
+times = []
+for _ in range(repeat):
+    start = time.perf_counter()
+    net(x).wait_to_read()
+    times.append(time.perf_counter() - start)
+features = mx.runtime.Features()
+print(json.dumps({"ms": 1e3 * statistics.median(times), "version": mx.__version__,
+                  "onednn": features.is_enabled("MKLDNN")}))
+"""
 
 
 def cpu_name() -> str:
@@ -34,56 +75,174 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def bench_in_child(path: str, threads: int, repeat: int, env_extra: dict) -> dict:
-    """``nnvm bench --json`` in a fresh process, so the thread count and switches hold from the start."""
-    env = dict(os.environ, **env_extra)
+def bench_in_child(path: str, threads: int, repeat: int, extra: list) -> dict:
+    """``nnvm bench --json`` in a fresh process, so the thread count holds from the start."""
     cmd = [sys.executable, "-m", "nnvm.cli", "bench", path, "--target", "llvm", "--compare", "onnxruntime",
-           "--repeat", str(repeat), "--threads", str(threads), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+           "--repeat", str(repeat), "--threads", str(threads), "--json", *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode not in (0, 1) or not proc.stdout.strip():
         raise SystemExit(f"bench of {path} failed:\n{proc.stderr}")
     return json.loads(proc.stdout)
+
+
+def mxnet_python() -> str:
+    """The Python of the cached MXNet environment, made with uv on first use (raises RuntimeError)."""
+    cache = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
+    venv = os.path.join(cache, "venvs", f"mxnet-{MXNET_VERSION}")
+    python = os.path.join(venv, "bin", "python")
+    if os.path.exists(python):
+        return python
+    uv = shutil.which("uv") or os.environ.get("UV")
+    if not uv:
+        raise RuntimeError("uv is not installed, so the MXNet environment cannot be made")
+    partial = venv + ".partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    for cmd in ([uv, "venv", "--quiet", "--python", "3.11", partial],
+                [uv, "pip", "install", "--quiet", "--python", os.path.join(partial, "bin", "python"),
+                 *MXNET_REQUIREMENTS]):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[-300:]}")
+    os.replace(partial, venv)  # complete or absent, never half made
+    return python
+
+
+def bench_mxnet(gluon_name: str, threads: int, repeat: int) -> dict:
+    """MXNet's own model of the same architecture, timed in its environment; {"error": ...} on failure."""
+    try:
+        python = mxnet_python()
+    except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
+        return {"error": str(exc)}
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    for var in ("VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(var, None)
+    proc = subprocess.run([python, "-c", MXNET_SCRIPT, gluon_name, str(threads), str(repeat)],
+                          capture_output=True, text=True, env=env, timeout=1800)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def model_path(key: str) -> str | None:
+    from nnvm_frontend_onnx.testing import models
+
+    builders = getattr(models, "BUILDERS", None)
+    if builders is not None and key not in builders and not hasattr(models, key):
+        return None
+    return models.cached_model_path(key)
+
+
+def plot(rows: list, path: str, threads: int) -> None:
+    """A grouped bar chart of the table (milliseconds, log scale: the runtimes differ by 100x)."""
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install matplotlib)", file=sys.stderr)
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [("nnvm untuned", "untuned"), ("nnvm tuned", "tuned"), ("onnxruntime", "ort"), ("MXNet", "mxnet")]
+    titles = [r["title"] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.2
+    for k, (label, key) in enumerate(series):
+        values = [r.get(key) or 0 for r in rows]
+        xs = [i + (k - 1.5) * width for i in range(len(rows))]
+        bars = ax.bar(xs, values, width, label=label)
+        ax.bar_label(bars, labels=[f"{v:.0f}" if v else "" for v in values], fontsize=7)
+    ax.set_xticks(range(len(rows)), titles)
+    ax.set_yscale("log")
+    ax.set_ylabel("latency, ms (lower is better)")
+    ax.set_title(f"{cpu_name()}, {threads} threads, batch 1, float32")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"wrote {path}", file=sys.stderr)
+
+
+def ms(v) -> str:
+    return f"{v:.1f}" if isinstance(v, int | float) else "-"
+
+
+def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
+    mx_head = f"MXNet {MXNET_VERSION} (ms)"
+    lines = ["# Benchmarks", "",
+             f"Written by `bench/models.py` on {datetime.date.today().isoformat()}. CPU: {cpu_name()} "
+             f"({os.cpu_count()} logical CPUs); {args.threads} threads for every runtime; median of "
+             f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm and "
+             f"onnxruntime ran alternated in one process per row; MXNet ran on its own.", "",
+             f"| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | {mx_head} "
+             "| tuned kernels | outputs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        if r.get("missing"):
+            lines.append(f"| {r['title']} | {r['missing']} | | | | | | |")
+            continue
+        t = r["tuned_result"]
+        verdict = f"{'match' if t['match'] else 'MISMATCH'} ({t['max_rel_err']:.1e})"
+        ratio = f"{t['ratio']:.2f}" if "ratio" in t else "-"
+        lines.append(f"| {r['title']} | {ms(r['untuned'])} | {ms(r['tuned'])} | {ms(r['ort'])} | {ratio} | "
+                     f"{ms(r.get('mxnet'))} | {t.get('tuned_kernels', 0)} / {r['distinct']} | {verdict} |")
+    notes = ["", f"onnxruntime {ort_version}."]
+    if mx_info.get("version"):
+        notes.append(f"MXNet {mx_info['version']} from PyPI (oneDNN {'on' if mx_info.get('onednn') else 'off'}), "
+                     "its gluon model zoo networks (ResNet-50 is its v1, stride on the first 1x1 conv; ours is "
+                     "torchvision's v1.5); OMP_NUM_THREADS = threads.")
+    errors = {r.get("mxnet_error") for r in rows if r.get("mxnet_error")}
+    for e in sorted(errors):
+        notes.append(f"MXNet not measured: {e}")
+    notes.append("'nnvm tuned' uses the tuning logs shipped for this CPU (and any `--tuning-log`); 'tuned "
+                 "kernels' counts distinct kernels scheduled from a log. The machine may have been shared "
+                 "with other work while measuring; rerun for numbers of your own.")
+    with open(args.output, "w") as f:
+        f.write("\n".join(lines + notes) + "\n")
+    print(f"wrote {args.output}", file=sys.stderr)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=20)
-    parser.add_argument("--ab", action="store_true", help="also time the generic conv2d schedule")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument("--tuning-log", action="append", default=[], help="extra log for the tuned column")
+    parser.add_argument("--no-mxnet", action="store_true", help="leave out the MXNet column")
     parser.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"))
+    parser.add_argument("--plot", default=os.path.join(HERE, "results.png"))
     args = parser.parse_args(argv)
 
-    from nnvm_frontend_onnx.testing.models import cached_model_path
+    import onnxruntime
 
     rows = []
-    for key, title in MODELS.items():
-        path = cached_model_path(key)
-        result = bench_in_child(path, args.threads, args.repeat, {})
-        generic = bench_in_child(path, args.threads, args.repeat, {"NNVM_X86_CONV_SCHEDULE": "0"}) \
-            if args.ab else None
-        rows.append((title, result, generic))
-        print(f"{title}: nnvm {result['nnvm_ms']:.1f} ms, onnxruntime {result['onnxruntime_ms']:.1f} ms",
-              file=sys.stderr)
-
-    lines = ["# Benchmarks", "",
-             f"Written by `bench/models.py` on {datetime.date.today().isoformat()}. CPU: {cpu_name()} "
-             f"({os.cpu_count()} logical CPUs); {args.threads} threads for both runtimes; median of "
-             f"{args.repeat} alternated runs after a warm-up; batch 1, float32, seeded random weights.",
-             "", "| model | nnvm (ms) | onnxruntime (ms) | nnvm / ort | outputs |" +
-             (" nnvm, generic conv schedule (ms) |" if args.ab else ""),
-             "| --- | ---: | ---: | ---: | --- |" + (" ---: |" if args.ab else "")]
-    for title, r, g in rows:
-        verdict = f"match ({r['max_rel_err']:.1e})" if r["match"] else f"MISMATCH ({r['max_rel_err']:.1e})"
-        line = (f"| {title} | {r['nnvm_ms']:.1f} | {r['onnxruntime_ms']:.1f} | {r['ratio']:.2f} | "
-                f"{verdict} |")
-        if g is not None:
-            line += f" {g['nnvm_ms']:.1f} |"
-        lines.append(line)
-    lines += ["", f"onnxruntime {rows[0][1]['compare_version']}. The machine may have been shared with other "
-              "work while measuring; rerun for numbers of your own.", ""]
-    with open(args.output, "w") as f:
-        f.write("\n".join(lines))
-    print(f"wrote {args.output}", file=sys.stderr)
+    mx_info: dict = {}
+    for key in args.models.split(","):
+        if key not in MODELS:
+            raise SystemExit(f"unknown model {key!r}; choose from {', '.join(MODELS)}")
+        title, gluon_name = MODELS[key]
+        path = model_path(key)
+        if path is None:
+            rows.append({"title": title, "missing": "model builder missing"})
+            continue
+        untuned = bench_in_child(path, args.threads, args.repeat, ["--untuned"])
+        extra = [a for log in args.tuning_log for a in ("--tuning-log", log)]
+        tuned = bench_in_child(path, args.threads, args.repeat, extra)
+        row = {"title": title, "untuned": untuned["nnvm_ms"], "tuned": tuned["nnvm_ms"],
+               "ort": tuned["onnxruntime_ms"], "tuned_result": tuned,
+               "distinct": tuned.get("distinct_kernels", tuned["kernels"])}
+        if not args.no_mxnet:
+            mx = bench_mxnet(gluon_name, args.threads, args.repeat)
+            if "error" in mx:
+                row["mxnet_error"] = mx["error"]
+            else:
+                row["mxnet"] = mx["ms"]
+                mx_info = mx
+        rows.append(row)
+        print(f"{title}: nnvm untuned {untuned['nnvm_ms']:.1f} ms, tuned {tuned['nnvm_ms']:.1f} ms, "
+              f"onnxruntime {tuned['onnxruntime_ms']:.1f} ms, MXNet {ms(row.get('mxnet'))} ms", file=sys.stderr)
+    write_table(rows, args, onnxruntime.__version__, mx_info)
+    measured = [r for r in rows if not r.get("missing")]
+    if measured and args.plot:
+        plot(measured, args.plot, args.threads)
     return 0
 
 

@@ -6,6 +6,10 @@
 #        gcc        checked with `command -v gcc`  - links exported modules into shared libraries (`cc -shared`)
 #        libc6-dev  checked with dpkg-query       - the C library files the linker needs
 #        libgomp1   checked with dpkg-query       - the OpenMP runtime parallel kernels run on
+#        Arm cross toolchains and emulator (targets aarch64, armv7), checked with dpkg-query:
+#          gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
+#          libgomp1-arm64-cross libgomp1-armhf-cross - link exported Arm modules and the nnvm-run runtime
+#          qemu-user                                  - runs Arm code on this host (mod.run, nnvm run, tests)
 #      Not root, or not Debian: prints what is missing and goes on (tests that need it will skip,
 #      which fails under CI=true).
 #   2. uv: on PATH or importable by python3, else `python3 -m pip install uv`.
@@ -35,7 +39,8 @@ apt_install() {
 missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 if command -v dpkg-query >/dev/null 2>&1; then
-  for pkg in libc6-dev libgomp1; do
+  for pkg in libc6-dev libgomp1 gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
+      libc6-dev-armhf-cross libgomp1-arm64-cross libgomp1-armhf-cross qemu-user; do
     is_installed "$pkg" || missing+=("$pkg")
   done
 fi

@@ -239,8 +239,77 @@ def reference() -> str:
     return "\n".join(parts)
 
 
+def gpu_sections() -> str:
+    """Thread binding, shared memory and barriers (``nnvm.tir.gpu``); vectorization in the loop program."""
+    from dataclasses import replace
+
+    from nnvm.tir.gpu import lower_for_gpu
+    from nnvm.tir.vectorize import vectorize_loops
+
+    A, B, C, k = matmul(16)
+    s = te.create_schedule(C.op)
+    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    CL = s.cache_write(C, "local")
+    bi, ti = s[C].split(C.op.axis[0], factor=4)
+    bj, tj = s[C].split(C.op.axis[1], factor=4)
+    s[C].reorder(bi, bj, ti, tj)
+    for iv, tag in ((bi, "blockIdx.y"), (bj, "blockIdx.x"), (ti, "threadIdx.y"), (tj, "threadIdx.x")):
+        s[C].bind(iv, tag)
+    s[CL].compute_at(s[C], tj)
+    ko, _ = s[CL].split(CL.op.reduce_axis[0], factor=4)
+    for shared in (AS, BS):
+        s[shared].compute_at(s[CL], ko)
+        s[shared].bind(s[shared].op.axis[0], "threadIdx.y")
+        s[shared].bind(s[shared].op.axis[1], "threadIdx.x")
+    func = nnvm.lower(s, [A, B, C])
+    (kernel,) = lower_for_gpu(func).kernels
+    parts = [
+        "## Threads, shared memory and barriers (GPU lowering)\n",
+        "`bind`, `set_scope(\"shared\")` and `cache_read(..., \"shared\", ...)` describe a GPU kernel inside "
+        "the ordinary loop program. `nnvm.tir.gpu.lower_for_gpu` turns it into what a GPU runs, once for "
+        "every GPU-style backend (OpenCL, CUDA, Metal), which then only print code with the C-family "
+        "printer `nnvm.tir.c_printer.CPrinter`:\n",
+        "- each root loop nest becomes one kernel launch; loops bound to `blockIdx.*`/`threadIdx.*` become "
+        "those indices, their largest extents the launch size (`PrimFunc.attrs[\"launch\"]`); a loop "
+        "with a smaller extent than the launch gets a guard; stores outside every thread loop run once per "
+        "block; `vthread` loops run serially in each thread;\n"
+        "- shared buffers move to the top of the block (one copy per block, `__local` in OpenCL), local "
+        "buffers stay per thread; bound inference sizes a shared tile for all the block's threads "
+        "together;\n"
+        "- `barrier()` goes after the cooperative writes of a shared buffer and before its reads, and at "
+        "the top of a loop whose previous iteration read what the next one overwrites.\n",
+        "A 16x16 matmul in 4x4 blocks of 4x4 threads, each thread one element of C accumulated in local "
+        "memory, the tiles of A and B for each step of four along k copied to shared memory by all the "
+        "block's threads together. As scheduled (`nnvm.lower`):\n",
+        code(str(func)),
+        "After `lower_for_gpu`: the grid outermost, the shared tiles per block, the threads, and the "
+        "barriers around the copy (the reference interpreter runs this as it is, the threads of a loop "
+        "with barriers in lockstep):\n",
+        code(f"# launch = {kernel.attrs['launch']}\n{kernel}"),
+    ]
+    A, Bv = vector_add(16)
+    s = te.create_schedule(Bv.op)
+    _, inner = s[Bv].split(Bv.op.axis[0], factor=4)
+    s[Bv].vectorize(inner)
+    func = nnvm.lower(s, [A, Bv])
+    vec = replace(func, body=vectorize_loops(func.body))
+    parts += [
+        "## Vectorization in the loop program\n",
+        "`nnvm.tir.vectorize.vectorize_loops` rewrites a `vectorize`d loop into vector expressions: the "
+        "loop variable becomes `ramp(base, 1, lanes)`, contiguous loads and stores become vector loads "
+        "and stores, values that do not depend on the lane are broadcast (`x4(...)`). C-family backends "
+        "print them as `float4` (`vload4`/`vstore4` in OpenCL); a loop that is not a plain sequence of "
+        "such stores (a gather, a reduction into one element, a condition on the lane, a width without a "
+        "vector type) stays a serial loop. The LLVM backend vectorizes with its own pass. Before:\n",
+        code(str(func)),
+        "After:\n",
+        code(str(vec)),
+    ]
+    return "\n".join(parts)
+
+
 def render() -> str:
-    return "\n".join([INTRO, walkthrough(), reference()]).rstrip() + "\n"
+    return "\n".join([INTRO, walkthrough(), reference(), gpu_sections()]).rstrip() + "\n"
 
 
 def main() -> int:

@@ -30,8 +30,11 @@ def numpy_conv(x, w, stride=1, pad=0, groups=1):
     for g in range(groups):
         for i in range(kh):
             for j in range(kw):
-                patch = x[:, g * cg:(g + 1) * cg, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, w[g * og:(g + 1) * og, :, i, j])
+                rows = slice(i, i + stride * (oh - 1) + 1, stride)
+                cols = slice(j, j + stride * (ow - 1) + 1, stride)
+                patch = x[:, g * cg:(g + 1) * cg, rows, cols]
+                taps = w[g * og:(g + 1) * og, :, i, j]
+                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, taps)
     return out
 
 
@@ -136,7 +139,8 @@ def test_numbers_equal_numpy_before_and_after():
 def test_weight_transforms_fold_to_pretransformed_weights():
     graph = resnet_block(np.random.default_rng(2))
     folded = builtin.eliminate_dead_code(builtin.fold_constants(alter_op_layout(graph, choose=block_conv)))
-    assert not [n for n in folded.nodes if n.op in ("layout_transform", "reshape") and n.inputs[0] in folded.params]
+    assert not [n for n in folded.nodes
+                if n.op in ("layout_transform", "reshape") and n.inputs[0] in folded.params]
     shapes = {k: v.shape for k, v in folded.params.items()}
     assert (2, 1, 3, 3, 3, 4) not in shapes.values()  # w0 is read by plain NCHW data: OIHW1i4o
     assert (2, 3, 3, 3, 1, 4) in shapes.values()

@@ -64,7 +64,8 @@ def test_shared_tiles_get_barriers_launch_sizes_and_match_numpy():
     assert text.index("A.shared = allocate(float32[4*4], shared)") < text.index("for threadIdx.y")
     # for each chunk of k: wait until the previous chunk is read, load, wait until loaded, compute
     loop = text[text.index("for k.outer"):]
-    assert loop.index("barrier()") < loop.index("A.shared[") < loop.rindex("barrier()") < loop.index("k.inner")
+    first, last = loop.index("barrier()"), loop.rindex("barrier()")
+    assert first < loop.index("A.shared[") < last < loop.index("k.inner")
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((16, 16), dtype="float32"), rng.standard_normal((16, 16), dtype="float32")
     c = np.zeros((16, 16), "float32")
@@ -167,3 +168,30 @@ def test_binding_one_thread_axis_twice_names_stage_and_axes():
     s[B].bind(B.op.axis[0], "threadIdx.x")
     with pytest.raises(ScheduleError, match=r"stage B: threadIdx.x is already bound to axis i.*j"):
         s[B].bind(B.op.axis[1], "threadIdx.x")
+
+
+def test_cooperative_copy_with_more_threads_than_outputs_is_not_cut_by_the_outer_guard():
+    """Six outputs, but the copy of the 6x8 weight tile uses 16 threads: the outer loop's guard
+    ``threadIdx.x < 6`` must not stop threads 6..15 from doing their part of the copy."""
+    n, k = 6, 24
+    A = te.placeholder((k,), name="A")
+    W = te.placeholder((n, k), name="W")
+    r = te.reduce_axis((0, k), name="r")
+    C = te.compute((n,), lambda j: te.sum(A[r] * W[j, r], axis=r), name="C")
+    s = te.create_schedule(C.op)
+    WS = s.cache_read(W, "shared", [C])
+    CL = s.cache_write(C, "local")
+    s[C].bind(C.op.axis[0], "threadIdx.x")
+    s[CL].compute_at(s[C], C.op.axis[0])
+    ro, _ = s[CL].split(CL.op.reduce_axis[0], factor=8)
+    s[WS].compute_at(s[CL], ro)
+    fused = s[WS].fuse(*s[WS].op.axis)
+    _, t = s[WS].split(fused, factor=16)
+    s[WS].bind(t, "threadIdx.x")
+    (kernel,) = lower_for_gpu(lower_schedule(s, [A, W, C], "gemv")).kernels
+    assert kernel.attrs["launch"] == {"threadIdx.x": 16}
+    rng = np.random.default_rng(3)
+    a, w = rng.standard_normal(k, dtype="float32"), rng.standard_normal((n, k), dtype="float32")
+    c = np.zeros(n, "float32")
+    run_primfunc(kernel, [a, w, c])
+    np.testing.assert_allclose(c, w @ a, rtol=1e-5, atol=1e-5)

@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from nnvm_conformance.case import FLOATS, NUMBERS, SEEDS, Example, OpCase, Tolerance, max_abs, rng_of, values
-from nnvm_conformance.cases_nn import SUMS, conv2d_reference
+from nnvm_conformance.cases_nn import POOL, SUMS, conv2d_reference, pool_examples, pool_reference
 
 EXACT = Tolerance(0, 0, "moves or picks elements without arithmetic: bit-exact")
 SCAN = Tolerance(4, 2, "a running sum (or product) of up to K terms in any order (scale: K * max|x|, or "
@@ -108,6 +108,21 @@ def _conv2d_nchwc_reference(xs, a):
     w = unblock(weight, f"OIHW{wi}i{oc}o", "OIHW")
     (y,) = conv2d_reference([x, w], a)
     return [block(y, "NCHW", f"NCHW{oc}c")]
+
+
+@st.composite
+def _max_pool2d_nchwc(draw):
+    """A max_pool2d example whose data is stored NCHW{b}c, with b a divisor of the channels."""
+    ex = draw(pool_examples("max_pool2d"))
+    x = ex.inputs[0]
+    b = _divisor(draw, x.shape[1])
+    return Example((block(x, "NCHW", f"NCHW{b}c"),), ex.attrs)
+
+
+def _max_pool2d_nchwc_reference(xs, a):
+    b = xs[0].shape[4]
+    (y,) = pool_reference(True)([unblock(xs[0], f"NCHW{b}c", "NCHW")], a)
+    return [block(y, "NCHW", f"NCHW{b}c")]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -213,6 +228,7 @@ def cases() -> list[OpCase]:
         OpCase("layout_transform", _layout_transform(), _layout_reference, EXACT),
         OpCase("conv2d_nchwc", _conv2d_nchwc(), _conv2d_nchwc_reference, SUMS,
                scale=lambda ex: math.prod(ex.inputs[1].shape[1:5]) * max_abs(*ex.inputs) ** 2, count=8),
+        OpCase("max_pool2d_nchwc", _max_pool2d_nchwc(), _max_pool2d_nchwc_reference, POOL),
         OpCase("gather_elements", _indexed(False), _gather_reference, EXACT),
         OpCase("scatter_elements", _indexed(True), _scatter_reference,
                Tolerance(4, 4, "add and mul combine the updates landing on one element in any order; "

@@ -237,7 +237,7 @@ def _out_size(size, k, s, d, before, after, ceil_mode):
 
 
 @st.composite
-def _pool(draw, op):
+def pool_examples(draw, op):
     kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     sh, sw = draw(st.integers(1, 3)), draw(st.integers(1, 2))
     dh, dw = draw(st.integers(1, 2)), draw(st.integers(1, 2))
@@ -272,7 +272,7 @@ def _has_empty_window(h: int, w: int, a: dict) -> bool:
     return empty_row or empty_col
 
 
-def _pool_reference(is_max: bool):
+def pool_reference(is_max: bool):
     """ONNX pooling: padded taps never count in a max; an average divides by the real taps, or with
     ``count_include_pad`` by the taps inside the padded input (never those past it in ceil mode)."""
 
@@ -349,8 +349,9 @@ def cases() -> list[OpCase]:
         OpCase("lrn", _lrn(), _lrn_reference, Tolerance(64, 64, "a sum of squares over a window of channels, "
                                                                "then a power with a fractional exponent"),
                scale=lambda ex: max_abs(*ex.inputs), count=6),
-        OpCase("max_pool2d", _pool("max_pool2d"), _pool_reference(True), POOL, count=8),
-        OpCase("avg_pool2d", _pool("avg_pool2d"), _pool_reference(False), POOL, scale=_window_scale, count=8),
+        OpCase("max_pool2d", pool_examples("max_pool2d"), pool_reference(True), POOL, count=8),
+        OpCase("avg_pool2d", pool_examples("avg_pool2d"), pool_reference(False), POOL, scale=_window_scale,
+               count=8),
         OpCase("global_max_pool2d", _global_pool("global_max_pool2d"), _global_reference(True), POOL,
                count=4),
         OpCase("global_avg_pool2d", _global_pool("global_avg_pool2d"), _global_reference(False), POOL,

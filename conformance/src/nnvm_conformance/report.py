@@ -94,8 +94,8 @@ def tolerance_table() -> str:
              "| --- | ---: | ---: | ---: | --- |"]
     for op, case in sorted(all_cases().items()):
         t = case.tolerance
-        scale = "x scale" if case.scale is not None else ""
-        lines.append(f"| `{op}` | {t.rtol_ulps:g} | {t.atol_ulps:g} {scale} | {case.count} | {t.why} |")
+        scale = " x scale" if case.scale is not None else ""
+        lines.append(f"| `{op}` | {t.rtol_ulps:g} | {t.atol_ulps:g}{scale} | {case.count} | {t.why} |")
     return "\n".join(lines)
 
 

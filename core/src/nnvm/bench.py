@@ -155,6 +155,7 @@ def bench(model, target: str = "llvm", compare: str | None = None, repeat: int =
     result: dict = {"model": os.fspath(model) if isinstance(model, str | os.PathLike) else repr(model),
                     "target": str(mod.target), "threads": threads, "repeat": repeat,
                     "compile_seconds": time.perf_counter() - start, "kernels": len(mod._calls),
+                    "distinct_kernels": mod.stats().get("distinct_kernels"),
                     "tuned_kernels": mod.stats().get("tuned_kernels", 0)}
     feeds = seeded_inputs(mod)
     ours = mod.run(**feeds)

@@ -16,7 +16,8 @@ from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS
 
 def require_tools(kind: str) -> None:
     tc = ARM_TARGETS[kind]
-    missing = [tool for tool in (tc.cc, None if tc.runs_natively() else tc.qemu) if tool and not shutil.which(tool)]
+    tools = (tc.cc, None if tc.runs_natively() else tc.qemu)
+    missing = [tool for tool in tools if tool and not shutil.which(tool)]
     if missing:
         pytest.skip(f"{kind} needs {', '.join(missing)} (make install installs them)")
 
@@ -40,8 +41,8 @@ def assert_close(what: str, got, want, rtol: float = 1e-4) -> None:
     err = relative_error(got, want)
     if not err < rtol:
         where = np.unravel_index(int(np.argmax(np.abs(got.astype(np.float64) - want))), want.shape)
-        raise AssertionError(f"{what}: relative error {err:.3g} >= {rtol}; worst at {tuple(map(int, where))}: "
-                             f"got {got[where]!r}, want {want[where]!r}")
+        raise AssertionError(f"{what}: relative error {err:.3g} >= {rtol}; worst at "
+                             f"{tuple(map(int, where))}: got {got[where]!r}, want {want[where]!r}")
 
 
 @pytest.fixture

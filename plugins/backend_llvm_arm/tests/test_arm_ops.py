@@ -8,8 +8,9 @@ stride-2 conv, a depthwise conv, a dense layer over 1152 inputs.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
-import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
@@ -40,6 +41,7 @@ OUTPUTS = {  # name -> shape
 
 
 def ops_model(w: dict):
+    """Every operator as its own output."""
     n = helper.make_node
     nodes = [
         n("Conv", ["x", "w_conv", "b_conv"], ["c1"], pads=[1, 1, 1, 1]),
@@ -57,10 +59,11 @@ def ops_model(w: dict):
         n("Mul", ["x", "half"], ["xh"]), n("Exp", ["xh"], ["ex"]), n("Add", ["st", "ex"], ["elementwise"]),
         n("Concat", ["conv_relu", "depthwise_relu6"], ["concat"], axis=1),
     ]
+    outputs = OUTPUTS
     inits = [numpy_helper.from_array(v, k) for k, v in w.items() if k != "x"]
     graph = helper.make_graph(
         nodes, "arm_ops", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in OUTPUTS.items()], inits)
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in outputs.items()], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
 
 
@@ -78,7 +81,8 @@ def conv_ref(x, w, stride=1, pad=0, groups=1):
         for i in range(kh):
             for j in range(kw):
                 patch = xs[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
-                out[:, g * ocg:(g + 1) * ocg] += np.einsum("ncij,oc->noij", patch, w[g * ocg:(g + 1) * ocg, :, i, j])
+                taps = w[g * ocg:(g + 1) * ocg, :, i, j]
+                out[:, g * ocg:(g + 1) * ocg] += np.einsum("ncij,oc->noij", patch, taps)
     return out
 
 
@@ -106,35 +110,39 @@ def references(w: dict) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def ops_results(request):
-    """target -> (module, {output name: array}), compiled and run once per target."""
-    done: dict = {}
-
-    def get(target: str):
-        if target not in done:
-            w = _weights()
-            mod = nnvm.compile(ops_model(w), target=target)
-            outs = mod.run(w["x"])
-            done[target] = (mod, dict(zip(OUTPUTS, outs)))
-        return done[target]
-
-    return get
-
-
-@pytest.mark.parametrize("op", list(OUTPUTS))
-def test_operator_matches_numpy(arm_target, op, ops_results, close):
-    _, outs = ops_results(arm_target)
-    close(f"{op} on {arm_target}", outs[op], references(_weights())[op], rtol=1e-5)
+def test_operators_match_numpy(arm_target, close):
+    """Every operator's output for one target; all mismatches are reported together. (One test per
+    target, not per operator, so parallel test workers never compile and emulate the same model twice.)"""
+    w = _weights()
+    mod = nnvm.compile(ops_model(w), target=arm_target)
+    outs = dict(zip(OUTPUTS, mod.run(w["x"])))
+    failures = []
+    for op, want in references(w).items():
+        try:
+            close(f"{op} on {arm_target}", outs[op], want, rtol=1e-5)
+        except AssertionError as exc:
+            failures.append(str(exc))
+    assert not failures, "\n".join(failures)
 
 
-def test_conv_kernel_uses_neon_fma(arm_target, ops_results):
-    """The register-blocked conv2d kernel multiplies-and-adds whole 128-bit vectors."""
-    import re
+def test_neon_schedules_and_vector_fmas(arm_target, monkeypatch):
+    """conv2d, depthwise conv2d and dense get the register-blocked templates (at NEON's 4 lanes), and
+    the generated code multiplies-and-adds whole 128-bit vectors."""
+    import nnvm.compiler
 
-    mod, _ = ops_results(arm_target)
-    asm = mod.library.assembly()
+    chosen = []
+    ask = nnvm.compiler.schedule_template
+
+    def spy(target, group):
+        template = ask(target, group)
+        chosen.append(getattr(template, "name", None))
+        return template
+
+    monkeypatch.setattr(nnvm.compiler, "schedule_template", spy)
+    asm = nnvm.compile(ops_model(_weights()), target=arm_target).library.assembly()
+    for name in ("x86.conv2d_nchw.direct", "x86.depthwise_conv2d_nchw.direct", "x86.dense.rfactor"):
+        assert name in chosen, f"{arm_target}: no group got the {name} template (templates: {chosen})"
     pattern = r"fmla\s+v\d+\.4s" if arm_target == "aarch64" else r"v(mla|fma)\.f32\s+q\d+"
     found = re.findall(pattern, asm)
-    assert len(found) >= 8, (f"{arm_target}: expected NEON vector FMAs ({pattern}) in the conv kernels, "
+    assert len(found) >= 8, (f"{arm_target}: expected NEON vector FMAs ({pattern}) in the kernels, "
                              f"found {len(found)}")

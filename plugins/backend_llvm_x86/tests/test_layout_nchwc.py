@@ -20,7 +20,8 @@ from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 def _save(path, nodes, inits, in_shape, outputs=("y",)):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))
     ys = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs]
-    graph = helper.make_graph(nodes, "block", [x], ys, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    weights = [numpy_helper.from_array(v, k) for k, v in inits.items()]
+    graph = helper.make_graph(nodes, "block", [x], ys, weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
 
 

@@ -69,7 +69,9 @@ def _scatter_infer(in_types, attrs):
     if updates.dtype != data.dtype:
         raise Error(f"scatter_elements: updates ({updates.dtype}) and data ({data.dtype}) differ in type")
     if attrs["reduction"] not in REDUCTIONS:
-        raise Error(f"scatter_elements: reduction {attrs['reduction']!r} is not one of {', '.join(REDUCTIONS)}")
+        raise Error(
+            f"scatter_elements: reduction {attrs['reduction']!r} is not one of {', '.join(REDUCTIONS)}"
+        )
     normalize_axis("scatter_elements", attrs["axis"], len(data.shape))
     return [TensorType(data.shape, data.dtype)]
 
@@ -84,11 +86,14 @@ def _scatter_compute(inputs, attrs, out_types):
 
     def fits(i):
         # output position i can receive updates from positions (i but k on axis) that exist in indices
-        return te.all_of(*[i[d] < te.const(shape[d]) for d in range(len(shape)) if d != axis]) \
-            if any(shape[d] != shape_of(data)[d] for d in range(len(shape)) if d != axis) else None
+        return (
+            te.all_of(*[i[d] < te.const(shape[d]) for d in range(len(shape)) if d != axis])
+            if any(shape[d] != shape_of(data)[d] for d in range(len(shape)) if d != axis)
+            else None
+        )
 
     def at(i, k):
-        return tuple(i[:axis]) + (k,) + tuple(i[axis + 1:])
+        return tuple(i[:axis]) + (k,) + tuple(i[axis + 1 :])
 
     def clamp(i):  # a read position inside indices/updates (guarded by ``fits``)
         return tuple(te.minimum(v, te.const(shape[d] - 1)) if d != axis else v for d, v in enumerate(i))
@@ -99,11 +104,12 @@ def _scatter_compute(inputs, attrs, out_types):
         return cond if ok is None else te.all_of(ok, cond)
 
     if reduction == "none":
+
         def last(*i):
             k = te.reduce_axis((0, m), name="k")
             return te.max(te.select(hit(i, k.var), k.var, te.const(-1, "int64")), axis=[k])
 
-        found = te.compute(data.shape, last, name="scatter_last", tag="scatter_elements")
+        found = te.compute(data.shape, last, name="scatter_last", tag="scatter_last")
 
         def body(*i):
             k = found[i]
@@ -112,8 +118,12 @@ def _scatter_compute(inputs, attrs, out_types):
 
         return [te.compute(data.shape, body, name="scatter_elements", tag="scatter_elements")]
 
-    reducer, identity = {"add": (te.sum, 0), "mul": (te.prod, 1),
-                         "max": (te.max, None), "min": (te.min, None)}[reduction]
+    reducer, identity = {
+        "add": (te.sum, 0),
+        "mul": (te.prod, 1),
+        "max": (te.max, None),
+        "min": (te.min, None),
+    }[reduction]
     dtype = data.dtype
     if identity is None:
         info = np.finfo(dtype) if np.dtype(dtype).kind == "f" else np.iinfo(dtype)
@@ -123,15 +133,29 @@ def _scatter_compute(inputs, attrs, out_types):
 
     def combined(*i):
         k = te.reduce_axis((0, m), name="k")
-        return reducer(te.select(hit(i, k.var), updates[at(clamp(i), k.var)], te.const(identity, dtype)), axis=[k])
+        return reducer(
+            te.select(hit(i, k.var), updates[at(clamp(i), k.var)], te.const(identity, dtype)), axis=[k]
+        )
 
-    total = te.compute(data.shape, combined, name="scatter_reduce", tag="scatter_elements")
+    total = te.compute(data.shape, combined, name="scatter_reduce", tag="scatter_reduce")
     if reduction == "add":
-        return [te.compute(data.shape, lambda *i: data[i] + total[i], name="scatter_elements")]
+        return [
+            te.compute(
+                data.shape, lambda *i: data[i] + total[i], name="scatter_elements", tag="scatter_elements"
+            )
+        ]
     if reduction == "mul":
-        return [te.compute(data.shape, lambda *i: data[i] * total[i], name="scatter_elements")]
+        return [
+            te.compute(
+                data.shape, lambda *i: data[i] * total[i], name="scatter_elements", tag="scatter_elements"
+            )
+        ]
     pick = te.maximum if reduction == "max" else te.minimum
-    return [te.compute(data.shape, lambda *i: pick(data[i], total[i]), name="scatter_elements")]
+    return [
+        te.compute(
+            data.shape, lambda *i: pick(data[i], total[i]), name="scatter_elements", tag="scatter_elements"
+        )
+    ]
 
 
 def _scatter_eval(xs, attrs):
@@ -141,11 +165,20 @@ def _scatter_eval(xs, attrs):
     j = indices.astype(np.int64)
     j = np.where(j < 0, j + data.shape[axis], j)
     for pos in np.ndindex(*indices.shape):
-        target = pos[:axis] + (int(j[pos]),) + pos[axis + 1:]
+        target = pos[:axis] + (int(j[pos]),) + pos[axis + 1 :]
         u = updates[pos]
         r = attrs["reduction"]
-        out[target] = u if r == "none" else out[target] + u if r == "add" else out[target] * u \
-            if r == "mul" else max(out[target], u) if r == "max" else min(out[target], u)
+        out[target] = (
+            u
+            if r == "none"
+            else out[target] + u
+            if r == "add"
+            else out[target] * u
+            if r == "mul"
+            else max(out[target], u)
+            if r == "max"
+            else min(out[target], u)
+        )
     return [out]
 
 
@@ -169,7 +202,7 @@ def _make_scan(name: str) -> OpDef:
             k = te.reduce_axis((0, n), name="k")
             j = i[axis]
             inside = (k.var > j if excl else k.var >= j) if rev else (k.var < j if excl else k.var <= j)
-            read = x[tuple(i[:axis]) + (k.var,) + tuple(i[axis + 1:])]
+            read = x[tuple(i[:axis]) + (k.var,) + tuple(i[axis + 1 :])]
             return reducer(te.select(inside, read, te.const(identity, x.dtype)), axis=[k])
 
         return [te.compute(out_types[0].shape, body, name=name, tag=name)]
@@ -180,28 +213,54 @@ def _make_scan(name: str) -> OpDef:
         y = np.flip(x, axis) if attrs["reverse"] else x
         out = numpy_fn(y, axis=axis, dtype=x.dtype)
         if attrs["exclusive"]:
-            out = np.concatenate([np.full_like(np.take(out, [0], axis), identity),
-                                  np.take(out, range(x.shape[axis] - 1), axis)], axis)
+            out = np.concatenate(
+                [
+                    np.full_like(np.take(out, [0], axis), identity),
+                    np.take(out, range(x.shape[axis] - 1), axis),
+                ],
+                axis,
+            )
         return [np.flip(out, axis) if attrs["reverse"] else out]
 
-    return OpDef(name, infer_type, compute, OpPattern.OPAQUE,
-                 attrs={"axis": Attr(int, 0), "exclusive": Attr(bool, False, "leave each element itself out"),
-                        "reverse": Attr(bool, False, "accumulate from the end of the axis")},
-                 num_inputs=(1, 1), evaluate=checked_evaluate(infer_type, evaluate),
-                 doc=f"running {'sum' if name == 'cumsum' else 'product'} along axis")
+    return OpDef(
+        name,
+        infer_type,
+        compute,
+        OpPattern.OPAQUE,
+        attrs={
+            "axis": Attr(int, 0),
+            "exclusive": Attr(bool, False, "leave each element itself out"),
+            "reverse": Attr(bool, False, "accumulate from the end of the axis"),
+        },
+        num_inputs=(1, 1),
+        evaluate=checked_evaluate(infer_type, evaluate),
+        doc=f"running {'sum' if name == 'cumsum' else 'product'} along axis",
+    )
 
 
 def ops() -> list[OpDef]:
     """The indexing and running-total OpDefs."""
     return [
-        OpDef("gather_elements", _gather_infer, _gather_compute, OpPattern.INJECTIVE,
-              attrs={"axis": Attr(int, 0)}, num_inputs=(2, 2),
-              evaluate=checked_evaluate(_gather_infer, _gather_eval),
-              doc="read data at indices along axis, element by element (take_along_axis)"),
-        OpDef("scatter_elements", _scatter_infer, _scatter_compute, OpPattern.OPAQUE,
-              attrs={"axis": Attr(int, 0), "reduction": Attr(str, "none", "none, add, mul, max or min")},
-              num_inputs=(3, 3), evaluate=checked_evaluate(_scatter_infer, _scatter_eval),
-              doc="write updates at indices along axis into a copy of data"),
+        OpDef(
+            "gather_elements",
+            _gather_infer,
+            _gather_compute,
+            OpPattern.INJECTIVE,
+            attrs={"axis": Attr(int, 0)},
+            num_inputs=(2, 2),
+            evaluate=checked_evaluate(_gather_infer, _gather_eval),
+            doc="read data at indices along axis, element by element (take_along_axis)",
+        ),
+        OpDef(
+            "scatter_elements",
+            _scatter_infer,
+            _scatter_compute,
+            OpPattern.OPAQUE,
+            attrs={"axis": Attr(int, 0), "reduction": Attr(str, "none", "none, add, mul, max or min")},
+            num_inputs=(3, 3),
+            evaluate=checked_evaluate(_scatter_infer, _scatter_eval),
+            doc="write updates at indices along axis into a copy of data",
+        ),
         _make_scan("cumsum"),
         _make_scan("cumprod"),
     ]

@@ -70,7 +70,7 @@ def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
     if sorted(_primal(src)) != sorted(_primal(dst)):
         raise Error(f"layout_transform: {src!r} and {dst!r} do not have the same primal axes")
     full = {}
-    for (a, f), d in zip(sa, shape):
+    for (a, _), d in zip(sa, shape):
         key = a.upper()
         full[key] = full.get(key, 1) * d
     blocks = _blocks(dst)
@@ -79,8 +79,8 @@ def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
         if f is None:
             b = blocks.get(a, 1)
             if full[a] % b:
-                raise Error(f"layout_transform: axis {a} of size {full[a]} cannot be split into blocks of {b} "
-                            f"({src} -> {dst})")
+                raise Error(f"layout_transform: axis {a} of size {full[a]} cannot be split into blocks of "
+                            f"{b} ({src} -> {dst})")
             out.append(full[a] // b)
         else:
             out.append(f)
@@ -181,8 +181,8 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
                         f"channels, weight OIHW1i{ic}o of shape ({c_outer}, 1, KH, KW, 1, {ic})), got "
                         f"weight {weight.shape}")
     elif wi_outer * wi != channels or wi != ic:
-        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in blocks "
-                    f"of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
+        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in "
+                    f"blocks of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
     oh = (h + pt + pb - dh * (kh - 1) - 1) // strides[0] + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // strides[1] + 1
     if oh < 1 or ow < 1:
@@ -228,8 +228,8 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
     rx = te.reduce_axis((0, kw), name="rx")
     if depthwise:
         def body(n, co, y, x, ci):
-            return te.sum(padded[n, co, y * sh + ry * dh, x * sw + rx * dw, ci] * weight[co, 0, ry, rx, 0, ci],
-                          axis=[ry, rx])
+            pix = padded[n, co, y * sh + ry * dh, x * sw + rx * dw, ci]
+            return te.sum(pix * weight[co, 0, ry, rx, 0, ci], axis=[ry, rx])
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
         rci = te.reduce_axis((0, ic), name="rci")
@@ -322,7 +322,8 @@ def ops() -> list[OpDef]:
         OpDef("conv2d_nchwc", _conv_nchwc_infer, _conv_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
               attrs={"strides": Attr(tuple, (1, 1)),
                      "padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right"),
-                     "dilation": Attr(tuple, (1, 1)), "groups": Attr(int, 1, "1, or the channels: depthwise")},
+                     "dilation": Attr(tuple, (1, 1)),
+                     "groups": Attr(int, 1, "1, or the channels: depthwise")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
               doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
         OpDef("max_pool2d_nchwc", _pool_nchwc_infer, _pool_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,

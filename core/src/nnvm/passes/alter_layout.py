@@ -181,9 +181,9 @@ class _Rewriter:
 
     def follow_pool(self, node: Node) -> bool:
         """A max pool whose input is already blocked pools in the blocked layout (no transform)."""
-        if node.op not in BLOCKED_FOLLOWERS or not node.inputs or self.orig_layout.get(node.inputs[0]) != "NCHW":
+        v = node.inputs[0] if node.inputs else None
+        if node.op not in BLOCKED_FOLLOWERS or self.orig_layout.get(v) != "NCHW":
             return False
-        v = node.inputs[0]
         layout = next((lay for lay in self.reps[v] if _BLOCKED_NCHW.match(lay)), None)
         if layout is None or v in self.defined or v in self.graph.outputs:
             return False  # also needed in NCHW anyway: pooling there costs no extra transform

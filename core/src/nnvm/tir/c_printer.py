@@ -25,6 +25,21 @@ FLOOR_MACROS = """\
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
           "gt": ">", "ge": ">=", "and": "&&", "or": "||"}
 
+# Identifiers a value may not take: C keywords and types, and the builtins of the C dialects (OpenCL C's
+# math, common, integer, geometric and relational functions cover CUDA's and Metal's usual names).
+RESERVED = frozenset("""
+auto break case char const continue default do double else enum extern float for goto if inline int long
+register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+bool half uchar ushort uint ulong size_t true false kernel global local constant private
+acos acosh acospi asin asinh asinpi atan atan2 atanh atanpi cbrt ceil copysign cos cosh cospi erf erfc exp
+exp2 exp10 expm1 fabs fdim floor fma fmax fmin fmod fract frexp hypot ilogb ldexp lgamma log log2 log10
+log1p logb mad modf nan nextafter pow pown powr remainder remquo rint rootn round rsqrt sin sincos sinh
+sinpi sqrt tan tanh tanpi tgamma trunc abs abs_diff add_sat hadd rhadd clamp clz mad_hi mad_sat max min
+mul_hi rotate sub_sat upsample popcount degrees mix radians step smoothstep sign cross dot distance length
+normalize isequal isnotequal isgreater isless isfinite isinf isnan isnormal signbit any all bitselect
+select shuffle shuffle2 barrier vload_half vstore_half printf assert main NAN INFINITY
+""".split())
+
 _SCALAR_TYPES = {
     "float16": "half", "float32": "float", "float64": "double", "int8": "char", "int16": "short",
     "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
@@ -61,6 +76,16 @@ class CPrinter:
     def storage_type(self, dtype: str) -> str:
         """Element type of a buffer in memory (``bool`` is a byte in every dialect)."""
         return "uchar" if dtype == "bool" else self.type_name(dtype)
+
+    def alloc_type(self, buffer) -> str:
+        """Element type of a buffer allocated inside a kernel (shared or local)."""
+        return self.storage_type(buffer.dtype)
+
+    def scalar_load(self, buffer, buf: str, index: str) -> str:
+        return f"{buf}[{index}]"
+
+    def scalar_store(self, buffer, buf: str, index: str, value: str) -> str:
+        return f"{buf}[{index}] = {value}"
 
     def vector_load(self, buf: str, base: str, dtype: str) -> str:
         raise NotImplementedError
@@ -107,6 +132,8 @@ class CPrinter:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in obj.name) or "v"
         if base[0].isdigit():
             base = "v" + base
+        if base in RESERVED or base.startswith(("get_", "convert_", "vload", "vstore", "as_", "atomic_")):
+            base += "_"
         name, k = base, 1
         while name in self._used:
             name, k = f"{base}_{k}", k + 1
@@ -160,7 +187,7 @@ class CPrinter:
                     raise Error(f"buffer {buf.name} needs a constant size in a kernel, got {d}")
                 size *= int(d.value)
             qual = self.shared_qualifier + " " if buf.scope == "shared" and self.shared_qualifier else ""
-            out.append(f"{pad}{qual}{self.storage_type(buf.dtype)} {self.name_of(buf)}[{max(size, 1)}];")
+            out.append(f"{pad}{qual}{self.alloc_type(buf)} {self.name_of(buf)}[{max(size, 1)}];")
             self.stmt(s.body, ind, out)
         elif isinstance(s, S.Seq):
             for x in s.stmts:
@@ -197,7 +224,7 @@ class CPrinter:
             return self.vector_store(buf, self.expr(s.index.base), value, s.value.dtype) + ";"
         if s.buffer.dtype == "bool":
             value = f"(uchar)({value})"
-        return f"{buf}[{self.expr(s.index)}] = {value};"
+        return self.scalar_store(s.buffer, buf, self.expr(s.index), value) + ";"
 
     # -- expressions -----------------------------------------------------------------------------
     def const(self, c: E.Const) -> str:
@@ -256,13 +283,15 @@ class CPrinter:
                 return self.vector_load(buf, self.expr(e.index.base), e.dtype)
             if e.buffer.dtype == "bool":
                 return f"({buf}[{self.expr(e.index)}] != 0)"
-            return f"{buf}[{self.expr(e.index)}]"
+            return self.scalar_load(e.buffer, buf, self.expr(e.index))
         raise Error(f"the C printer cannot print expression node {type(e).__name__}: {e!r}")
 
     def _binop(self, e: E.BinOp) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
         flt = E.is_float(e.a.dtype)
         if e.op in ("min", "max"):
+            if E.split_lanes(e.dtype)[0] == "float16":  # no half overloads everywhere: a comparison
+                return f"(({a}) {'<' if e.op == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
             return f"{'f' if flt else ''}{e.op}({a}, {b})"
         if e.op in ("floordiv", "floormod") and not flt and self._non_negative(e.a, e.b):
             return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"  # C's truncation agrees here

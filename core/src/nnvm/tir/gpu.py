@@ -133,6 +133,7 @@ def insert_barriers(stmt: S.Stmt, in_loop: bool = False) -> S.Stmt:
     """
     if isinstance(stmt, S.For):
         loop = stmt.kind != S.ForKind.THREAD_BINDING or stmt.thread_tag == "vthread"
+        loop = loop and not (isinstance(stmt.extent, E.Const) and stmt.extent.value == 1)  # no next round
         return replace(stmt, body=insert_barriers(stmt.body, in_loop or loop))
     if isinstance(stmt, (S.Allocate, S.AttrStmt, S.LetStmt)):
         return replace(stmt, body=insert_barriers(stmt.body, in_loop))

@@ -25,6 +25,7 @@ from nnvm.tir.simplify import Simplifier, simplify
 from nnvm.tir.visit import free_vars, rewrite, substitute
 
 VECTOR_LANES = (2, 3, 4, 8, 16)  # the vector widths C-family languages have types for
+VECTOR_DTYPES = ("float32", "float64")  # half vectors need extensions many drivers lack
 VECTOR_CALLS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "round",
                 "sin", "cos", "trunc", "log2", "exp2", "erf")
 
@@ -92,6 +93,8 @@ class _Vectorizer:
 
     def vec(self, e):
         """``e`` as a vector of ``lanes`` values (scalars that do not vary are broadcast)."""
+        if E.split_lanes(e.dtype)[0] not in VECTOR_DTYPES:
+            raise _NotVectorizable
         if self.var not in free_vars(e):
             return self._broadcast(e)
         dt = E.with_lanes(e.dtype, self.lanes)

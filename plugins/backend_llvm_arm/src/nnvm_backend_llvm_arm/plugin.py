@@ -9,7 +9,7 @@ jit), its code generator and its export. What differs:
 - ``c_compiler``: the cross gcc links exports; ``ArmKernelLibrary`` adds the C entry point the
   device runtime calls.
 - ``host_can_run``: only on a matching Arm host; elsewhere ``mod.run`` goes through qemu-user.
-- schedules: NEON-width (4 x float32) register blocking (``schedules.py``).
+- schedules: the x86 templates at NEON width, 4 x float32 (``schedules.py``).
 """
 
 from __future__ import annotations
@@ -70,10 +70,10 @@ def nnvm_register_backends(register):
 
 
 @nnvm.hookimpl
-def nnvm_schedule_group(target, group):
+def nnvm_schedule_template(target, group):
     """NEON register-blocked conv2d, depthwise conv2d and dense on ``aarch64``/``armv7``; else None."""
     if getattr(target, "kind", None) not in ARM_TARGETS:
         return None
-    from nnvm_backend_llvm_arm.schedules import schedule_group
+    from nnvm_backend_llvm_arm.schedules import schedule_template
 
-    return schedule_group(target, group)
+    return schedule_template(target, group)

@@ -1,25 +1,35 @@
-"""NEON schedules: register blocking at 128 bits (4 x float32), for conv2d, depthwise conv2d and dense.
+"""NEON schedules: the x86 plugin's register-blocked templates, imported, at 128 bits (4 x float32).
 
-- conv2d (groups=1): the x86 plugin's register-blocked schedule, imported, with 4 lanes: a tile of 8
-  output channels x 4 output columns lives in 8 NEON registers across the whole reduction (aarch64
-  has 32, armv7 16), each input vector feeding 8 ``fmla``.
-- Other groups fall back to the core's generic schedule (outer loops parallel, innermost vectorized),
-  which LLVM turns into NEON code at the target's width.
+The x86 templates size their register tiles with ``vector_lanes(target)``, which asks the target's own
+backend to resolve it, so for ``aarch64``/``armv7`` (NEON, no AVX) they come out at 4 lanes:
+
+- conv2d (groups=1, NCHW): a tile of up to 8 output channels x 4 output columns stays in NEON registers
+  across the whole reduction (aarch64 has 32 of them, armv7 16); each input vector feeds 8 ``fmla``;
+- depthwise conv2d: a row block of output columns per channel, the 3x3 window unrolled;
+- dense: vector partial sums along the reduction (``kb`` a multiple of 4), added up once per output.
+
+They are templates (``nnvm.autotune``), so ``nnvm tune`` can search their knobs for an Arm target too.
+The NCHW[x]c layout templates stay x86-only: the layout pass that feeds them runs for ``llvm`` alone.
+Every other group gets the core's generic schedule, which LLVM vectorizes at the target's width.
 """
 
 from __future__ import annotations
 
 import os
 
-from nnvm_backend_llvm_x86.schedules import schedule_conv2d
+from nnvm_backend_llvm_x86.schedule_dense import dense_template
+from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
+from nnvm_backend_llvm_x86.schedules import conv2d_template
 
-NEON_LANES = 4
+NEON_TEMPLATES = [conv2d_template, depthwise_template, dense_template]
 
 
-def schedule_group(target, group):
-    """A NEON schedule for ``group``, or None to leave it to the generic schedule."""
-    if os.environ.get("NNVM_X86_CONV_SCHEDULE", "1") == "0":
-        return None  # the same A/B switch as the x86 plugin: generic schedules everywhere
-    if group.anchor_op == "conv2d":
-        return schedule_conv2d(group, target)  # its vector_lanes asks our resolve: 4 with NEON
+def schedule_template(target, group):
+    """The first NEON template that takes ``group``, or None for the generic schedule."""
+    if os.environ.get("NNVM_X86_TEMPLATES", "1") == "0":
+        return None  # the x86 plugin's A/B switch covers the same templates here
+    for builder in NEON_TEMPLATES:
+        template = builder(target, group)
+        if template is not None:
+            return template
     return None

@@ -80,6 +80,13 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"
+        # Two output-channel blocks per register tile when the row is too short to fill it alone.
+        space["oc_blocks"] = [1, 2] if ext_oco % 2 == 0 else [1]
+        fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and 2 * ow_fallback <= fit else 1
+        if os.environ.get("NNVM_X86_OCB") and ext_oco % 2 == 0:  # TEMP A/B
+            fallback["oc_blocks"] = int(os.environ["NNVM_X86_OCB"])
+            if fallback["oc_blocks"] == 2 and 2 * ow_fallback > fit:
+                fallback["ow_block"] = largest_divisor(ext_ow, fit // 2)
     flops = 2.0 * math.prod(extent(iv) or 1 for iv in conv.op.axis) * math.prod(
         extent(iv) or 1 for iv in conv.op.reduce_axis)
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
@@ -108,22 +115,34 @@ def build_conv2d_nchwc(group, config: dict):
     # Outer loops stay unfused (bound inference cannot see through a fused index); the parallel loop
     # is the outermost one: output channel blocks, or rows when there are few blocks.
     by_rows = config["parallel"] == "oh"
+    oc_blocks = config.get("oc_blocks", 1)
     if out_stage is conv:
         owo, owi = conv.split(ow, factor=ow_block)
+        ocb = None
+        if oc_blocks > 1:
+            oco, ocb = conv.split(oco, factor=oc_blocks)
         outer = [oh, oco, n] if by_rows else [oco, n, oh]
-        conv.reorder(*outer, owo, *reduce, owi, oci)
+        conv.reorder(*outer, owo, *reduce, *([ocb] if ocb is not None else []), owi, oci)
         parallel = outer[0]
     else:
         on, ooco, ooh, oow, ooci = out_stage.op.axis
         owo, owi = out_stage.split(oow, factor=ow_block)
+        ocb = None
+        if oc_blocks > 1:
+            ooco, ocb = out_stage.split(ooco, factor=oc_blocks)
         outer = [ooh, ooco, on] if by_rows else [ooco, on, ooh]
-        out_stage.reorder(*outer, owo, owi, ooci)
+        out_stage.reorder(*outer, owo, *([ocb] if ocb is not None else []), owi, ooci)
+        if ocb is not None:
+            out_stage.unroll(ocb)
         out_stage.unroll(owi)
         out_stage.vectorize(ooci)
         conv.compute_at(out_stage, owo)
-        conv.reorder(n, oco, oh, *reduce, ow, oci)
+        conv.reorder(n, oh, *reduce, oco, ow, oci)
+        ocb = oco if oc_blocks > 1 else None
         owi = ow
         parallel = outer[0]
+    if ocb is not None:
+        conv.unroll(ocb)
     conv.unroll(owi)
     conv.vectorize(oci)
     if config["unroll_kw"]:

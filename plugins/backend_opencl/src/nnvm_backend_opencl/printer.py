@@ -7,6 +7,14 @@ from nnvm.tir.c_printer import CPrinter
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
 
+# Rounds a float to the nearest half (what a cast to float16 means), through vstore_half.
+ROUND_HALF = """\
+float nnvm_round_half(float x) {
+  ushort h;
+  vstore_half(x, 0, (__private half*)&h);
+  return vload_half(0, (__private half*)&h);
+}"""
+
 
 class OpenCLPrinter(CPrinter):
     """``__kernel``/``__global``/``__local``, ``get_group_id``/``get_local_id``, ``vloadN``/``vstoreN``."""
@@ -19,10 +27,37 @@ class OpenCLPrinter(CPrinter):
     def preamble(self, source: str) -> str:
         lines = []
         if "half" in source:
-            lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+            lines.append(ROUND_HALF)
         if "double" in source:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         return "\n".join(lines) + ("\n" if lines else "") + super().preamble(source)
+
+    # float16 without cl_khr_fp16 (PoCL's CPU device has none): ``half`` only in global memory, read
+    # and written with vload_half / vstore_half, computed in float, rounded to half where cast.
+    def type_name(self, dtype: str) -> str:
+        base, lanes = E.split_lanes(dtype)
+        return super().type_name(E.with_lanes("float32", lanes) if base == "float16" else dtype)
+
+    def storage_type(self, dtype: str) -> str:
+        return "half" if dtype == "float16" else super().storage_type(dtype)
+
+    def alloc_type(self, buffer) -> str:
+        return "float" if buffer.dtype == "float16" else super().alloc_type(buffer)
+
+    def scalar_load(self, buffer, buf: str, index: str) -> str:
+        if buffer.dtype == "float16" and buffer.scope == "global":
+            return f"vload_half({index}, {buf})"
+        return super().scalar_load(buffer, buf, index)
+
+    def scalar_store(self, buffer, buf: str, index: str, value: str) -> str:
+        if buffer.dtype == "float16" and buffer.scope == "global":
+            return f"vstore_half({value}, {index}, {buf})"
+        return super().scalar_store(buffer, buf, index, value)
+
+    def const(self, c) -> str:
+        if E.split_lanes(c.dtype)[0] == "float16":
+            return super().const(E.Const(c.value, E.with_lanes("float32", E.split_lanes(c.dtype)[1])))
+        return super().const(c)
 
     def thread_index(self, tag: str) -> str:
         kind, dim = tag.split(".")
@@ -41,4 +76,6 @@ class OpenCLPrinter(CPrinter):
     def cast(self, value: str, dtype: str, from_dtype: str) -> str:
         if E.split_lanes(dtype)[1] > 1:
             return f"convert_{self.type_name(dtype)}({value})"
+        if dtype == "float16":
+            return f"nnvm_round_half((float)({value}))"
         return super().cast(value, dtype, from_dtype)

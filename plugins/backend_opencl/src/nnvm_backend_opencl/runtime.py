@@ -64,7 +64,7 @@ def context(kind: str = "default"):
         return _contexts[kind]
 
 
-_ERROR_LINE = re.compile(r"^(?:error: )?[^\s]*?:(\d+):(\d+): (?:error: )?(.*)$", re.MULTILINE)
+_ERROR_LINE = re.compile(r"^(?:error: )?\S*?:(\d+):(\d+)(?: <[^>]*>)?: (?:error: )?(.*)$", re.MULTILINE)
 
 
 def build_program(source: str, kind: str = "default"):

@@ -30,8 +30,9 @@ def _graph(ctx: Context, key: str):
 def run_body(ctx: Context, graph, bindings: list, tag: str) -> list:
     """Convert ``graph``'s nodes into the enclosing graph; ``bindings`` are the nnvm values of its
     inputs, in order. Returns the nnvm values of its outputs. The caller's node stays current."""
-    from nnvm_frontend_onnx.importer import _convert_node, _node_names
     from onnx import numpy_helper
+
+    from nnvm_frontend_onnx.importer import _convert_node, _node_names
 
     node, name, attrs = ctx.node, ctx.name, ctx.attrs
     env = dict(ctx.env)
@@ -76,8 +77,10 @@ def convert_if(ctx: Context, inputs):
     out = []
     for a, b in zip(then, other):
         if ctx.shape(a) != ctx.shape(b):
-            raise ctx.error(f"the branches give outputs of different shapes {ctx.shape(a)} and {ctx.shape(b)} "
-                            f"and the condition is only known at run time")
+            raise ctx.error(
+                f"the branches give outputs of different shapes {ctx.shape(a)} and {ctx.shape(b)} "
+                f"and the condition is only known at run time"
+            )
         out.append(ctx.op("where", [flag, a, b]))
     return out
 
@@ -105,8 +108,8 @@ def convert_loop(ctx: Context, inputs):
         if known is None:
             raise ctx.error("the loop condition is computed at run time (loops must unroll when importing)")
         cond = bool(np.asarray(known).reshape(-1)[0])
-        carried = outs[1:1 + n_carried]
-        for k, v in enumerate(outs[1 + n_carried:]):
+        carried = outs[1 : 1 + n_carried]
+        for k, v in enumerate(outs[1 + n_carried :]):
             if len(scans) <= k:
                 scans.append([])
             scans[k].append(v)
@@ -126,8 +129,8 @@ def convert_scan(ctx: Context, inputs):
         raise ctx.error("Scan-8 (with sequence_lens and a batch axis) is not supported")
     body = _graph(ctx, "body")
     n_scan_in = int(ctx.attr("num_scan_inputs"))
-    states = list(inputs[:len(inputs) - n_scan_in])
-    xs = list(inputs[len(inputs) - n_scan_in:])
+    states = list(inputs[: len(inputs) - n_scan_in])
+    xs = list(inputs[len(inputs) - n_scan_in :])
     in_axes = list(ctx.attr("scan_input_axes", (0,) * n_scan_in))
     in_dirs = list(ctx.attr("scan_input_directions", (0,) * n_scan_in))
     n_out = len(body.output) - len(states)
@@ -143,12 +146,14 @@ def convert_scan(ctx: Context, inputs):
         slices = []
         for x, a, d in zip(xs, in_axes, in_dirs):
             k = steps - 1 - t if d else t
-            piece = ctx.op("strided_slice", [x], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (a,)})
+            piece = ctx.op(
+                "strided_slice", [x], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (a,)}
+            )
             shape = ctx.shape(x)
-            slices.append(ctx.reshape(piece, shape[:a] + shape[a + 1:]))
+            slices.append(ctx.reshape(piece, shape[:a] + shape[a + 1 :]))
         outs = run_body(ctx, body, states + slices, f"step{t}")
-        states = outs[:len(states)]
-        for k, v in enumerate(outs[len(states):]):
+        states = outs[: len(states)]
+        for k, v in enumerate(outs[len(states) :]):
             collected[k].append(v)
     results = []
     for values, axis, d in zip(collected, out_axes, out_dirs):

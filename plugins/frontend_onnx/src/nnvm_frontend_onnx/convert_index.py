@@ -53,12 +53,16 @@ def convert_one_hot(ctx: Context, inputs):
     idx = _wrap_negative(ctx, idx, depth)
     shape = list(ctx.shape(indices))
     expanded = ctx.reshape(idx, shape[:axis] + [1] + shape[axis:])
-    positions = ctx.param(np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis - 1)), "range")
+    positions = ctx.param(
+        np.arange(depth, dtype=np.int64).reshape([depth] + [1] * (rank - axis - 1)), "range"
+    )
     hot = ctx.op("equal", [expanded, positions])
-    off = ctx.reshape(ctx.op("strided_slice", [values], {"begin": (0,), "end": (1,), "strides": (1,),
-                                                           "axes": (0,)}), ())
-    on = ctx.reshape(ctx.op("strided_slice", [values], {"begin": (1,), "end": (2,), "strides": (1,),
-                                                          "axes": (0,)}), ())
+    off = ctx.reshape(
+        ctx.op("strided_slice", [values], {"begin": (0,), "end": (1,), "strides": (1,), "axes": (0,)}), ()
+    )
+    on = ctx.reshape(
+        ctx.op("strided_slice", [values], {"begin": (1,), "end": (2,), "strides": (1,), "axes": (0,)}), ()
+    )
     return ctx.op("where", [hot, on, off])
 
 
@@ -73,8 +77,11 @@ def convert_gather_elements(ctx: Context, inputs):
 def convert_scatter_elements(ctx: Context, inputs):
     data, indices, updates = inputs[:3]
     axis = normalize_axis(ctx.attr("axis", 0), ctx.rank(data), ctx)
-    return ctx.op("scatter_elements", [data, indices, updates],
-                  {"axis": axis, "reduction": ctx.attr("reduction", "none")})
+    return ctx.op(
+        "scatter_elements",
+        [data, indices, updates],
+        {"axis": axis, "reduction": ctx.attr("reduction", "none")},
+    )
 
 
 def _linear_index(ctx: Context, data_shape: tuple, indices: str, batch_dims: int) -> tuple[str, int]:
@@ -83,12 +90,15 @@ def _linear_index(ctx: Context, data_shape: tuple, indices: str, batch_dims: int
     ishape = ctx.shape(indices)
     k = ishape[-1]
     idx = ctx.cast(indices, "int64")
-    dims = data_shape[batch_dims:batch_dims + k]
-    strides = [math.prod(dims[j + 1:]) for j in range(k)]
+    dims = data_shape[batch_dims : batch_dims + k]
+    strides = [math.prod(dims[j + 1 :]) for j in range(k)]
     total = None
     for j in range(k):
-        comp = ctx.op("strided_slice", [idx], {"begin": (j,), "end": (j + 1,), "strides": (1,),
-                                               "axes": (len(ishape) - 1,)})
+        comp = ctx.op(
+            "strided_slice",
+            [idx],
+            {"begin": (j,), "end": (j + 1,), "strides": (1,), "axes": (len(ishape) - 1,)},
+        )
         comp = ctx.reshape(_wrap_negative(ctx, comp, dims[j]), ishape[:-1])
         term = ctx.op("multiply", [comp, ctx.scalar(strides[j], comp)]) if strides[j] != 1 else comp
         total = term if total is None else ctx.op("add", [total, term])
@@ -97,7 +107,8 @@ def _linear_index(ctx: Context, data_shape: tuple, indices: str, batch_dims: int
     if batch_dims:
         batch = data_shape[:batch_dims]
         offsets = (np.arange(math.prod(batch), dtype=np.int64) * math.prod(dims)).reshape(
-            batch + (1,) * (len(ishape) - 1 - batch_dims))
+            batch + (1,) * (len(ishape) - 1 - batch_dims)
+        )
         total = ctx.op("add", [total, ctx.param(offsets, "batch_offsets")])
     return total, k
 
@@ -108,7 +119,7 @@ def convert_gather_nd(ctx: Context, inputs):
     shape = ctx.shape(data)
     b = int(ctx.attr("batch_dims", 0))
     row, k = _linear_index(ctx, shape, indices, b)
-    flat = ctx.reshape(data, (math.prod(shape[:b + k]),) + shape[b + k:])
+    flat = ctx.reshape(data, (math.prod(shape[: b + k]),) + shape[b + k :])
     return ctx.op("take", [flat, row], {"axis": 0})
 
 
@@ -122,7 +133,9 @@ def convert_scatter_nd(ctx: Context, inputs):
     n_updates = math.prod(ctx.shape(row))
     rows = ctx.op("broadcast_to", [ctx.reshape(row, (n_updates, 1))], {"shape": (n_updates, rest)})
     upd = ctx.reshape(updates, (n_updates, rest))
-    out = ctx.op("scatter_elements", [flat, rows, upd], {"axis": 0, "reduction": ctx.attr("reduction", "none")})
+    out = ctx.op(
+        "scatter_elements", [flat, rows, upd], {"axis": 0, "reduction": ctx.attr("reduction", "none")}
+    )
     return ctx.reshape(out, shape)
 
 
@@ -130,9 +143,11 @@ def convert_scatter_nd(ctx: Context, inputs):
 def convert_cumulative(ctx: Context, inputs):
     x = inputs[0]
     axis = normalize_axis(ctx.const_ints(inputs[1], "the axis input")[0], ctx.rank(x), ctx)
-    return ctx.op("cumsum" if ctx.op_type == "CumSum" else "cumprod", [x],
-                  {"axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)),
-                   "reverse": bool(ctx.attr("reverse", 0))})
+    return ctx.op(
+        "cumsum" if ctx.op_type == "CumSum" else "cumprod",
+        [x],
+        {"axis": axis, "exclusive": bool(ctx.attr("exclusive", 0)), "reverse": bool(ctx.attr("reverse", 0))},
+    )
 
 
 def _to_last(ctx: Context, x: str, axis: int) -> tuple[str, tuple]:
@@ -157,14 +172,19 @@ def convert_topk(ctx: Context, inputs):
     xi = ctx.reshape(xt, shape + (1,))
     xj = ctx.reshape(xt, shape[:-1] + (1, n))
     better = ctx.op("greater" if largest else "less", [xj, xi])
-    tie = ctx.op("logical_and", [ctx.op("equal", [xj, xi]),
-                                 ctx.param(np.tril(np.ones((n, n), dtype=bool), -1), "earlier")])
+    tie = ctx.op(
+        "logical_and",
+        [ctx.op("equal", [xj, xi]), ctx.param(np.tril(np.ones((n, n), dtype=bool), -1), "earlier")],
+    )
     beats = ctx.cast(ctx.op("logical_or", [better, tie]), "int64")
     rank = ctx.op("sum", [beats], {"axis": (len(shape),), "keepdims": True})  # (..., n, 1)
     hot = ctx.op("equal", [rank, ctx.param(np.arange(k, dtype=np.int64).reshape(1, k), "ranks")])
     positions = ctx.param(np.arange(n, dtype=np.int64).reshape(n, 1), "positions")
-    index = ctx.op("sum", [ctx.op("where", [hot, positions, ctx.param(np.zeros((), np.int64), "zero")])],
-                   {"axis": (len(shape) - 1,), "keepdims": False})  # (..., k)
+    index = ctx.op(
+        "sum",
+        [ctx.op("where", [hot, positions, ctx.param(np.zeros((), np.int64), "zero")])],
+        {"axis": (len(shape) - 1,), "keepdims": False},
+    )  # (..., k)
     values = ctx.op("gather_elements", [xt, index], {"axis": len(shape) - 1})
     return [ctx.transpose(values, back), ctx.transpose(index, back)]
 
@@ -179,8 +199,9 @@ def convert_hardmax(ctx: Context, inputs):
         axis = 1
     best = ctx.op("argmax", [x], {"axis": axis, "keepdims": True})
     n = ctx.shape(x)[axis]
-    positions = ctx.param(np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (ctx.rank(x) - axis - 1)),
-                          "positions")
+    positions = ctx.param(
+        np.arange(n, dtype=np.int64).reshape((n,) + (1,) * (ctx.rank(x) - axis - 1)), "positions"
+    )
     out = ctx.cast(ctx.op("equal", [best, positions]), ctx.dtype(x))
     return ctx.reshape(out, shape)
 

@@ -206,6 +206,19 @@ def convert_reduce(ctx: Context, inputs):
         axes = None
     axis = None if axes is None else tuple(sorted({normalize_axis(a, rank, ctx) for a in axes}))
     attrs = {"axis": axis, "keepdims": keepdims}
+    shape = ctx.shape(x)
+    reduced = range(rank) if axis is None else axis
+    if ctx.op_type in ("ReduceMax", "ReduceMin") and any(shape[a] == 0 for a in reduced):
+        # the maximum of nothing is the identity of max: -inf (the lowest value), and +inf for min
+        dt = np.dtype(ctx.dtype(x))
+        info = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt) if dt.kind in "iu" else np.iinfo(np.uint8)
+        low = -np.inf if dt.kind == "f" else info.min
+        fill = low if ctx.op_type == "ReduceMax" else (np.inf if dt.kind == "f" else info.max)
+        out_shape = tuple(1 if a in reduced else d for a, d in enumerate(shape)
+                          if keepdims or a not in reduced)
+        return ctx.param(np.full(out_shape, fill, dtype=dt), "empty")
+    if ctx.op_type in ("ReduceMax", "ReduceMin") and ctx.dtype(x) == "bool":
+        return ctx.cast(ctx.op(REDUCE[ctx.op_type], [ctx.cast(x, "uint8")], attrs), "bool")
     if ctx.op_type in REDUCE:
         return ctx.op(REDUCE[ctx.op_type], [x], attrs)
     pre, reduce_op, post = REDUCE_COMPOSED[ctx.op_type]
@@ -220,9 +233,11 @@ def convert_reduce(ctx: Context, inputs):
 @converter("ArgMax", "ArgMin")
 def convert_arg(ctx: Context, inputs):
     x = inputs[0]
-    attrs = {"axis": normalize_axis(ctx.attr("axis", 0), ctx.rank(x), ctx),
-             "keepdims": bool(ctx.attr("keepdims", 1)),
-             "select_last_index": bool(ctx.attr("select_last_index", 0))}
+    attrs = {
+        "axis": normalize_axis(ctx.attr("axis", 0), ctx.rank(x), ctx),
+        "keepdims": bool(ctx.attr("keepdims", 1)),
+        "select_last_index": bool(ctx.attr("select_last_index", 0)),
+    }
     return ctx.op("argmax" if ctx.op_type == "ArgMax" else "argmin", [x], attrs)
 
 
@@ -233,8 +248,10 @@ def _atan(ctx: Context, x: str) -> str:
     one = ctx.scalar(1.0, x)
     u = x
     for _ in range(2):
-        u = ctx.op("divide", [u, ctx.op("add", [one, ctx.op("sqrt", [ctx.op("add", [one, ctx.op(
-            "multiply", [u, u])])])])])
+        u = ctx.op(
+            "divide",
+            [u, ctx.op("add", [one, ctx.op("sqrt", [ctx.op("add", [one, ctx.op("multiply", [u, u])])])])],
+        )
     u2 = ctx.op("multiply", [u, u])
     series = ctx.scalar(-1.0 / 15.0, x)  # Horner form of sum (-1)^k u^(2k+1) / (2k+1), k < 8
     for k in range(6, -1, -1):
@@ -264,8 +281,9 @@ def convert_trig(ctx: Context, inputs):
         return _atan(ctx, x)
     # asin(x) = 2 atan(x / (1 + sqrt(1 - x^2))): accurate up to |x| = 1
     root = ctx.op("sqrt", [ctx.op("subtract", [one, ctx.op("multiply", [x, x])])])
-    asin = ctx.op("multiply", [_atan(ctx, ctx.op("divide", [x, ctx.op("add", [one, root])])),
-                               ctx.scalar(2.0, x)])
+    asin = ctx.op(
+        "multiply", [_atan(ctx, ctx.op("divide", [x, ctx.op("add", [one, root])])), ctx.scalar(2.0, x)]
+    )
     if op == "Asin":
         return asin
     return ctx.op("subtract", [ctx.scalar(np.pi / 2, x), asin])
@@ -280,8 +298,10 @@ def convert_bitshift(ctx: Context, inputs):
     dtype = np.dtype(ctx.dtype(x))
     bits = dtype.itemsize * 8
     y = ctx.cast(y, "int64")
-    outside = ctx.op("logical_or", [ctx.op("less", [y, ctx.scalar(0, y)]),
-                                    ctx.op("greater_equal", [y, ctx.scalar(bits, y)])])
+    outside = ctx.op(
+        "logical_or",
+        [ctx.op("less", [y, ctx.scalar(0, y)]), ctx.op("greater_equal", [y, ctx.scalar(bits, y)])],
+    )
     safe = ctx.op("where", [outside, ctx.scalar(0, y), y])
     two = ctx.param(np.asarray(2.0, dtype=np.float64), "two")
     power = ctx.op("power", [two, ctx.cast(safe, "float64")])
@@ -312,3 +332,53 @@ def convert_isinf(ctx: Context, inputs):
     if not hits:
         return ctx.param(np.zeros(ctx.shape(x), dtype=bool), "none")
     return hits[0] if len(hits) == 1 else ctx.op("logical_or", hits)
+
+
+_BYTE_TABLES: dict = {}
+
+
+def _byte_table(op: str) -> np.ndarray:
+    """``table[a * 256 + b] = a op b`` for all bytes."""
+    if op not in _BYTE_TABLES:
+        a, b = np.meshgrid(np.arange(256, dtype=np.uint8), np.arange(256, dtype=np.uint8), indexing="ij")
+        fn = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+        _BYTE_TABLES[op] = fn(a, b).reshape(-1)
+    return _BYTE_TABLES[op]
+
+
+@converter("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")
+def convert_bitwise(ctx: Context, inputs):
+    """Bitwise operators without bit instructions in the IR: on bools they are the logical ones; on
+    integers each byte of the two operands (exact unsigned arithmetic on the same-width unsigned view)
+    indexes a 256 x 256 constant table, and the result bytes are summed back. NOT is ``-x - 1``."""
+    x = inputs[0]
+    dtype = np.dtype(ctx.dtype(x))
+    op = ctx.op_type.removeprefix("Bitwise").lower()
+    if dtype == np.bool_:
+        if op == "not":
+            return ctx.op("logical_not", [x])
+        return ctx.op(f"logical_{op}", inputs[:2])
+    if op == "not":
+        if dtype.kind == "u":
+            return ctx.op("subtract", [ctx.scalar(np.iinfo(dtype).max, x), x])
+        return ctx.op("subtract", [ctx.op("negative", [x]), ctx.scalar(1, x)])
+    unsigned = f"uint{dtype.itemsize * 8}"
+    a, b = ctx.cast(x, unsigned), ctx.cast(inputs[1], unsigned)
+    table = ctx.param(_byte_table(op), f"{op}_table")
+    total = None
+    for k in range(dtype.itemsize):
+
+        def byte(v, k=k):
+            if dtype.itemsize == 1:
+                return ctx.cast(v, "int64")
+            shifted = ctx.op("divide", [v, ctx.scalar(256**k, v)]) if k else v
+            return ctx.cast(ctx.op("floor_mod", [shifted, ctx.scalar(256, v)]), "int64")
+
+        index = ctx.op(
+            "add", [ctx.op("multiply", [byte(a), ctx.param(np.asarray(256, np.int64), "base")]), byte(b)]
+        )
+        part = ctx.cast(ctx.op("take", [table, index], {"axis": 0}), unsigned)
+        if k:
+            part = ctx.op("multiply", [part, ctx.scalar(256**k, part)])
+        total = part if total is None else ctx.op("add", [total, part])
+    return ctx.cast(total, str(dtype))

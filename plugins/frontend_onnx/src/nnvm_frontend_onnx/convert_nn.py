@@ -82,6 +82,8 @@ def convert_pool(ctx: Context, inputs):
         raise ctx.error("the Indices output is not supported")
     if not ctx.has_attr("kernel_shape"):
         raise ctx.error("the kernel_shape attribute is missing")
+    if ctx.rank(x) == 5:
+        return _pool3d(ctx, x)
     nsp, kernel, strides, dilations, padding = _window(ctx, x, ctx.attr("kernel_shape"))
     attrs = {"pool_size": kernel, "strides": strides, "padding": padding, "dilation": dilations,
              "ceil_mode": bool(ctx.attr("ceil_mode", 0))}
@@ -89,6 +91,56 @@ def convert_pool(ctx: Context, inputs):
         attrs["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
     op = "max_pool2d" if ctx.op_type == "MaxPool" else "avg_pool2d"
     return _from_2d(ctx, ctx.op(op, [_as_2d(ctx, x, nsp)], attrs), nsp)
+
+
+def _pool3d(ctx: Context, x: str) -> str:
+    """A 3-D max or average pool as two 2-D ones: over (H, W) with depth folded into the channels,
+    then over D with H*W as the width. A box window is separable for both: the maximum of maxima,
+    and the mean of means (the count of valid elements in a box is the product of per-axis counts)."""
+    n, c, d, h, w = ctx.shape(x)
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
+    strides = tuple(ctx.attr("strides", (1, 1, 1)))
+    dilations = tuple(ctx.attr("dilations", (1, 1, 1)))
+    begins, ends = spatial_padding(ctx, (d, h, w), kernel, strides, dilations)
+    op = "max_pool2d" if ctx.op_type == "MaxPool" else "avg_pool2d"
+    common = {"ceil_mode": bool(ctx.attr("ceil_mode", 0))}
+    if op == "avg_pool2d":
+        common["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
+    y = ctx.reshape(x, (n, c * d, h, w))
+    y = ctx.op(op, [y], {"pool_size": kernel[1:], "strides": tuple(map(int, strides[1:])),
+                         "padding": (int(begins[1]), int(begins[2]), int(ends[1]), int(ends[2])),
+                         "dilation": tuple(map(int, dilations[1:])), **common})
+    _, _, h2, w2 = ctx.shape(y)
+    y = ctx.reshape(y, (n, c, d, h2 * w2))
+    y = ctx.op(op, [y], {"pool_size": (kernel[0], 1), "strides": (int(strides[0]), 1),
+                         "padding": (int(begins[0]), 0, int(ends[0]), 0), "dilation": (int(dilations[0]), 1),
+                         **common})
+    return ctx.reshape(y, (n, c, ctx.shape(y)[2], h2, w2))
+
+
+@converter("LpPool")
+def convert_lp_pool(ctx: Context, inputs):
+    """``(sum |x|^p over the window)^(1/p)``: an average pool counting the padding, times the window size."""
+    x = inputs[0]
+    p = float(ctx.attr("p", 2))
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
+    powered = ctx.op("power", [ctx.op("abs", [x]), ctx.scalar(p, x)])
+    nsp, kernel, strides, dilations, padding = _window(ctx, powered, kernel)
+    attrs = {"pool_size": kernel, "strides": strides, "padding": padding, "dilation": dilations,
+             "ceil_mode": bool(ctx.attr("ceil_mode", 0)), "count_include_pad": True}
+    mean = ctx.op("avg_pool2d", [_as_2d(ctx, powered, nsp)], attrs)
+    total = ctx.op("multiply", [mean, ctx.scalar(float(math.prod(kernel)), x)])
+    return _from_2d(ctx, ctx.op("power", [total, ctx.scalar(1.0 / p, x)]), nsp)
+
+
+@converter("GlobalLpPool")
+def convert_global_lp_pool(ctx: Context, inputs):
+    x = inputs[0]
+    p = float(ctx.attr("p", 2))
+    axes = tuple(range(2, ctx.rank(x)))
+    powered = ctx.op("power", [ctx.op("abs", [x]), ctx.scalar(p, x)])
+    total = ctx.op("sum", [powered], {"axis": axes, "keepdims": True})
+    return ctx.op("power", [total, ctx.scalar(1.0 / p, x)])
 
 
 @converter("GlobalAveragePool", "GlobalMaxPool")
@@ -110,8 +162,9 @@ def convert_batch_norm(ctx: Context, inputs):
         raise ctx.error("training-mode batch normalization (batch statistics outputs) is not supported")
     if ctx.rank(gamma) != 1:
         raise ctx.error("per-element (spatial=0) batch normalization is not supported")
-    return ctx.op("batch_norm", [x, gamma, beta, mean, var],
-                  {"epsilon": float(ctx.attr("epsilon", 1e-5)), "axis": 1})
+    return ctx.op(
+        "batch_norm", [x, gamma, beta, mean, var], {"epsilon": float(ctx.attr("epsilon", 1e-5)), "axis": 1}
+    )
 
 
 @converter("InstanceNormalization")
@@ -142,9 +195,16 @@ def convert_layer_norm(ctx: Context, inputs):
 
 @converter("LRN")
 def convert_lrn(ctx: Context, inputs):
-    return ctx.op("lrn", inputs[:1], {"size": int(ctx.attr("size")), "alpha": float(ctx.attr("alpha", 1e-4)),
-                                      "beta": float(ctx.attr("beta", 0.75)),
-                                      "bias": float(ctx.attr("bias", 1.0))})
+    return ctx.op(
+        "lrn",
+        inputs[:1],
+        {
+            "size": int(ctx.attr("size")),
+            "alpha": float(ctx.attr("alpha", 1e-4)),
+            "beta": float(ctx.attr("beta", 0.75)),
+            "bias": float(ctx.attr("bias", 1.0)),
+        },
+    )
 
 
 # -- dense layers -----------------------------------------------------------------------------------
@@ -192,3 +252,110 @@ def convert_softmax(ctx: Context, inputs):
         return ctx.op(op, [x], {"axis": axis})
     flat = ctx.reshape(x, (math.prod(shape[:axis]), math.prod(shape[axis:])))
     return ctx.reshape(ctx.op(op, [flat], {"axis": 1}), shape)
+
+
+@converter("ConvTranspose")
+def convert_conv_transpose(ctx: Context, inputs):
+    """The gradient of a convolution as a plain one: spread the input with ``stride - 1`` zeros between
+    elements, pad by ``(k - 1) * dilation`` minus the ONNX pads on each side, and convolve (stride 1)
+    with the kernel flipped and its in/out channels swapped per group."""
+    x, w = inputs[0], inputs[1]
+    bias = inputs[2] if len(inputs) > 2 else ""
+    nsp = ctx.rank(x) - 2
+    if nsp not in (1, 2):
+        raise ctx.error(
+            f"only 1-D and 2-D transposed convolutions are supported; input has {nsp} spatial dimensions"
+        )
+    x2, w2 = _as_2d(ctx, x, nsp), _as_2d(ctx, w, nsp)
+    n, c, h, wd = ctx.shape(x2)
+    _, m_per_group, kh, kw = ctx.shape(w2)
+    groups = int(ctx.attr("group", 1))
+
+    def per_axis(key, default):
+        v = tuple(int(a) for a in ctx.attr(key, (default,) * nsp))
+        return ((default,) + v) if nsp == 1 else v
+
+    strides, dilations = per_axis("strides", 1), per_axis("dilations", 1)
+    out_pad = per_axis("output_padding", 0)
+    kernel = (kh, kw)
+    sizes = (h, wd)
+    full = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    natural = [s * (i - 1) + op + f for s, i, op, f in zip(strides, sizes, out_pad, full)]
+    auto_pad = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
+    if ctx.has_attr("output_shape") or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        if ctx.has_attr("output_shape"):
+            target = list(ctx.attr("output_shape"))[-nsp:]
+            target = ([1] + target) if nsp == 1 else target
+        else:
+            target = [i * s for i, s in zip(sizes, strides)]
+        total = [nat - t for nat, t in zip(natural, target)]
+        if auto_pad == "SAME_UPPER":
+            begins, ends = [t // 2 for t in total], [t - t // 2 for t in total]
+        else:
+            begins, ends = [t - t // 2 for t in total], [t // 2 for t in total]
+    elif auto_pad == "VALID":
+        begins, ends = [0, 0], [0, 0]
+    else:
+        pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
+        begins, ends = list(pads[:nsp]), list(pads[nsp:])
+        if nsp == 1:
+            begins, ends = [0] + begins, [0] + ends
+    # 1. spread: (N, C, H, W) -> (N, C, (H-1)*sh+1, (W-1)*sw+1) with zeros between elements
+    y = x2
+    if strides != (1, 1):
+        y = ctx.reshape(y, (n, c, h, 1, wd, 1))
+        y = ctx.op(
+            "pad",
+            [y],
+            {
+                "pad_width": (0, 0, 0, 0, 0, 0, 0, strides[0] - 1, 0, 0, 0, strides[1] - 1),
+                "pad_value": 0.0,
+                "mode": "constant",
+            },
+        )
+        y = ctx.reshape(y, (n, c, h * strides[0], wd * strides[1]))
+        y = ctx.op(
+            "strided_slice",
+            [y],
+            {
+                "begin": (0, 0),
+                "end": ((h - 1) * strides[0] + 1, (wd - 1) * strides[1] + 1),
+                "strides": (1, 1),
+                "axes": (2, 3),
+            },
+        )
+    # 2. pad (or crop) so that a stride-1 convolution gives the transposed one
+    lo = [f - 1 - b for f, b in zip(full, begins)]
+    hi = [f - 1 - e + op for f, e, op in zip(full, ends, out_pad)]
+    if any(v > 0 for v in lo + hi):
+        width = (0, 0, 0, 0, max(lo[0], 0), max(hi[0], 0), max(lo[1], 0), max(hi[1], 0))
+        y = ctx.op("pad", [y], {"pad_width": width, "pad_value": 0.0, "mode": "constant"})
+    if any(v < 0 for v in lo + hi):
+        shape = ctx.shape(y)
+        y = ctx.op(
+            "strided_slice",
+            [y],
+            {
+                "begin": (max(-lo[0], 0), max(-lo[1], 0)),
+                "end": (shape[2] - max(-hi[0], 0), shape[3] - max(-hi[1], 0)),
+                "strides": (1, 1),
+                "axes": (2, 3),
+            },
+        )
+    # 3. the kernel: (C, M/g, kh, kw) -> (M, C/g, kh, kw), flipped in space
+    k = ctx.reshape(w2, (groups, c // groups, m_per_group, kh, kw))
+    k = ctx.transpose(k, (0, 2, 1, 3, 4))
+    k = ctx.reshape(k, (groups * m_per_group, c // groups, kh, kw))
+    k = ctx.op(
+        "strided_slice",
+        [k],
+        {"begin": (kh - 1, kw - 1), "end": (-kh - 1, -kw - 1), "strides": (-1, -1), "axes": (2, 3)},
+    )
+    out = ctx.op(
+        "conv2d",
+        [y, k],
+        {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": dilations, "groups": groups},
+    )
+    if bias:
+        out = ctx.op("bias_add", [out, bias], {"axis": 1})
+    return _from_2d(ctx, out, nsp)

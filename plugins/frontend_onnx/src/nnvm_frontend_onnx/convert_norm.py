@@ -84,9 +84,11 @@ def convert_group_norm(ctx: Context, inputs):
     y = ctx.cast(ctx.reshape(normed, shape), dtype)
     per_channel = (1, c) + (1,) * (len(shape) - 2)
     if ctx.shape(scale) == (groups,) and groups != c:  # opset 18: one scale per group
-        scale = ctx.reshape(ctx.op("broadcast_to", [ctx.reshape(scale, (groups, 1))], {"shape": (groups, c // groups)}),
-                            (c,))
-        bias = ctx.reshape(ctx.op("broadcast_to", [ctx.reshape(bias, (groups, 1))], {"shape": (groups, c // groups)}),
-                           (c,))
+        scale = ctx.reshape(
+            ctx.op("broadcast_to", [ctx.reshape(scale, (groups, 1))], {"shape": (groups, c // groups)}), (c,)
+        )
+        bias = ctx.reshape(
+            ctx.op("broadcast_to", [ctx.reshape(bias, (groups, 1))], {"shape": (groups, c // groups)}), (c,)
+        )
     y = ctx.op("multiply", [y, ctx.reshape(ctx.cast(scale, dtype), per_channel)])
     return ctx.op("add", [y, ctx.reshape(ctx.cast(bias, dtype), per_channel)])

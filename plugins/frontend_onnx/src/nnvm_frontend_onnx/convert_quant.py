@@ -35,8 +35,9 @@ def _per_axis(ctx: Context, v: str, x_shape: tuple, axis: int, block: int) -> st
 def quantize(ctx: Context, y: str, dtype: str) -> str:
     """Round half to even, saturate to ``dtype``'s range and cast (``y`` is float)."""
     info = np.iinfo(dtype)
-    return ctx.cast(ctx.op("clip", [ctx.op("round", [y])], {"a_min": float(info.min), "a_max": float(info.max)}),
-                    dtype)
+    return ctx.cast(
+        ctx.op("clip", [ctx.op("round", [y])], {"a_min": float(info.min), "a_max": float(info.max)}), dtype
+    )
 
 
 def _centered(ctx: Context, x: str, zp: str, axis: int = 1, block: int = 0) -> str:
@@ -63,7 +64,9 @@ def convert_quantize(ctx: Context, inputs):
     work = "float64" if ctx.dtype(x) == "float64" else "float32"
     if ctx.attr("precision", 0):
         work = onnx_dtype(ctx.attr("precision"), f"node {ctx.name}")
-    xs = ctx.op("divide", [ctx.cast(x, work), ctx.cast(_per_axis(ctx, scale, ctx.shape(x), axis, block), work)])
+    xs = ctx.op(
+        "divide", [ctx.cast(x, work), ctx.cast(_per_axis(ctx, scale, ctx.shape(x), axis, block), work)]
+    )
     y = ctx.op("round", [xs])
     if zp:
         y = ctx.op("add", [y, ctx.cast(_per_axis(ctx, zp, ctx.shape(x), axis, block), work)])
@@ -75,12 +78,20 @@ def convert_dequantize(ctx: Context, inputs):
     x, scale = inputs[0], inputs[1]
     zp = inputs[2] if len(inputs) > 2 else ""
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
-    out = onnx_dtype(ctx.attr("output_dtype"), f"node {ctx.name}") if ctx.attr("output_dtype", 0) \
+    out = (
+        onnx_dtype(ctx.attr("output_dtype"), f"node {ctx.name}")
+        if ctx.attr("output_dtype", 0)
         else ctx.dtype(scale)
+    )
     if np.dtype(ctx.dtype(x)).kind not in "iu":
         raise ctx.error(f"dequantizing {ctx.dtype(x)} is not supported")
-    y = ctx.op("multiply", [_centered(ctx, x, zp, axis, block),
-                            ctx.cast(_per_axis(ctx, scale, ctx.shape(x), axis, block), "float32")])
+    y = ctx.op(
+        "multiply",
+        [
+            _centered(ctx, x, zp, axis, block),
+            ctx.cast(_per_axis(ctx, scale, ctx.shape(x), axis, block), "float32"),
+        ],
+    )
     return ctx.cast(y, out)
 
 
@@ -118,12 +129,20 @@ def convert_qlinear_matmul(ctx: Context, inputs):
     a, a_scale, a_zp, b, b_scale, b_zp, y_scale = inputs[:7]
     y_zp = inputs[7] if len(inputs) > 7 else ""
     af = ctx.op("subtract", [ctx.cast(a, "float32"), ctx.cast(_row_param(ctx, a_zp, ctx.rank(a)), "float32")])
-    bf = ctx.op("subtract", [ctx.cast(b, "float32"), ctx.cast(_column_param(ctx, b_zp, ctx.rank(b)), "float32")])
+    bf = ctx.op(
+        "subtract", [ctx.cast(b, "float32"), ctx.cast(_column_param(ctx, b_zp, ctx.rank(b)), "float32")]
+    )
     acc = ctx.op("matmul", [af, bf])  # exact integers
     work = ctx.dtype(a_scale)
-    factor = ctx.op("divide", [ctx.op("multiply", [_row_param(ctx, a_scale, ctx.rank(a)),
-                                                   _column_param(ctx, b_scale, ctx.rank(b))]),
-                               ctx.reshape(y_scale, ()) if math.prod(ctx.shape(y_scale)) == 1 else y_scale])
+    factor = ctx.op(
+        "divide",
+        [
+            ctx.op(
+                "multiply", [_row_param(ctx, a_scale, ctx.rank(a)), _column_param(ctx, b_scale, ctx.rank(b))]
+            ),
+            ctx.reshape(y_scale, ()) if math.prod(ctx.shape(y_scale)) == 1 else y_scale,
+        ],
+    )
     y = ctx.op("multiply", [ctx.cast(acc, work), factor])
     y = ctx.cast(y, "float32")
     if y_zp:
@@ -155,16 +174,22 @@ def convert_qlinear_conv(ctx: Context, inputs):
     x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp = inputs[:8]
     bias = inputs[8] if len(inputs) > 8 else ""
     xf = _centered(ctx, x, x_zp)
-    wf = ctx.op("subtract", [ctx.cast(w, "float32"),
-                             ctx.cast(_per_axis(ctx, w_zp, ctx.shape(w), 0, 0), "float32")])
+    wf = ctx.op(
+        "subtract", [ctx.cast(w, "float32"), ctx.cast(_per_axis(ctx, w_zp, ctx.shape(w), 0, 0), "float32")]
+    )
     acc = _conv_float(ctx, xf, wf)
     if bias:
         shape = (ctx.shape(bias)[0],) + (1,) * (ctx.rank(acc) - 2)
         acc = ctx.op("add", [acc, ctx.reshape(ctx.cast(bias, "float32"), shape)])
     rank = ctx.rank(acc)
-    ws = ctx.reshape(w_scale, ()) if math.prod(ctx.shape(w_scale)) == 1 else \
-        ctx.reshape(w_scale, (ctx.shape(w_scale)[0],) + (1,) * (rank - 2))
+    ws = (
+        ctx.reshape(w_scale, ())
+        if math.prod(ctx.shape(w_scale)) == 1
+        else ctx.reshape(w_scale, (ctx.shape(w_scale)[0],) + (1,) * (rank - 2))
+    )
     factor = ctx.op("divide", [ctx.op("multiply", [ctx.reshape(x_scale, ()), ws]), ctx.reshape(y_scale, ())])
-    y = ctx.op("add", [ctx.op("multiply", [acc, ctx.cast(factor, "float32")]),
-                       ctx.cast(ctx.reshape(y_zp, ()), "float32")])
+    y = ctx.op(
+        "add",
+        [ctx.op("multiply", [acc, ctx.cast(factor, "float32")]), ctx.cast(ctx.reshape(y_zp, ()), "float32")],
+    )
     return quantize(ctx, y, ctx.dtype(y_zp))

@@ -226,4 +226,161 @@ def convert_upsample(ctx: Context, inputs):
     out = [int(math.floor(s * d)) for s, d in zip(scales, shape)]
     mode = ctx.attr("mode", "nearest")
     mode = "linear" if mode in ("linear", "bilinear") else mode
-    return _resample(ctx, x, out, [float(s) for s in scales], mode=mode, ctm="asymmetric", nearest_rule="floor")
+    return _resample(ctx, x, out, [float(s) for s in scales], mode=mode, ctm="asymmetric",
+                     nearest_rule="floor")
+
+
+# -- GridSample ---------------------------------------------------------------------------------------
+def _reflect(ctx: Context, v: str, lo: float, hi: float) -> str:
+    """Fold coordinates outside ``[lo, hi]`` back inside by reflecting at the borders (repeatedly)."""
+    span = hi - lo
+
+    def fold(dist: str, near: float, far: float) -> str:
+        n = ctx.op("floor", [ctx.op("divide", [dist, ctx.scalar(span, dist)])])
+        r = ctx.op("subtract", [dist, ctx.op("multiply", [n, ctx.scalar(span, n)])])
+        even = ctx.op("equal", [ctx.op("floor_mod", [n, ctx.scalar(2.0, n)]), ctx.scalar(0.0, n)])
+        toward = (
+            ctx.op("add", [ctx.scalar(near, r), r])
+            if near == lo
+            else ctx.op("subtract", [ctx.scalar(near, r), r])
+        )
+        away = (
+            ctx.op("subtract", [ctx.scalar(far, r), r])
+            if far == hi
+            else ctx.op("add", [ctx.scalar(far, r), r])
+        )
+        return ctx.op("where", [even, toward, away])
+
+    below = fold(ctx.op("subtract", [ctx.scalar(lo, v), v]), lo, hi)
+    above = fold(ctx.op("subtract", [v, ctx.scalar(hi, v)]), hi, lo)
+    v = ctx.op("where", [ctx.op("less", [v, ctx.scalar(lo, v)]), below, v])
+    return ctx.op("where", [ctx.op("greater", [v, ctx.scalar(hi, v)]), above, v])
+
+
+@converter("GridSample")
+def convert_grid_sample(ctx: Context, inputs):
+    """Sampling at run-time coordinates: per spatial axis the source coordinate, its taps (1 nearest,
+    2 linear, 4 cubic) and their weights are computed elementwise; each combination of taps is one
+    ``gather_elements`` from the flattened input, weighted and summed, as the ONNX reference does."""
+    x, grid = inputs[0], inputs[1]
+    shape = ctx.shape(x)
+    n, c, dims = shape[0], shape[1], shape[2:]
+    nd = len(dims)
+    out_spatial = ctx.shape(grid)[1:-1]
+    points = math.prod(out_spatial)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(
+        ctx.attr("mode", "linear"), ctx.attr("mode", "linear")
+    )
+    padding = ctx.attr("padding_mode", "zeros")
+    align = bool(ctx.attr("align_corners", 0))
+    work = "float64" if ctx.dtype(x) == "float64" else "float32"
+    g = ctx.cast(ctx.reshape(grid, (n, points, nd)), work)
+    taps_per_axis = []
+    for j, size in enumerate(dims):
+        k = nd - 1 - j  # the grid lists x (the last axis) first
+        v = ctx.reshape(
+            ctx.op("strided_slice", [g], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (2,)}),
+            (n, points),
+        )
+        one = ctx.scalar(1.0, v)
+        if align:
+            v = ctx.op("multiply", [ctx.op("add", [v, one]), ctx.scalar((size - 1) / 2.0, v)])
+            lo, hi = 0.0, size - 1.0
+        else:
+            v = ctx.op(
+                "multiply",
+                [
+                    ctx.op(
+                        "subtract",
+                        [ctx.op("multiply", [ctx.op("add", [v, one]), ctx.scalar(float(size), v)]), one],
+                    ),
+                    ctx.scalar(0.5, v),
+                ],
+            )
+            lo, hi = -0.5, size - 0.5
+        if mode == "nearest":
+            v = ctx.op("round", [v])
+        if padding == "border":
+            outside = ctx.op(
+                "logical_or",
+                [ctx.op("less", [v, ctx.scalar(lo, v)]), ctx.op("greater", [v, ctx.scalar(hi, v)])],
+            )
+            clamped = ctx.op("clip", [v], {"a_min": 0.0, "a_max": float(size - 1)})
+            v = ctx.op("where", [outside, clamped, v])
+        elif padding == "reflection":
+            v = _reflect(ctx, v, lo, hi)
+        if mode == "nearest":
+            taps = [(v, None)]
+        else:
+            base = ctx.op("floor", [v])
+            t = ctx.op("subtract", [v, base])
+            if mode == "linear":
+                taps = [(base, ctx.op("subtract", [one, t])), (ctx.op("add", [base, one]), t)]
+            else:
+                taps = [
+                    (ctx.op("add", [base, ctx.scalar(float(off), base)]), w)
+                    for off, w in zip((-1, 0, 1, 2), _cubic_weights(ctx, t))
+                ]
+        axis_taps = []
+        for pos, weight in taps:
+            idx = ctx.cast(pos, "int64")
+            if padding == "zeros":
+                ok = ctx.op(
+                    "logical_and",
+                    [
+                        ctx.op("greater_equal", [idx, ctx.scalar(0, idx)]),
+                        ctx.op("less", [idx, ctx.scalar(size, idx)]),
+                    ],
+                )
+            else:
+                ok = None
+                if padding == "reflection":
+                    idx = ctx.cast(_reflect(ctx, ctx.cast(idx, work), lo, hi), "int64")
+            idx = ctx.op("clip", [idx], {"a_min": 0.0, "a_max": float(size - 1)})
+            axis_taps.append((idx, weight, ok))
+        taps_per_axis.append(axis_taps)
+    flat = ctx.cast(ctx.reshape(x, (n, c, math.prod(dims))), work)
+    strides = [math.prod(dims[j + 1 :]) for j in range(nd)]
+    total = None
+    for combo in np.ndindex(*[len(t) for t in taps_per_axis]):
+        index = weight = ok = None
+        for j, which in enumerate(combo):
+            idx, w, valid = taps_per_axis[j][which]
+            term = ctx.op("multiply", [idx, ctx.scalar(strides[j], idx)]) if strides[j] != 1 else idx
+            index = term if index is None else ctx.op("add", [index, term])
+            if w is not None:
+                weight = w if weight is None else ctx.op("multiply", [weight, w])
+            if valid is not None:
+                ok = valid if ok is None else ctx.op("logical_and", [ok, valid])
+        if ok is not None:
+            zero = ctx.param(np.zeros((), dtype=work), "zero")
+            weight = ctx.op(
+                "where", [ok, weight if weight is not None else ctx.param(np.ones((), work), "one"), zero]
+            )
+        index = ctx.op("broadcast_to", [ctx.reshape(index, (n, 1, points))], {"shape": (n, c, points)})
+        value = ctx.op("gather_elements", [flat, index], {"axis": 2})
+        if weight is not None:
+            value = ctx.op("multiply", [value, ctx.reshape(weight, (n, 1, points))])
+        total = value if total is None else ctx.op("add", [total, value])
+    return ctx.cast(ctx.reshape(total, (n, c) + tuple(out_spatial)), ctx.dtype(x))
+
+
+def _cubic_weights(ctx: Context, t: str) -> list:
+    """Keys' cubic convolution weights (a = -0.75) of the taps at offsets -1, 0, 1, 2 for fraction t."""
+    a = -0.75
+
+    def poly(coeffs, v):  # Horner: c0 v^3 + c1 v^2 + c2 v + c3
+        out = ctx.scalar(coeffs[0], v)
+        for co in coeffs[1:]:
+            out = ctx.op("add", [ctx.op("multiply", [out, v]), ctx.scalar(co, v)])
+        return out
+
+    one = ctx.scalar(1.0, t)
+    far = (a, -5 * a, 8 * a, -4 * a)  # for distances in [1, 2)
+    near = (a + 2, -(a + 3), 0.0, 1.0)  # for distances in [0, 1]
+    return [
+        poly(far, ctx.op("add", [t, one])),
+        poly(near, t),
+        poly(near, ctx.op("subtract", [one, t])),
+        poly(far, ctx.op("subtract", [ctx.scalar(2.0, t), t])),
+    ]

@@ -41,15 +41,20 @@ def function_body(node, opset: int, input_types: list):
     proto = FunctionProto()
     # a schema may carry its body written for several opsets; take the newest not above the model's
     # (or, for a body written only for later opsets, the oldest: the operator's semantics are the same)
-    static = [v for v in schema.function_opset_versions if v <= opset] or sorted(schema.function_opset_versions)[:1]
-    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset] \
-        or sorted(schema.context_dependent_function_opset_versions)[:1]
+    static = [v for v in schema.function_opset_versions if v <= opset] or sorted(
+        schema.function_opset_versions
+    )[:1]
+    dependent = [v for v in schema.context_dependent_function_opset_versions if v <= opset] or sorted(
+        schema.context_dependent_function_opset_versions
+    )[:1]
     if static and (not dependent or max(static) >= max(dependent)):
         proto.ParseFromString(schema.get_function_with_opset_version(max(static)))
     elif dependent:
         data = schema.get_context_dependent_function_with_opset_version(
-            max(dependent), _with_defaults(node, schema).SerializeToString(),
-            [t.SerializeToString() for t in input_types])
+            max(dependent),
+            _with_defaults(node, schema).SerializeToString(),
+            [t.SerializeToString() for t in input_types],
+        )
         if not data:
             return None
         proto.ParseFromString(data)

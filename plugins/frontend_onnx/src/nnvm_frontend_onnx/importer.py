@@ -31,6 +31,8 @@ from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
     convert_norm,
     convert_quant,
     convert_resize,
+    convert_rnn,
+    convert_signal,
     convert_tensor,
     functions,
 )
@@ -192,16 +194,18 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): {why}") from None
     except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
         why = f"{type(exc).__name__}: {exc}"
-        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): cannot convert ({why})") from exc
+        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): cannot convert "
+                           f"({why})") from exc
     if isinstance(results, str):
         results = [results]
     for out, value in zip(node.output, results):
         if out and value is not None:
             env[out] = value
-    for out in node.output[len(results):]:
+    for out in node.output[len(results) :]:
         if out in ctx.consumed:
-            raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): output {out!r} is not "
-                               f"supported")
+            raise ConvertError(
+                f"node {name} ({node.op_type}, opset {ctx.opset}): output {out!r} is not supported"
+            )
 
 
 def _convert_function(ctx: Context, node, name: str, env: dict, inputs: list) -> None:
@@ -296,8 +300,9 @@ def _check_supported(nodes, opset: int, path) -> None:
     """Raise one ``UnsupportedOperatorError`` listing every operator we cannot convert, with its nodes."""
     missing: dict[str, list[str]] = {}
     for node, name in nodes:
-        if node.domain in ONNX_DOMAINS and (node.op_type in CONVERTERS
-                                            or functions.has_function(node.op_type, opset)):
+        if node.domain in ONNX_DOMAINS and (
+            node.op_type in CONVERTERS or functions.has_function(node.op_type, opset)
+        ):
             continue
         key = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
         missing.setdefault(key, []).append(name)
@@ -311,8 +316,10 @@ def _check_defined(graph, names, where: str) -> None:
     for node, name in zip(graph.node, names):
         for v in node.input:
             if v and v not in defined:
-                raise ModelLoadError(f"{where}: node {name} ({node.op_type}) reads {v!r}, which no earlier "
-                                     f"node, input or initializer defines")
+                raise ModelLoadError(
+                    f"{where}: node {name} ({node.op_type}) reads {v!r}, which no earlier "
+                    f"node, input or initializer defines"
+                )
         defined.update(o for o in node.output if o)
 
 
@@ -321,26 +328,34 @@ def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: 
     known = [vi.name for vi in inputs]
     for key in shapes:
         if key not in known:
-            raise InputError(f"shapes= names {key!r}, which is not an input of {where} "
-                             f"(inputs: {', '.join(known) or 'none'})")
+            raise InputError(
+                f"shapes= names {key!r}, which is not an input of {where} "
+                f"(inputs: {', '.join(known) or 'none'})"
+            )
     for vi in inputs:
         name = vi.name
         if not vi.type.HasField("tensor_type"):
             raise InputError(f"input {name!r} of {where} is not a tensor; only tensor inputs are supported")
         tt = vi.type.tensor_type
         dtype = onnx_dtype(tt.elem_type, f"input {name!r}") if tt.elem_type else "float32"
-        declared = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim] \
-            if tt.HasField("shape") else None
+        declared = (
+            [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim]
+            if tt.HasField("shape")
+            else None
+        )
         shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
         if name in shapes:
             shape = tuple(int(d) for d in shapes[name])
             if declared is not None and len(shape) != len(declared):
-                raise InputError(f"shapes= gives input {name!r} the shape {shape}, but the model "
-                                 f"declares rank {len(declared)} {shown}")
+                raise InputError(
+                    f"shapes= gives input {name!r} the shape {shape}, but the model "
+                    f"declares rank {len(declared)} {shown}"
+                )
         else:
             if declared is None:
-                raise InputError(f"input {name!r} of {where} has no declared shape; pass "
-                                 f"shapes={{{name!r}: (...)}}")
+                raise InputError(
+                    f"input {name!r} of {where} has no declared shape; pass shapes={{{name!r}: (...)}}"
+                )
             shape = []
             for i, d in enumerate(declared):
                 if isinstance(d, int):
@@ -348,8 +363,10 @@ def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: 
                 elif i == 0 and BATCH_NAMES.match(d):
                     shape.append(1)  # a named batch dimension defaults to 1
                 else:
-                    raise InputError(f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
-                                     f"bind it with shapes={{{name!r}: (...)}}")
+                    raise InputError(
+                        f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
+                        f"bind it with shapes={{{name!r}: (...)}}"
+                    )
             shape = tuple(shape)
         env[name] = b.input(name, shape, dtype)
 
@@ -369,7 +386,9 @@ def _name_outputs(graph: Graph, onnx_names: list[str]) -> Graph:
     def r(v):
         return rename.get(v, v)
 
-    nodes = [n.replace(inputs=tuple(r(v) for v in n.inputs), outputs=tuple(r(v) for v in n.outputs))
-             for n in graph.nodes]
+    nodes = [
+        n.replace(inputs=tuple(r(v) for v in n.inputs), outputs=tuple(r(v) for v in n.outputs))
+        for n in graph.nodes
+    ]
     types = {r(k): v for k, v in graph.types.items()}
     return graph.replace(nodes=nodes, outputs=tuple(r(v) for v in graph.outputs), types=types)

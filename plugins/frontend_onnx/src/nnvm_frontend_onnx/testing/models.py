@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 # Bump when the generated models change, so cached files are rebuilt.
-MODELS_VERSION = "1"
+MODELS_VERSION = "2"
 OPSET = 13
 LIGHT_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
                 "squeezenet", "vgg19", "zfnet512")
@@ -67,13 +67,15 @@ class _Net:
             y = self.node("Clip", [y, lo, hi], f"{name}.relu6")
         return y
 
-    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, pad: int, name: str) -> str:
-        """Conv with a bias and no normalization after it (SqueezeNet's layers)."""
+    def conv(self, x: str, cin: int, cout: int, k: int, stride: int, pad: int, name: str,
+             bias: bool = True) -> str:
+        """A plain Conv, with a bias (SqueezeNet's layers) or without (DenseNet's, after batch norm)."""
         w = self.rng.normal(0.0, np.sqrt(2.0 / (cin * k * k)), (cout, cin, k, k))
-        b = self.rng.normal(0.0, 0.1, cout)
-        return self.node("Conv", [x, self.weight(f"{name}.weight", w), self.weight(f"{name}.bias", b)], name,
-                         kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4, group=1,
-                         dilations=[1, 1])
+        inputs = [x, self.weight(f"{name}.weight", w)]
+        if bias:
+            inputs.append(self.weight(f"{name}.bias", self.rng.normal(0.0, 0.1, cout)))
+        return self.node("Conv", inputs, name, kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                         group=1, dilations=[1, 1])
 
     def bn_relu(self, x: str, c: int, name: str) -> str:
         """BatchNormalization -> ReLU on its own (DenseNet's pre-activation layers)."""
@@ -247,16 +249,16 @@ def densenet121(seed: int = 0, batch: int = 1):
             cin = channels + growth * (layer - 1)
             y = features[0] if len(features) == 1 else net.node("Concat", features, f"{name}.cat", axis=1)
             y = net.bn_relu(y, cin, f"{name}.norm1")
-            y = net.conv(y, cin, width, 1, 1, 0, f"{name}.conv1")
+            y = net.conv(y, cin, width, 1, 1, 0, f"{name}.conv1", bias=False)
             y = net.bn_relu(y, width, f"{name}.norm2")
-            y = net.conv(y, width, growth, 3, 1, 1, f"{name}.conv2")
+            y = net.conv(y, width, growth, 3, 1, 1, f"{name}.conv2", bias=False)
             features.append(y)
         x = net.node("Concat", features, f"features.denseblock{block}.cat", axis=1)
         channels += growth * layers
         if block < 4:
             name = f"features.transition{block}"
             x = net.bn_relu(x, channels, f"{name}.norm")
-            x = net.conv(x, channels, channels // 2, 1, 1, 0, f"{name}.conv")
+            x = net.conv(x, channels, channels // 2, 1, 1, 0, f"{name}.conv", bias=False)
             x = net.node("AveragePool", [x], f"{name}.pool", kernel_shape=[2, 2], strides=[2, 2])
             channels //= 2
     x = net.bn_relu(x, channels, "features.norm5")

@@ -21,7 +21,12 @@ RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
               "Bernoulli"}
 SEQUENCE_OPS = {"Optional", "OptionalHasElement", "OptionalGetElement", "SplitToSequence",
                 "ConcatFromSequence"}
-STRING_OPS = {"StringNormalizer", "StringConcat", "StringSplit", "RegexFullMatch"}  # TfIdfVectorizer reads ints
+STRING_OPS = {
+    "StringNormalizer",
+    "StringConcat",
+    "StringSplit",
+    "RegexFullMatch",
+}  # TfIdfVectorizer reads ints
 STANDARD_DOMAINS = ("", "ai.onnx")
 
 
@@ -72,8 +77,10 @@ def write_node_cases(out: str) -> int:
         for i, (inputs, outputs) in enumerate(case.data_sets):
             data = os.path.join(folder, f"test_data_set_{i}")
             os.makedirs(data, exist_ok=True)
-            for kind, values, infos in (("input", inputs, case.model.graph.input),
-                                        ("output", outputs, case.model.graph.output)):
+            for kind, values, infos in (
+                ("input", inputs, case.model.graph.input),
+                ("output", outputs, case.model.graph.output),
+            ):
                 for j, value in enumerate(values):
                     with open(os.path.join(data, f"{kind}_{j}.pb"), "wb") as f:
                         f.write(_serialized(value, infos[j], numpy_helper, TensorProto))
@@ -97,8 +104,21 @@ def _serialized(value, info, numpy_helper, TensorProto) -> bytes:  # noqa: N803
 def _excluded_types() -> set:
     from onnx import TensorProto
 
-    names = ("STRING", "BFLOAT16", "FLOAT8E4M3FN", "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ",
-             "FLOAT8E8M0", "UINT4", "INT4", "FLOAT4E2M1", "UINT2", "INT2", "UNDEFINED")
+    names = (
+        "STRING",
+        "BFLOAT16",
+        "FLOAT8E4M3FN",
+        "FLOAT8E4M3FNUZ",
+        "FLOAT8E5M2",
+        "FLOAT8E5M2FNUZ",
+        "FLOAT8E8M0",
+        "UINT4",
+        "INT4",
+        "FLOAT4E2M1",
+        "UINT2",
+        "INT2",
+        "UNDEFINED",
+    )
     return {getattr(TensorProto, n) for n in names if hasattr(TensorProto, n)}
 
 
@@ -136,8 +156,9 @@ def ineligible_reason(model) -> str | None:
         if n.op_type in STRING_OPS:
             return "a string operator"
         if n.op_type in ("BatchNormalization", "Dropout"):
-            if any(a.name == "training_mode" and a.i for a in n.attribute) or \
-                    (n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]):
+            if any(a.name == "training_mode" and a.i for a in n.attribute) or (
+                n.op_type == "Dropout" and len(n.input) > 2 and n.input[2]
+            ):
                 return "training mode"
     return None
 
@@ -159,8 +180,9 @@ def case_info(name: str, root: str | None = None) -> dict:
     """``{"op": the operator the case tests, "opset": the case's default-domain opset}``."""
     import onnx
 
-    model = onnx.load(os.path.join(root or node_cases_dir(), "node", name, "model.onnx"),
-                      load_external_data=False)
+    model = onnx.load(
+        os.path.join(root or node_cases_dir(), "node", name, "model.onnx"), load_external_data=False
+    )
     opset = max((o.version for o in model.opset_import if o.domain in STANDARD_DOMAINS), default=1)
     return {"op": tested_op(name, [n.op_type for n in model.graph.node]), "opset": int(opset)}
 
@@ -194,8 +216,10 @@ def load_case(name: str, root: str | None = None):
     for data in sorted(glob.glob(os.path.join(folder, "test_data_set_*"))):
         arrays = {}
         for kind in ("input", "output"):
-            files = sorted(glob.glob(os.path.join(data, f"{kind}_*.pb")),
-                           key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]))
+            files = sorted(
+                glob.glob(os.path.join(data, f"{kind}_*.pb")),
+                key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]),
+            )
             arrays[kind] = [numpy_helper.to_array(onnx.load_tensor(p)) for p in files]
         sets.append((arrays["input"], arrays["output"]))
     return model, sets, tol["rtol"], tol["atol"]

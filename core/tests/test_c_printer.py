@@ -1,0 +1,113 @@
+"""The C-family printer (nnvm.tir.c_printer): one class, a language is a few overridden methods.
+
+A toy dialect defined here (about twenty lines) prints lowered GPU kernels; the tests check the parts
+every dialect shares: thread indices, shared arrays, barriers, guards, vectors, constants, floor
+division and names that stay unique.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nnvm import te
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.c_printer import CPrinter
+from nnvm.tir.gpu import lower_for_gpu
+from nnvm.tir.lower import lower_schedule
+from nnvm.tir.vectorize import vectorize_loops
+
+
+class ToyPrinter(CPrinter):
+    """A CUDA-like dialect, to show how little a language needs."""
+
+    kernel_prefix = 'extern "C" __global__ void'
+    shared_qualifier = "__shared__"
+    restrict = "__restrict__"
+
+    def thread_index(self, tag: str) -> str:
+        return tag  # blockIdx.x, threadIdx.y, ... are CUDA's own names
+
+    def barrier(self) -> str:
+        return "__syncthreads();"
+
+    def vector_load(self, buf: str, base: str, dtype: str) -> str:
+        return f"*(({self.type_name(dtype)}*)({buf} + {base}))"
+
+    def vector_store(self, buf: str, base: str, value: str, dtype: str) -> str:
+        return f"*(({self.type_name(dtype)}*)({buf} + {base})) = {value}"
+
+
+def _shared_copy_kernel():
+    n = 64
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[n - 1 - i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    AS = s.cache_read(A, "shared", [B])
+    bo, bi = s[B].split(B.op.axis[0], factor=16)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    s[AS].compute_at(s[B], bo)
+    s[AS].bind(s[AS].op.axis[0], "threadIdx.x")
+    (kernel,) = lower_for_gpu(lower_schedule(s, [A, B], "rev")).kernels
+    return kernel
+
+
+def test_kernel_with_shared_memory_and_barrier():
+    src = ToyPrinter().kernel(_shared_copy_kernel())
+    lines = [ln.strip() for ln in src.splitlines()]
+    assert lines[0] == ('extern "C" __global__ void rev_k0(float* __restrict__ A, float* __restrict__ B) {')
+    assert "const long blockIdx_x = (long)blockIdx.x;" in lines
+    assert "__shared__ float A_shared[16];" in lines
+    sync = lines.index("__syncthreads();")
+    assert lines.index("const long threadIdx_x = (long)threadIdx.x;") < sync
+    assert any(ln.startswith("A_shared[threadIdx_x] = A[") for ln in lines[:sync])
+    assert any(ln.startswith("B[") and "A_shared[" in ln for ln in lines[sync:])
+
+
+def test_vectors_constants_floor_division_and_unique_names():
+    A = te.placeholder((8, 4), name="A")
+    I = te.placeholder((4,), dtype="int32", name="I")
+    B = te.compute((8, 4), lambda i, j: te.exp(A[i, j]) * 0.5, name="B")
+    C = te.compute((4,), lambda i: te.floordiv(I[i], te.const(-3, "int32")) + te.floormod(I[i], 5), name="C")
+    D = te.compute((1,), lambda i: te.max(A[0, 0], te.const(-float("inf"), "float32")), name="D")
+    s = te.create_schedule([B.op, C.op, D.op])
+    s[B].vectorize(B.op.axis[1])
+    func = lower_schedule(s, [A, I, B, C, D], "mix")
+    func = replace(func, body=vectorize_loops(func.body))
+    src = ToyPrinter().kernel(func)
+    assert "*((float4*)(B + (i * 4L))) = (exp(*((float4*)(A + (i * 4L)))) * ((float4)(0.5f)));" in src
+    assert "NNVM_FLOORDIV(I[i_1], (-3))" in src or "NNVM_FLOORDIV(I[i_1], -3)" in src
+    assert "(I[i_1] % 5)" not in src  # I may be negative: C's % would round the wrong way
+    assert "(-INFINITY)" in src
+    for name in ("i", "i_1", "i_2"):
+        assert f"for (long {name} = 0L;" in src
+
+
+def test_constants_print_with_their_c_types():
+    p = ToyPrinter()
+    assert p.const(E.const(3, "int64")) == "3L"
+    assert p.const(E.const(-(2 ** 63), "int64")) == "(-9223372036854775807L - 1L)"
+    assert p.const(E.const(1.0, "float32")) == "1.0f"
+    assert p.const(E.const(2.5, "float64")) == "2.5"
+    assert p.const(E.const(True, "bool")) == "1"
+    assert p.const(E.const(7, "uint8")) == "((uchar)7)"
+    assert p.type_name("float32x4") == "float4" and p.storage_type("bool") == "uchar"
+
+
+def test_provably_non_negative_divisions_print_as_c_division():
+    i = E.Var("i")
+    out = S.Buffer("O", (E.const(10),), "int64")
+    body = S.For(i, E.const(0), E.const(10), S.ForKind.SERIAL, S.Store(out, i, (i + 3) // 4 + (i + 3) % 4))
+    src = ToyPrinter().kernel(S.PrimFunc("k", (out,), body))
+    assert "((i + 3L) / 4L)" in src and "((i + 3L) % 4L)" in src and "NNVM_FLOOR" not in src
+
+
+def test_names_of_builtins_and_keywords_are_renamed():
+    x = S.Buffer("cos", (E.const(2),), "float32")
+    y = S.Buffer("int", (E.const(2),), "float32")
+    i = E.Var("i")
+    body = S.For(i, E.const(0), E.const(2), S.ForKind.SERIAL,
+                 S.Store(y, i, E.call("cos", E.Load(x, i, "float32"))))
+    src = ToyPrinter().kernel(S.PrimFunc("k", (x, y), body))
+    assert "int_[i] = cos(cos_[i]);" in src

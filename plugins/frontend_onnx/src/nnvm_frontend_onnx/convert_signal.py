@@ -1,0 +1,102 @@
+"""DFT as two matrix products with constant cosine and sine tables.
+
+The transform length is static, so ``X[k] = sum_n x[n] exp(-+2 pi i k n / L)`` is a matmul of the real
+and imaginary parts (the signal axis moved last) with ``cos`` and ``sin`` tables computed in float64
+here; ``onesided`` keeps the first ``L // 2 + 1`` frequencies, ``inverse`` flips the sign and divides
+by ``L``, ``dft_length`` truncates or zero-pads the signal first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
+
+
+@converter("DFT")
+def convert_dft(ctx: Context, inputs):
+    x = inputs[0]
+    shape = ctx.shape(x)
+    rank = len(shape)
+    if ctx.opset >= 20:
+        axis_v = inputs[2] if len(inputs) > 2 else ""
+        axis = ctx.const_ints(axis_v, "the axis input")[0] if axis_v else -2
+    else:
+        axis = ctx.attr("axis", 1)
+    axis = normalize_axis(axis, rank, ctx)
+    if axis == rank - 1:
+        raise ctx.error("the axis cannot be the last (real/imaginary) axis")
+    length_v = inputs[1] if len(inputs) > 1 else ""
+    n_in = shape[axis]
+    length = ctx.const_ints(length_v, "the dft_length input")[0] if length_v else n_in
+    inverse, onesided = bool(ctx.attr("inverse", 0)), bool(ctx.attr("onesided", 0))
+    dtype = ctx.dtype(x)
+    work = "float64"  # float32 sums leave errors of 1e-6 where the exact result is 0
+
+    def part(k: int) -> str:
+        piece = ctx.op(
+            "strided_slice", [x], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (rank - 1,)}
+        )
+        piece = ctx.cast(ctx.reshape(piece, shape[:-1]), work)
+        perm = tuple(d for d in range(rank - 1) if d != axis) + (axis,)
+        return ctx.transpose(piece, perm)
+
+    real = part(0)
+    imag = part(1) if shape[-1] == 2 else None
+    if inverse and onesided:  # a Hermitian half spectrum in, a real signal of 2 * (n - 1) out
+        return _irfft(ctx, real, imag, n_in, rank, axis, dtype, work)
+    n_out = length // 2 + 1 if onesided else length
+    n = np.arange(min(n_in, length))[:, None]  # samples beyond the length are dropped; missing ones are 0
+    k = np.arange(n_out)[None, :]
+    angle = 2 * np.pi * n * k / length
+    cos = ctx.param(np.cos(angle).astype(work), "cos")
+    sin = ctx.param((np.sin(angle) * (1 if inverse else -1)).astype(work), "sin")
+    if n_in > length:
+        real = ctx.op(
+            "strided_slice", [real], {"begin": (0,), "end": (length,), "strides": (1,), "axes": (rank - 2,)}
+        )
+        if imag is not None:
+            imag = ctx.op(
+                "strided_slice",
+                [imag],
+                {"begin": (0,), "end": (length,), "strides": (1,), "axes": (rank - 2,)},
+            )
+    # (xr + i xi)(cos + i sin') with sin' = -+sin: real = xr cos - xi sin', imag = xr sin' + xi cos
+    out_r = ctx.op("matmul", [real, cos])
+    out_i = ctx.op("matmul", [real, sin])
+    if imag is not None:
+        out_r = ctx.op("subtract", [out_r, ctx.op("matmul", [imag, sin])])
+        out_i = ctx.op("add", [out_i, ctx.op("matmul", [imag, cos])])
+    if inverse:
+        scale = ctx.param(np.asarray(1.0 / length, dtype=work), "scale")
+        out_r, out_i = ctx.op("multiply", [out_r, scale]), ctx.op("multiply", [out_i, scale])
+    moved = ctx.shape(out_r)
+    both = ctx.op(
+        "concatenate",
+        [ctx.reshape(out_r, moved + (1,)), ctx.reshape(out_i, moved + (1,))],
+        {"axis": rank - 1},
+    )
+    back = list(range(rank - 2))
+    back.insert(axis, rank - 2)
+    return ctx.cast(ctx.transpose(both, tuple(back) + (rank - 1,)), dtype)
+
+
+def _irfft(ctx: Context, real: str, imag, n_in: int, rank: int, axis: int, dtype: str, work: str) -> str:
+    """The real inverse of a one-sided spectrum: the missing half is the conjugate mirror, so every
+    frequency but 0 and L/2 counts twice."""
+    length = 2 * (n_in - 1)
+    k = np.arange(n_in)[:, None]
+    n = np.arange(length)[None, :]
+    angle = 2 * np.pi * k * n / length
+    twice = np.where((k == 0) | (2 * k == length), 1.0, 2.0) / length
+    out = ctx.op("matmul", [real, ctx.param((np.cos(angle) * twice).astype(work), "cos")])
+    if imag is not None:
+        out = ctx.op(
+            "subtract",
+            [out, ctx.op("matmul", [imag, ctx.param((np.sin(angle) * twice).astype(work), "sin")])],
+        )
+    moved = ctx.shape(out)
+    out = ctx.reshape(out, moved + (1,))
+    back = list(range(rank - 2))
+    back.insert(axis, rank - 2)
+    return ctx.cast(ctx.transpose(out, tuple(back) + (rank - 1,)), dtype)
