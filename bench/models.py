@@ -126,8 +126,7 @@ def bench_mxnet(gluon_name: str, threads: int, repeat: int) -> dict:
 def model_path(key: str) -> str | None:
     from nnvm_frontend_onnx.testing import models
 
-    builders = getattr(models, "BUILDERS", None)
-    if builders is not None and key not in builders and not hasattr(models, key):
+    if key not in getattr(models, "BUILDERS", {}):
         return None
     return models.cached_model_path(key)
 
@@ -142,7 +141,8 @@ def plot(rows: list, path: str, threads: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series = [("nnvm untuned", "untuned"), ("nnvm tuned", "tuned"), ("onnxruntime", "ort"), ("MXNet", "mxnet")]
+    series = [("nnvm untuned", "untuned"), ("nnvm tuned", "tuned"), ("onnxruntime", "ort"),
+              ("MXNet", "mxnet")]
     titles = [r["title"] for r in rows]
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.2
@@ -186,9 +186,10 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
                      f"{ms(r.get('mxnet'))} | {t.get('tuned_kernels', 0)} / {r['distinct']} | {verdict} |")
     notes = ["", f"onnxruntime {ort_version}."]
     if mx_info.get("version"):
-        notes.append(f"MXNet {mx_info['version']} from PyPI (oneDNN {'on' if mx_info.get('onednn') else 'off'}), "
-                     "its gluon model zoo networks (ResNet-50 is its v1, stride on the first 1x1 conv; ours is "
-                     "torchvision's v1.5); OMP_NUM_THREADS = threads.")
+        onednn = "on" if mx_info.get("onednn") else "off"
+        notes.append(f"MXNet {mx_info['version']} from PyPI (oneDNN {onednn}), its gluon model zoo networks "
+                     "(ResNet-50 is its v1, stride on the first 1x1 conv; ours is torchvision's v1.5); "
+                     "OMP_NUM_THREADS = threads.")
     errors = {r.get("mxnet_error") for r in rows if r.get("mxnet_error")}
     for e in sorted(errors):
         notes.append(f"MXNet not measured: {e}")
@@ -238,7 +239,8 @@ def main(argv=None) -> int:
                 mx_info = mx
         rows.append(row)
         print(f"{title}: nnvm untuned {untuned['nnvm_ms']:.1f} ms, tuned {tuned['nnvm_ms']:.1f} ms, "
-              f"onnxruntime {tuned['onnxruntime_ms']:.1f} ms, MXNet {ms(row.get('mxnet'))} ms", file=sys.stderr)
+              f"onnxruntime {tuned['onnxruntime_ms']:.1f} ms, MXNet {ms(row.get('mxnet'))} ms",
+              file=sys.stderr)
     write_table(rows, args, onnxruntime.__version__, mx_info)
     measured = [r for r in rows if not r.get("missing")]
     if measured and args.plot:

@@ -36,33 +36,41 @@ def _run(name: str, root: str) -> tuple[str, str, str]:
 
 
 def run_all(names: list[str], root: str, jobs: int, verbose: bool) -> dict:
-    """``{case: (status, message)}``; a worker that dies marks its case ``crash`` and the run goes on."""
+    """``{case: (status, message)}``. At most ``jobs`` cases are in flight; when a worker dies, those
+    cases are run again one at a time in fresh workers, so only the case that kills its process is
+    counted as a crash and the run goes on."""
     results: dict = {}
-    pending = list(names)
-    while pending:
+
+    def record(name, status, message):
+        results[name] = (status, message)
+        if verbose:
+            print(f"{status:6} {name} {message}", flush=True)
+
+    queue = list(names)
+    while queue:
+        suspects: list = []
         with cf.ProcessPoolExecutor(max_workers=jobs, initializer=_worker_init,
                                     mp_context=multiprocessing.get_context("fork")) as pool:
-            futures = {pool.submit(_run, n, root): n for n in pending}
-            broken = False
-            for fut in cf.as_completed(futures):
-                name = futures[fut]
+            running: dict = {}
+            while queue or running:
+                while queue and len(running) < jobs:
+                    name = queue.pop(0)
+                    running[pool.submit(_run, name, root)] = name
+                done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
                 try:
-                    _, status, message = fut.result()
+                    for fut in done:
+                        name = running.pop(fut)
+                        record(*fut.result())
                 except cf.process.BrokenProcessPool:
-                    broken = True
-                    continue
-                results[name] = (status, message)
-                if verbose:
-                    print(f"{status:6} {name} {message}", flush=True)
-        pending = [n for n in pending if n not in results]
-        if broken and pending:  # find the crasher: run what is left one at a time
-            for name in pending:
-                with cf.ProcessPoolExecutor(max_workers=1, initializer=_worker_init) as pool:
-                    try:
-                        results[name] = pool.submit(_run, name, root).result()[1:]
-                    except cf.process.BrokenProcessPool:
-                        results[name] = ("crash", "the process died")
-            pending = []
+                    suspects = [name] + list(running.values())
+                    break
+        for name in suspects:  # alone, so a crash names its case
+            with cf.ProcessPoolExecutor(max_workers=1, initializer=_worker_init,
+                                        mp_context=multiprocessing.get_context("fork")) as pool:
+                try:
+                    record(*pool.submit(_run, name, root).result())
+                except cf.process.BrokenProcessPool:
+                    record(name, "crash", "the process died")
     return results
 
 
@@ -114,6 +122,10 @@ def main(argv=None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print the totals, leave the docs alone")
     parser.add_argument("--json", help="also write {case: [status, message]} here")
     parser.add_argument("--verbose", action="store_true", help="one line per case")
+    parser.add_argument("--resume", metavar="LOG", help="skip the cases a --verbose log already reports")
+    parser.add_argument("--from-json", nargs="+", metavar="JSON",
+                        help="render from earlier --json results (later files override earlier ones) "
+                             "instead of running; with -k, run the matching cases and override them too")
     args = parser.parse_args(argv)
 
     from nnvm_frontend_onnx.testing.node_cases import case_info, eligible_cases, node_cases_dir
@@ -124,9 +136,30 @@ def main(argv=None) -> int:
     print(f"{len(every)} node cases, {len(eligible)} eligible")
     names = [n for n in eligible if re.search(args.filter, n)]
     t0 = time.perf_counter()
-    results = run_all(names, root, args.jobs, args.verbose)
+    results = {}
+    if args.resume:
+        with open(args.resume) as f:
+            for line in f:
+                parts = line.rstrip("\n").split(" ", 1)
+                rest = parts[1].lstrip() if len(parts) > 1 else ""
+                if parts[0] in ("pass", "fail", "error", "crash") and rest:
+                    name, _, message = rest.partition(" ")
+                    results[name] = (parts[0], message.strip())
+        names = [n for n in names if n not in results]
+    if args.from_json:
+        for path in args.from_json:
+            with open(path) as f:
+                results.update({k: tuple(v) for k, v in json.load(f).items() if k in eligible})
+        missing = [n for n in eligible if n not in results]
+        if missing:
+            print(f"the results lack {len(missing)} eligible cases, such as {missing[0]}", file=sys.stderr)
+            return 1
+        names = names if args.filter else []
+    results.update(run_all(names, root, args.jobs, args.verbose))
+    if args.from_json or args.resume:
+        names = [n for n in eligible if n in results]
     seconds = time.perf_counter() - t0
-    counts = collections.Counter(s for s, _ in results.values())
+    counts = collections.Counter(results[n][0] for n in names)
     passed = counts["pass"]
     print(f"{passed} / {len(names)} passed ({100.0 * passed / max(len(names), 1):.1f}%) in {seconds:.0f} s: "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
@@ -134,7 +167,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=0, sort_keys=True)
     if not args.no_write:
-        if args.filter:
+        if args.filter and not args.from_json:
             print("not writing docs/onnx-coverage.md for a filtered run", file=sys.stderr)
             return 1
         infos = {n: case_info(n, root) for n in names}

@@ -9,6 +9,7 @@ offering a ``dense`` template), so these tests do not depend on which templates 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -21,6 +22,7 @@ from nnvm import plugins
 from nnvm.autotune import Measurer, TuningLogs, extract_tasks, task_from_factory, tune
 from nnvm.autotune import log as logmod
 from nnvm.cli import main
+from nnvm.target import parse_target
 
 
 @pytest.fixture
@@ -75,7 +77,8 @@ def test_crashing_hanging_and_failing_candidates_are_errors_and_measuring_goes_o
     assert all(r.seconds is None for r in by_fault.values())
 
 
-def test_tune_then_compile_applies_the_best_configs_and_matches_onnxruntime(mlp, dense_templates, tmp_path):
+def test_tune_then_compile_applies_the_best_configs_and_matches_onnxruntime(mlp, dense_templates, tmp_path,
+                                                                             monkeypatch):
     tasks = extract_tasks(mlp, target="llvm")
     assert [t.template for t in tasks] == ["testing.dense", "testing.dense"]
     assert len({t.workload for t in tasks}) == 2 and all(t.weight == 1 for t in tasks)
@@ -97,6 +100,13 @@ def test_tune_then_compile_applies_the_best_configs_and_matches_onnxruntime(mlp,
     for mod in (tuned, untuned):
         (got,) = mod.run(x)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    # the backend's shipped logs are consulted when no log is given
+    backend = type(parse_target("llvm").backend)
+    monkeypatch.setattr(backend, "default_tuning_logs", lambda self, target: [str(log)])
+    assert nnvm.compile(mlp, target="llvm").stats()["tuned_kernels"] == 2
+    assert nnvm.compile(mlp, target="llvm", tuning_log=False).stats()["tuned_kernels"] == 0
+    monkeypatch.undo()
 
     # resuming: the same budget measures nothing new
     with Measurer(timeout=20) as measurer:
@@ -138,3 +148,18 @@ def test_nnvm_tune_user_mistakes_exit_1_with_one_sentence(mlp, tmp_path, capsys)
         assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert main(["tune", str(tmp_path / "missing.onnx"), "--trials", "2", "--log", str(broken)]) == 1
     assert "missing.onnx" in capsys.readouterr().err
+
+
+def test_shipped_logs_are_well_formed_and_chosen_by_cpu_model():
+    """Every log in the x86 plugin's ``tuned/`` folder parses and applies to its CPU only."""
+    import nnvm_backend_llvm_x86
+
+    folder = Path(nnvm_backend_llvm_x86.__file__).parent / "tuned"
+    backend = parse_target("llvm").backend
+    for path in sorted(folder.glob("*.jsonl")):
+        recs = logmod.read(path)
+        assert recs and all(r.target.split()[0] == "llvm" for r in recs), path
+        assert backend.default_tuning_logs(parse_target(f"llvm -mcpu={path.stem}")) == [str(path)]
+    shipped = {p.stem for p in folder.glob("*.jsonl")}
+    other = next(c for c in ("btver2", "bdver4", "goldmont", "silvermont") if c not in shipped)
+    assert backend.default_tuning_logs(parse_target(f"llvm -mcpu={other}")) == []

@@ -31,6 +31,9 @@ def test_examples_are_seeded_and_distinct():
     assert len({e.describe() for e in first}) > 1  # a range of shapes and attributes, not one example
 
 
+SAMPLE = ("conv2d", "strided_slice", "cast", "sum", "scatter_elements", "pad")
+
+
 def test_examples_are_the_same_in_a_fresh_process():
     """Reruns are identical: another interpreter (another hash seed) draws the same examples."""
     import hashlib
@@ -41,12 +44,12 @@ def test_examples_are_the_same_in_a_fresh_process():
     code = ("import hashlib; from nnvm_conformance.cases import all_cases; "
             "from nnvm_conformance.runner import draw_examples; h = hashlib.sha256(); "
             "[h.update(e.describe().encode() + b''.join(a.tobytes() for a in e.inputs)) "
-            "for c in all_cases().values() for e in draw_examples(c, 2)]; print(h.hexdigest())")
+            f"for op in {SAMPLE!r} for e in draw_examples(all_cases()[op])]; print(h.hexdigest())")
     env = dict(os.environ, PYTHONHASHSEED="123")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     here = hashlib.sha256()
-    for c in cases.all_cases().values():
-        for e in draw_examples(c, 2):
+    for op in SAMPLE:
+        for e in draw_examples(cases.all_cases()[op]):
             here.update(e.describe().encode() + b"".join(a.tobytes() for a in e.inputs))
     assert out.stdout.strip() == here.hexdigest()
 

@@ -222,3 +222,14 @@ def test_resuming_measures_only_what_the_log_lacks(tmp_path):
 def test_trial_budget_is_checked(tmp_path):
     with pytest.raises(nnvm.Error, match="--trials must be at least 1, got 0"):
         tune([make_task()], trials=0, log=tmp_path / "x.jsonl", measurer=FakeMeasurer(), progress=False)
+
+
+def test_distill_keeps_the_best_record_per_workload(tmp_path):
+    log, out = tmp_path / "log.jsonl", tmp_path / "best.jsonl"
+    fast = dict(FALLBACK, tile_x=8)
+    logmod.append(log, [record(FALLBACK, 2e-3), record(fast, 1e-3), record(fast, None, error="crash"),
+                        record(FALLBACK, 5e-3, workload="wl-2"),
+                        record(fast, None, workload="wl-3", error="x")])
+    assert logmod.distill([log], out) == 2
+    kept = {(r.workload, r.seconds) for r in logmod.read(out)}
+    assert kept == {("wl-1", 1e-3), ("wl-2", 5e-3)}

@@ -218,3 +218,22 @@ def test_conv2d_nchwc_matches_numpy_conv(ops, c, o, stride, pad, groups, blocked
     attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "groups": groups}
     ops.check("conv2d_nchwc", [np.ascontiguousarray(xb), np.ascontiguousarray(wb)], attrs,
               from_primal(want.astype(np.float32), "NCHW", f"NCHW{BLOCK}c"), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("hw", [(3, 2)])
+def test_winograd_matches_numpy_conv(ops, hw):
+    """F(2x2, 3x3) against a direct numpy convolution, odd sizes (a partial last tile) included."""
+    rng = np.random.default_rng(hw[0])
+    x = rng.standard_normal((1, 4, *hw)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    want = numpy_conv(x, w, 1, 1)
+    (by_eval,) = ops.evaluate("conv2d_winograd_nchwc", [from_primal(x, "NCHW", "NCHW4c"), ops.evaluate(
+        "winograd_weight_transform", [from_primal(w, "OIHW", "OIHW4i4o")])[0]], {"padding": (1, 1, 1, 1)})
+    assert np.abs(to_primal(by_eval, "NCHW4c") - want).max() / np.abs(want).max() < 1e-5
+    wb = np.ascontiguousarray(from_primal(w, "OIHW", "OIHW4i4o"))
+    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])  # Lavin and Gray's G
+    u = np.einsum("eh,oihwab,nw->enoiab", g, wb, g).astype(np.float32)
+    ops.check("winograd_weight_transform", [wb], {}, u, rtol=1e-5, atol=1e-5)
+    xb = np.ascontiguousarray(from_primal(x, "NCHW", "NCHW4c"))
+    ops.check("conv2d_winograd_nchwc", [xb, u], {"padding": (1, 1, 1, 1)},
+              from_primal(want.astype(np.float32), "NCHW", "NCHW4c"), rtol=1e-4, atol=1e-4)

@@ -28,16 +28,24 @@ EXACT_KINDS = "biu"  # bool, signed and unsigned integers: compared exactly
 
 @dataclass(frozen=True)
 class Example:
-    """Inputs and attributes of one node; ``out_dtypes`` overrides the dtype the outputs must have."""
+    """Inputs and attributes of one node; ``out_dtypes`` overrides the dtype the outputs must have.
+
+    Attributes whose names start with ``_`` are for the reference only and never reach the node
+    (the untransformed kernel of a Winograd convolution, say).
+    """
 
     inputs: tuple
     attrs: dict
     out_dtypes: tuple | None = None
 
+    @property
+    def node_attrs(self) -> dict:
+        return {k: v for k, v in self.attrs.items() if not k.startswith("_")}
+
     def describe(self) -> str:
         """Shapes, dtypes and attributes as one line, for failure messages and the report."""
         ins = ", ".join(f"{a.dtype}{list(a.shape)}" for a in self.inputs)
-        attrs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.attrs.items()))
+        attrs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.node_attrs.items()))
         return f"({ins})" + (f" {{{attrs}}}" if attrs else "")
 
 

@@ -17,6 +17,9 @@ from nnvm_conformance.case import FLOATS, NUMBERS, SEEDS, Example, OpCase, Toler
 from nnvm_conformance.cases_nn import POOL, SUMS, conv2d_reference, pool_examples, pool_reference
 
 EXACT = Tolerance(0, 0, "moves or picks elements without arithmetic: bit-exact")
+WINOGRAD = Tolerance(16, 4, "against a direct convolution: the weights are rounded once to the dtype, "
+                            "and the input and output transforms add and subtract up to 16 terms per "
+                            "tile (scale: 16 * C * max|x| * max|U| * 4)")
 SCAN = Tolerance(4, 2, "a running sum (or product) of up to K terms in any order (scale: K * max|x|, or "
                        "K * max|result| for products)")
 
@@ -126,6 +129,53 @@ def _max_pool2d_nchwc_reference(xs, a):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Winograd F(2x2, 3x3): the weight transform, and the convolution checked against a direct one
+
+# G of Lavin and Gray (2015), "Fast Algorithms for Convolutional Neural Networks", F(2x2, 3x3)
+LAVIN_G = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+
+
+def winograd_weights(w: np.ndarray) -> np.ndarray:
+    """G g G^T for every 3x3 kernel of a blocked OIHW{i}i{o}o weight: [4, 4, O/o, I/i, i, o]."""
+    return np.einsum("ey,oiyxab,nx->enoiab", LAVIN_G, w.astype(np.float64), LAVIN_G)
+
+
+@st.composite
+def _winograd_weights(draw):
+    o_outer, i_outer = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    ib, ob = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 4]))
+    dtype = draw(st.sampled_from(FLOATS))
+    return Example((values(rng_of(draw(SEEDS)), (o_outer, i_outer, 3, 3, ib, ob), dtype, "unit"),), {})
+
+
+@st.composite
+def _conv2d_winograd(draw):
+    """Data NCHW{i}c, a random 3x3 kernel, and its Winograd weights: the output must be the kernel's
+    direct convolution (stride 1), whatever the padding and odd or even output sizes."""
+    ic, oc = draw(st.sampled_from([1, 2, 4])), draw(st.sampled_from([1, 2, 4]))
+    c, o = ic * draw(st.integers(1, 2)), oc * draw(st.integers(1, 2))
+    pad = tuple(draw(st.integers(0, 2)) for _ in range(4))
+    h = draw(st.integers(max(1, 3 - pad[0] - pad[2]), 8))
+    w = draw(st.integers(max(1, 3 - pad[1] - pad[3]), 8))
+    dtype = draw(st.sampled_from(FLOATS))
+    rng = rng_of(draw(SEEDS))
+    x = values(rng, (draw(st.integers(1, 2)), c, h, w), dtype, "unit")
+    kernel = block(values(rng, (o, c, 3, 3), dtype, "unit"), "OIHW", f"OIHW{ic}i{oc}o")
+    u = winograd_weights(kernel).astype(dtype)
+    return Example((block(x, "NCHW", f"NCHW{ic}c"), u), {"padding": pad, "_kernel": kernel})
+
+
+def _conv2d_winograd_reference(xs, a):
+    data, kernel = xs[0], a["_kernel"]
+    ic, oc = data.shape[4], kernel.shape[5]
+    x = unblock(data, f"NCHW{ic}c", "NCHW")
+    w = unblock(kernel, f"OIHW{ic}i{oc}o", "OIHW")
+    attrs = {"strides": (1, 1), "padding": a["padding"], "dilation": (1, 1), "groups": 1}
+    (y,) = conv2d_reference([x, w], attrs)
+    return [block(y, "NCHW", f"NCHW{oc}c")]
+
+
+# ---------------------------------------------------------------------------------------------------
 # gather_elements, scatter_elements
 
 
@@ -229,6 +279,12 @@ def cases() -> list[OpCase]:
         OpCase("conv2d_nchwc", _conv2d_nchwc(), _conv2d_nchwc_reference, SUMS,
                scale=lambda ex: math.prod(ex.inputs[1].shape[1:5]) * max_abs(*ex.inputs) ** 2, count=8),
         OpCase("max_pool2d_nchwc", _max_pool2d_nchwc(), _max_pool2d_nchwc_reference, POOL),
+        OpCase("winograd_weight_transform", _winograd_weights(), lambda xs, a: [winograd_weights(xs[0])],
+               Tolerance(4, 4, "G g G^T: each element a sum of up to 9 kernel taps times 1 or 1/4"),
+               scale=lambda ex: 9 * max_abs(*ex.inputs)),
+        OpCase("conv2d_winograd_nchwc", _conv2d_winograd(), _conv2d_winograd_reference, WINOGRAD,
+               scale=lambda ex: 16 * ex.inputs[0].shape[1] * ex.inputs[0].shape[4] * max_abs(ex.inputs[0])
+               * max_abs(ex.inputs[1]) * 4, count=8),
         OpCase("gather_elements", _indexed(False), _gather_reference, EXACT),
         OpCase("scatter_elements", _indexed(True), _scatter_reference,
                Tolerance(4, 4, "add and mul combine the updates landing on one element in any order; "

@@ -106,7 +106,7 @@ def _build_graph(op: str, examples: list[Example], wants: list[list]):
             names.append(b.input(f"e{k}_x{j}", a.shape, str(a.dtype)))
             feeds[names[-1]] = a
         outputs = [f"e{k}_y{i}" for i in range(len(want))]
-        outs = b.node(op, names, dict(ex.attrs), name=f"e{k}", outputs=outputs)
+        outs = b.node(op, names, ex.node_attrs, name=f"e{k}", outputs=outputs)
         for o in outs:
             b.output(o)
     return b.build(), feeds

@@ -197,7 +197,8 @@ def tuning_logs_for(target, tuning_log=None):
         return TuningLogs([])
     given = [] if tuning_log is None else [tuning_log] if isinstance(tuning_log, str | os.PathLike) \
         else list(tuning_log)
-    return TuningLogs(given + [p for p in target.backend.default_tuning_logs(target) if p not in given])
+    shipped = getattr(target.backend, "default_tuning_logs", lambda _target: [])(target)
+    return TuningLogs(given + [p for p in shipped if p not in given])
 
 
 def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,

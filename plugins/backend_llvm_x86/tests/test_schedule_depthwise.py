@@ -13,22 +13,23 @@ from nnvm.compiler import group_compute, import_model, schedule_template
 from nnvm.target import parse_target
 from nnvm.tir.lower import lower_schedule
 
-# (batch, in channels, out channels, height = width, kernel, stride, padding, relu epilogue)
+# (batch, in channels, out channels, height = width, kernel, stride, padding, relu epilogue[, dilation])
 CASES = [
     (1, 32, 32, 28, 3, 1, 1, True),   # MobileNetV2, stride 1
     (1, 24, 24, 15, 3, 2, 1, True),   # stride 2 on an odd size
     (2, 8, 8, 9, 5, 1, 2, False),     # batch 2, 5x5, the conv is the group's output
     (1, 4, 8, 10, 3, 1, 0, True),     # channel multiplier 2, no padding
     (1, 16, 16, 7, 3, 1, 1, True),    # a 7x7 plane: one tile
+    (1, 8, 8, 12, 3, 1, 2, True, 2),  # dilation 2
 ]
 
 
-def _conv(path, n, c, o, hw, k, s, p, relu):
+def _conv(path, n, c, o, hw, k, s, p, relu, dilation=1):
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((o, 1, k, k)).astype(np.float32), "w")
     b = numpy_helper.from_array(rng.standard_normal(o).astype(np.float32), "b")
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c" if relu else "y"], pads=[p] * 4, strides=[s, s],
-                              group=c)]
+                              group=c, dilations=[dilation, dilation])]
     if relu:
         nodes.append(helper.make_node("Relu", ["c"], ["y"]))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])
@@ -46,7 +47,8 @@ def _group(path):
     return graph, group_compute(graph, 0, list(graph.nodes))
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}_c{}_o{}_hw{}_k{}_s{}_p{}_relu{}".format(*c))
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}_c{}_o{}_hw{}_k{}_s{}_p{}_relu{}".format(*c) + (
+    f"_d{c[8]}" if len(c) > 8 else ""))
 def test_depthwise_group_matches_onnxruntime(case, tmp_path):
     path = str(tmp_path / "dw.onnx")
     _conv(path, *case)

@@ -72,9 +72,10 @@ def test_conv2d_relu_matches_numpy(shape, stride, pad, groups, rng):
     conv = op_output("conv2d", [data, weight], {"strides": (stride, stride), "padding": (pad,) * 4,
                                                  "groups": groups}, (n, o, oh, oh))
     out = te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0, "float32")), name="relu")
-    sch = schedule_generic([out]) if groups == c else schedule_conv2d(out)
-    f = build(sch, [data, weight, out])
-    if groups != c:
+    f = build(schedule_conv2d(out), [data, weight, out])
+    if groups == c:
+        assert "float conv2d[" in f.source() and "barrier(" not in f.source()  # a row per thread
+    else:
         src = f.source()
         assert "__local float" in src and "barrier(CLK_LOCAL_MEM_FENCE);" in src
         assert "get_local_id(2)" in src and "get_group_id(2)" in src

@@ -14,6 +14,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from nnvm.autotune import log as logmod
 from nnvm.autotune.measure import Measurer
 from nnvm.autotune.tuner import make_tuner
@@ -87,11 +89,12 @@ def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
     measurer = measurer or Measurer()
     summaries = []
     started = time.perf_counter()
+    history: dict = {}  # (template, knobs) -> (features, normalized scores) of the tasks tuned so far
     try:
         for number, task in enumerate(tasks, 1):
             summaries.append(_tune_task(task, trials, log, tuner, measurer, batch_size, seed, show,
                                         [r for r in previous if _same_task(task, r)],
-                                        f"[task {number:2d}/{len(tasks)}]"))
+                                        f"[task {number:2d}/{len(tasks)}]", history))
     finally:
         if own:
             measurer.close()
@@ -100,8 +103,9 @@ def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
 
 
 def _tune_task(task, trials, log, tuner_kind, measurer, batch_size, seed, show, previous,
-               head) -> TaskSummary:
-    tuner = make_tuner(tuner_kind, task.space, seed)
+               head, history) -> TaskSummary:
+    family = (task.template, tuple(task.space))
+    tuner = make_tuner(tuner_kind, task.space, seed, prior=history.get(family))
     budget = min(trials, task.size())
     best: logmod.Record | None = None
     fallback_seconds = None
@@ -138,6 +142,12 @@ def _tune_task(task, trials, log, tuner_kind, measurer, batch_size, seed, show, 
         show.update(f"{head} {task.label[:28]:28s}", len(seen), budget, best.gflops if best else None)
     ok = [r for r in records if r.ok]
     best = min(ok, key=lambda r: r.seconds) if ok else None
+    mine = tuner.normalized_history() if hasattr(tuner, "normalized_history") else None
+    if mine is not None:
+        old = history.get(family)
+        if old is None or old[0].shape[1] == mine[0].shape[1]:  # same feature layout
+            history[family] = mine if old is None else (np.concatenate([old[0], mine[0]]),
+                                                        np.concatenate([old[1], mine[1]]))
     for r in records:
         if r.ok and logmod.config_key(r.config) == logmod.config_key(task.fallback):
             fallback_seconds = r.seconds

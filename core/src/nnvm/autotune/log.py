@@ -153,3 +153,19 @@ def match_config(space: dict, config: dict) -> dict | None:
             return None
         out[knob] = found[0]
     return out
+
+
+def distill(paths, out: str | os.PathLike) -> int:
+    """Write the best error-free record of every (template, workload, target) in ``paths`` to ``out``
+    (what the backends ship: one line per workload); returns the number of lines written."""
+    best: dict = {}
+    for path in paths:
+        for r in read(path):
+            key = (r.template, r.workload, r.target)
+            if r.ok and (key not in best or r.seconds < best[key].seconds):
+                best[key] = r
+    if os.path.exists(out):
+        os.remove(out)
+    records = sorted(best.values(), key=lambda r: (r.template, r.label, r.workload))
+    append(out, records)
+    return len(records)

@@ -7,9 +7,10 @@ sends it pickled requests. The child rebuilds the task's template once, makes se
 and computes reference outputs with the core's generic schedule; then, per config: build (lower the
 template's schedule, compile with the target's backend), one warm-up run checked against the
 reference, and ``repeat`` timed rounds of ``number`` runs each (``number`` chosen so a round lasts
-about ``min_repeat_ms``); the median round gives the seconds per run. A reply later than ``timeout``
-seconds, or a child that dies, is an error for that config: the child is killed and a fresh one
-started for the next config.
+about ``min_repeat_ms``); the fastest round gives the seconds per run (on a shared machine the
+fastest round is the one least disturbed by other work, so it ranks configs most reliably). A reply
+later than ``timeout`` seconds, or a child that dies, is an error for that config: the child is
+killed and a fresh one started for the next config.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import math
 import os
 import pickle
 import select
-import statistics
 import struct
 import subprocess
 import sys
@@ -278,7 +278,7 @@ class _Worker:
             for _ in range(number):
                 kernel(arg)
             rounds.append((time.perf_counter() - start) / number)
-        return statistics.median(rounds)
+        return min(rounds)  # the round least disturbed by whatever else the machine runs
 
 
 def _worker_main(read_fd: int, write_fd: int) -> None:

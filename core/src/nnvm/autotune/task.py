@@ -110,14 +110,13 @@ def register_plugins(modules) -> None:
 
 
 def group_label(graph, members: list) -> str:
-    """A short readable name: the anchor-like op and its first input's shape (``conv2d 1x64x56x56``)."""
+    """A short readable name: the ops, and the shapes of the heavy op's data and weight
+    (``conv2d+add+relu 1x64x56x56 * 64x64x3x3``)."""
     heavy = [n for n in members if n.op in ("conv2d", "dense", "matmul", "batch_matmul")] or members
     node = heavy[0]
-    shape = ""
-    if node.inputs and node.inputs[0]:
-        shape = "x".join(str(d) for d in graph.type_of(node.inputs[0]).shape)
-    ops = "+".join(dict.fromkeys(n.op for n in members))
-    return f"{ops} {shape}".strip()
+    shapes = ["x".join(str(d) for d in graph.type_of(v).shape) for v in node.inputs[:2] if v]
+    ops = "+".join(n.op for n in members)
+    return f"{ops} {' * '.join(shapes)}".strip()
 
 
 def group_subgraph(graph, members: list, output_values: list):

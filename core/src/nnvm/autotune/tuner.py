@@ -133,8 +133,11 @@ class ModelTuner(Tuner):
     """Cost-model-guided search (``xgb``): gradient-boosted trees rank unmeasured configs."""
 
     def __init__(self, space: dict, seed: int = 0, plan_size: int = 8, epsilon: float = 0.15,
-                 sa_chains: int = 128, sa_steps: int = 80):
+                 sa_chains: int = 128, sa_steps: int = 80, prior=None):
         super().__init__(space, seed)
+        # (features, scores normalized per task) of other workloads of the same template: the ranking of
+        # knob values carries over between shapes well enough to guide the first batches of a new task.
+        self.prior = prior if prior is not None and len(prior[1]) >= plan_size else None
         self.plan_size = plan_size
         self.epsilon = epsilon
         self.sa_chains = sa_chains
@@ -158,23 +161,42 @@ class ModelTuner(Tuner):
             table = [[float(i)] for i in range(len(values))]
         return np.asarray(table, dtype=np.float64)
 
+    def training_data(self):
+        """Features, scores normalized to the best measured, and weights (other tasks' points count half)."""
+        parts = []
+        if self.xs and max(self.ys) > 0:
+            ys = np.asarray(self.ys)
+            parts.append((self.features(self.xs), ys / ys.max(), np.ones(len(ys))))
+        if self.prior is not None:
+            px, py = self.prior
+            parts.append((np.asarray(px, dtype=np.float64), np.asarray(py), np.full(len(py), 0.5)))
+        return tuple(np.concatenate(p) for p in zip(*parts))
+
+    def normalized_history(self):
+        """This task's measurements as (features, scores / best score), to be another task's prior."""
+        if not self.xs or max(self.ys) <= 0:
+            return None
+        ys = np.asarray(self.ys)
+        return self.features(self.xs), ys / ys.max()
+
     def features(self, idxs) -> np.ndarray:
         idxs = np.asarray(idxs, dtype=np.int64).reshape(-1, len(self.knobs))
         return np.concatenate([enc[idxs[:, j]] for j, enc in enumerate(self._encoders)], axis=1)
 
     def next_batch(self, n: int) -> list[dict]:
         good = sum(1 for y in self.ys if y > 0)
-        if good < min(self.plan_size, 2) or len(self.xs) < self.plan_size:
+        own_enough = good >= min(self.plan_size, 2) and len(self.xs) >= self.plan_size
+        if not own_enough and self.prior is None:
             return [self.config(i) for i in self._random_unvisited(n, set())]
         from threadpoolctl import threadpool_limits
 
         model = _cost_model()
-        ys = np.asarray(self.ys)
+        xs, ys, weights = self.training_data()
         n_model = max(1, n - int(round(self.epsilon * n)))
         # One thread: the data is tiny, and OpenMP's spinning workers fight the measured kernels
         # (and everything else) for the cores.
         with threadpool_limits(limits=1, user_api="openmp"):
-            model.fit(self.features(self.xs), ys / ys.max())
+            model.fit(xs, ys, sample_weight=weights)
             picked = self._best_predicted(model, n_model)
         picked += self._random_unvisited(n - len(picked), set(picked))
         return [self.config(i) for i in picked]
@@ -228,10 +250,11 @@ class ModelTuner(Tuner):
 TUNERS = {"xgb": ModelTuner, "random": RandomTuner, "grid": GridTuner}
 
 
-def make_tuner(kind: str, space: dict, seed: int = 0) -> Tuner:
-    """A tuner by name: ``xgb`` (model-guided), ``random`` or ``grid``."""
+def make_tuner(kind: str, space: dict, seed: int = 0, prior=None) -> Tuner:
+    """A tuner by name: ``xgb`` (model-guided; ``prior``: other tasks' normalized history), ``random``
+    or ``grid``."""
     try:
         cls = TUNERS[kind]
     except KeyError:
         raise Error(f"unknown tuner {kind!r}; choose one of {', '.join(TUNERS)}") from None
-    return cls(space, seed)
+    return cls(space, seed, prior=prior) if cls is ModelTuner else cls(space, seed)

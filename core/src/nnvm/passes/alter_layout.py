@@ -34,13 +34,16 @@ class AlteredNode:
 
     ``inputs`` has one entry per input of the original node: ``(from_layout, to_layout)`` (the layout
     the original value is in, and the one the new operator reads), or ``None`` to read the value as
-    it is. ``outputs`` has ``(original_layout, new_layout)`` per output.
+    it is. ``outputs`` has ``(original_layout, new_layout)`` per output. ``prepare`` optionally holds,
+    per input, ``(op, attrs)`` of a node applied to the re-laid-out input before the new operator
+    reads it (a Winograd weight transform, say: on a weight, ``fold_constants`` evaluates it).
     """
 
     op: str
     attrs: dict = field(default_factory=dict)
     inputs: tuple = ()
     outputs: tuple = ()
+    prepare: tuple = ()
 
 
 class _Rewriter:
@@ -118,6 +121,12 @@ class _Rewriter:
                             f"{len(node.inputs)} and {len(node.outputs)}")
             ins = [self.laid_out(v, *io) if io and v else self.original(v) for v, io in zip(node.inputs,
                                                                                         spec.inputs)]
+            for k, prep in enumerate(spec.prepare):
+                if prep and ins[k]:
+                    out = self.fresh(f"{ins[k]}_{prep[0]}")
+                    self.nodes.append(Node(prep[0], self.fresh(f"{out}_node"), (ins[k],), (out,),
+                                           dict(prep[1])))
+                    ins[k] = out
             self.emit(node, ins, spec.outputs, spec.op, spec.attrs)
             return
         if self.follow(node) or self.follow_pool(node):

@@ -14,7 +14,7 @@ import math
 from nnvm.errors import ScheduleError
 from nnvm.tir import expr as E
 from nnvm.tir.simplify import Simplifier, simplify
-from nnvm.tir.visit import substitute, walk
+from nnvm.tir.visit import free_vars, substitute, walk
 
 
 class _Unbounded(Exception):
@@ -23,7 +23,9 @@ class _Unbounded(Exception):
 
 def _sym_bound(e, relax: dict, simp: Simplifier):
     """(lo, hi) expressions of ``e`` with the variables in ``relax`` ranging over (lo, hi) ints."""
-    if isinstance(e, E.Const):
+    if isinstance(e, E.Const) or not any(v in relax for v in free_vars(e)):
+        # Exact: the same node for both ends, so the simplifier (which keys atoms by identity) cancels
+        # it in ``hi - lo``, as for a fused loop's ``(f // 7) % 14`` bound to one thread.
         return e, e
     if isinstance(e, E.Var):
         if e in relax:
@@ -126,10 +128,11 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     for d, iv in enumerate(stage.op.axis):
         dom_min = int(simplify(iv.dom.min).value)
         dom_ext = int(simplify(iv.dom.extent).value)
-        los, his = [], []
+        los, his, raw = [], [], []
         try:
             for idx in accesses:
                 lo, hi = _sym_bound(substitute(idx[d], vmap), relax, simp)
+                raw.append((lo, hi))
                 los.append(simp.expr(lo))
                 his.append(simp.expr(hi))
         except _Unbounded:
@@ -142,6 +145,10 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
         for x in his[1:]:
             hi = simp.expr(E.binop("max", hi, x))
         width = simp.expr(hi - lo + 1)
+        if len(raw) == 1 and not isinstance(width, E.Const):
+            # the unsimplified ends still share their exact parts (same nodes), which cancel
+            lin = simp.linear(raw[0][1] - raw[0][0] + 1)
+            width = E.const(lin.const) if lin is not None and not lin.terms else width
         if isinstance(width, E.Const):
             extent = int(width.value)
         else:

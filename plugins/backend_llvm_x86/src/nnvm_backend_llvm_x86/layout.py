@@ -10,6 +10,8 @@ producer and every consumer agree without negotiation, and residual adds meet in
 Convolutions whose input has few channels (the 3-channel stem) read plain ``NCHW`` data: a block of
 one is the same memory, and no transform kernel is needed at the model input.
 
+3x3 stride-1 convolutions may run as Winograd F(2x2, 3x3) instead (``winograd.py`` decides).
+
 ``NNVM_X86_LAYOUT=0`` keeps every operator in NCHW (an A/B switch for benchmarks).
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import os
 
 from nnvm.passes.alter_layout import AlteredNode
+from nnvm_backend_llvm_x86.winograd import alter_winograd
 
 
 def channel_block(channels: int, lanes: int) -> int | None:
@@ -49,6 +52,9 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
                  "dilation": tuple(attrs["dilation"]), "groups": groups}
     if groups == 1:
         ic = channel_block(channels, lanes)
+        winograd = alter_winograd(node, attrs, data, weight, ic, oc)
+        if winograd is not None:
+            return winograd
         data_layout = f"NCHW{ic}c" if ic else "NCHW"
         weight_layout = f"OIHW{ic or 1}i{oc}o"
     elif groups == channels == out_channels and weight.shape[1] == 1:

@@ -48,8 +48,8 @@ def _dense_stages(group):
 
 
 def dense_template(target, group) -> ScheduleTemplate | None:
-    """``x86.dense.rfactor``: dense with vector partial sums along the contiguous ``k``; None to
-    decline (no dense, other dtypes, a reduction length no vector divides)."""
+    """``x86.dense.rfactor``: dense with vector partial sums along the contiguous ``k`` (scalar sums when
+    no vector divides ``k``); None to decline (no dense, other dtypes, symbolic shapes)."""
     found = _dense_stages(group)
     if found is None:
         return None
@@ -58,10 +58,9 @@ def dense_template(target, group) -> ScheduleTemplate | None:
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     lanes = vector_lanes(target)
     kb_space = [lanes * v for v in range(1, MAX_KB_VECTORS + 1) if k % (lanes * v) == 0]
-    if not kb_space:  # a reduction shorter than or not divisible by one vector: narrower vectors
-        kb_space = [d for d in (8, 4) if d < lanes and k % d == 0]
-    if not kb_space:
-        return None
+    if not kb_space:  # no multiple of the vector width divides k: any width that does (a partial
+        # vector still sums several lanes at once), else scalar sums along the contiguous k
+        kb_space = divisors(k, MAX_KB_VECTORS * lanes, 2)[-4:] or [1]
     jb_space = divisors(n, 16)
     # two vectors of partial sums and 8 outputs per chunk measured best at batch 1 (MobileNetV2's and
     # ResNet-18's classifier); the tuner may find better per shape
@@ -79,11 +78,16 @@ def build_dense(group, config: dict):
             stage.compute_inline()
     out_stage = sch[group.outputs[0].op]
     (k,) = dense.op.reduce_axis
-    _, k_inner = dense.split(k, factor=config["kb"])
-    partial = sch.rfactor(dense.op.outputs[0], k_inner)
     i, j = out_stage.op.axis
     jo, ji = out_stage.split(j, factor=config["jb"])
     out_stage.reorder(jo, i, ji)
+    out_stage.parallel(jo)
+    if config["kb"] == 1:  # no vector partial sums: one scalar reduction along k per output
+        if out_stage is not dense:
+            dense.compute_at(out_stage, ji)
+        return sch
+    _, k_inner = dense.split(k, factor=config["kb"])
+    partial = sch.rfactor(dense.op.outputs[0], k_inner)
     if out_stage is not dense:
         dense.compute_at(out_stage, ji)
         sch[partial].compute_at(dense, dense.op.axis[1])
@@ -93,5 +97,4 @@ def build_dense(group, config: dict):
     lane_axis, *spatial = rf.op.axis
     rf.reorder(*spatial, *rf.op.reduce_axis, lane_axis)
     rf.vectorize(lane_axis)
-    out_stage.parallel(jo)
     return sch

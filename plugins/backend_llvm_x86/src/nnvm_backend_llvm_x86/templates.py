@@ -19,12 +19,14 @@ from nnvm_backend_llvm_x86.schedule_dense import dense_template
 from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
 from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 from nnvm_backend_llvm_x86.schedules import conv2d_template
+from nnvm_backend_llvm_x86.winograd import winograd_template
 
 TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 
 # (target, group) -> ScheduleTemplate | None, asked in this order.
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     conv2d_nchwc_template,  # x86.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
+    winograd_template,      # x86.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
     conv2d_template,      # x86.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
     depthwise_template,   # x86.depthwise_conv2d_nchw.direct: one channel per group
     dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums

@@ -6,9 +6,10 @@
   ``__local`` memory (barriers before and after), so each global value is read once per block.
 - Large reductions over few outputs (softmax's sums, global pooling, mean): ``rfactor`` across the
   threads of a block, partial results in ``__local`` memory, combined by one thread.
-- Everything else (depthwise convolutions, elementwise chains, pooling windows, transforms): all
-  output axes fused, split over blocks and threads, with the innermost four elements as one
-  ``float4`` where they are contiguous.
+- Depthwise conv2d: a row of outputs per thread in private memory, no local memory.
+- Everything else (elementwise chains, pooling windows, transforms): all output axes fused, split
+  over blocks and threads, with the innermost four elements as one ``float4`` where they are
+  contiguous.
 
 A schedule that does not fit a group's shapes raises ``ScheduleError`` while being built; the group
 then gets the generic GPU schedule, which fits every group.
@@ -75,8 +76,10 @@ def bind_flat(stage, threads: int = THREADS) -> None:
     op = stage.op
     if not op.axis:
         return
-    fused = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
     total = math.prod(_ext(iv) for iv in op.axis)
+    if total == 0:
+        return  # an empty tensor: the kernel's loops run zero times
+    fused = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
     vec = None
     if not op.reduce_axis and total % VECTOR == 0 and _ext(op.axis[-1]) % VECTOR == 0 and total >= VECTOR * 8:
         fused, vec = stage.split(fused, factor=VECTOR)
@@ -161,7 +164,7 @@ def schedule_conv2d(out):
     if conv is None or len(conv.op.axis) != 4:
         raise ScheduleError("no NCHW conv2d stage")
     if conv.op.attrs.get("depthwise"):
-        raise ScheduleError("depthwise: one input channel per output channel leaves little to share")
+        return _schedule_depthwise(sch, conv, out)
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
     _, o_total, oh, ow = (_ext(iv) for iv in conv.op.axis)
     rc_ext = _ext(conv.op.reduce_axis[0])
@@ -189,6 +192,23 @@ def schedule_conv2d(out):
         shared = sch.cache_read(t, "shared", [local])
         sch[shared].compute_at(local, rco)
         _cooperative(sch[shared], threads)
+    return sch
+
+
+def _schedule_depthwise(sch, conv, out):
+    """Depthwise conv2d: one input channel per output channel leaves little for a block to share, so no
+    local memory (and no barriers); each thread accumulates a row of up to four outputs in private
+    memory, reusing each weight across them, and threads of a block take consecutive rows."""
+    ow = _ext(conv.op.axis[3])
+    local, stage = _accumulator(sch, conv, out)
+    n, c, y, x = stage.op.axis
+    xo, xi = stage.split(x, factor=_divisor_at_most(ow, 4))
+    fused = stage.fuse(n, c, y, xo)
+    bo, t = stage.split(fused, factor=THREADS)
+    stage.bind(bo, "blockIdx.x")
+    stage.bind(t, "threadIdx.x")
+    local.compute_at(stage, t)
+    local.reorder(*local.op.reduce_axis, *local.op.axis)
     return sch
 
 

@@ -216,3 +216,145 @@ def convert_compress(ctx: Context, inputs):
         x, axis = ctx.reshape(x, (math.prod(ctx.shape(x)),)), 0
     keep = keep[keep < ctx.shape(x)[axis]]
     return ctx.op("take", [x, ctx.param(keep.astype(np.int64), "kept")], {"axis": axis})
+
+
+@converter("Einsum")
+def convert_einsum(ctx: Context, inputs):
+    """Einsum as broadcast products and sums: each operand's repeated labels give its diagonal, its
+    axes are laid out in one common label order (missing labels as size-1 axes), the operands are
+    multiplied, labels absent from the output are summed, and the result is transposed into place."""
+    equation = ctx.attr("equation").replace(" ", "")
+    lhs, _, rhs = equation.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(inputs):
+        raise ctx.error(f"equation {equation!r} names {len(terms)} operands, the node has {len(inputs)}")
+    spare = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    extra = [ctx.rank(v) - len(t.replace("...", "")) for t, v in zip(terms, inputs)]
+    ell_rank = max((e for e, t in zip(extra, terms) if "..." in t), default=0)
+    ell = "".join(next(spare) for _ in range(ell_rank))
+    terms = [t.replace("...", ell[ell_rank - e:]) for t, e in zip(terms, extra)]
+    if "->" in equation:
+        out_labels = rhs.replace("...", ell)
+    else:
+        counts = {c: "".join(terms).count(c) for c in "".join(terms)}
+        out_labels = ell + "".join(sorted(c for c, k in counts.items() if k == 1 and c not in ell))
+    order = []
+    for t in terms:
+        order.extend(c for c in t if c not in order)
+    sizes: dict = {}
+    laid_out = []
+    for t, v in zip(terms, inputs):
+        labels = list(t)
+        while len(set(labels)) < len(labels):  # a repeated label: keep the diagonal
+            c = next(c for c in labels if labels.count(c) > 1)
+            p, q = [i for i, x in enumerate(labels) if x == c][:2]
+            n = ctx.shape(v)[p]
+            eye = np.eye(n, dtype=ctx.dtype(v)).reshape([n if i in (p, q) else 1 for i in range(len(labels))])
+            v = ctx.op("sum", [ctx.op("multiply", [v, ctx.param(eye, "eye")])],
+                       {"axis": (q,), "keepdims": False})
+            labels.pop(q)
+        for c, d in zip(labels, ctx.shape(v)):
+            sizes[c] = max(sizes.get(c, 1), d)
+        mine = [c for c in order if c in labels]
+        v = ctx.transpose(v, tuple(labels.index(c) for c in mine))
+        shape = dict(zip(mine, ctx.shape(v)))
+        laid_out.append(ctx.reshape(v, tuple(shape.get(c, 1) for c in order)))
+    product = laid_out[0]
+    for v in laid_out[1:]:
+        product = ctx.op("multiply", [product, v])
+    summed = tuple(i for i, c in enumerate(order) if c not in out_labels)
+    if summed:
+        product = ctx.op("sum", [product], {"axis": summed, "keepdims": False})
+    kept = [c for c in order if c in out_labels]
+    if ctx.shape(product) != tuple(sizes[c] for c in kept):
+        product = ctx.op("broadcast_to", [product], {"shape": tuple(sizes[c] for c in kept)})
+    return ctx.transpose(product, tuple(kept.index(c) for c in out_labels))
+
+
+# -- operators whose output shape is decided by input values ------------------------------------------
+# Their inputs must be known when importing: constants, or graph inputs that
+# ``nnvm_frontend_onnx.backend`` specializes on (``ctx.const`` asks it to). The results are constants.
+@converter("NonZero")
+def convert_nonzero(ctx: Context, inputs):
+    x = np.asarray(ctx.const(inputs[0], "the input (its values decide the output shape)"))
+    return ctx.param(np.asarray(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1), "nonzero")
+
+
+@converter("Unique")
+def convert_unique(ctx: Context, inputs):
+    x = np.asarray(ctx.const(inputs[0], "the input (its values decide the output shape)"))
+    axis = ctx.attr("axis")
+    if axis is not None:
+        axis = normalize_axis(axis, x.ndim, ctx)
+    data = x.reshape(-1) if axis is None else x
+    values, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True,
+                                               return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not ctx.attr("sorted", 1):  # in order of first occurrence
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        values = np.take(values, order, axis=0 if axis is None else axis)
+        first, counts, inverse = first[order], counts[order], rank[inverse]
+    return [ctx.param(values, "unique"), ctx.param(first.astype(np.int64), "indices"),
+            ctx.param(inverse.astype(np.int64), "inverse"), ctx.param(counts.astype(np.int64), "counts")]
+
+
+def _corners(boxes: np.ndarray, center_point_box: int) -> np.ndarray:
+    """``(y_min, x_min, y_max, x_max)`` per box from either ONNX box format."""
+    if center_point_box:
+        x, y, w, h = boxes[:, 0], boxes[:, 1], boxes[:, 2], boxes[:, 3]
+        return np.stack([y - h / 2, x - w / 2, y + h / 2, x + w / 2], axis=1)
+    return np.stack([np.minimum(boxes[:, 0], boxes[:, 2]), np.minimum(boxes[:, 1], boxes[:, 3]),
+                     np.maximum(boxes[:, 0], boxes[:, 2]), np.maximum(boxes[:, 1], boxes[:, 3])], axis=1)
+
+
+def _overlaps(a: np.ndarray, b: np.ndarray, threshold: float) -> bool:
+    """Whether boxes ``a`` and ``b`` (corner form) overlap by an IoU above ``threshold``."""
+    ih = min(a[2], b[2]) - max(a[0], b[0])
+    iw = min(a[3], b[3]) - max(a[1], b[1])
+    if ih <= 0 or iw <= 0:
+        return False
+    inter = ih * iw
+    area_a, area_b = (a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1])
+    union = area_a + area_b - inter
+    if area_a <= 0 or area_b <= 0 or union <= 0:
+        return False
+    return inter / union > threshold
+
+
+@converter("NonMaxSuppression")
+def convert_nms(ctx: Context, inputs):
+    """Greedy non-maximum suppression per batch and class, as ONNX specifies it: candidates above the
+    score threshold by decreasing score (ties: lower index first), each kept unless it overlaps a kept
+    box by more than the IoU threshold, at most ``max_output_boxes_per_class`` per class."""
+    what = "the {} input (its values decide the output shape)"
+    boxes = np.asarray(ctx.const(inputs[0], what.format("boxes")), dtype=np.float64)
+    scores = np.asarray(ctx.const(inputs[1], what.format("scores")), dtype=np.float64)
+
+    def optional(k, name, default):
+        if len(inputs) > k and inputs[k]:
+            value = np.asarray(ctx.const(inputs[k], what.format(name))).reshape(-1)
+            return value[0] if value.size else default
+        return default
+
+    limit = max(int(optional(2, "max_output_boxes_per_class", 0)), 0)
+    iou = float(optional(3, "iou_threshold", 0.0))
+    has_score = len(inputs) > 4 and bool(inputs[4])
+    score_min = float(optional(4, "score_threshold", 0.0))
+    center = int(ctx.attr("center_point_box", 0))
+    picked = []
+    for b in range(boxes.shape[0]):
+        corners = _corners(boxes[b], center)
+        for c in range(scores.shape[1]):
+            s = scores[b, c]
+            order = [i for i in sorted(range(len(s)), key=lambda i: (-s[i], i))
+                     if not has_score or s[i] > score_min]
+            kept: list = []
+            for i in order:
+                if len(kept) >= limit:
+                    break
+                if not any(_overlaps(corners[i], corners[j], iou) for j in kept):
+                    kept.append(i)
+                    picked.append((b, c, i))
+    return ctx.param(np.asarray(picked, dtype=np.int64).reshape(-1, 3), "selected")

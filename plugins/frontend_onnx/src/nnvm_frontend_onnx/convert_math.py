@@ -382,3 +382,32 @@ def convert_bitwise(ctx: Context, inputs):
             part = ctx.op("multiply", [part, ctx.scalar(256**k, part)])
         total = part if total is None else ctx.op("add", [total, part])
     return ctx.cast(total, str(dtype))
+
+
+@converter("Det")
+def convert_det(ctx: Context, inputs):
+    """Determinants of 1x1, 2x2 and 3x3 matrices (batched) by cofactor expansion."""
+    x = inputs[0]
+    shape = ctx.shape(x)
+    n = shape[-1]
+    if n not in (1, 2, 3) or shape[-2] != n:
+        raise ctx.error(f"determinants of {shape[-2:]} matrices are not supported (only up to 3 x 3)")
+    rank = len(shape)
+
+    def at(i, j):
+        v = ctx.op("strided_slice", [x], {"begin": (i, j), "end": (i + 1, j + 1), "strides": (1, 1),
+                                          "axes": (rank - 2, rank - 1)})
+        return ctx.reshape(v, shape[:-2])
+
+    def mul(a, b):
+        return ctx.op("multiply", [a, b])
+
+    def minor2(r0, r1, c0, c1):
+        return ctx.op("subtract", [mul(at(r0, c0), at(r1, c1)), mul(at(r0, c1), at(r1, c0))])
+
+    if n == 1:
+        return at(0, 0)
+    if n == 2:
+        return minor2(0, 1, 0, 1)
+    terms = [mul(at(0, 0), minor2(1, 2, 1, 2)), mul(at(0, 1), minor2(1, 2, 0, 2)), mul(at(0, 2), minor2(1, 2, 0, 1))]
+    return ctx.op("add", [ctx.op("subtract", [terms[0], terms[1]]), terms[2]])

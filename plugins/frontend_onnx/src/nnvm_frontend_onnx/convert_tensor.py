@@ -149,7 +149,8 @@ def convert_depth_space(ctx: Context, inputs):
     n, c, h, w = ctx.shape(x)
     if ctx.op_type == "SpaceToDepth":
         y = ctx.reshape(x, (n, c, h // bs, bs, w // bs, bs))
-        y = ctx.transpose(y, (0, 3, 5, 1, 2, 4))
+        crd = ctx.attr("mode", "DCR") == "CRD"  # opset 25: channel-major blocks
+        y = ctx.transpose(y, (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4))
         return ctx.reshape(y, (n, c * bs * bs, h // bs, w // bs))
     if ctx.attr("mode", "DCR") == "DCR":
         y = ctx.reshape(x, (n, bs, bs, c // (bs * bs), h, w))
@@ -251,7 +252,7 @@ def convert_pad(ctx: Context, inputs):
     shape = ctx.shape(x)
     rank = len(shape)
     mode = ctx.attr("mode", "constant")
-    if mode not in ("constant", "edge", "reflect"):
+    if mode not in ("constant", "edge", "reflect", "wrap"):
         raise ctx.error(f"mode={mode!r} is not supported")
     if ctx.has_attr("pads") or ctx.has_attr("paddings"):  # Pad-1 and Pad-2
         pads = tuple(ctx.attr("pads", ctx.attr("paddings")))
@@ -272,6 +273,13 @@ def convert_pad(ctx: Context, inputs):
     before, after = pads[:rank], pads[rank:]
     width = tuple(int(max(0, p)) for pair in zip(before, after) for p in pair)
     out = x
+    if mode == "wrap":  # read index (i - before) mod n along each padded axis
+        for a in range(rank):
+            lo, hi = max(0, before[a]), max(0, after[a])
+            if lo or hi:
+                idx = np.arange(-lo, shape[a] + hi) % shape[a]
+                out = ctx.op("take", [out, ctx.param(idx.astype(np.int64), "wrap")], {"axis": a})
+        width = (0,) * len(width)
     if any(width):
         out = ctx.op("pad", [x], {"pad_width": width, "pad_value": value, "mode": mode})
     if min(pads) < 0:  # negative pads crop
@@ -306,3 +314,22 @@ def convert_tile(ctx: Context, inputs):
     if all(r == 1 for r in reps):
         return x
     return ctx.op("tile", [x], {"reps": reps})
+
+
+@converter("ReverseSequence")
+def convert_reverse_sequence(ctx: Context, inputs):
+    """Reverse the first ``sequence_lens[b]`` steps of each batch entry: a ``gather_elements`` along
+    the time axis with constant indices (the lengths are specialized on when they are inputs)."""
+    x = inputs[0]
+    lens = ctx.const_ints(inputs[1], "the sequence_lens input")
+    shape = ctx.shape(x)
+    t_axis, b_axis = int(ctx.attr("time_axis", 0)), int(ctx.attr("batch_axis", 1))
+    steps = np.arange(shape[t_axis])
+    table = np.stack([np.where(steps < n, n - 1 - steps, steps) for n in lens], axis=1)  # (T, B)
+    if t_axis > b_axis:
+        table = table.T
+    view = [1] * len(shape)
+    view[t_axis], view[b_axis] = shape[t_axis], shape[b_axis]
+    index = np.broadcast_to(table.reshape(view), shape).astype(np.int64)
+    index = ctx.param(np.ascontiguousarray(index), "reversed")
+    return ctx.op("gather_elements", [x, index], {"axis": t_axis})

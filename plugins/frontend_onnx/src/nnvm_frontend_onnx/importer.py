@@ -70,11 +70,28 @@ def read_model(model):
         raise ModelLoadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     proto = _parse(data, path)
     if _has_external_data(proto):
+        _check_external_locations(proto, path)
         try:
             onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{path}: the external weight data cannot be read ({exc})") from None
     return proto, path
+
+
+def _check_external_locations(proto, path: str) -> None:
+    """External tensor files must lie inside the model's folder: a location that leaves it (``..``, an
+    absolute path, a link elsewhere) could read any file the user can, so it is an error."""
+    from onnx import TensorProto
+
+    base = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    for t in proto.graph.initializer:
+        if t.data_location != TensorProto.EXTERNAL:
+            continue
+        location = next((e.value for e in t.external_data if e.key == "location"), "")
+        target = os.path.realpath(os.path.join(base, location))
+        if not location or os.path.isabs(location) or os.path.commonpath([base, target]) != base:
+            raise ModelLoadError(f"{path}: initializer {t.name!r} keeps its data at {location!r}, outside "
+                                 f"the model's folder; external data must lie inside it")
 
 
 def _parse(data: bytes, where: str):

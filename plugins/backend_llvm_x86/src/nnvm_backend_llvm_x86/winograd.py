@@ -1,0 +1,129 @@
+"""Winograd F(2x2, 3x3) on x86: when to use it, and the schedule of its four stages.
+
+``conv2d_winograd_nchwc`` (``nnvm.ops.layout``) is pad -> input transform ``V = B^T d B`` per 4x4
+tile -> 16 matrix products ``M[e, nu] = U[e, nu] V[e, nu]`` over input channels -> output transform
+``Y = A^T M A`` (+ the fused epilogue). The products are 2.25x fewer multiply-adds than a direct 3x3
+convolution, but the transforms read and write ``V`` and ``M`` (4x the activations) through memory,
+so it wins only where the products dominate: many channels on small images.
+
+``NNVM_X86_WINOGRAD``: ``1`` uses it for every eligible convolution, ``0`` never; unset, the rule of
+``use_winograd`` decides (where it measured faster on this machine: see its docstring).
+
+The loop program::
+
+    pad at root (parallel, vectorized over the channel block)
+    parallel for b, c_outer, ty:  for tx, e, nu (unrolled), ci (vectorized):  V[...] = B^T d B
+    parallel for e.nu.b.o_outer (fused):  for ty, tx_outer:  for rco, rci:
+        unrolled for txi: vectorized for oci:  M[e, nu, .., txi, oci] += V[..] * U[..]
+    parallel for o_outer:  for b, ty, tx:  unrolled for yi, xi (2x2):  vectorized oci:
+        out[...] = epilogue(A^T M A)
+"""
+
+from __future__ import annotations
+
+import os
+
+from nnvm import te
+from nnvm.autotune import ScheduleTemplate
+from nnvm.passes.alter_layout import AlteredNode
+from nnvm.schedules import schedule_loop_nest
+from nnvm.te.tensor import ComputeOp
+from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor
+
+
+def use_winograd(out_shape: tuple) -> bool:
+    """The default rule, from single-thread CPU-time measurements on the 2-core Zen 4 host against the
+    direct NCHW[x]c schedule: 1.4x faster at 56x56x64 and 14x14x256, a tie at 7x7x512 (whose 2x2
+    tiles cover 8x8: 30% wasted). So: even output sizes of at least 8 (no partial tiles)."""
+    flag = os.environ.get("NNVM_X86_WINOGRAD")
+    if flag is not None:
+        return flag == "1"
+    _, _, oh, ow = out_shape
+    return oh % 2 == 0 and ow % 2 == 0 and min(oh, ow) >= 8
+
+
+def alter_winograd(node, attrs: dict, data, weight, ic: int | None, oc: int) -> AlteredNode | None:
+    """conv2d -> conv2d_winograd_nchwc for a 3x3 stride-1 undilated plain convolution, when chosen."""
+    if (weight.shape[2:] != (3, 3) or tuple(attrs["strides"]) != (1, 1) or tuple(attrs["dilation"]) != (1, 1)
+            or attrs["groups"] != 1 or ic is None):
+        return None
+    pt, pl, pb, pr = attrs["padding"]
+    out_shape = (data.shape[0], weight.shape[0], data.shape[2] + pt + pb - 2, data.shape[3] + pl + pr - 2)
+    if not use_winograd(out_shape):
+        return None
+    return AlteredNode("conv2d_winograd_nchwc", {"padding": tuple(attrs["padding"])},
+                       inputs=(("NCHW", f"NCHW{ic}c"), ("OIHW", f"OIHW{ic}i{oc}o")),
+                       outputs=(("NCHW", f"NCHW{oc}c"),),
+                       prepare=(None, ("winograd_weight_transform", {})))
+
+
+def _stages(group):
+    if group.anchor_op != "conv2d_winograd_nchwc" or len(group.outputs) != 1:
+        return None
+    out = group.outputs[0]
+    if out.dtype != "float32":
+        return None
+    sch = te.create_schedule([out.op])
+    by_tag = {}
+    for st in sch.stages:
+        if isinstance(st.op, ComputeOp):
+            by_tag.setdefault(st.op.tag, []).append(st)
+    if any(len(by_tag.get(t, [])) != 1 for t in ("winograd_input", "winograd_gemm", "conv2d_winograd_nchwc")):
+        return None
+    return sch, by_tag
+
+
+def winograd_template(target, group) -> ScheduleTemplate | None:
+    """``x86.conv2d_winograd_nchwc``: knob ``tw_block`` (tile columns per register tile)."""
+    found = _stages(group)
+    if found is None:
+        return None
+    _, by_tag = found
+    gemm = by_tag["winograd_gemm"][0]
+    tw = extent(gemm.op.axis[5])
+    if tw is None:
+        return None
+    fallback = largest_divisor(tw, 14)
+    space = {"tw_block": sorted(set(divisors(tw, 28)) | {fallback})}
+    work = 1
+    for iv in list(gemm.op.axis) + list(gemm.op.reduce_axis):
+        work *= extent(iv) or 1
+    return ScheduleTemplate("x86.conv2d_winograd_nchwc", space, {"tw_block": fallback},
+                            lambda config: build_winograd(group, config), flops=2.0 * work)
+
+
+def build_winograd(group, config: dict):
+    sch, by_tag = _stages(group)
+    v, m = by_tag["winograd_input"][0], by_tag["winograd_gemm"][0]
+    out = sch[group.outputs[0].op]
+    for st in sch.stages:
+        if isinstance(st.op, ComputeOp) and st not in (v, m, out) and not st.is_output:
+            if st.op.tag == "injective" and st.op.name == "pad":
+                schedule_loop_nest(st)  # padding at root, read 16 times per tile
+            else:
+                st.compute_inline()
+    # input transform
+    e, nu, b, co, ty, tx, ci = v.op.axis
+    v.reorder(b, co, ty, tx, e, nu, ci)
+    v.parallel(v.fuse(b, co, ty))
+    v.unroll(e)
+    v.unroll(nu)
+    v.vectorize(ci)
+    # batched products
+    e, nu, b, co, ty, tx, ci = m.op.axis
+    rco, rci = m.op.reduce_axis
+    txo, txi = m.split(tx, factor=config["tw_block"])
+    m.reorder(e, nu, b, co, ty, txo, rco, rci, txi, ci)
+    m.parallel(m.fuse(e, nu, b, co))
+    m.unroll(txi)
+    m.vectorize(ci)
+    # output transform and epilogue
+    n, oco, oy, ox, oci = out.op.axis
+    yo, yi = out.split(oy, factor=2)
+    xo, xi = out.split(ox, factor=2)
+    out.reorder(oco, n, yo, xo, yi, xi, oci)
+    out.unroll(yi)
+    out.unroll(xi)
+    out.vectorize(oci)
+    out.parallel(oco)
+    return sch

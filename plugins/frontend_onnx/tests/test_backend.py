@@ -1,0 +1,110 @@
+"""``nnvm_frontend_onnx.backend`` (ONNX's backend interface) and model-level loading rules."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import nnvm
+from nnvm_frontend_onnx import backend
+
+
+@pytest.fixture(autouse=True, scope="module")
+def only_this_plugin():
+    """The backend compiles, so it needs the x86 code generator next to this plugin."""
+    import nnvm.plugins
+
+    saved = os.environ.get("NNVM_PLUGINS")
+    os.environ["NNVM_PLUGINS"] = "onnx,llvm-x86"
+    nnvm.plugins.reset()
+    yield
+    if saved is None:
+        os.environ.pop("NNVM_PLUGINS", None)
+    else:
+        os.environ["NNVM_PLUGINS"] = saved
+    nnvm.plugins.reset()
+
+
+def _reshape_model():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+                                            helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_shape_input_is_specialized_and_recompiled_when_it_changes():
+    rep = backend.prepare(_reshape_model())
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for shape in ([3, 4], [4, 3], [3, 4], [12, 1]):
+        (y,) = rep.run([x, np.array(shape, np.int64)])
+        np.testing.assert_array_equal(y, x.reshape(shape))
+    assert rep.specialized == {"shape"}
+    assert len(rep._modules) == 3  # one compiled module per distinct shape value, reused
+
+
+def test_run_model_run_node_and_devices():
+    from onnx import helper
+
+    a, b = np.float32([[1, 2], [3, 4]]), np.float32([[10, 20], [30, 40]])
+    (got,) = backend.run_node(helper.make_node("Add", ["a", "b"], ["c"]), [a, b])
+    np.testing.assert_array_equal(got, a + b)
+    (got,) = backend.run_model(_reshape_model(), {"x": np.ones((2, 6), np.float32),
+                                                  "shape": np.array([6, 2], np.int64)})
+    assert got.shape == (6, 2)
+    assert backend.supports_device("CPU") and not backend.supports_device("CUDA")
+    with pytest.raises(nnvm.Error, match="device 'CUDA'"):
+        backend.prepare(_reshape_model(), "CUDA")
+
+
+def test_unsupported_operator_names_operator_and_opset():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Unique", ["x"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    with pytest.raises(nnvm.Error, match=r"opset 21.*Unique"):
+        backend.prepare(model).run([np.ones(4, np.float32)])
+
+
+def _external_model(tmp_path, location: str):
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")
+    w.data_location = TensorProto.EXTERNAL
+    del w.external_data[:]
+    entry = w.external_data.add()
+    entry.key, entry.value = "location", location
+    w.ClearField("raw_data")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+    path = tmp_path / "model" / "m.onnx"
+    path.parent.mkdir()
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_external_data_inside_the_model_folder_loads(tmp_path):
+    from nnvm_frontend_onnx.importer import load_onnx
+
+    path = _external_model(tmp_path, "w.bin")
+    (path.parent / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    graph = load_onnx(str(path))
+    np.testing.assert_array_equal(graph.params["w"], np.arange(4, dtype=np.float32))
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "/etc/passwd"])
+def test_external_data_outside_the_model_folder_is_an_error(tmp_path, location):
+    from nnvm_frontend_onnx.importer import load_onnx
+
+    (tmp_path / "secret.bin").write_bytes(np.zeros(4, np.float32).tobytes())
+    path = _external_model(tmp_path, location)
+    with pytest.raises(nnvm.errors.ModelLoadError, match="outside the model's folder"):
+        load_onnx(str(path))
