@@ -142,7 +142,7 @@ def main(argv=None) -> int:
             for line in f:
                 parts = line.rstrip("\n").split(" ", 1)
                 rest = parts[1].lstrip() if len(parts) > 1 else ""
-                if parts[0] in ("pass", "fail", "error", "crash") and rest:
+                if parts[0] in ("pass", "fail", "error", "crash", "bug") and rest:
                     name, _, message = rest.partition(" ")
                     results[name] = (parts[0], message.strip())
         names = [n for n in names if n not in results]

@@ -233,3 +233,26 @@ def test_distill_keeps_the_best_record_per_workload(tmp_path):
     assert logmod.distill([log], out) == 2
     kept = {(r.workload, r.seconds) for r in logmod.read(out)}
     assert kept == {("wl-1", 1e-3), ("wl-2", 5e-3)}
+
+
+def test_model_tuner_starts_from_what_other_workloads_of_the_template_taught():
+    teacher = ModelTuner(SPACE, seed=3)
+    for _ in range(6):
+        batch = teacher.next_batch(8)
+        teacher.update(batch, [1.0 / synthetic_seconds(c) for c in batch])
+    student = ModelTuner(SPACE, seed=4, prior=teacher.normalized_history())
+    first = student.next_batch(8)  # model-guided already: no random warm-up needed
+    optimum = min(synthetic_seconds(c) for c in template().configs())
+    assert min(synthetic_seconds(c) for c in first) <= optimum * 1.1
+    # a prior whose features do not fit this space is ignored
+    assert ModelTuner({"a": [1, 2]}, prior=teacher.normalized_history()).prior is None
+
+
+def test_tune_carries_what_one_task_taught_to_the_next(tmp_path):
+    fake = FakeMeasurer()
+    tasks = [make_task(workload="wl-a"), make_task(workload="wl-b")]
+    first, second = tune(tasks, trials=16, log=tmp_path / "t.jsonl", tuner="xgb", measurer=fake,
+                         progress=False)
+    assert first.trials == second.trials == 16 and len(fake.measured) == 32
+    # the same landscape: the second task, guided from its first batch on, does at least as well
+    assert second.best_seconds <= first.best_seconds, (first.best_config, second.best_config)

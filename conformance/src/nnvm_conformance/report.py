@@ -116,6 +116,11 @@ def markdown_section(results: list[Result], command: str) -> str:
     for target, c in counts(results).items():
         lines.append(f"- `{target}`: {c[PASS]} pass, {c[FAIL]} fail, {c[UNSUPPORTED]} unsupported, "
                      f"{c[NO_CASE]} no case")
+    details = [r for r in results if r.status != PASS]
+    if details:
+        lines += ["", "Not passing (the failing example: input dtypes and shapes, attributes):", ""]
+        lines += [f"- `{r.name}` on `{r.target}`: {r.status}" + (f" on `{r.failing}`" if r.failing else "")
+                  + f": {r.message}" for r in details]
     lines += ["", "### Tolerances per operator", "",
               "`|got - want| <= eps * (rtol * |want| + atol * scale)`, with `eps` the output dtype's machine "
               "epsilon; integer and bool outputs must be equal.", "", tolerance_table(), "", END]

@@ -18,7 +18,8 @@ CASES = [
     (1, 1280, 1000, True, False),  # MobileNetV2's classifier
     (4, 512, 10, True, True),      # batch > 1, relu epilogue
     (3, 100, 7, False, False),     # k not a multiple of the vector: narrower partial sums; dense alone
-    (2, 33, 5, True, False),       # odd k: declined, the generic schedule serves it
+    (2, 33, 5, True, False),       # odd k: partial sums of 3, 11 or 33 lanes
+    (2, 67, 9, True, True),        # prime k above the widest partial sum: scalar sums
 ]
 
 
@@ -74,8 +75,13 @@ def test_every_config_of_the_space(tmp_path, build):
         assert err < 1e-5, f"dense config {config}: max relative error {err:.2e}"
 
 
-def test_odd_reduction_is_declined(tmp_path):
+@pytest.mark.parametrize("k, want", [(1280, [16, 32, 64]), (100, [10, 20, 25, 50]), (67, [1])])
+def test_partial_sum_widths(k, want, tmp_path):
+    """Vector partial sums divide k exactly (no guard, no read past a row): multiples of the vector
+    width when one divides k, else other divisors, else scalar sums (kb = 1)."""
     path = str(tmp_path / "dense.onnx")
-    _gemm(path, 2, 33, 5, True, False)
+    _gemm(path, 1, k, 8, True, False)
     graph = import_model(path)
-    assert schedule_template(parse_target("llvm"), group_compute(graph, 0, list(graph.nodes))) is None
+    template = schedule_template(parse_target("llvm -mcpu=skylake-avx512"),
+                                 group_compute(graph, 0, list(graph.nodes)))
+    assert template.space["kb"] == want, f"k={k}: partial sum widths {template.space['kb']}, want {want}"

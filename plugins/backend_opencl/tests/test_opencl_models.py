@@ -35,7 +35,7 @@ def _small_cnn(path: str) -> str:
         helper.make_node("Gemm", ["f", "w3", "b3"], ["d"], transB=1),
         helper.make_node("Softmax", ["d"], ["y"], axis=1),
     ]
-    inits = [init("w1", (8, 3, 3, 3)), init("b1", (8,)), init("w2", (16, 8, 1, 1)), init("w3", (10, 16)),
+    inits = [init("w1", (16, 3, 3, 3)), init("b1", (16,)), init("w2", (16, 16, 1, 1)), init("w3", (10, 16)),
              init("b3", (10,))]
     graph = helper.make_graph(nodes, "small_cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                                  [1, 3, 12, 12])],
@@ -78,13 +78,20 @@ def test_dump_ir_shows_local_memory_tiling_and_barriers(tmp_path):
     assert proc.returncode == 0, proc.stderr
     with open(tmp_path / "ir" / "kernels.opencl.txt") as f:
         source = f.read()
-    conv = source[source.index("__kernel void nnvm_k0_conv2d"):]
-    conv = conv[:conv.index("\n}\n")]
-    assert "__local float pad_shared[" in conv and "__local float w1_shared[" in conv
-    loop = conv[conv.index("for (long rc_outer"):]
-    first, second = loop.index("barrier(CLK_LOCAL_MEM_FENCE);"), loop.rindex("barrier(CLK_LOCAL_MEM_FENCE);")
-    assert first < loop.index("pad_shared[") < second < loop.index("rc_inner")
-    assert "get_local_id(0)" in conv and "get_group_id(0)" in conv
+    assert "_conv2d_k0 global (" in source  # the launch table heads the dump
+    convs = [k[:k.index("\n}\n")] for k in source.split("__kernel void ")[1:] if "_conv2d" in k.split("(")[0]]
+    assert len(convs) == 2, source
+    barrier = "barrier(CLK_LOCAL_MEM_FENCE);"
+    for conv in convs:
+        assert "__local float " in conv and "get_local_id(0)" in conv and "get_group_id(0)" in conv
+        loop = conv[conv.index("for (long rc_outer"):]
+        # all threads copy the chunk's tiles into local memory, wait, then compute from them
+        copy, compute = loop.index("_shared["), loop.index("rc_inner")
+        assert copy < compute and barrier in loop[copy:compute], conv
+    # the 1x1 conv reduces 16 channels in two chunks: it also waits before overwriting a tile
+    (two,) = [c for c in convs if "rc_outer < 2L" in c]
+    loop = two[two.index("for (long rc_outer"):]
+    assert loop.index(barrier) < loop.index("_shared[") < loop.rindex(barrier) < loop.index("rc_inner")
 
 
 @pytest.mark.slow

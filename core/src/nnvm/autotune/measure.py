@@ -75,10 +75,13 @@ class Measurer:
 
     ``timeout``: seconds allowed for one config (build + runs); ``setup_timeout``: for starting the
     child and preparing a task (template, inputs, reference outputs). ``check``: compare every
-    candidate's outputs with the reference and record a mismatch as an error.
+    candidate's outputs with the reference and record a mismatch as an error. Many short rounds
+    (``repeat`` of about ``min_repeat_ms`` each) rather than a few long ones: when other programs
+    share the cores, a parallel kernel whose thread is preempted waits a whole time slice at its
+    barrier, and only short rounds leave some undisturbed ones for the minimum to find.
     """
 
-    def __init__(self, timeout: float = 20.0, repeat: int = 3, min_repeat_ms: float = 40.0,
+    def __init__(self, timeout: float = 20.0, repeat: int = 10, min_repeat_ms: float = 5.0,
                  check: bool = True, setup_timeout: float = 300.0):
         self.timeout = timeout
         self.repeat = repeat

@@ -135,14 +135,16 @@ class ModelTuner(Tuner):
     def __init__(self, space: dict, seed: int = 0, plan_size: int = 8, epsilon: float = 0.15,
                  sa_chains: int = 128, sa_steps: int = 80, prior=None):
         super().__init__(space, seed)
-        # (features, scores normalized per task) of other workloads of the same template: the ranking of
-        # knob values carries over between shapes well enough to guide the first batches of a new task.
-        self.prior = prior if prior is not None and len(prior[1]) >= plan_size else None
         self.plan_size = plan_size
         self.epsilon = epsilon
         self.sa_chains = sa_chains
         self.sa_steps = sa_steps
         self._encoders = [self._encoder(self.space[k]) for k in self.knobs]
+        width = sum(enc.shape[1] for enc in self._encoders)
+        # ``prior``: (features, scores normalized per task) of other workloads of the same template; the
+        # ranking of knob values carries over between shapes well enough to guide a new task's first batch.
+        usable = prior is not None and len(prior[1]) >= plan_size and np.shape(prior[0])[1] == width
+        self.prior = prior if usable else None
         _cost_model()  # say now, not after the first batch, when scikit-learn is missing
 
     @staticmethod

@@ -13,7 +13,10 @@ layouts change; transforms of weights are folded at compile time, so only activa
 ``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
 takes ``groups=1``, or depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
 block). Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
-target's schedule recognizes it; the padding stage is tagged ``injective``.
+target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
+blocked data (the block rides along like the batch), so a pool between two convolutions needs no
+transform. ``winograd_weight_transform`` and ``conv2d_winograd_nchwc`` compute a 3x3 stride-1
+convolution by Winograd F(2x2, 3x3) (see their section below).
 """
 
 from __future__ import annotations

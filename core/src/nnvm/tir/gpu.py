@@ -262,11 +262,3 @@ def _nonzero(e) -> bool:
     e = simplify(e)
     return not (isinstance(e, E.Const) and e.value == 0)
 
-
-def uses_threads(func: S.PrimFunc) -> bool:
-    """Whether a lowered function binds any loop to a block or thread index."""
-    found = []
-    walk(func.body, lambda n: found.append(n) if isinstance(n, S.For) and n.kind == S.ForKind.THREAD_BINDING
-         else None)
-    return bool(found)
-

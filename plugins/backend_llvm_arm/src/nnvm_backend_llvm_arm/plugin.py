@@ -40,11 +40,11 @@ class ArmBackend(LLVMBackend):
 
     def resolve(self, target: Target) -> LLVMTarget:
         tc = self.toolchain(target)
-        resolved = resolve_target(target, tc.triple, tc.cpu, tc.features)
-        want = "aarch64" if tc.kind == "aarch64" else "arm"
-        if not resolved.arch.startswith(want) and not resolved.arch.startswith("thumb"):
-            raise TargetError(f"target {target}: -mtriple={resolved.triple} is not a {tc.kind} triple")
-        return resolved
+        triple = target.options.get("mtriple", tc.triple)
+        arch = str(triple).split("-")[0]
+        if not arch.startswith(("aarch64", "arm64") if tc.kind == "aarch64" else ("arm", "thumb")):
+            raise TargetError(f"target {target}: -mtriple={triple} is not a {tc.kind} triple")
+        return resolve_target(target, tc.triple, tc.cpu, tc.features)
 
     def c_compiler(self, target: Target) -> str:
         return self.toolchain(target).cc

@@ -4,7 +4,8 @@ The generic schedule vectorizes the output axis ``j``, which walks the weight ac
 vector lane is a load from another row (a gather), so it runs near scalar speed. Here the reduction
 runs along ``k``, the contiguous axis of both operands: ``rfactor`` splits it into ``kb`` vector
 lanes of partial sums (``kb`` a multiple of the vector width, so several independent accumulator
-registers hide the FMA latency), and the lanes are added up once per output::
+registers hide the FMA latency; when none divides ``k``, another divisor, so no lane ever reads past
+a row; scalar sums for a prime ``k``), and the lanes are added up once per output::
 
     parallel for j.outer in N / jb:
       for i in M:

@@ -60,8 +60,8 @@ def depthwise_template(target, group) -> ScheduleTemplate | None:
     if oh_fallback == 1 and ext_oh <= 8:
         oh_fallback = ext_oh
     pad_space = ["tile", "root"] if padded else ["root"]
-    space = {"oh_block": oh_space, "ow_block": ow_space, "pad_at": pad_space}
-    fallback = {"oh_block": oh_fallback, "ow_block": ow_fallback, "pad_at": pad_space[0]}
+    space = {"oh_block": oh_space, "ow_block": ow_space, "pad_at": pad_space, "unroll_kh": [True, False]}
+    fallback = {"oh_block": oh_fallback, "ow_block": ow_fallback, "pad_at": pad_space[0], "unroll_kh": True}
     return ScheduleTemplate("x86.depthwise_conv2d_nchw.direct", space, fallback,
                             lambda config: build_depthwise(group, config), flops=conv2d_flops(conv.op))
 
@@ -88,8 +88,11 @@ def build_depthwise(group, config: dict):
     else:
         conv.reorder(c, n, oho, owo, *conv.op.reduce_axis, ohi, owi)
     tile_loop = conv.leaf_iter_vars[conv.leaf_iter_vars.index(conv.op.reduce_axis[0]) - 1]
-    for r in conv.op.reduce_axis:
-        conv.unroll(r)
+    rc, ry, rx = conv.op.reduce_axis
+    conv.unroll(rc)
+    conv.unroll(rx)
+    if config["unroll_kh"]:  # else LLVM keeps the tile in registers across the kernel-row loop
+        conv.unroll(ry)
     conv.unroll(ohi)
     conv.vectorize(owi)
     out_stage.parallel(c)

@@ -3,8 +3,9 @@
 The generic schedule keeps one vector of outputs (the innermost width loop) in flight while it walks
 the whole reduction, so every weight is loaded once per output vector and every input row once per
 output channel. This one keeps a tile of ``oc_block`` output channels x ``ow_block`` output columns
-in registers: each input vector loaded feeds ``oc_block`` fused multiply-adds, each broadcast weight
-feeds one vector. The loop program of a conv2d group (conv -> bias/bn/relu epilogue) becomes::
+(times ``oh_block`` rows) in registers: each input vector loaded feeds ``oc_block`` fused
+multiply-adds, each broadcast weight feeds ``oh_block`` vectors. The loop program of a conv2d group
+(conv -> bias/bn/relu epilogue) becomes, with ``oh_block`` 1::
 
     parallel for oc_outer in ...:                   # on the thread pool
       for oh, n, ow_outer in ...:
@@ -15,9 +16,10 @@ feeds one vector. The loop program of a conv2d group (conv -> bias/bn/relu epilo
               conv_tile[oci, owi] += pad[...] * w[...]
       unrolled for oci: vectorized for owi: out[...] = epilogue(conv_tile[oci, owi])
 
-Knobs (``conv2d_template``): ``oc_block`` and ``ow_block`` (the register tile; divisors, so tiles need
-no guards), ``reduce_order`` (channels outside or inside the kernel window) and ``unroll_kw`` (unroll
-the kernel-width loop). The fallback is the tile this schedule always used: 8 channels x one vector.
+Knobs (``conv2d_template``): ``oc_block``, ``oh_block`` and ``ow_block`` (the register tile; divisors,
+so tiles need no guards), ``reduce_order`` (channels outside or inside the kernel window) and
+``unroll_kw`` (unroll the kernel-width loop). The fallback is the tile this schedule always used:
+8 channels x one row x one vector.
 
 Padding is materialized at root (as in the generic schedule), epilogue stages are inlined. Grouped
 and depthwise convolutions, and groups this schedule does not recognise, are declined (``None``) so
@@ -37,6 +39,7 @@ from nnvm.tir.expr import Const
 from nnvm.tir.simplify import simplify
 
 OC_BLOCK = 8  # output channels per register tile (the fallback)
+MAX_ACCUMULATORS = 28  # vector registers a tile may hold (AVX-512 has 32; a few hold inputs, weights)
 _AVX512_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
                 "graniterapids", "rocketlake", "cannonlake", "znver4", "znver5", "x86-64-v4")
 _AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver",
@@ -138,11 +141,12 @@ def conv2d_template(target, group) -> ScheduleTemplate | None:
     if ow_fallback < 4 and ext_ow >= 4:
         return None  # no useful vector along the width (e.g. a prime width above the vector size)
     ow_space = sorted({d for d in divisors(ext_ow, 4 * lanes, 4)} | {ow_fallback})
-    oc_space = sorted({d for d in divisors(ext_oc, 32) if d in (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)}
+    vectors = -(-ow_fallback // lanes)
+    oc_space = sorted(set(divisors(ext_oc, max(1, MAX_ACCUMULATORS // vectors)))
                       | {largest_divisor(ext_oc, OC_BLOCK)})
-    space = {"oc_block": oc_space, "ow_block": ow_space, "reduce_order": ["rc_ry_rx", "ry_rx_rc"],
-             "unroll_kw": [False, True]}
-    fallback = {"oc_block": largest_divisor(ext_oc, OC_BLOCK), "ow_block": ow_fallback,
+    space = {"oc_block": oc_space, "oh_block": divisors(extent(conv.op.axis[2]) or 1, 4),
+             "ow_block": ow_space, "reduce_order": ["rc_ry_rx", "ry_rx_rc"], "unroll_kw": [False, True]}
+    fallback = {"oc_block": largest_divisor(ext_oc, OC_BLOCK), "oh_block": 1, "ow_block": ow_fallback,
                 "reduce_order": "rc_ry_rx", "unroll_kw": False}
     return ScheduleTemplate("x86.conv2d_nchw.direct", space, fallback,
                             lambda config: build_conv2d(group, config), flops=conv2d_flops(conv.op))
@@ -165,19 +169,23 @@ def build_conv2d(group, config: dict):
     # computed inside a fused loop would cover every row. The parallel loop is the outermost one.
     if out_stage is conv:
         oco, oci = conv.split(oc, factor=oc_block)
+        oho, ohi = conv.split(oh, factor=config["oh_block"])
         owo, owi = conv.split(ow, factor=ow_block)
-        conv.reorder(oco, oh, n, owo, *reduce, oci, owi)
+        conv.reorder(oco, oho, n, owo, *reduce, oci, ohi, owi)
     else:
         on, ooc, ooh, oow = out_stage.op.axis
         oco, oci = out_stage.split(ooc, factor=oc_block)
+        oho, ohi = out_stage.split(ooh, factor=config["oh_block"])
         owo, owi = out_stage.split(oow, factor=ow_block)
-        out_stage.reorder(oco, ooh, on, owo, oci, owi)
+        out_stage.reorder(oco, oho, on, owo, oci, ohi, owi)
         out_stage.unroll(oci)
+        out_stage.unroll(ohi)
         out_stage.vectorize(owi)
         conv.compute_at(out_stage, owo)
-        conv.reorder(n, oh, *reduce, oc, ow)
-        oci, owi = oc, ow
+        conv.reorder(n, *reduce, oc, oh, ow)
+        oci, ohi, owi = oc, oh, ow
     conv.unroll(oci)
+    conv.unroll(ohi)
     conv.vectorize(owi)
     if config["unroll_kw"]:
         conv.unroll(rx)

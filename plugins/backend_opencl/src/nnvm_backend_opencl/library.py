@@ -76,7 +76,13 @@ class OpenCLKernelLibrary(KernelLibrary):
         self._kernels: dict = {}
 
     def source(self) -> str:
-        return self.source_text
+        """The OpenCL C of every kernel, after a comment listing each function's launches."""
+        lines = ["// launches (global size, local size as x, y, z):"]
+        for name, table in self.tables.items():
+            for launch in table["launches"]:
+                lines.append(f"//   {name}: {launch['kernel']} global {tuple(launch['global'])} "
+                             f"local {tuple(launch['local'])}")
+        return "\n".join(lines) + "\n\n" + self.source_text
 
     def blob(self, name: str) -> bytes:
         """A blob of the exported file this library was loaded from (``graph``, ``params``)."""

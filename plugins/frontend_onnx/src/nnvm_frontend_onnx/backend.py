@@ -92,7 +92,14 @@ class NnvmBackendRep:
 
         model = self._specialized_model(feeds)
         shapes = {k: v.shape for k, v in feeds.items() if k not in self.specialized}
-        return nnvm.compile(model, target="llvm", shapes=shapes, opt_level=self.opt_level)
+        try:
+            return nnvm.compile(model, target="llvm", shapes=shapes, opt_level=self.opt_level)
+        except Error:
+            raise
+        except Exception as exc:  # a compiler bug: still one nnvm.Error for the caller, cause attached
+            ops = sorted({n.op_type for n in self.model.graph.node})
+            raise Error(f"nnvm failed to compile the ONNX model (operators {', '.join(ops)}): "
+                        f"{type(exc).__name__}: {exc}") from exc
 
     def _specialized_model(self, feeds: dict):
         if not self.specialized:

@@ -358,3 +358,27 @@ def convert_nms(ctx: Context, inputs):
                     kept.append(i)
                     picked.append((b, c, i))
     return ctx.param(np.asarray(picked, dtype=np.int64).reshape(-1, 3), "selected")
+
+
+@converter("TensorScatter")
+def convert_tensor_scatter(ctx: Context, inputs):
+    """Write ``update`` into a KV cache at per-batch positions (``linear``, or ``circular`` modulo the
+    cache length): the cache and the update are joined along the axis and one ``gather_elements``
+    picks, for every cache position, the cache or the update element (positions are specialized on)."""
+    past, update = inputs[0], inputs[1]
+    shape, ushape = ctx.shape(past), ctx.shape(update)
+    axis = normalize_axis(ctx.attr("axis", -2), len(shape), ctx)
+    batch, length, count = shape[0], shape[axis], ushape[axis]
+    starts = ctx.const_ints(inputs[2], "the write_indices input") if len(inputs) > 2 and inputs[2] \
+        else (0,) * batch
+    circular = ctx.attr("mode", "linear") == "circular"
+    s = np.arange(length)
+    table = []
+    for w in starts:
+        offset = (s - w) % length if circular else s - w
+        table.append(np.where((offset >= 0) & (offset < count), length + offset, s))
+    view = [1] * len(shape)
+    view[0], view[axis] = batch, length
+    index = np.ascontiguousarray(np.broadcast_to(np.asarray(table).reshape(view), shape)).astype(np.int64)
+    joined = ctx.op("concatenate", [past, update], {"axis": axis})
+    return ctx.op("gather_elements", [joined, ctx.param(index, "positions")], {"axis": axis})

@@ -66,7 +66,25 @@ def convert_nary(ctx: Context, inputs):
 
 @converter("Mod")
 def convert_mod(ctx: Context, inputs):
-    return ctx.op("fmod" if ctx.attr("fmod", 0) else "floor_mod", inputs[:2])
+    if ctx.attr("fmod", 0):
+        return ctx.op("fmod", inputs[:2])
+    a, b = inputs[0], inputs[1]
+    out = ctx.op("floor_mod", [a, b])
+    if np.dtype(ctx.dtype(a)).kind != "f":
+        return out
+    # Python's float modulo at the edges: a zero result takes the divisor's sign, and a finite ``a``
+    # modulo an infinite ``b`` is ``a`` when they agree in sign (or a is 0), else ``b``
+    # (``a - floor(a / b) * b`` gives NaN there).
+    zero = ctx.op("where", [ctx.op("less", [b, ctx.scalar(0, b)]), ctx.scalar(-0.0, b), ctx.scalar(0.0, b)])
+    out = ctx.op("where", [ctx.op("equal", [out, ctx.scalar(0, out)]), zero, out])
+    inf = ctx.scalar(np.inf, b)
+    b_inf = ctx.op("equal", [ctx.op("abs", [b]), inf])
+    a_finite = ctx.op("less", [ctx.op("abs", [a]), inf])
+    same = ctx.op("logical_or", [ctx.op("equal", [ctx.op("greater", [a, ctx.scalar(0, a)]),
+                                                  ctx.op("greater", [b, ctx.scalar(0, b)])]),
+                                 ctx.op("equal", [a, ctx.scalar(0, a)])])
+    edge = ctx.op("where", [same, a, b])
+    return ctx.op("where", [ctx.op("logical_and", [b_inf, a_finite]), edge, out])
 
 
 @converter("Where")
@@ -409,5 +427,6 @@ def convert_det(ctx: Context, inputs):
         return at(0, 0)
     if n == 2:
         return minor2(0, 1, 0, 1)
-    terms = [mul(at(0, 0), minor2(1, 2, 1, 2)), mul(at(0, 1), minor2(1, 2, 0, 2)), mul(at(0, 2), minor2(1, 2, 0, 1))]
+    terms = [mul(at(0, 0), minor2(1, 2, 1, 2)), mul(at(0, 1), minor2(1, 2, 0, 2)),
+             mul(at(0, 2), minor2(1, 2, 0, 1))]
     return ctx.op("add", [ctx.op("subtract", [terms[0], terms[1]]), terms[2]])

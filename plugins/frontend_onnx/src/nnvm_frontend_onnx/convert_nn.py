@@ -359,3 +359,58 @@ def convert_conv_transpose(ctx: Context, inputs):
     if bias:
         out = ctx.op("bias_add", [out, bias], {"axis": 1})
     return _from_2d(ctx, out, nsp)
+
+
+@converter("Col2Im")
+def convert_col2im(ctx: Context, inputs):
+    """Sum sliding blocks back into an image: every column element lands on one image position (or in
+    the padding), a constant map, so the result is a ``matmul`` with a 0/1 matrix per channel."""
+    import numpy as np
+
+    x = inputs[0]
+    image = ctx.const_ints(inputs[1], "the image_shape input")
+    block = ctx.const_ints(inputs[2], "the block_shape input")
+    nd = len(image)
+    dil = tuple(ctx.attr("dilations", (1,) * nd))
+    strides = tuple(ctx.attr("strides", (1,) * nd))
+    pads = tuple(ctx.attr("pads", (0,) * (2 * nd)))
+    n, ck, cols = ctx.shape(x)
+    kernel = math.prod(block)
+    c = ck // kernel
+    grid = [(image[i] + pads[i] + pads[i + nd] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1
+            for i in range(nd)]
+    if math.prod(grid) != cols:
+        raise ctx.error(f"{cols} columns do not match the {tuple(grid)} block positions")
+    pixels = math.prod(image)
+    scatter = np.zeros((kernel * cols, pixels), dtype=ctx.dtype(x))
+    for k, offs in enumerate(np.ndindex(*block)):
+        for col, where in enumerate(np.ndindex(*grid)):
+            pos = [where[i] * strides[i] + offs[i] * dil[i] - pads[i] for i in range(nd)]
+            if all(0 <= p < image[i] for i, p in enumerate(pos)):
+                scatter[k * cols + col, int(np.ravel_multi_index(pos, image))] = 1
+    columns = ctx.reshape(x, (n, c, kernel * cols))
+    out = ctx.op("matmul", [columns, ctx.param(scatter, "col2im")])
+    return ctx.reshape(out, (n, c) + tuple(image))
+
+
+@converter("MaxUnpool")
+def convert_max_unpool(ctx: Context, inputs):
+    """Place each pooled value at its recorded flat index in a zero tensor (``scatter_elements``)."""
+    import numpy as np
+
+    x, indices = inputs[0], inputs[1]
+    shape = ctx.shape(x)
+    nsp = len(shape) - 2
+    if len(inputs) > 2 and inputs[2]:
+        out_shape = ctx.const_ints(inputs[2], "the output_shape input")
+    else:
+        kernel = tuple(ctx.attr("kernel_shape"))
+        strides = tuple(ctx.attr("strides", (1,) * nsp))
+        pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
+        out_shape = shape[:2] + tuple((shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i]
+                                      for i in range(nsp))
+    total = math.prod(out_shape)
+    zeros = ctx.param(np.zeros(total, dtype=ctx.dtype(x)), "zeros")
+    flat = ctx.op("scatter_elements", [zeros, ctx.reshape(indices, (math.prod(shape),)),
+                                       ctx.reshape(x, (math.prod(shape),))], {"axis": 0})
+    return ctx.reshape(flat, tuple(out_shape))

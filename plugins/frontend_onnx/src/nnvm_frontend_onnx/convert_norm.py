@@ -48,7 +48,8 @@ def convert_lp_norm(ctx: Context, inputs):
         norm = ctx.op("sum", [ctx.op("abs", [x])], attrs)
     else:
         norm = ctx.op("sqrt", [ctx.op("sum", [ctx.op("multiply", [x, x])], attrs)])
-    return ctx.op("divide", [x, norm])
+    zero = ctx.op("equal", [norm, ctx.scalar(0, norm)])  # an all-zero slice stays zero, not 0/0
+    return ctx.op("divide", [x, ctx.op("where", [zero, ctx.scalar(1, norm), norm])])
 
 
 @converter("MeanVarianceNormalization")

@@ -217,6 +217,9 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         results = [results]
     for out, value in zip(node.output, results):
         if out and value is not None:
+            shape = ctx.shape(value)
+            if 0 in shape and ctx.const_value(value) is None:  # an empty tensor needs no kernel
+                value = ctx.param(np.zeros(shape, dtype=ctx.dtype(value)), "empty")
             env[out] = value
     for out in node.output[len(results) :]:
         if out in ctx.consumed:

@@ -226,7 +226,7 @@ def load_case(name: str, root: str | None = None):
 
 
 def run_case(name: str, root: str | None = None) -> tuple[str, str]:
-    """``("pass" | "fail" | "error", message)``: one case through ``nnvm_frontend_onnx.backend``,
+    """``("pass" | "fail" | "error" | "bug", message)``: one case through ``nnvm_frontend_onnx.backend``,
     compared as ``onnx.backend.test``'s runner compares (shape, dtype, then values within tolerance)."""
     import warnings
 
@@ -249,7 +249,7 @@ def run_case(name: str, root: str | None = None) -> tuple[str, str]:
     except Error as exc:
         return "error", _first_line(exc)
     except Exception as exc:  # a bug in nnvm: report it, keep going
-        return "crash", f"{type(exc).__name__}: {_first_line(exc)}"
+        return "bug", f"{type(exc).__name__}: {_first_line(exc)}"
     return "pass", ""
 
 
