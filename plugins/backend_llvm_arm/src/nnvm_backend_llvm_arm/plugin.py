@@ -4,8 +4,10 @@ Everything but the target facts is inherited: ``LLVMBackend``'s stages (codegen,
 jit), its code generator and its export. What differs:
 
 - ``resolve``: ``aarch64`` is ``aarch64-unknown-linux-gnu`` on a Cortex-A72 (NEON); ``armv7`` is
-  ``armv7a-unknown-linux-gnueabihf`` (hard float) on a Cortex-A15 with ``+neon,+vfp4`` (so fused
-  multiply-adds exist). ``-mcpu``/``-mattr``/``-mtriple`` work as for ``llvm``.
+  ``armv7a-unknown-linux-gnueabihf`` (hard float), a generic ARMv7-A with ``+neon,+vfp4``. Not
+  ``-mcpu=cortex-a15``: LLVM's A15-only register pass crashes on some i64 vector compares; and the
+  Cortex-A7 model marks vector multiply-accumulate slow, so LLVM would split every ``vmla``.
+  ``-mcpu``/``-mattr``/``-mtriple`` work as for ``llvm``.
 - ``c_compiler``: the cross gcc links exports; ``ArmKernelLibrary`` adds the C entry point the
   device runtime calls.
 - ``host_can_run``: only on a matching Arm host; elsewhere ``mod.run`` goes through qemu-user.

@@ -68,7 +68,7 @@ ARM_TARGETS = {
         gnu="aarch64-linux-gnu", qemu="qemu-aarch64", elf_machine=183, elf_class=2,
         host_machines=("aarch64", "arm64")),
     "armv7": ArmToolchain(
-        kind="armv7", triple="armv7a-unknown-linux-gnueabihf", cpu="cortex-a15", features="+neon,+vfp4",
+        kind="armv7", triple="armv7a-unknown-linux-gnueabihf", cpu="generic", features="+neon,+vfp4",
         gnu="arm-linux-gnueabihf", qemu="qemu-arm", elf_machine=40, elf_class=1,
         host_machines=("armv7l", "armv8l")),
 }
