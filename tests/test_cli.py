@@ -45,7 +45,7 @@ def test_plugins_json_lists_frontend_and_backend():
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
     assert [r["distribution"] for r in info["frontend"]] == ["nnvm-frontend-onnx"]
-    assert [r["name"] for r in info["backend"]] == ["llvm"]
+    assert {"llvm", "opencl", "aarch64", "armv7"} <= {r["name"] for r in info["backend"]}
     assert {"conv2d", "dense", "relu"} <= {r["name"] for r in info["op"]}
 
 

@@ -182,3 +182,30 @@ def test_target_options_are_checked():
     with pytest.raises(TargetError, match="unknown option"):
         nnvm.build(schedule_generic([b]), [a, b], target="opencl -mcpu=x")
     assert TARGET == "opencl -device=cpu"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "uint8"])
+def test_dtypes_without_device_extensions(dtype, rng):
+    """float16 is stored as half and computed in float (PoCL's CPU device has no cl_khr_fp16); doubles
+    and small integers print with their own C types."""
+    a = te.placeholder((4, 8), dtype=dtype, name="a")
+    b = te.placeholder((4, 8), dtype=dtype, name="b")
+    if dtype.startswith("float"):
+        out = te.compute((4, 8), lambda i, j: te.exp(a[i, j]) * b[i, j] + te.maximum(a[i, j], b[i, j]),
+                         name="out")
+        av = rng.standard_normal((4, 8)).astype(dtype)
+        bv = rng.standard_normal((4, 8)).astype(dtype)
+        want = (np.exp(av.astype("float64")) * bv + np.maximum(av, bv)).astype(dtype)
+    else:
+        out = te.compute((4, 8), lambda i, j: a[i, j] * b[i, j] + te.max(a[i, j], b[i, j]), name="out")
+        av = rng.integers(0, 11, (4, 8)).astype(dtype)
+        bv = rng.integers(0, 11, (4, 8)).astype(dtype)
+        want = av * bv + np.maximum(av, bv)
+    f = build(schedule_generic([out]), [a, b, out])
+    got = np.zeros((4, 8), dtype)
+    f(av, bv, got)
+    if dtype == "float16":
+        assert "vload_half(" in f.source() and "vstore_half(" in f.source()
+        assert_close(dtype, got, want, rtol=2e-3, atol=2e-3)
+    else:
+        assert_close(dtype, got, want, rtol=1e-12, atol=0)

@@ -44,6 +44,10 @@ class ArmKernelLibrary(LLVMKernelLibrary):
     def run_exported(self, path: str, inputs: list, outputs: list) -> list:
         return run_artifact(self.toolchain, path, inputs, outputs)
 
+    def export(self, path: str, blobs: dict) -> None:
+        self.toolchain.require_cc(f"exporting {path}")  # names the cross package to install
+        super().export(path, blobs)
+
     def _export_objects(self, directory: str, blobs: dict, path: str) -> list[str]:
         """``nnvm_model_run`` and the model's metadata as C, compiled position independent."""
         meta = json.loads(bytes(blobs["graph"]).decode())

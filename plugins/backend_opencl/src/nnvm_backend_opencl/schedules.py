@@ -38,6 +38,10 @@ def _ext(iv) -> int:
     return int(e.value)
 
 
+def _shape(t) -> tuple:
+    return tuple(int(simplify(d).value) for d in t.shape)
+
+
 def schedule_group(target, group):
     """The schedule of one fused group; never None (the generic GPU schedule fits every group)."""
     anchor = group.anchor_op
@@ -161,8 +165,8 @@ def schedule_conv2d(out):
     go through local memory."""
     sch = te.create_schedule([out.op])
     conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d"), None)
-    if conv is None or len(conv.op.axis) != 4:
-        raise ScheduleError("no NCHW conv2d stage")
+    if conv is None or len(conv.op.axis) != 4 or _shape(out) != _shape(conv.op.outputs[0]):
+        raise ScheduleError("no NCHW conv2d stage of the output's shape")
     if conv.op.attrs.get("depthwise"):
         return _schedule_depthwise(sch, conv, out)
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
@@ -217,8 +221,8 @@ def schedule_dense(out):
     data and weight tiles per chunk of 32 of K go through local memory."""
     sch = te.create_schedule([out.op])
     dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "dense"), None)
-    if dense is None:
-        raise ScheduleError("no dense stage")
+    if dense is None or _shape(out) != _shape(dense.op.outputs[0]):
+        raise ScheduleError("no dense stage of the output's shape")
     data_t, weight_t = tensors_read(dense.op.body[0])[:2]
     m, n_out = (_ext(iv) for iv in dense.op.axis)
     k_ext = _ext(dense.op.reduce_axis[0])

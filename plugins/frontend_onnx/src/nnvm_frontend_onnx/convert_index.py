@@ -382,3 +382,27 @@ def convert_tensor_scatter(ctx: Context, inputs):
     index = np.ascontiguousarray(np.broadcast_to(np.asarray(table).reshape(view), shape)).astype(np.int64)
     joined = ctx.op("concatenate", [past, update], {"axis": axis})
     return ctx.op("gather_elements", [joined, ctx.param(index, "positions")], {"axis": axis})
+
+
+@converter("ImageDecoder")
+def convert_image_decoder(ctx: Context, inputs):
+    """Decoded when importing (the encoded bytes decide the image's shape, so they are specialized on)
+    with Pillow, an optional dependency; ``pixel_format`` RGB, BGR or Grayscale."""
+    import io
+
+    data = np.asarray(ctx.const(inputs[0], "the encoded image (its bytes decide the output shape)"))
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ctx.error("decoding images needs Pillow (pip install pillow)") from None
+    fmt = ctx.attr("pixel_format", "RGB")
+    try:
+        img = Image.open(io.BytesIO(data.astype(np.uint8).tobytes()))
+        if fmt == "Grayscale":
+            pixels = np.asarray(img.convert("L"))[:, :, None]
+        else:
+            pixels = np.asarray(img.convert("RGB"))
+            pixels = pixels[:, :, ::-1] if fmt == "BGR" else pixels
+    except (OSError, ValueError) as exc:
+        raise ctx.error(f"the image cannot be decoded ({exc})") from None
+    return ctx.param(np.ascontiguousarray(pixels, dtype=np.uint8), "image")

@@ -93,7 +93,7 @@ def convert_pool(ctx: Context, inputs):
     return _from_2d(ctx, ctx.op(op, [_as_2d(ctx, x, nsp)], attrs), nsp)
 
 
-def _pool3d(ctx: Context, x: str) -> str:
+def _pool3d(ctx: Context, x: str, op: str | None = None, count_include_pad: bool | None = None) -> str:
     """A 3-D max or average pool as two 2-D ones: over (H, W) with depth folded into the channels,
     then over D with H*W as the width. A box window is separable for both: the maximum of maxima,
     and the mean of means (the count of valid elements in a box is the product of per-axis counts)."""
@@ -102,10 +102,11 @@ def _pool3d(ctx: Context, x: str) -> str:
     strides = tuple(ctx.attr("strides", (1, 1, 1)))
     dilations = tuple(ctx.attr("dilations", (1, 1, 1)))
     begins, ends = spatial_padding(ctx, (d, h, w), kernel, strides, dilations)
-    op = "max_pool2d" if ctx.op_type == "MaxPool" else "avg_pool2d"
+    op = op or ("max_pool2d" if ctx.op_type == "MaxPool" else "avg_pool2d")
     common = {"ceil_mode": bool(ctx.attr("ceil_mode", 0))}
     if op == "avg_pool2d":
-        common["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
+        common["count_include_pad"] = bool(ctx.attr("count_include_pad", 0)) if count_include_pad is None \
+            else count_include_pad
     y = ctx.reshape(x, (n, c * d, h, w))
     y = ctx.op(op, [y], {"pool_size": kernel[1:], "strides": tuple(map(int, strides[1:])),
                          "padding": (int(begins[1]), int(begins[2]), int(ends[1]), int(ends[2])),
@@ -125,6 +126,10 @@ def convert_lp_pool(ctx: Context, inputs):
     p = float(ctx.attr("p", 2))
     kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
     powered = ctx.op("power", [ctx.op("abs", [x]), ctx.scalar(p, x)])
+    if ctx.rank(x) == 5:
+        mean = _pool3d(ctx, powered, "avg_pool2d", True)
+        total = ctx.op("multiply", [mean, ctx.scalar(float(math.prod(kernel)), x)])
+        return ctx.op("power", [total, ctx.scalar(1.0 / p, x)])
     nsp, kernel, strides, dilations, padding = _window(ctx, powered, kernel)
     attrs = {"pool_size": kernel, "strides": strides, "padding": padding, "dilation": dilations,
              "ceil_mode": bool(ctx.attr("ceil_mode", 0)), "count_include_pad": True}

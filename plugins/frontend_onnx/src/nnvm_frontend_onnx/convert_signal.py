@@ -100,3 +100,42 @@ def _irfft(ctx: Context, real: str, imag, n_in: int, rank: int, axis: int, dtype
     back = list(range(rank - 2))
     back.insert(axis, rank - 2)
     return ctx.cast(ctx.transpose(out, tuple(back) + (rank - 1,)), dtype)
+
+
+@converter("STFT")
+def convert_stft(ctx: Context, inputs):
+    """Frames of the signal (a ``take`` of constant indices), times the window, each transformed by
+    the cosine and sine tables of the frame length."""
+    signal = inputs[0]
+    batch, length, parts = ctx.shape(signal)
+    step = ctx.const_ints(inputs[1], "the frame_step input")[0]
+    window = inputs[2] if len(inputs) > 2 and inputs[2] else ""
+    if len(inputs) > 3 and inputs[3]:
+        frame = ctx.const_ints(inputs[3], "the frame_length input")[0]
+    elif window:
+        frame = ctx.shape(window)[0]
+    else:
+        raise ctx.error("neither a window nor frame_length is given")
+    frames = 1 + (length - frame) // step
+    bins = frame // 2 + 1 if ctx.attr("onesided", 1) else frame
+    work = "float64"
+    index = (np.arange(frames)[:, None] * step + np.arange(frame)[None, :]).astype(np.int64)
+    framed = ctx.cast(ctx.op("take", [signal, ctx.param(index, "frames")], {"axis": 1}), work)  # B,F,L,C
+    if window:
+        framed = ctx.op("multiply", [framed, ctx.reshape(ctx.cast(window, work), (1, 1, frame, 1))])
+
+    def part(k):
+        v = ctx.op("strided_slice", [framed], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (3,)})
+        return ctx.reshape(v, (batch, frames, frame))
+
+    angle = 2 * np.pi * np.arange(frame)[:, None] * np.arange(bins)[None, :] / frame
+    cos, sin = ctx.param(np.cos(angle), "cos"), ctx.param(-np.sin(angle), "sin")
+    real = part(0)
+    out_r, out_i = ctx.op("matmul", [real, cos]), ctx.op("matmul", [real, sin])
+    if parts == 2:
+        imag = part(1)
+        out_r = ctx.op("subtract", [out_r, ctx.op("matmul", [imag, sin])])
+        out_i = ctx.op("add", [out_i, ctx.op("matmul", [imag, cos])])
+    shape = (batch, frames, bins, 1)
+    both = ctx.op("concatenate", [ctx.reshape(out_r, shape), ctx.reshape(out_i, shape)], {"axis": 3})
+    return ctx.cast(both, ctx.dtype(signal))

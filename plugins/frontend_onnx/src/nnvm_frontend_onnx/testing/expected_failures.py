@@ -59,15 +59,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_dft_inverse_opset19":
         "the reference output holds float32 rounding noise (1.9e-7) where the exact value is 0, above "
         "atol 1e-7",
-    "test_image_decoder_decode_bmp_rgb": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_jpeg2k_rgb": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_jpeg_bgr": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_jpeg_grayscale": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_jpeg_rgb": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_png_rgb": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_pnm_rgb": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_tiff_rgb": "ImageDecoder is not supported (opset 20)",
-    "test_image_decoder_decode_webp_rgb": "ImageDecoder is not supported (opset 20)",
     "test_lppool_3d_default":
         "node LpPool_0 (LpPool, opset 22): only 1-D and 2-D windows are supported; input has 3 spatial "
         "dimensions",
@@ -83,8 +74,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_roialign_mode_max": "RoiAlign is not supported (opset 22)",
     "test_scan_sum":
         "node Scan_0 (Scan, opset 8): Scan-8 (with sequence_lens and a batch axis) is not supported",
-    "test_stft": "STFT is not supported (opset 17)",
-    "test_stft_with_window": "STFT is not supported (opset 17)",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip0": "TfIdfVectorizer is not supported (opset 9)",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
     "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
