@@ -171,7 +171,9 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
              f"Written by `bench/models.py` on {datetime.date.today().isoformat()}. CPU: {cpu_name()} "
              f"({os.cpu_count()} logical CPUs); {args.threads} threads for every runtime; median of "
              f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm and "
-             f"onnxruntime ran alternated in one process per row; MXNet ran on its own.", "",
+             f"onnxruntime ran alternated in one process per row; MXNet ran on its own. Load average "
+             f"(1 min) at the start and the end: {args.load_start:.1f}, {os.getloadavg()[0]:.1f} (above "
+             f"the CPU count, other programs shared the cores and every number is inflated).", "",
              f"| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | {mx_head} "
              "| tuned kernels | outputs |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -193,6 +195,18 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
     errors = {r.get("mxnet_error") for r in rows if r.get("mxnet_error")}
     for e in sorted(errors):
         notes.append(f"MXNet not measured: {e}")
+    for r in rows:
+        prof = (r.get("tuned_result") or {}).get("profile")
+        if args.profile and prof:
+            head = f"{r['title']}, tuned: the {args.profile} slowest kernel calls (of {len(prof)})"
+            notes += ["", head, "",
+                      "| ms | share | GFLOP/s | fused group |", "| ---: | ---: | ---: | --- |"]
+            for p in prof[:args.profile]:
+                group = ", ".join(p["group"])
+                group = group if len(group) <= 80 else group[:77] + "..."
+                gf = f"{p['gflops']:.1f}" if p.get("gflops") else "-"
+                notes.append(f"| {p['ms']:.2f} | {100 * p['share']:.1f}% | {gf} | {group} |")
+    notes.append("")
     notes.append("'nnvm tuned' uses the tuning logs shipped for this CPU (and any `--tuning-log`); 'tuned "
                  "kernels' counts distinct kernels scheduled from a log. The machine may have been shared "
                  "with other work while measuring; rerun for numbers of your own.")
@@ -208,12 +222,15 @@ def main(argv=None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument("--tuning-log", action="append", default=[], help="extra log for the tuned column")
     parser.add_argument("--no-mxnet", action="store_true", help="leave out the MXNet column")
+    parser.add_argument("--profile", type=int, default=0, metavar="K",
+                        help="also list each model's K slowest kernels (tuned run) under the table")
     parser.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"))
     parser.add_argument("--plot", default=os.path.join(HERE, "results.png"))
     args = parser.parse_args(argv)
 
     import onnxruntime
 
+    args.load_start = os.getloadavg()[0]
     rows = []
     mx_info: dict = {}
     for key in args.models.split(","):
@@ -226,6 +243,7 @@ def main(argv=None) -> int:
             continue
         untuned = bench_in_child(path, args.threads, args.repeat, ["--untuned"])
         extra = [a for log in args.tuning_log for a in ("--tuning-log", log)]
+        extra += ["--profile"] if args.profile else []
         tuned = bench_in_child(path, args.threads, args.repeat, extra)
         row = {"title": title, "untuned": untuned["nnvm_ms"], "tuned": tuned["nnvm_ms"],
                "ort": tuned["onnxruntime_ms"], "tuned_result": tuned,

@@ -237,3 +237,29 @@ def test_winograd_matches_numpy_conv(ops, hw):
     xb = np.ascontiguousarray(from_primal(x, "NCHW", "NCHW4c"))
     ops.check("conv2d_winograd_nchwc", [xb, u], {"padding": (1, 1, 1, 1)},
               from_primal(want.astype(np.float32), "NCHW", "NCHW4c"), rtol=1e-4, atol=1e-4)
+
+
+def test_prepared_weight_is_folded_winograd():
+    """A backend answer with ``prepare``: the weight is re-laid-out, then Winograd-transformed, and both
+    steps fold into one stored weight; the numbers stay those of a direct numpy convolution."""
+
+    def winograd(node, in_types):
+        if node.op != "conv2d":
+            return None
+        return AlteredNode("conv2d_winograd_nchwc", {"padding": (1, 1, 1, 1)},
+                           (("NCHW", "NCHW4c"), ("OIHW", "OIHW4i4o")), (("NCHW", "NCHW4c"),),
+                           prepare=(None, ("winograd_weight_transform", {})))
+
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    nodes = [Node("conv2d", "c", ("x", "w"), ("c",), {"padding": (1, 1, 1, 1)}),
+             Node("relu", "r", ("c",), ("y",), {})]
+    graph = builtin.infer_types(Graph(nodes, ("x",), ("y",), {"w": w}, {"x": TensorType((1, 4, 6, 6), "float32")}))
+    folded = builtin.eliminate_dead_code(builtin.fold_constants(alter_op_layout(graph, choose=winograd)))
+    assert [n.op for n in folded.nodes] == ["layout_transform", "conv2d_winograd_nchwc", "relu",
+                                             "layout_transform"]
+    assert [v.shape for v in folded.params.values()] == [(4, 4, 1, 1, 4, 4)]
+    x = rng.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    (got,) = evaluate_graph(folded, {"x": x})
+    want = np.maximum(numpy_conv(x, w, 1, 1), 0)
+    assert np.abs(got - want).max() / np.abs(want).max() < 1e-5

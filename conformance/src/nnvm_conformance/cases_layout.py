@@ -1,8 +1,10 @@
-"""Cases for blocked layouts (``layout_transform``, ``conv2d_nchwc``), element-wise indexing
+"""Cases for blocked layouts (``layout_transform``, ``conv2d_nchwc``, ``max_pool2d_nchwc``), Winograd
+convolution (``winograd_weight_transform``, ``conv2d_winograd_nchwc``), element-wise indexing
 (``gather_elements``, ``scatter_elements``) and running totals (``cumsum``, ``cumprod``).
 
 Blocked layouts are checked through the plain ones: the reference unblocks the inputs with numpy
-reshapes and transposes, convolves in NCHW (``cases_nn.conv2d_reference``) and blocks the result.
+reshapes and transposes, convolves or pools in NCHW (``cases_nn``) and blocks the result. The Winograd
+convolution is checked against the direct convolution of the kernel its weights were made from.
 """
 
 from __future__ import annotations

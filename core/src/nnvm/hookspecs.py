@@ -73,6 +73,7 @@ def nnvm_alter_op_layout(target, node, in_types):
     Called by the ``alter_op_layout`` pass (opt level 3) for every node, in execution order, with the
     parsed ``target``, the ``nnvm.graph.ir.Node`` and ``in_types`` (the ``TensorType`` of each input
     in its original layout; ``None`` for an absent optional input). The answer names the new operator
-    and attributes, the layout each input must arrive in and the layout each output leaves in; the
-    pass inserts the layout transforms (folded at compile time for weights).
+    and attributes, the layout each input must arrive in and the layout each output leaves in, and
+    optionally a node to apply to an input first (a Winograd weight transform); the pass inserts the
+    layout transforms (folded at compile time for weights).
     """

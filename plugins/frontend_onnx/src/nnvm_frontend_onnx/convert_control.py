@@ -125,17 +125,48 @@ def convert_loop(ctx: Context, inputs):
 
 @converter("Scan")
 def convert_scan(ctx: Context, inputs):
-    if ctx.opset < 9:
-        raise ctx.error("Scan-8 (with sequence_lens and a batch axis) is not supported")
     body = _graph(ctx, "body")
     n_scan_in = int(ctx.attr("num_scan_inputs"))
-    states = list(inputs[: len(inputs) - n_scan_in])
-    xs = list(inputs[len(inputs) - n_scan_in :])
-    in_axes = list(ctx.attr("scan_input_axes", (0,) * n_scan_in))
-    in_dirs = list(ctx.attr("scan_input_directions", (0,) * n_scan_in))
+    if ctx.opset < 9:  # Scan-8: optional sequence_lens first, a batch axis 0 on everything
+        return _scan8(ctx, body, inputs, n_scan_in)
+    states = list(inputs[:len(inputs) - n_scan_in])
+    xs = list(inputs[len(inputs) - n_scan_in:])
     n_out = len(body.output) - len(states)
-    out_axes = list(ctx.attr("scan_output_axes", (0,) * n_out))
-    out_dirs = list(ctx.attr("scan_output_directions", (0,) * n_out))
+    return _scan(ctx, body, states, xs, list(ctx.attr("scan_input_axes", (0,) * n_scan_in)),
+                 list(ctx.attr("scan_input_directions", (0,) * n_scan_in)),
+                 list(ctx.attr("scan_output_axes", (0,) * n_out)),
+                 list(ctx.attr("scan_output_directions", (0,) * n_out)), "")
+
+
+def _scan8(ctx: Context, body, inputs, n_scan_in: int) -> list:
+    """Scan-8 is Scan-9 per batch entry: slice each state and scan input at the batch index, scan
+    over axis 0 of what is left, and stack the results along a new batch axis."""
+    seq_lens = inputs[0] if inputs else ""
+    rest = list(inputs[1:])
+    states, xs = rest[:len(rest) - n_scan_in], rest[len(rest) - n_scan_in:]
+    batch = ctx.shape(xs[0])[0]
+    steps = ctx.shape(xs[0])[1]
+    if seq_lens:
+        lens = ctx.const_ints(seq_lens, "the sequence_lens input")
+        if any(n != steps for n in lens):
+            raise ctx.error("sequence_lens shorter than the sequence are not supported")
+    dirs = list(ctx.attr("directions", (0,) * n_scan_in))
+    n_out = len(body.output) - len(states)
+    per_batch = []
+    for b in range(batch):
+        def row(v, b=b):
+            piece = ctx.op("strided_slice", [v], {"begin": (b,), "end": (b + 1,), "strides": (1,),
+                                                  "axes": (0,)})
+            return ctx.reshape(piece, ctx.shape(v)[1:])
+        per_batch.append(_scan(ctx, body, [row(v) for v in states], [row(v) for v in xs], [0] * n_scan_in,
+                               dirs, [0] * n_out, [0] * n_out, f"b{b}/"))
+    return [_stack(ctx, [outs[k] for outs in per_batch]) for k in range(len(per_batch[0]))]
+
+
+def _scan(ctx: Context, body, states, xs, in_axes, in_dirs, out_axes, out_dirs, tag: str) -> list:
+    """Unroll a scan: slice the scan inputs at each step, run the body, carry the states, and stack the
+    per-step outputs along their output axes."""
+    n_out = len(body.output) - len(states)
     in_axes = [normalize_axis(a, ctx.rank(x), ctx) for a, x in zip(in_axes, xs)]
     lengths = {ctx.shape(x)[a] for x, a in zip(xs, in_axes)}
     if len(lengths) != 1:
@@ -146,14 +177,13 @@ def convert_scan(ctx: Context, inputs):
         slices = []
         for x, a, d in zip(xs, in_axes, in_dirs):
             k = steps - 1 - t if d else t
-            piece = ctx.op(
-                "strided_slice", [x], {"begin": (k,), "end": (k + 1,), "strides": (1,), "axes": (a,)}
-            )
+            piece = ctx.op("strided_slice", [x], {"begin": (k,), "end": (k + 1,), "strides": (1,),
+                                                  "axes": (a,)})
             shape = ctx.shape(x)
-            slices.append(ctx.reshape(piece, shape[:a] + shape[a + 1 :]))
-        outs = run_body(ctx, body, states + slices, f"step{t}")
-        states = outs[: len(states)]
-        for k, v in enumerate(outs[len(states) :]):
+            slices.append(ctx.reshape(piece, shape[:a] + shape[a + 1:]))
+        outs = run_body(ctx, body, states + slices, f"{tag}step{t}")
+        states = outs[:len(states)]
+        for k, v in enumerate(outs[len(states):]):
             collected[k].append(v)
     results = []
     for values, axis, d in zip(collected, out_axes, out_dirs):

@@ -79,7 +79,14 @@ def convert_conv(ctx: Context, inputs):
 def convert_pool(ctx: Context, inputs):
     x = inputs[0]
     if ctx.op_type == "MaxPool" and ctx.output_used(1):
-        raise ctx.error("the Indices output is not supported")
+        if ctx.rank(x) != 4:
+            raise ctx.error("the Indices output is supported for 2-D pooling only")
+        values = convert_pool_values(ctx, x)
+        return [values, _max_pool_indices(ctx, x, values)]
+    return convert_pool_values(ctx, x)
+
+
+def convert_pool_values(ctx: Context, x: str) -> str:
     if not ctx.has_attr("kernel_shape"):
         raise ctx.error("the kernel_shape attribute is missing")
     if ctx.rank(x) == 5:
@@ -91,6 +98,38 @@ def convert_pool(ctx: Context, inputs):
         attrs["count_include_pad"] = bool(ctx.attr("count_include_pad", 0))
     op = "max_pool2d" if ctx.op_type == "MaxPool" else "avg_pool2d"
     return _from_2d(ctx, ctx.op(op, [_as_2d(ctx, x, nsp)], attrs), nsp)
+
+
+def _max_pool_indices(ctx: Context, x: str, values: str) -> str:
+    """MaxPool's Indices: for each window, the flat NCHW index (row- or column-major per
+    ``storage_order``) of its first element equal to the maximum. Each kernel offset is a strided view
+    of the input padded with -inf; the first offset that matches wins."""
+    import numpy as np
+
+    n, c, h, w = ctx.shape(x)
+    _, _, oh, ow = ctx.shape(values)
+    kernel = tuple(int(k) for k in ctx.attr("kernel_shape"))
+    strides = tuple(ctx.attr("strides", (1, 1)))
+    dilations = tuple(ctx.attr("dilations", (1, 1)))
+    begins, ends = spatial_padding(ctx, (h, w), kernel, strides, dilations)
+    reach = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip((oh, ow), strides, kernel, dilations)]
+    after = [max(0, r - size - b) for r, size, b in zip(reach, (h, w), begins)]
+    padded = ctx.op("pad", [x], {"pad_width": (0, 0, 0, 0, begins[0], after[0], begins[1], after[1]),
+                                 "pad_value": float("-inf"), "mode": "constant"})
+    column_major = bool(ctx.attr("storage_order", 0))
+    nn_, cc, yy, xx = np.meshgrid(np.arange(n), np.arange(c), np.arange(oh), np.arange(ow), indexing="ij")
+    index = None
+    for ky, kx in reversed(list(np.ndindex(*kernel))):
+        y0, x0 = ky * dilations[0], kx * dilations[1]
+        view = ctx.op("strided_slice", [padded], {
+            "begin": (y0, x0), "end": (y0 + (oh - 1) * strides[0] + 1, x0 + (ow - 1) * strides[1] + 1),
+            "strides": (strides[0], strides[1]), "axes": (2, 3)})
+        row = yy * strides[0] + y0 - begins[0]
+        col = xx * strides[1] + x0 - begins[1]
+        flat = (nn_ * c + cc) * h * w + (col * h + row if column_major else row * w + col)
+        here = ctx.param(flat.astype(np.int64), "index")
+        index = here if index is None else ctx.op("where", [ctx.op("equal", [view, values]), here, index])
+    return index
 
 
 def _pool3d(ctx: Context, x: str, op: str | None = None, count_include_pad: bool | None = None) -> str:

@@ -59,15 +59,9 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_dft_inverse_opset19":
         "the reference output holds float32 rounding noise (1.9e-7) where the exact value is 0, above "
         "atol 1e-7",
-    "test_lppool_3d_default":
-        "node LpPool_0 (LpPool, opset 22): only 1-D and 2-D windows are supported; input has 3 spatial "
-        "dimensions",
-    "test_maxpool_with_argmax_2d_precomputed_pads":
-        "node MaxPool_0 (MaxPool, opset 22): the Indices output is not supported",
-    "test_maxpool_with_argmax_2d_precomputed_strides":
-        "node MaxPool_0 (MaxPool, opset 22): the Indices output is not supported",
     "test_maxunpool_export_with_output_shape":
-        "result differs from the reference (fail): Not equal to tolerance rtol=0.001, atol=1e-07",
+        "wrong values: with output_shape larger than the default, the recorded flat indices are not "
+        "mapped into the larger output as the reference does (not yet investigated)",
     "test_melweightmatrix": "MelWeightMatrix is not supported (opset 17)",
     "test_roialign_aligned_false": "RoiAlign is not supported (opset 22)",
     "test_roialign_aligned_true": "RoiAlign is not supported (opset 22)",
