@@ -254,7 +254,8 @@ def test_prepared_weight_is_folded_winograd():
     w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
     nodes = [Node("conv2d", "c", ("x", "w"), ("c",), {"padding": (1, 1, 1, 1)}),
              Node("relu", "r", ("c",), ("y",), {})]
-    graph = builtin.infer_types(Graph(nodes, ("x",), ("y",), {"w": w}, {"x": TensorType((1, 4, 6, 6), "float32")}))
+    x_type = {"x": TensorType((1, 4, 6, 6), "float32")}
+    graph = builtin.infer_types(Graph(nodes, ("x",), ("y",), {"w": w}, x_type))
     folded = builtin.eliminate_dead_code(builtin.fold_constants(alter_op_layout(graph, choose=winograd)))
     assert [n.op for n in folded.nodes] == ["layout_transform", "conv2d_winograd_nchwc", "relu",
                                              "layout_transform"]

@@ -53,8 +53,3 @@ def close():
 @pytest.fixture
 def rel_error():
     return relative_error
-
-
-@pytest.fixture
-def tools():
-    return require_tools
