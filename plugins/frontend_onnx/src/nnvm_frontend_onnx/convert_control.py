@@ -7,7 +7,7 @@ nnvm graphs are static, so:
 - ``Loop`` is unrolled: the trip count must be known when importing (a graph input that gives it is
   specialized on by ``nnvm_frontend_onnx.backend``), and the loop-carried condition must fold to a
   constant after each iteration (loops that stop on a run-time value are reported as unsupported).
-- ``Scan`` (opset 9+) is unrolled over the scanned axis, whose length is static.
+- ``Scan`` is unrolled over the scanned axis, whose length is static (Scan-8: per batch entry).
 
 A body is converted node by node into the enclosing graph, its values renamed per iteration, with
 the outer scope's values visible to it, as ONNX scoping says.

@@ -66,8 +66,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_roialign_aligned_false": "RoiAlign is not supported (opset 22)",
     "test_roialign_aligned_true": "RoiAlign is not supported (opset 22)",
     "test_roialign_mode_max": "RoiAlign is not supported (opset 22)",
-    "test_scan_sum":
-        "node Scan_0 (Scan, opset 8): Scan-8 (with sequence_lens and a batch axis) is not supported",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip0": "TfIdfVectorizer is not supported (opset 9)",
     "test_tfidfvectorizer_tf_batch_onlybigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
     "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",

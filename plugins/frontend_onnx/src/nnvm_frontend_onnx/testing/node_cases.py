@@ -37,22 +37,24 @@ def cache_root() -> str:
 
 def node_cases_dir() -> str:
     """The folder holding ``node/<case>/`` for every node test case of the installed onnx; built once."""
+    import fcntl
+
     import onnx
 
     root = os.path.join(cache_root(), "onnx-node-tests", onnx.__version__)
     if os.path.isdir(os.path.join(root, "node")):
         return root
     os.makedirs(os.path.dirname(root), exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(root))
-    try:
-        write_node_cases(os.path.join(tmp, "node"))
+    with open(root + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one test worker writes, the others wait for it
+        if os.path.isdir(os.path.join(root, "node")):
+            return root
+        tmp = tempfile.mkdtemp(prefix=".tmp-", dir=os.path.dirname(root))
         try:
+            write_node_cases(os.path.join(tmp, "node"))
             os.rename(tmp, root)
-        except OSError:  # another worker finished first
-            if not os.path.isdir(os.path.join(root, "node")):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
