@@ -78,7 +78,7 @@ def alternate_ms(fns: list, repeat: int, warmup: int = WARMUP) -> list[float]:
 
 
 def group_flops(graph, names: list) -> int:
-    """Multiply-adds x 2 of the conv2d and dense nodes among ``names`` (other ops count as 0)."""
+    """Multiply-adds x 2 of the convolution and dense nodes among ``names`` (other ops count as 0)."""
     if graph is None:
         return 0
     by_name = {n.name: n for n in graph.nodes}
@@ -91,6 +91,19 @@ def group_flops(graph, names: list) -> int:
             out = graph.type_of(node.outputs[0]).shape
             weight = graph.type_of(node.inputs[1]).shape  # [O, C / groups, KH, KW]
             total += 2 * math.prod(out) * math.prod(weight[1:])
+        elif node.op in ("conv2d_nchwc", "conv2d_winograd_nchwc"):
+            # Direct-convolution work, also for Winograd (the usual convention: GFLOP/s comparable
+            # between algorithms). Data NCHW[x]c: input channels are C.outer x c.
+            out = graph.type_of(node.outputs[0]).shape
+            data = graph.type_of(node.inputs[0]).shape
+            channels = data[1] * (data[4] if len(data) == 5 else 1)
+            groups = int(node.attrs.get("groups", 1) or 1)
+            if node.op == "conv2d_winograd_nchwc":
+                taps = 9  # Winograd is used for 3x3 kernels only
+            else:
+                weight = graph.type_of(node.inputs[1]).shape  # OIHW[i]i[o]o
+                taps = weight[2] * weight[3]
+            total += 2 * math.prod(out) * (channels // groups) * taps
         elif node.op == "dense":
             m, k = graph.type_of(node.inputs[0]).shape
             n = graph.type_of(node.inputs[1]).shape[0]

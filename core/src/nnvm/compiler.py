@@ -115,6 +115,7 @@ def _c_name(v: str) -> str:
 def _workload_key(graph: Graph, members: list) -> str:
     """Two groups with the same key compute the same function: one kernel serves both."""
     local: dict = {}
+    outside: dict = {}  # value from outside the group -> its number, in order of first use
     items = []
     for pos, node in enumerate(members):
         ins = []
@@ -123,7 +124,12 @@ def _workload_key(graph: Graph, members: list) -> str:
                 ins.append(local[v])
             elif v:
                 ty = graph.type_of(v)
-                ins.append(["in", list(ty.shape), ty.dtype])
+                entry = ["in", list(ty.shape), ty.dtype]
+                if v in outside:  # the same value read twice (x * x) is another function than a * b
+                    entry.append(f"#{outside[v]}")
+                else:
+                    outside[v] = len(outside)
+                ins.append(entry)
             else:
                 ins.append(None)
         for k, o in enumerate(node.outputs):
