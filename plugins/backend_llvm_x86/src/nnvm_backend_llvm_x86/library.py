@@ -37,8 +37,11 @@ _parallel_libraries: weakref.WeakSet = weakref.WeakSet()  # in-process libraries
 _pool_unusable = False  # True in a child forked after this process started libgomp's pool
 
 
-def load_runtime_libraries(names=("gomp", "m")) -> None:
-    """Make libgomp and libm symbols resolvable by JIT-compiled code (once per process)."""
+def load_runtime_libraries(names=("gomp", "m", "gcc_s")) -> None:
+    """Make libgomp, libm and libgcc_s symbols resolvable by JIT-compiled code (once per process).
+
+    libgcc_s holds the helpers LLVM calls for conversions x86 has no instruction for (double to half:
+    ``__truncdfhf2``); an unresolved helper would crash the process at the first call."""
     with _runtime_lock:
         for name in names:
             if name in _runtime_loaded:
@@ -72,7 +75,7 @@ class LLVMKernelLibrary(KernelLibrary):
         self.compile_seconds = compile_seconds if compile_seconds is not None else {}
         self._engine = None
         if module is not None:
-            load_runtime_libraries(("gomp", "m") if uses_parallel else ("m",))
+            load_runtime_libraries(("gomp", "m", "gcc_s") if uses_parallel else ("m", "gcc_s"))
             self._engine = llvm.create_mcjit_compiler(module, tm)
             self._engine.finalize_object()
             if uses_parallel:
