@@ -61,6 +61,8 @@ def _reshape_compute(inputs, attrs, out_types):
     def body(*i):
         if in_shape == out_shape:
             return x[i]
+        if 0 in in_shape:  # an empty tensor: the body is never evaluated, any in-bounds form will do
+            return x[tuple(te.const(0) for _ in in_shape)]
         flat = te.const(0)
         for idx, d in zip(i, out_shape):
             flat = flat * d + idx
