@@ -172,8 +172,9 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
              f"({os.cpu_count()} logical CPUs); {args.threads} threads for every runtime; median of "
              f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm and "
              f"onnxruntime ran alternated in one process per row; MXNet ran on its own. Load average "
-             f"(1 min) at the start and the end: {args.load_start:.1f}, {os.getloadavg()[0]:.1f} (above "
-             f"the CPU count, other programs shared the cores and every number is inflated).", "",
+             f"(1 min) at the start and the end: {args.load_start:.1f}, {os.getloadavg()[0]:.1f}"
+             + (" (above the CPU count: other programs shared the cores and every number is inflated)."
+                if max(args.load_start, os.getloadavg()[0]) > (os.cpu_count() or 1) else "."), "",
              f"| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | {mx_head} "
              "| tuned kernels | outputs |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
