@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nnvm
 from nnvm import te
-from nnvm.te.examples import matmul
+from nnvm.te.examples import gemm, gemm_intrin, matmul
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "tensor-expressions.md"
 
@@ -89,15 +89,6 @@ def row_sum():
     k = te.reduce_axis((0, 16), name="k")
     B = te.compute((4,), lambda i: te.sum(A[i, k], axis=k), name="B")
     return A, B, k
-
-
-def gemm_intrin(m, n, k):
-    """A GEMM micro-kernel declared in Python (``c += a @ b`` on an m x n x k tile)."""
-    a = te.placeholder((m, k), name="a")
-    b = te.placeholder((k, n), name="b")
-    r = te.reduce_axis((0, k), name="r")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="c")
-    return te.decl_tensor_intrin(c, lambda a, b, c: c.__iadd__(a @ b), name=f"gemm_{m}x{n}x{k}")
 
 
 def primitives():
@@ -185,10 +176,7 @@ def primitives():
         return s, [A, C], lambda: s[B].double_buffer()
 
     def p_tensorize():
-        A = te.placeholder((8, 16), name="A")
-        B = te.placeholder((16, 32), name="B")
-        k = te.reduce_axis((0, 16), name="k")
-        C = te.compute((8, 32), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+        A, B, C, k = gemm(8, 32, 16)
         s = te.create_schedule(C.op)
         xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
         ko, ki = s[C].split(k, factor=8)

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+import nnvm
 from nnvm import te
+from nnvm.te.examples import gemm, gemm_intrin
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.c_printer import CPrinter
@@ -111,3 +115,20 @@ def test_names_of_builtins_and_keywords_are_renamed():
                  S.Store(y, i, E.call("cos", E.Load(x, i, "float32"))))
     src = ToyPrinter().kernel(S.PrimFunc("k", (x, y), body))
     assert "int_[i] = cos(cos_[i]);" in src
+
+
+def test_tensor_intrinsic_call_is_an_error_naming_the_intrinsic_and_the_kernel():
+    A, B, C, _ = gemm(8, 32, 16)
+    s = te.create_schedule(C.op)
+    xo, yo, xi, yi = s[C].tile(C.op.axis[0], C.op.axis[1], 4, 16)
+    s[C].tensorize(xi, gemm_intrin(4, 16, 16))
+    func = lower_schedule(s, [A, B, C], "mm")
+    with pytest.raises(nnvm.Error, match="kernel mm: tensor intrinsic gemm_4x16x16 has no C-family"):
+        ToyPrinter().kernel(func)
+
+
+def test_printer_errors_name_the_kernel():
+    x = S.Buffer("x", (E.Var("n"),), "float32")
+    body = S.Allocate(x, S.Seq(()))
+    with pytest.raises(nnvm.Error, match="kernel dyn: buffer x needs a constant size"):
+        ToyPrinter().kernel(S.PrimFunc("dyn", (), body))

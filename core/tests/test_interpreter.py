@@ -9,6 +9,7 @@ import pytest
 
 import nnvm
 from nnvm import te
+from nnvm.te.examples import gemm
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.interpreter import run_primfunc
@@ -158,10 +159,7 @@ def test_float32_accumulation_rounds_like_compiled_code():
 
 def test_lowered_matmul_with_every_loop_kind():
     n, m, kk = 6, 8, 5
-    A = te.placeholder((n, kk), name="A")
-    B = te.placeholder((kk, m), name="B")
-    k = te.reduce_axis((0, kk), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    A, B, C, k = gemm(n, m, kk)
     s = te.create_schedule(C.op)
     i, j = C.op.axis
     io, ii = s[C].split(i, factor=4)  # 4 does not divide 6: a guard
@@ -295,6 +293,32 @@ def test_a_barrier_in_divergent_code_is_an_error():
     func = _reverse_through_shared(lambda tx, body: S.IfThenElse(tx < 2, body, None))
     with pytest.raises(nnvm.Error, match="only 2 of 4 threads of threadIdx.x .* reached a barrier"):
         run_primfunc(func, [np.zeros(4, np.float32), np.zeros(4, np.float32)])
+
+
+def test_a_vector_condition_around_a_barrier_is_an_error():
+    """The lockstep threads check an if's condition as the serial interpreter does."""
+    cond = E.Broadcast(E.const(True), 4, "boolx4")
+    func = _reverse_through_shared(lambda tx, body: S.IfThenElse(cond, body, None))
+    with pytest.raises(nnvm.Error, match="an if statement needs a scalar condition"):
+        run_primfunc(func, [np.zeros(4, np.float32), np.zeros(4, np.float32)])
+
+
+@pytest.mark.parametrize("with_barrier", [False, True])
+def test_an_inner_let_or_loop_shadows_an_outer_one_only_inside_its_body(with_barrier):
+    """out = [2, 1, 7, 1]: after the inner ``let x = 2`` and the inner loop over ``x``, the outer
+    ``x = 1`` is back (plain statements and, around a barrier, lockstep ones)."""
+    x, tx = E.Var("x"), E.Var("tx")
+    out = _buf("out", 4, "int64")
+    sync = [S.Evaluate(E.call("barrier", E.const(0)))] if with_barrier else []
+    inner = S.seq(S.LetStmt(x, E.const(2), S.seq(*sync, S.Store(out, E.const(0), x))),
+                  S.Store(out, E.const(1), x),
+                  S.For(x, E.const(7), E.const(1), S.ForKind.SERIAL,
+                        S.seq(*sync, S.Store(out, E.const(2), x))),
+                  S.Store(out, E.const(3), x))
+    body = _loop(tx, 1, S.LetStmt(x, E.const(1), inner), S.ForKind.THREAD_BINDING, "threadIdx.x")
+    res = np.zeros(4, np.int64)
+    run_primfunc(S.PrimFunc("f", (out,), body), [res])
+    np.testing.assert_array_equal(res, [2, 1, 7, 1])
 
 
 # ---------------------------------------------------------------------------------------------------

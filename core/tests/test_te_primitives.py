@@ -8,15 +8,12 @@ import pytest
 
 import nnvm
 from nnvm import te
+from nnvm.te.examples import matmul
 from nnvm.tir.interpreter import run_primfunc
 
 
 def _matmul(n=8):
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C
+    return matmul(n)[:3]
 
 
 def _run(s, args, inputs, expected):

@@ -10,21 +10,10 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
+from nnvm.te.examples import gemm as matmul
+from nnvm.te.examples import gemm_intrin
 from nnvm.testing.te_strategies import SETTINGS
 from nnvm.tir.interpreter import run_primfunc
-
-
-def gemm_intrin(m, n, k, dtype="float32", reducer=None):
-    a = te.placeholder((m, k), dtype, name="a")
-    b = te.placeholder((k, n), dtype, name="b")
-    r = te.reduce_axis((0, k), name="r")
-    reduce = reducer or te.sum
-    c = te.compute((m, n), lambda i, j: reduce(a[i, r] * b[r, j], axis=r), name="c")
-
-    def reference(a, b, c):
-        c += a @ b
-
-    return te.decl_tensor_intrin(c, reference, name=f"gemm_{m}x{n}x{k}")
 
 
 def add_one_intrin(n):
@@ -47,14 +36,6 @@ def dot_intrin(k):
         c += np.dot(a, b)
 
     return te.decl_tensor_intrin(c, reference, name=f"dot_{k}")
-
-
-def matmul(m, n, k, dtype="float32"):
-    A = te.placeholder((m, k), dtype, name="A")
-    B = te.placeholder((k, n), dtype, name="B")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((m, n), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    return A, B, C, r
 
 
 def run(s, args, inputs, want, rtol=1e-5):

@@ -1,4 +1,5 @@
-"""The matmul of API.md and its schedule, defined once for the docs, the benchmarks and the tests."""
+"""The matmul of API.md and its schedule, and a GEMM tensor intrinsic, defined once for the docs, the
+benchmarks and the tests."""
 
 from __future__ import annotations
 
@@ -9,11 +10,35 @@ from nnvm.te.tensor import sum as te_sum
 
 def matmul(n: int, dtype: str = "float32"):
     """``C = A @ B`` for n x n matrices; returns ``(A, B, C, k)`` with ``k`` the reduce axis."""
-    A = placeholder((n, n), dtype, name="A")
-    B = placeholder((n, n), dtype, name="B")
-    k = reduce_axis((0, n), name="k")
-    C = compute((n, n), lambda i, j: te_sum(A[i, k] * B[k, j], axis=k), name="C")
-    return A, B, C, k
+    return gemm(n, n, n, dtype)
+
+
+def gemm(m: int, n: int, k: int, dtype: str = "float32"):
+    """``C = A @ B`` with ``A`` m x k and ``B`` k x n; returns ``(A, B, C, k)`` with ``k`` the reduce
+    axis."""
+    A = placeholder((m, k), dtype, name="A")
+    B = placeholder((k, n), dtype, name="B")
+    r = reduce_axis((0, k), name="k")
+    C = compute((m, n), lambda i, j: te_sum(A[i, r] * B[r, j], axis=r), name="C")
+    return A, B, C, r
+
+
+def gemm_intrin(m: int, n: int, k: int, dtype: str = "float32", reducer=None):
+    """A GEMM micro-kernel declared in Python: ``c += a @ b`` on an m x n x k tile, named
+    ``gemm_{m}x{n}x{k}``; ``reducer`` (default ``te.sum``) replaces the sum to make one that a sum
+    does not match."""
+    from nnvm.te.tensorize import decl_tensor_intrin
+
+    a = placeholder((m, k), dtype, name="a")
+    b = placeholder((k, n), dtype, name="b")
+    r = reduce_axis((0, k), name="r")
+    reduce = reducer or te_sum
+    c = compute((m, n), lambda i, j: reduce(a[i, r] * b[r, j], axis=r), name="c")
+
+    def reference(a, b, c):
+        c += a @ b
+
+    return decl_tensor_intrin(c, reference, name=f"gemm_{m}x{n}x{k}")
 
 
 def matmul_api_schedule(n: int) -> tuple[Schedule, list]:

@@ -402,7 +402,7 @@ class Schedule:
         ``axis`` is a reduce loop of the stage as it stands (an original reduce axis or one from a
         split); spatial splits of the stage are kept, its reduce loops are replaced.
         """
-        from nnvm.tir.lower import _root_values, infer_bounds, root_ranges
+        from nnvm.tir.lower import axis_values, infer_bounds, root_ranges
 
         stage = self[tensor]
         op = stage.op
@@ -421,11 +421,8 @@ class Schedule:
             new_leaf[lv] = E.IterVar(E.Range(E.const(0), E.const(ranges[lv][1])), E.Var(lv.var.name), kind)
         spatial = [E.IterVar(a.dom, E.Var(a.var.name), a.kind) for a in op.axis]
         leaf_values = {lv: new_leaf[lv].var if lv in new_leaf else lv.var for lv in stage.leaf_iter_vars}
-        values, guards = _root_values(stage, ranges, leaf_values)
-        vmap = {a.var: b.var for a, b in zip(op.axis, spatial)}
-        for r in op.reduce_axis:
-            mn = ranges[r][0]
-            vmap[r.var] = values[r] + mn if mn != 0 else values[r]
+        vmap, guards = axis_values(stage, ranges, leaf_values)
+        vmap.update({a.var: b.var for a, b in zip(op.axis, spatial)})
         conds = [E.convert(c) for g_iv, c in guards if g_iv.kind == E.IterKind.REDUCE]
         if red.condition is not None:
             conds.append(red.condition)

@@ -151,7 +151,7 @@ def tensorized_nest(stage, body_exprs: tuple, out_tensors: list, ranges: dict, i
     ``vmap`` maps each original axis variable to its value in leaf loop variables and ``guards`` are
     the split guards (as computed by ``make_stage_nest``).
     """
-    from nnvm.tir.lower import _wrap_loops
+    from nnvm.tir.lower import guarded, reduction_nest, wrap_loops
 
     axis, intrin = stage.tensorized
     leaves = list(stage.leaf_iter_vars)
@@ -206,31 +206,12 @@ def tensorized_nest(stage, body_exprs: tuple, out_tensors: list, ranges: dict, i
     except _Mismatch as exc:
         raise ScheduleError(f"{where}: the loop nest does not match the intrinsic: {exc}") from None
     call = S.Evaluate(E.TensorIntrinCall(intrin, tuple(regions), tuple(strides)))
-    leaf_vars = {iv: iv.var for iv in leaves}
     spatial_guards = [c for iv, c in guards if iv.kind != E.IterKind.REDUCE]
     if not isinstance(body, E.Reduce):
-        return _wrap_loops(stage, leaves[:pos], leaf_vars, ranges, _guard(call, spatial_guards), inner_stmts)
-    spatial_idx = tuple(vmap[iv.var] for iv in op.axis)
-    init_value = body.init if body.init is not None else body.combiner.identity(body.dtype)
-    init = _guard(S.Store(out, spatial_idx, substitute(init_value, vmap)), spatial_guards)
-    first_reduce = next((k for k, iv in enumerate(leaves) if iv.kind == E.IterKind.REDUCE), len(leaves))
-    first_reduce = min(first_reduce, pos)  # the initialisation never goes inside the call
-    outer, inner = leaves[:first_reduce], leaves[first_reduce:pos]
-    init_leaves = [iv for iv in leaves[first_reduce:] if iv.kind != E.IterKind.REDUCE]
-    init_vars = {iv: E.Var(iv.var.name + ".init", E.INDEX_DTYPE) for iv in init_leaves}
-    init = substitute(init, {leaf_vars[iv]: init_vars[iv] for iv in init_leaves})
-    init_nest = _wrap_loops(stage, init_leaves, init_vars, ranges, init, {}, drop_kinds=True)
-    update_nest = _wrap_loops(stage, inner, leaf_vars, ranges, _guard(call, spatial_guards), inner_stmts)
-    return _wrap_loops(stage, outer, leaf_vars, ranges, S.seq(init_nest, update_nest), inner_stmts)
-
-
-def _guard(stmt, conds):
-    if not conds:
-        return stmt
-    cond = conds[0]
-    for c in conds[1:]:
-        cond = cond & c
-    return S.IfThenElse(cond, stmt, None)
+        leaf_vars = {iv: iv.var for iv in leaves[:pos]}
+        return wrap_loops(stage, leaves[:pos], leaf_vars, ranges, guarded(call, spatial_guards), inner_stmts)
+    return reduction_nest(stage, body, out, vmap, ranges, spatial_guards, guarded(call, spatial_guards),
+                          inner_stmts, stop=pos)
 
 
 def _in_axis_order(stage, region: list) -> list:

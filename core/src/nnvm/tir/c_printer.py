@@ -124,6 +124,7 @@ class CPrinter:
         self._names: dict = {}
         self._used: set = set()
         self._ranges: dict = {}  # loop variable -> (lo, hi), so provably non-negative divisions print as /
+        self._kernel = ""  # the kernel being printed, named by every error
 
     def name_of(self, obj) -> str:
         """A C identifier for a Var or Buffer, unique within the kernel."""
@@ -141,10 +142,13 @@ class CPrinter:
         self._names[obj] = name
         return name
 
+    def _error(self, message: str) -> Error:
+        return Error(f"kernel {self._kernel}: {message}")
+
     # -- kernels ---------------------------------------------------------------------------------
     def kernel(self, func: S.PrimFunc) -> str:
         """One kernel: signature, then the body with thread loops as index declarations."""
-        self._names, self._used, self._ranges = {}, set(), {}
+        self._names, self._used, self._ranges, self._kernel = {}, set(), {}, func.name
         params = ", ".join(f"{self.global_qualifier} {self.storage_type(b.dtype)}* {self.restrict} "
                            f"{self.name_of(b)}".replace("  ", " ").strip() for b in func.params)
         lines = [f"{self.kernel_prefix} {func.name}({params}) {{"]
@@ -184,7 +188,7 @@ class CPrinter:
             for d in buf.shape:
                 d = E.convert(d)
                 if not isinstance(d, E.Const):
-                    raise Error(f"buffer {buf.name} needs a constant size in a kernel, got {d}")
+                    raise self._error(f"buffer {buf.name} needs a constant size in a kernel, got {d}")
                 size *= int(d.value)
             qual = self.shared_qualifier + " " if buf.scope == "shared" and self.shared_qualifier else ""
             out.append(f"{pad}{qual}{self.alloc_type(buf)} {self.name_of(buf)}[{max(size, 1)}];")
@@ -212,7 +216,7 @@ class CPrinter:
             out.append(f"{pad}// {s.key} = {s.value}")
             self.stmt(s.body, ind, out)
         else:
-            raise Error(f"the C printer cannot print statement node {type(s).__name__}")
+            raise self._error(f"the C printer cannot print statement node {type(s).__name__}")
 
     def _store(self, s: S.Store) -> str:
         buf = self.name_of(s.buffer)
@@ -220,7 +224,7 @@ class CPrinter:
         lanes = E.split_lanes(s.value.dtype)[1]
         if lanes > 1:
             if not (isinstance(s.index, E.Ramp) and _is_one(s.index.stride)):
-                raise Error(f"store to {s.buffer.name}: only contiguous vector stores can be printed")
+                raise self._error(f"store to {s.buffer.name}: only contiguous vector stores can be printed")
             return self.vector_store(buf, self.expr(s.index.base), value, s.value.dtype) + ";"
         if s.buffer.dtype == "bool":
             value = f"(uchar)({value})"
@@ -279,12 +283,16 @@ class CPrinter:
             buf = self.name_of(e.buffer)
             if E.split_lanes(e.dtype)[1] > 1:
                 if not (isinstance(e.index, E.Ramp) and _is_one(e.index.stride)):
-                    raise Error(f"load from {e.buffer.name}: only contiguous vector loads can be printed")
+                    raise self._error(f"load from {e.buffer.name}: only contiguous vector loads can be "
+                                      "printed")
                 return self.vector_load(buf, self.expr(e.index.base), e.dtype)
             if e.buffer.dtype == "bool":
                 return f"({buf}[{self.expr(e.index)}] != 0)"
             return self.scalar_load(e.buffer, buf, self.expr(e.index))
-        raise Error(f"the C printer cannot print expression node {type(e).__name__}: {e!r}")
+        if isinstance(e, E.TensorIntrinCall):
+            raise self._error(f"tensor intrinsic {e.intrin.name} has no C-family implementation: tensorize "
+                              "with it only for a backend that implements it")
+        raise self._error(f"the C printer cannot print expression node {type(e).__name__}: {e!r}")
 
     def _binop(self, e: E.BinOp) -> str:
         a, b = self.expr(e.a), self.expr(e.b)

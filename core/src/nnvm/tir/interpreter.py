@@ -323,15 +323,8 @@ class _ExprCompiler:
         value, body, var = self.expr(e.value), self.expr(e.body), e.var
 
         def let(env):
-            saved = env.get(var, _UNSET)
-            env[var] = value(env)
-            try:
+            with _scoped(env, var, value(env)):
                 return body(env)
-            finally:
-                if saved is _UNSET:
-                    del env[var]
-                else:
-                    env[var] = saved
 
         return let
 
@@ -398,6 +391,37 @@ def _check_dtype(buf: S.Buffer, dtype: str, what: str) -> None:
 # statements
 
 
+class _scoped:
+    """``with _scoped(env, key, value):`` binds ``env[key]`` for the block (a loop, given no ``value``,
+    binds it per iteration) and then restores what it was, or its absence: a loop variable, a let or an
+    allocation shadows an outer one only inside its body. Shared by the plain and the lockstep
+    statements, which differ only in how a body runs."""
+
+    __slots__ = ("env", "key", "saved")
+
+    def __init__(self, env: dict, key, value=_UNSET):
+        self.env, self.key = env, key
+        self.saved = env.get(key, _UNSET)
+        if value is not _UNSET:
+            env[key] = value
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is _UNSET:
+            self.env.pop(self.key, None)
+        else:
+            self.env[self.key] = self.saved
+
+
+def _condition(s: S.IfThenElse, cond: Callable, env: dict) -> bool:
+    c = cond(env)
+    if _is_vec(c):
+        raise Error(f"an if statement needs a scalar condition, got the vector {s.cond!r}")
+    return bool(c)
+
+
 class _StmtCompiler(_ExprCompiler):
     """Turns a statement into a closure ``f(env) -> None``."""
 
@@ -421,12 +445,10 @@ class _StmtCompiler(_ExprCompiler):
 
         def loop(env):
             lo = int(mn(env))
-            try:
+            with _scoped(env, var):
                 for k in range(lo, lo + int(ext(env))):
                     env[var] = make(k)
                     body(env)
-            finally:
-                env.pop(var, None)
 
         return loop
 
@@ -465,15 +487,8 @@ class _StmtCompiler(_ExprCompiler):
         dtype = _np_dtype(buf.dtype)
 
         def allocate(env):
-            saved = env.get(buf)
-            env[buf] = np.zeros(_buffer_size(buf, env), dtype=dtype)
-            try:
+            with _scoped(env, buf, np.zeros(_buffer_size(buf, env), dtype=dtype)):
                 body(env)
-            finally:
-                if saved is None:
-                    del env[buf]
-                else:
-                    env[buf] = saved
 
         return allocate
 
@@ -491,10 +506,7 @@ class _StmtCompiler(_ExprCompiler):
         other = self.stmt(s.else_body) if s.else_body is not None else None
 
         def branch(env):
-            c = cond(env)
-            if _is_vec(c):
-                raise Error(f"an if statement needs a scalar condition, got the vector {s.cond!r}")
-            if c:
+            if _condition(s, cond, env):
                 then(env)
             elif other is not None:
                 other(env)
@@ -505,11 +517,8 @@ class _StmtCompiler(_ExprCompiler):
         value, body, var = self.expr(s.value), self.stmt(s.body), s.var
 
         def let(env):
-            env[var] = value(env)
-            try:
+            with _scoped(env, var, value(env)):
                 body(env)
-            finally:
-                env.pop(var, None)
 
         return let
 
@@ -597,12 +606,10 @@ class _Lockstep:
         if not _is_thread_loop(s):
             def loop(env):
                 lo = int(mn(env))
-                try:
+                with _scoped(env, var):
                     for k in range(lo, lo + int(ext(env))):
                         env[var] = make(k)
                         yield from body(env)
-                finally:
-                    env.pop(var, None)
 
             return loop
 
@@ -632,7 +639,7 @@ class _Lockstep:
         other = self.gen(s.else_body) if s.else_body is not None else None
 
         def branch(env):
-            if cond(env):
+            if _condition(s, cond, env):
                 yield from then(env)
             elif other is not None:
                 yield from other(env)
@@ -643,11 +650,8 @@ class _Lockstep:
         value, body, var = self.plain.expr(s.value), self.gen(s.body), s.var
 
         def let(env):
-            env[var] = value(env)
-            try:
+            with _scoped(env, var, value(env)):
                 yield from body(env)
-            finally:
-                env.pop(var, None)
 
         return let
 
@@ -658,14 +662,7 @@ class _Lockstep:
         buf, body = s.buffer, self.gen(s.body)
 
         def allocate(env):
-            saved = env.get(buf)
-            env[buf] = np.zeros(_buffer_size(buf, env), dtype=_np_dtype(buf.dtype))
-            try:
+            with _scoped(env, buf, np.zeros(_buffer_size(buf, env), dtype=_np_dtype(buf.dtype))):
                 yield from body(env)
-            finally:
-                if saved is None:
-                    del env[buf]
-                else:
-                    env[buf] = saved
 
         return allocate

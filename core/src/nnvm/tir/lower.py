@@ -96,6 +96,17 @@ def infer_bounds(stage: Stage, roots: dict) -> dict:
     return ranges
 
 
+def axis_values(stage: Stage, ranges: dict, leaf_values: dict) -> tuple[dict, list]:
+    """Each original axis variable (spatial and reduce) -> its value in ``leaf_values``, the values of
+    the leaf loops, offset by the axis's minimum; and the split guards, ``(axis, condition)`` pairs."""
+    values, guards = _root_values(stage, ranges, leaf_values)
+    vmap = {}
+    for iv in list(stage.op.axis) + list(stage.op.reduce_axis):
+        mn = ranges[iv][0]
+        vmap[iv.var] = values[iv] if isinstance(mn, int) and mn == 0 else values[iv] + mn
+    return vmap, guards
+
+
 def _root_values(stage: Stage, ranges: dict, leaf_values: dict) -> tuple[dict, list]:
     """Values of all iter vars from the leaf loop variables; returns (values, guard conditions)."""
     values = dict(leaf_values)
@@ -121,7 +132,7 @@ def _root_values(stage: Stage, ranges: dict, leaf_values: dict) -> tuple[dict, l
 def _leaf_loop(stage: Stage, iv: E.IterVar, ranges: dict, var: E.Var, body: S.Stmt) -> S.Stmt:
     attrs = stage.iter_var_attrs.get(iv, {})
     kind = attrs.get("kind", S.ForKind.SERIAL)
-    mn, ext = ranges[iv]
+    ext = ranges[iv][1]
     annotations = tuple(attrs.get("pragmas", ()))
     return S.For(var, E.const(0), E.const(ext), kind, body, attrs.get("thread_tag", ""), annotations)
 
@@ -137,11 +148,7 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
     op: ComputeOp = stage.op
     leaves = stage.leaf_iter_vars
     leaf_vars = {iv: iv.var for iv in leaves}
-    values, guards = _root_values(stage, ranges, dict(leaf_vars))
-    vmap = {}
-    for iv in list(op.axis) + list(op.reduce_axis):
-        mn = ranges[iv][0]
-        vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
+    vmap, guards = axis_values(stage, ranges, dict(leaf_vars))
     spatial_idx = tuple(vmap[iv.var] for iv in op.axis)
     for iv, end in (limits or {}).items():
         guards.append((iv, vmap[iv.var] < end))
@@ -152,47 +159,65 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
 
     spatial_guards = [c for iv, c in guards if iv.kind != E.IterKind.REDUCE]
     reduce_guards = [c for iv, c in guards if iv.kind == E.IterKind.REDUCE]
-
-    def guard(stmt, conds):
-        if not conds:
-            return stmt
-        cond = conds[0]
-        for c in conds[1:]:
-            cond = cond & c
-        return S.IfThenElse(cond, stmt, None)
-
     is_reduce = isinstance(body_exprs[0], E.Reduce)
     if not is_reduce:
         stores = [S.Store(t, spatial_idx, substitute(b, vmap)) for t, b in zip(out_tensors, body_exprs)]
-        stmt = guard(S.seq(*stores), spatial_guards)
-        return _wrap_loops(stage, leaves, leaf_vars, ranges, stmt, inner_stmts)
+        stmt = guarded(S.seq(*stores), spatial_guards)
+        return wrap_loops(stage, leaves, leaf_vars, ranges, stmt, inner_stmts)
 
     if len(body_exprs) != 1:
         raise ScheduleError(f"stage {stage.name}: reductions with several outputs are not supported")
     red: E.Reduce = body_exprs[0]
     out = out_tensors[0]
-    init_value = red.init if red.init is not None else red.combiner.identity(red.dtype)
     acc = E.TensorLoad(out, spatial_idx, out.dtype)
-    src = substitute(red.source, vmap)
-    update_value = red.combiner.combine(acc, src)
-    update = S.Store(out, spatial_idx, update_value)
+    update = S.Store(out, spatial_idx, red.combiner.combine(acc, substitute(red.source, vmap)))
     conds = list(reduce_guards)
     if red.condition is not None:
         conds.append(substitute(red.condition, vmap))
-    update = guard(update, conds + spatial_guards)
-    init = guard(S.Store(out, spatial_idx, substitute(init_value, vmap)), spatial_guards)
+    update = guarded(update, conds + spatial_guards)
+    return reduction_nest(stage, red, out, vmap, ranges, spatial_guards, update, inner_stmts)
 
+
+def guarded(stmt: S.Stmt, conds: list) -> S.Stmt:
+    """``stmt`` under ``if`` the conjunction of ``conds`` (``stmt`` itself when there are none)."""
+    if not conds:
+        return stmt
+    cond = conds[0]
+    for c in conds[1:]:
+        cond = cond & c
+    return S.IfThenElse(cond, stmt, None)
+
+
+def reduction_nest(stage: Stage, red: E.Reduce, out: Tensor, vmap: dict, ranges: dict, spatial_guards: list,
+                   update: S.Stmt, inner_stmts: dict, stop: int | None = None) -> S.Stmt:
+    """The nest of a reduction stage around its ``update``: the leaf loops outside the first reduce
+    loop; inside them the output's initialisation, over serial copies of the spatial loops further
+    in; then the loops from the first reduce one to ``stop`` (default: all) around ``update``.
+
+    ``stop`` is where a tensorized stage's call replaces the loops; the initialisation never goes
+    inside it, so the call always accumulates into an initialised region.
+    """
+    leaves = list(stage.leaf_iter_vars)
+    stop = len(leaves) if stop is None else stop
+    leaf_vars = {iv: iv.var for iv in leaves}
+    spatial_idx = tuple(vmap[iv.var] for iv in stage.op.axis)
+    init_value = red.init if red.init is not None else red.combiner.identity(red.dtype)
+    init = guarded(S.Store(out, spatial_idx, substitute(init_value, vmap)), spatial_guards)
     first_reduce = next((k for k, iv in enumerate(leaves) if iv.kind == E.IterKind.REDUCE), len(leaves))
-    outer, inner = leaves[:first_reduce], leaves[first_reduce:]
-    init_leaves = [iv for iv in inner if not iv.kind == E.IterKind.REDUCE]
+    first_reduce = min(first_reduce, stop)
+    outer, inner = leaves[:first_reduce], leaves[first_reduce:stop]
+    init_leaves = [iv for iv in leaves[first_reduce:] if iv.kind != E.IterKind.REDUCE]
     init_vars = {iv: E.Var(iv.var.name + ".init", E.INDEX_DTYPE) for iv in init_leaves}
     init = substitute(init, {leaf_vars[iv]: init_vars[iv] for iv in init_leaves})
-    init_nest = _wrap_loops(stage, init_leaves, init_vars, ranges, init, {}, drop_kinds=True)
-    update_nest = _wrap_loops(stage, inner, leaf_vars, ranges, update, inner_stmts)
-    return _wrap_loops(stage, outer, leaf_vars, ranges, S.seq(init_nest, update_nest), inner_stmts)
+    init_nest = wrap_loops(stage, init_leaves, init_vars, ranges, init, {}, drop_kinds=True)
+    update_nest = wrap_loops(stage, inner, leaf_vars, ranges, update, inner_stmts)
+    return wrap_loops(stage, outer, leaf_vars, ranges, S.seq(init_nest, update_nest), inner_stmts)
 
 
-def _wrap_loops(stage, leaves, leaf_vars, ranges, body, inner_stmts, drop_kinds=False):
+def wrap_loops(stage, leaves, leaf_vars, ranges, body, inner_stmts, drop_kinds=False):
+    """``body`` inside the loops of ``leaves`` (outermost first; variables from ``leaf_vars``), with
+    the stages of ``inner_stmts`` computed first inside their loop. ``drop_kinds``: the loops run
+    serially and bind no thread (the copies of the spatial loops that initialise a reduction)."""
     for iv in reversed(leaves):
         if iv in inner_stmts:
             nests = [nest for _, nest in inner_stmts[iv]]
