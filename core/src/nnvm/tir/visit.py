@@ -12,11 +12,16 @@ from nnvm.tir.stmt import Stmt
 _OPAQUE_FIELDS = {"buffer", "tensor", "combiner", "axis"}
 
 
+_CHILD_NAMES: dict = {}  # node class -> names of its child fields (dataclasses.fields is slow per node)
+
+
 def _children_fields(node):
-    for f in dataclasses.fields(node):
-        if f.name in _OPAQUE_FIELDS:
-            continue
-        yield f.name, getattr(node, f.name)
+    names = _CHILD_NAMES.get(type(node))
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(node) if f.name not in _OPAQUE_FIELDS)
+        _CHILD_NAMES[type(node)] = names
+    for name in names:
+        yield name, getattr(node, name)
 
 
 def _rewrite_value(value, fn):
