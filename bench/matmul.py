@@ -34,6 +34,8 @@ import nnvm  # noqa: E402
 from nnvm import te  # noqa: E402
 from nnvm.te.examples import matmul, matmul_api_schedule  # noqa: E402
 
+PANEL = 32  # columns of B per packed panel (and per register tile): --n must be a multiple of it
+
 
 def _block_accumulator(s, C, CC, at, kb):
     """The register tile: ``CC`` (C's cache_write) computed at C's loop ``at``, k outside the tile,
@@ -61,18 +63,24 @@ def blocked_schedule(n, bn=32, bi=4, kb=4):
     return s, [A, B, C]
 
 
-def packed_schedule(n, bn=32, bi=4, kb=4):
-    """``blocked_schedule`` over a packed copy of B, ``packedB[j // bn, k, j % bn]``, so the k loop
-    walks contiguous memory (one 4 KiB page per 32 rows of k instead of one per row)."""
+def _packed_matmul(n, bn):
+    """(schedule, A, B, C) of ``C = A @ B`` read through a packed copy of B, ``packedB[j // bn, k,
+    j % bn]`` (so the k loop walks contiguous memory), the packing vectorized and parallel."""
     A = te.placeholder((n, n), name="A")
     B = te.placeholder((n, n), name="B")
     k = te.reduce_axis((0, n), name="k")
     packed = te.compute((n // bn, n, bn), lambda jo, kk, ji: B[kk, jo * bn + ji], name="packedB")
     C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * packed[j // bn, k, j % bn], axis=k), name="C")
     s = te.create_schedule(C.op)
-    _, _, pj = s[packed].op.axis
-    s[packed].vectorize(pj)
+    s[packed].vectorize(s[packed].op.axis[2])
     s[packed].parallel(s[packed].op.axis[0])
+    return s, A, B, C
+
+
+def packed_schedule(n, bn=PANEL, bi=4, kb=4):
+    """``blocked_schedule`` over a packed copy of B, ``packedB[j // bn, k, j % bn]``, so the k loop
+    walks contiguous memory (one 4 KiB page per 32 rows of k instead of one per row)."""
+    s, A, B, C = _packed_matmul(n, bn)
     CC = s.cache_write(C, "local")
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bi, bn)
     # Column panel outside: one panel of packedB (n * bn floats) stays in L2 across all row blocks.
@@ -82,19 +90,12 @@ def packed_schedule(n, bn=32, bi=4, kb=4):
     return s, [A, B, C]
 
 
-def tensorized_schedule(n, bn=32, bi=8, kc=None):
+def tensorized_schedule(n, bn=PANEL, bi=8, kc=None):
     """``packed_schedule``'s layout with the register tile written by the llvm backend's GEMM
     micro-kernel (``tensorize`` with ``te.backend_intrinsic("llvm", "gemm")``): a ``bi x bn`` tile of C
     in ``bi`` vector registers of ``bn`` lanes across ``kc`` steps of k (all of k by default), added
     into C once per call."""
-    A = te.placeholder((n, n), name="A")
-    B = te.placeholder((n, n), name="B")
-    k = te.reduce_axis((0, n), name="k")
-    packed = te.compute((n // bn, n, bn), lambda jo, kk, ji: B[kk, jo * bn + ji], name="packedB")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * packed[j // bn, k, j % bn], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    s[packed].vectorize(s[packed].op.axis[2])
-    s[packed].parallel(s[packed].op.axis[0])
+    s, A, B, C = _packed_matmul(n, bn)
     kc = kc or n
     io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bi, bn)
     ko, ki = s[C].split(C.op.reduce_axis[0], factor=kc)
@@ -125,6 +126,8 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=10)
     args = p.parse_args()
     n = args.n
+    if n <= 0 or n % PANEL:  # packedB has n // PANEL panels: a partial one would be read past its end
+        p.error(f"--n {n}: the packed schedules need a positive multiple of {PANEL}")
     rng = np.random.default_rng(0)
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
@@ -147,6 +150,7 @@ def main() -> None:
         if make is not matmul_api_schedule:
             best = max(best, t_np / t)
     print(f"best hand-written schedule: {best:.2f}x numpy (goals: >= 0.5x, issue 3; >= 1.0x, issue 5)")
+
 
 if __name__ == "__main__":
     main()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import nnvm
+from nnvm.compiler import group_compute
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.target import parse_target
+from nnvm.te.examples import matmul_api_schedule
 from nnvm.tir.lower import lower_schedule
 from nnvm_backend_llvm_x86.plugin import LLVMBackend
 
@@ -36,6 +39,42 @@ def assert_close(name: str, got, want, rtol=1e-5, atol=1e-6):
                              f"got {got[idx]!r}, want {want[idx]!r}; max abs error {np.nanmax(err)}")
 
 
+def check_api_matmul(n: int, rng, rtol: float, atol: float, target: str = "llvm"):
+    """``api.md``'s matmul schedule at n x n, built for ``target``, run on random data and compared with
+    numpy's float64 product; returns the built function (for checks of its code)."""
+    s, args = matmul_api_schedule(n)
+    f = nnvm.build(s, args, target=target)
+    a = rng.standard_normal((n, n)).astype("float32")
+    b = rng.standard_normal((n, n)).astype("float32")
+    c = np.full((n, n), np.nan, "float32")
+    f(a, b, c)
+    assert_close(f"matmul {n} (api.md schedule)", c, a.astype("float64") @ b.astype("float64"), rtol, atol)
+    return f
+
+
+def group_with_op(graph, op: str):
+    """The tensor expressions (``GroupCompute``) of the first fused group of ``graph`` holding an ``op``."""
+    by_name = {n.name: n for n in graph.nodes}
+    k = next(k for k, g in enumerate(graph.groups) if any(by_name[n].op == op for n in g))
+    return group_compute(graph, k, [by_name[n] for n in graph.groups[k]])
+
+
+def check_every_config(template, group, params: dict, x, want, what: str, rtol: float = 1e-5) -> None:
+    """Every config of ``template`` lowered and built in one module, run on ``x`` (the group's input
+    that is not in ``params``) and compared with ``want`` by max relative error."""
+    from nnvm.tir.lower import lower_schedule
+
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    configs = list(template.configs())
+    funcs = build_funcs([lower_schedule(template.apply(c), args, f"cfg_{q}") for q, c in enumerate(configs)])
+    ins = [np.array(params[v]) if v in params else x for v, _ in group.inputs]
+    for q, config in enumerate(configs):
+        got = np.full(want.shape, np.nan, np.float32)
+        funcs[f"cfg_{q}"](*ins, got)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < rtol, f"{what} config {config}: max relative error {err:.2e}"
+
+
 # Fixtures hand the helpers to tests: with --import-mode=importlib test folders are not importable.
 @pytest.fixture
 def build():
@@ -55,3 +94,18 @@ def close():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def api_matmul():
+    return check_api_matmul
+
+
+@pytest.fixture
+def group_of():
+    return group_with_op
+
+
+@pytest.fixture
+def every_config():
+    return check_every_config

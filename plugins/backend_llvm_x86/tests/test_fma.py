@@ -26,17 +26,8 @@ def _has_fma(target: str) -> bool:
     return "+fma" in LLVMBackend().resolve(parse_target(target)).features.split(",")
 
 
-def test_matmul_numbers_and_fused_multiply_add(close, rng):
-    n = 128
-    s, args = matmul_api_schedule(n)
-    f = nnvm.build(s, args, target="llvm")
-    a = rng.standard_normal((n, n)).astype("float32")
-    b = rng.standard_normal((n, n)).astype("float32")
-    c = np.full((n, n), np.nan, "float32")
-    f(a, b, c)
-    want = a.astype("float64") @ b.astype("float64")
-    close("matmul 128 (api.md schedule)", c, want, rtol=1e-4, atol=1e-4)
-
+def test_matmul_numbers_and_fused_multiply_add(api_matmul, rng):
+    f = api_matmul(128, rng, rtol=1e-4, atol=1e-4)
     lib = f.library
     assert re.search(r"fmul contract", lib.unoptimized_ir), "float multiplies are not marked contract"
     assert re.search(r"fadd contract", lib.unoptimized_ir), "float adds are not marked contract"
@@ -93,16 +84,9 @@ def test_contraction_only_rounds_once(build, close):
     close("a*b - c", e, exact - c, rtol=1e-6, atol=1e-6)
 
 
-def test_non_divisible_matmul_keeps_fma_and_numbers(close, rng):
+def test_non_divisible_matmul_keeps_fma_and_numbers(api_matmul, rng):
     """n = 100 over 32x32 tiles and k by 4: the partitioned main nest and the guarded tails agree
     with numpy, and the main nest is fused multiply-adds."""
-    n = 100
-    s, args = matmul_api_schedule(n)
-    f = nnvm.build(s, args, target="llvm")
-    a = rng.standard_normal((n, n)).astype("float32")
-    b = rng.standard_normal((n, n)).astype("float32")
-    c = np.full((n, n), np.nan, "float32")
-    f(a, b, c)
-    close("matmul 100 (api.md schedule)", c, a.astype("float64") @ b.astype("float64"), rtol=1e-4, atol=1e-4)
+    f = api_matmul(100, rng, rtol=1e-4, atol=1e-4)
     if _has_fma("llvm"):
         assert re.search(r"\bvfmadd\w*ps\b", f.library.assembly()), "no vfmadd in the non-divisible matmul"

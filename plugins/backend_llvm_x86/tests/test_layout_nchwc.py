@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.compiler import group_compute, optimized_graph
+from nnvm.compiler import optimized_graph
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.tir.lower import lower_schedule
 from nnvm_backend_llvm_x86.layout import channel_block
@@ -132,8 +132,14 @@ def test_channel_block_follows_vector_width():
     assert channel_block(24, 8) == 8 and channel_block(12, 8) == 4 and channel_block(6, 4) is None
 
 
+def test_thousand_channels_get_a_block_of_eight():
+    """A classifier's 1000 output channels (SqueezeNet's last 1x1 conv) are not a multiple of 16, but
+    half the AVX-512 width divides them: NCHW8c, not plain NCHW."""
+    assert channel_block(1000, 16) == 8 and channel_block(1000, 8) == 8 and channel_block(1000, 4) == 4
+
+
 @pytest.mark.parametrize("depthwise", [False, True])
-def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise):
+def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise, group_of):
     """Each knob's values (one config per value, the rest at the fallback) against a numpy conv."""
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")  # the direct schedule, not Winograd, for this 3x3
     rng = np.random.default_rng(3)
@@ -144,10 +150,7 @@ def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise):
     path = str(tmp_path / "conv.onnx")
     _save(path, nodes, {"w": w}, (1, c, hw, hw))
     graph, tgt, *_ = optimized_graph(path, "llvm")
-    conv_group = next(k for k, g in enumerate(graph.groups)
-                      if any(n.op == "conv2d_nchwc" for n in graph.nodes if n.name in g))
-    by_name = {n.name: n for n in graph.nodes}
-    group = group_compute(graph, conv_group, [by_name[n] for n in graph.groups[conv_group]])
+    group = group_of(graph, "conv2d_nchwc")
     template = conv2d_nchwc_template(tgt, group)
     assert template is not None and template.name.endswith("conv2d_nchwc.direct")
     x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)

@@ -15,19 +15,10 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-from nnvm.te.examples import matmul_api_schedule
 
 
-def test_matmul_api_schedule(close, rng):
-    n = 256
-    s, args = matmul_api_schedule(n)
-    f = nnvm.build(s, args, target="llvm")
-    a = rng.standard_normal((n, n)).astype("float32")
-    b = rng.standard_normal((n, n)).astype("float32")
-    c = np.full((n, n), np.nan, "float32")
-    f(a, b, c)
-    want = (a.astype("float64") @ b.astype("float64")).astype("float32")
-    close("matmul 256", c, want, rtol=1e-4, atol=1e-3)
+def test_matmul_api_schedule(api_matmul, rng):
+    f = api_matmul(256, rng, rtol=1e-4, atol=1e-3)
     # the inner loop became vector code, in LLVM IR and in machine code
     assert re.search(r"<(8|16|32) x float>", f.source()), "no float vectors in the optimized IR"
     if "avx" in f.library.target.features:

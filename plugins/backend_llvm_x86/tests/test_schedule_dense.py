@@ -11,7 +11,6 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import group_compute, import_model, schedule_template
 from nnvm.target import parse_target
-from nnvm.tir.lower import lower_schedule
 
 # (batch m, in k, out n, bias, relu epilogue)
 CASES = [
@@ -53,7 +52,7 @@ def test_dense_group_matches_onnxruntime(case, tmp_path):
     assert err < 1e-5, f"dense {case}: max relative error {err:.2e}"
 
 
-def test_every_config_of_the_space(tmp_path, build):
+def test_every_config_of_the_space(tmp_path, every_config):
     """All knob combinations on one awkward shape (batch 3, an output count 16 does not divide)."""
     path = str(tmp_path / "dense.onnx")
     _gemm(path, 3, 96, 12, True, True)
@@ -62,17 +61,8 @@ def test_every_config_of_the_space(tmp_path, build):
     template = schedule_template(parse_target("llvm"), group)
     assert template is not None and template.name == "x86.dense.rfactor"
     assert template.size() > 4, f"a space of {template.size()} configs leaves the tuner nothing to search"
-    args = [t for _, t in group.inputs] + list(group.outputs)
-    configs = list(template.configs())
-    funcs = build([lower_schedule(template.apply(c), args, f"dense_{q}") for q, c in enumerate(configs)])
     x = np.random.default_rng(2).standard_normal((3, 96)).astype(np.float32)
-    want = _reference(path, x)
-    ins = [x if v == "x" else np.array(graph.params[v]) for v, _ in group.inputs]
-    for q, config in enumerate(configs):
-        got = np.full(want.shape, np.nan, np.float32)
-        funcs[f"dense_{q}"](*ins, got)
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        assert err < 1e-5, f"dense config {config}: max relative error {err:.2e}"
+    every_config(template, group, graph.params, x, _reference(path, x), "dense")
 
 
 @pytest.mark.parametrize("k, want", [(1280, [16, 32, 64]), (100, [10, 20, 25, 50]), (67, [1])])

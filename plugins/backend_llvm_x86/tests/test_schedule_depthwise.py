@@ -11,7 +11,6 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import group_compute, import_model, schedule_template
 from nnvm.target import parse_target
-from nnvm.tir.lower import lower_schedule
 
 # (batch, in channels, out channels, height = width, kernel, stride, padding, relu epilogue[, dilation])
 CASES = [
@@ -64,21 +63,12 @@ def test_depthwise_group_matches_onnxruntime(case, tmp_path):
     assert err < 1e-5, f"depthwise {case}: max relative error {err:.2e}"
 
 
-def test_every_config_of_the_space(tmp_path, build):
+def test_every_config_of_the_space(tmp_path, every_config):
     """All knob combinations on one awkward shape: stride 2, an odd plane, batch 2."""
     path = str(tmp_path / "dw.onnx")
     _conv(path, 2, 6, 6, 13, 3, 2, 1, True)
     graph, group = _group(path)
     template = schedule_template(parse_target("llvm"), group)
     assert template.size() > 2, f"a space of {template.size()} configs leaves the tuner nothing to search"
-    args = [t for _, t in group.inputs] + list(group.outputs)
-    configs = list(template.configs())
-    funcs = build([lower_schedule(template.apply(c), args, f"dw_{q}") for q, c in enumerate(configs)])
     x = np.random.default_rng(2).standard_normal((2, 6, 13, 13)).astype(np.float32)
-    want = _reference(path, x)
-    ins = [x if v == "x" else np.array(graph.params[v]) for v, _ in group.inputs]
-    for q, config in enumerate(configs):
-        got = np.full(want.shape, np.nan, np.float32)
-        funcs[f"dw_{q}"](*ins, got)
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        assert err < 1e-5, f"depthwise config {config}: max relative error {err:.2e}"
+    every_config(template, group, graph.params, x, _reference(path, x), "depthwise")

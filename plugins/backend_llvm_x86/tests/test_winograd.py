@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.compiler import group_compute, optimized_graph
+from nnvm.compiler import optimized_graph
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.tir.lower import lower_schedule
 from nnvm_backend_llvm_x86.winograd import use_winograd, winograd_template
@@ -62,17 +62,14 @@ def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, monkeypatch, hw):
     assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-4
 
 
-def test_tile_widths_give_numpy_numbers(tmp_path, monkeypatch):
+def test_tile_widths_give_numpy_numbers(tmp_path, monkeypatch, group_of):
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
     rng = np.random.default_rng(5)
     path = str(tmp_path / "wino.onnx")
     c, hw = 16, 8
     w, b = _model(path, c, hw, rng)
     graph, tgt, *_ = optimized_graph(path, "llvm")
-    k = next(k for k, g in enumerate(graph.groups)
-             if any(n.op == "conv2d_winograd_nchwc" for n in graph.nodes if n.name in g))
-    by_name = {n.name: n for n in graph.nodes}
-    group = group_compute(graph, k, [by_name[n] for n in graph.groups[k]])
+    group = group_of(graph, "conv2d_winograd_nchwc")
     template = winograd_template(tgt, group)
     assert template is not None and len(template.space["tw_block"]) > 1
     x = rng.standard_normal((1, c, hw, hw)).astype(np.float32)

@@ -18,6 +18,9 @@ The shape of the generated module, per kernel ``f`` of the calling convention ``
   The caller runs it on libgomp's thread pool with ``GOMP_parallel``; libgomp keeps its threads
   between calls. The team size is ``nnvm_llvm_num_threads()``: ``NNVM_NUM_THREADS`` read once at run
   time by the generated code, else libgomp's default (``OMP_NUM_THREADS`` or the number of CPUs).
+  The Python runtime sets ``NNVM_NUM_THREADS`` to the number of physical cores before it hands out
+  the first kernel unless the user set either variable (``nnvm.runtime.threads``), so in practice the
+  libgomp default only applies to exported libraries loaded outside nnvm.
 - ``Allocate``: constant sizes up to 64 KiB are ``alloca`` in the entry block of the function they are
   used in (so inside a parallel body each thread has its own); larger or dynamic ones are
   ``aligned_alloc(64, ...)`` and freed after their body.

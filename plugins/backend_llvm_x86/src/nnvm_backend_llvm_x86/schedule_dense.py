@@ -25,8 +25,14 @@ from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor, vector_lanes
+from nnvm_backend_llvm_x86.schedules import (
+    divisors,
+    extent,
+    inline_epilogue,
+    largest_divisor,
+    sole_anchor,
+    vector_lanes,
+)
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency
 
@@ -39,13 +45,10 @@ def _dense_stages(group):
     if out.dtype != "float32" or len(out.shape) != 2:
         return None
     sch = te.create_schedule([out.op])
-    computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
-    dense = [st for st in computes if st.op.tag == "dense"]
-    if len(dense) != 1 or any(st.op.reduce_axis for st in computes if st is not dense[0]):
+    dense = sole_anchor(sch, "dense")
+    if dense is None or any(extent(iv) is None for iv in (*dense.op.axis, *dense.op.reduce_axis)):
         return None
-    if any(extent(iv) is None for iv in (*dense[0].op.axis, *dense[0].op.reduce_axis)):
-        return None
-    return sch, dense[0]
+    return sch, dense
 
 
 def dense_template(target, group) -> ScheduleTemplate | None:
@@ -74,9 +77,7 @@ def dense_template(target, group) -> ScheduleTemplate | None:
 def build_dense(group, config: dict):
     """The schedule of ``x86.dense.rfactor`` for one config (see the module docstring)."""
     sch, dense = _dense_stages(group)
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage is not dense:
-            stage.compute_inline()
+    inline_epilogue(sch, {dense.op})
     out_stage = sch[group.outputs[0].op]
     (k,) = dense.op.reduce_axis
     i, j = out_stage.op.axis

@@ -26,10 +26,11 @@ from nnvm.autotune import ScheduleTemplate
 from nnvm.schedules import schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm_backend_llvm_x86.schedules import (
-    conv2d_flops,
     divisors,
     extent,
+    inline_epilogue,
     largest_divisor,
+    reduction_flops,
     single_conv_stage,
     vector_lanes,
 )
@@ -63,16 +64,13 @@ def depthwise_template(target, group) -> ScheduleTemplate | None:
     space = {"oh_block": oh_space, "ow_block": ow_space, "pad_at": pad_space, "unroll_kh": [True, False]}
     fallback = {"oh_block": oh_fallback, "ow_block": ow_fallback, "pad_at": pad_space[0], "unroll_kh": True}
     return ScheduleTemplate("x86.depthwise_conv2d_nchw.direct", space, fallback,
-                            lambda config: build_depthwise(group, config), flops=conv2d_flops(conv.op))
+                            lambda config: build_depthwise(group, config), flops=reduction_flops(conv.op))
 
 
 def build_depthwise(group, config: dict):
     """The schedule of ``x86.depthwise_conv2d_nchw.direct`` for one config (see the module docstring)."""
     sch, conv, padded = single_conv_stage(group, depthwise=True)
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage is not conv \
-                and stage.op not in padded:
-            stage.compute_inline()
+    inline_epilogue(sch, {conv.op, *padded})
     out_stage = sch[group.outputs[0].op]
     n, c, oh, ow = out_stage.op.axis
     oho, ohi = out_stage.split(oh, factor=config["oh_block"])

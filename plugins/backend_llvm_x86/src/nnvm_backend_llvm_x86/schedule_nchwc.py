@@ -24,14 +24,21 @@ the kernel window). The fallback takes the largest width divisor that fits the r
 
 from __future__ import annotations
 
-import math
 import os
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor, vector_lanes
+from nnvm_backend_llvm_x86.schedules import (
+    divisors,
+    extent,
+    inline_epilogue,
+    largest_divisor,
+    reduction_flops,
+    sole_anchor,
+    vector_lanes,
+)
 
 
 def nchwc_stage(group):
@@ -42,14 +49,8 @@ def nchwc_stage(group):
     if out.dtype != "float32" or len(out.shape) != 5:
         return None
     sch = te.create_schedule([out.op])
-    convs = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d_nchwc"]
-    if len(convs) != 1:
-        return None
-    conv = convs[0]
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and stage is not conv and stage.op.reduce_axis:
-            return None  # a second reduction in the group: not the shape this schedule knows
-    return sch, conv, guarded_inputs_of_reductions(sch)
+    conv = sole_anchor(sch, "conv2d_nchwc")
+    return None if conv is None else (sch, conv, guarded_inputs_of_reductions(sch))
 
 
 def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
@@ -84,20 +85,15 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
         space["oc_blocks"] = [1, 2] if ext_oco % 2 == 0 else [1]
         # (Measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%.)
         fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and 2 * ow_fallback <= min(16, fit) else 1
-    flops = 2.0 * math.prod(extent(iv) or 1 for iv in conv.op.axis) * math.prod(
-        extent(iv) or 1 for iv in conv.op.reduce_axis)
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
     return ScheduleTemplate(name, space, fallback, lambda config: build_conv2d_nchwc(group, config),
-                            flops=flops)
+                            flops=reduction_flops(conv.op))
 
 
 def build_conv2d_nchwc(group, config: dict):
     """The schedule of ``x86.conv2d_nchwc.direct`` for one config (see the module docstring)."""
     sch, conv, padded = nchwc_stage(group)
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage is not conv \
-                and stage.op not in padded:
-            stage.compute_inline()
+    inline_epilogue(sch, {conv.op, *padded})
     out = group.outputs[0]
     n, oco, oh, ow, oci = conv.op.axis
     reduce = list(conv.op.reduce_axis)

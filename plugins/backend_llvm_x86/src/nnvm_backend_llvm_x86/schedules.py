@@ -87,6 +87,24 @@ def divisors(n: int, limit: int, low: int = 1) -> list:
     return [d for d in range(max(low, 1), min(n, limit) + 1) if n % d == 0]
 
 
+def sole_anchor(sch, tag: str):
+    """The one compute stage of ``sch`` tagged ``tag`` when it is the group's only reduction, else None
+    (a second reduction in the group is not the shape these templates know)."""
+    computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
+    anchors = [st for st in computes if st.op.tag == tag]
+    if len(anchors) != 1 or any(st.op.reduce_axis for st in computes if st is not anchors[0]):
+        return None
+    return anchors[0]
+
+
+def inline_epilogue(sch, keep) -> None:
+    """Inline every compute stage that is not an output and whose op is not in ``keep`` (the anchor and
+    the padded inputs that stay materialized): the epilogue then runs on the anchor's registers."""
+    for stage in sch.stages:
+        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
+            stage.compute_inline()
+
+
 def single_conv_stage(group, depthwise: bool):
     """(schedule, conv stage, padded stages) for a float32 NCHW conv2d group with one output and one
     reduction, ``depthwise`` or plain (groups=1); None for anything else."""
@@ -99,28 +117,21 @@ def single_conv_stage(group, depthwise: bool):
     if out.dtype != "float32" or len(out.shape) != 4:
         return None
     sch = te.create_schedule([out.op])
-    convs = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d"]
-    if len(convs) != 1:
+    conv = sole_anchor(sch, "conv2d")
+    if conv is None:
         return None
-    conv = convs[0]
     groups = conv.op.attrs.get("groups", attrs.get("groups", 1))
     is_depthwise = bool(conv.op.attrs.get("depthwise"))
     if (depthwise and not is_depthwise) or (not depthwise and groups != 1):
         return None
-    padded = guarded_inputs_of_reductions(sch)
-    for stage in sch.stages:
-        op = stage.op
-        if not isinstance(op, ComputeOp) or stage is conv:
-            continue
-        if op.reduce_axis:
-            return None  # a second reduction in the group: not the shape these schedules know
-    return sch, conv, padded
+    return sch, conv, guarded_inputs_of_reductions(sch)
 
 
-def conv2d_flops(conv_op) -> float:
-    """Multiply-adds x 2 of a conv2d stage (its output size times its reduction size)."""
-    spatial = math.prod(extent(iv) or 1 for iv in conv_op.axis)
-    return 2.0 * spatial * math.prod(extent(iv) or 1 for iv in conv_op.reduce_axis)
+def reduction_flops(op) -> float:
+    """Multiply-adds x 2 of a reduction stage (conv2d, a Winograd product): its output size times its
+    reduction size."""
+    spatial = math.prod(extent(iv) or 1 for iv in op.axis)
+    return 2.0 * spatial * math.prod(extent(iv) or 1 for iv in op.reduce_axis)
 
 
 def conv2d_template(target, group) -> ScheduleTemplate | None:
@@ -149,16 +160,13 @@ def conv2d_template(target, group) -> ScheduleTemplate | None:
     fallback = {"oc_block": largest_divisor(ext_oc, OC_BLOCK), "oh_block": 1, "ow_block": ow_fallback,
                 "reduce_order": "rc_ry_rx", "unroll_kw": False}
     return ScheduleTemplate("x86.conv2d_nchw.direct", space, fallback,
-                            lambda config: build_conv2d(group, config), flops=conv2d_flops(conv.op))
+                            lambda config: build_conv2d(group, config), flops=reduction_flops(conv.op))
 
 
 def build_conv2d(group, config: dict):
     """The schedule of ``x86.conv2d_nchw.direct`` for one config (see the module docstring)."""
     sch, conv, padded = single_conv_stage(group, depthwise=False)
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage is not conv \
-                and stage.op not in padded:
-            stage.compute_inline()
+    inline_epilogue(sch, {conv.op, *padded})
     out = group.outputs[0]
     n, oc, oh, ow = conv.op.axis
     oc_block, ow_block = config["oc_block"], config["ow_block"]

@@ -105,11 +105,7 @@ class _Vectorizer:
             return replace(s, body=self.stmt(s.body))
         if isinstance(s, S.LetStmt):
             value = self.expr(s.value)
-            var = s.var
-            if _lanes(value) > 1:
-                var = E.Var(s.var.name, value.dtype)
-                self.remap[s.var] = var
-            return S.LetStmt(var, value, self.stmt(s.body))
+            return S.LetStmt(self.bind(s.var, value), value, self.stmt(s.body))
         if isinstance(s, S.Store):
             index = self.expr(s.index)
             if _lanes(index) == 1:
@@ -118,6 +114,14 @@ class _Vectorizer:
             pred = None if s.predicate is None else self.broadcast(self.expr(s.predicate))
             return S.Store(s.buffer, index, value, pred)
         raise _Decline
+
+    def bind(self, var: E.Var, value: E.Expr) -> E.Var:
+        """The variable a let binds ``value`` to: a vector-typed copy (used for every later read) when
+        the value became a vector."""
+        if _lanes(value) == 1:
+            return var
+        self.remap[var] = E.Var(var.name, value.dtype)
+        return self.remap[var]
 
     # -- expressions ----------------------------------------------------------------------------
     def broadcast(self, e: E.Expr) -> E.Expr:
@@ -166,10 +170,7 @@ class _Vectorizer:
             return E.Select(cond, t, f, E.with_lanes(e.dtype, self.lanes))
         if isinstance(e, E.Let):
             value = self.expr(e.value)
-            var = e.var
-            if _lanes(value) > 1:
-                var = E.Var(e.var.name, value.dtype)
-                self.remap[e.var] = var
+            var = self.bind(e.var, value)
             body = self.expr(e.body)
             if value is e.value and body is e.body:
                 return e

@@ -28,7 +28,7 @@ from nnvm.autotune import ScheduleTemplate
 from nnvm.passes.alter_layout import AlteredNode
 from nnvm.schedules import schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor
+from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor, reduction_flops
 
 
 def use_winograd(out_shape: tuple) -> bool:
@@ -85,11 +85,8 @@ def winograd_template(target, group) -> ScheduleTemplate | None:
         return None
     fallback = largest_divisor(tw, 14)
     space = {"tw_block": sorted(set(divisors(tw, 28)) | {fallback})}
-    work = 1
-    for iv in list(gemm.op.axis) + list(gemm.op.reduce_axis):
-        work *= extent(iv) or 1
     return ScheduleTemplate("x86.conv2d_winograd_nchwc", space, {"tw_block": fallback},
-                            lambda config: build_winograd(group, config), flops=2.0 * work)
+                            lambda config: build_winograd(group, config), flops=reduction_flops(gemm.op))
 
 
 def build_winograd(group, config: dict):
