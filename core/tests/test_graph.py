@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import nnvm
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph, Node, TensorType, load_params, save_params
+from nnvm.passes import builtin
 
 
 def _small_graph() -> Graph:
@@ -73,3 +76,37 @@ def test_params_blob_round_trip():
     back = load_params(save_params(params))
     for k, v in params.items():
         assert back[k].dtype == v.dtype and np.array_equal(back[k], v)
+
+
+class _TargetDeclines(nnvm.UnsupportedOperatorError):
+    """What a backend raises for an operator it cannot compile (the class is what callers match)."""
+
+    def __init__(self, op: str, node: str):
+        super().__init__("llvm", {op: [node]})
+
+
+def _declining(opdef, where: str):
+    def fail(*_args):
+        raise _TargetDeclines(opdef.name, "relu0")
+
+    return dataclasses.replace(opdef, **{where: fail})
+
+
+def test_node_context_keeps_the_error_class(monkeypatch):
+    """Type inference and compute add the node to the message without turning an
+    UnsupportedOperatorError into a plain Error."""
+    from nnvm.compiler import group_compute
+    from nnvm.plugins import op_registry
+
+    graph = _small_graph()
+    ops = op_registry()._ops
+    relu = ops["relu"]
+    monkeypatch.setitem(ops, "relu", _declining(relu, "compute"))
+    with pytest.raises(_TargetDeclines, match=r"^node relu0 \(relu\): .*unsupported operator"):
+        group_compute(graph, 0, list(graph.nodes))
+    monkeypatch.setitem(ops, "relu", _declining(relu, "infer_type"))
+    b = GraphBuilder()
+    with pytest.raises(_TargetDeclines, match=r"^node r \(relu\): "):
+        b.node1("relu", [b.input("x", (2, 3))], name="r")
+    with pytest.raises(_TargetDeclines, match=r"^node relu0 \(relu\): "):
+        builtin.infer_types(graph.replace(types={"x": graph.types["x"]}))

@@ -220,6 +220,18 @@ def test_conv2d_nchwc_matches_numpy_conv(ops, c, o, stride, pad, groups, blocked
               from_primal(want.astype(np.float32), "NCHW", f"NCHW{BLOCK}c"), rtol=1e-4, atol=1e-4)
 
 
+def test_depthwise_conv2d_nchwc_on_plain_nchw_data(ops):
+    """Depthwise over rank-4 NCHW data (blocks of 1 in and out) computes, not only type-checks."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((1, 6, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    want = numpy_conv(x, w, 1, 1, 6)
+    wb = np.ascontiguousarray(from_primal(w, "OIHW", "OIHW1i1o"))
+    attrs = {"strides": (1, 1), "padding": (1,) * 4, "groups": 6}
+    ops.check("conv2d_nchwc", [x, wb], attrs, from_primal(want.astype(np.float32), "NCHW", "NCHW1c"),
+              rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("hw", [(3, 2)])
 def test_winograd_matches_numpy_conv(ops, hw):
     """F(2x2, 3x3) against a direct numpy convolution, odd sizes (a partial last tile) included."""

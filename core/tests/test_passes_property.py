@@ -13,11 +13,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nnvm.compiler import group_calls
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.evaluate import evaluate_graph
 from nnvm.passes import builtin
 from nnvm.passes.manager import PassContext, run_pipeline
-from nnvm.runtime.plan import make_plan
+from nnvm.runtime.plan import check_plan, make_plan
 
 HW = 5
 
@@ -96,30 +97,10 @@ def random_graphs(draw):
     return b.build(), seed
 
 
-def _calls(graph):
-    """One call per fused group, as the compiler forms them: outside inputs, then outside-read outputs."""
-    consumers = graph.consumers()
-    by_name = {n.name: n for n in graph.nodes}
-    calls = []
-    for names in graph.groups:
-        members = [by_name[n] for n in names]
-        produced = {o for m in members for o in m.outputs}
-        ins = list(dict.fromkeys(v for m in members for v in m.inputs if v and v not in produced))
-        outs = [o for m in members for o in m.outputs
-                if o in graph.outputs or any(c.name not in names for c in consumers.get(o, []))]
-        calls.append({"kernel": "k", "group": list(names), "args": ins + outs})
-    return calls
-
-
 def _check_plan(graph):
     assert sorted(n for g in graph.groups for n in g) == sorted(n.name for n in graph.nodes)
-    plan = make_plan(graph, _calls(graph))
-    placed = sorted(plan["placements"].items())
-    for i, (v, (o1, s1, f1, l1)) in enumerate(placed):
-        for w, (o2, s2, f2, l2) in placed[i + 1:]:
-            if f1 <= l2 and f2 <= l1:
-                assert o1 + s1 <= o2 or o2 + s2 <= o1, (
-                    f"{v} [{o1}, {o1 + s1}) live {f1}..{l1} overlaps {w} [{o2}, {o2 + s2}) live {f2}..{l2}")
+    plan = make_plan(graph, group_calls(graph))
+    check_plan(plan)
     assert plan["lower_bound_bytes"] <= plan["arena_bytes"] <= plan["naive_bytes"] or not graph.nodes
 
 

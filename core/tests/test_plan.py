@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnvm.runtime.plan import plan_memory
+from nnvm.errors import Error
+from nnvm.runtime.plan import check_plan, plan_memory
 
 
 @st.composite
@@ -44,3 +46,14 @@ def test_chain_reuses_memory():
     lives = {f"v{k}": (k, k + 1) for k in range(10)}
     _, arena = plan_memory(sizes, lives)
     assert arena == 2048
+
+
+def test_check_plan_names_two_live_values_sharing_bytes():
+    plan = {"placements": {"a": [0, 128, 0, 3], "b": [64, 128, 2, 5], "c": [0, 64, 4, 5]},
+            "arena_bytes": 192, "lower_bound_bytes": 192}
+    with pytest.raises(Error, match=r"a \[0, 128\) live 0..3 overlaps b \[64, 192\) live 2..5"):
+        check_plan(plan)
+    plan["placements"]["b"] = [128, 64, 2, 5]  # now only a and c share bytes, at different times
+    check_plan(plan)
+    with pytest.raises(Error, match="below the lower bound"):
+        check_plan(dict(plan, lower_bound_bytes=256))

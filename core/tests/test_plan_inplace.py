@@ -12,35 +12,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nnvm.compiler import group_calls
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.evaluate import evaluate_graph, evaluate_node
 from nnvm.passes.manager import PassContext, run_pipeline
-from nnvm.runtime.plan import inplace_input, make_plan
-
-
-def calls_of(graph):
-    """One call per fused group, as the compiler forms them: outside inputs, then outside-read outputs."""
-    consumers = graph.consumers()
-    by_name = {n.name: n for n in graph.nodes}
-    calls = []
-    for names in graph.groups:
-        members = [by_name[n] for n in names]
-        produced = {o for m in members for o in m.outputs}
-        ins = list(dict.fromkeys(v for m in members for v in m.inputs if v and v not in produced))
-        outs = [o for m in members for o in m.outputs
-                if o in graph.outputs or any(c.name not in names for c in consumers.get(o, []))]
-        calls.append({"kernel": "k", "group": list(names), "args": ins + outs})
-    return calls
-
-
-def check_no_live_overlap(plan):
-    placed = sorted(plan["placements"].items())
-    for i, (v, (o1, s1, f1, l1)) in enumerate(placed):
-        for w, (o2, s2, f2, l2) in placed[i + 1:]:
-            if f1 <= l2 and f2 <= l1:
-                assert o1 + s1 <= o2 or o2 + s2 <= o1, (
-                    f"{v} [{o1}, {o1 + s1}) live {f1}..{l1} overlaps {w} [{o2}, {o2 + s2}) live {f2}..{l2}")
-    assert plan["lower_bound_bytes"] <= plan["arena_bytes"]
+from nnvm.runtime.plan import check_plan, inplace_input, make_plan
 
 
 def run_plan(graph, calls, plan, inputs: dict) -> list:
@@ -92,7 +68,7 @@ def conv_chain():
 
 def test_unfused_elementwise_chain_works_in_place():
     graph = fused(conv_chain, level=0)  # one kernel per node
-    calls = calls_of(graph)
+    calls = group_calls(graph)
     plan = make_plan(graph, calls)
     where = plan["placements"]
     by_op = {n.op: [] for n in graph.nodes}
@@ -107,7 +83,7 @@ def test_unfused_elementwise_chain_works_in_place():
     # The second conv reads the sigmoid output by a reduction: never in place.
     conv2 = by_op["conv2d"][1]
     assert where[conv2.outputs[0]][0] != where[conv2.inputs[0]][0]
-    check_no_live_overlap(plan)
+    check_plan(plan)
 
 
 def test_in_place_lowers_the_peak_of_an_elementwise_kernel():
@@ -116,7 +92,7 @@ def test_in_place_lowers_the_peak_of_an_elementwise_kernel():
     a = b.node1("conv2d", [x, b.param("w", np.ones((16, 1, 1, 1), np.float32))])
     b.output(b.node1("global_avg_pool2d", [b.node1("relu", [a])]))
     graph = run_pipeline(b.build(), PassContext(opt_level=0))
-    calls = calls_of(graph)
+    calls = group_calls(graph)
     plan, separate = make_plan(graph, calls), make_plan(graph, calls, inplace=False)
     big = 16 * 8 * 8 * 4
     assert separate["arena_bytes"] >= 2 * big  # conv output and relu output side by side
@@ -125,7 +101,7 @@ def test_in_place_lowers_the_peak_of_an_elementwise_kernel():
 
 def test_residual_add_epilogue_takes_the_skip_value_storage():
     graph = fused(conv_chain, level=2)
-    calls = calls_of(graph)
+    calls = group_calls(graph)
     plan = make_plan(graph, calls)
     where = plan["placements"]
     call = next(c for c in calls if any("add" in n for n in c["group"]))
@@ -134,7 +110,7 @@ def test_residual_add_epilogue_takes_the_skip_value_storage():
     out = call["args"][-1]
     assert where[out][0] == where[skip][0], "the group reads the skip value only element by element"
     assert where[out][0] != where[conv.inputs[0]][0], "the conv's data is read by a reduction"
-    check_no_live_overlap(plan)
+    check_plan(plan)
 
 
 def test_no_in_place_when_the_input_is_read_later_or_changes_shape():
@@ -149,12 +125,12 @@ def test_no_in_place_when_the_input_is_read_later_or_changes_shape():
     t = b.node1("add", [g, b.param("k", np.ones((1, 2, 3, 3), np.float32))])  # [1,2,1,1] -> [1,2,3,3]
     b.output(t)
     graph = run_pipeline(b.build(), PassContext(opt_level=0))
-    plan = make_plan(graph, calls_of(graph))
+    plan = make_plan(graph, group_calls(graph))
     where = plan["placements"]
     assert where[r][0] != where[a][0]
     assert where[t][0] != where[g][0]
     assert where[s][0] == where[r][0] or where[s][0] == where[a][0]  # s is the last reader of both
-    check_no_live_overlap(plan)
+    check_plan(plan)
 
 
 def test_graph_inputs_and_outputs_keep_their_own_storage():
@@ -167,8 +143,8 @@ def test_graph_inputs_and_outputs_keep_their_own_storage():
     graph = run_pipeline(b.build(), PassContext(opt_level=0))
     producers = graph.producers()
     # relu's input is the graph input (the caller's data), sigmoid's is a graph output.
-    assert [inplace_input(graph, c, producers) for c in calls_of(graph)] == [None, None]
-    check_no_live_overlap(make_plan(graph, calls_of(graph)))
+    assert [inplace_input(graph, c, producers) for c in group_calls(graph)] == [None, None]
+    check_plan(make_plan(graph, group_calls(graph)))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -194,9 +170,9 @@ def test_in_place_plan_runs_to_the_reference_numbers(ops, level):
         values.append(y)
     b.output(values[-1])
     graph = run_pipeline(b.build(), PassContext(opt_level=level))
-    calls = calls_of(graph)
+    calls = group_calls(graph)
     plan = make_plan(graph, calls)
-    check_no_live_overlap(plan)
+    check_plan(plan)
     xin = np.random.default_rng(7).standard_normal((1, 4, 5, 5)).astype(np.float32)
     (want,) = evaluate_graph(graph, {"x": xin})
     (got,) = run_plan(graph, calls, plan, {"x": xin})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnvm.errors import Error
+from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, TensorType
 from nnvm.ops.registry import OpPattern, get_op
 
@@ -62,21 +62,44 @@ class GroupCompute:
         return get_op(self.anchor.op).normalize_attrs(dict(self.anchor.attrs), self.anchor.name)
 
 
-def group_compute(graph: Graph, index: int, members: list) -> GroupCompute:
-    """Tensor expressions of one group: placeholders for what comes from outside, computes inside."""
-    from nnvm import te
-
+def group_values(graph: Graph, members: list, consumers: dict | None = None) -> tuple[list, list]:
+    """The kernel parameters of a fused group: ``(inputs, outputs)``, the values it reads from outside
+    (in order of first use), then the values it makes that are graph outputs or read by another group
+    (the last node's outputs when none is). ``consumers``: ``graph.consumers()``, when the caller has it."""
     member_names = {n.name for n in members}
     produced = {o for n in members for o in n.outputs}
+    consumers = graph.consumers() if consumers is None else consumers
+    inputs = list(dict.fromkeys(v for n in members for v in n.inputs if v and v not in produced))
+    outside = set(graph.outputs)
+    outputs = [o for n in members for o in n.outputs
+               if o in outside or any(c.name not in member_names for c in consumers.get(o, []))]
+    return inputs, outputs or list(members[-1].outputs)
+
+
+def group_calls(graph: Graph) -> list[dict]:
+    """One kernel call per fused group, in execution order, for ``make_plan``: ``{"kernel": None (the
+    compiler names it), "group": node names, "args": group_values' inputs then outputs}``."""
+    by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
+    calls = []
+    for names in graph.groups:
+        inputs, outputs = group_values(graph, [by_name[n] for n in names], consumers)
+        calls.append({"kernel": None, "group": list(names), "args": inputs + outputs})
+    return calls
+
+
+def group_compute(graph: Graph, index: int, members: list, consumers: dict | None = None) -> GroupCompute:
+    """Tensor expressions of one group: placeholders for what comes from outside, computes inside.
+    ``consumers``: ``graph.consumers()``, when the caller has it."""
+    from nnvm import te
+
+    in_values, out_values = group_values(graph, members, consumers)
     env: dict = {}
     inputs: list = []
-    for node in members:
-        for v in node.inputs:
-            if v and v not in produced and v not in env:
-                ty = graph.type_of(v)
-                env[v] = te.placeholder(ty.shape, ty.dtype, name=_c_name(v))
-                inputs.append((v, env[v]))
+    for v in in_values:
+        ty = graph.type_of(v)
+        env[v] = te.placeholder(ty.shape, ty.dtype, name=_c_name(v))
+        inputs.append((v, env[v]))
     anchor = members[-1]
     best = -1
     for node in members:
@@ -89,7 +112,7 @@ def group_compute(graph: Graph, index: int, members: list) -> GroupCompute:
         try:
             outs = opdef.compute(ins, attrs, out_types)
         except Error as exc:
-            raise Error(f"node {node.name} ({node.op}): {exc}") from None
+            raise with_context(exc, f"node {node.name} ({node.op})") from None
         outs = list(outs) if isinstance(outs, list | tuple) else [outs]
         for o, t, ty in zip(node.outputs, outs, out_types):
             if tuple(int(getattr(s, "value", s)) for s in t.shape) != ty.shape or t.dtype != ty.dtype:
@@ -99,11 +122,6 @@ def group_compute(graph: Graph, index: int, members: list) -> GroupCompute:
         rank = opdef.pattern if opdef.pattern != OpPattern.OPAQUE else OpPattern.OUT_ELEMWISE_FUSABLE
         if rank >= best:
             best, anchor = rank, node
-    outside = set(graph.outputs)
-    out_values = [o for n in members for o in n.outputs
-                  if o in outside or any(c.name not in member_names for c in consumers.get(o, []))]
-    if not out_values:
-        out_values = list(members[-1].outputs)
     return GroupCompute(index, list(members), anchor, inputs, [env[o] for o in out_values], out_values, env)
 
 
@@ -157,12 +175,17 @@ def schedule_template(target, group: GroupCompute):
 def schedule_group(target, group: GroupCompute, config: dict | None = None):
     """The backend's schedule for a group: its template (with ``config``, else the template's fallback),
     else a plain schedule hook, else the generic schedule when every plugin declines."""
-    from nnvm.plugins import hook
-    from nnvm.schedules import generic_schedule
-
     template = schedule_template(target, group)
     if template is not None:
         return template.apply(config)
+    return _untemplated_schedule(target, group)
+
+
+def _untemplated_schedule(target, group: GroupCompute):
+    """A plain ``nnvm_schedule_group`` answer, else the generic schedule (for a group without template)."""
+    from nnvm.plugins import hook
+    from nnvm.schedules import generic_schedule
+
     sch = hook().nnvm_schedule_group(target=target, group=group)
     return sch if sch is not None else generic_schedule(group.outputs, target)
 
@@ -222,30 +245,30 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
     logs = tuning_logs_for(tgt, tuning_log)
     tuned = 0
     by_name = {n.name: n for n in graph.nodes}
-    kernels: dict = {}  # workload key -> (kernel name, GroupCompute)
+    consumers = graph.consumers()
+    kernels: dict = {}  # workload key -> kernel name
     funcs = []
-    calls = []
-    for k, names in enumerate(graph.groups):
+    calls = group_calls(graph)
+    for k, (names, call) in enumerate(zip(graph.groups, calls)):
         members = [by_name[n] for n in names]
         key = _workload_key(graph, members)
-        group = group_compute(graph, k, members)
-        if key not in kernels:
+        if key not in kernels:  # a group computing the same function as an earlier one reuses its kernel
+            group = group_compute(graph, k, members, consumers)
             kname = f"nnvm_k{len(kernels)}_{_c_name(group.anchor.op)}"
             template = schedule_template(tgt, group)
             if template is not None:
                 config = logs.config_for(template, key, tgt) if len(logs) else None
                 tuned += config is not None
                 sch = template.apply(config)
-            else:
-                sch = schedule_group(tgt, group)
+            else:  # not schedule_group: that would ask for the template again
+                sch = _untemplated_schedule(tgt, group)
             args = [t for _, t in group.inputs] + list(group.outputs)
             try:
                 funcs.append(lower_schedule(sch, args, kname))
             except Error as exc:
-                raise Error(f"fused group {list(names)}: {exc}") from None
+                raise with_context(exc, f"fused group {list(names)}") from None
             kernels[key] = kname
-        calls.append({"kernel": kernels[key], "group": list(names),
-                      "args": [v for v, _ in group.inputs] + list(group.output_values)})
+        call["kernel"] = kernels[key]
     seconds["lower"] = time.perf_counter() - t0
 
     if dump_ir:

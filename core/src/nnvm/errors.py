@@ -7,6 +7,14 @@ class Error(Exception):
     """A problem with the user's model, input, target or schedule; the message names where."""
 
 
+def with_context(exc: Error, where: str) -> Error:
+    """``exc`` with ``where`` (the node, group or file) put in front of its message, keeping its class
+    and attributes, so a caller can still tell an ``UnsupportedOperatorError`` from any other error.
+    Use as ``raise with_context(exc, f"node {name}") from None``."""
+    exc.args = (f"{where}: {exc}",)
+    return exc
+
+
 class UnsupportedOperatorError(Error):
     """The model uses operators no installed frontend can convert; lists all of them at once."""
 

@@ -18,6 +18,7 @@ import importlib
 import json
 from dataclasses import dataclass, field
 
+from nnvm.autotune.template import space_size
 from nnvm.errors import Error
 
 
@@ -37,10 +38,8 @@ class Task:
     extra_plugins: tuple = field(default=())  # plugin modules registered by hand in the parent
 
     def size(self) -> int:
-        n = 1
-        for values in self.space.values():
-            n *= len(values)
-        return n
+        """Number of configs in the space."""
+        return space_size(self.space)
 
     def instantiate(self):
         """``(template, args)``: the template and the tensors its kernels take, in parameter order."""
@@ -119,17 +118,15 @@ def group_label(graph, members: list) -> str:
     return f"{ops} {' * '.join(shapes)}".strip()
 
 
-def group_subgraph(graph, members: list, output_values: list):
-    """The group as a graph of its own: outside values become inputs (types kept, weights dropped)."""
+def group_subgraph(graph, group):
+    """The group (a ``GroupCompute``) as a graph of its own: outside values become inputs (types kept,
+    weights dropped)."""
     from nnvm.graph.ir import Graph
 
-    produced = {o for n in members for o in n.outputs}
-    inputs = []
-    for n in members:
-        for v in n.inputs:
-            if v and v not in produced and v not in inputs:
-                inputs.append(v)
-    used = set(inputs) | produced
+    members = group.nodes
+    inputs = [v for v, _ in group.inputs]
+    output_values = group.output_values
+    used = set(inputs) | {o for n in members for o in n.outputs}
     types = {v: t for v, t in graph.types.items() if v in used}
     return Graph(tuple(members), tuple(inputs), tuple(output_values), {}, types, "task")
 
@@ -142,6 +139,7 @@ def extract_tasks(model, target="llvm", shapes: dict | None = None, opt_level: i
 
     graph, tgt, _, _ = optimized_graph(model, target, shapes, opt_level, **kwargs)
     by_name = {n.name: n for n in graph.nodes}
+    consumers = graph.consumers()
     tasks: dict = {}
     extra = hand_registered_plugins()
     for k, names in enumerate(graph.groups):
@@ -151,12 +149,12 @@ def extract_tasks(model, target="llvm", shapes: dict | None = None, opt_level: i
             if tasks[key] is not None:
                 tasks[key].weight += 1
             continue
-        group = group_compute(graph, k, members)
+        group = group_compute(graph, k, members, consumers)
         template = schedule_template(tgt, group)
         if template is None:
             tasks[key] = None
             continue
-        sub = group_subgraph(graph, members, group.output_values)
+        sub = group_subgraph(graph, group)
         flops = float(template.flops) or float(group_flops(graph, list(names)))
         tasks[key] = Task(template.name, key, str(tgt), dict(template.space), dict(template.fallback), flops,
                           1, group_label(graph, members), ("group", sub.to_json(include_params=False)), extra)

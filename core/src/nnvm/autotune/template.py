@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nnvm.errors import Error
+
+
+def space_size(space: dict) -> int:
+    """Number of configs of a space (knob -> candidate values): the product of the candidate counts."""
+    return math.prod(len(values) for values in space.values())
 
 
 @dataclass
@@ -37,10 +43,7 @@ class ScheduleTemplate:
 
     def size(self) -> int:
         """Number of configs in the space."""
-        n = 1
-        for values in self.space.values():
-            n *= len(values)
-        return n
+        return space_size(self.space)
 
     def configs(self):
         """Every config of the space, in a fixed order (knob order, then candidate order)."""

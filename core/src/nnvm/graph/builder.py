@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error
+from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, Node, TensorType
 
 
@@ -105,7 +105,7 @@ class GraphBuilder:
         try:
             out_types = opdef.infer_type(in_types, full)
         except Error as exc:
-            raise Error(f"node {node_name} ({op}): {exc}") from None
+            raise with_context(exc, f"node {node_name} ({op})") from None
         if self.fold_constants and opdef.evaluate is not None and inputs and \
                 all((not v) or v in self.params for v in inputs):
             values = evaluate_node(node, [self.params[v] if v else None for v in inputs])

@@ -229,9 +229,10 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
     rank5 = len(shape_of(data)) == 5
     ry = te.reduce_axis((0, kh), name="ry")
     rx = te.reduce_axis((0, kw), name="rx")
-    if depthwise:
+    if depthwise:  # plain NCHW data: blocks of 1 (checked by the geometry), so ci is 0
         def body(n, co, y, x, ci):
-            pix = padded[n, co, y * sh + ry * dh, x * sw + rx * dw, ci]
+            yy, xx = y * sh + ry * dh, x * sw + rx * dw
+            pix = padded[n, co, yy, xx, ci] if rank5 else padded[n, co, yy, xx]
             return te.sum(pix * weight[co, 0, ry, rx, 0, ci], axis=[ry, rx])
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error
+from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.registry import OpPattern, get_op
 from nnvm.passes.manager import Pass
@@ -62,7 +62,7 @@ def infer_types(graph: Graph, ctx=None) -> Graph:
         try:
             outs = opdef.infer_type([types[v] if v else None for v in node.inputs], attrs)
         except Error as exc:
-            raise Error(f"node {node.name} ({node.op}): {exc}") from None
+            raise with_context(exc, f"node {node.name} ({node.op})") from None
         if len(outs) != len(node.outputs):
             raise Error(f"node {node.name} ({node.op}): produces {len(outs)} values but names "
                         f"{len(node.outputs)} outputs")

@@ -41,17 +41,18 @@ class Module:
         for d in plan["inputs"]:
             self._inputs.append((d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), self._view(d)))
         self._outputs = [(d["name"], self._view(d)) for d in plan["outputs"]]
-        self._calls = []
         self._exported = None  # an exported copy, for a library whose code runs out of process
         self._noted = False
-        if not getattr(library, "runs_in_process", lambda: True)():
-            self._calls = None
-        for call in plan["calls"] if self._calls is not None else []:
-            fn = kernel_from_address(library.address(call["kernel"]))
-            ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
-            for k, ref in enumerate(call["args"]):
-                ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
-            self._calls.append((fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]))
+        # (kernel, its argument array as void*, the array kept alive, kernel name): built once, here
+        self._calls = None if not library.runs_in_process() else [
+            self._prepared_call(call, base) for call in plan["calls"]]
+
+    def _prepared_call(self, call: dict, base: int) -> tuple:
+        fn = kernel_from_address(self.library.address(call["kernel"]))
+        ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
+        for k, ref in enumerate(call["args"]):
+            ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
+        return fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]
 
     def _view(self, d: dict) -> np.ndarray:
         ref = d["ref"]
@@ -82,7 +83,7 @@ class Module:
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
         """Code for another CPU (an Arm module on x86): export once, let the library run the file (under
-        an emulator), and say so once on stderr."""
+        an emulator), and say so once on stderr (once per module)."""
         if self._exported is None:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-module-")
             path = os.path.join(self._tmpdir.name, "module.so")
@@ -194,7 +195,6 @@ def load_module(path) -> Module:
                              f"supported by this nnvm (expects {ARTIFACT_FORMAT} v{ARTIFACT_VERSION})")
     params = load_params(lib.blob("params"))
     mod = Module(meta["plan"], params, lib, meta["target"], meta["stats"])
-    mod._keep = lib
     if mod._calls is None:
         mod._exported = path
     return mod

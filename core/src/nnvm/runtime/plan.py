@@ -19,6 +19,7 @@ once).
 
 from __future__ import annotations
 
+from nnvm.errors import Error
 from nnvm.graph.ir import Graph
 from nnvm.ops.registry import OpPattern, get_op
 
@@ -47,6 +48,22 @@ def plan_memory(sizes: dict, lifetimes: dict) -> tuple[dict, int]:
         placed.append((offset, size, first, last))
     arena = max((o + s for o, s, _, _ in placed), default=0)
     return offsets, arena
+
+
+def check_plan(plan: dict) -> None:
+    """Raise ``Error`` naming the values when two that are live at the same time share bytes, or when
+    the arena is below the lower bound: the planner's invariants, for its tests and for debugging it."""
+    placed = sorted(plan["placements"].items(), key=lambda item: item[1][0])
+    for i, (v, (o1, s1, f1, l1)) in enumerate(placed):
+        for w, (o2, s2, f2, l2) in placed[i + 1:]:
+            if o2 >= o1 + s1:
+                break  # sorted by offset: no later value starts inside v
+            if f1 <= l2 and f2 <= l1:
+                raise Error(f"memory plan: {v} [{o1}, {o1 + s1}) live {f1}..{l1} overlaps {w} "
+                            f"[{o2}, {o2 + s2}) live {f2}..{l2}")
+    if plan["lower_bound_bytes"] > plan["arena_bytes"]:
+        raise Error(f"memory plan: the arena ({plan['arena_bytes']} bytes) is below the lower bound "
+                    f"({plan['lower_bound_bytes']} bytes)")
 
 
 def inplace_input(graph: Graph, call: dict, producers: dict) -> str | None:
