@@ -10,9 +10,11 @@ import nnvm.plugins
 
 
 @pytest.fixture(autouse=True, scope="module")
-def only_this_plugin():
+def only_this_plugin(request):
+    """Load only this plugin, or the plugins a test module names in ``NNVM_PLUGINS`` (a module that
+    compiles also needs a code generator: ``NNVM_PLUGINS = "onnx,llvm-x86"``)."""
     saved = {k: os.environ.get(k) for k in ("NNVM_PLUGINS", "NNVM_DISABLE_PLUGIN_AUTOLOAD")}
-    os.environ["NNVM_PLUGINS"] = "onnx"
+    os.environ["NNVM_PLUGINS"] = getattr(request.module, "NNVM_PLUGINS", "onnx")
     os.environ.pop("NNVM_DISABLE_PLUGIN_AUTOLOAD", None)
     nnvm.plugins.reset()
     yield

@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 import nnvm
 from nnvm_frontend_onnx import backend
 
-
-@pytest.fixture(autouse=True, scope="module")
-def only_this_plugin():
-    """The backend compiles, so it needs the x86 code generator next to this plugin."""
-    import nnvm.plugins
-
-    saved = os.environ.get("NNVM_PLUGINS")
-    os.environ["NNVM_PLUGINS"] = "onnx,llvm-x86"
-    nnvm.plugins.reset()
-    yield
-    if saved is None:
-        os.environ.pop("NNVM_PLUGINS", None)
-    else:
-        os.environ["NNVM_PLUGINS"] = saved
-    nnvm.plugins.reset()
+NNVM_PLUGINS = "onnx,llvm-x86"  # the backend compiles: the x86 code generator too (see conftest)
 
 
 def _reshape_model():
@@ -108,3 +92,45 @@ def test_external_data_outside_the_model_folder_is_an_error(tmp_path, location):
     path = _external_model(tmp_path, location)
     with pytest.raises(nnvm.errors.ModelLoadError, match="outside the model's folder"):
         load_onnx(str(path))
+
+
+def _nonzero_of_relu_model(shape):
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("NonZero", ["r"], ["y"], name="nz")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_value_decided_output_of_a_computed_value_recompiles_per_input_value():
+    """NonZero's input is computed from a graph input: that input is specialized on, per value."""
+    rep = backend.prepare(_nonzero_of_relu_model([2, 3]))
+    values = [np.float32([[1, -1, 0], [2, 0, 3]]), np.float32([[0, 0, 1], [0, 0, 0]]),
+              np.float32([[1, -1, 0], [2, 0, 3]])]
+    for x in values:
+        (y,) = rep.run([x])
+        np.testing.assert_array_equal(y, np.array(np.nonzero(np.maximum(x, 0))), err_msg=f"NonZero of {x}")
+    assert rep.specialized == {"x"}
+    assert len(rep._modules) == 2
+
+
+def test_value_decided_output_of_a_large_computed_value_is_an_error_naming_the_node():
+    rep = backend.prepare(_nonzero_of_relu_model([100, 100]))
+    with pytest.raises(nnvm.Error, match=r"node nz \(NonZero, opset 13\): .*computed at run time"):
+        rep.run([np.ones((100, 100), np.float32)])
+
+
+def test_unique_of_a_graph_input_is_specialized_on_its_value():
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("Unique", ["x"], ["y", "first", "inverse", "counts"], sorted=1)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+                              [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None)
+                               for o in node.output])
+    rep = backend.prepare(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    for x in (np.float32([3, 1, 3, 2, 1]), np.float32([5, 5, 5, 5, 4])):
+        want = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+        for got, w in zip(rep.run([x]), want, strict=True):
+            np.testing.assert_array_equal(got, w, err_msg=f"Unique of {x}")
+    assert rep.specialized == {"x"}

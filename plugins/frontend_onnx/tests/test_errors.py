@@ -162,3 +162,27 @@ def test_undefined_value_is_a_load_error():
     model = _model(nodes, [_tensor("x", [2])], [_tensor("y", None)])
     with pytest.raises(ModelLoadError, match=r"node relu \(Relu\) reads 'missing'"):
         load_onnx(model)
+
+
+def test_image_decoder_without_pillow_names_the_node(monkeypatch):
+    import sys
+
+    encoded = np.frombuffer(b"\x89PNG\r\n\x1a\n", dtype=np.uint8)
+    model = single_node_model("ImageDecoder", [("data", encoded)], constants={"data"}, opset=20)
+    monkeypatch.setitem(sys.modules, "PIL", None)  # as if Pillow were not installed
+    with pytest.raises(nnvm.Error, match=r"node imagedecoder_node \(ImageDecoder, opset 20\): .*Pillow"):
+        load_onnx(model)
+
+
+def test_element_type_attribute_errors_name_the_node_once():
+    from onnx import TensorProto
+
+    x = [("x", np.zeros((2, 2), np.float32))]
+    for op, attrs, opset, why in [("Cast", {"to": TensorProto.STRING}, 13, "element type STRING"),
+                                  ("EyeLike", {"dtype": TensorProto.STRING}, 13, "element type STRING"),
+                                  ("Cast", {"to": "BOGUS"}, 1, "unknown element type 'BOGUS'")]:
+        with pytest.raises(nnvm.Error) as err:
+            load_onnx(single_node_model(op, x, attrs, opset=opset))
+        message = str(err.value)
+        assert message.startswith(f"node {op.lower()}_node ({op}, opset {opset}): "), message
+        assert message.count("opset") == 1 and why in message, message

@@ -22,23 +22,7 @@ from nnvm_frontend_onnx import backend  # noqa: E402
 from nnvm_frontend_onnx.testing import node_cases  # noqa: E402
 from nnvm_frontend_onnx.testing.expected_failures import EXPECTED_FAILURES  # noqa: E402
 
-
-@pytest.fixture(autouse=True, scope="module")
-def only_this_plugin():
-    """Overrides the package fixture: the backend compiles, so it needs the x86 code generator too."""
-    import nnvm.plugins
-
-    saved = {k: os.environ.get(k) for k in ("NNVM_PLUGINS", "NNVM_DISABLE_PLUGIN_AUTOLOAD")}
-    os.environ["NNVM_PLUGINS"] = "onnx,llvm-x86"
-    os.environ.pop("NNVM_DISABLE_PLUGIN_AUTOLOAD", None)
-    nnvm.plugins.reset()
-    yield
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    nnvm.plugins.reset()
+NNVM_PLUGINS = "onnx,llvm-x86"  # the backend compiles: the x86 code generator too (see conftest)
 
 
 def _cached_node_tests(root: str) -> list:

@@ -38,6 +38,11 @@ class ConvertError(Error):
     """A node the frontend cannot convert as written (names the node and what is wrong)."""
 
 
+def node_label(name: str, op_type: str, opset: int) -> str:
+    """How every conversion error names its node: ``node conv1 (Conv, opset 13)``."""
+    return f"node {name} ({op_type}, opset {opset})"
+
+
 class ValueDependentError(ConvertError):
     """A converter needs the value of ``value`` (it decides a shape) but it is only known at run time.
 
@@ -77,13 +82,34 @@ class Context:
     def has_attr(self, key: str) -> bool:
         return key in self.attrs
 
+    def attr_dtype(self, key: str, default: str | None = None) -> str | None:
+        """The nnvm dtype named by a ``TensorProto`` element-type attribute (``to``, ``dtype`` ...)."""
+        if not self.has_attr(key):
+            return default
+        value = self.attr(key)
+        if isinstance(value, str):  # Cast-1 spelled the type as a string ("FLOAT")
+            from onnx import TensorProto
+
+            if value.upper() not in TensorProto.DataType.keys():
+                raise self.error(f"attribute {key}: unknown element type {value!r}")
+            value = TensorProto.DataType.Value(value.upper())
+        try:
+            return onnx_dtype(int(value), f"attribute {key}")
+        except Error as exc:
+            raise self.error(str(exc)) from None
+
     def output_used(self, k: int) -> bool:
         """Whether the node's ``k``-th output exists and is read by anything."""
         outs = self.node.output
         return k < len(outs) and bool(outs[k]) and outs[k] in self.consumed
 
+    @property
+    def label(self) -> str:
+        """``node <name> (<OpType>, opset <N>)``, the start of every error about this node."""
+        return node_label(self.name, self.op_type, self.opset)
+
     def error(self, message: str) -> ConvertError:
-        return ConvertError(f"node {self.name} ({self.op_type}, opset {self.opset}): {message}")
+        return ConvertError(f"{self.label}: {message}")
 
     # -- values -------------------------------------------------------------------------------------
     def shape(self, v: str) -> tuple:
@@ -102,8 +128,7 @@ class Context:
         """The value of an input that decides a shape; it must be known when importing."""
         value = self.const_value(v)
         if value is None:
-            raise ValueDependentError(f"node {self.name} ({self.op_type}, opset {self.opset}): {what} is "
-                                      f"computed at run time "
+            raise ValueDependentError(f"{self.label}: {what} is computed at run time "
                                       f"(value-dependent shape not supported)", v)
         return value
 

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from nnvm_frontend_onnx.context import Context, converter, normalize_axis, onnx_dtype
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
 def _zero(ctx: Context, like: str) -> str:
@@ -32,7 +32,7 @@ def convert_trilu(ctx: Context, inputs):
 @converter("EyeLike")
 def convert_eye_like(ctx: Context, inputs):
     x = inputs[0]
-    dtype = onnx_dtype(ctx.attr("dtype"), f"node {ctx.name}") if ctx.has_attr("dtype") else ctx.dtype(x)
+    dtype = ctx.attr_dtype("dtype", ctx.dtype(x))
     n, m = ctx.shape(x)
     return ctx.param(np.eye(n, m, int(ctx.attr("k", 0)), dtype=dtype), "eye")
 

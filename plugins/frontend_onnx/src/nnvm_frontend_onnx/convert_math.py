@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm_frontend_onnx.context import Context, converter, normalize_axis, onnx_dtype
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 UNARY = {
     "Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
@@ -165,24 +165,12 @@ def convert_clip(ctx: Context, inputs):
 
 @converter("Cast")
 def convert_cast(ctx: Context, inputs):
-    dtype = onnx_dtype(ctx.attr("to"), f"node {ctx.name} (Cast)") if isinstance(ctx.attr("to"), int) \
-        else _legacy_cast_name(ctx)
-    return ctx.cast(inputs[0], dtype)
+    return ctx.cast(inputs[0], ctx.attr_dtype("to"))
 
 
 @converter("CastLike")
 def convert_cast_like(ctx: Context, inputs):
     return ctx.cast(inputs[0], ctx.dtype(inputs[1]))
-
-
-def _legacy_cast_name(ctx: Context) -> str:
-    # Cast-1 spelled the target type as a string ("FLOAT").
-    from onnx import TensorProto
-
-    name = str(ctx.attr("to")).upper()
-    if name not in TensorProto.DataType.keys():
-        raise ctx.error(f"unknown target type {ctx.attr('to')!r}")
-    return onnx_dtype(TensorProto.DataType.Value(name), f"node {ctx.name} (Cast)")
 
 
 @converter("Dropout")

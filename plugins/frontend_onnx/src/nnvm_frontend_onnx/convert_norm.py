@@ -13,11 +13,8 @@ from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 def _stash(ctx: Context, x: str) -> tuple[str, str]:
     """``x`` in the computation type (``stash_type``, float32 by default) and the type to return to."""
-    from nnvm_frontend_onnx.context import onnx_dtype
-
     dtype = ctx.dtype(x)
-    stash = onnx_dtype(int(ctx.attr("stash_type", 1)), f"node {ctx.name}") if ctx.has_attr("stash_type") \
-        else "float32"
+    stash = ctx.attr_dtype("stash_type", "float32")
     if dtype == "float64":
         stash = "float64"
     return ctx.cast(x, stash), dtype

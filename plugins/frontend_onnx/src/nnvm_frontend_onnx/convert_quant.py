@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from nnvm_frontend_onnx.context import Context, converter, normalize_axis, onnx_dtype
+from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
 def _per_axis(ctx: Context, v: str, x_shape: tuple, axis: int, block: int) -> str:
@@ -56,14 +56,14 @@ def convert_quantize(ctx: Context, inputs):
     if zp:
         dtype = ctx.dtype(zp)
     elif ctx.attr("output_dtype", 0):
-        dtype = onnx_dtype(ctx.attr("output_dtype"), f"node {ctx.name}")
+        dtype = ctx.attr_dtype("output_dtype")
     else:
         dtype = "uint8"
     if np.dtype(dtype).kind not in "iu":
         raise ctx.error(f"quantizing to {dtype} is not supported")
     work = "float64" if ctx.dtype(x) == "float64" else "float32"
     if ctx.attr("precision", 0):
-        work = onnx_dtype(ctx.attr("precision"), f"node {ctx.name}")
+        work = ctx.attr_dtype("precision")
     xs = ctx.op(
         "divide", [ctx.cast(x, work), ctx.cast(_per_axis(ctx, scale, ctx.shape(x), axis, block), work)]
     )
@@ -79,7 +79,7 @@ def convert_dequantize(ctx: Context, inputs):
     zp = inputs[2] if len(inputs) > 2 else ""
     axis, block = int(ctx.attr("axis", 1)), int(ctx.attr("block_size", 0))
     out = (
-        onnx_dtype(ctx.attr("output_dtype"), f"node {ctx.name}")
+        ctx.attr_dtype("output_dtype")
         if ctx.attr("output_dtype", 0)
         else ctx.dtype(scale)
     )

@@ -221,8 +221,14 @@ def convert_resize(ctx: Context, inputs):
 def convert_upsample(ctx: Context, inputs):
     x = inputs[0]
     shape = ctx.shape(x)
-    scales = ctx.attr("scales") if ctx.has_attr("scales") else \
-        tuple(float(s) for s in ctx.const(inputs[1], "the scales input").reshape(-1))
+    if ctx.has_attr("scales"):
+        scales = ctx.attr("scales")
+    elif ctx.has_attr("height_scale"):  # Upsample-1: NCHW, a scale for H and W
+        scales = (1.0, 1.0, ctx.attr("height_scale"), ctx.attr("width_scale", 1.0))
+    else:
+        scales = tuple(float(s) for s in ctx.const(inputs[1], "the scales input").reshape(-1))
+    if len(scales) != len(shape):
+        raise ctx.error(f"{len(scales)} scales for a rank-{len(shape)} input")
     out = [int(math.floor(s * d)) for s, d in zip(scales, shape)]
     mode = ctx.attr("mode", "nearest")
     mode = "linear" if mode in ("linear", "bilinear") else mode

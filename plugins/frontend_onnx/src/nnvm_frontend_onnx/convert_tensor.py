@@ -124,13 +124,13 @@ def convert_squeeze(ctx: Context, inputs):
 def convert_unsqueeze(ctx: Context, inputs):
     x = inputs[0]
     shape = ctx.shape(x)
-    axes = _axes_input(ctx, inputs, 1)
-    if axes is None:
+    given = _axes_input(ctx, inputs, 1)
+    if given is None:
         raise ctx.error("the axes are missing")
-    rank = len(shape) + len(axes)
-    axes = {normalize_axis(a, rank, ctx) for a in axes}
-    if len(axes) != len(_axes_input(ctx, inputs, 1)):
-        raise ctx.error("the axes repeat")
+    rank = len(shape) + len(given)
+    axes = {normalize_axis(a, rank, ctx) for a in given}
+    if len(axes) != len(given):
+        raise ctx.error(f"the axes {given} repeat")
     dims = iter(shape)
     return ctx.reshape(x, tuple(1 if i in axes else next(dims) for i in range(rank)))
 
@@ -308,7 +308,13 @@ def convert_expand(ctx: Context, inputs):
 @converter("Tile")
 def convert_tile(ctx: Context, inputs):
     x = inputs[0]
-    reps = ctx.const_ints(inputs[1], "the repeats input")
+    if ctx.opset < 6:  # Tile-1: (input, tiles, axis), one axis repeated ``tiles`` times
+        reps = [1] * ctx.rank(x)
+        axis = normalize_axis(ctx.const_ints(inputs[2], "the axis input")[0], ctx.rank(x), ctx)
+        reps[axis] = ctx.const_ints(inputs[1], "the tiles input")[0]
+        reps = tuple(reps)
+    else:
+        reps = ctx.const_ints(inputs[1], "the repeats input")
     if len(reps) != ctx.rank(x):
         raise ctx.error(f"repeats {reps} should have one value per dimension of {ctx.shape(x)}")
     if all(r == 1 for r in reps):

@@ -36,7 +36,14 @@ from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
     convert_tensor,
     functions,
 )
-from nnvm_frontend_onnx.context import CONVERTERS, Context, ConvertError, ValueDependentError, onnx_dtype
+from nnvm_frontend_onnx.context import (
+    CONVERTERS,
+    Context,
+    ConvertError,
+    ValueDependentError,
+    node_label,
+    onnx_dtype,
+)
 
 ONNX_DOMAINS = ("", "ai.onnx")
 _BUILDER_PREFIX = re.compile(r"^node \S+ \([a-z0-9_]+\): ")
@@ -154,8 +161,9 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
         proto = _inline_functions(proto, where)
     graph = proto.graph
     opset = _opset(proto)
-    _check_defined(graph, _node_names(graph), where)
-    nodes = _live_nodes(graph)
+    names = _node_names(graph)
+    _check_defined(graph, names, where)
+    nodes = _live_nodes(graph, names)
     _check_supported(nodes, opset, path)
 
     b = GraphBuilder(name=graph.name or (os.path.splitext(os.path.basename(path))[0] if path else "model"))
@@ -197,6 +205,7 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         _convert_function(ctx, node, name, env, inputs)
         return
     ctx.begin(node, name)
+    label = ctx.label
     try:
         results = CONVERTERS[node.op_type](ctx, inputs)
     except ValueDependentError:
@@ -208,11 +217,10 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         raise
     except Error as exc:  # from the builder: "node <nnvm node> (<nnvm op>): why"; name the ONNX node
         why = _BUILDER_PREFIX.sub("", str(exc), count=1)
-        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): {why}") from None
+        raise ConvertError(f"{label}: {why}") from None
     except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
         why = f"{type(exc).__name__}: {exc}"
-        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): cannot convert "
-                           f"({why})") from exc
+        raise ConvertError(f"{label}: cannot convert ({why})") from exc
     if isinstance(results, str):
         results = [results]
     for out, value in zip(node.output, results):
@@ -223,9 +231,7 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
             env[out] = value
     for out in node.output[len(results) :]:
         if out in ctx.consumed:
-            raise ConvertError(
-                f"node {name} ({node.op_type}, opset {ctx.opset}): output {out!r} is not supported"
-            )
+            raise ConvertError(f"{label}: output {out!r} is not supported")
 
 
 def _convert_function(ctx: Context, node, name: str, env: dict, inputs: list) -> None:
@@ -241,7 +247,7 @@ def _convert_function(ctx: Context, node, name: str, env: dict, inputs: list) ->
             types.append(helper.make_tensor_type_proto(0, None))
     expanded = functions.expand(node, name, ctx.opset, types)
     if expanded is None:
-        raise ConvertError(f"node {name} ({node.op_type}, opset {ctx.opset}): operator not supported")
+        raise ConvertError(f"{node_label(name, node.op_type, ctx.opset)}: operator not supported")
     body, body_opset = expanded
     saved = ctx.opset, ctx.consumed
     ctx.opset = body_opset
@@ -289,12 +295,12 @@ def _node_names(graph) -> list[str]:
     return out
 
 
-def _live_nodes(graph) -> list:
+def _live_nodes(graph, names: list[str]) -> list:
     """``(node, name)`` for the nodes the graph outputs depend on, in order; dead nodes are dropped
     (exporters leave some behind, such as index computations for a MaxPool's unused Indices)."""
     needed = {o.name for o in graph.output}
     live = []
-    for node, name in reversed(list(zip(graph.node, _node_names(graph)))):
+    for node, name in reversed(list(zip(graph.node, names))):
         if any(o in needed for o in node.output if o):
             live.append((node, name))
             needed.update(v for v in node.input if v)
