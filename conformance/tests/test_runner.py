@@ -87,14 +87,16 @@ def test_wrong_numbers_fail_with_the_example_and_the_error():
 
 
 class _RefusesErf(Backend):
-    """Target ``noerf``: the llvm backend, except that it declines kernels computing ``erf``."""
+    """Target ``noerf``: the llvm backend, except that it declines kernels computing ``erf`` (raising
+    ``UnsupportedOperatorError``, the class the suite classifies by)."""
 
     name = "noerf"
     target_kinds = ("noerf",)
 
     def build(self, funcs, target):
-        if any("erf" in f.name for f in funcs):
-            raise nnvm.Error("target noerf: erf is not supported")
+        refused = [f.name for f in funcs if "erf" in f.name]
+        if refused:
+            raise nnvm.UnsupportedOperatorError("noerf target", {"erf": refused})
         from nnvm.target import parse_target
 
         llvm = parse_target("llvm")
@@ -118,10 +120,25 @@ def noerf_target():
 def test_unsupported_is_reported_not_passed(noerf_target, capsys):
     results, missing = run_suite([noerf_target], ops=["erf", "relu"], models=[])
     by = {r.name: r for r in results}
-    assert by["erf"].status == UNSUPPORTED and "not supported" in by["erf"].message
+    assert by["erf"].status == UNSUPPORTED and "unsupported operator: erf" in by["erf"].message
     assert by["relu"].status == PASS and not missing
     table = report.format_table(results)
     assert "erf" in table and "unsupported" in table and "1 pass, 0 fail, 1 unsupported" in table
+
+
+@pytest.mark.parametrize("exc", [nnvm.Error("target x: erf is not supported"), RuntimeError("unsupported")])
+def test_only_the_unsupported_class_declines(exc, monkeypatch):
+    """An error of another class is a failure whatever its message says: the words alone never hide a
+    crash as "unsupported"."""
+    from nnvm_conformance import runner
+
+    def refuse(graph, target):
+        raise exc
+
+    monkeypatch.setattr(runner, "_compile", refuse)
+    result = run_op(cases.all_cases()["relu"], "llvm", count=2)
+    assert result.status == FAIL and type(exc).__name__ in result.message
+    assert runner.is_unsupported(nnvm.UnsupportedOperatorError("t", {"relu": ["e0"]}))
 
 
 def test_cli_exit_status_counts_unsupported(noerf_target, capsys):

@@ -13,6 +13,7 @@ from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import get_op
 from nnvm_backend_opencl import runtime
 from nnvm_backend_opencl.schedules import schedule_conv2d, schedule_dense, schedule_generic
+from nnvm_conformance.cases_nn import conv2d_reference  # the suite's numpy reference
 
 TARGET = "opencl -device=cpu"
 
@@ -40,24 +41,6 @@ def rng():
     return np.random.default_rng(7)
 
 
-def _conv_ref(x, w, stride, pad, groups):
-    n, c, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    xp = np.pad(x.astype("float64"), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
-    out = np.zeros((n, o, oh, ow))
-    og = o // groups
-    for g in range(groups):
-        for i in range(kh):
-            for j in range(kw):
-                rows = slice(i, i + stride * (oh - 1) + 1, stride)
-                cols = slice(j, j + stride * (ow - 1) + 1, stride)
-                patch = xp[:, g * cg:(g + 1) * cg, rows, cols]
-                wg = w[g * og:(g + 1) * og, :, i, j]
-                out[:, g * og:(g + 1) * og] += np.einsum("nchw,oc->nohw", patch, wg)
-    return out
-
-
 @pytest.mark.parametrize("shape,stride,pad,groups", [
     ((1, 16, 10, 10, 32, 3), 1, 1, 1),   # 3x3, tiles that do not divide 10 evenly in every axis
     ((2, 8, 9, 9, 16, 1), 2, 0, 1),      # 1x1 stride 2, batch 2
@@ -69,8 +52,8 @@ def test_conv2d_relu_matches_numpy(shape, stride, pad, groups, rng):
     data = te.placeholder((n, c, h, w), name="data")
     weight = te.placeholder((o, c // groups, k, k), name="weight")
     oh = (h + 2 * pad - k) // stride + 1
-    conv = op_output("conv2d", [data, weight], {"strides": (stride, stride), "padding": (pad,) * 4,
-                                                 "groups": groups}, (n, o, oh, oh))
+    attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "dilation": (1, 1), "groups": groups}
+    conv = op_output("conv2d", [data, weight], attrs, (n, o, oh, oh))
     out = te.compute(conv.shape, lambda *i: te.max(conv[i], te.const(0.0, "float32")), name="relu")
     f = build(schedule_conv2d(out), [data, weight, out])
     if groups == c:
@@ -83,7 +66,7 @@ def test_conv2d_relu_matches_numpy(shape, stride, pad, groups, rng):
     wt = rng.standard_normal((o, c // groups, k, k), dtype="float32")
     got = np.zeros((n, o, oh, oh), "float32")
     f(x, wt, got)
-    want = np.maximum(_conv_ref(x, wt, stride, pad, groups), 0)
+    want = np.maximum(conv2d_reference([x, wt], attrs)[0], 0)
     assert_close(f"conv2d {shape} s{stride} p{pad} g{groups}", got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -98,6 +81,27 @@ def test_dense_tiled_in_local_memory_matches_numpy(m, k, n, rng):
     got = np.zeros((m, n), "float32")
     f(x, w, got)
     assert_close("dense", got, x.astype("float64") @ w.T.astype("float64"), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,k,n", [(5, 64, 70), (7, 100, 13)])
+def test_tiles_that_do_not_divide_leave_idle_threads_at_barriers_and_stay_right(m, k, n, rng, monkeypatch):
+    """Tail blocks with idle threads around barriers (a user's own schedule can make them; ours choose
+    dividing tiles): the guards sit below the barriers, so every thread reaches them and the numbers
+    match numpy on PoCL."""
+    from nnvm_backend_opencl import schedules
+
+    monkeypatch.setattr(schedules, "_divisor_at_most", lambda size, cap: cap)  # 8 x 8 tiles, any size
+    data = te.placeholder((m, k), name="data")
+    weight = te.placeholder((n, k), name="weight")
+    out = op_output("dense", [data, weight], {}, (m, n))
+    f = build(schedule_dense(out), [data, weight, out])
+    src = f.source()
+    assert "barrier(" in src and "local (8, 8, 1)" in src  # 8 x 8 threads whatever the shape
+    x, w = rng.standard_normal((m, k), dtype="float32"), rng.standard_normal((n, k), dtype="float32")
+    got = np.zeros((m, n), "float32")
+    f(x, w, got)
+    assert_close(f"dense {m}x{k}x{n}, 8 x 8 tiles", got, x.astype("float64") @ w.T.astype("float64"),
+                 rtol=1e-4, atol=1e-4)
 
 
 def test_softmax_and_global_pool_reduce_across_threads_in_local_memory(rng):

@@ -227,7 +227,8 @@ def schedule_dense(out):
     m, n_out = (_ext(iv) for iv in dense.op.axis)
     k_ext = _ext(dense.op.reduce_axis[0])
     local, stage = _accumulator(sch, dense, out)
-    # tiles that divide the output: no thread sits idle in a block (PoCL miscomputed such tails)
+    # tiles that divide the output: no thread of a block idles (idle threads are still right, their guards
+    # go below the barriers: test_tiles_that_do_not_divide_..., but they waste the block)
     ty = _divisor_at_most(m, 8)
     tx = _divisor_at_most(n_out, THREADS // ty)
     i, j = stage.op.axis
