@@ -63,3 +63,10 @@ def test_bench_without_onnxruntime_is_one_sentence(small_model, capsys, monkeypa
     err = capsys.readouterr().err
     assert rc == 1
     assert "onnxruntime" in err and err.count("\n") == 1
+
+
+def test_bench_of_an_emulated_target_is_one_sentence(small_model, capsys):
+    rc = main(["bench", small_model, "--target", "aarch64", "--repeat", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "aarch64" in err and "emulator" in err and err.count("\n") == 1

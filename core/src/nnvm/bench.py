@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from nnvm.errors import Error
+from nnvm.target import parse_target
 
 TOLERANCE = 1e-4  # largest |ours - reference| relative to the largest |reference|
 WARMUP = 3
@@ -159,6 +160,10 @@ def bench(model, target: str = "llvm", compare: str | None = None, repeat: int =
         os.environ["NNVM_NUM_THREADS"] = str(threads)
     if compare not in (None, "onnxruntime"):
         raise Error(f"--compare {compare!r}: only onnxruntime is supported")
+    parsed = parse_target(target)
+    if not parsed.backend.host_can_run(parsed):
+        raise Error(f"target {parsed}: this host runs its code only under an emulator, whose times say "
+                    f"nothing about the device; export the module and time it there")
     session = None
     if compare:
         session, ort_version = _onnxruntime_session(model, threads)

@@ -25,6 +25,9 @@ ARTIFACT_FORMAT = "nnvm-module"
 ARTIFACT_VERSION = 1
 
 
+# Emulation notes already printed in this process: API.md promises the user one line, not one per module.
+_NOTES_SHOWN: set[str] = set()
+
 class Module:
     """A compiled model. ``run`` takes inputs positionally or by name and returns a list of arrays."""
 
@@ -42,7 +45,6 @@ class Module:
             self._inputs.append((d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), self._view(d)))
         self._outputs = [(d["name"], self._view(d)) for d in plan["outputs"]]
         self._exported = None  # an exported copy, for a library whose code runs out of process
-        self._noted = False
         # (kernel, its argument array as void*, the array kept alive, kernel name): built once, here
         self._calls = None if not library.runs_in_process() else [
             self._prepared_call(call, base) for call in plan["calls"]]
@@ -83,15 +85,16 @@ class Module:
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
         """Code for another CPU (an Arm module on x86): export once, let the library run the file (under
-        an emulator), and say so once on stderr (once per module)."""
+        an emulator), and say so on stderr once per process (per distinct note)."""
         if self._exported is None:
             self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-module-")
             path = os.path.join(self._tmpdir.name, "module.so")
             self.export(path)
             self._exported = path
-        if not self._noted:
-            print(f"nnvm: {self.library.emulation_note()}", file=sys.stderr)
-            self._noted = True
+        note = self.library.emulation_note()
+        if note not in _NOTES_SHOWN:
+            print(f"nnvm: {note}", file=sys.stderr)
+            _NOTES_SHOWN.add(note)
         return self.library.run_exported(self._exported, values, self.plan["outputs"])
 
     def _bind(self, args, kwargs) -> list:
