@@ -22,6 +22,15 @@ def require_tools(kind: str) -> None:
         pytest.skip(f"{kind} needs {', '.join(missing)} (make install installs them)")
 
 
+@pytest.fixture(autouse=True)
+def fresh_emulation_notes(monkeypatch):
+    """The qemu note is printed once per process; each test starts as a fresh process would, so the
+    tests that check the note see it whatever ran before them in this worker."""
+    import nnvm.runtime.module
+
+    monkeypatch.setattr(nnvm.runtime.module, "_NOTES_SHOWN", set())
+
+
 @pytest.fixture(params=sorted(ARM_TARGETS))
 def arm_target(request) -> str:
     """Each Arm target in turn, with its tools checked."""

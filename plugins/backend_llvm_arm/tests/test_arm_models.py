@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import nnvm
-import nnvm.runtime.module
 from nnvm_frontend_onnx.testing.models import cached_model_path
 
 MODELS = ("resnet18", "mobilenet_v2", "squeezenet1_1")
@@ -19,10 +18,8 @@ MODELS = ("resnet18", "mobilenet_v2", "squeezenet1_1")
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model", MODELS)
-def test_model_matches_onnxruntime(model, arm_target, rel_error, capfd, monkeypatch):
+def test_model_matches_onnxruntime(model, arm_target, rel_error, capfd):
     import onnxruntime as ort
-
-    monkeypatch.setattr(nnvm.runtime.module, "_NOTES_SHOWN", set())  # the note is once per process
 
     path = cached_model_path(model)
     mod = nnvm.compile(path, target=arm_target)
