@@ -33,7 +33,13 @@ def seeded_inputs(mod, seed: int = 0) -> dict:
     return feeds
 
 
-def _onnxruntime_session(model, threads: int | None):
+def _onnxruntime_session(model, threads: int | None, spinning: bool = False):
+    """An onnxruntime CPU session with ``threads`` intra-op threads.
+
+    Spinning is off by default: onnxruntime's idle workers otherwise keep spinning after ``run``
+    returns, on the very cores the next (alternated) nnvm run needs, which doubled our times on two
+    cores. onnxruntime itself is no slower without it here (``bench/models.py`` measures both).
+    """
     try:
         import onnxruntime as ort
     except ImportError:
@@ -44,6 +50,7 @@ def _onnxruntime_session(model, threads: int | None):
     if threads:
         opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     try:
         session = ort.InferenceSession(os.fspath(model), opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for a model it cannot load

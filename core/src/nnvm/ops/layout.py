@@ -16,7 +16,7 @@ block). Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its 
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
 blocked data (the block rides along like the batch), so a pool between two convolutions needs no
 transform. ``winograd_weight_transform`` and ``conv2d_winograd_nchwc`` compute a 3x3 stride-1
-convolution by Winograd F(2x2, 3x3) (see their section below).
+convolution by Winograd F(2x2, 3x3) or F(4x4, 3x3) (see their section below).
 """
 
 from __future__ import annotations
@@ -316,16 +316,35 @@ def _pool_nchwc_eval(xs, attrs):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Winograd F(2x2, 3x3) over NCHW[x]c
+# Winograd F(m x m, 3x3) over NCHW[x]c, m = 2 or 4
 #
-# A 3x3 stride-1 convolution computes each 2x2 output tile from a 4x4 input tile as
-# ``Y = A^T [(G g G^T) * (B^T d B)] A``: 16 multiplies per input channel instead of 36, so the
-# reduction (a batched matrix product over the 16 tile positions) does 2.25x less work. The weight
-# transform ``G g G^T`` is its own operator on weights alone, folded at compile time.
+# A 3x3 stride-1 convolution computes each m x m output tile from an (m+2) x (m+2) input tile as
+# ``Y = A^T [(G g G^T) * (B^T d B)] A``. F(2x2, 3x3) does 16 multiplies per input channel for 4
+# outputs instead of 36 (2.25x less work); F(4x4, 3x3) does 36 for 16 outputs instead of 144 (4x), with
+# larger transforms and a little more rounding (still within 1e-4 of the direct convolution). The
+# reduction is a batched matrix product over the (m+2)^2 tile positions. The weight transform
+# ``G g G^T`` is its own operator on weights alone, folded at compile time; its output's leading
+# extent (m + 2) tells the convolution which m it is.
+# Matrices: Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks" (2016), points
+# 0, +-1 (m = 2) and 0, +-1, +-2 (m = 4).
 
-WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
-WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]])
-WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]])
+WINOGRAD_MATRICES = {  # m -> (G, B^T, A^T)
+    2: (np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+        np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]),
+        np.array([[1, 1, 1, 0], [0, 1, -1, -1]])),
+    4: (np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]]),
+        np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+                  [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]]),
+        np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]])),
+}
+
+
+def _winograd_tile(op: str, attrs: dict) -> int:
+    tile = attrs.get("tile", 2)
+    if tile not in WINOGRAD_MATRICES:
+        raise Error(f"{op}: tile must be one of {sorted(WINOGRAD_MATRICES)} (F(m x m, 3x3)), got {tile!r}")
+    return tile
 
 
 def _wt_infer(in_types, attrs):
@@ -333,21 +352,23 @@ def _wt_infer(in_types, attrs):
     if len(w.shape) != 6 or w.shape[2:4] != (3, 3):
         raise Error(f"winograd_weight_transform: the weight must be OIHW[i]i[o]o with a 3x3 kernel, got "
                     f"shape {w.shape}")
+    alpha = _winograd_tile("winograd_weight_transform", attrs) + 2
     o, i, _, _, ib, ob = w.shape
-    return [TensorType((4, 4, o, i, ib, ob), w.dtype)]
+    return [TensorType((alpha, alpha, o, i, ib, ob), w.dtype)]
 
 
 def _wt_compute(inputs, attrs, out_types):
     (w,) = inputs
+    matrix_g = WINOGRAD_MATRICES[attrs["tile"]][0]
     ry = te.reduce_axis((0, 3), name="ry")
     rx = te.reduce_axis((0, 3), name="rx")
 
     def g(row, col):  # G[row, col] as an expression of loop variables
         out = te.const(0.0, w.dtype)
-        for r in range(4):
+        for r in range(matrix_g.shape[0]):
             for c in range(3):
-                if WINOGRAD_G[r, c]:
-                    out = te.select(te.all_of(row == r, col == c), te.const(float(WINOGRAD_G[r, c]), w.dtype),
+                if matrix_g[r, c]:
+                    out = te.select(te.all_of(row == r, col == c), te.const(float(matrix_g[r, c]), w.dtype),
                                     out)
         return out
 
@@ -358,14 +379,17 @@ def _wt_compute(inputs, attrs, out_types):
 
 
 def _wt_eval(xs, attrs):
-    return [np.einsum("eh,oihwab,nw->enoiab", WINOGRAD_G, xs[0].astype(np.float64), WINOGRAD_G)]
+    matrix_g = WINOGRAD_MATRICES[attrs["tile"]][0]
+    return [np.einsum("eh,oihwab,nw->enoiab", matrix_g, xs[0].astype(np.float64), matrix_g)]
 
 
 def _wino_geometry(data: TensorType, weight: TensorType, attrs: dict) -> tuple:
     pt, pl, pb, pr = int_tuple("conv2d_winograd_nchwc", "padding", attrs["padding"], 4)
-    if len(data.shape) != 5 or len(weight.shape) != 6 or weight.shape[:2] != (4, 4):
+    alphas = [m + 2 for m in WINOGRAD_MATRICES]
+    if (len(data.shape) != 5 or len(weight.shape) != 6 or weight.shape[0] != weight.shape[1]
+            or weight.shape[0] not in alphas):
         raise Error(f"conv2d_winograd_nchwc: data must be NCHW[x]c and the weight winograd-transformed "
-                    f"[4, 4, O/o, I/i, i, o], got {data.shape} and {weight.shape}")
+                    f"[m+2, m+2, O/o, I/i, i, o] with m+2 in {alphas}, got {data.shape} and {weight.shape}")
     n, c_outer, h, w, ic = data.shape
     _, _, o_outer, wi_outer, wi, oc = weight.shape
     if wi_outer != c_outer or wi != ic:
@@ -383,70 +407,82 @@ def _wino_infer(in_types, attrs):
 
 
 def _rows(index, f, matrix):
-    """``sum_k matrix[index, k] * f(k)`` for a loop variable ``index``, as a select over its values."""
+    """``sum_k matrix[index, k] * f(k)`` for a loop variable ``index``, as a select over its values
+    (after unrolling ``index`` each select folds to one row: a few adds and constant multiplies)."""
     out = None
     for r in range(matrix.shape[0] - 1, -1, -1):
         term = None
         for k, coef in enumerate(matrix[r]):
-            if coef:
-                t = f(k)
-                term = (t if coef > 0 else -t) if term is None else (term + t if coef > 0 else term - t)
+            if not coef:
+                continue
+            t = f(k)
+            if abs(coef) != 1:
+                t = t * te.const(float(abs(coef)), t.dtype)
+            term = (t if coef > 0 else -t) if term is None else (term + t if coef > 0 else term - t)
         out = term if out is None else te.select(index == r, term, out)
     return out
 
 
 def _wino_compute(inputs, attrs, out_types):
     data, weight = inputs
+    alpha = shape_of(weight)[0]
+    m = alpha - 2
+    _, matrix_bt, matrix_at = WINOGRAD_MATRICES[m]
     n, c_outer, h, w, ic = shape_of(data)
     shape = out_types[0].shape
     _, o_outer, oh, ow, oc = shape
     pt, pl, pb, pr = attrs["padding"]
-    th, tw = -(-oh // 2), -(-ow // 2)
-    # Pad so that every 4x4 input tile is inside (the last tiles may cover rows past the output).
-    padded = _pad_spatial(data, pt, pl, 2 * th + 2 - h - pt, 2 * tw + 2 - w - pl)
+    th, tw = -(-oh // m), -(-ow // m)
+    # Pad so that every input tile is inside (the last tiles may cover rows past the output).
+    padded = _pad_spatial(data, pt, pl, m * th + 2 - h - pt, m * tw + 2 - w - pl)
 
     def v_body(e, nu, b, co, ty, tx, ci):
-        return _rows(e, lambda i: _rows(nu, lambda j: padded[b, co, ty * 2 + i, tx * 2 + j, ci], WINOGRAD_BT),
-                     WINOGRAD_BT)
+        return _rows(e, lambda i: _rows(nu, lambda j: padded[b, co, ty * m + i, tx * m + j, ci], matrix_bt),
+                     matrix_bt)
 
-    v = te.compute((4, 4, n, c_outer, th, tw, ic), v_body, name="winograd_input", tag="winograd_input")
+    v = te.compute((alpha, alpha, n, c_outer, th, tw, ic), v_body, name="winograd_input",
+                   tag="winograd_input")
     rco = te.reduce_axis((0, c_outer), name="rco")
     rci = te.reduce_axis((0, ic), name="rci")
 
     def m_body(e, nu, b, co, ty, tx, ci):
         return te.sum(v[e, nu, b, rco, ty, tx, rci] * weight[e, nu, co, rco, rci, ci], axis=[rco, rci])
 
-    m = te.compute((4, 4, n, o_outer, th, tw, oc), m_body, name="winograd_gemm", tag="winograd_gemm",
-                   attrs={"workload": {"data_shape": shape_of(data), "kernel_shape": shape_of(weight),
-                                       "padding": tuple(attrs["padding"]), "dtype": data.dtype}})
+    prod = te.compute((alpha, alpha, n, o_outer, th, tw, oc), m_body, name="winograd_gemm",
+                      tag="winograd_gemm",
+                      attrs={"workload": {"data_shape": shape_of(data), "kernel_shape": shape_of(weight),
+                                          "padding": tuple(attrs["padding"]), "dtype": data.dtype}})
 
     def y_body(b, co, y, x, ci):
         def row(e):
-            return _rows(x % 2, lambda nu: m[e, nu, b, co, y // 2, x // 2, ci], WINOGRAD_AT)
+            return _rows(x % m, lambda nu: prod[e, nu, b, co, y // m, x // m, ci], matrix_at)
 
-        return _rows(y % 2, row, WINOGRAD_AT)
+        return _rows(y % m, row, matrix_at)
 
     return [te.compute(shape, y_body, name="conv2d_winograd_nchwc", tag="conv2d_winograd_nchwc")]
 
 
 def _wino_eval(xs, attrs):
     data, u = xs
+    m = u.shape[0] - 2
+    alpha = m + 2
+    _, matrix_bt, matrix_at = WINOGRAD_MATRICES[m]
     ic, oc = data.shape[4], u.shape[5]
     x = to_primal(data, f"NCHW{ic}c").astype(np.float64)
     pt, pl, pb, pr = attrs["padding"]
     x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     oh, ow = x.shape[2] - 2, x.shape[3] - 2
-    th, tw = -(-oh // 2), -(-ow // 2)
-    x = np.pad(x, ((0, 0), (0, 0), (0, 2 * th + 2 - x.shape[2]), (0, 2 * tw + 2 - x.shape[3])))
-    rows = np.arange(th)[:, None] * 2 + np.arange(4)[None, :]
-    cols = np.arange(tw)[:, None] * 2 + np.arange(4)[None, :]
-    tiles = x[:, :, rows[:, None, :, None], cols[None, :, None, :]]  # [N, C, TH, TW, 4, 4]
-    v = np.einsum("ei,bcyxij,uj->eubcyx", WINOGRAD_BT, tiles, WINOGRAD_BT)
+    th, tw = -(-oh // m), -(-ow // m)
+    x = np.pad(x, ((0, 0), (0, 0), (0, m * th + 2 - x.shape[2]), (0, m * tw + 2 - x.shape[3])))
+    rows = np.arange(th)[:, None] * m + np.arange(alpha)[None, :]
+    cols = np.arange(tw)[:, None] * m + np.arange(alpha)[None, :]
+    tiles = x[:, :, rows[:, None, :, None], cols[None, :, None, :]]  # [N, C, TH, TW, alpha, alpha]
+    v = np.einsum("ei,bcyxij,uj->eubcyx", matrix_bt, tiles, matrix_bt)
     o_total, i_total = u.shape[2] * oc, u.shape[3] * ic
-    big = u.astype(np.float64).transpose(0, 1, 2, 5, 3, 4).reshape(4, 4, o_total, i_total)
-    m = np.einsum("euoc,eubcyx->euboyx", big, v)
-    y = np.einsum("ae,euboyx,du->boyaxd", WINOGRAD_AT, m, WINOGRAD_AT)
-    y = y.reshape(data.shape[0], o_total, 2 * th, 2 * tw)[:, :, :oh, :ow]
+    big = u.astype(np.float64).transpose(0, 1, 2, 5, 3, 4).reshape(alpha, alpha, o_total, i_total)
+    prod = np.einsum("euoc,eubcyx->euboyx", big, v)
+    y = np.einsum("ae,euboyx,du->boyaxd", matrix_at, prod, matrix_at)
+    y = y.reshape(data.shape[0], o_total, m * th, m * tw)[:, :, :oh, :ow]
     return [from_primal(y, "NCHW", f"NCHW{oc}c")]
 
 
@@ -472,10 +508,12 @@ def ops() -> list[OpDef]:
               num_inputs=(1, 1), evaluate=checked_evaluate(_pool_nchwc_infer, _pool_nchwc_eval),
               doc="max_pool2d over NCHW[x]c data (the channel block is carried through)"),
         OpDef("winograd_weight_transform", _wt_infer, _wt_compute, OpPattern.OPAQUE, num_inputs=(1, 1),
+              attrs={"tile": Attr(int, 2, "m of F(m x m, 3x3): 2 or 4")},
               evaluate=checked_evaluate(_wt_infer, _wt_eval),
-              doc="G g G^T of each 3x3 OIHW[i]i[o]o kernel: the Winograd F(2x2, 3x3) weights, [4, 4, ...]"),
+              doc="G g G^T of each 3x3 OIHW[i]i[o]o kernel: the Winograd F(m x m, 3x3) weights, "
+                  "[m+2, m+2, ...]"),
         OpDef("conv2d_winograd_nchwc", _wino_infer, _wino_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
               attrs={"padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_wino_infer, _wino_eval),
-              doc="3x3 stride-1 conv2d over NCHW[x]c data by Winograd F(2x2, 3x3), transformed weights"),
+              doc="3x3 stride-1 conv2d over NCHW[x]c data by Winograd F(m x m, 3x3), m from the weights"),
     ]

@@ -22,7 +22,7 @@ from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.printer import expr_str
 from nnvm.tir.simplify import simplify
-from nnvm.tir.visit import rewrite, walk
+from nnvm.tir.visit import free_vars, rewrite, walk
 
 MAX_LANES = 64
 
@@ -43,7 +43,15 @@ def vectorize_loops(body: S.Stmt) -> S.Stmt:
 
 
 def vectorize_loop(loop: S.For) -> S.Stmt | None:
-    """The vector form of one loop, or None when it must stay a loop."""
+    """The vector form of one loop, or None when it must stay a loop.
+
+    A guard around the whole body that does not read the loop variable (a pooling window's border
+    test) moves outside the loop first: the same for every lane, it need not stop vectorization.
+    """
+    body = loop.body
+    if isinstance(body, S.IfThenElse) and body.else_body is None and loop.var not in free_vars(body.cond):
+        inner = vectorize_loop(replace(loop, body=body.then_body))
+        return None if inner is None else replace(body, then_body=inner)
     ext = simplify(loop.extent)
     if not isinstance(ext, E.Const) or not 2 <= ext.value <= MAX_LANES:
         return None
