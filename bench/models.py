@@ -5,11 +5,13 @@
 Models: ResNet-18, MobileNetV2, ResNet-50 and SqueezeNet 1.1, the seeded-random-weight ONNX builds of
 ``nnvm_frontend_onnx.testing.models`` (cached under ``$NNVM_CACHE_DIR/models``); batch 1, float32.
 
-- nnvm: ``nnvm bench --compare onnxruntime --json`` in a child process (so the thread count holds from
-  the start), twice: ``--untuned`` (every schedule template's fallback config, no log at all) and tuned
-  (the logs the backend ships for this CPU, plus any ``--tuning-log``). Each run alternates ours and
-  onnxruntime on the same seeded input, median of ``--repeat`` after a warm-up; the onnxruntime column
-  and the ratio come from the tuned run.
+- nnvm and onnxruntime: one child process per model (so the thread count holds from the start)
+  compiles the model twice, untuned (every schedule template's fallback config, no log at all) and
+  tuned (the logs the backend ships for this CPU, plus any ``--tuning-log``), and times both with
+  onnxruntime alternated run by run on the same seeded input, median of ``--repeat`` after a warm-up.
+  The machine's speed drifts by a third from minute to minute here (a shared host), so only numbers
+  taken in one alternation compare. onnxruntime runs with intra-op spinning off, as ``nnvm bench``
+  does; its default (spinning) is timed as well, alone, to show that costs it nothing.
 - MXNet 1.9.1 needs numpy<1.24, so it runs in its own virtual environment, made once with uv under
   ``~/.cache/nnvm/venvs/mxnet-1.9.1``: its own gluon model zoo network of the same architecture
   (random weights, hybridized with static allocation, same input shape and threads), timed the same
@@ -75,14 +77,52 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def bench_in_child(path: str, threads: int, repeat: int, extra: list) -> dict:
-    """``nnvm bench --json`` in a fresh process, so the thread count holds from the start."""
-    cmd = [sys.executable, "-m", "nnvm.cli", "bench", path, "--target", "llvm", "--compare", "onnxruntime",
-           "--repeat", str(repeat), "--threads", str(threads), "--json", *extra]
+def bench_in_child(path: str, threads: int, repeat: int, tuning_logs: list, profile: bool) -> dict:
+    """``measure_model`` in a fresh process (``--child``), so the thread count holds from the start."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--threads", str(threads),
+           "--repeat", str(repeat), *[a for log in tuning_logs for a in ("--tuning-log", log)],
+           *(["--profile", "1"] if profile else [])]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode not in (0, 1) or not proc.stdout.strip():
+    if proc.returncode != 0 or not proc.stdout.strip():
         raise SystemExit(f"bench of {path} failed:\n{proc.stderr}")
-    return json.loads(proc.stdout)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profile: bool) -> dict:
+    """nnvm untuned, nnvm tuned and onnxruntime (spinning off) on one seeded input, alternated run by
+    run after a warm-up, so all three see the same machine; then onnxruntime with its default spinning
+    in a block of its own (nothing runs between its calls, so its spinning threads steal nothing from
+    anyone), to show that turning spinning off did not slow it down."""
+    os.environ["NNVM_NUM_THREADS"] = str(threads)
+    import nnvm
+    from nnvm.bench import (
+        TOLERANCE,
+        _onnxruntime_session,
+        alternate_ms,
+        relative_error,
+        seeded_inputs,
+    )
+    from nnvm.bench import profile as profile_kernels
+
+    untuned = nnvm.compile(path, target="llvm", tuning_log=False)
+    tuned = nnvm.compile(path, target="llvm", tuning_log=tuning_logs or None)
+    session, _ = _onnxruntime_session(path, threads)
+    spinning, _ = _onnxruntime_session(path, threads, spinning=True)
+    feeds = seeded_inputs(tuned)
+    ort_feeds = {i.name: feeds[i.name] for i in session.get_inputs()}
+    want = session.run(None, ort_feeds)
+    error = max(relative_error(m.run(**feeds), want) for m in (untuned, tuned))
+    untuned_ms, tuned_ms, ort_ms = alternate_ms(
+        [lambda: untuned.run(**feeds), lambda: tuned.run(**feeds), lambda: session.run(None, ort_feeds)], repeat)
+    (spinning_ms,) = alternate_ms([lambda: spinning.run(None, ort_feeds)], repeat)
+    result = {"untuned_ms": untuned_ms, "tuned_ms": tuned_ms, "onnxruntime_ms": ort_ms,
+              "onnxruntime_spinning_ms": spinning_ms, "ratio": tuned_ms / ort_ms, "max_rel_err": error,
+              "match": bool(error < TOLERANCE), "kernels": len(tuned.plan["calls"]),
+              "distinct_kernels": tuned.stats().get("distinct_kernels"),
+              "tuned_kernels": tuned.stats().get("tuned_kernels", 0)}
+    if profile:
+        result["profile"] = profile_kernels(tuned, feeds, repeat)
+    return result
 
 
 def mxnet_python() -> str:
@@ -170,22 +210,25 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
     lines = ["# Benchmarks", "",
              f"Written by `bench/models.py` on {datetime.date.today().isoformat()}. CPU: {cpu_name()} "
              f"({os.cpu_count()} logical CPUs); {args.threads} threads for every runtime; median of "
-             f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm and "
-             f"onnxruntime ran alternated in one process per row; MXNet ran on its own. Load average "
+             f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm untuned, nnvm "
+             f"tuned and onnxruntime ran alternated, run by run, in one process per row, onnxruntime with "
+             f"intra-op spinning off (its idle threads otherwise spin on the cores our next run needs); "
+             f"the 'spinning, alone' column is onnxruntime's default settings timed in a block of its "
+             f"own right after, in the same process. MXNet ran on its own. Load average "
              f"(1 min) at the start and the end: {args.load_start:.1f}, {os.getloadavg()[0]:.1f}"
              + (" (above the CPU count: other programs shared the cores and every number is inflated)."
                 if max(args.load_start, os.getloadavg()[0]) > (os.cpu_count() or 1) else "."), "",
-             f"| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | {mx_head} "
-             "| tuned kernels | outputs |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             f"| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | untuned / ort "
+             f"| onnxruntime, spinning, alone (ms) | {mx_head} | tuned kernels | outputs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         if r.get("missing"):
-            lines.append(f"| {r['title']} | {r['missing']} | | | | | | |")
+            lines.append(f"| {r['title']} | {r['missing']} | | | | | | | | |")
             continue
         t = r["tuned_result"]
         verdict = f"{'match' if t['match'] else 'MISMATCH'} ({t['max_rel_err']:.1e})"
-        ratio = f"{t['ratio']:.2f}" if "ratio" in t else "-"
-        lines.append(f"| {r['title']} | {ms(r['untuned'])} | {ms(r['tuned'])} | {ms(r['ort'])} | {ratio} | "
+        lines.append(f"| {r['title']} | {ms(r['untuned'])} | {ms(r['tuned'])} | {ms(r['ort'])} | "
+                     f"{r['tuned'] / r['ort']:.2f} | {r['untuned'] / r['ort']:.2f} | {ms(r['ort_spinning'])} | "
                      f"{ms(r.get('mxnet'))} | {t.get('tuned_kernels', 0)} / {r['distinct']} | {verdict} |")
     notes = ["", f"onnxruntime {ort_version}."]
     if mx_info.get("version"):
@@ -227,7 +270,12 @@ def main(argv=None) -> int:
                         help="also list each model's K slowest kernels (tuned run) under the table")
     parser.add_argument("--output", default=os.path.join(HERE, "RESULTS.md"))
     parser.add_argument("--plot", default=os.path.join(HERE, "results.png"))
+    parser.add_argument("--child", metavar="MODEL", help=argparse.SUPPRESS)  # one model, JSON on stdout
     args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure_model(args.child, args.threads, args.repeat, args.tuning_log,
+                                       bool(args.profile))))
+        return 0
 
     import onnxruntime
 
@@ -242,13 +290,10 @@ def main(argv=None) -> int:
         if path is None:
             rows.append({"title": title, "missing": "model builder missing"})
             continue
-        untuned = bench_in_child(path, args.threads, args.repeat, ["--untuned"])
-        extra = [a for log in args.tuning_log for a in ("--tuning-log", log)]
-        extra += ["--profile"] if args.profile else []
-        tuned = bench_in_child(path, args.threads, args.repeat, extra)
-        row = {"title": title, "untuned": untuned["nnvm_ms"], "tuned": tuned["nnvm_ms"],
-               "ort": tuned["onnxruntime_ms"], "tuned_result": tuned,
-               "distinct": tuned.get("distinct_kernels", tuned["kernels"])}
+        tuned = bench_in_child(path, args.threads, args.repeat, args.tuning_log, bool(args.profile))
+        row = {"title": title, "untuned": tuned["untuned_ms"], "tuned": tuned["tuned_ms"],
+               "ort": tuned["onnxruntime_ms"], "ort_spinning": tuned["onnxruntime_spinning_ms"],
+               "tuned_result": tuned, "distinct": tuned.get("distinct_kernels", tuned["kernels"])}
         if not args.no_mxnet:
             mx = bench_mxnet(gluon_name, args.threads, args.repeat)
             if "error" in mx:
@@ -257,7 +302,7 @@ def main(argv=None) -> int:
                 row["mxnet"] = mx["ms"]
                 mx_info = mx
         rows.append(row)
-        print(f"{title}: nnvm untuned {untuned['nnvm_ms']:.1f} ms, tuned {tuned['nnvm_ms']:.1f} ms, "
+        print(f"{title}: nnvm untuned {tuned['untuned_ms']:.1f} ms, tuned {tuned['tuned_ms']:.1f} ms, "
               f"onnxruntime {tuned['onnxruntime_ms']:.1f} ms, MXNet {ms(row.get('mxnet'))} ms",
               file=sys.stderr)
     write_table(rows, args, onnxruntime.__version__, mx_info)

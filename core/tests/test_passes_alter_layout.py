@@ -232,20 +232,27 @@ def test_depthwise_conv2d_nchwc_on_plain_nchw_data(ops):
               rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("hw", [(3, 2)])
-def test_winograd_matches_numpy_conv(ops, hw):
-    """F(2x2, 3x3) against a direct numpy convolution, odd sizes (a partial last tile) included."""
+# Lavin and Gray's G for F(2x2, 3x3) and F(4x4, 3x3), typed from the paper (not from nnvm.ops.layout).
+LAVIN_G = {2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
+           4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                        [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}
+
+
+@pytest.mark.parametrize("tile,hw", [(2, (3, 2)), (4, (7, 5))])
+def test_winograd_matches_numpy_conv(ops, tile, hw):
+    """F(m x m, 3x3) against a direct numpy convolution, odd sizes (a partial last tile) included."""
     rng = np.random.default_rng(hw[0])
     x = rng.standard_normal((1, 4, *hw)).astype(np.float32)
     w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
     want = numpy_conv(x, w, 1, 1)
     (by_eval,) = ops.evaluate("conv2d_winograd_nchwc", [from_primal(x, "NCHW", "NCHW4c"), ops.evaluate(
-        "winograd_weight_transform", [from_primal(w, "OIHW", "OIHW4i4o")])[0]], {"padding": (1, 1, 1, 1)})
+        "winograd_weight_transform", [from_primal(w, "OIHW", "OIHW4i4o")], {"tile": tile})[0]],
+        {"padding": (1, 1, 1, 1)})
     assert np.abs(to_primal(by_eval, "NCHW4c") - want).max() / np.abs(want).max() < 1e-5
     wb = np.ascontiguousarray(from_primal(w, "OIHW", "OIHW4i4o"))
-    g = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])  # Lavin and Gray's G
+    g = LAVIN_G[tile]
     u = np.einsum("eh,oihwab,nw->enoiab", g, wb, g).astype(np.float32)
-    ops.check("winograd_weight_transform", [wb], {}, u, rtol=1e-5, atol=1e-5)
+    ops.check("winograd_weight_transform", [wb], {"tile": tile}, u, rtol=1e-5, atol=1e-5)
     xb = np.ascontiguousarray(from_primal(x, "NCHW", "NCHW4c"))
     ops.check("conv2d_winograd_nchwc", [xb, u], {"padding": (1, 1, 1, 1)},
               from_primal(want.astype(np.float32), "NCHW", "NCHW4c"), rtol=1e-4, atol=1e-4)

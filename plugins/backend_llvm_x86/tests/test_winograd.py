@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) on x86: numbers within 1e-4 of a direct numpy convolution and of onnxruntime,
+"""Winograd F(2x2, 3x3) and F(4x4, 3x3) on x86: numbers within 1e-4 of a direct numpy convolution and of onnxruntime,
 weights transformed at compile time, and the rule that picks it."""
 
 from __future__ import annotations
@@ -41,9 +41,11 @@ def _model(path, c, hw, rng):
     return w, b
 
 
-@pytest.mark.parametrize("hw", [8, 7])  # 7: partial 2x2 tiles at the bottom and right edges
-def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, monkeypatch, hw):
+# 7: partial tiles at the bottom and right edges; tile 4 is F(4x4, 3x3), opt-in
+@pytest.mark.parametrize("hw,tile", [(8, 2), (7, 2), (7, 4)])
+def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, monkeypatch, hw, tile):
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    monkeypatch.setenv("NNVM_X86_WINOGRAD_TILE", str(tile))
     rng = np.random.default_rng(hw)
     path = str(tmp_path / "wino.onnx")
     c = 16
@@ -53,7 +55,8 @@ def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, monkeypatch, hw):
     ops = [n.op for n in mod.graph.nodes]
     assert "conv2d_winograd_nchwc" in ops
     assert "winograd_weight_transform" not in ops, "the weight transform is folded at compile time"
-    assert mod.stats()["weight_bytes"] == 16 * c * c * 4 + c * 4  # U is 4x4 per 3x3 kernel, plus bias
+    alpha = tile + 2  # U is (m+2)x(m+2) per 3x3 kernel, plus the bias
+    assert mod.stats()["weight_bytes"] == alpha * alpha * c * c * 4 + c * 4
     got = mod.run(x)[0]
     want = np.maximum(numpy_conv3x3(x, w) + b.reshape(1, -1, 1, 1) + x, 0)
     err = np.abs(got - want).max() / np.abs(want).max()
@@ -87,9 +90,9 @@ def test_tile_widths_give_numpy_numbers(tmp_path, monkeypatch, group_of):
         assert err < 1e-4, f"tw_block={tw}: max relative error {err:.2e}"
 
 
-def test_rule_picks_even_sizes_of_eight_or_more(monkeypatch):
+def test_rule_picks_sizes_of_seven_or_more(monkeypatch):
     monkeypatch.delenv("NNVM_X86_WINOGRAD", raising=False)
-    assert use_winograd((1, 64, 56, 56)) and use_winograd((1, 256, 14, 14))
-    assert not use_winograd((1, 512, 7, 7)) and not use_winograd((1, 16, 6, 6))
+    assert use_winograd((1, 64, 56, 56)) and use_winograd((1, 256, 14, 14)) and use_winograd((1, 512, 7, 7))
+    assert not use_winograd((1, 16, 6, 6)) and not use_winograd((1, 16, 6, 9))
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")
     assert not use_winograd((1, 64, 56, 56))

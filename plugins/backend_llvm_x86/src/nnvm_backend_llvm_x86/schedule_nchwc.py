@@ -19,7 +19,7 @@ conv -> bias -> relu (-> residual add) group::
 
 Knobs: ``ow_block`` (accumulators: too few and the weight loads dominate, too many and they spill),
 ``unroll_kw`` (unroll the kernel-width loop) and ``reduce_order`` (input channels outside or inside
-the kernel window). The fallback takes the largest width divisor that fits the register file.
+the kernel window). The fallback takes the largest width divisor up to 14 accumulators (and two channel blocks for short rows).
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ from nnvm_backend_llvm_x86.schedules import (
     sole_anchor,
     vector_lanes,
 )
+
+
+FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
 
 
 def nchwc_stage(group):
@@ -71,20 +74,22 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     # the broadcast input.
     per_pixel = max(1, -(-ext_oci // lanes))
     fit = max(1, (registers - 4) // per_pixel)
-    ow_fallback = largest_divisor(ext_ow, fit)
+    # At most 14 accumulators: tuning ResNet-18 on the Cascade Lake host found 7-14 best everywhere
+    # (28 was up to 2.9x slower: the broadcasts and weight loads then crowd the register file).
+    ow_fallback = largest_divisor(ext_ow, min(fit, FALLBACK_ACCUMULATORS))
     ow_space = sorted(set(divisors(ext_ow, 32)) | {ow_fallback})
     depthwise = bool(conv.op.attrs.get("depthwise"))
     space = {"ow_block": ow_space, "unroll_kw": [False, True], "parallel": ["oc", "oh"],
              "pad_at": ["row", "root"]}
     fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": "oc" if ext_oco >= 8 else "oh",
-                "pad_at": os.environ.get("NNVM_X86_PAD_AT", "row")}
+                "pad_at": os.environ.get("NNVM_X86_PAD_AT", "root")}
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"
         # Two output-channel blocks per register tile when the row is too short to fill it alone.
         space["oc_blocks"] = [1, 2] if ext_oco % 2 == 0 else [1]
         # (Measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%.)
-        fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and 2 * ow_fallback <= min(16, fit) else 1
+        fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit) else 1
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
     return ScheduleTemplate(name, space, fallback, lambda config: build_conv2d_nchwc(group, config),
                             flops=reduction_flops(conv.op))
