@@ -113,7 +113,8 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
     want = session.run(None, ort_feeds)
     error = max(relative_error(m.run(**feeds), want) for m in (untuned, tuned))
     untuned_ms, tuned_ms, ort_ms = alternate_ms(
-        [lambda: untuned.run(**feeds), lambda: tuned.run(**feeds), lambda: session.run(None, ort_feeds)], repeat)
+        [lambda: untuned.run(**feeds), lambda: tuned.run(**feeds), lambda: session.run(None, ort_feeds)],
+        repeat)
     (spinning_ms,) = alternate_ms([lambda: spinning.run(None, ort_feeds)], repeat)
     result = {"untuned_ms": untuned_ms, "tuned_ms": tuned_ms, "onnxruntime_ms": ort_ms,
               "onnxruntime_spinning_ms": spinning_ms, "ratio": tuned_ms / ort_ms, "max_rel_err": error,
@@ -210,15 +211,15 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
     lines = ["# Benchmarks", "",
              f"Written by `bench/models.py` on {datetime.date.today().isoformat()}. CPU: {cpu_name()} "
              f"({os.cpu_count()} logical CPUs); {args.threads} threads for every runtime; median of "
-             f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm untuned, nnvm "
-             f"tuned and onnxruntime ran alternated, run by run, in one process per row, onnxruntime with "
-             f"intra-op spinning off (its idle threads otherwise spin on the cores our next run needs); "
+             f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm untuned, "
+             f"nnvm tuned and onnxruntime ran alternated, run by run, in one process per row, onnxruntime "
+             f"with intra-op spinning off (its idle threads otherwise spin on the cores our next run needs); "
              f"the 'spinning, alone' column is onnxruntime's default settings timed in a block of its "
              f"own right after, in the same process. MXNet ran on its own. Load average "
              f"(1 min) at the start and the end: {args.load_start:.1f}, {os.getloadavg()[0]:.1f}"
              + (" (above the CPU count: other programs shared the cores and every number is inflated)."
                 if max(args.load_start, os.getloadavg()[0]) > (os.cpu_count() or 1) else "."), "",
-             f"| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | untuned / ort "
+             "| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | untuned / ort "
              f"| onnxruntime, spinning, alone (ms) | {mx_head} | tuned kernels | outputs |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
@@ -228,7 +229,8 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
         t = r["tuned_result"]
         verdict = f"{'match' if t['match'] else 'MISMATCH'} ({t['max_rel_err']:.1e})"
         lines.append(f"| {r['title']} | {ms(r['untuned'])} | {ms(r['tuned'])} | {ms(r['ort'])} | "
-                     f"{r['tuned'] / r['ort']:.2f} | {r['untuned'] / r['ort']:.2f} | {ms(r['ort_spinning'])} | "
+                     f"{r['tuned'] / r['ort']:.2f} | {r['untuned'] / r['ort']:.2f} | "
+                     f"{ms(r['ort_spinning'])} | "
                      f"{ms(r.get('mxnet'))} | {t.get('tuned_kernels', 0)} / {r['distinct']} | {verdict} |")
     notes = ["", f"onnxruntime {ort_version}."]
     if mx_info.get("version"):

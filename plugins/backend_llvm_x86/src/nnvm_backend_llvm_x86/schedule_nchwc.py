@@ -19,7 +19,8 @@ conv -> bias -> relu (-> residual add) group::
 
 Knobs: ``ow_block`` (accumulators: too few and the weight loads dominate, too many and they spill),
 ``unroll_kw`` (unroll the kernel-width loop) and ``reduce_order`` (input channels outside or inside
-the kernel window). The fallback takes the largest width divisor up to 14 accumulators (and two channel blocks for short rows).
+the kernel window). The fallback takes the largest width divisor up to 14 accumulators (and two
+channel blocks for short rows).
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from nnvm_backend_llvm_x86.schedules import (
     sole_anchor,
     vector_lanes,
 )
-
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
 
@@ -89,7 +89,8 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
         # Two output-channel blocks per register tile when the row is too short to fill it alone.
         space["oc_blocks"] = [1, 2] if ext_oco % 2 == 0 else [1]
         # (Measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%.)
-        fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit) else 1
+        pair_fits = 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit)
+        fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
     return ScheduleTemplate(name, space, fallback, lambda config: build_conv2d_nchwc(group, config),
                             flops=reduction_flops(conv.op))
