@@ -40,6 +40,7 @@ MODELS = {
     "squeezenet1_1": ("SqueezeNet 1.1", "squeezenet1.1"),
 }
 MXNET_VERSION = "1.9.1"
+KEEP_MARKER = "<!-- written by hand: bench/models.py keeps everything from here on -->"
 MXNET_REQUIREMENTS = [f"mxnet=={MXNET_VERSION}", "numpy<1.24"]
 
 # Runs inside the MXNet environment: argv = gluon name, threads, repeat; prints one JSON line.
@@ -256,8 +257,14 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
     notes.append("'nnvm tuned' uses the tuning logs shipped for this CPU (and any `--tuning-log`); 'tuned "
                  "kernels' counts distinct kernels scheduled from a log. The machine may have been shared "
                  "with other work while measuring; rerun for numbers of your own.")
+    kept = ""  # the hand-written analysis under KEEP_MARKER survives a rerun
+    if os.path.exists(args.output):
+        with open(args.output) as f:
+            old = f.read()
+        if KEEP_MARKER in old:
+            kept = "\n" + old[old.index(KEEP_MARKER):]
     with open(args.output, "w") as f:
-        f.write("\n".join(lines + notes) + "\n")
+        f.write("\n".join(lines + notes) + "\n" + kept)
     print(f"wrote {args.output}", file=sys.stderr)
 
 

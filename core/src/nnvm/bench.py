@@ -38,7 +38,8 @@ def _onnxruntime_session(model, threads: int | None, spinning: bool = False):
 
     Spinning is off by default: onnxruntime's idle workers otherwise keep spinning after ``run``
     returns, on the very cores the next (alternated) nnvm run needs, which doubled our times on two
-    cores. onnxruntime itself is no slower without it here (``bench/models.py`` measures both).
+    cores. Alternated, onnxruntime itself is no slower without it; ``bench/models.py`` also times its
+    default settings alone.
     """
     try:
         import onnxruntime as ort
