@@ -105,19 +105,6 @@ def tensorized_schedule(n, bn=PANEL, bi=8, kc=None):
     return s, [A, B, C]
 
 
-def k_blocked_schedule(n, bn=PANEL, bi=8, kc=256):
-    """``tensorized_schedule`` with k split into blocks of ``kc`` outermost, GotoBLAS's loop order: per
-    k block, each thread's column panel of packedB (``kc x bn``, 32 KiB) stays in L1 while the row
-    blocks of A stream past it, and that k slab of A (``n x kc``) stays in L2."""
-    s, A, B, C = _packed_matmul(n, bn)
-    io, jo, ii, ji = s[C].tile(C.op.axis[0], C.op.axis[1], bi, bn)
-    ko, ki = s[C].split(C.op.reduce_axis[0], factor=kc)
-    s[C].reorder(ko, jo, io, ii, ji, ki)
-    s[C].tensorize(ii, te.backend_intrinsic("llvm", "gemm", m=bi, n=bn, k=kc))
-    s[C].parallel(jo)
-    return s, [A, B, C]
-
-
 def _time_pair(ours, reference, repeat: int) -> tuple[float, float]:
     """Median seconds of ``ours`` and ``reference``, measured alternately after one warm-up each, so
     a busy machine slows both alike and the ratio stays meaningful."""
