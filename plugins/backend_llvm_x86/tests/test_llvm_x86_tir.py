@@ -137,3 +137,32 @@ def test_vector_bool_and_half_memory(build, close):
     m = np.zeros(n, bool)
     f(a, m)
     close("half > 0 as bool", m, a > 0)
+
+
+def test_guard_the_same_for_every_lane_keeps_the_loop_vector(build, close, rng):
+    """``for j: if i >= 1: B[8i + j] = A[8i + j] + A[8i + j - 8]`` (a border test on the outer loop,
+    as a pooling window has) vectorizes: the guard stays scalar around a vector store. A guard on
+    ``j`` itself keeps the loop a loop; both give numpy's numbers."""
+    from nnvm_backend_llvm_x86.vectorize import vectorize_loop
+
+    n, lanes = 64, 8
+    A, B, C = (_buf(x, n) for x in "ABC")
+    i, j = E.Var("i"), E.Var("j")
+    k = i * lanes + j
+    add = E.BinOp("add", E.Load(A, k, "float32"), E.Load(A, k - lanes, "float32"), "float32")
+    invariant = S.For(j, E.const(0), E.const(lanes), S.ForKind.VECTORIZED,
+                      S.IfThenElse(i >= 1, S.Store(B, k, add)))
+    varying = S.For(j, E.const(0), E.const(lanes), S.ForKind.VECTORIZED,
+                    S.IfThenElse(j >= 1, S.Store(C, k, E.Load(A, k, "float32"))))
+    vector = vectorize_loop(invariant)
+    assert isinstance(vector, S.IfThenElse) and isinstance(vector.then_body.index, E.Ramp)
+    assert vectorize_loop(varying) is None
+    body = S.For(i, E.const(0), E.const(n // lanes), S.ForKind.SERIAL, S.seq(invariant, varying))
+    f = build([S.PrimFunc("guarded", (A, B, C), body)])["guarded"]
+    a = rng.standard_normal(n).astype("float32")
+    b, c = np.zeros(n, "float32"), np.zeros(n, "float32")
+    f(a, b, c)
+    want_b = np.concatenate([np.zeros(lanes, "float32"), a[lanes:] + a[:-lanes]])
+    want_c = np.where(np.arange(n) % lanes >= 1, a, 0).astype("float32")
+    close("invariant guard", b, want_b)
+    close("guard on the lane", c, want_c)

@@ -1,17 +1,19 @@
 """``vectorize_loops``: turn simple ``vectorized`` loops into vector expressions (Ramp / Broadcast).
 
 A loop ``for v in range(n): # vectorized`` with a constant extent whose body is straight-line stores
-(no inner loops, branches or allocations) becomes one statement over ``n`` lanes, the way TVM's
-vectorizer does it::
+(no inner loops, no allocations, no branches but guards that are the same for every lane, such as a
+pooling window's border test) becomes one statement over ``n`` lanes, the way TVM's vectorizer does
+it (and as ``nnvm.tir.vectorize`` does for the C-family printers)::
 
     for j in range(8):  # vectorized           C[ramp(i*8, 1, 8)] = A[ramp(i*8, 1, 8)] + x8(b[i])
       C[i*8 + j] = A[i*8 + j] + b[i]      ->
 
 Index arithmetic stays a ``Ramp`` where it is affine in ``v`` (so the code generator sees contiguous
 accesses and emits plain vector loads and stores); everything else is computed lane-wise, scalars
-broadcast. Loops this rewrite declines (guards, inner loops, reductions into one element, reads of
-a buffer at another index than it is written) are left alone: the code generator emits them as
-loops carrying ``llvm.loop.vectorize.enable`` metadata and LLVM's loop vectorizer takes over.
+broadcast. Loops this rewrite declines (guards on the loop variable, inner loops, reductions into one
+element, reads of a buffer at another index than it is written) are left alone: the code generator
+emits them as loops carrying ``llvm.loop.vectorize.enable`` metadata and LLVM's loop vectorizer takes
+over.
 """
 
 from __future__ import annotations
@@ -43,32 +45,29 @@ def vectorize_loops(body: S.Stmt) -> S.Stmt:
 
 
 def vectorize_loop(loop: S.For) -> S.Stmt | None:
-    """The vector form of one loop, or None when it must stay a loop.
-
-    A guard around the whole body that does not read the loop variable (a pooling window's border
-    test) moves outside the loop first: the same for every lane, it need not stop vectorization.
-    """
-    body = loop.body
-    if isinstance(body, S.IfThenElse) and body.else_body is None and loop.var not in free_vars(body.cond):
-        inner = vectorize_loop(replace(loop, body=body.then_body))
-        return None if inner is None else replace(body, then_body=inner)
+    """The vector form of one loop, or None when it must stay a loop."""
     ext = simplify(loop.extent)
     if not isinstance(ext, E.Const) or not 2 <= ext.value <= MAX_LANES:
         return None
     try:
-        _check_body(loop.body)
+        _check_body(loop.var, loop.body)
         return _Vectorizer(loop.var, simplify(loop.min), int(ext.value)).stmt(loop.body)
     except _Decline:
         return None
 
 
-def _check_body(body: S.Stmt) -> None:
-    """Straight-line stores only, and a buffer both read and written only at one index."""
+def _check_body(var: E.Var, body: S.Stmt) -> None:
+    """Straight-line stores only (under guards that do not read ``var``: the same for every lane, as
+    a pooling window's border test), and a buffer both read and written only at one index."""
     indices: dict = {}
     stored: set = set()
 
     def fn(node):
-        if isinstance(node, (S.For, S.IfThenElse, S.Allocate, E.Ramp, E.Broadcast, E.Reduce, E.TensorLoad)):
+        if isinstance(node, S.IfThenElse):
+            if node.else_body is not None or var in free_vars(node.cond):
+                raise _Decline
+            return
+        if isinstance(node, (S.For, S.Allocate, E.Ramp, E.Broadcast, E.Reduce, E.TensorLoad)):
             raise _Decline
         if isinstance(node, S.Evaluate):
             raise _Decline
@@ -111,6 +110,8 @@ class _Vectorizer:
             return S.seq(*(self.stmt(x) for x in s.stmts))
         if isinstance(s, S.AttrStmt):
             return replace(s, body=self.stmt(s.body))
+        if isinstance(s, S.IfThenElse):  # a lane-invariant guard (``_check_body``): it stays scalar
+            return replace(s, then_body=self.stmt(s.then_body))
         if isinstance(s, S.LetStmt):
             value = self.expr(s.value)
             return S.LetStmt(self.bind(s.var, value), value, self.stmt(s.body))
