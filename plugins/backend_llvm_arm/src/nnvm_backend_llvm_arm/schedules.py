@@ -15,18 +15,17 @@ Every other group gets the core's generic schedule, which LLVM vectorizes at the
 
 from __future__ import annotations
 
-import os
-
 from nnvm_backend_llvm_x86.schedule_dense import dense_template
 from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
 from nnvm_backend_llvm_x86.schedules import conv2d_template
+from nnvm_backend_llvm_x86.switches import enabled
 
 NEON_TEMPLATES = [conv2d_template, depthwise_template, dense_template]
 
 
 def schedule_template(target, group):
     """The first NEON template that takes ``group``, or None for the generic schedule."""
-    if os.environ.get("NNVM_X86_TEMPLATES", "1") == "0":
+    if not enabled("NNVM_X86_TEMPLATES"):
         return None  # the x86 plugin's A/B switch covers the same templates here
     for builder in NEON_TEMPLATES:
         template = builder(target, group)

@@ -17,9 +17,8 @@ one is the same memory, and no transform kernel is needed at the model input.
 
 from __future__ import annotations
 
-import os
-
 from nnvm.passes.alter_layout import AlteredNode
+from nnvm_backend_llvm_x86.switches import enabled
 from nnvm_backend_llvm_x86.winograd import alter_winograd
 
 
@@ -67,7 +66,7 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
 
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
     """Entry point for ``nnvm_alter_op_layout`` on ``llvm`` targets."""
-    if os.environ.get("NNVM_X86_LAYOUT", "1") == "0":
+    if not enabled("NNVM_X86_LAYOUT"):
         return None
     if node.op == "conv2d":
         return alter_conv2d(target, node, in_types)

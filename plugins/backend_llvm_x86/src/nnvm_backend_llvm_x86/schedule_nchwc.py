@@ -25,8 +25,6 @@ channel blocks for short rows).
 
 from __future__ import annotations
 
-import os
-
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
@@ -40,6 +38,7 @@ from nnvm_backend_llvm_x86.schedules import (
     sole_anchor,
     vector_lanes,
 )
+from nnvm_backend_llvm_x86.switches import enabled, switch
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
 
@@ -58,7 +57,7 @@ def nchwc_stage(group):
 
 def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     """The template for a conv2d_nchwc group (plain or depthwise), or None to decline."""
-    if os.environ.get("NNVM_X86_CONV_SCHEDULE", "1") == "0":
+    if not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None
     found = nchwc_stage(group)
     if found is None:
@@ -82,7 +81,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     space = {"ow_block": ow_space, "unroll_kw": [False, True], "parallel": ["oc", "oh"],
              "pad_at": ["row", "root"]}
     fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": "oc" if ext_oco >= 8 else "oh",
-                "pad_at": os.environ.get("NNVM_X86_PAD_AT", "root")}
+                "pad_at": switch("NNVM_X86_PAD_AT")}
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"

@@ -29,7 +29,6 @@ the next template (or the generic schedule) serves them.
 from __future__ import annotations
 
 import math
-import os
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
@@ -37,6 +36,7 @@ from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
 from nnvm.tir.simplify import simplify
+from nnvm_backend_llvm_x86.switches import enabled
 
 OC_BLOCK = 8  # output channels per register tile (the fallback)
 MAX_ACCUMULATORS = 28  # vector registers a tile may hold (AVX-512 has 32; a few hold inputs, weights)
@@ -137,7 +137,7 @@ def reduction_flops(op) -> float:
 def conv2d_template(target, group) -> ScheduleTemplate | None:
     """``x86.conv2d_nchw.direct``: the register-blocked schedule for a plain (groups=1) NCHW conv2d
     group as a template, or None to decline."""
-    if os.environ.get("NNVM_X86_CONV_SCHEDULE", "1") == "0":
+    if not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None  # A/B switch for benchmarks: the generic schedule for conv2d
     found = single_conv_stage(group, depthwise=False)
     if found is None:

@@ -11,7 +11,6 @@ for A/B benchmarks.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 from nnvm.autotune import ScheduleTemplate
@@ -19,6 +18,7 @@ from nnvm_backend_llvm_x86.schedule_dense import dense_template
 from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
 from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 from nnvm_backend_llvm_x86.schedules import conv2d_template
+from nnvm_backend_llvm_x86.switches import enabled
 from nnvm_backend_llvm_x86.winograd import winograd_template
 
 TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
@@ -35,7 +35,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
 
 def schedule_template(target, group) -> ScheduleTemplate | None:
     """The first template of ``TEMPLATE_BUILDERS`` that takes ``group`` on ``target``, or None."""
-    if getattr(target, "kind", None) != "llvm" or os.environ.get("NNVM_X86_TEMPLATES", "1") == "0":
+    if getattr(target, "kind", None) != "llvm" or not enabled("NNVM_X86_TEMPLATES"):
         return None
     for builder in TEMPLATE_BUILDERS:
         template = builder(target, group)

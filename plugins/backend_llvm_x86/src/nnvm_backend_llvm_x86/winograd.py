@@ -21,14 +21,13 @@ The loop program::
 
 from __future__ import annotations
 
-import os
-
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.passes.alter_layout import AlteredNode
 from nnvm.schedules import schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor, reduction_flops
+from nnvm_backend_llvm_x86.switches import switch
 
 
 def use_winograd(out_shape: tuple) -> bool:
@@ -36,21 +35,18 @@ def use_winograd(out_shape: tuple) -> bool:
     faster at 56x56x64 and 14x14x256 (single thread, Zen 4), and on ResNet-18's 7x7x512 layers (whose
     2x2 tiles cover 8x8, 30% wasted) 4.5% faster for the whole model at 2 threads on the Cascade Lake
     host, though it was a tie on Zen 4. Below 7x7 the transforms outweigh the saved products."""
-    flag = os.environ.get("NNVM_X86_WINOGRAD")
+    flag = switch("NNVM_X86_WINOGRAD")
     if flag is not None:
         return flag == "1"
     _, _, oh, ow = out_shape
     return min(oh, ow) >= 7
 
 
-def winograd_tile(out_shape: tuple) -> int:
+def winograd_tile() -> int:
     """m of F(m x m, 3x3): 2 unless ``NNVM_X86_WINOGRAD_TILE=4``. F(4x4) does 1.8x fewer products
     than F(2x2) but measured no faster on ResNet-18 here (its 6x6 transforms, computed per output
     point, eat the gain) and its unrolled transforms take minutes to lower, so it is opt-in."""
-    tile = int(os.environ.get("NNVM_X86_WINOGRAD_TILE", "2"))
-    if tile not in (2, 4):
-        raise ValueError(f"NNVM_X86_WINOGRAD_TILE must be 2 or 4, got {tile}")
-    return tile
+    return int(switch("NNVM_X86_WINOGRAD_TILE"))
 
 
 def alter_winograd(node, attrs: dict, data, weight, ic: int | None, oc: int) -> AlteredNode | None:
@@ -65,7 +61,7 @@ def alter_winograd(node, attrs: dict, data, weight, ic: int | None, oc: int) -> 
     return AlteredNode("conv2d_winograd_nchwc", {"padding": tuple(attrs["padding"])},
                        inputs=(("NCHW", f"NCHW{ic}c"), ("OIHW", f"OIHW{ic}i{oc}o")),
                        outputs=(("NCHW", f"NCHW{oc}c"),),
-                       prepare=(None, ("winograd_weight_transform", {"tile": winograd_tile(out_shape)})))
+                       prepare=(None, ("winograd_weight_transform", {"tile": winograd_tile()})))
 
 
 def _stages(group):

@@ -1,0 +1,37 @@
+"""The x86 backend's A/B switches (``NNVM_X86_*``, listed in the README), read in one place.
+
+Each is read when it is needed, so a test or benchmark can flip it between two compiles in one
+process. A value outside the switch's choices is a user's mistake: one sentence naming the variable,
+not a traceback and not a silent "off".
+"""
+
+from __future__ import annotations
+
+import os
+
+from nnvm.errors import Error
+
+# name -> (choices, default); None as default: unset means "let the backend's rule decide"
+SWITCHES = {
+    "NNVM_X86_TEMPLATES": (("0", "1"), "1"),
+    "NNVM_X86_CONV_SCHEDULE": (("0", "1"), "1"),
+    "NNVM_X86_LAYOUT": (("0", "1"), "1"),
+    "NNVM_X86_WINOGRAD": (("0", "1"), None),
+    "NNVM_X86_WINOGRAD_TILE": (("2", "4"), "2"),
+    "NNVM_X86_PAD_AT": (("row", "root"), "root"),
+}
+
+
+def switch(name: str) -> str | None:
+    """The value of the switch ``name``, its default when unset or empty."""
+    choices, default = SWITCHES[name]
+    value = os.environ.get(name) or default
+    if value is not None and value not in choices:
+        raise Error(f"{name}={value!r}: must be one of {', '.join(choices)} (unset: "
+                    f"{default if default is not None else 'the backend decides'})")
+    return value
+
+
+def enabled(name: str) -> bool:
+    """An on/off switch (``0`` or ``1``)."""
+    return switch(name) == "1"

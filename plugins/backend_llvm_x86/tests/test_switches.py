@@ -1,0 +1,50 @@
+"""The ``NNVM_X86_*`` switches: a value outside a switch's choices is one sentence naming the variable
+(exit status 1 from the CLI), never a traceback or a silent "off"."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nnvm.errors import Error
+from nnvm_backend_llvm_x86.switches import SWITCHES, enabled, switch
+
+
+@pytest.mark.parametrize("name", sorted(SWITCHES))
+def test_a_value_outside_the_choices_names_the_variable(monkeypatch, name):
+    monkeypatch.setenv(name, "maybe")
+    with pytest.raises(Error, match=f"{name}='maybe': must be one of"):
+        switch(name)
+
+
+def test_unset_or_empty_is_the_default(monkeypatch):
+    monkeypatch.delenv("NNVM_X86_LAYOUT", raising=False)
+    assert enabled("NNVM_X86_LAYOUT")
+    monkeypatch.setenv("NNVM_X86_LAYOUT", "")
+    assert enabled("NNVM_X86_LAYOUT")
+    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    assert not enabled("NNVM_X86_LAYOUT")
+    monkeypatch.delenv("NNVM_X86_WINOGRAD", raising=False)
+    assert switch("NNVM_X86_WINOGRAD") is None  # the backend's own rule decides
+
+
+def test_cli_reports_a_bad_switch_in_one_line(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((16, 16, 3, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    path = str(tmp_path / "conv.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    env = dict(os.environ, NNVM_X86_WINOGRAD_TILE="3")
+    proc = subprocess.run([sys.executable, "-m", "nnvm.cli", "compile", path, "--target", "llvm"],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "NNVM_X86_WINOGRAD_TILE='3': must be one of 2, 4" in lines[0], proc.stderr
