@@ -98,8 +98,8 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
     import nnvm
     from nnvm.bench import (
         TOLERANCE,
-        _onnxruntime_session,
         alternate_ms,
+        onnxruntime_session,
         relative_error,
         seeded_inputs,
     )
@@ -107,8 +107,8 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
 
     untuned = nnvm.compile(path, target="llvm", tuning_log=False)
     tuned = nnvm.compile(path, target="llvm", tuning_log=tuning_logs or None)
-    session, _ = _onnxruntime_session(path, threads)
-    spinning, _ = _onnxruntime_session(path, threads, spinning=True)
+    session, _ = onnxruntime_session(path, threads)
+    spinning, _ = onnxruntime_session(path, threads, spinning=True)
     feeds = seeded_inputs(tuned)
     ort_feeds = {i.name: feeds[i.name] for i in session.get_inputs()}
     want = session.run(None, ort_feeds)

@@ -33,7 +33,7 @@ def seeded_inputs(mod, seed: int = 0) -> dict:
     return feeds
 
 
-def _onnxruntime_session(model, threads: int | None, spinning: bool = False):
+def onnxruntime_session(model, threads: int | None, spinning: bool = False):
     """An onnxruntime CPU session with ``threads`` intra-op threads.
 
     Spinning is off by default: onnxruntime's idle workers otherwise keep spinning after ``run``
@@ -174,7 +174,7 @@ def bench(model, target: str = "llvm", compare: str | None = None, repeat: int =
                     f"nothing about the device; export the module and time it there")
     session = None
     if compare:
-        session, ort_version = _onnxruntime_session(model, threads)
+        session, ort_version = onnxruntime_session(model, threads)
 
     start = time.perf_counter()
     mod = nnvm.compile(model, target=target, shapes=shapes, tuning_log=tuning_log)
