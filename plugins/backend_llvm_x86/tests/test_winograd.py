@@ -1,6 +1,5 @@
 """Winograd F(2x2, 3x3) and F(4x4, 3x3) on x86: numbers within 1e-4 of a direct numpy convolution and
-of onnxruntime,
-weights transformed at compile time, and the rule that picks it."""
+of onnxruntime, weights transformed at compile time, and the rule that picks it."""
 
 from __future__ import annotations
 
