@@ -50,11 +50,10 @@ def vector_lanes(target) -> int:
     """float32 lanes of the widest vector unit the target has: 16 with AVX-512, 8 with AVX2, else 4."""
     from nnvm_backend_llvm_x86.plugin import LLVMBackend
 
-    try:  # another LLVM backend (Arm: NEON, 4 lanes) resolves its own target kinds
-        backend = LLVMBackend() if getattr(target, "kind", "llvm") == "llvm" else target.backend
-        resolved = backend.resolve(target)
-    except Exception:  # an unusual target: assume the common AVX2 width
-        return 8
+    # Another LLVM backend (Arm: NEON, 4 lanes) resolves its own target kinds. A target it refuses was
+    # already refused by ``check_target``; its ``TargetError`` names it, so it is not hidden here.
+    backend = LLVMBackend() if target.kind == "llvm" else target.backend
+    resolved = backend.resolve(target)
     flags = set(resolved.features.split(","))
     if not resolved.features:  # ``-mcpu`` alone: the CPU's own features, known by name
         cpu = resolved.cpu.lower()
