@@ -394,7 +394,7 @@ def convert_image_decoder(ctx: Context, inputs):
     try:
         from PIL import Image
     except ImportError:
-        raise ctx.error("decoding images needs Pillow (pip install pillow)") from None
+        raise ctx.error("decoding images needs Pillow (pip install 'nnvm-frontend-onnx[image]')") from None
     fmt = ctx.attr("pixel_format", "RGB")
     try:
         img = Image.open(io.BytesIO(data.astype(np.uint8).tobytes()))
