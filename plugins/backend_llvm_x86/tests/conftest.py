@@ -14,6 +14,20 @@ from nnvm.tir.lower import lower_schedule
 from nnvm_backend_llvm_x86.plugin import LLVMBackend
 
 
+def save_conv_model(path: str, channels: int, hw: int) -> str:
+    """A one-node ONNX model, a 3x3 padded Conv of ``channels`` to ``channels`` with all-ones weights on
+    a ``1 x channels x hw x hw`` input, saved at ``path`` (for tests about compiling, not numbers)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((channels, channels, 3, 3), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, hw, hw])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
 def build_funcs(funcs, target: str = "llvm") -> dict:
     """PrimFuncs -> {name: callable on numpy arrays}, all compiled by one ``build`` call."""
     lib = LLVMBackend().build(list(funcs), parse_target(target))
@@ -84,6 +98,11 @@ def build():
 @pytest.fixture
 def build_all():
     return build_schedules
+
+
+@pytest.fixture
+def conv_model():
+    return save_conv_model
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 from nnvm.errors import Error
@@ -32,16 +31,8 @@ def test_unset_or_empty_is_the_default(monkeypatch):
     assert switch("NNVM_X86_WINOGRAD") is None  # the backend's own rule decides
 
 
-def test_cli_reports_a_bad_switch_in_one_line(tmp_path):
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    w = numpy_helper.from_array(np.ones((16, 16, 3, 3), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "conv",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
-    path = str(tmp_path / "conv.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+def test_cli_reports_a_bad_switch_in_one_line(tmp_path, conv_model):
+    path = conv_model(str(tmp_path / "conv.onnx"), 16, 8)
     env = dict(os.environ, NNVM_X86_WINOGRAD_TILE="3")
     proc = subprocess.run([sys.executable, "-m", "nnvm.cli", "compile", path, "--target", "llvm"],
                           capture_output=True, text=True, env=env)

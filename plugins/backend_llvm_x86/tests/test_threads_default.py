@@ -57,7 +57,7 @@ def _env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("NNVM_NUM_THREADS", "OMP_NUM_THREADS")}
 
 
-def test_default_team_is_physical_cores(tmp_path):
+def test_default_team_is_physical_cores(tmp_path, conv_model):
     if not os.path.exists("/proc/cpuinfo"):
         raise AssertionError("this test reads the CPU topology from /proc/cpuinfo (Linux)")
     want = _cores_from_cpuinfo()
@@ -70,18 +70,9 @@ def test_default_team_is_physical_cores(tmp_path):
     assert out.returncode == 0, out.stderr
     assert f"built {want}" in out.stdout, f"expected {want} threads (physical cores): {out.stdout}"
 
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
     import nnvm
 
-    w = numpy_helper.from_array(np.ones((8, 8, 3, 3), np.float32), "w")
-    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1] * 4)], "c",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
-    path = str(tmp_path / "c.onnx")
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    path = conv_model(str(tmp_path / "c.onnx"), 8, 16)
     so = str(tmp_path / "c.so")
     nnvm.compile(path, target="llvm").export(so)
     out = subprocess.run([sys.executable, "-c", LOADER, so], env=_env(), capture_output=True, text=True,
