@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import cache
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
@@ -17,6 +18,7 @@ from nnvm.tir import stmt as S
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 
 
+@cache
 def _is_index(dtype: str) -> bool:
     return E.is_int(dtype) and E.split_lanes(dtype)[1] == 1
 
@@ -51,7 +53,9 @@ class Linear:
     def to_expr(self) -> E.Expr:
         out = None
         # deterministic order: bigger coefficients (outer loops) first, then by name
-        items = sorted(self.terms.items(), key=lambda kv: (-abs(kv[1]), _atom_key(kv[0])))
+        items = self.terms.items()
+        if len(items) > 1:
+            items = sorted(items, key=lambda kv: (-abs(kv[1]), _atom_key(kv[0])))
         for atom, coef in items:
             if coef == 1:
                 term = atom
@@ -79,6 +83,10 @@ class Simplifier:
 
     def __init__(self, ranges: dict | None = None):
         self.ranges: dict = dict(ranges or {})
+        # id(node) -> (node, Linear): linear forms do not depend on ranges, and a bottom-up rewrite
+        # asks for the form of every prefix of an index sum (quadratic without this). The node is
+        # kept so its id is not reused.
+        self._linear: dict = {}
 
     # -- intervals ----------------------------------------------------------------------------------
     def bound(self, e) -> Interval:
@@ -117,6 +125,14 @@ class Simplifier:
 
     def linear(self, e) -> Linear | None:
         """The linear form of an integer expression (atoms for everything non-linear)."""
+        hit = self._linear.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        lin = self._linear_form(e)
+        self._linear[id(e)] = (e, lin)
+        return lin
+
+    def _linear_form(self, e) -> Linear | None:
         if not _is_index(e.dtype):
             return None
         if isinstance(e, E.Const):

@@ -10,26 +10,36 @@ from nnvm.tir.stmt import Stmt
 
 # Fields that hold references rather than children: never descended into.
 _OPAQUE_FIELDS = {"buffer", "tensor", "combiner", "axis"}
+# Fields declared as these types hold no children (dtype, op, name, lanes, kind, ...).
+_SCALAR_TYPES = {"str", "int", "bool", str, int, bool}
 
 
 _CHILD_NAMES: dict = {}  # node class -> names of its child fields (dataclasses.fields is slow per node)
 
 
-def _children_fields(node):
+def _child_names(node) -> tuple:
     names = _CHILD_NAMES.get(type(node))
     if names is None:
-        names = tuple(f.name for f in dataclasses.fields(node) if f.name not in _OPAQUE_FIELDS)
+        names = tuple(f.name for f in dataclasses.fields(node)
+                      if f.name not in _OPAQUE_FIELDS and f.type not in _SCALAR_TYPES)
         _CHILD_NAMES[type(node)] = names
-    for name in names:
+    return names
+
+
+def _children_fields(node):
+    for name in _child_names(node):
         yield name, getattr(node, name)
 
 
 def _rewrite_value(value, fn):
     if isinstance(value, Expr | Stmt):
         return rewrite(value, fn)
-    if isinstance(value, tuple):
-        new = tuple(_rewrite_value(v, fn) for v in value)
-        return value if all(a is b for a, b in zip(new, value)) else new
+    if type(value) is tuple:
+        new = tuple([_rewrite_value(v, fn) for v in value])
+        for a, b in zip(new, value):
+            if a is not b:
+                return new
+        return value
     return value
 
 
@@ -38,10 +48,18 @@ def rewrite(node, fn: Callable):
 
     Unchanged subtrees keep their identity, so callers can detect "nothing happened" by ``is``.
     """
-    changes = {}
-    for name, value in _children_fields(node):
-        new = _rewrite_value(value, fn)
+    changes = None
+    for name in _CHILD_NAMES.get(type(node)) or _child_names(node):
+        value = getattr(node, name)
+        if isinstance(value, Expr | Stmt):
+            new = rewrite(value, fn)
+        elif type(value) is tuple:
+            new = _rewrite_value(value, fn)
+        else:
+            continue
         if new is not value:
+            if changes is None:
+                changes = {}
             changes[name] = new
     if changes:
         node = dataclasses.replace(node, **changes)
