@@ -11,7 +11,8 @@ Models: ResNet-18, MobileNetV2, ResNet-50 and SqueezeNet 1.1, the seeded-random-
   onnxruntime alternated run by run on the same seeded input, median of ``--repeat`` after a warm-up.
   The machine's speed drifts by a third from minute to minute here (a shared host), so only numbers
   taken in one alternation compare. onnxruntime runs with intra-op spinning off, as ``nnvm bench``
-  does; its default (spinning) is timed as well, alone, to show that costs it nothing.
+  does; its default (spinning) is timed as well, in blocks of its own alternated with blocks of ours
+  tuned, where neither shares the cores or the cache with the other.
 - MXNet 1.9.1 needs numpy<1.24, so it runs in its own virtual environment, made once with uv under
   ``~/.cache/nnvm/venvs/mxnet-1.9.1``: its own gluon model zoo network of the same architecture
   (random weights, hybridized with static allocation, same input shape and threads), timed the same
@@ -28,8 +29,10 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # key in nnvm_frontend_onnx.testing.models -> (title, MXNet gluon model zoo name)
@@ -91,9 +94,10 @@ def bench_in_child(path: str, threads: int, repeat: int, tuning_logs: list, prof
 
 def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profile: bool) -> dict:
     """nnvm untuned, nnvm tuned and onnxruntime (spinning off) on one seeded input, alternated run by
-    run after a warm-up, so all three see the same machine; then onnxruntime with its default spinning
-    in a block of its own (nothing runs between its calls, so its spinning threads steal nothing from
-    anyone), to show what turning spinning off costs it (5-14% here: alone, its cache stays warm too)."""
+    run after a warm-up, so all three see the same machine; then nnvm tuned and onnxruntime with its
+    default spinning each in blocks of their own (nothing else runs between its calls: its spinning
+    threads steal nothing, and its weights stay in cache), the blocks alternated, so the 'alone'
+    columns compare with each other as the alternated ones do."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
     import nnvm
     from nnvm.bench import (
@@ -116,9 +120,16 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
     untuned_ms, tuned_ms, ort_ms = alternate_ms(
         [lambda: untuned.run(**feeds), lambda: tuned.run(**feeds), lambda: session.run(None, ort_feeds)],
         repeat)
-    (spinning_ms,) = alternate_ms([lambda: spinning.run(None, ort_feeds)], repeat)
+    tuned_alone, spinning_alone = [], []
+    for _ in range(4):
+        for fn, times in ((lambda: tuned.run(**feeds), tuned_alone),
+                          (lambda: spinning.run(None, ort_feeds), spinning_alone)):
+            time.sleep(0.2)  # the other side's idle threads go to sleep
+            times.append(alternate_ms([fn], max(repeat // 4, 3))[0])
     result = {"untuned_ms": untuned_ms, "tuned_ms": tuned_ms, "onnxruntime_ms": ort_ms,
-              "onnxruntime_spinning_ms": spinning_ms, "ratio": tuned_ms / ort_ms, "max_rel_err": error,
+              "onnxruntime_spinning_ms": statistics.median(spinning_alone),
+              "tuned_alone_ms": statistics.median(tuned_alone), "ratio": tuned_ms / ort_ms,
+              "max_rel_err": error,
               "match": bool(error < TOLERANCE), "kernels": len(tuned.plan["calls"]),
               "distinct_kernels": tuned.stats().get("distinct_kernels"),
               "tuned_kernels": tuned.stats().get("tuned_kernels", 0)}
@@ -215,23 +226,26 @@ def write_table(rows: list, args, ort_version: str, mx_info: dict) -> None:
              f"{args.repeat} runs after a warm-up; batch 1, float32, seeded random weights. nnvm untuned, "
              f"nnvm tuned and onnxruntime ran alternated, run by run, in one process per row, onnxruntime "
              f"with intra-op spinning off (its idle threads otherwise spin on the cores our next run needs); "
-             f"the 'spinning, alone' column is onnxruntime's default settings timed in a block of its "
-             f"own right after, in the same process. MXNet ran on its own. Load average "
+             f"the 'alone' columns are nnvm tuned and onnxruntime's default settings (spinning on) each "
+             f"timed in blocks of their own right after, the blocks alternated, in the same process (alone, "
+             f"a runtime's weights stay in cache between runs). MXNet ran on its own. Load average "
              f"(1 min) at the start and the end: {args.load_start:.1f}, {os.getloadavg()[0]:.1f}"
              + (" (above the CPU count: other programs shared the cores and every number is inflated)."
                 if max(args.load_start, os.getloadavg()[0]) > (os.cpu_count() or 1) else "."), "",
              "| model | nnvm untuned (ms) | nnvm tuned (ms) | onnxruntime (ms) | tuned / ort | untuned / ort "
-             f"| onnxruntime, spinning, alone (ms) | {mx_head} | tuned kernels | outputs |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             f"| nnvm tuned, alone (ms) | onnxruntime, spinning, alone (ms) | alone: tuned / ort "
+             f"| {mx_head} | tuned kernels | outputs |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for r in rows:
         if r.get("missing"):
-            lines.append(f"| {r['title']} | {r['missing']} | | | | | | | | |")
+            lines.append(f"| {r['title']} | {r['missing']} | | | | | | | | | | |")
             continue
         t = r["tuned_result"]
         verdict = f"{'match' if t['match'] else 'MISMATCH'} ({t['max_rel_err']:.1e})"
         lines.append(f"| {r['title']} | {ms(r['untuned'])} | {ms(r['tuned'])} | {ms(r['ort'])} | "
                      f"{r['tuned'] / r['ort']:.2f} | {r['untuned'] / r['ort']:.2f} | "
-                     f"{ms(r['ort_spinning'])} | "
+                     f"{ms(r['tuned_alone'])} | {ms(r['ort_spinning'])} | "
+                     f"{r['tuned_alone'] / r['ort_spinning']:.2f} | "
                      f"{ms(r.get('mxnet'))} | {t.get('tuned_kernels', 0)} / {r['distinct']} | {verdict} |")
     notes = ["", f"onnxruntime {ort_version}."]
     if mx_info.get("version"):
@@ -302,6 +316,7 @@ def main(argv=None) -> int:
         tuned = bench_in_child(path, args.threads, args.repeat, args.tuning_log, bool(args.profile))
         row = {"title": title, "untuned": tuned["untuned_ms"], "tuned": tuned["tuned_ms"],
                "ort": tuned["onnxruntime_ms"], "ort_spinning": tuned["onnxruntime_spinning_ms"],
+               "tuned_alone": tuned["tuned_alone_ms"],
                "tuned_result": tuned, "distinct": tuned.get("distinct_kernels", tuned["kernels"])}
         if not args.no_mxnet:
             mx = bench_mxnet(gluon_name, args.threads, args.repeat)
