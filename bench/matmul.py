@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 
 import nnvm  # noqa: E402
 from nnvm import te  # noqa: E402
+from nnvm.bench import alternate_ms  # noqa: E402
 from nnvm.te.examples import matmul, matmul_api_schedule  # noqa: E402
 
 PANEL = 32  # columns of B per packed panel (and per register tile): --n must be a multiple of it
@@ -113,31 +114,11 @@ def tensorized_schedule(n, bn=PANEL, bi=8, kc=None):
     return s, [A, B, C]
 
 
-def _time_pair(ours, reference, repeat: int) -> tuple[float, float]:
-    """Median seconds of ``ours`` and ``reference``, measured alternately after one warm-up each, so
-    a busy machine slows both alike and the ratio stays meaningful."""
-    ours()
-    reference()
-    t_ours, t_ref = [], []
-    for _ in range(repeat):
-        for fn, times in ((reference, t_ref), (ours, t_ours)):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-    return float(np.median(t_ours)), float(np.median(t_ref))
-
-
 def _time_alone(fn, repeat: int, pause: float = 0.3) -> float:
     """Median seconds of ``fn`` timed in a block of its own, after a pause that lets the other
     side's threads go to sleep."""
     time.sleep(pause)
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return alternate_ms([fn], repeat)[0] / 1e3
 
 
 def main() -> None:
@@ -166,7 +147,8 @@ def main() -> None:
         if err > 1e-2 * np.sqrt(n):
             raise SystemExit(f"{name}: wrong result, max abs error {err:.3g} vs numpy")
         ours = lambda f=f, c=c: f(a, b, c)  # noqa: E731
-        t, t_np = _time_pair(ours, lambda: a @ b, args.repeat)
+        # Alternated, numpy first, so a busy machine slows both alike and the ratio stays meaningful.
+        t_np, t = (ms / 1e3 for ms in alternate_ms([lambda: a @ b, ours], args.repeat))
         t_alone, t_np_alone = _time_alone(ours, args.repeat), _time_alone(lambda: a @ b, args.repeat)
         gflops = [flops / x / 1e9 for x in (t, t_np, t_alone, t_np_alone)]
         print(f"  {name:17s} {t * 1e3:8.2f} ms {gflops[0]:7.2f} GFLOP/s | numpy {t_np * 1e3:7.2f} ms "
