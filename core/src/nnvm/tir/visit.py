@@ -34,12 +34,11 @@ def _children_fields(node):
 def _rewrite_value(value, fn):
     if isinstance(value, Expr | Stmt):
         return rewrite(value, fn)
-    if type(value) is tuple:
+    if isinstance(value, tuple):
         new = tuple([_rewrite_value(v, fn) for v in value])
         for a, b in zip(new, value):
             if a is not b:
                 return new
-        return value
     return value
 
 
@@ -49,14 +48,9 @@ def rewrite(node, fn: Callable):
     Unchanged subtrees keep their identity, so callers can detect "nothing happened" by ``is``.
     """
     changes = None
-    for name in _CHILD_NAMES.get(type(node)) or _child_names(node):
+    for name in _child_names(node):
         value = getattr(node, name)
-        if isinstance(value, Expr | Stmt):
-            new = rewrite(value, fn)
-        elif type(value) is tuple:
-            new = _rewrite_value(value, fn)
-        else:
-            continue
+        new = _rewrite_value(value, fn)
         if new is not value:
             if changes is None:
                 changes = {}
