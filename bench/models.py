@@ -121,9 +121,10 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
         [lambda: untuned.run(**feeds), lambda: tuned.run(**feeds), lambda: session.run(None, ort_feeds)],
         repeat)
     tuned_alone, spinning_alone = [], []
-    for _ in range(4):
-        for fn, times in ((lambda: tuned.run(**feeds), tuned_alone),
-                          (lambda: spinning.run(None, ort_feeds), spinning_alone)):
+    blocks = ((lambda: tuned.run(**feeds), tuned_alone),
+              (lambda: spinning.run(None, ort_feeds), spinning_alone))
+    for _ in range(4):  # four blocks each, alternated, so a drift in the machine's speed hits both
+        for fn, times in blocks:
             time.sleep(0.2)  # the other side's idle threads go to sleep
             times.append(alternate_ms([fn], max(repeat // 4, 3))[0])
     result = {"untuned_ms": untuned_ms, "tuned_ms": tuned_ms, "onnxruntime_ms": ort_ms,
