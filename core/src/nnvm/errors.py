@@ -15,6 +15,18 @@ def with_context(exc: Error, where: str) -> Error:
     return exc
 
 
+class NodeError(Error):
+    """An operator node the graph builder rejects: bad attributes, input count or input types.
+
+    It carries the parts apart (``node``, ``op``, ``reason``) so a frontend can name its own node
+    (``node conv1 (Convolution)``) in front of ``reason`` without parsing the message.
+    """
+
+    def __init__(self, node: str, op: str, reason: str):
+        self.node, self.op, self.reason = node, op, reason
+        super().__init__(f"node {node} ({op}): {reason}")
+
+
 class UnsupportedOperatorError(Error):
     """The model uses operators no installed frontend can convert; lists all of them at once."""
 

@@ -134,3 +134,18 @@ def test_unique_of_a_graph_input_is_specialized_on_its_value():
         for got, w in zip(rep.run([x]), want, strict=True):
             np.testing.assert_array_equal(got, w, err_msg=f"Unique of {x}")
     assert rep.specialized == {"x"}
+
+
+def test_cast_float64_to_float16_is_one_rounding_on_x86():
+    """Cast goes float64 -> float16 directly (the x86 JIT once lacked double-to-half, and the frontend
+    went through float32): one rounding, as numpy does, even where two roundings differ."""
+    from nnvm_frontend_onnx import load_onnx
+    from nnvm_frontend_onnx.testing.check import single_node_model
+
+    x = np.array([1 + 2**-11 + 2**-40, -3.14159265358979, 65504.0, 1e-8, 70000.0, 0.0, -1e-30])
+    graph = load_onnx(single_node_model("Cast", [("x", x)], {"to": 10}))
+    assert [n.op for n in graph.nodes] == ["cast"]
+    (y,) = nnvm.compile(graph, target="llvm").run(x)
+    assert y.dtype == np.float16
+    with np.errstate(over="ignore"):  # 70000 is inf in float16
+        np.testing.assert_array_equal(y, x.astype(np.float16))

@@ -347,6 +347,7 @@ def test_prelu_cast_isnan():
     check("PRelu", [("x", randn(2, 3, 4, 4)), ("s", randn(3, 1, 1, seed=1))], constants={"s"})
     check("Cast", [("x", randn(3, 4) * 5)], {"to": 6})
     check("Cast", [("x", np.array([0, 1, 2], np.int64))], {"to": 1})
+
     check("IsNaN", [("x", np.array([0.0, np.nan, 1.0], np.float32))])
 
 

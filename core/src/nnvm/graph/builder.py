@@ -5,13 +5,16 @@ value's shape while converting (``b.type(v)``), and an error names the node bein
 whose inputs are all constants are evaluated on the spot (when the operator has a numpy evaluation)
 and become constants, which turns shape computations such as ONNX's Shape -> Gather -> Concat ->
 Reshape into plain numbers.
+
+Errors about a node are ``NodeError``s carrying the node, the operator and the reason apart, so a
+frontend names its own node in front of the reason (see ``nnvm.frontend.convert``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error, with_context
+from nnvm.errors import Error, NodeError
 from nnvm.graph.ir import Graph, Node, TensorType
 
 
@@ -85,13 +88,16 @@ class GraphBuilder:
         from nnvm.graph.evaluate import evaluate_node
         from nnvm.ops.registry import get_op
 
-        opdef = get_op(op, name)
+        try:
+            opdef = get_op(op)
+        except Error:
+            raise NodeError(name or op, op, "unknown operator; no operator set provides it") from None
         node_name = self.fresh(name or op)
         attrs = dict(attrs or {})
         inputs = [v if v else "" for v in inputs]
         for v in inputs:
             if v and v not in self.types:
-                raise Error(f"node {node_name} ({op}): input {v!r} is not defined")
+                raise NodeError(node_name, op, f"input {v!r} is not defined")
         n_out = opdef.num_outputs if opdef.num_outputs > 0 else len(outputs or [])
         if outputs is None:
             outputs = [node_name if n_out == 1 else f"{node_name}:{k}" for k in range(n_out)]
@@ -104,8 +110,10 @@ class GraphBuilder:
         in_types = [self.types[v] if v else None for v in inputs]
         try:
             out_types = opdef.infer_type(in_types, full)
+        except NodeError:
+            raise
         except Error as exc:
-            raise with_context(exc, f"node {node_name} ({op})") from None
+            raise _node_error(exc, node_name, op) from None
         if self.fold_constants and opdef.evaluate is not None and inputs and \
                 all((not v) or v in self.params for v in inputs):
             values = evaluate_node(node, [self.params[v] if v else None for v in inputs])
@@ -134,3 +142,14 @@ class GraphBuilder:
         types = {k: v for k, v in self.types.items()
                  if k in used or k in self.inputs or any(k in n.outputs for n in self.nodes)}
         return Graph(self.nodes, self.inputs, self.outputs, params, types, self.name)
+
+
+def _node_error(exc: Error, node: str, op: str) -> Error:
+    """``exc`` as an error about ``node``: a ``NodeError``, or, for a more specific class that callers
+    tell apart, the same exception with the node in front and ``node``/``op``/``reason`` attached."""
+    if type(exc) is Error:
+        return NodeError(node, op, str(exc))
+    reason = str(exc)
+    exc.node, exc.op, exc.reason = node, op, reason
+    exc.args = (f"node {node} ({op}): {reason}",)
+    return exc

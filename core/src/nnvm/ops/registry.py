@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from nnvm.errors import Error
+from nnvm.errors import Error, NodeError
 
 REQUIRED = object()
 
@@ -64,17 +64,17 @@ class OpDef:
         out = {}
         for key in attrs:
             if key not in self.attrs:
-                raise Error(f"node {node} ({self.name}): unknown attribute {key!r}; known: "
-                            f"{', '.join(sorted(self.attrs)) or 'none'}")
+                raise NodeError(node, self.name, f"unknown attribute {key!r}; known: "
+                                f"{', '.join(sorted(self.attrs)) or 'none'}")
         for key, spec in self.attrs.items():
             if key in attrs:
                 value = attrs[key]
                 if spec.type is not None and not isinstance(value, spec.type):
-                    raise Error(f"node {node} ({self.name}): attribute {key}={value!r} should be of type "
-                                f"{_type_name(spec.type)}")
+                    raise NodeError(node, self.name, f"attribute {key}={value!r} should be of type "
+                                    f"{_type_name(spec.type)}")
                 out[key] = value
             elif spec.default is REQUIRED:
-                raise Error(f"node {node} ({self.name}): missing required attribute {key!r}")
+                raise NodeError(node, self.name, f"missing required attribute {key!r}")
             else:
                 out[key] = spec.default
         return out
@@ -85,7 +85,7 @@ class OpDef:
         n = len(node.inputs)
         if n < lo or (hi is not None and n > hi):
             want = f"{lo}" if lo == hi else f"{lo} to {hi if hi is not None else 'any number of'}"
-            raise Error(f"node {node.name} ({self.name}): takes {want} inputs, got {n}")
+            raise NodeError(node.name, self.name, f"takes {want} inputs, got {n}")
 
 
 def _type_name(t) -> str:

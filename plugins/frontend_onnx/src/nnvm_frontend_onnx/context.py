@@ -10,32 +10,21 @@ messages and fused-group listings point back at the original model.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from nnvm.errors import Error
+from nnvm.frontend import ConversionContext, ConvertError, ConverterTable
 from nnvm.graph.builder import GraphBuilder
 
+__all__ = ["CONVERTERS", "Context", "ConvertError", "ValueDependentError", "converter"]
+
 # ONNX op_type -> converter; filled by the ``convert_*`` modules through ``@converter``.
-CONVERTERS: dict[str, Callable] = {}
+CONVERTERS = ConverterTable("ONNX")
 
 
 def converter(*op_types: str):
     """Register the decorated function as the converter of the given ONNX operator types."""
-
-    def wrap(fn):
-        for op_type in op_types:
-            if op_type in CONVERTERS:
-                raise RuntimeError(f"ONNX converter for {op_type} is defined twice")
-            CONVERTERS[op_type] = fn
-        return fn
-
-    return wrap
-
-
-class ConvertError(Error):
-    """A node the frontend cannot convert as written (names the node and what is wrong)."""
+    return CONVERTERS.register(*op_types)
 
 
 def node_label(name: str, op_type: str, opset: int) -> str:
@@ -54,33 +43,20 @@ class ValueDependentError(ConvertError):
         self.value = value
 
 
-class Context:
-    """The state of one import: the builder, the model's opset, and the node being converted."""
+class Context(ConversionContext):
+    """The shared conversion context plus ONNX's specifics: the opset, attribute protos, and which
+    outputs anything reads."""
 
     def __init__(self, builder: GraphBuilder, opset: int, consumed: set[str]):
-        self.b = builder
+        super().__init__(builder)
         self.opset = opset
         self.consumed = consumed  # ONNX value names read by some node or graph output
         self.env: dict[str, str] = {}  # ONNX value name -> nnvm value, of the scope being converted
         self.node = None  # the onnx NodeProto being converted
-        self.name = ""  # its (unique) name, used for every nnvm node it becomes
-        self.attrs: dict = {}
 
-    # -- the node being converted -------------------------------------------------------------------
     def begin(self, node, name: str) -> None:
         self.node = node
-        self.name = name
-        self.attrs = {a.name: attribute_value(a) for a in node.attribute}
-
-    @property
-    def op_type(self) -> str:
-        return self.node.op_type
-
-    def attr(self, key: str, default=None):
-        return self.attrs.get(key, default)
-
-    def has_attr(self, key: str) -> bool:
-        return key in self.attrs
+        super().begin(name, node.op_type, {a.name: attribute_value(a) for a in node.attribute})
 
     def attr_dtype(self, key: str, default: str | None = None) -> str | None:
         """The nnvm dtype named by a ``TensorProto`` element-type attribute (``to``, ``dtype`` ...)."""
@@ -108,22 +84,6 @@ class Context:
         """``node <name> (<OpType>, opset <N>)``, the start of every error about this node."""
         return node_label(self.name, self.op_type, self.opset)
 
-    def error(self, message: str) -> ConvertError:
-        return ConvertError(f"{self.label}: {message}")
-
-    # -- values -------------------------------------------------------------------------------------
-    def shape(self, v: str) -> tuple:
-        return self.b.shape(v)
-
-    def rank(self, v: str) -> int:
-        return len(self.b.shape(v))
-
-    def dtype(self, v: str) -> str:
-        return self.b.dtype(v)
-
-    def const_value(self, v: str):
-        return self.b.const_value(v) if v else None
-
     def const(self, v: str, what: str) -> np.ndarray:
         """The value of an input that decides a shape; it must be known when importing."""
         value = self.const_value(v)
@@ -134,51 +94,6 @@ class Context:
 
     def const_ints(self, v: str, what: str) -> tuple:
         return tuple(int(x) for x in np.asarray(self.const(v, what)).reshape(-1))
-
-    def param(self, value, hint: str = "const") -> str:
-        """A new constant value, named after the node."""
-        return self.b.const(np.asarray(value), hint=f"{self.name}/{hint}")
-
-    def scalar(self, value, like: str) -> str:
-        """A scalar constant with the dtype of value ``like`` (for arithmetic with it)."""
-        return self.param(np.asarray(value, dtype=self.dtype(like)), "scalar")
-
-    # -- emitting -----------------------------------------------------------------------------------
-    def op(self, op: str, inputs, attrs: dict | None = None) -> str:
-        """One single-output nnvm operator; returns its value."""
-        return self.b.node(op, list(inputs), attrs or {}, name=self._node_name(inputs))[0]
-
-    def ops(self, op: str, inputs, attrs: dict | None, n_outputs: int) -> list[str]:
-        """A multi-output nnvm operator (``split``); returns its values."""
-        outs = [f"{self.name}:{k}" for k in range(n_outputs)]
-        return self.b.node(op, list(inputs), attrs or {}, name=self._node_name(inputs), outputs=outs)
-
-    def _node_name(self, inputs) -> str:
-        # Nodes on constants are folded away at once; keep the ONNX name for the node that stays.
-        if all((not v) or self.b.const_value(v) is not None for v in inputs):
-            return f"{self.name}/fold"
-        return self.name
-
-    def reshape(self, v: str, shape) -> str:
-        shape = tuple(int(d) for d in shape)
-        if shape == self.shape(v):
-            return v
-        return self.op("reshape", [v], {"newshape": shape})
-
-    def transpose(self, v: str, axes) -> str:
-        axes = tuple(int(a) for a in axes)
-        if axes == tuple(range(len(axes))):
-            return v
-        return self.op("transpose", [v], {"axes": axes})
-
-    def cast(self, v: str, dtype: str) -> str:
-        if self.dtype(v) == dtype:
-            return v
-        if self.dtype(v) == "float64" and dtype == "float16":
-            # through float32: the x86 backend's JIT has no double-to-half conversion routine and the
-            # process dies (rounding twice can differ from once in the last bit, rarely)
-            v = self.op("cast", [v], {"dtype": "float32"})
-        return self.op("cast", [v], {"dtype": dtype})
 
 
 def normalize_axis(axis: int, rank: int, ctx: Context | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from nnvm.frontend.padding import explicit_pads, same_pads
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
@@ -15,19 +16,12 @@ def spatial_padding(ctx: Context, in_spatial, kernel, strides, dilations) -> tup
         pads = tuple(ctx.attr("pads", (0,) * (2 * n)))
         if len(pads) != 2 * n:
             raise ctx.error(f"pads={pads} should have {2 * n} values")
-        return list(pads[:n]), list(pads[n:])
+        return explicit_pads(pads, n)
     if auto_pad == "VALID":
         return [0] * n, [0] * n
     if auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
         raise ctx.error(f"auto_pad={auto_pad!r} is not supported")
-    begins, ends = [], []
-    for size, k, s, d in zip(in_spatial, kernel, strides, dilations):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, large = total // 2, total - total // 2
-        begins.append(small if auto_pad == "SAME_UPPER" else large)
-        ends.append(large if auto_pad == "SAME_UPPER" else small)
-    return begins, ends
+    return same_pads(in_spatial, kernel, strides, dilations, upper=auto_pad == "SAME_UPPER")
 
 
 def _window(ctx: Context, x: str, kernel) -> tuple:

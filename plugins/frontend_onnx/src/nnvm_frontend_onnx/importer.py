@@ -16,11 +16,11 @@ input and the dimension.
 from __future__ import annotations
 
 import os
-import re
 
 import numpy as np
 
-from nnvm.errors import Error, InputError, ModelLoadError, UnsupportedOperatorError
+from nnvm.errors import Error, InputError, ModelLoadError
+from nnvm.frontend import FailedConversionError, bind_input, call_converter, check_shape_keys, check_supported
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
 from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
@@ -46,8 +46,6 @@ from nnvm_frontend_onnx.context import (
 )
 
 ONNX_DOMAINS = ("", "ai.onnx")
-_BUILDER_PREFIX = re.compile(r"^node \S+ \([a-z0-9_]+\): ")
-BATCH_NAMES = re.compile(r"^(n|b|bs|batch|batch_?size|batches|num_?batch(es)?)$", re.IGNORECASE)
 
 
 # -- reading ----------------------------------------------------------------------------------------
@@ -207,22 +205,14 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
     ctx.begin(node, name)
     label = ctx.label
     try:
-        results = CONVERTERS[node.op_type](ctx, inputs)
-    except ValueDependentError:
+        results = call_converter(ctx, CONVERTERS[node.op_type], inputs)
+    except (ValueDependentError, FailedConversionError):
         raise
     except ConvertError:
         if functions.has_function(node.op_type, ctx.opset, node.domain):
             _convert_function(ctx, node, name, env, inputs)  # a form the converter declines
             return
         raise
-    except Error as exc:  # from the builder: "node <nnvm node> (<nnvm op>): why"; name the ONNX node
-        why = _BUILDER_PREFIX.sub("", str(exc), count=1)
-        raise ConvertError(f"{label}: {why}") from None
-    except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
-        why = f"{type(exc).__name__}: {exc}"
-        raise ConvertError(f"{label}: cannot convert ({why})") from exc
-    if isinstance(results, str):
-        results = [results]
     for out, value in zip(node.output, results):
         if out and value is not None:
             shape = ctx.shape(value)
@@ -324,16 +314,14 @@ def _outer_references(node) -> set:
 
 def _check_supported(nodes, opset: int, path) -> None:
     """Raise one ``UnsupportedOperatorError`` listing every operator we cannot convert, with its nodes."""
-    missing: dict[str, list[str]] = {}
-    for node, name in nodes:
-        if node.domain in ONNX_DOMAINS and (
-            node.op_type in CONVERTERS or functions.has_function(node.op_type, opset)
-        ):
-            continue
-        key = node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
-        missing.setdefault(key, []).append(name)
-    if missing:
-        raise UnsupportedOperatorError(f"ONNX (opset {opset})", missing, path)
+
+    def key(node) -> str:
+        return node.op_type if node.domain in ONNX_DOMAINS else f"{node.domain}.{node.op_type}"
+
+    supported = {key(node) for node, _ in nodes if node.domain in ONNX_DOMAINS and (
+        node.op_type in CONVERTERS or functions.has_function(node.op_type, opset))}
+    check_supported(((key(node), name) for node, name in nodes), supported.__contains__,
+                    f"ONNX (opset {opset})", path)
 
 
 def _check_defined(graph, names, where: str) -> None:
@@ -350,14 +338,7 @@ def _check_defined(graph, names, where: str) -> None:
 
 
 def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: str) -> None:
-    shapes = dict(shapes or {})
-    known = [vi.name for vi in inputs]
-    for key in shapes:
-        if key not in known:
-            raise InputError(
-                f"shapes= names {key!r}, which is not an input of {where} "
-                f"(inputs: {', '.join(known) or 'none'})"
-            )
+    shapes = check_shape_keys(shapes, [vi.name for vi in inputs], where)
     for vi in inputs:
         name = vi.name
         if not vi.type.HasField("tensor_type"):
@@ -369,32 +350,7 @@ def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: 
             if tt.HasField("shape")
             else None
         )
-        shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
-        if name in shapes:
-            shape = tuple(int(d) for d in shapes[name])
-            if declared is not None and len(shape) != len(declared):
-                raise InputError(
-                    f"shapes= gives input {name!r} the shape {shape}, but the model "
-                    f"declares rank {len(declared)} {shown}"
-                )
-        else:
-            if declared is None:
-                raise InputError(
-                    f"input {name!r} of {where} has no declared shape; pass shapes={{{name!r}: (...)}}"
-                )
-            shape = []
-            for i, d in enumerate(declared):
-                if isinstance(d, int):
-                    shape.append(d)
-                elif i == 0 and BATCH_NAMES.match(d):
-                    shape.append(1)  # a named batch dimension defaults to 1
-                else:
-                    raise InputError(
-                        f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
-                        f"bind it with shapes={{{name!r}: (...)}}"
-                    )
-            shape = tuple(shape)
-        env[name] = b.input(name, shape, dtype)
+        env[name] = b.input(name, bind_input(name, declared, shapes, where), dtype)
 
 
 def _name_outputs(graph: Graph, onnx_names: list[str]) -> Graph:

@@ -1,4 +1,15 @@
-"""What a frontend plugin registers: how to recognise a model and turn it into a ``Graph``."""
+"""The frontend layer: what a frontend plugin registers, and what every frontend converts with.
+
+- ``Frontend`` (below): how a plugin says which models it reads; ``find_frontend`` picks one.
+- ``table.ConverterTable``: source operator (and version range) -> converter function.
+- ``context.ConversionContext``: the node being converted; emits named nodes, constants, casts.
+- ``convert``: the loop's parts: ``check_supported`` (all unsupported operators at once),
+  ``call_converter`` (errors name the source node), ``bind_input`` (declared shapes and ``shapes=``).
+- ``padding``: explicit, SAME_UPPER/LOWER (Keras/TF 'same'), ceil mode, MXNet 'full' pooling.
+- ``layout``: NHWC <-> NCHW and weight transposes.
+
+A frontend is then a file reader plus converter tables; ``docs/plugins.md`` shows one.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +18,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nnvm.errors import ModelLoadError
+from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
+from nnvm.frontend.convert import bind_input, call_converter, check_shape_keys, check_supported
+from nnvm.frontend.table import ConverterTable
+
+__all__ = ["ConversionContext", "ConvertError", "ConverterTable", "FailedConversionError", "Frontend",
+           "bind_input", "call_converter",
+           "check_shape_keys", "check_supported", "find_frontend"]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,81 @@
+"""The conversion loop every frontend shares: check all operators first, then convert node by node.
+
+``check_supported`` lists every unsupported operator of a model in one ``UnsupportedOperatorError``
+before anything is converted; ``call_converter`` runs one converter and turns any failure into a
+``ConvertError`` naming the source node (a ``FailedConversionError`` unless the converter raised
+its own ``ConvertError``) (builder errors arrive as ``NodeError``s, whose ``reason`` is
+put after the source node's label); ``bind_input`` turns a declared input shape plus the user's
+``shapes=`` into the static shape the graph is built with.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from nnvm.errors import Error, InputError, UnsupportedOperatorError
+from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
+
+# A symbolic leading dimension with one of these names is the batch, and defaults to 1.
+BATCH_NAMES = re.compile(r"^(n|b|bs|batch|batch_?size|batches|num_?batch(es)?)$", re.IGNORECASE)
+
+
+def check_supported(nodes: Iterable[tuple[str, str]], supported: Callable[[str], bool], fmt: str,
+                    path: str | None = None) -> None:
+    """Raise one ``UnsupportedOperatorError`` naming every operator in ``nodes`` (``(op, node name)``
+    pairs) for which ``supported(op)`` is false, each with its nodes; ``fmt`` names the format."""
+    missing: dict[str, list[str]] = {}
+    for op, name in nodes:
+        if not supported(op):
+            missing.setdefault(op, []).append(name)
+    if missing:
+        raise UnsupportedOperatorError(fmt, missing, path)
+
+
+def call_converter(ctx: ConversionContext, fn: Callable, inputs: list) -> list:
+    """``fn(ctx, inputs)`` as a list of values; every error names the node ``ctx`` is converting."""
+    try:
+        results = fn(ctx, inputs)
+    except ConvertError:
+        raise
+    except Error as exc:  # from the builder (a NodeError) or a helper: name the source node instead
+        raise FailedConversionError(f"{ctx.label}: {getattr(exc, 'reason', exc)}") from None
+    except Exception as exc:  # a malformed node (missing attribute or input) in a model we accepted
+        raise FailedConversionError(f"{ctx.label}: cannot convert ({type(exc).__name__}: {exc})") from exc
+    return [results] if isinstance(results, str) else list(results)
+
+
+def check_shape_keys(shapes: dict | None, known: list[str], where: str) -> dict:
+    """``shapes`` as a dict, after checking it names only inputs of the model."""
+    shapes = dict(shapes or {})
+    for key in shapes:
+        if key not in known:
+            raise InputError(f"shapes= names {key!r}, which is not an input of {where} "
+                             f"(inputs: {', '.join(known) or 'none'})")
+    return shapes
+
+
+def bind_input(name: str, declared, shapes: dict, where: str) -> tuple:
+    """The static shape of input ``name``: ``shapes[name]`` if given (same rank as ``declared``),
+    else ``declared``, whose entries are ints or symbolic names (str, or None for unknown); a
+    symbolic leading batch dimension (``N``, ``batch``) becomes 1, any other one is an error.
+    ``declared=None`` means the format declares no shape at all."""
+    shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
+    if name in shapes:
+        shape = tuple(int(d) for d in shapes[name])
+        if declared is not None and len(shape) != len(declared):
+            raise InputError(f"shapes= gives input {name!r} the shape {shape}, but the model "
+                             f"declares rank {len(declared)} {shown}")
+        return shape
+    if declared is None:
+        raise InputError(f"input {name!r} of {where} has no declared shape; pass shapes={{{name!r}: (...)}}")
+    shape = []
+    for i, d in enumerate(declared):
+        if isinstance(d, int) and d >= 0:
+            shape.append(d)
+        elif i == 0 and isinstance(d, str) and BATCH_NAMES.match(d):
+            shape.append(1)
+        else:
+            raise InputError(f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
+                             f"bind it with shapes={{{name!r}: (...)}}")
+    return tuple(shape)
