@@ -9,6 +9,7 @@ frontend's tests compare against (nnvm never imports mxnet; it only imports besi
 * ``mxnet_reference(symbol_json, params, inputs)``: any symbol run in MXNet (``mxnet_references`` runs
   many cases in one subprocess: each start imports mxnet, about 2 s). Results are cached by a hash of
   the case, so a second test run starts no subprocess at all.
+* ``mxnet_symbols(texts)``: symbol JSON as MXNet loads (and upgrades) it.
 * ``mxnet_load(paths)``: what ``mx.nd.load`` reads from ``.params`` files; ``reader_fixtures()``: the
   ``.params`` files MXNet writes for the reader tests (dtypes, sparse, gluon keys, unnamed list, V3).
 
@@ -173,6 +174,20 @@ def mxnet_load(paths: list[str | os.PathLike]) -> list[dict | list | str]:
                 values = [data[f"f{k}_{i}"] for i in range(entry["count"])]
                 results.append(dict(zip(entry["names"], values)) if entry["names"] is not None else values)
     return results
+
+
+def mxnet_symbols(texts: list[str]) -> list[dict]:
+    """Each symbol JSON text as MXNet 1.9.1 loads it: ``{"json": sym.tojson() (legacy forms upgraded),
+    "arguments", "aux", "outputs"}`` (its ``list_*`` answers), or ``{"error": MXNet's message}``."""
+    python = mxnet_python()
+    with tempfile.TemporaryDirectory(prefix="mxnet-sym-") as tmp:
+        paths = []
+        for k, text in enumerate(texts):
+            paths.append(Path(tmp) / f"s{k}.json")
+            paths[-1].write_text(text)
+        out = Path(tmp) / "symbols.json"
+        _tool(python, "upgrade", str(out), *map(str, paths), what="loading symbol JSON in MXNet")
+        return json.loads(out.read_text())
 
 
 FIXTURES = ["dtypes.params", "sparse.params", "unnamed.params", "gluon.params", "v3.params"]
