@@ -126,13 +126,8 @@ def convert_pooling(ctx: Context, inputs):
         before, after = [r[0] for r in rules], [r[1] for r in rules]
         padding_window = any(r[3] for r in rules)
         ceil_mode = not padding_window
-    elif convention == "same":  # ceil(size / stride) windows from the first pixel, clipped at the end
-        if any(pad):
-            raise ctx.error("pooling_convention='same' takes no pad")
-        before = [0, 0]
-        after = [max(0, (-(-size // s) - 1) * s + k - size) for size, k, s in zip((h, w), kernel, stride)]
-        include_pad = False
     else:
+        # 'same' included: MXNet 1.9.1 itself fails on it (1-D max pooling only, and that crashes)
         raise ctx.error(f"pooling_convention={convention!r} is not supported")
     if padding_window:
         if pool_type != "max":
@@ -330,12 +325,10 @@ def convert_softmax_output(ctx: Context, inputs):
 
 @converter("SoftmaxActivation")
 def convert_softmax_activation(ctx: Context, inputs):
+    """``channel``: over axis 1; ``instance``: over the last axis (MXNet flattens to 2-D keeping it)."""
     x = inputs[0]
-    if ctx.attr_str("mode", "instance") == "channel":
-        return ctx.op("softmax", [x], {"axis": 1})
-    shape = ctx.shape(x)
-    flat = ctx.reshape(x, (shape[0], math.prod(shape[1:])))
-    return ctx.reshape(ctx.op("softmax", [flat], {"axis": 1}), shape)
+    axis = 1 if ctx.attr_str("mode", "instance") == "channel" else ctx.rank(x) - 1
+    return ctx.op("softmax", [x], {"axis": axis})
 
 
 @converter("LinearRegressionOutput", "LogisticRegressionOutput", "MAERegressionOutput", ignore=(1,))

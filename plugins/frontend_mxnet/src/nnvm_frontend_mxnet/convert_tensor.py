@@ -372,7 +372,8 @@ def convert_reduce(ctx: Context, inputs):
     keep = ctx.attr_bool("keepdims", False)
     if not axes:
         return x
-    return ctx.op(op, [x], {"axis": axes, "keepdims": keep})
+    out = ctx.op(op, [x], {"axis": axes, "keepdims": keep})
+    return ctx.reshape(out, (1,)) if ctx.rank(out) == 0 else out  # MXNet has no 0-D results
 
 
 @converter("argmax", "argmin")
@@ -385,8 +386,8 @@ def convert_argmax(ctx: Context, inputs):
         x = ctx.reshape(x, (math.prod(ctx.shape(x)),))
         axis = 0
     axis = ctx.normalize_axis(axis, ctx.rank(x))
-    out = ctx.op(ctx.op_type, [x], {"axis": axis, "keepdims": keep})
-    return ctx.cast(out, ctx.dtype(inputs[0]))
+    out = ctx.cast(ctx.op(ctx.op_type, [x], {"axis": axis, "keepdims": keep}), ctx.dtype(inputs[0]))
+    return ctx.reshape(out, (1,)) if ctx.rank(out) == 0 else out
 
 
 # -- products ---------------------------------------------------------------------------------------

@@ -104,7 +104,9 @@ def load_mxnet(model, shapes: dict | None = None, params=None) -> Graph:
     for suffix in ("-symbol.json", ".json"):
         stem = stem[: -len(suffix)] if stem.endswith(suffix) else stem
     b = GraphBuilder(name=stem if path else "mxnet")
-    shapes = check_shape_keys(shapes, [nodes[i].name for i in data], where)
+    # A shape for a variable nothing reads at inference (SoftmaxOutput's label) is allowed and unused.
+    known = [nodes[i].name for i in symbol.variables if kinds[nodes[i].name] == "data"]
+    shapes = check_shape_keys(shapes, known, where)
     env: dict[tuple[int, int], str] = {}
     for i in data:
         node = nodes[i]
