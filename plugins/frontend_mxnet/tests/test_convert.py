@@ -210,6 +210,42 @@ for _name, _scalar in [("_plus_scalar", 1.5), ("_minus_scalar", 0.5), ("_rminus_
                                                          else X3)])
 
 
+# A pre-0.9 file as MXNet 0.8 wrote it: "param"/"attr" keys, two-element inputs, no mxnet_version, and no
+# BatchNorm aux variables (MXNet adds bn_moving_mean/var when it loads it; so do we).
+LEGACY = json.dumps({"nodes": [
+    {"op": "null", "name": "data", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "null", "name": "conv_weight", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "null", "name": "conv_bias", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "Convolution", "name": "conv", "param": {"kernel": "(3, 3)", "num_filter": "4", "pad": "(1, 1)",
+                                                    "stride": "(1, 1)", "no_bias": "False"},
+     "attr": {"lr_mult": "1.0"}, "inputs": [[0, 0], [1, 0], [2, 0]], "backward_source_id": -1},
+    {"op": "null", "name": "bn_gamma", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "null", "name": "bn_beta", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "BatchNorm", "name": "bn", "param": {"eps": "0.001", "fix_gamma": "True", "momentum": "0.9"},
+     "inputs": [[3, 0], [4, 0], [5, 0]], "backward_source_id": -1},
+    {"op": "Activation", "name": "relu", "param": {"act_type": "relu"}, "inputs": [[6, 0]],
+     "backward_source_id": -1},
+    {"op": "Pooling", "name": "pool", "param": {"kernel": "(3, 3)", "pool_type": "max", "stride": "(2, 2)",
+                                                "pooling_convention": "full"}, "inputs": [[7, 0]],
+     "backward_source_id": -1},
+    {"op": "Flatten", "name": "flat", "param": {}, "inputs": [[8, 0]], "backward_source_id": -1},
+    {"op": "null", "name": "fc_weight", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "null", "name": "fc_bias", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "FullyConnected", "name": "fc", "param": {"num_hidden": "5", "no_bias": "False"},
+     "inputs": [[9, 0], [10, 0], [11, 0]], "backward_source_id": -1},
+    {"op": "null", "name": "softmax_label", "param": {}, "inputs": [], "backward_source_id": -1},
+    {"op": "SoftmaxOutput", "name": "softmax", "param": {}, "inputs": [[12, 0], [13, 0]],
+     "backward_source_id": -1}],
+    "arg_nodes": [0, 1, 2, 4, 5, 10, 11, 13], "heads": [[14, 0]]})
+CASES["legacy_0_8_json"] = {
+    "symbol": LEGACY, "data": {"data": rnd(2, 3, 8, 8)}, "extra": {"softmax_label": np.zeros(2, np.float32)},
+    "rtol": 1e-5,
+    "weights": {"conv_weight": rnd(4, 3, 3, 3, seed=1), "conv_bias": rnd(4, seed=2),
+                "bn_gamma": rnd(4, seed=3, lo=0.5, hi=2), "bn_beta": rnd(4, seed=4),
+                "bn_moving_mean": rnd(4, seed=5), "bn_moving_var": rnd(4, seed=6, lo=0.5, hi=2),
+                "fc_weight": rnd(5, 64, seed=7), "fc_bias": rnd(5, seed=8)}}
+
+
 @pytest.fixture(scope="module")
 def mxnet_outputs():
     cases = [(c["symbol"], c["weights"], {**c["data"], **c["extra"]}) for c in CASES.values()]
@@ -218,8 +254,8 @@ def mxnet_outputs():
 
 
 def run_nnvm(case) -> list:
-    arg = {k: v for k, v in case["weights"].items() if k not in ("mean", "var")}
-    aux = {k: v for k, v in case["weights"].items() if k in ("mean", "var")}
+    arg = {k: v for k, v in case["weights"].items() if not k.endswith(("mean", "var"))}
+    aux = {k: v for k, v in case["weights"].items() if k.endswith(("mean", "var"))}
     shapes = {k: v.shape for k, v in case["data"].items()}
     graph = load_mxnet((FakeSymbol(case["symbol"]), arg, aux), shapes=shapes)
     graph.validate()
