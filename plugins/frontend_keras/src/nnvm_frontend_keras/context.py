@@ -13,6 +13,7 @@ import numpy as np
 
 from nnvm.frontend import ConversionContext, ConverterTable
 from nnvm.frontend.layout import channels_first_axes, to_channels_first, to_channels_last
+from nnvm_frontend_keras.reader import is_ops_node
 
 CONVERTERS = ConverterTable("Keras")
 
@@ -20,7 +21,7 @@ CONVERTERS = ConverterTable("Keras")
 def op_key(layer: dict) -> str:
     """The table key of a layer: its class name; ``keras.ops`` nodes as ``ops.<Class>``."""
     cls = layer.get("class_name", "")
-    return f"ops.{cls}" if str(layer.get("module", "")).startswith("keras.src.ops") else cls
+    return f"ops.{cls}" if is_ops_node(layer) else cls
 
 
 class Context(ConversionContext):

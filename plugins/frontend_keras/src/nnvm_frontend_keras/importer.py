@@ -117,10 +117,11 @@ def _call_layer(ctx: Context, lay: dict, path: tuple, node, env: dict) -> list:
     cls = lay.get("class_name", "")
     label = "/".join((*path, name))
     ctx.begin_layer(label, op_key(lay), lay.get("config", {}), ctx.km.weights.get((*path, name), []), kwargs)
-    if not is_ops_node(lay):
-        values = [v for v in values if isinstance(v, str)]
+    if not is_ops_node(lay) and not all(isinstance(v, str) for v in values):
+        shown = ", ".join(repr(v) for v in values if not isinstance(v, str))
+        raise ModelLoadError(f"{ctx.km.where}: {ctx.label} is called with constant arguments ({shown}); "
+                             f"a {cls} layer takes tensors only")
     fn = CONVERTERS.lookup(op_key(lay))
-    del cls
     return call_converter(ctx, fn, values)
 
 

@@ -61,8 +61,13 @@ def layer_name(layer: dict) -> str:
 
 
 def is_ops_node(layer: dict) -> bool:
-    """A ``keras.ops`` call inside a functional graph (``keras.src.ops.numpy``): it has no weights."""
-    return str(layer.get("module", "")).startswith("keras.src.ops")
+    """A ``keras.ops`` call inside a functional graph: ``.keras`` files give its module
+    (``keras.src.ops.numpy``); legacy ``.h5`` configs drop modules, but an operation's config holds its
+    name alone, where every layer's also has ``trainable`` and ``dtype``. It has no weights."""
+    module = layer.get("module")
+    if module is not None:
+        return str(module).startswith("keras.src.ops")
+    return set(layer.get("config", {})) <= {"name"} and layer.get("class_name") not in ("InputLayer",)
 
 
 # -- sources ----------------------------------------------------------------------------------------
