@@ -1,0 +1,270 @@
+"""Reading Keras models without keras: ``.keras`` zips, legacy ``.h5`` files and live ``keras.Model``s.
+
+Every source becomes one ``KerasModel``: the model config (the JSON Keras writes, a Functional or
+Sequential model whose layers may be models themselves), the Keras version that wrote it (hard_sigmoid
+changed its formula between Keras 2 and 3) and the weights of every layer, keyed by the layer's path
+(the names of the models it is nested in, then its own name), as a list in Keras's creation order
+(for BatchNormalization: [gamma] [beta] moving_mean moving_variance).
+
+Where the weights are:
+- ``.keras``: ``model.weights.h5`` inside the zip holds ``layers/<snake_case class>[_N]/vars/<i>``,
+  ``N`` counting the layers of one class in order within each container (InputLayers counted in
+  Functional models; a Sequential's input is not a layer); nested models keep their layers under their
+  own ``layers/``. Files from Keras 3.8 on also name the layer in the ``vars`` group's ``name``
+  attribute, which is used when present.
+- ``.h5``: ``model_weights/<layer>`` lists its ``weight_names`` (``<layer>/<weight>``, nested models
+  ``<model>/<layer>/<weight>``; Keras 2 appends ``:0``); the datasets lie at those paths in the group.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import zipfile
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnvm.errors import ModelLoadError
+
+MODEL_CLASSES = ("Functional", "Sequential", "Model")
+
+
+@dataclass
+class KerasModel:
+    config: dict  # {"class_name": "Functional" | "Sequential", "config": {...}}
+    keras_version: str
+    weights: dict = field(default_factory=dict)  # (model path..., layer name) -> [np.ndarray]
+    where: str = "the Keras model"
+
+    @property
+    def major(self) -> int:
+        m = re.match(r"\d+", self.keras_version or "")
+        return int(m.group()) if m else 3
+
+
+def is_model_config(cfg) -> bool:
+    return isinstance(cfg, dict) and cfg.get("class_name") in MODEL_CLASSES and "layers" in cfg.get("config", {})
+
+
+def snake_case(name: str) -> str:
+    """Keras's ``to_snake_case``: ``BatchNormalization`` -> ``batch_normalization``, ``Conv2D`` -> ``conv2d``."""
+    s = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
+    s = re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
+    return s if s[:1] != "_" else "private" + s
+
+
+def layer_name(layer: dict) -> str:
+    return layer.get("name") or layer.get("config", {}).get("name", "")
+
+
+def is_ops_node(layer: dict) -> bool:
+    """A ``keras.ops`` call inside a functional graph: ``.keras`` files give its module
+    (``keras.src.ops.numpy``); legacy ``.h5`` configs drop modules, but an operation's config holds its
+    name alone, where every layer's also has ``trainable`` and ``dtype``. It has no weights."""
+    module = layer.get("module")
+    if module is not None:
+        return str(module).startswith("keras.src.ops")
+    return set(layer.get("config", {})) <= {"name"} and layer.get("class_name") not in ("InputLayer",)
+
+
+# -- sources ----------------------------------------------------------------------------------------
+def read_model(model) -> KerasModel:
+    if is_keras_model(model):
+        return _from_live(model)
+    if not isinstance(model, str | os.PathLike):
+        raise ModelLoadError(f"cannot read a Keras model from a {type(model).__name__} object")
+    path = os.fspath(model)
+    if not os.path.exists(path):
+        raise ModelLoadError(f"{path}: no such file")
+    if zipfile.is_zipfile(path):
+        return _read_keras_zip(path)
+    return _read_h5(path)
+
+
+def is_keras_model(obj) -> bool:
+    """True for a live ``keras.Model`` (by duck typing: keras is not imported here)."""
+    return (type(obj).__module__.split(".")[0] in ("keras", "tf_keras")
+            and callable(getattr(obj, "get_config", None)) and hasattr(obj, "layers")
+            and hasattr(obj, "weights"))
+
+
+def looks_like_keras(model) -> bool:
+    """``Frontend.accepts``: a live keras.Model, a zip with ``config.json``, or an HDF5 file with a
+    ``model_config`` attribute; cheap, and never raises."""
+    if is_keras_model(model):
+        return True
+    if not isinstance(model, str | os.PathLike):
+        return False
+    path = os.fspath(model)
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                return "config.json" in z.namelist()
+        with open(path, "rb") as f:
+            if f.read(8) != b"\x89HDF\r\n\x1a\n":
+                return False
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            return "model_config" in f.attrs
+    except Exception:  # anything unreadable is simply not ours
+        return False
+
+
+def _from_live(model) -> KerasModel:
+    import keras  # the user's own keras: it is already imported, since they hold a model
+
+    cfg = {"class_name": type(model).__name__ if type(model).__name__ in ("Sequential",) else "Functional",
+           "config": model.get_config()}
+    if not is_model_config(cfg):
+        raise ModelLoadError(f"the {type(model).__name__} object is not a Functional or Sequential model "
+                             f"(subclassed models have no config to read)")
+    weights: dict = {}
+
+    def walk(container, path):
+        for layer in container.layers:
+            key = (*path, layer.name)
+            if hasattr(layer, "layers") and hasattr(layer, "get_config") and layer.weights and \
+                    is_model_config({"class_name": "Functional", "config": _safe_config(layer)}):
+                walk(layer, key)
+            else:
+                weights[key] = [np.asarray(keras.ops.convert_to_numpy(w)) for w in layer.weights]
+
+    walk(model, ())
+    return KerasModel(cfg, getattr(keras, "__version__", "3"), weights, f"the {type(model).__name__} model")
+
+
+def _safe_config(layer) -> dict:
+    try:
+        return layer.get_config()
+    except Exception:
+        return {}
+
+
+def _read_keras_zip(path: str) -> KerasModel:
+    try:
+        with zipfile.ZipFile(path) as z:
+            names = set(z.namelist())
+            for need in ("config.json", "model.weights.h5"):
+                if need not in names:
+                    raise ModelLoadError(f"{path}: not a Keras model file (the zip has no {need})")
+            config = json.loads(z.read("config.json"))
+            meta = json.loads(z.read("metadata.json")) if "metadata.json" in names else {}
+            data = z.read("model.weights.h5")
+    except (zipfile.BadZipFile, OSError, json.JSONDecodeError, UnicodeDecodeError, EOFError) as exc:
+        raise ModelLoadError(f"{path}: not a readable .keras file ({exc})") from None
+    if not is_model_config(config):
+        raise ModelLoadError(f"{path}: config.json holds no Functional or Sequential model")
+    import h5py
+
+    model = KerasModel(config, str(meta.get("keras_version", "3")), {}, path)
+    try:
+        with h5py.File(io.BytesIO(data), "r") as f:
+            _zip_weights(f, config, (), model, path)
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # a corrupt HDF5 image inside the zip
+        raise ModelLoadError(f"{path}: model.weights.h5 cannot be read ({exc})") from None
+    return model
+
+
+def _zip_weights(group, config: dict, path: tuple, model: KerasModel, where: str) -> None:
+    """Fill ``model.weights`` from the container ``group`` (holding ``layers/``) of ``config``."""
+    layers = config["config"]["layers"]
+    holder = group.get("layers")
+    by_name = {}
+    if holder is not None:
+        for key in holder:
+            vars_ = holder[key].get("vars")
+            if vars_ is not None and "name" in vars_.attrs:
+                name = vars_.attrs["name"]
+                by_name[name.decode() if isinstance(name, bytes) else str(name)] = holder[key]
+    counts: dict = {}
+    sequential = config["class_name"] == "Sequential"
+    for layer in layers:
+        cls = layer.get("class_name", "")
+        if is_ops_node(layer) or (sequential and cls == "InputLayer"):
+            continue
+        base = snake_case(cls)
+        n = counts.get(base, 0)
+        counts[base] = n + 1
+        name = layer_name(layer)
+        sub = by_name.get(name)
+        if sub is None and holder is not None:
+            sub = holder.get(base if n == 0 else f"{base}_{n}")
+        if is_model_config(layer):
+            if sub is not None:
+                _zip_weights(sub, layer, (*path, name), model, where)
+            continue
+        arrays = []
+        if sub is not None and "vars" in sub:
+            vars_ = sub["vars"]
+            arrays = [np.asarray(vars_[str(i)]) for i in range(len(vars_))]
+        model.weights[(*path, name)] = arrays
+
+
+def _read_h5(path: str) -> KerasModel:
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError:
+        raise ModelLoadError(f"{path}: not a Keras model file (neither a .keras zip nor HDF5)") from None
+    try:
+        with f:
+            raw = f.attrs.get("model_config")
+            if raw is None:
+                raise ModelLoadError(f"{path}: the HDF5 file has no model_config (a weights-only file?)")
+            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            if not is_model_config(config):
+                raise ModelLoadError(f"{path}: model_config holds no Functional or Sequential model")
+            version = f.attrs.get("keras_version", "2")
+            version = version.decode() if isinstance(version, bytes) else str(version)
+            model = KerasModel(config, version, {}, path)
+            group = f["model_weights"] if "model_weights" in f else f
+            _h5_weights(group, config, model)
+    except ModelLoadError:
+        raise
+    except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path}: not a readable Keras .h5 file ({exc})") from None
+    return model
+
+
+def _h5_weights(group, config: dict, model: KerasModel) -> None:
+    """Weights of every layer of ``config`` (nested models included) from a legacy ``model_weights``."""
+    nested = _nested_paths(config, ())
+    for layer in config["config"]["layers"]:
+        name = layer_name(layer)
+        if name not in group:
+            continue
+        g = group[name]
+        names = [n.decode() if isinstance(n, bytes) else str(n) for n in g.attrs.get("weight_names", [])]
+        if is_model_config(layer):
+            # "<model>/<layer>/<weight>": regroup by the inner layer, keeping the listed order.
+            for wname in names:
+                parts = wname.split("/")
+                owner = nested.get((name, *parts[1:-1])) or nested.get((name, parts[-2]))
+                if owner is None:
+                    raise ModelLoadError(f"{model.where}: weight {wname!r} of nested model {name!r} "
+                                         f"belongs to no layer of it")
+                model.weights.setdefault(owner, []).append(np.asarray(g[wname]))
+        else:
+            model.weights[(name,)] = [np.asarray(g[w]) for w in names]
+
+
+def _nested_paths(config: dict, path: tuple) -> dict:
+    """``{(outer model, ..., layer name): its weights key}`` for the layers inside nested models,
+    also under ``(outer model, layer name)`` (Keras writes only the first and last names)."""
+    out = {}
+    for layer in config["config"]["layers"]:
+        name = layer_name(layer)
+        if is_model_config(layer):
+            inner = _nested_paths(layer, (*path, name))
+            out.update(inner)
+        elif path:
+            out[(*path, name)] = (*path, name)
+            out[(path[0], name)] = (*path, name)
+    return out

@@ -1,0 +1,72 @@
+"""The Keras 3 reference harness: Keras itself (JAX backend), in its own cached venv, writes the models
+the Keras frontend's tests read and the predictions they compare against (nnvm never imports keras).
+
+* ``keras_python()``: the venv ``$NNVM_CACHE_DIR/venvs/keras-3`` (Python 3.11, keras 3.15, CPU jax,
+  h5py), built with uv on first use through ``nnvm.testing.venvs``.
+* ``keras_models(names)``: keras.applications nets (``weights=None``, small inputs, random weights and
+  BatchNorm statistics) and the per-layer cases of ``keras_tool.CASES``, each saved as ``.keras`` and
+  ``.h5`` with a seeded NHWC input and Keras's output, cached under ``$NNVM_CACHE_DIR/models/keras/``
+  and redone when ``keras_tool.py`` or the venv changes. All missing models are built in one process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from nnvm.testing.venvs import build_venv, cache_dir, clean_env, file_lock, run_checked
+
+TOOL = Path(__file__).with_name("keras_tool.py")
+VENV_NAME = "keras-3"
+REQUIREMENTS = ["keras==3.15.*", "jax[cpu]", "h5py"]
+
+
+def keras_python() -> Path:
+    """The Python of the Keras reference venv, built on first use."""
+    return build_venv(VENV_NAME, REQUIREMENTS, python="3.11")
+
+
+@dataclass(frozen=True)
+class KerasModel:
+    name: str
+    keras: Path  # NAME.keras (Keras 3 zip)
+    h5: Path  # NAME.h5 (legacy HDF5)
+    input: Path  # NAME-input.npy, NHWC
+    output: Path  # NAME-output.npy, Keras's prediction
+
+
+def keras_models(names: list[str]) -> dict[str, KerasModel]:
+    """``{name: KerasModel}``, building (in one Keras process) only the models missing or stale."""
+    python = keras_python()
+    root = cache_dir() / "models" / "keras"
+    root.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(TOOL.read_bytes()).hexdigest()[:16]
+    stamp = f"{digest} {(python.parent.parent / '.nnvm-complete').read_text()}"
+    models = {n: KerasModel(n, root / f"{n}.keras", root / f"{n}.h5", root / f"{n}-input.npy",
+                            root / f"{n}-output.npy") for n in names}
+
+    def fresh(m: KerasModel) -> bool:
+        stamp_file = root / f"{m.name}.stamp"
+        return stamp_file.exists() and stamp_file.read_text() == stamp and all(
+            p.exists() for p in (m.keras, m.h5, m.input, m.output))
+
+    with file_lock(root / ".build.lock"):
+        todo = [n for n in names if not fresh(models[n])]
+        if todo:
+            env = clean_env()
+            env["KERAS_BACKEND"] = "jax"
+            env.setdefault("OMP_NUM_THREADS", "2")
+            env.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=2")
+            # Build into a scratch folder beside the cache, then move: readers never see half a model.
+            with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
+                run_checked([str(python), str(TOOL), tmp, *todo], f"building {', '.join(todo)} with Keras",
+                            3600, cwd=Path(tempfile.gettempdir()), env=env)
+                for n in todo:
+                    m = models[n]
+                    for p in (m.keras, m.h5, m.input, m.output):
+                        os.replace(Path(tmp) / p.name, p)
+                    (root / f"{n}.stamp").write_text(stamp)
+    return models
