@@ -38,6 +38,25 @@ AUX_INPUTS: dict[str, tuple[int, ...]] = {
 _AUX_NAMES = {op: ("moving_mean", "moving_var") for op in AUX_INPUTS}
 _HIDDEN_KEYS = ("ctx_group", "lr_mult", "wd_mult", "force_mirroring", "mirror_stage", "profiler_scope")
 
+# Output counts (visible and hidden) of the operators that have hidden outputs, as MXNet 1.9.1 counts them
+# in node_row_ptr: needed for files written before node_row_ptr existed.
+_FIXED_OUTPUTS = {"BatchNorm": 3, "BatchNorm_v1": 3, "SyncBatchNorm": 3, "_contrib_SyncBatchNorm": 3,
+                  "CuDNNBatchNorm": 3, "LayerNorm": 3, "InstanceNorm": 3, "GroupNorm": 3, "Dropout": 2,
+                  "LRN": 2, "L2Normalization": 2}
+
+
+def _legacy_outputs(op: str, attrs: dict) -> int:
+    if op in _FIXED_OUTPUTS:
+        return _FIXED_OUTPUTS[op]
+    if op == "Pooling":
+        return 2 if attrs.get("pool_type", "max") == "max" else 1
+    if op == "LeakyReLU":
+        return 2 if attrs.get("act_type") == "rrelu" else 1
+    if op in ("SliceChannel", "split") and isinstance(attrs.get("num_outputs"), int):
+        return attrs["num_outputs"]
+    return 1
+
+
 VERSION_0_9_0 = 900
 VERSION_0_9_5 = 905
 LEGACY_VERSION = 800  # files without mxnet_version are 0.8.0
@@ -272,7 +291,7 @@ def parse_symbol(obj: dict, source: str = "<symbol>") -> Symbol:
                 attrs[key] = value
         if version < VERSION_0_9_5 and op in ("argmax", "argmin") and attrs.get("axis") == -1:
             attrs.pop("axis")
-        outputs = counts[i] if counts is not None else max(used.get(i, 1), 1)
+        outputs = counts[i] if counts is not None else max(used.get(i, 1), _legacy_outputs(op, attrs))
         if used.get(i, 0) > outputs:
             raise _fail(source, f"node {i} ({name}) is used at output {used[i] - 1} but has {outputs} "
                                 "outputs")

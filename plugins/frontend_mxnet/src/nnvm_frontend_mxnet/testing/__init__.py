@@ -9,6 +9,7 @@ frontend's tests compare against (nnvm never imports mxnet; it only imports besi
 * ``mxnet_reference(symbol_json, params, inputs)``: any symbol run in MXNet (``mxnet_references`` runs
   many cases in one subprocess: each start imports mxnet, about 2 s). Results are cached by a hash of
   the case, so a second test run starts no subprocess at all.
+* ``mxnet_symbols(texts)``: symbol JSON as MXNet loads (and upgrades) it.
 * ``mxnet_load(paths)``: what ``mx.nd.load`` reads from ``.params`` files; ``reader_fixtures()``: the
   ``.params`` files MXNet writes for the reader tests (dtypes, sparse, gluon keys, unnamed list, V3).
 
@@ -158,21 +159,48 @@ def mxnet_reference(symbol_json: str, params: dict, inputs: dict, is_train: bool
 
 def mxnet_load(paths: list[str | os.PathLike]) -> list[dict | list | str]:
     """What ``mx.nd.load`` reads from each file: a dict (named), a list (unnamed), or MXNet's error text.
-    Sparse arrays come back dense and bfloat16 as float32, both converted by MXNet."""
+    Sparse arrays come back dense and bfloat16 as float32, both converted by MXNet. Cached by the files'
+    contents under ``$NNVM_CACHE_DIR/mxnet-ref/``."""
     python = mxnet_python()
-    with tempfile.TemporaryDirectory(prefix="mxnet-load-") as tmp:
-        out = Path(tmp) / "loaded.npz"
-        _tool(python, "load", str(out), *map(os.fspath, paths), what="loading .params files in MXNet")
-        manifest = json.loads(out.with_suffix(".json").read_text())
-        with np.load(out) as data:
-            results = []
-            for k, entry in enumerate(manifest):
-                if "error" in entry:
-                    results.append(entry["error"])
-                    continue
-                values = [data[f"f{k}_{i}"] for i in range(entry["count"])]
-                results.append(dict(zip(entry["names"], values)) if entry["names"] is not None else values)
+    store = cache_dir() / "mxnet-ref"
+    store.mkdir(parents=True, exist_ok=True)
+    stamp = hashlib.sha256(_stamp(python).encode()).hexdigest()[:8]
+    keys = [f"load-{hashlib.sha256(Path(p).read_bytes()).hexdigest()[:32]}-{stamp}" for p in paths]
+    todo = {k: p for k, p in zip(keys, paths) if not (store / f"{k}.json").exists()}
+    if todo:
+        with tempfile.TemporaryDirectory(prefix="mxnet-load-") as tmp:
+            out = Path(tmp) / "loaded.npz"
+            _tool(python, "load", str(out), *map(os.fspath, todo.values()), what="loading .params in MXNet")
+            manifest = json.loads(out.with_suffix(".json").read_text())
+            with np.load(out) as data:
+                for k, (key, entry) in enumerate(zip(todo, manifest)):
+                    arrays = {f"a{i}": data[f"f{k}_{i}"] for i in range(entry.get("count", 0))}
+                    np.savez(store / f"{key}.npz", **arrays)
+                    (store / f"{key}.json").write_text(json.dumps(entry))  # last: marks the entry complete
+    results = []
+    for key in keys:
+        entry = json.loads((store / f"{key}.json").read_text())
+        if "error" in entry:
+            results.append(entry["error"])
+            continue
+        with np.load(store / f"{key}.npz") as data:
+            values = [data[f"a{i}"] for i in range(entry["count"])]
+        results.append(dict(zip(entry["names"], values)) if entry["names"] is not None else values)
     return results
+
+
+def mxnet_symbols(texts: list[str]) -> list[dict]:
+    """Each symbol JSON text as MXNet 1.9.1 loads it: ``{"json": sym.tojson() (legacy forms upgraded),
+    "arguments", "aux", "outputs"}`` (its ``list_*`` answers), or ``{"error": MXNet's message}``."""
+    python = mxnet_python()
+    with tempfile.TemporaryDirectory(prefix="mxnet-sym-") as tmp:
+        paths = []
+        for k, text in enumerate(texts):
+            paths.append(Path(tmp) / f"s{k}.json")
+            paths[-1].write_text(text)
+        out = Path(tmp) / "symbols.json"
+        _tool(python, "upgrade", str(out), *map(str, paths), what="loading symbol JSON in MXNet")
+        return json.loads(out.read_text())
 
 
 FIXTURES = ["dtypes.params", "sparse.params", "unnamed.params", "gluon.params", "v3.params"]

@@ -6,6 +6,8 @@ exported by ``mxnet_zoo.py``, kept apart so that editing this file does not redo
                                                  names.json; writes outputs.npz (output i as "o<i>")
     python mxnet_tool.py load OUT.npz FILE...    what mx.nd.load reads from each .params FILE, as float32/
                                                  native numpy arrays, with the names in OUT.json
+    python mxnet_tool.py upgrade OUT.json FILE... each symbol JSON FILE as MXNet loads it (legacy forms
+                                                 upgraded) and writes it back with tojson(), or its error
     python mxnet_tool.py fixtures OUTDIR         .params files for the reader tests (see ``fixtures``)
 """
 
@@ -61,8 +63,8 @@ def load(out: str, files: list[str]) -> None:
         try:
             with mx.util.np_shape(np_shape):
                 loaded = mx.nd.load(path)
-        except mx.base.MXNetError as exc:
-            manifest.append({"error": str(exc).strip().splitlines()[-1][:200]})
+        except Exception as exc:  # MXNetError, or its Python wrapper failing on what the C++ side read
+            manifest.append({"error": (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:200]})
             continue
         if isinstance(loaded, dict):
             names = list(loaded)
@@ -75,6 +77,19 @@ def load(out: str, files: list[str]) -> None:
     np.savez(out, **arrays)
     with open(out[: -len(".npz")] + ".json", "w") as f:
         json.dump(manifest, f)
+
+
+def upgrade(out: str, files: list[str]) -> None:
+    results = []
+    for path in files:
+        try:
+            sym = mx.sym.load(path)
+            results.append({"json": sym.tojson(), "arguments": sym.list_arguments(),
+                            "aux": sym.list_auxiliary_states(), "outputs": sym.list_outputs()})
+        except mx.base.MXNetError as exc:
+            results.append({"error": str(exc).strip().splitlines()[-1][:200]})
+    with open(out, "w") as f:
+        json.dump(results, f)
 
 
 def fixtures(outdir: str) -> None:
@@ -117,6 +132,8 @@ def main(argv: list[str]) -> None:
         run(rest)
     elif command == "load":
         load(rest[0], rest[1:])
+    elif command == "upgrade":
+        upgrade(rest[0], rest[1:])
     elif command == "fixtures":
         fixtures(rest[0])
     else:
