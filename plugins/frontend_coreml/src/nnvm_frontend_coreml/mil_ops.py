@@ -21,7 +21,8 @@ UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "lo
          "cos": "cos", "sign": "sign", "inverse": "reciprocal", "round": "round", "softplus": "softplus"}
 REDUCE = {"reduce_mean": "mean", "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
           "reduce_prod": "prod"}
-CAST = {"fp16": "float16", "fp32": "float32", "int32": "int32", "int64": "int64", "bool": "bool"}
+CAST = {"fp16": "float32",  # see mil.NNVM_DTYPE
+         "fp32": "float32", "int32": "int32", "int64": "int64", "bool": "bool"}
 
 
 @register(*BINARY)
