@@ -1,0 +1,1 @@
+"""CoreML frontend for nnvm."""
