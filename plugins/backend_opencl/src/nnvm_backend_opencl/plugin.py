@@ -77,12 +77,3 @@ class OpenCLBackend(Backend):
 def nnvm_register_backends(register):
     register(OpenCLBackend())
 
-
-@nnvm.hookimpl
-def nnvm_schedule_group(target, group):
-    """Every group on ``opencl`` gets a GPU schedule (``schedules.py``): tiled, bound to threads."""
-    if getattr(target, "kind", None) != "opencl":
-        return None
-    from nnvm_backend_opencl.schedules import schedule_group
-
-    return schedule_group(target, group)
