@@ -9,10 +9,10 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.errors import Error, TargetError
+from nnvm.gpu.schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import get_op
 from nnvm_backend_opencl import runtime
-from nnvm.gpu.schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm_conformance.cases_nn import conv2d_reference  # the suite's numpy reference
 
 TARGET = "opencl -device=cpu"

@@ -34,8 +34,8 @@ FLOOR_MACROS = """\
 #define NNVM_FLOORMOD(a, b) ((a) - NNVM_FLOORDIV(a, b) * (b))
 """
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "fmod_int": "%", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">=", "and": "&&", "or": "||"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "fmod_int": "%", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||"}
 
 # C's keywords and type names, the C99 math functions the printer calls, and the names the preamble
 # defines: a value named like one of them is renamed. Languages add their own (``reserved = CPrinter.reserved
