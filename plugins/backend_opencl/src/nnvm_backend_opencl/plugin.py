@@ -19,11 +19,12 @@ from dataclasses import replace
 import nnvm
 from nnvm.backend import Backend
 from nnvm.errors import TargetError
+from nnvm.gpu.library import launch_table
 from nnvm.target import Target
 from nnvm.tir.gpu import lower_for_gpu
 from nnvm.tir.vectorize import vectorize_loops
 from nnvm_backend_opencl import runtime
-from nnvm_backend_opencl.library import OpenCLKernelLibrary, launch_table, load_library
+from nnvm_backend_opencl.library import OpenCLKernelLibrary, load_library
 from nnvm_backend_opencl.printer import OpenCLPrinter
 
 
