@@ -14,11 +14,11 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.te.examples import gemm, gemm_intrin
+from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.c_printer import CPrinter
 from nnvm.tir.gpu import lower_for_gpu
-from nnvm.tir.lower import lower_schedule
 from nnvm.tir.vectorize import vectorize_loops
 
 
