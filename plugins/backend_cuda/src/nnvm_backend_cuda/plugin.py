@@ -1,0 +1,1 @@
+"""The ``cuda`` target's hook implementations."""
