@@ -64,7 +64,8 @@ def compile_host_library(source: str, *, compiler: str = "g++", flags: tuple = (
         except FileNotFoundError:
             raise Error(f"running {what} on the CPU needs a C++ compiler ({compiler}); install g++") from None
         if proc.returncode != 0:
-            lines = [ln for ln in proc.stderr.splitlines() if "error" in ln][:5] or proc.stderr.splitlines()[:5]
+            log = proc.stderr.splitlines()
+            lines = [ln for ln in log if "error" in ln][:5] or log[:5]
             raise Error(f"{what} do not compile as host C++ for the CPU runner:\n" + "\n".join(lines))
         os.replace(partial, path)
     return path

@@ -185,7 +185,8 @@ def _nvrtc(source: str, arch: str, name: str) -> CompiledCUDA:
     try:
         from cuda.bindings import nvrtc
     except ImportError:
-        raise Error("compiling for cuda needs NVRTC: pip install nvidia-cuda-nvrtc-cu12 cuda-bindings") from None
+        raise Error("compiling for cuda needs NVRTC: pip install nvidia-cuda-nvrtc-cu12 cuda-bindings"
+                    ) from None
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "program creation")
     try:
         opts = [f"--gpu-architecture={arch}".encode(), b"-Xptxas=-v", b"--std=c++17", b"-default-device"]

@@ -18,7 +18,8 @@ extern "C" __global__ void __launch_bounds__(64) saxpy(float* __restrict__ b, co
 
 # Each block reverses its 64-element slice through shared memory: needs the barrier.
 REVERSE = r"""
-extern "C" __global__ void __launch_bounds__(64) reverse(float* __restrict__ out, const float* __restrict__ in) {
+extern "C" __global__ void __launch_bounds__(64) reverse(float* __restrict__ out,
+                                                         const float* __restrict__ in) {
   __shared__ float tile[64];
   unsigned base = blockIdx.x * 64;
   tile[threadIdx.x] = in[base + threadIdx.x];
