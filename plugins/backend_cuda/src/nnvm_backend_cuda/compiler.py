@@ -228,7 +228,10 @@ def compile_error_message(source: str, log: str) -> str:
         kernel = next((k for start, k in reversed(starts) if start <= line), None)
         text = lines[line - 1].strip() if 0 < line <= len(lines) else "?"
         where = f"in kernel {kernel} " if kernel else ""
-        out.append(f"{m.group(2)} {where}at line {line}: {text}")
+        msg = f"{m.group(2)} {where}at line {line}: {text}"
+        if msg not in out:
+            out.append(msg)
     if not out:
         out = [ln for ln in log.splitlines() if ln.strip()][:5]
-    return "NVRTC rejected the generated CUDA source: " + "; ".join(out[:8])
+    return "NVRTC rejected the generated CUDA source: " + "; ".join(out[:3]) + (
+        f" (and {len(out) - 3} more)" if len(out) > 3 else "")

@@ -27,12 +27,13 @@ _OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
 
 
 class CUDAPrinter(CPrinter):
-    """``extern "C" __global__``, ``__launch_bounds__``, ``__shared__``, ``threadIdx.x``, ``__syncthreads()``."""
+    """``extern "C" __global__``, ``__launch_bounds__``, ``__shared__``, ``threadIdx.x``, ``__syncthreads()``
+    and the element-wise vector helpers CUDA lacks."""
 
     global_qualifier = ""
     shared_qualifier = "__shared__"
     restrict = "__restrict__"
-    reserved = CPrinter.reserved | CUDA_RESERVED
+    reserved = getattr(CPrinter, "reserved", frozenset()) | CUDA_RESERVED  # TEMPORARY getattr: pre-layer base
     reserved_prefixes = ("nnvm_", "__")
     inf_literal = "__int_as_float(0x7f800000)"
     nan_literal = "__int_as_float(0x7fffffff)"
