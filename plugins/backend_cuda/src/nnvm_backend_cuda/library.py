@@ -18,7 +18,7 @@ from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, ModelLoadError
 from nnvm.runtime.kernel import KERNEL_TYPE
 from nnvm_backend_cuda import native
-from nnvm_backend_cuda.compiler import CompiledCUDA
+from nnvm_backend_cuda.compiler import CompiledCUDA, occupancy
 
 CPU_NOTE = ("no NVIDIA GPU here: running the module's CUDA kernels on the CPU (the same source as host "
             "C++, each CUDA thread a fiber)")
@@ -81,14 +81,24 @@ class CUDAKernelLibrary(KernelLibrary):
         return ctypes.cast(self._callbacks[name], ctypes.c_void_p).value
 
     def usage(self) -> dict:
-        """Per kernel: threads per block, registers, shared memory, spills (ptxas's report)."""
+        """Per kernel: threads per block, registers, shared memory, spills (ptxas's report) and the
+        theoretical occupancy on the architecture it was compiled for."""
         out = {}
         for table in self.tables.values():
             for launch in table["launches"]:
                 u = self.compiled.usage.get(launch["kernel"])
                 if u is not None:
-                    out[launch["kernel"]] = {"threads": int(np.prod(launch["local"])), **u.as_dict()}
+                    threads = int(np.prod(launch["local"]))
+                    out[launch["kernel"]] = {"threads": threads, **u.as_dict(),
+                                             "occupancy": round(occupancy(u, threads, self.compiled.arch), 3)}
         return out
+
+    def stats(self) -> dict:
+        """``cuda_arch`` and ``cuda_kernels`` (``usage()``) for ``mod.stats()``; ``cuda_spills``: the kernels
+        that spill registers to local memory (none is the goal)."""
+        usage = self.usage()
+        spills = sorted(k for k, u in usage.items() if u["spill_stores"] or u["spill_loads"])
+        return {"cuda_arch": self.compiled.arch, "cuda_kernels": usage, "cuda_spills": spills}
 
     # -- running ----------------------------------------------------------------------------------
     def run(self, name: str, args) -> None:
