@@ -11,7 +11,8 @@ goes into it; ``HostKernels.launch`` runs a grid of blocks.
 Kernels without a barrier run each thread to completion, with no fiber at all; kernels with barriers
 switch fibers at every barrier, and a barrier only some threads of a block reach is an ``Error``, not a
 hang. Launching with ``reversed=True`` runs the threads of every round in reverse order, so a kernel
-that forgot a barrier computes different numbers in the two orders.
+that forgot a barrier computes different numbers in the two orders; ``NNVM_GPU_THREAD_ORDER=reversed``
+makes that the default for every launch (the test suites run each kernel in both orders with it).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ from nnvm.errors import Error
 FIBERS_DIR = Path(__file__).with_name("fibers")
 _lock = threading.Lock()
 _loaded: dict = {}  # path -> HostKernels
+
+
+def threads_reversed() -> bool:
+    """Whether launches run the threads of a block in reverse order by default
+    (``NNVM_GPU_THREAD_ORDER=reversed``; ``forward`` is the default)."""
+    return os.environ.get("NNVM_GPU_THREAD_ORDER", "forward").strip().lower() == "reversed"
 
 
 def cache_dir() -> str:
@@ -99,11 +106,14 @@ class HostKernels:
                 raise Error(f"{self.path}: no kernel entry {symbol}") from None
         return self._entries[symbol]
 
-    def launch(self, symbol: str, args, grid, block, *, reversed: bool = False, fibers: bool = True,
+    def launch(self, symbol: str, args, grid, block, *, reversed: bool | None = None, fibers: bool = True,
                kernel: str | None = None) -> None:
         """Run trampoline ``symbol`` over ``grid`` x ``block`` (x, y, z) with ``args`` (a ``void **``, as
         ``cuLaunchKernel`` takes: ``args[i]`` points at the i-th argument's value). ``fibers=False`` for
-        a kernel without barriers. Raises ``Error`` naming ``kernel`` on a divergent barrier."""
+        a kernel without barriers; ``reversed=None`` follows ``threads_reversed()``. Raises ``Error`` naming
+        ``kernel`` on a divergent barrier."""
+        if reversed is None:
+            reversed = threads_reversed()
         g = (ctypes.c_uint * 3)(*[int(v) for v in grid])
         b = (ctypes.c_uint * 3)(*[int(v) for v in block])
         err = ctypes.create_string_buffer(512)

@@ -58,8 +58,8 @@ class HostCUDA:
                                     what="the CUDA kernels")
         self.lib = HostKernels.load(path)
 
-    def launch(self, kernel: str, grid, block, args, *, reversed: bool = False) -> None:
+    def launch(self, kernel: str, grid, block, args, *, reversed: bool | None = None) -> None:
         """Run ``kernel`` over ``grid`` x ``block`` with ``args`` (a ``void **``); threads of each block in
-        reverse order when ``reversed``."""
+        reverse order when ``reversed`` (None: as ``NNVM_GPU_THREAD_ORDER`` says)."""
         self.lib.launch(f"nnvm_thread_{kernel}", args, grid, block, reversed=reversed,
                         fibers=self.barriers.get(kernel, True), kernel=kernel)

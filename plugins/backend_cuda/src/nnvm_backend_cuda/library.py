@@ -37,13 +37,14 @@ class CUDAKernelLibrary(KernelLibrary):
     """Kernels of one build: CUDA source, its cubin and PTX, and the launch table of every function."""
 
     def __init__(self, source: str, tables: list, compiled: CompiledCUDA, blobs: dict | None = None,
-                 device=None, reversed_threads: bool = False):
+                 device=None, reversed_threads: bool | None = None):
         self.source_text = source
         self.tables = {t["name"]: t for t in tables}
         self.compiled = compiled
         self._blobs = blobs or {}
         self.device = device if device is not None else native.open_device()
-        self.reversed_threads = reversed_threads  # CPU runner: threads of each block in reverse order
+        # CPU runner: threads of each block in reverse order (None: as NNVM_GPU_THREAD_ORDER says)
+        self.reversed_threads = reversed_threads
         self._callbacks: dict = {}
         self._lock = threading.Lock()
         self._host = None
