@@ -20,11 +20,12 @@ from dataclasses import replace
 import nnvm
 from nnvm.backend import Backend
 from nnvm.errors import TargetError
+from nnvm.gpu.library import launch_table, read_export
 from nnvm.target import Target
 from nnvm.tir.gpu import lower_for_gpu
 from nnvm.tir.vectorize import vectorize_loops
 from nnvm_backend_cuda import compiler, native
-from nnvm_backend_cuda.library import CUDAKernelLibrary
+from nnvm_backend_cuda.library import FORMAT, CUDAKernelLibrary
 from nnvm_backend_cuda.printer import CUDAPrinter, kernel_threads
 
 
@@ -59,14 +60,18 @@ class CUDABackend(Backend):
             state["seconds"][stage] = time.perf_counter() - start
         return state["library"]
 
+    def open_foreign(self, path: str) -> CUDAKernelLibrary | None:
+        """The library of a file ``CUDAKernelLibrary.export`` wrote (a zip: manifest, ``kernels.cu``, cubin,
+        PTX, blobs): native with the cubin or PTX where a GPU is, else on the CPU runner."""
+        found = read_export(path, FORMAT, text_files=("kernels.cu", "ptxas.log"))
+        return None if found is None else CUDAKernelLibrary.from_files(*found)
+
     # -- stages -----------------------------------------------------------------------------------
     def _gpu(self, state: dict) -> dict:
         state["programs"] = [lower_for_gpu(f) for f in state["funcs"]]
         return state
 
     def _vectorize(self, state: dict) -> dict:
-        if not hasattr(CUDAPrinter, "vector_binary"):  # TEMPORARY: the pre-layer printer base prints OpenCL
-            return state
         for prog in state["programs"]:
             prog.kernels = [replace(k, body=vectorize_loops(k.body)) for k in prog.kernels]
         return state
@@ -77,12 +82,10 @@ class CUDABackend(Backend):
         return state
 
     def _compile(self, state: dict) -> dict:
-        from nnvm_backend_opencl.library import launch_table  # TEMPORARY until the GPU layer's table
-
         source = state["source"]
         compiled = compiler.compile_cuda(source, state["arch"], threads=kernel_threads(source))
         tables = [launch_table(p) for p in state["programs"]]
-        state["library"] = CUDAKernelLibrary(source, tables, compiled)
+        state["library"] = CUDAKernelLibrary(tables, compiled, source)
         return state
 
 
@@ -90,12 +93,3 @@ class CUDABackend(Backend):
 def nnvm_register_backends(register):
     register(CUDABackend())
 
-
-@nnvm.hookimpl
-def nnvm_schedule_group(target, group):
-    """TEMPORARY until the GPU layer registers schedules for the key ``gpu``: OpenCL's GPU schedules."""
-    if getattr(target, "kind", None) != "cuda":
-        return None
-    from nnvm_backend_opencl.schedules import schedule_group
-
-    return schedule_group(target, group)

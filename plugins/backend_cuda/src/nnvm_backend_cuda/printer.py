@@ -33,7 +33,7 @@ class CUDAPrinter(CPrinter):
     global_qualifier = ""
     shared_qualifier = "__shared__"
     restrict = "__restrict__"
-    reserved = getattr(CPrinter, "reserved", frozenset()) | CUDA_RESERVED  # TEMPORARY getattr: pre-layer base
+    reserved = CPrinter.reserved | CUDA_RESERVED
     reserved_prefixes = ("nnvm_", "__")
     inf_literal = "__int_as_float(0x7f800000)"
     nan_literal = "__int_as_float(0x7fffffff)"
