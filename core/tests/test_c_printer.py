@@ -14,20 +14,25 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.te.examples import gemm, gemm_intrin
+from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.c_printer import CPrinter
 from nnvm.tir.gpu import lower_for_gpu
-from nnvm.tir.lower import lower_schedule
 from nnvm.tir.vectorize import vectorize_loops
 
 
 class ToyPrinter(CPrinter):
-    """A CUDA-like dialect, to show how little a language needs."""
+    """A CUDA-like dialect, to show how little a language needs (its type names and splat are its own
+    choice: the base spells plain C and no vector syntax)."""
 
     kernel_prefix = 'extern "C" __global__ void'
     shared_qualifier = "__shared__"
     restrict = "__restrict__"
+    scalar_types = {**CPrinter.scalar_types, "uint8": "uchar"}
+
+    def broadcast(self, value: str, dtype: str) -> str:
+        return f"(({self.type_name(dtype)})({value}))"
 
     def thread_index(self, tag: str) -> str:
         return tag  # blockIdx.x, threadIdx.y, ... are CUDA's own names
@@ -132,3 +137,53 @@ def test_printer_errors_name_the_kernel():
     body = S.Allocate(x, S.Seq(()))
     with pytest.raises(nnvm.Error, match="kernel dyn: buffer x needs a constant size"):
         ToyPrinter().kernel(S.PrimFunc("dyn", (), body))
+
+
+def test_the_base_spells_plain_c_and_asks_the_language_for_the_rest():
+    """Nothing of one GPU language in the base: no OpenCL builtins or type names, and what plain C cannot
+    spell (vectors, thread indices, barriers) is the subclass's to say, not a silent default."""
+    import ast
+    import inspect
+
+    from nnvm.tir import c_printer
+
+    tree = ast.parse(inspect.getsource(c_printer))
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+    code = " ".join(n.value for n in ast.walk(tree)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings)
+    for word in ("vload", "vstore", "get_local_id", "uchar", "convert_", "__local", "__kernel", "float4)"):
+        assert word not in code, word
+    p = CPrinter()
+    assert p.type_name("uint8") == "unsigned char" and p.storage_type("bool") == "unsigned char"
+    for call in (lambda: p.broadcast("x", "float32x4"), lambda: p.vector_load("A", "0", "float32x4"),
+                 lambda: p.thread_index("threadIdx.x"), p.barrier):
+        with pytest.raises(NotImplementedError, match="CPrinter must spell"):
+            call()
+
+
+def test_languages_supply_vector_operators_calls_literals_and_parameters():
+    """A dialect without vector operators (CUDA) spells them as calls; a vector sigmoid's one is a vector;
+    infinities can be spelled through bit patterns; extra parameters follow the buffers."""
+
+    class NoOperators(ToyPrinter):
+        inf_literal = "__int_as_float(0x7f800000)"
+
+        def vector_binary(self, op, a, b, dtype):
+            return f"vop<'{op}'>({a}, {b})"
+
+        def vector_call(self, name, args, dtype):
+            return f"v_{name}({', '.join(args)})"
+
+        def extra_params(self, func):
+            return ["uint3 tid"]
+
+    A = te.placeholder((8, 4), name="A")
+    B = te.compute((8, 4), lambda i, j: te.max(te.sigmoid(A[i, j]), te.const(-float("inf"), "float32")),
+                   name="B")
+    s = te.create_schedule(B.op)
+    s[B].vectorize(B.op.axis[1])
+    func = lower_schedule(s, [A, B], "vec")
+    src = NoOperators().kernel(replace(func, body=vectorize_loops(func.body)))
+    assert "uint3 tid) {" in src
+    assert "v_fmax(" in src and "v_exp(" in src and "vop<'/'>(((float4)(1.0f))" in src
+    assert "(-__int_as_float(0x7f800000))" in src and "INFINITY" not in src

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
+from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.interpreter import run_primfunc
-from nnvm.tir.lower import lower_schedule, partition_loops
+from nnvm.tir.lower import partition_loops
 
 
 def _block(text: str, header: str) -> list[str]:

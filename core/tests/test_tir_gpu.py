@@ -11,11 +11,11 @@ import pytest
 
 from nnvm import te
 from nnvm.errors import ScheduleError
+from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.gpu import insert_barriers, lower_for_gpu
 from nnvm.tir.interpreter import run_primfunc
-from nnvm.tir.lower import lower_schedule
 from nnvm.tir.visit import walk
 
 

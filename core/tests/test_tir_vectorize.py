@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 
 from nnvm import te
+from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.interpreter import run_primfunc
-from nnvm.tir.lower import lower_schedule
 from nnvm.tir.vectorize import vectorize_loops
 from nnvm.tir.visit import walk
 

@@ -30,7 +30,7 @@ __version__ = "0.1.0"
 
 def lower(schedule, args, name: str = "main"):
     """The loop program of a schedule, as a ``PrimFunc`` (``print`` it to read it)."""
-    from nnvm.tir.lower import lower_schedule
+    from nnvm.te.lower import lower_schedule
 
     return lower_schedule(schedule, list(args), name)
 

@@ -35,6 +35,13 @@ class KernelLibrary:
         """Human-readable generated code (LLVM IR, OpenCL C, ...), for ``--dump-ir``."""
         return ""
 
+    def device_module(self, plan: dict, params: dict):
+        """For kernels on a device with its own memory (GPUs): an object whose ``run(values)`` runs the
+        whole ``plan`` there (weights uploaded once, activations on the device) and returns the outputs;
+        ``Module.run`` then hands every run to it. None (the default): kernels are called with host
+        pointers. ``nnvm.gpu.library.GPUKernelLibrary`` implements it for every GPU backend."""
+        return None
+
     def runs_in_process(self) -> bool:
         """False when this process cannot execute the code (built for another CPU). ``Module.run`` then
         exports the module once to a temporary file and hands it to ``run_exported``."""

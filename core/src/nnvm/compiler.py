@@ -234,7 +234,7 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
                   dump_ir: str | None = None, disabled_passes=(), enabled_passes=(), **kwargs):
     from nnvm.runtime.module import Module
     from nnvm.runtime.plan import make_plan
-    from nnvm.tir.lower import lower_schedule
+    from nnvm.te.lower import lower_schedule
 
     seconds: dict = {}
     graph, tgt, ctx, nodes_before = optimized_graph(model, target, shapes, opt_level, dump_ir,

@@ -22,6 +22,7 @@ from nnvm.errors import Error
 BUILTIN_PLUGINS = {
     "nnvm-std-ops": "nnvm.ops.plugin",
     "nnvm-std-passes": "nnvm.passes.plugin",
+    "nnvm-gpu-schedules": "nnvm.gpu.plugin",
 }
 
 _lock = threading.RLock()

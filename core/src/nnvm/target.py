@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import TargetError
 
+# Target keys: what a schedule or template may be registered for, so one registration serves every target
+# kind that has the key (a GPU schedule serves cuda, opencl and metal). Kinds not listed here are CPUs.
+KEYS = {"cuda": ("gpu",), "opencl": ("gpu",), "metal": ("gpu",)}
+DEFAULT_KEYS = ("cpu",)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -21,6 +26,11 @@ class Target:
 
     def __hash__(self) -> int:
         return hash(self.text)
+
+    @property
+    def keys(self) -> tuple:
+        """The target's keys (``("gpu",)`` for cuda, opencl and metal, ``("cpu",)`` for the rest)."""
+        return KEYS.get(self.kind, DEFAULT_KEYS)
 
     @property
     def backend(self):

@@ -10,7 +10,7 @@ from nnvm.compiler import group_compute
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.target import parse_target
 from nnvm.te.examples import matmul_api_schedule
-from nnvm.tir.lower import lower_schedule
+from nnvm.te.lower import lower_schedule
 from nnvm_backend_llvm_x86.plugin import LLVMBackend
 
 
@@ -76,7 +76,7 @@ def group_with_op(graph, op: str):
 def check_every_config(template, group, params: dict, x, want, what: str, rtol: float = 1e-5) -> None:
     """Every config of ``template`` lowered and built in one module, run on ``x`` (the group's input
     that is not in ``params``) and compared with ``want`` by max relative error."""
-    from nnvm.tir.lower import lower_schedule
+    from nnvm.te.lower import lower_schedule
 
     args = [t for _, t in group.inputs] + list(group.outputs)
     configs = list(template.configs())

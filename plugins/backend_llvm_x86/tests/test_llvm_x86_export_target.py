@@ -127,7 +127,7 @@ def test_target_options_select_cpu_and_features(close):
 
 def test_cross_triple_builds_without_running():
     s, args = _scaled_add()
-    from nnvm.tir.lower import lower_schedule
+    from nnvm.te.lower import lower_schedule
 
     darwin = parse_target("llvm -mtriple=x86_64-apple-darwin")
     lib = LLVMBackend().build([lower_schedule(s, args, "k")], darwin)

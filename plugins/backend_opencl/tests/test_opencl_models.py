@@ -70,6 +70,42 @@ def test_small_cnn_matches_onnxruntime_and_exports_to_one_file(tmp_path):
     assert _rel_err(np.load(tmp_path / "y.npy"), want) < 1e-5
 
 
+def test_weights_are_uploaded_once_and_a_run_copies_only_inputs_in_and_outputs_out(tmp_path):
+    """The device keeps the weights and the activation arena: the second run moves the input's bytes to
+    the device and the output's back, nothing else (the core's GPU library counts every copy)."""
+    path = _small_cnn(str(tmp_path / "small.onnx"))
+    mod = nnvm.compile(path, target=TARGET)
+    lib = mod.library
+    weights = mod.stats()["weight_bytes"]
+    assert weights > 0 and lib.bytes_to_device >= weights  # uploaded when the module was made
+    x = np.random.default_rng(1).standard_normal((1, 3, 12, 12)).astype("float32")
+    want = _reference(path, x)
+    first = mod.run(x)[0]
+    before_in, before_out = lib.bytes_to_device, lib.bytes_from_device
+    second = mod.run(x)[0]
+    assert lib.bytes_to_device - before_in == x.nbytes
+    assert lib.bytes_from_device - before_out == second.nbytes
+    assert _rel_err(first, want) < 1e-5 and _rel_err(second, want) < 1e-5
+
+
+def test_concurrent_runs_from_four_threads_match_serial_runs(tmp_path):
+    """``mod.run`` from four threads at once on one module: each run takes its own device arena."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    path = _small_cnn(str(tmp_path / "small.onnx"))
+    mod = nnvm.compile(path, target=TARGET)
+    rng = np.random.default_rng(2)
+    xs = [rng.standard_normal((1, 3, 12, 12)).astype("float32") for _ in range(8)]
+    serial = [mod.run(x)[0] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(lambda x: mod.run(x)[0], xs))
+            for k, (g, s) in enumerate(zip(got, serial)):
+                np.testing.assert_array_equal(g, s, err_msg=f"input {k}")
+    for x, s in zip(xs, serial):
+        assert _rel_err(s, _reference(path, x)) < 1e-5
+
+
 def test_dump_ir_shows_local_memory_tiling_and_barriers(tmp_path):
     path = _small_cnn(str(tmp_path / "small.onnx"))
     proc = subprocess.run([sys.executable, "-m", "nnvm.cli", "compile", path, "--target", "opencl",

@@ -9,10 +9,10 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.errors import Error, TargetError
+from nnvm.gpu.schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import get_op
 from nnvm_backend_opencl import runtime
-from nnvm_backend_opencl.schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm_conformance.cases_nn import conv2d_reference  # the suite's numpy reference
 
 TARGET = "opencl -device=cpu"
@@ -88,7 +88,7 @@ def test_tiles_that_do_not_divide_leave_idle_threads_at_barriers_and_stay_right(
     """Tail blocks with idle threads around barriers (a user's own schedule can make them; ours choose
     dividing tiles): the guards sit below the barriers, so every thread reaches them and the numbers
     match numpy on PoCL."""
-    from nnvm_backend_opencl import schedules
+    from nnvm.gpu import schedules
 
     monkeypatch.setattr(schedules, "_divisor_at_most", lambda size, cap: cap)  # 8 x 8 tiles, any size
     data = te.placeholder((m, k), name="data")

@@ -237,7 +237,7 @@ class _Worker:
 
     def _build(self, schedule):
         from nnvm.runtime.kernel import kernel_from_address
-        from nnvm.tir.lower import lower_schedule
+        from nnvm.te.lower import lower_schedule
 
         st = self.state
         func = lower_schedule(schedule, st["args"], "nnvm_tune_candidate")

@@ -64,7 +64,7 @@ class BuiltFunction:
 
 def build_function(schedule, args, target, name: str = "main") -> BuiltFunction:
     from nnvm.target import parse_target
-    from nnvm.tir.lower import lower_schedule
+    from nnvm.te.lower import lower_schedule
 
     tgt = parse_target(target)
     backend = tgt.backend

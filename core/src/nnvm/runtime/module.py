@@ -45,8 +45,10 @@ class Module:
             self._inputs.append((d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), self._view(d)))
         self._outputs = [(d["name"], self._view(d)) for d in plan["outputs"]]
         self._exported = None  # an exported copy, for a library whose code runs out of process
+        # a device's own runner (weights and activations in device memory), which takes every run
+        self._device = library.device_module(plan, self.params) if hasattr(library, "device_module") else None
         # (kernel, its argument array as void*, the array kept alive, kernel name): built once, here
-        self._calls = None if not library.runs_in_process() else [
+        self._calls = None if self._device is not None or not library.runs_in_process() else [
             self._prepared_call(call, base) for call in plan["calls"]]
 
     def _prepared_call(self, call: dict, base: int) -> tuple:
@@ -71,6 +73,8 @@ class Module:
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         values = self._bind(args, kwargs)
+        if self._device is not None:
+            return self._device.run(values)
         if self._calls is None:
             return self._run_out_of_process(values)
         for (_, _, _, view), value in zip(self._inputs, values):

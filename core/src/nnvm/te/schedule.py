@@ -7,30 +7,15 @@ recovers the original indices. Nothing here changes the computed values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from nnvm.errors import ScheduleError
+from nnvm.te.relations import Fuse, Split, axis_values, infer_bounds, root_ranges
 from nnvm.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
+from nnvm.te.tensorize import TensorIntrin
 from nnvm.tir import expr as E
 from nnvm.tir.stmt import ForKind
 from nnvm.tir.visit import rewrite, substitute
-
-
-@dataclass(eq=False)
-class Split:
-    parent: E.IterVar
-    outer: E.IterVar
-    inner: E.IterVar
-    factor: E.Expr | None
-    nparts: E.Expr | None
-
-
-@dataclass(eq=False)
-class Fuse:
-    outer: E.IterVar
-    inner: E.IterVar
-    fused: E.IterVar
-
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread")
@@ -242,8 +227,6 @@ class Stage:
                   for k.inner in range(8):
                     C[...] = C[...] + A[...]*B[...]
         """
-        from nnvm.te.tensorize import TensorIntrin
-
         self._check_compute("tensorize")
         iv = self._ivar(axis)
         self._leaf_index(iv)
@@ -402,8 +385,6 @@ class Schedule:
         ``axis`` is a reduce loop of the stage as it stands (an original reduce axis or one from a
         split); spatial splits of the stage are kept, its reduce loops are replaced.
         """
-        from nnvm.tir.lower import axis_values, infer_bounds, root_ranges
-
         stage = self[tensor]
         op = stage.op
         if not isinstance(op, ComputeOp) or not op.reduce_axis or len(op.body) != 1:

@@ -36,9 +36,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nnvm.errors import ScheduleError
+from nnvm.te.nest import reduction_nest, wrap_loops
+from nnvm.te.relations import Fuse, Split
 from nnvm.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.lower import guarded
 from nnvm.tir.simplify import Simplifier, simplify
 from nnvm.tir.visit import free_vars, substitute, tensors_read
 
@@ -136,7 +139,7 @@ def _loads(expr) -> list:
 
 
 # ---------------------------------------------------------------------------------------------------
-# matching and lowering (called by nnvm.tir.lower.make_stage_nest)
+# matching and lowering (called by nnvm.te.lower.make_stage_nest)
 
 
 class _Mismatch(Exception):
@@ -151,8 +154,6 @@ def tensorized_nest(stage, body_exprs: tuple, out_tensors: list, ranges: dict, i
     ``vmap`` maps each original axis variable to its value in leaf loop variables and ``guards`` are
     the split guards (as computed by ``make_stage_nest``).
     """
-    from nnvm.tir.lower import guarded, reduction_nest, wrap_loops
-
     axis, intrin = stage.tensorized
     leaves = list(stage.leaf_iter_vars)
     where = f"stage {stage.name}: tensorize at axis {axis.var.name} with {intrin.name}"
@@ -217,8 +218,6 @@ def tensorized_nest(stage, body_exprs: tuple, out_tensors: list, ranges: dict, i
 def _in_axis_order(stage, region: list) -> list:
     """The region's loops ordered by the original axis each comes from (stable within one axis): the
     region is replaced as a whole, so the order of its loops does not matter, the axes they walk do."""
-    from nnvm.te.schedule import Fuse, Split
-
     root = {iv: k for k, iv in enumerate(list(stage.op.axis) + list(stage.op.reduce_axis))}
     for rel in stage.relations:
         if isinstance(rel, Split) and rel.parent in root:

@@ -2,10 +2,22 @@
 
 Input is a kernel from ``nnvm.tir.gpu.lower_for_gpu`` (thread loops outermost, shared allocations at
 block level) after ``nnvm.tir.vectorize``. Everything that is the same in every C dialect (loops,
-stores, arithmetic, constants, unique names) lives here; a language is a subclass that fills in the
-handful of things that differ, each one method or attribute below the ``language`` marker: the
-kernel signature, address-space qualifiers, thread indices, the barrier, type names, vector loads
-and stores, casts and math function names. ``nnvm_backend_opencl.printer`` is the OpenCL one.
+stores, arithmetic, constants, unique names) lives here; a language is a subclass that fills in what
+differs, each one class attribute or small method below the ``language`` marker:
+
+- spelling: ``kernel_prefix``, ``global_qualifier``, ``shared_qualifier``, ``restrict``, ``index_type``,
+  ``scalar_types`` (type names), ``reserved`` and ``reserved_prefixes`` (names a value may not take),
+  ``math_names`` (intrinsic -> function), ``inf_literal``/``nan_literal``;
+- kernels: ``param`` (one parameter declaration), ``extra_params`` (thread indices passed as parameters,
+  say), ``thread_index``, ``barrier``, ``preamble``;
+- vectors: ``vector_type``, ``vector_load``/``vector_store``, ``broadcast`` (a splat), ``vector_binary``
+  (``a * b`` where the language has operators, a helper call where it has none), ``vector_call`` (a
+  math function on vectors), ``vector_cast``;
+- ``scalar_load``/``scalar_store``/``storage_type``/``alloc_type`` for types kept apart in memory (half).
+
+The base spells plain C and raises ``NotImplementedError`` for what plain C has no spelling of (thread
+indices, barriers, vectors), so a missing piece of a language is an error, never another language's
+syntax. ``nnvm_backend_opencl.printer`` is the OpenCL subclass.
 """
 
 from __future__ import annotations
@@ -22,28 +34,26 @@ FLOOR_MACROS = """\
 #define NNVM_FLOORMOD(a, b) ((a) - NNVM_FLOORDIV(a, b) * (b))
 """
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "eq": "==", "ne": "!=", "lt": "<", "le": "<=",
-          "gt": ">", "ge": ">=", "and": "&&", "or": "||"}
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "fmod_int": "%", "eq": "==", "ne": "!=", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "and": "&&", "or": "||"}
 
-# Identifiers a value may not take: C keywords and types, and the builtins of the C dialects (OpenCL C's
-# math, common, integer, geometric and relational functions cover CUDA's and Metal's usual names).
-RESERVED = frozenset("""
+# C's keywords and type names, the C99 math functions the printer calls, and the names the preamble
+# defines: a value named like one of them is renamed. Languages add their own (``reserved = CPrinter.reserved
+# | {...}``).
+C_RESERVED = frozenset("""
 auto break case char const continue default do double else enum extern float for goto if inline int long
 register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
-bool half uchar ushort uint ulong size_t true false kernel global local constant private
-acos acosh acospi asin asinh asinpi atan atan2 atanh atanpi cbrt ceil copysign cos cosh cospi erf erfc exp
-exp2 exp10 expm1 fabs fdim floor fma fmax fmin fmod fract frexp hypot ilogb ldexp lgamma log log2 log10
-log1p logb mad modf nan nextafter pow pown powr remainder remquo rint rootn round rsqrt sin sincos sinh
-sinpi sqrt tan tanh tanpi tgamma trunc abs abs_diff add_sat hadd rhadd clamp clz mad_hi mad_sat max min
-mul_hi rotate sub_sat upsample popcount degrees mix radians step smoothstep sign cross dot distance length
-normalize isequal isnotequal isgreater isless isfinite isinf isnan isnormal signbit any all bitselect
-select shuffle shuffle2 barrier vload_half vstore_half printf assert main NAN INFINITY
+bool true false main
+acos acosh asin asinh atan atan2 atanh cbrt ceil copysign cos cosh erf erfc exp exp2 expm1 fabs fdim floor
+fma fmax fmin fmod frexp hypot ilogb ldexp lgamma log log2 log10 log1p logb modf nan nextafter pow remainder
+remquo rint round rsqrt sin sinh sqrt tan tanh tgamma trunc abs max min isnan isinf isfinite signbit
+printf assert NAN INFINITY NNVM_FLOORDIV NNVM_FLOORMOD
 """.split())
 
-_SCALAR_TYPES = {
-    "float16": "half", "float32": "float", "float64": "double", "int8": "char", "int16": "short",
-    "int32": "int", "int64": "long", "uint8": "uchar", "uint16": "ushort", "uint32": "uint",
-    "uint64": "ulong", "bool": "bool",
+C_SCALAR_TYPES = {
+    "float16": "half", "float32": "float", "float64": "double", "int8": "signed char", "int16": "short",
+    "int32": "int", "int64": "long long", "uint8": "unsigned char", "uint16": "unsigned short",
+    "uint32": "unsigned int", "uint64": "unsigned long long", "bool": "bool",
 }
 
 
@@ -55,27 +65,47 @@ class CPrinter:
     global_qualifier = ""
     shared_qualifier = ""
     restrict = ""
-    scalar_types = _SCALAR_TYPES
+    index_type = "long"  # loop and thread index variables (64-bit: indices of large tensors)
+    scalar_types = C_SCALAR_TYPES
+    reserved = C_RESERVED
+    reserved_prefixes: tuple = ()  # whole families of builtins (OpenCL's ``vload*``, ``convert_*``)
+    # intrinsic -> the language's function; ``None`` entries are spelled by ``math`` itself
+    math_names = {"round": "rint", "abs": "fabs"}
+    inf_literal = "INFINITY"
+    nan_literal = "NAN"
 
     def preamble(self, source: str) -> str:
         """Lines before the kernels (extension pragmas, helper macros) given the kernels' text."""
         return FLOOR_MACROS
 
+    def param(self, buffer, name: str) -> str:
+        """One kernel parameter: a pointer to the buffer's storage type, with the language's qualifiers."""
+        words = [self.global_qualifier, f"{self.storage_type(buffer.dtype)}*", self.restrict, name]
+        return " ".join(w for w in words if w)
+
+    def extra_params(self, func) -> list:
+        """Parameters after the buffers (Metal passes thread indices as attributed parameters)."""
+        return []
+
     def thread_index(self, tag: str) -> str:
         """The expression of a block or thread index, e.g. ``get_local_id(0)`` for ``threadIdx.x``."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must spell thread indices")
 
     def barrier(self) -> str:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must spell the barrier")
 
     def type_name(self, dtype: str) -> str:
         base, lanes = E.split_lanes(dtype)
         name = self.scalar_types[base]
-        return name if lanes == 1 else f"{name}{lanes}"
+        return name if lanes == 1 else self.vector_type(name, lanes)
+
+    def vector_type(self, scalar: str, lanes: int) -> str:
+        """The vector of ``lanes`` elements of the scalar type named ``scalar``."""
+        return f"{scalar}{lanes}"
 
     def storage_type(self, dtype: str) -> str:
         """Element type of a buffer in memory (``bool`` is a byte in every dialect)."""
-        return "uchar" if dtype == "bool" else self.type_name(dtype)
+        return self.scalar_types["uint8"] if dtype == "bool" else self.type_name(dtype)
 
     def alloc_type(self, buffer) -> str:
         """Element type of a buffer allocated inside a kernel (shared or local)."""
@@ -88,36 +118,61 @@ class CPrinter:
         return f"{buf}[{index}] = {value}"
 
     def vector_load(self, buf: str, base: str, dtype: str) -> str:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must spell vector loads")
 
     def vector_store(self, buf: str, base: str, value: str, dtype: str) -> str:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must spell vector stores")
 
     def broadcast(self, value: str, dtype: str) -> str:
-        return f"(({self.type_name(dtype)})({value}))"
+        """A vector of ``dtype`` with every lane ``value``."""
+        raise NotImplementedError(f"{type(self).__name__} must spell vector splats")
+
+    def vector_binary(self, op: str, a: str, b: str, dtype: str) -> str:
+        """``a op b`` on vectors (``op`` an infix operator such as ``*``); the default uses the operator."""
+        return f"({a} {op} {b})"
+
+    def vector_call(self, name: str, args: list, dtype: str) -> str:
+        """A math function on vectors; the default assumes overloads (OpenCL's and Metal's builtins)."""
+        return f"{name}({', '.join(args)})"
+
+    def vector_cast(self, value: str, dtype: str, from_dtype: str) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must spell vector conversions")
 
     def cast(self, value: str, dtype: str, from_dtype: str) -> str:
+        if E.split_lanes(dtype)[1] > 1:
+            return self.vector_cast(value, dtype, from_dtype)
         if dtype == "bool":
             return f"({value} != 0)"
         return f"(({self.type_name(dtype)})({value}))"
 
+    def call(self, name: str, args: list, dtype: str) -> str:
+        """A function call on scalars or, through ``vector_call``, on vectors of ``dtype``."""
+        fn = self.math_names.get(name, name)
+        if E.split_lanes(dtype)[1] > 1:
+            return self.vector_call(fn, args, dtype)
+        return f"{fn}({', '.join(args)})"
+
     def math(self, name: str, args: list, dtype: str) -> str:
-        """A math intrinsic; the default spells C99's type-generic names (OpenCL's builtins)."""
+        """A math intrinsic (``nnvm.tir.expr.INTRINSICS``) built from the language's functions."""
         x = args[0] if args else ""
-        one = self.const(E.const(1, E.split_lanes(dtype)[0]))
         if name == "sigmoid":
-            return f"({one} / ({one} + exp(-({x}))))"
+            one = self.const(E.const(1, dtype))  # a vector one for a vector sigmoid
+            return self._arith("div", one, self._arith("add", one, self.call("exp", [f"(-({x}))"], dtype),
+                                                        dtype), dtype)
         if name == "not":
             return f"(!{x})"
-        if name == "abs":
-            return f"fabs({x})" if E.is_float(dtype) else f"(({x}) < 0 ? -({x}) : ({x}))"
-        if name == "round":
-            return f"rint({x})"
+        if name == "abs" and not E.is_float(dtype):
+            return f"(({x}) < 0 ? -({x}) : ({x}))"
         if name == "isnan":
-            return f"(isnan({x}) != 0)"
+            return f"({self.call('isnan', [x], dtype)} != 0)"
         if name == "sign" and not E.is_float(dtype):
             return f"((({x}) > 0) - (({x}) < 0))"
-        return f"{name}({', '.join(args)})"
+        return self.call(name, args, dtype)
+
+    def _arith(self, op: str, a: str, b: str, dtype: str) -> str:
+        if E.split_lanes(dtype)[1] > 1:
+            return self.vector_binary(_INFIX[op], a, b, dtype)
+        return f"({a} {_INFIX[op]} {b})"
 
     # -- names -----------------------------------------------------------------------------------
     def __init__(self):
@@ -133,7 +188,7 @@ class CPrinter:
         base = "".join(c if c.isalnum() or c == "_" else "_" for c in obj.name) or "v"
         if base[0].isdigit():
             base = "v" + base
-        if base in RESERVED or base.startswith(("get_", "convert_", "vload", "vstore", "as_", "atomic_")):
+        if base in self.reserved or (self.reserved_prefixes and base.startswith(self.reserved_prefixes)):
             base += "_"
         name, k = base, 1
         while name in self._used:
@@ -149,9 +204,8 @@ class CPrinter:
     def kernel(self, func: S.PrimFunc) -> str:
         """One kernel: signature, then the body with thread loops as index declarations."""
         self._names, self._used, self._ranges, self._kernel = {}, set(), {}, func.name
-        params = ", ".join(f"{self.global_qualifier} {self.storage_type(b.dtype)}* {self.restrict} "
-                           f"{self.name_of(b)}".replace("  ", " ").strip() for b in func.params)
-        lines = [f"{self.kernel_prefix} {func.name}({params}) {{"]
+        params = [self.param(b, self.name_of(b)) for b in func.params] + self.extra_params(func)
+        lines = [f"{self.kernel_prefix} {func.name}({', '.join(params)}) {{"]
         self.stmt(func.body, 1, lines)
         lines.append("}")
         return "\n".join(lines)
@@ -169,12 +223,13 @@ class CPrinter:
             if isinstance(s.min, E.Const) and isinstance(s.extent, E.Const):
                 self._ranges[s.var] = (int(s.min.value), int(s.min.value) + int(s.extent.value) - 1)
             if s.kind == S.ForKind.THREAD_BINDING:
-                out.append(f"{pad}const long {var} = (long){self.thread_index(s.thread_tag)};")
+                idx = self.index_type
+                out.append(f"{pad}const {idx} {var} = ({idx}){self.thread_index(s.thread_tag)};")
                 self.stmt(s.body, ind, out)
                 return
             lo, ext = self.expr(s.min), self.expr(s.extent)
             end = ext if lo == "0L" else f"{lo} + {ext}"
-            out.append(f"{pad}for (long {var} = {lo}; {var} < {end}; ++{var}) {{")
+            out.append(f"{pad}for ({self.index_type} {var} = {lo}; {var} < {end}; ++{var}) {{")
             self.stmt(s.body, ind + 1, out)
             out.append(f"{pad}}}")
         elif isinstance(s, S.Store):
@@ -227,7 +282,7 @@ class CPrinter:
                 raise self._error(f"store to {s.buffer.name}: only contiguous vector stores can be printed")
             return self.vector_store(buf, self.expr(s.index.base), value, s.value.dtype) + ";"
         if s.buffer.dtype == "bool":
-            value = f"(uchar)({value})"
+            value = f"({self.storage_type('bool')})({value})"
         return self.scalar_store(s.buffer, buf, self.expr(s.index), value) + ";"
 
     # -- expressions -----------------------------------------------------------------------------
@@ -240,15 +295,15 @@ class CPrinter:
         if base in E.FLOAT_DTYPES:
             v = float(c.value)
             if math.isnan(v):
-                text = "NAN"
+                text = self.nan_literal
             elif math.isinf(v):
-                text = "INFINITY" if v > 0 else "(-INFINITY)"
+                text = self.inf_literal if v > 0 else f"(-{self.inf_literal})"
             else:
                 text = repr(v)
                 if "e" not in text and "." not in text:
                     text += ".0"
             if base == "float32":
-                return text if text[0] in "(IN" else text + "f"
+                return text if text in (self.nan_literal, self.inf_literal) or text[0] == "(" else text + "f"
             return text if base == "float64" else f"(({self.type_name(base)}){text}f)"
         v = int(c.value)
         if base == "int64":
@@ -297,24 +352,30 @@ class CPrinter:
     def _binop(self, e: E.BinOp) -> str:
         a, b = self.expr(e.a), self.expr(e.b)
         flt = E.is_float(e.a.dtype)
+        dtype = e.dtype if e.op not in _INFIX or e.op in ("add", "sub", "mul", "div") else e.a.dtype
         if e.op in ("min", "max"):
-            if E.split_lanes(e.dtype)[0] == "float16":  # no half overloads everywhere: a comparison
+            if E.split_lanes(e.dtype)[0] == "float16" and E.split_lanes(e.dtype)[1] == 1:
+                # no half overloads everywhere: a comparison
                 return f"(({a}) {'<' if e.op == 'min' else '>'} ({b}) ? ({a}) : ({b}))"
-            return f"{'f' if flt else ''}{e.op}({a}, {b})"
+            return self.call(f"{'f' if flt else ''}{e.op}", [a, b], e.dtype)
         if e.op in ("floordiv", "floormod") and not flt and self._non_negative(e.a, e.b):
-            return f"({a} {'/' if e.op == 'floordiv' else '%'} {b})"  # C's truncation agrees here
+            return self._arith("div" if e.op == "floordiv" else "fmod_int", a, b, dtype)
         if e.op == "floordiv":
-            return f"floor({a} / {b})" if flt else f"NNVM_FLOORDIV({a}, {b})"
+            return self.call("floor", [self._arith("div", a, b, dtype)], dtype) if flt else \
+                f"NNVM_FLOORDIV({a}, {b})"
         if e.op == "floormod":
-            return f"({a} - floor({a} / {b}) * {b})" if flt else f"NNVM_FLOORMOD({a}, {b})"
+            if not flt:
+                return f"NNVM_FLOORMOD({a}, {b})"
+            q = self.call("floor", [self._arith("div", a, b, dtype)], dtype)
+            return self._arith("sub", a, self._arith("mul", q, b, dtype), dtype)
         if e.op == "fmod":
-            return f"fmod({a}, {b})" if flt else f"({a} % {b})"
+            return self.call("fmod", [a, b], dtype) if flt else self._arith("fmod_int", a, b, dtype)
         if e.op == "pow":
             if flt:
-                return f"pow({a}, {b})"
+                return self.call("pow", [a, b], dtype)
             t = self.type_name(e.dtype)
             return f"(({t})pow((double)({a}), (double)({b})))"
-        return f"({a} {_INFIX[e.op]} {b})"
+        return self._arith(e.op, a, b, dtype)
 
     def _non_negative(self, a, b) -> bool:
         """Whether ``a >= 0`` and ``b > 0`` follow from the ranges of the enclosing loops."""

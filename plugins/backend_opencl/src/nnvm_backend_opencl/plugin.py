@@ -19,11 +19,12 @@ from dataclasses import replace
 import nnvm
 from nnvm.backend import Backend
 from nnvm.errors import TargetError
+from nnvm.gpu.library import launch_table
 from nnvm.target import Target
 from nnvm.tir.gpu import lower_for_gpu
 from nnvm.tir.vectorize import vectorize_loops
 from nnvm_backend_opencl import runtime
-from nnvm_backend_opencl.library import OpenCLKernelLibrary, launch_table, load_library
+from nnvm_backend_opencl.library import OpenCLKernelLibrary, load_library
 from nnvm_backend_opencl.printer import OpenCLPrinter
 
 
@@ -77,12 +78,3 @@ class OpenCLBackend(Backend):
 def nnvm_register_backends(register):
     register(OpenCLBackend())
 
-
-@nnvm.hookimpl
-def nnvm_schedule_group(target, group):
-    """Every group on ``opencl`` gets a GPU schedule (``schedules.py``): tiled, bound to threads."""
-    if getattr(target, "kind", None) != "opencl":
-        return None
-    from nnvm_backend_opencl.schedules import schedule_group
-
-    return schedule_group(target, group)

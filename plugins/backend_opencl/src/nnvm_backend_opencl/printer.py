@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from nnvm.tir import expr as E
-from nnvm.tir.c_printer import CPrinter
+from nnvm.tir.c_printer import C_SCALAR_TYPES, CPrinter
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
+
+# OpenCL C's own type names and builtins (math, common, integer, geometric, relational, sync), which a
+# value may not take as its name, on top of C's.
+OPENCL_RESERVED = frozenset("""
+half uchar ushort uint ulong size_t kernel global local constant private __kernel __global __local
+acospi asinpi atanpi cospi exp10 fract mad pown powr rootn sincos sinpi tanpi abs_diff add_sat hadd rhadd
+clamp clz mad_hi mad_sat mul_hi rotate sub_sat upsample popcount degrees mix radians step smoothstep sign
+cross dot distance length normalize isequal isnotequal isgreater isless isnormal any all bitselect select
+shuffle shuffle2 barrier
+""".split())
 
 # Rounds a float to the nearest half (what a cast to float16 means), through vstore_half.
 ROUND_HALF = """\
@@ -23,6 +33,10 @@ class OpenCLPrinter(CPrinter):
     global_qualifier = "__global"
     shared_qualifier = "__local"
     restrict = "restrict"
+    scalar_types = {**C_SCALAR_TYPES, "int8": "char", "int64": "long", "uint8": "uchar", "uint16": "ushort",
+                    "uint32": "uint", "uint64": "ulong"}
+    reserved = CPrinter.reserved | OPENCL_RESERVED
+    reserved_prefixes = ("get_", "convert_", "vload", "vstore", "as_", "atomic_")
 
     def preamble(self, source: str) -> str:
         lines = []
@@ -73,9 +87,13 @@ class OpenCLPrinter(CPrinter):
     def vector_store(self, buf: str, base: str, value: str, dtype: str) -> str:
         return f"vstore{E.split_lanes(dtype)[1]}({value}, 0, {buf} + {base})"
 
+    def broadcast(self, value: str, dtype: str) -> str:
+        return f"(({self.type_name(dtype)})({value}))"
+
+    def vector_cast(self, value: str, dtype: str, from_dtype: str) -> str:
+        return f"convert_{self.type_name(dtype)}({value})"
+
     def cast(self, value: str, dtype: str, from_dtype: str) -> str:
-        if E.split_lanes(dtype)[1] > 1:
-            return f"convert_{self.type_name(dtype)}({value})"
         if dtype == "float16":
             return f"nnvm_round_half((float)({value}))"
         return super().cast(value, dtype, from_dtype)

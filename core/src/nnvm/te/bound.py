@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from nnvm.errors import ScheduleError
+from nnvm.te.relations import root_values
 from nnvm.tir import expr as E
 from nnvm.tir.simplify import Simplifier, simplify
 from nnvm.tir.visit import free_vars, substitute, walk
@@ -95,8 +96,6 @@ def _thread_loops(stage, stage_ranges) -> dict:
 def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``, and
     the domain end of each axis whose region may overhang the domain (lowering guards those)."""
-    from nnvm.tir.lower import _root_values
-
     consumer = stage.attach_stage
     readers = [st for st in stage_ranges
                if any(_reads_of(b, t) for b in bodies[st.op] for t in stage.op.outputs)]
@@ -107,7 +106,7 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     c_ranges = stage_ranges[consumer]
     leaves = consumer.leaf_iter_vars
     pos = leaves.index(stage.attach_ivar)
-    values, _ = _root_values(consumer, c_ranges, {iv: iv.var for iv in leaves})
+    values, _ = root_values(consumer, c_ranges, {iv: iv.var for iv in leaves})
     vmap = {}
     for iv in list(consumer.op.axis) + list(consumer.op.reduce_axis):
         mn = c_ranges[iv][0]

@@ -1,4 +1,6 @@
-"""GPU-style schedules for the ``opencl`` target: blocks of threads, local (shared) memory, barriers.
+"""GPU schedules for every target with the key ``gpu`` (cuda, opencl, metal): blocks of threads, shared
+memory, barriers. Each is a tunable template (``templates``): tile sizes, threads per block, vector width,
+reduction chunk and unrolling are knobs whose fallback values are the hand-picked defaults.
 
 - ``conv2d`` (plain and grouped) and ``dense``: each block computes an output tile, each
   thread a few outputs accumulated in private (``local``) memory; the reduction runs in chunks, and
@@ -10,6 +12,9 @@
 - Everything else (elementwise chains, pooling windows, transforms): all output axes fused, split
   over blocks and threads, with the innermost four elements as one ``float4`` where they are
   contiguous.
+
+Knobs that are caps (``tile_x``, ``tile_y``, ``per_thread``) are upper bounds: the tile actually used is
+the largest divisor of the axis not above the cap, so no thread of a block idles.
 
 A schedule that does not fit a group's shapes raises ``ScheduleError`` while being built; the group
 then gets the generic GPU schedule, which fits every group.
@@ -42,27 +47,24 @@ def _shape(t) -> tuple:
     return tuple(int(simplify(d).value) for d in t.shape)
 
 
-def schedule_group(target, group):
+def schedule_group(target, group, config: dict | None = None):
     """The schedule of one fused group; never None (the generic GPU schedule fits every group)."""
-    anchor = group.anchor_op
-    if len(group.outputs) == 1:
-        try:
-            if anchor == "conv2d":
-                return schedule_conv2d(group.outputs[0])
-            if anchor == "dense":
-                return schedule_dense(group.outputs[0])
-        except ScheduleError:
-            pass
-    return schedule_generic(group.outputs)
+    return group_template(group).apply(config)
 
 
 # ---------------------------------------------------------------------------------------------------
 # the generic schedule
 
 
-def schedule_generic(outputs):
+GENERIC = {"threads": THREADS, "vector": VECTOR}
+
+
+def schedule_generic(outputs, config: dict | None = None):
     """Inline injective stages; every other stage: rfactor across threads (long reductions over few
-    outputs) or fused output axes over blocks x threads, innermost float4 where it divides."""
+    outputs) or fused output axes over blocks x threads, innermost float4 where it divides.
+    ``config``: ``threads`` per block and ``vector`` width (1: scalar)."""
+    config = {**GENERIC, **(config or {})}
+    threads, vector = config["threads"], config["vector"]
     sch = te.create_schedule([t.op for t in outputs])
     for stage in sch.stages:
         op = stage.op
@@ -70,13 +72,13 @@ def schedule_generic(outputs):
             stage.compute_inline()
     for stage in list(sch.stages):
         if isinstance(stage.op, ComputeOp) and stage.attach_type == "root" and ".rf" not in stage.name:
-            if not _rfactor_reduction(sch, stage):
-                bind_flat(stage)
+            if not _rfactor_reduction(sch, stage, threads):
+                bind_flat(stage, threads, vector)
     return sch
 
 
-def bind_flat(stage, threads: int = THREADS) -> None:
-    """All spatial axes fused, split into blockIdx.x x threadIdx.x (x float4 when it divides)."""
+def bind_flat(stage, threads: int = THREADS, vector: int = VECTOR) -> None:
+    """All spatial axes fused, split into blockIdx.x x threadIdx.x (x a vector when it divides)."""
     op = stage.op
     if not op.axis:
         return
@@ -85,9 +87,10 @@ def bind_flat(stage, threads: int = THREADS) -> None:
         return  # an empty tensor: the kernel's loops run zero times
     fused = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
     vec = None
-    if not op.reduce_axis and total % VECTOR == 0 and _ext(op.axis[-1]) % VECTOR == 0 and total >= VECTOR * 8:
-        fused, vec = stage.split(fused, factor=VECTOR)
-        total //= VECTOR
+    if (vector > 1 and not op.reduce_axis and total % vector == 0 and _ext(op.axis[-1]) % vector == 0
+            and total >= vector * 8):
+        fused, vec = stage.split(fused, factor=vector)
+        total //= vector
     if op.reduce_axis:
         stage.reorder(fused, *op.reduce_axis)
     bx, tx = stage.split(fused, factor=min(threads, total))
@@ -97,7 +100,7 @@ def bind_flat(stage, threads: int = THREADS) -> None:
         stage.vectorize(vec)
 
 
-def _rfactor_reduction(sch, stage) -> bool:
+def _rfactor_reduction(sch, stage, threads: int = THREADS) -> bool:
     """Split a long reduction over few outputs across the threads of one block per output."""
     op = stage.op
     if len(op.reduce_axis) == 0 or len(op.body) != 1:
@@ -107,7 +110,7 @@ def _rfactor_reduction(sch, stage) -> bool:
     if red_total < RFACTOR_MIN or outputs > 4096:
         return False
     k = stage.fuse(*op.reduce_axis) if len(op.reduce_axis) > 1 else op.reduce_axis[0]
-    _, ki = stage.split(k, factor=THREADS)
+    _, ki = stage.split(k, factor=threads)
     rf = sch.rfactor(op.outputs[0], ki)
     rf_stage = sch[rf]
     if op.axis:
@@ -159,24 +162,37 @@ def _divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-def schedule_conv2d(out):
-    """NCHW conv2d (+ fused elementwise): a block computes (4 x OI channels) x TY rows x TX columns,
-    thread (z, y, x) OI channels of one pixel; input and weight tiles per chunk of 8 input channels
-    go through local memory."""
-    sch = te.create_schedule([out.op])
+CONV2D = {"tile_x": 8, "tile_y": 8, "tile_z": 0, "per_thread": 0, "chunk": 8, "unroll": False}
+DEPTHWISE = {"per_thread": 4, "threads": THREADS}
+
+
+def _conv_stage(sch, out):
     conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d"), None)
     if conv is None or len(conv.op.axis) != 4 or _shape(out) != _shape(conv.op.outputs[0]):
         raise ScheduleError("no NCHW conv2d stage of the output's shape")
+    return conv
+
+
+def schedule_conv2d(out, config: dict | None = None):
+    """NCHW conv2d (+ fused elementwise): a block computes (TZ x OI channels) x TY rows x TX columns,
+    thread (z, y, x) OI channels of one pixel; input and weight tiles per chunk of 8 input channels
+    go through local memory. ``config``: ``CONV2D``'s knobs (``tile_z``/``per_thread`` 0: chosen from
+    the tile's size), or ``DEPTHWISE``'s for a depthwise convolution."""
+    sch = te.create_schedule([out.op])
+    conv = _conv_stage(sch, out)
     if conv.op.attrs.get("depthwise"):
-        return _schedule_depthwise(sch, conv, out)
+        return _schedule_depthwise(sch, conv, out, {**DEPTHWISE, **(config or {})})
+    config = {**CONV2D, **(config or {})}
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
     _, o_total, oh, ow = (_ext(iv) for iv in conv.op.axis)
     rc_ext = _ext(conv.op.reduce_axis[0])
     local, stage = _accumulator(sch, conv, out)
-    tx = _divisor_at_most(ow, 8)
-    ty = _divisor_at_most(oh, 8)
-    tz = _divisor_at_most(o_total, 4 if tx * ty <= 32 else 2)
-    oi = 4 if o_total % (4 * tz) == 0 and o_total >= 16 * tz else 1
+    tx = _divisor_at_most(ow, config["tile_x"])
+    ty = _divisor_at_most(oh, config["tile_y"])
+    tz = _divisor_at_most(o_total, config["tile_z"] or (4 if tx * ty <= 32 else 2))
+    per = config["per_thread"]
+    oi = (4 if o_total % (4 * tz) == 0 and o_total >= 16 * tz else 1) if not per else _divisor_at_most(
+        o_total // tz, per)
     n, o, y, x = stage.op.axis
     oo, orest = stage.split(o, factor=tz * oi)
     oz, oin = stage.split(orest, factor=oi)
@@ -189,8 +205,10 @@ def schedule_conv2d(out):
         stage.bind(iv, tag)
     local.compute_at(stage, xi)
     rc, ry, rx = local.op.reduce_axis
-    rco, rci = local.split(rc, factor=min(8, rc_ext))
+    rco, rci = local.split(rc, factor=min(config["chunk"], rc_ext))
     local.reorder(rco, rci, ry, rx, *local.op.axis)
+    if config["unroll"]:
+        local.unroll(rx)
     threads = [("threadIdx.z", tz), ("threadIdx.y", ty), ("threadIdx.x", tx)]
     for t in (data_t, weight_t):
         shared = sch.cache_read(t, "shared", [local])
@@ -199,16 +217,16 @@ def schedule_conv2d(out):
     return sch
 
 
-def _schedule_depthwise(sch, conv, out):
+def _schedule_depthwise(sch, conv, out, config: dict):
     """Depthwise conv2d: one input channel per output channel leaves little for a block to share, so no
     local memory (and no barriers); each thread accumulates a row of up to four outputs in private
     memory, reusing each weight across them, and threads of a block take consecutive rows."""
     ow = _ext(conv.op.axis[3])
     local, stage = _accumulator(sch, conv, out)
     n, c, y, x = stage.op.axis
-    xo, xi = stage.split(x, factor=_divisor_at_most(ow, 4))
+    xo, xi = stage.split(x, factor=_divisor_at_most(ow, config["per_thread"]))
     fused = stage.fuse(n, c, y, xo)
-    bo, t = stage.split(fused, factor=THREADS)
+    bo, t = stage.split(fused, factor=config["threads"])
     stage.bind(bo, "blockIdx.x")
     stage.bind(t, "threadIdx.x")
     local.compute_at(stage, t)
@@ -216,9 +234,13 @@ def _schedule_depthwise(sch, conv, out):
     return sch
 
 
-def schedule_dense(out):
+DENSE = {"tile_y": 8, "threads": THREADS, "chunk": 32, "unroll": False}
+
+
+def schedule_dense(out, config: dict | None = None):
     """dense (+ fused elementwise): a block computes TY rows x TX columns, one output per thread;
-    data and weight tiles per chunk of 32 of K go through local memory."""
+    data and weight tiles per chunk of 32 of K go through local memory. ``config``: ``DENSE``'s knobs."""
+    config = {**DENSE, **(config or {})}
     sch = te.create_schedule([out.op])
     dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "dense"), None)
     if dense is None or _shape(out) != _shape(dense.op.outputs[0]):
@@ -229,8 +251,8 @@ def schedule_dense(out):
     local, stage = _accumulator(sch, dense, out)
     # tiles that divide the output: no thread of a block idles (idle threads are still right, their guards
     # go below the barriers: test_tiles_that_do_not_divide_..., but they waste the block)
-    ty = _divisor_at_most(m, 8)
-    tx = _divisor_at_most(n_out, THREADS // ty)
+    ty = _divisor_at_most(m, config["tile_y"])
+    tx = _divisor_at_most(n_out, max(config["threads"] // ty, 1))
     i, j = stage.op.axis
     io, ii = stage.split(i, factor=ty)
     jo, ji = stage.split(j, factor=tx)
@@ -238,8 +260,10 @@ def schedule_dense(out):
     for iv, tag in ((io, "blockIdx.y"), (jo, "blockIdx.x"), (ii, "threadIdx.y"), (ji, "threadIdx.x")):
         stage.bind(iv, tag)
     local.compute_at(stage, ji)
-    ko, ki = local.split(local.op.reduce_axis[0], factor=min(32, k_ext))
+    ko, ki = local.split(local.op.reduce_axis[0], factor=min(config["chunk"], k_ext))
     local.reorder(ko, ki, *local.op.axis)
+    if config["unroll"] and config["chunk"] <= 16:
+        local.unroll(ki)
     threads = [("threadIdx.y", ty), ("threadIdx.x", tx)]
     for t in (data_t, weight_t):
         shared = sch.cache_read(t, "shared", [local])
@@ -247,3 +271,68 @@ def schedule_dense(out):
         _cooperative(sch[shared], threads)
     return sch
 
+
+
+# ---------------------------------------------------------------------------------------------------
+# templates: the schedules above with their knobs, one per kind of group
+
+SPACES = {
+    "conv2d": {"tile_x": [4, 8, 16], "tile_y": [4, 8], "tile_z": [0, 1, 2, 4], "per_thread": [0, 1, 2, 4],
+               "chunk": [4, 8, 16], "unroll": [False, True]},
+    "depthwise_conv2d": {"per_thread": [1, 2, 4, 8], "threads": [32, 64, 128, 256]},
+    "dense": {"tile_y": [1, 2, 4, 8, 16], "threads": [32, 64, 128, 256], "chunk": [8, 16, 32, 64],
+              "unroll": [False, True]},
+    "generic": {"threads": [32, 64, 128, 256], "vector": [1, 2, 4]},
+}
+DEFAULTS = {"conv2d": CONV2D, "depthwise_conv2d": DEPTHWISE, "dense": DENSE, "generic": GENERIC}
+
+
+def group_kind(group) -> str:
+    """Which template serves a group: ``conv2d``, ``depthwise_conv2d``, ``dense`` or ``generic`` (pooling,
+    reductions, softmax, elementwise chains and every group the others do not fit)."""
+    if len(group.outputs) != 1 or group.anchor_op not in ("conv2d", "dense"):
+        return "generic"
+    out = group.outputs[0]
+    sch = te.create_schedule([out.op])
+    try:
+        if group.anchor_op == "conv2d":
+            return "depthwise_conv2d" if _conv_stage(sch, out).op.attrs.get("depthwise") else "conv2d"
+    except ScheduleError:
+        return "generic"
+    return "dense"
+
+
+def _flops(outputs) -> float:
+    """Twice the multiply-adds of the group's largest reduction (0 without one)."""
+    sch = te.create_schedule([t.op for t in outputs])
+    best = 0
+    for stage in sch.stages:
+        op = stage.op
+        if isinstance(op, ComputeOp) and op.reduce_axis:
+            try:
+                work = math.prod(_ext(iv) for iv in list(op.axis) + list(op.reduce_axis))
+            except ScheduleError:
+                continue
+            best = max(best, work)
+    return 2.0 * best
+
+
+def group_template(group):
+    """The ``ScheduleTemplate`` of one fused group on a ``gpu`` target. A config the group's shapes do
+    not fit (``ScheduleError`` while building) falls back to the generic schedule, which fits all."""
+    from nnvm.autotune.template import ScheduleTemplate
+
+    kind = group_kind(group)
+    outputs = group.outputs
+
+    def build(config: dict):
+        if kind == "generic":
+            return schedule_generic(outputs, config)
+        try:
+            if kind == "dense":
+                return schedule_dense(outputs[0], config)
+            return schedule_conv2d(outputs[0], config)
+        except ScheduleError:
+            return schedule_generic(outputs)
+
+    return ScheduleTemplate(f"gpu.{kind}", SPACES[kind], dict(DEFAULTS[kind]), build, flops=_flops(outputs))

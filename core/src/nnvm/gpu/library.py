@@ -1,0 +1,347 @@
+"""The device library every GPU backend shares: launch table, device-resident runs, one-file export and load.
+
+A language plugin subclasses ``GPUKernelLibrary`` and implements the device in seven small methods
+(``alloc``, ``free``, ``view``, ``copy_in``, ``copy_out``, ``new_stream`` / ``synchronize``, ``prepare`` /
+``launch``); everything else is here, once:
+
+- ``launch_table(program)``: what the runtime needs of a lowered ``GPUProgram`` (parameter sizes, which
+  are read and written, temporaries, each kernel's grid and block), JSON-able, so it is exported as is;
+- ``device_module(plan, params)`` (asked by ``nnvm.runtime.module.Module``): a ``DeviceModule`` that
+  uploads the weights once and keeps the activation arena on the device; a run copies the inputs in and
+  the outputs out, nothing else. Concurrent runs each take a device arena (buffer, stream, prepared
+  launches) from a pool, so threads never share one;
+- ``address(name)``: the core's ``int32_t f(void **args)`` convention for ``nnvm.build``'s single
+  functions, a C callback that copies the arguments in, launches and copies back what was written;
+- ``export(path, blobs)`` / ``read_export(path, format)``: one zip file holding ``manifest.json`` (format,
+  options, launch tables), the library's files (kernel source, cubin, PTX) and the blobs (graph, weights).
+
+``bytes_to_device`` / ``bytes_from_device`` count every copy, so a test can prove what a run moves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import sys
+import tempfile
+import threading
+import zipfile
+
+import numpy as np
+
+from nnvm.backend import KernelLibrary
+from nnvm.errors import Error, ModelLoadError
+from nnvm.runtime.kernel import KERNEL_TYPE
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.visit import walk
+
+EXPORT_VERSION = 2
+
+
+def _nbytes(buf: S.Buffer) -> int:
+    count = math.prod(int(E.convert(d).value) for d in buf.shape)
+    return max(count, 1) * np.dtype("bool" if buf.dtype == "bool" else buf.dtype).itemsize
+
+
+def launch_table(program) -> dict:
+    """The JSON-able description of a ``GPUProgram`` the runtime needs: buffer sizes, which parameters
+    are read and written, and each kernel's grid (blocks) and block (threads) sizes as (x, y, z)."""
+    reads: set = set()
+    writes: set = set()
+    for k in program.kernels:
+        walk(k.body, lambda n: reads.add(n.buffer) if isinstance(n, E.Load) else
+             writes.add(n.buffer) if isinstance(n, S.Store) else None)
+    params = [{"name": b.name, "nbytes": _nbytes(b), "read": b in reads, "written": b in writes}
+              for b in program.params]
+    temps = [{"name": b.name, "nbytes": _nbytes(b)} for b in program.temporaries]
+    launches = []
+    for k in program.kernels:
+        launch = k.attrs.get("launch", {})
+        block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
+        grid = [launch.get(f"blockIdx.{d}", 1) for d in "xyz"]
+        launches.append({"kernel": k.name, "grid": grid, "block": block})
+    return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
+
+
+class GPUKernelLibrary(KernelLibrary):
+    """Kernels of one build for one device. ``tables``: ``launch_table`` of each function; ``files``: what
+    the backend exports and reloads (name -> bytes or text); ``options``: the device choice, JSON-able.
+
+    Subclasses set ``format`` (the export's name, ``nnvm-opencl``) and implement the device section."""
+
+    format = "nnvm-gpu"
+    language = "GPU"  # in messages: "the OpenCL kernel ... failed"
+    base_align = 1  # bytes a view's offset must be a multiple of (OpenCL sub-buffers: the device's)
+
+    def __init__(self, tables: list, files: dict, options: dict | None = None, blobs: dict | None = None):
+        self.tables = {t["name"]: t for t in tables}
+        self.files = dict(files)
+        self.options = dict(options or {})
+        self._blobs = blobs or {}
+        self._callbacks: dict = {}
+        self._single: dict = {}  # function -> (stream, buffers, prepared launches) for address()
+        self._lock = threading.Lock()
+        self.bytes_to_device = 0
+        self.bytes_from_device = 0
+
+    # -- the device: what a language implements --------------------------------------------------
+    def alloc(self, nbytes: int):
+        """A device buffer of ``nbytes`` (at least 1)."""
+        raise NotImplementedError
+
+    def free(self, buf) -> None:
+        """Release a buffer from ``alloc`` (views need no release)."""
+
+    def view(self, buf, offset: int, nbytes: int):
+        """A kernel argument for bytes ``[offset, offset + nbytes)`` of ``buf`` (``offset`` a multiple of
+        ``base_align``): a pointer plus offset in CUDA, a sub-buffer in OpenCL."""
+        raise NotImplementedError
+
+    def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
+        """Enqueue a copy of the contiguous ``host`` array to ``buf`` at ``offset`` on ``stream``."""
+        raise NotImplementedError
+
+    def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
+        """Enqueue a copy from ``buf`` at ``offset`` into the contiguous ``host`` array on ``stream``."""
+        raise NotImplementedError
+
+    def new_stream(self):
+        """An in-order queue of copies and launches (a CUDA stream, an OpenCL command queue)."""
+        raise NotImplementedError
+
+    def synchronize(self, stream) -> None:
+        """Wait until everything enqueued on ``stream`` is done (copies to the host included)."""
+        raise NotImplementedError
+
+    def prepare(self, kernel: str, args: list):
+        """What ``launch`` needs to launch ``kernel`` on ``args`` (device buffers or views), made once per
+        device arena: an OpenCL kernel object with its arguments set, a CUDA argument array."""
+        return kernel, args
+
+    def launch(self, stream, prepared, grid: list, block: list) -> None:
+        """Enqueue one launch of a ``prepare``d kernel: ``grid`` blocks of ``block`` threads (x, y, z)."""
+        raise NotImplementedError
+
+    # -- shared ------------------------------------------------------------------------------------
+    def to_device(self, stream, buf, offset: int, host: np.ndarray) -> None:
+        self.copy_in(stream, buf, offset, host)
+        with self._lock:
+            self.bytes_to_device += host.nbytes
+
+    def from_device(self, stream, host: np.ndarray, buf, offset: int) -> None:
+        self.copy_out(stream, host, buf, offset)
+        with self._lock:
+            self.bytes_from_device += host.nbytes
+
+    def source(self) -> str:
+        """The kernels' source, after a comment listing each function's launches."""
+        lines = ["// launches (x, y, z):"]
+        for name, table in self.tables.items():
+            for launch in table["launches"]:
+                lines.append(f"//   {name}: {launch['kernel']} {self.describe_launch(launch)}")
+        return "\n".join(lines) + "\n\n" + self.source_text()
+
+    def describe_launch(self, launch: dict) -> str:
+        """A launch's sizes in the language's words (OpenCL speaks of global and local sizes)."""
+        return f"grid {tuple(launch['grid'])} block {tuple(launch['block'])}"
+
+    def source_text(self) -> str:
+        """The kernel source the library was built from (the first text file by default)."""
+        return next((v for v in self.files.values() if isinstance(v, str)), "")
+
+    def blob(self, name: str) -> bytes:
+        """A blob of the exported file this library was loaded from (``graph``, ``params``)."""
+        if name not in self._blobs:
+            raise ModelLoadError(f"this {self.language} module has no {name} section")
+        return self._blobs[name]
+
+    def device_module(self, plan: dict, params: dict):
+        """A ``DeviceModule`` running ``plan`` with weights and activations on the device."""
+        return DeviceModule(self, plan, params)
+
+    def launches(self, stream, function: str, prepared: list) -> None:
+        """Enqueue the launches of ``function`` (``prepared``: one per launch, in order)."""
+        for launch, p in zip(self.tables[function]["launches"], prepared):
+            self.launch(stream, p, launch["grid"], launch["block"])
+
+    # -- single functions through the core's calling convention (nnvm.build) -------------------------
+    def address(self, name: str) -> int:
+        if name not in self.tables:
+            raise Error(f"no kernel named {name!r} in this library (kernels: {', '.join(self.tables)})")
+        if name not in self._callbacks:
+            def call(args, _name=name):
+                try:
+                    with self._lock_single(_name):
+                        self._run_single(_name, args)
+                    return 0
+                except Exception as exc:  # never let an exception cross the C boundary
+                    print(f"nnvm {self.language.lower()}: kernel {_name} failed: {exc}", file=sys.stderr)
+                    return 1
+
+            self._callbacks[name] = KERNEL_TYPE(call)
+        return ctypes.cast(self._callbacks[name], ctypes.c_void_p).value
+
+    def _lock_single(self, name: str) -> threading.Lock:
+        with self._lock:
+            if name not in self._single:
+                self._single[name] = {"lock": threading.Lock()}
+            return self._single[name]["lock"]
+
+    def _run_single(self, name: str, args) -> None:
+        """Function ``name`` on ``args`` (a ``void **`` of host pointers): every argument copied in, the
+        kernels launched, what they write copied back."""
+        table = self.tables[name]
+        state = self._single[name]
+        if "bufs" not in state:
+            state["stream"] = self.new_stream()
+            state["bufs"] = [self.alloc(max(p["nbytes"], 4)) for p in table["params"] + table["temporaries"]]
+            state["prepared"] = [self.prepare(launch["kernel"], state["bufs"])
+                                 for launch in table["launches"]]
+        stream, bufs = state["stream"], state["bufs"]
+        ptrs = ctypes.cast(args, ctypes.POINTER(ctypes.c_void_p))
+        hosts = []
+        for k, p in enumerate(table["params"]):
+            host = np.ctypeslib.as_array((ctypes.c_uint8 * p["nbytes"]).from_address(ptrs[k]))
+            hosts.append(host)
+            if p["read"]:
+                self.to_device(stream, bufs[k], 0, host)
+        self.launches(stream, name, state["prepared"])
+        for k, p in enumerate(table["params"]):
+            if p["written"]:
+                self.from_device(stream, hosts[k], bufs[k], 0)
+        self.synchronize(stream)
+
+    # -- export ------------------------------------------------------------------------------------
+    def export(self, path: str, blobs: dict) -> None:
+        manifest = {"format": self.format, "version": EXPORT_VERSION, "options": self.options,
+                    "functions": list(self.tables.values()), "files": list(self.files), "blobs": list(blobs)}
+        out_dir = os.path.dirname(os.path.abspath(path))
+        fd, partial = tempfile.mkstemp(prefix=".nnvm-", suffix=".zip", dir=out_dir)
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr("manifest.json", json.dumps(manifest, indent=1))
+                for name, data in self.files.items():
+                    z.writestr(f"files/{name}", data)
+                for blob, data in blobs.items():
+                    z.writestr(f"blobs/{blob}", bytes(data))
+            os.replace(partial, path)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
+
+
+def read_export(path: str, format: str, text_files: tuple = ()) -> tuple | None:
+    """``(manifest, files, blobs)`` of a file ``GPUKernelLibrary.export`` wrote in ``format``; None when
+    ``path`` is not such a file. ``text_files``: the files to decode as UTF-8 (kernel sources)."""
+    if not zipfile.is_zipfile(path):
+        return None
+    try:
+        with zipfile.ZipFile(path) as z:
+            if "manifest.json" not in z.namelist():
+                return None
+            manifest = json.loads(z.read("manifest.json"))
+            if manifest.get("format") != format:
+                return None
+            files = {name: z.read(f"files/{name}") for name in manifest.get("files", [])}
+            blobs = {name: z.read(f"blobs/{name}") for name in manifest.get("blobs", [])}
+    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+        raise ModelLoadError(f"{path}: not an exported {format} module ({exc})") from None
+    if manifest.get("version") != EXPORT_VERSION:
+        raise ModelLoadError(f"{path}: {format} module version {manifest.get('version')} is not supported "
+                             f"(expects version {EXPORT_VERSION})")
+    files = {k: v.decode() if k in text_files else v for k, v in files.items()}
+    return manifest, files, blobs
+
+
+class _DeviceArena:
+    """One run's device state: the activation arena, temporaries, a stream and every launch prepared."""
+
+    def __init__(self, lib: GPUKernelLibrary, module: DeviceModule):
+        self.stream = lib.new_stream()
+        self.arena = lib.alloc(max(module.arena_bytes, 1))
+        self.owned = [self.arena]
+        self.calls = []
+        for call in module.plan["calls"]:
+            table = lib.tables[call["kernel"]]
+            args = []
+            for ref, p in zip(call["args"], table["params"]):
+                if "arena" in ref:
+                    args.append(lib.view(self.arena, module.offset(ref["arena"]), max(p["nbytes"], 1)))
+                else:
+                    args.append(module.weights[ref["param"]])
+            for t in table["temporaries"]:
+                buf = lib.alloc(max(t["nbytes"], 4))
+                self.owned.append(buf)
+                args.append(buf)
+            self.calls.append((call["kernel"], [lib.prepare(launch["kernel"], args)
+                                                for launch in table["launches"]]))
+
+
+class DeviceModule:
+    """Runs an execution plan on the device: weights uploaded once, here; activations in device arenas
+    (one per concurrent run, from a pool); a run copies inputs in and outputs out."""
+
+    def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
+        self.lib = lib
+        self.plan = plan
+        # Views must start at multiples of the device's alignment: the plan's offsets (multiples of 64)
+        # are scaled up when the device wants more, which keeps every overlap of the plan (and no other).
+        self._scale = max(1, -(-lib.base_align // 64)) if any(
+            ref["arena"] % lib.base_align for call in plan["calls"] for ref in call["args"] if "arena" in ref
+        ) else 1
+        self.arena_bytes = plan["arena_bytes"] * self._scale
+        self.params = params
+        stream = lib.new_stream()
+        self.weights = {}
+        for call in plan["calls"]:
+            for ref in call["args"]:
+                name = ref.get("param")
+                if name is not None and name not in self.weights:
+                    host = np.ascontiguousarray(params[name]).view(np.uint8).reshape(-1)
+                    self.weights[name] = lib.alloc(max(host.nbytes, 4))
+                    if host.nbytes:
+                        lib.to_device(stream, self.weights[name], 0, host)
+        lib.synchronize(stream)
+        self._pool: list = []
+        self._pool_lock = threading.Lock()
+
+    def offset(self, arena_offset: int) -> int:
+        return arena_offset * self._scale
+
+    def _take(self) -> _DeviceArena:
+        with self._pool_lock:
+            if self._pool:
+                return self._pool.pop()
+        return _DeviceArena(self.lib, self)
+
+    def run(self, values: list) -> list[np.ndarray]:
+        """The outputs for ``values`` (arrays in the plan's input order, already checked)."""
+        lib = self.lib
+        arena = self._take()
+        try:
+            stream = arena.stream
+            for d, v in zip(self.plan["inputs"], values):
+                if "arena" in d["ref"]:
+                    host = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
+                    lib.to_device(stream, arena.arena, self.offset(d["ref"]["arena"]), host)
+            for function, prepared in arena.calls:
+                lib.launches(stream, function, prepared)
+            outs = []
+            for d in self.plan["outputs"]:
+                if "param" in d["ref"]:
+                    outs.append(np.array(self.params[d["ref"]["param"]], copy=True))
+                    continue
+                out = np.empty(d["shape"], dtype=d["dtype"])
+                if out.nbytes:
+                    lib.from_device(stream, out.reshape(-1).view(np.uint8), arena.arena,
+                                    self.offset(d["ref"]["arena"]))
+                outs.append(out)
+            lib.synchronize(stream)
+            return outs
+        finally:
+            with self._pool_lock:
+                self._pool.append(arena)

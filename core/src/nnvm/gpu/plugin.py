@@ -1,0 +1,16 @@
+"""Registers the GPU schedule templates for the target key ``gpu`` through the same hook any plugin uses.
+
+``trylast``: a language plugin's own answer for its target kind (``target.kind == "cuda"``) wins; these
+serve every ``gpu`` target that has none, so a new GPU backend gets blocks and threads on day one.
+"""
+
+from nnvm.hookspecs import hookimpl
+
+
+@hookimpl(trylast=True)
+def nnvm_schedule_template(target, group):
+    if "gpu" not in getattr(target, "keys", ()):
+        return None
+    from nnvm.gpu.schedules import group_template
+
+    return group_template(group)

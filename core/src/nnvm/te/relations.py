@@ -1,0 +1,95 @@
+"""The relations a schedule records between a stage's loops (split, fuse), and what they imply: the range
+of every loop (``infer_bounds``) and the value of every original axis from the leaf loops
+(``axis_values``). Shared by the schedule (``rfactor``), bound inference and lowering.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nnvm.errors import ScheduleError
+from nnvm.tir import expr as E
+from nnvm.tir.simplify import simplify
+
+
+@dataclass(eq=False)
+class Split:
+    parent: E.IterVar
+    outer: E.IterVar
+    inner: E.IterVar
+    factor: E.Expr | None
+    nparts: E.Expr | None
+
+
+@dataclass(eq=False)
+class Fuse:
+    outer: E.IterVar
+    inner: E.IterVar
+    fused: E.IterVar
+
+
+def _const_int(e, what: str, stage) -> int:
+    e = simplify(E.convert(e))
+    if not isinstance(e, E.Const):
+        raise ScheduleError(f"stage {stage.name}: {what} must be a constant after simplification, got {e}")
+    return int(e.value)
+
+
+def root_ranges(stage) -> dict:
+    """Ranges (min, extent as ints) of the stage's original axes when computed at root."""
+    out = {}
+    for iv in list(stage.op.axis) + list(stage.op.reduce_axis):
+        out[iv] = (_const_int(iv.dom.min, "an axis minimum", stage),
+                   _const_int(iv.dom.extent, "an axis extent", stage))
+    return out
+
+
+def infer_bounds(stage, roots: dict) -> dict:
+    """Ranges of all iter vars of a stage, from its root ranges through its relations."""
+    ranges = dict(roots)
+    for rel in stage.relations:
+        if isinstance(rel, Split):
+            _, ext = ranges[rel.parent]
+            if rel.factor is not None:
+                factor = _const_int(rel.factor, "a split factor", stage)
+                ranges[rel.outer] = (0, -(-ext // factor))
+                ranges[rel.inner] = (0, min(factor, ext) if ext >= 1 else factor)
+                if ext < factor:
+                    ranges[rel.inner] = (0, ext)
+            else:
+                nparts = _const_int(rel.nparts, "a split nparts", stage)
+                inner = -(-ext // nparts)
+                ranges[rel.outer] = (0, nparts)
+                ranges[rel.inner] = (0, inner)
+        elif isinstance(rel, Fuse):
+            ranges[rel.fused] = (0, ranges[rel.outer][1] * ranges[rel.inner][1])
+    return ranges
+
+
+def axis_values(stage, ranges: dict, leaf_values: dict) -> tuple[dict, list]:
+    """Each original axis variable (spatial and reduce) -> its value in ``leaf_values``, the values of
+    the leaf loops, offset by the axis's minimum; and the split guards, ``(axis, condition)`` pairs."""
+    values, guards = root_values(stage, ranges, leaf_values)
+    vmap = {}
+    for iv in list(stage.op.axis) + list(stage.op.reduce_axis):
+        mn = ranges[iv][0]
+        vmap[iv.var] = values[iv] if isinstance(mn, int) and mn == 0 else values[iv] + mn
+    return vmap, guards
+
+
+def root_values(stage, ranges: dict, leaf_values: dict) -> tuple[dict, list]:
+    """Values of all iter vars from the leaf loop variables; returns (values, guard conditions)."""
+    values = dict(leaf_values)
+    guards: list = []
+    for rel in reversed(stage.relations):
+        if isinstance(rel, Split):
+            inner_ext = ranges[rel.inner][1]
+            values[rel.parent] = values[rel.outer] * inner_ext + values[rel.inner]
+            p_min, p_ext = ranges[rel.parent]
+            if ranges[rel.outer][1] * inner_ext != p_ext:
+                guards.append((rel.parent, values[rel.parent] < p_ext))
+        elif isinstance(rel, Fuse):
+            inner_ext = ranges[rel.inner][1]
+            values[rel.outer] = values[rel.fused] // inner_ext
+            values[rel.inner] = values[rel.fused] % inner_ext
+    return values, guards
