@@ -56,7 +56,13 @@ class CUDAPrinter(CPrinter):
 
     def preamble(self, source: str) -> str:
         head = "#include <cuda_fp16.h>\n" if "half" in source else ""
-        return head + super().preamble(source) + "".join(d + "\n" for d in self._helpers.values())
+        # the base negates any value as ``-(x)``: vectors need the operator
+        helpers = list(self._helpers.values())
+        used = set(re.findall(r"\b(float|double|int|char|short|longlong)([234])\b", "".join(helpers)))
+        negs = [f"static __device__ __forceinline__ {t}{n} operator-({t}{n} a) "
+                f"{{ return make_{t}{n}({', '.join(f'-a.{c}' for c in _LANES[:int(n)])}); }}"
+                for t, n in sorted(used)]
+        return head + super().preamble(source) + "".join(d + "\n" for d in [*negs, *helpers])
 
     def thread_index(self, tag: str) -> str:
         return tag  # threadIdx.x, blockIdx.y: CUDA's own spelling
