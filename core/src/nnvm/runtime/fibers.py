@@ -73,7 +73,7 @@ def compile_host_library(source: str, *, compiler: str = "g++", flags: tuple = (
         if proc.returncode != 0:
             log = proc.stderr.splitlines()
             lines = [ln for ln in log if "error" in ln][:5] or log[:5]
-            raise Error(f"{what} do not compile as host C++ for the CPU runner:\n" + "\n".join(lines))
+            raise Error(f"{what} do not compile as host C++ for the CPU runner: " + " | ".join(lines))
         os.replace(partial, path)
     return path
 

@@ -74,6 +74,17 @@ class CUDAPrinter(CPrinter):
     def call(self, name: str, args: list, dtype: str) -> str:
         fn = self.math_names.get(name, name)
         base, lanes = E.split_lanes(dtype)
+        if fn in ("max", "min", "sign") and lanes == 1:
+            # integer max/min of mixed widths (long long, long) are ambiguous overloads in CUDA; sign has
+            # no CUDA function: templates, NaN and zero passed through as numpy does
+            body = {"max": "a > b ? a : b", "min": "a < b ? a : b",
+                    "sign": "a > 0 ? T(1) : (a < 0 ? T(-1) : a)"}[fn]
+            params = "T a" if fn == "sign" else "A a, B b"
+            tpl = "typename T" if fn == "sign" else "typename A, typename B"
+            ret = "T" if fn == "sign" else "decltype(a + b)"
+            self._helpers.setdefault(f"nnvm_{fn}", f"template <{tpl}> static __device__ __forceinline__ auto "
+                                                   f"nnvm_{fn}({params}) -> {ret} {{ return {body}; }}")
+            return f"nnvm_{fn}({', '.join(args)})"
         if base == "float32" and fn not in ("isnan", "isinf", "isfinite", "signbit"):
             fn += "f"
         if lanes > 1:

@@ -37,8 +37,12 @@ static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 /* __expf and __logf: glibc's own declarations serve. */
 static inline float __fdividef(float a, float b) { return a / b; }
+using std::isfinite;
+using std::isinf;
+using std::isnan;
 using std::max;
 using std::min;
+using std::signbit;
 static inline long long max(long long a, int b) { return a > b ? a : b; }
 static inline long long min(long long a, int b) { return a < b ? a : b; }
 
