@@ -26,6 +26,11 @@ class KernelLibrary:
         """
         raise NotImplementedError
 
+    def stats(self) -> dict:
+        """Backend-specific entries for ``mod.stats()`` (and ``nnvm compile --stats --json``), such as the
+        registers and spills per kernel a GPU compiler reports. Empty by default."""
+        return {}
+
     def source(self) -> str:
         """Human-readable generated code (LLVM IR, OpenCL C, ...), for ``--dump-ir``."""
         return ""

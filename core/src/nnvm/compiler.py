@@ -301,5 +301,6 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
         "compile_seconds": seconds,
         "target": str(tgt),
         "opt_level": opt_level,
+        **(library.stats() if hasattr(library, "stats") else {}),
     }
     return Module(plan, dict(graph.params), library, tgt, stats, graph)

@@ -114,6 +114,8 @@ def convert_recurrent(ctx: Context, inputs):
         for t in order:
             xt = _take(ctx, proj, 0, t)
             rec = ctx.op("dense", [h, rd])
+            if op == "GRU" and ctx.attr("linear_before_reset", 0):
+                rec = ctx.op("add", [rec, rb])  # Rb of every gate: z and r as usual, h inside r * (...)
 
             def gate(k, src):
                 return _take(ctx, src, 1, k * hidden, hidden)
@@ -124,8 +126,7 @@ def convert_recurrent(ctx: Context, inputs):
                 z = act(d, 0, clipped(ctx.op("add", [gate(0, xt), gate(0, rec)])))
                 rr = act(d, 0, clipped(ctx.op("add", [gate(1, xt), gate(1, rec)])))
                 if ctx.attr("linear_before_reset", 0):
-                    rbh = _take(ctx, rb, 0, 2 * hidden, hidden)
-                    inner = ctx.op("multiply", [rr, ctx.op("add", [gate(2, rec), rbh])])
+                    inner = ctx.op("multiply", [rr, gate(2, rec)])
                 else:
                     rh = _take(ctx, rd, 0, 2 * hidden, hidden)
                     inner = ctx.op("dense", [ctx.op("multiply", [rr, h]), rh])

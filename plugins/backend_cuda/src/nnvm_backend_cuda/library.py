@@ -1,0 +1,168 @@
+"""CUDA kernels on the core's GPU library (``nnvm.gpu.library``): natively on an NVIDIA GPU, else on the CPU.
+
+The shared base keeps the launch table, the device-resident runs (weights uploaded once, activations in
+device arenas) and the one-file export; this is the device section for CUDA, in two flavours behind
+the same seven methods:
+
+- native (``native.CUDADevice``): ``cuMemAlloc``'d buffers, views as pointer + offset, copies, the
+  cubin (or PTX on a newer GPU) loaded once, ``cuLaunchKernel`` with a prepared argument array;
+- the CPU runner (``cpu.HostCUDA``), where ``cuInit`` fails: "device memory" is host memory, a device
+  pointer a host address, and a launch runs the same CUDA source compiled as host C++, each CUDA
+  thread a fiber. The argument array is the very one ``cuLaunchKernel`` would get.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+
+import numpy as np
+
+from nnvm.gpu.library import GPUKernelLibrary
+from nnvm_backend_cuda import native
+from nnvm_backend_cuda.compiler import CompiledCUDA, occupancy, parse_ptxas_log
+
+FORMAT = "nnvm-cuda"
+CPU_NOTE = ("no NVIDIA GPU here: running the CUDA kernels on the CPU (the same source compiled as host "
+            "C++, each CUDA thread a fiber)")
+_notes_shown: set = set()
+_note_lock = threading.Lock()
+
+
+def _say_once(note: str) -> None:
+    """One line on stderr per process, as ``Module.run`` does for code run under an emulator."""
+    with _note_lock:
+        if note in _notes_shown:
+            return
+        _notes_shown.add(note)
+    print(f"nnvm: {note}", file=sys.stderr)
+
+
+class CUDAKernelLibrary(GPUKernelLibrary):
+    """Kernels of one build: ``kernels.cu``, its cubin for ``arch`` and PTX, the ptxas log."""
+
+    format = FORMAT
+    language = "CUDA"
+
+    def __init__(self, tables: list, compiled: CompiledCUDA, source: str, blobs: dict | None = None,
+                 device=None, reversed_threads: bool | None = None):
+        files = {"kernels.cu": source, "kernels.cubin": compiled.cubin, "kernels.ptx": compiled.ptx,
+                 "ptxas.log": compiled.log}
+        super().__init__(tables, files, {"arch": compiled.arch}, blobs)
+        self.compiled = compiled
+        self.device = device if device is not None else native.open_device()
+        # CPU runner: threads of each block in reverse order (None: as NNVM_GPU_THREAD_ORDER says)
+        self.reversed_threads = reversed_threads
+        self._host = None
+        self._module = None
+        self._functions: dict = {}
+        self._host_buffers: dict = {}  # address -> numpy array (the CPU runner's "device memory")
+
+    @classmethod
+    def from_files(cls, manifest: dict, files: dict, blobs: dict) -> CUDAKernelLibrary:
+        """The library of an exported file (``read_export``): the cubin and PTX as compiled, no NVRTC."""
+        log = files.get("ptxas.log", b"")
+        log = log.decode() if isinstance(log, bytes) else log
+        arch = manifest["options"]["arch"]
+        compiled = CompiledCUDA(arch, files["kernels.cubin"], files["kernels.ptx"], parse_ptxas_log(log), log)
+        return cls(manifest["functions"], compiled, files["kernels.cu"], blobs)
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.device is None
+
+    def source_text(self) -> str:
+        return self.files["kernels.cu"]
+
+    # -- the device -------------------------------------------------------------------------------
+    def alloc(self, nbytes: int):
+        if self.on_cpu:
+            buf = np.zeros(max(int(nbytes), 4) + 64, dtype=np.uint8)
+            addr = buf.ctypes.data + (-buf.ctypes.data) % 64
+            with self._lock:
+                self._host_buffers[addr] = buf
+            return addr
+        return self.device.alloc(nbytes)
+
+    def free(self, buf) -> None:
+        if self.on_cpu:
+            with self._lock:
+                self._host_buffers.pop(buf, None)
+        else:
+            self.device.free(buf)
+
+    def view(self, buf, offset: int, nbytes: int):
+        return buf + offset
+
+    def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
+        if self.on_cpu:
+            ctypes.memmove(buf + offset, host.ctypes.data, host.nbytes)
+        else:
+            self.device.upload(buf + offset, host.ctypes.data, host.nbytes)
+
+    def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
+        if self.on_cpu:
+            ctypes.memmove(host.ctypes.data, buf + offset, host.nbytes)
+        else:
+            self.device.download(host.ctypes.data, buf + offset, host.nbytes)
+
+    def new_stream(self):
+        return 0  # the default stream: copies and launches in order (cuMemcpy is synchronous)
+
+    def synchronize(self, stream) -> None:
+        if not self.on_cpu:
+            self.device.synchronize()
+
+    def prepare(self, kernel: str, args: list):
+        """``cuLaunchKernel``'s argument array for ``args`` (device addresses), and the function."""
+        values = [ctypes.c_uint64(int(a)) for a in args]
+        argv = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        return kernel, self._function(kernel), argv, values
+
+    def launch(self, stream, prepared, grid: list, block: list) -> None:
+        kernel, function, argv, _values = prepared
+        if self.on_cpu:
+            _say_once(CPU_NOTE)
+            self._host_kernels().launch(kernel, grid, block, argv, reversed=self.reversed_threads)
+        else:
+            self.device.launch(function, kernel, grid, block, ctypes.addressof(argv))
+
+    def _function(self, kernel: str):
+        if self.on_cpu:
+            return None
+        with self._lock:
+            if self._module is None:
+                self._module = self.device.load(self.compiled.cubin, self.compiled.ptx, self.compiled.arch)
+            if kernel not in self._functions:
+                self._functions[kernel] = self.device.function(self._module, kernel)
+            return self._functions[kernel]
+
+    def _host_kernels(self):
+        from nnvm_backend_cuda.cpu import HostCUDA
+
+        with self._lock:
+            if self._host is None:
+                self._host = HostCUDA(self.source_text())
+            return self._host
+
+    # -- what ptxas said ----------------------------------------------------------------------------
+    def usage(self) -> dict:
+        """Per kernel: threads per block, registers, shared memory, spills (ptxas's report) and the
+        theoretical occupancy on the architecture it was compiled for."""
+        out = {}
+        for table in self.tables.values():
+            for launch in table["launches"]:
+                u = self.compiled.usage.get(launch["kernel"])
+                if u is not None:
+                    threads = int(np.prod(launch["block"]))
+                    out[launch["kernel"]] = {"threads": threads, **u.as_dict(),
+                                             "occupancy": round(occupancy(u, threads, self.compiled.arch), 3)}
+        return out
+
+    def stats(self) -> dict:
+        """``cuda_arch`` and ``cuda_kernels`` (``usage()``) for ``mod.stats()``; ``cuda_spills``: the kernels
+        that spill registers to local memory (none is the goal)."""
+        usage = self.usage()
+        spills = sorted(k for k, u in usage.items() if u["spill_stores"] or u["spill_loads"])
+        return {"cuda_arch": self.compiled.arch, "cuda_kernels": usage, "cuda_spills": spills}
