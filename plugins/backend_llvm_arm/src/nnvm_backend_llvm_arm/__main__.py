@@ -2,7 +2,8 @@
 
 The runtime is ``nnvm-run`` (the core's C runtime, ``nnvm/runtime/c``), built with the cross compiler;
 a device needs it plus the exported model file. The model's weights are in that file, not in the
-runtime, so they are excluded. libgomp (GCC's OpenMP runtime, a system library on Linux devices) is listed for reference.
+runtime, so they are excluded. libgomp (GCC's OpenMP runtime, a system library on Linux devices) is
+listed for reference.
 """
 
 from __future__ import annotations
