@@ -217,3 +217,42 @@ def test_nnvm_runtime_build_cli(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "nnvm.cli", "runtime", "build", "--target", "opencl", "-o",
                           str(tmp_path / "x")], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "the C runtime is for the CPU targets" in bad.stderr, bad.stderr
+
+
+def mlp_model(seed: int = 9):
+    """x[64, 256] -> dense 512 + relu -> dense 10: parallel kernels and an intermediate in the arena."""
+    rng = np.random.default_rng(seed)
+    w1 = (rng.standard_normal((512, 256)) / 16).astype(np.float32)
+    w2 = (rng.standard_normal((10, 512)) / 22).astype(np.float32)
+    nodes = [helper.make_node("Gemm", ["x", "w1"], ["h"], transB=1), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "mlp",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 10])],
+                              [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return model, lambda x: np.maximum(x.astype(np.float64) @ w1.T, 0) @ w2.T
+
+
+@pytest.mark.parametrize("kind, threads, runs", [("llvm", 8, 20), ("aarch64", 4, 2), ("armv7", 4, 2)])
+def test_many_threads_at_once(kind, threads, runs, tmp_path):
+    """tests/c/stress_threads.c: THREADS callers, each its own input, RUNS times, OpenMP teams of 2
+    inside the kernels; every output checked, and each thread's last error is its own."""
+    paths, cc = runtime_for(kind)
+    exe = tmp_path / "stress"
+    cmd = [cc, "-std=c11", "-O2", "-Wall", "-o", str(exe), str(ROOT / "tests" / "c" / "stress_threads.c"),
+           f"-I{os.path.dirname(paths['nnvm_runtime.h'])}", paths["libnnvm_runtime.a"], "-ldl", "-lpthread",
+           "-lm"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    model, ref = mlp_model()
+    module = tmp_path / f"mlp-{kind}.so"
+    nnvm.compile(model, target=kind).export(module)
+    xs = np.random.default_rng(4).standard_normal((threads, 64, 256)).astype(np.float32)
+    xs.tofile(tmp_path / "in.bin")
+    np.stack([ref(x) for x in xs]).astype(np.float32).tofile(tmp_path / "want.bin")
+    prefix = [ARM[kind][0], "-L", ARM[kind][1]] if kind in ARM else []
+    done = run([*prefix, str(exe), str(module), str(tmp_path / "in.bin"), str(tmp_path / "want.bin"),
+                str(threads), str(runs)], threads=2)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ok: {threads} threads x {runs} runs", done.stdout
