@@ -256,3 +256,23 @@ def test_many_threads_at_once(kind, threads, runs, tmp_path):
                 str(threads), str(runs)], threads=2)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"ok: {threads} threads x {runs} runs", done.stdout
+
+
+def test_c_example_against_the_shared_library(dense, tmp_path):
+    """The doc's first build line: -lnnvm_runtime from the folder ``nnvm runtime build`` wrote."""
+    files, x, want = dense
+    paths, cc = runtime_for("llvm")
+    rt = os.path.dirname(paths["libnnvm_runtime.so"])
+    (tmp_path / "example.c").write_text(doc_program("c"))
+    exe = tmp_path / "example"
+    cmd = [cc, "-std=c11", "-O2", "-o", str(exe), str(tmp_path / "example.c"), f"-I{rt}", f"-L{rt}",
+           "-lnnvm_runtime", "-ldl", "-lpthread", f"-Wl,-rpath,{rt}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    needed = subprocess.run(["readelf", "-d", str(exe)], capture_output=True, text=True).stdout
+    assert "libnnvm_runtime.so" in needed, needed
+    x.tofile(tmp_path / "x.bin")
+    done = run([str(exe), str(files["llvm"]), str(tmp_path / "x.bin"), str(tmp_path / "y.bin")])
+    assert done.returncode == 0 and "finished 1 run(s) on 1 thread(s)" in done.stdout, done.stderr
+    got = np.fromfile(tmp_path / "y.bin", dtype=np.float32).reshape(want.shape)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
