@@ -146,8 +146,14 @@ class LLVMKernelLibrary(KernelLibrary):
 
     def _export_objects(self, cc: str, directory: str, blobs: dict, path: str) -> list[str]:
         """More object files to link into the export (written under ``directory``): the C entry point
-        ``nnvm_model_execute`` and the model's metadata (``glue.py``), compiled position independent."""
-        meta = json.loads(bytes(blobs["graph"]).decode())
+        ``nnvm_model_execute`` and the model's metadata (``glue.py``), compiled position independent. None
+        for a library that is not a whole model (``nnvm.build`` kernels with blobs of the caller's own)."""
+        try:
+            meta = json.loads(bytes(blobs["graph"]).decode())
+        except (KeyError, UnicodeDecodeError, json.JSONDecodeError):
+            return []
+        if not isinstance(meta, dict) or "plan" not in meta or "params" not in blobs:
+            return []
         src = os.path.join(directory, "model_run.c")
         with open(src, "w") as f:
             f.write(glue_source(meta, blobs["params"]))
