@@ -19,10 +19,11 @@ import numpy as np
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
+from nnvm.runtime import artifact
 from nnvm.runtime.kernel import kernel_from_address
 
 ARTIFACT_FORMAT = "nnvm-module"
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = artifact.FORMAT_VERSION
 
 
 # Emulation notes already printed in this process: API.md promises the user one line, not one per module.
@@ -141,7 +142,10 @@ class Module:
             "stats": self._stats,
         }
         blobs = {"graph": json.dumps(meta).encode(), "params": save_params(self.params)}
-        self.library.export(os.fspath(path), blobs)
+        path = os.fspath(path)
+        self.library.export(path, blobs)
+        if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
+            artifact.seal(path, str(self.target).split()[0])
 
 
 def _aligned_bytes(n: int, align: int = 64) -> np.ndarray:
@@ -187,6 +191,8 @@ def load_module(path) -> Module:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
+    if artifact.is_elf(path):
+        _check_artifact(path)
     try:
         lib = SharedLibrary(path)
     except ModelLoadError:
@@ -205,6 +211,20 @@ def load_module(path) -> Module:
     if mod._calls is None:
         mod._exported = path
     return mod
+
+
+def _check_artifact(path: str) -> None:
+    """The footer, checksum and ELF header (``artifact.check``), and for a module of another CPU that no
+    installed backend can run, one sentence saying which CPU it is for, before anything is loaded."""
+    footer = artifact.check(path)
+    if footer["machine"] == artifact.host_machine():
+        return  # runs here with the core alone (plugins may not even be loaded)
+    from nnvm.plugins import backends
+
+    if footer["target"] not in backends():
+        raise ModelLoadError(f"{path}: a module for the {footer['target']} target "
+                             f"({artifact.machine_name(footer['machine'])}), and no installed nnvm backend "
+                             "runs that target on this machine")
 
 
 def _foreign_library(path: str):
