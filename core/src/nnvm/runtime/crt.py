@@ -39,13 +39,16 @@ def cache_root() -> str:
 
 
 def compiler_for(target_text: str) -> tuple[str, str]:
-    """(target kind, C compiler) for a CPU target: the backend's cross compiler for Arm, ``$CC`` or ``cc``
-    for ``llvm``. Raises ``Error`` naming the target or the missing compiler."""
+    """(target kind, C compiler) for a CPU target: ``$CC`` or ``cc`` for ``llvm`` (no backend needed: the
+    core alone builds it), the Arm backend's cross compiler (``Backend.c_compiler``) for ``aarch64`` and
+    ``armv7``. Raises ``Error`` naming the target."""
     from nnvm.target import parse_target
 
     target = parse_target(target_text)
     if target.kind not in CPU_KINDS:
         raise Error(f"the C runtime is for the CPU targets ({', '.join(CPU_KINDS)}), not {target.kind!r}")
+    if target.kind == "llvm":
+        return target.kind, os.environ.get("CC", "cc")
     cc = getattr(target.backend, "c_compiler", lambda t: None)(target) or os.environ.get("CC", "cc")
     return target.kind, cc
 

@@ -16,6 +16,7 @@
  * NNVM_NUM_THREADS handling in the LLVM code generator).
  */
 #define _GNU_SOURCE
+#define _FILE_OFFSET_BITS 64 /* models over 2 GiB on 32-bit Arm */
 #include "nnvm_runtime.h"
 
 #include <dlfcn.h>
@@ -24,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #define FOOTER_BYTES 64
 #define GLUE_ABI 1
@@ -141,14 +143,15 @@ static int check_file(const char *path) {
   }
   int rc = -1;
   unsigned char foot[FOOTER_BYTES], head[20];
-  if (fseek(f, 0, SEEK_END) != 0) goto out;
-  long end = ftell(f);
+  if (fseeko(f, 0, SEEK_END) != 0) goto out;
+  off_t end = ftello(f);
   if (end < FOOTER_BYTES + 64) {
-    set_error("%s: the file is only %ld bytes, too short for an exported nnvm module (truncated?)", path, end);
+    set_error("%s: the file is only %lld bytes, too short for an exported nnvm module (truncated?)", path,
+              (long long)end);
     goto out;
   }
   uint64_t size = (uint64_t)end;
-  if (fseek(f, end - FOOTER_BYTES, SEEK_SET) != 0 || fread(foot, 1, FOOTER_BYTES, f) != FOOTER_BYTES) {
+  if (fseeko(f, end - FOOTER_BYTES, SEEK_SET) != 0 || fread(foot, 1, FOOTER_BYTES, f) != FOOTER_BYTES) {
     set_error("%s: cannot read the module footer", path);
     goto out;
   }
