@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
-from nnvm.errors import Error, NodeError
+from nnvm.errors import NodeError
 from nnvm.plugins import OpRegistry, op_registry  # noqa: F401  (OpRegistry: where operator sets find it)
 
 REQUIRED = object()
