@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from nnvm.frontend.compose import conv2d_transpose
 from nnvm.frontend.padding import full_pooling_pads
 from nnvm_frontend_mxnet.context import Context, converter
 
@@ -62,9 +63,8 @@ def convert_convolution(ctx: Context, inputs):
 
 @converter("Deconvolution")
 def convert_deconvolution(ctx: Context, inputs):
-    """A transposed convolution as a plain one: spread the input with ``stride - 1`` zeros, pad by
-    ``(k - 1) * dilate - pad`` (plus ``adj`` at the end), convolve with the kernel flipped and its
-    in/out channels swapped per group."""
+    """A transposed convolution (``nnvm.frontend.compose``): output ``stride * (in - 1) + (k - 1) * dilate
+    + 1 - 2 * pad + adj`` per axis."""
     x, nsp = _as_2d(ctx, inputs[0])
     _check_layout(ctx, nsp)
     w = _as_2d(ctx, inputs[1])[0]
@@ -74,32 +74,7 @@ def convert_deconvolution(ctx: Context, inputs):
     if ctx.attr("target_shape") not in (None, ()):
         raise ctx.error("target_shape is not supported; give pad and adj instead")
     groups = ctx.attr_int("num_group", 1)
-    n, c, h, wd = ctx.shape(x)
-    _, m_per_group, kh, kw = ctx.shape(w)
-    y = x
-    if stride != (1, 1):
-        y = ctx.reshape(y, (n, c, h, 1, wd, 1))
-        y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, 0, 0, 0, stride[0] - 1, 0, 0, 0, stride[1] - 1),
-                                "mode": "constant"})
-        y = ctx.reshape(y, (n, c, h * stride[0], wd * stride[1]))
-        y = ctx.op("strided_slice", [y], {"begin": (0, 0), "axes": (2, 3),
-                                          "end": ((h - 1) * stride[0] + 1, (wd - 1) * stride[1] + 1)})
-    full = [(k - 1) * d + 1 for k, d in zip((kh, kw), dilate)]
-    lo = [f - 1 - p for f, p in zip(full, pad)]
-    hi = [f - 1 - p + a for f, p, a in zip(full, pad, adj)]
-    if any(v > 0 for v in lo + hi):
-        width = (0, 0, 0, 0, max(lo[0], 0), max(hi[0], 0), max(lo[1], 0), max(hi[1], 0))
-        y = ctx.op("pad", [y], {"pad_width": width, "mode": "constant"})
-    if any(v < 0 for v in lo + hi):
-        shape = ctx.shape(y)
-        y = ctx.op("strided_slice", [y], {"begin": (max(-lo[0], 0), max(-lo[1], 0)), "axes": (2, 3),
-                                          "end": (shape[2] - max(-hi[0], 0), shape[3] - max(-hi[1], 0))})
-    k = ctx.reshape(w, (groups, c // groups, m_per_group, kh, kw))
-    k = ctx.transpose(k, (0, 2, 1, 3, 4))
-    k = ctx.reshape(k, (groups * m_per_group, c // groups, kh, kw))
-    k = ctx.op("strided_slice", [k], {"begin": (kh - 1, kw - 1), "end": (-kh - 1, -kw - 1),
-                                      "strides": (-1, -1), "axes": (2, 3)})
-    out = ctx.op("conv2d", [y, k], {"dilation": dilate, "groups": groups})
+    out = conv2d_transpose(ctx, x, w, stride, dilate, pad, pad, adj, groups)
     if not ctx.attr_bool("no_bias", True) and len(inputs) > 2 and inputs[2]:
         out = ctx.op("bias_add", [out, inputs[2]], {"axis": 1})
     return _from_2d(ctx, out, nsp)
