@@ -75,8 +75,10 @@ def recurrent_direction(ctx: ConversionContext, cell: str, x: str, w: str, r: st
         return ctx.op("clip", [v], {"a_min": -float(clip), "a_max": float(clip)}) if clip is not None else v
 
     proj = ctx.op("dense", [ctx.reshape(x, (steps * batch, ctx.shape(x)[2])), w])
-    if cell == "GRU" and linear_before_reset:
-        proj = ctx.op("add", [proj, wb])
+    if cell == "GRU" and linear_before_reset:  # the n gate's recurrent bias goes inside r * (...)
+        rb_zr = ctx.op("pad", [take(ctx, rb, 0, 0, 2 * hidden)],
+                       {"pad_width": (0, hidden), "mode": "constant"})
+        proj = ctx.op("add", [proj, ctx.op("add", [wb, rb_zr])])
     else:
         proj = ctx.op("add", [proj, ctx.op("add", [wb, rb])])
     proj = ctx.reshape(proj, (steps, batch, gates * hidden))
