@@ -32,6 +32,12 @@ def fixtures():
     return pytest_venv(testing.reader_fixtures)
 
 
+@pytest.fixture(scope="module")
+def mxnet_loaded(fixtures):
+    """What MXNet's nd.load reads from every fixture, in one MXNet process (each start costs seconds)."""
+    return dict(zip(fixtures, pytest_venv(testing.mxnet_load, list(fixtures.values()))))
+
+
 # --- byte builders for hand-made files ----------------------------------------------------------------
 
 
@@ -77,8 +83,8 @@ def _same(ours, theirs) -> None:
 
 
 @pytest.mark.parametrize("name", testing.FIXTURES)
-def test_files_mxnet_wrote_read_as_nd_load_reads_them(fixtures, name):
-    (theirs,) = pytest_venv(testing.mxnet_load, [fixtures[name]])
+def test_files_mxnet_wrote_read_as_nd_load_reads_them(fixtures, mxnet_loaded, name):
+    theirs = mxnet_loaded[name]
     arrays, keys = load_ndarray_list(fixtures[name])
     if isinstance(theirs, list):
         assert keys == []

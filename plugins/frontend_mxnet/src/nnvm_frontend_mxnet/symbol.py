@@ -77,6 +77,9 @@ class Node:
 
 @dataclass(frozen=True)
 class Symbol:
+    """A whole symbol file: nodes in topological order (inputs always refer to earlier nodes), the heads
+    (the graph's outputs) as (node, output) pairs, and the file's MXNet version."""
+
     nodes: list[Node]
     heads: list[tuple[int, int]]
     arg_nodes: list[int]  # every variable node, as stored (aux states included)
