@@ -116,9 +116,18 @@ def _structure(sym: Symbol) -> list:
     return [(n.op, n.name, n.attrs, n.inputs, n.num_outputs) for n in sym.nodes]
 
 
-@pytest.mark.parametrize("text", [LEGACY_080, LEGACY_090, MODERN], ids=["0.8.0", "0.9.3", "1.9.1"])
-def test_legacy_files_read_as_mxnet_upgrades_them(text):
-    (view,) = _mxnet_view([text])
+LEGACY = {"0.8.0": LEGACY_080, "0.9.3": LEGACY_090, "1.9.1": MODERN}
+
+
+@pytest.fixture(scope="module")
+def legacy_views():
+    """MXNet's reading of every legacy text, in one MXNet process (each start costs seconds)."""
+    return dict(zip(LEGACY, _mxnet_view(list(LEGACY.values()))))
+
+
+@pytest.mark.parametrize("version", LEGACY)
+def test_legacy_files_read_as_mxnet_upgrades_them(legacy_views, version):
+    text, view = LEGACY[version], legacy_views[version]
     ours, upgraded = loads_symbol(text, "legacy.json"), loads_symbol(view["json"], "upgraded.json")
     assert _structure(ours) == _structure(upgraded)
     assert ours.heads == upgraded.heads
