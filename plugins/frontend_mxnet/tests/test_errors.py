@@ -131,6 +131,11 @@ def test_latest_epoch_params_and_params_option(tmp_path, resnet18):
         nnvm.load_model(str(tmp_path / "net-symbol.json"), shapes=shapes)
     with pytest.raises(nnvm.Error, match="the mxnet frontend takes no option 'epoch'"):
         nnvm.load_model(str(tmp_path / "net-symbol.json"), shapes=shapes, epoch=3)
+    # any .json holding MXNet nodes is recognised by its content
+    shutil.copy(resnet18.symbol, tmp_path / "plain.json")
+    shutil.copy(resnet18.params, tmp_path / "plain-0000.params")
+    graph, _ = nnvm.load_model(str(tmp_path / "plain.json"), shapes=shapes)
+    assert graph.types[graph.outputs[0]].shape == (1, 1000)
 
 
 def test_in_memory_symbol_and_ndarrays_by_duck_typing():

@@ -43,7 +43,7 @@ def looks_like_mxnet(model) -> bool:
                 head = f.read(4096)
         except OSError:
             return False
-        return b'"nodes"' in head and b'"op"' in head
+        return b'"nodes"' in head and b'"null"' in head  # MXNet's variables are "op": "null" nodes
     return False
 
 
