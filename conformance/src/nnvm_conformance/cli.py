@@ -1,4 +1,5 @@
-"""``nnvm conformance``: the suite from the command line (the core's CLI parses, this module runs).
+"""``nnvm conformance``: the suite from the command line (``commands.py`` adds the subcommand to the
+core's CLI through ``nnvm_register_commands``; this module runs it).
 
     nnvm conformance --target llvm                         table on the terminal
     nnvm conformance --target llvm --json                  the same results as JSON

@@ -1,4 +1,5 @@
-"""The ``nnvm`` command: plugins, compile, run, bench, tune (see API.md).
+"""The ``nnvm`` command: plugins, compile, run, bench, tune (see API.md), and the subcommands plugins add
+through ``nnvm_register_commands`` (``nnvm conformance`` comes from the conformance suite).
 
 A user's mistake (bad file, unknown operator, wrong input) is printed as one sentence on stderr with
 exit status 1. Anything else is a bug in nnvm: it prints the traceback and asks for a report (exit 2).
@@ -12,6 +13,8 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from nnvm.errors import Error
 
@@ -160,14 +163,32 @@ def cmd_tune(args) -> int:
     return 0
 
 
-def cmd_conformance(args) -> int:
-    try:  # the suite is its own distribution, so the core runs without it
-        from nnvm_conformance.cli import main as conformance_main
-    except ModuleNotFoundError as exc:
-        if (exc.name or "").split(".")[0] != "nnvm_conformance":
-            raise Error(f"the conformance suite cannot import {exc.name!r}; reinstall it") from None
-        raise Error("nnvm conformance needs the conformance suite: pip install nnvm-conformance") from None
-    return conformance_main(args)
+@dataclass(frozen=True)
+class Command:
+    """A subcommand a plugin adds through ``nnvm_register_commands``: ``add_arguments(parser)`` declares
+    its options, ``run(args)`` runs it and returns the exit status."""
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# Subcommands that plugin distributions add, so a user who lacks one is told what to install (a hint,
+# not an import: the core knows these commands only by name).
+KNOWN_PLUGIN_COMMANDS = {"conformance": "nnvm-conformance"}
+
+
+def _add_plugin_commands(sub) -> None:
+    """The plugins' subcommands, after the core's; a name already taken is an error naming both."""
+    from nnvm.plugins import commands
+
+    for name, (owner, cmd) in sorted(commands().items()):
+        if name in sub.choices:
+            raise Error(f"plugin {owner} registers the command {name!r}, which nnvm itself already has")
+        p = sub.add_parser(name, help=cmd.help)
+        cmd.add_arguments(p)
+        p.set_defaults(func=cmd.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,23 +247,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the per-task results as JSON at the end")
     p.set_defaults(func=cmd_tune)
 
-    p = sub.add_parser("conformance", help="check every standard operator and four models on a target")
-    p.add_argument("--target", action="append", help="target to check (repeatable)")
-    p.add_argument("--targets", help="comma-separated targets: one column each (the cross-backend matrix)")
-    p.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
-    p.add_argument("--markdown", metavar="PATH", help="write the matrix into PATH's generated section")
-    p.add_argument("--ops", help="comma-separated operators (default: the whole standard set)")
-    p.add_argument("--models", help="comma-separated models (default: all four)")
-    p.add_argument("--no-models", action="store_true", help="operators only")
-    p.add_argument("--examples", type=int, help="examples per operator (default: each operator's own)")
-    p.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if some are unsupported")
-    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    p.set_defaults(func=cmd_conformance)
+    _add_plugin_commands(sub)
+    parser.commands = set(sub.choices)  # for main's hint about commands that come with plugins
     return parser
 
 
 def main(argv=None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+        words = sys.argv[1:] if argv is None else list(argv)
+        if words and words[0] in KNOWN_PLUGIN_COMMANDS and words[0] not in parser.commands:
+            raise Error(f"nnvm {words[0]} needs the plugin that provides it: pip install "
+                        f"{KNOWN_PLUGIN_COMMANDS[words[0]]}")
+    except Error as exc:
+        print(f"nnvm: error: {exc}", file=sys.stderr)
+        return 1
     args = parser.parse_args(argv)
     try:
         return args.func(args)

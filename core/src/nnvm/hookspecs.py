@@ -40,6 +40,19 @@ def nnvm_register_backends(register):
 
 
 @hookspec
+def nnvm_register_commands(register):
+    """Register subcommands of the ``nnvm`` command line: call ``register(nnvm.cli.Command(name, help,
+    add_arguments, run))`` for each.
+
+    Called once, when the command line is built. ``add_arguments(parser)`` adds the subcommand's options
+    to its ``argparse`` parser; ``run(args)`` runs it with the parsed ``argparse.Namespace`` and returns
+    the exit status (raise ``nnvm.Error`` for a user's mistake: the CLI prints it as one line, exit 1).
+    A name the core or another plugin uses is an error naming both (the conformance suite registers
+    ``nnvm conformance`` this way).
+    """
+
+
+@hookspec
 def nnvm_register_passes(register):
     """Register graph passes: call ``register(Pass)`` (``nnvm.passes.manager.Pass``)."""
 

@@ -78,9 +78,41 @@ def _collect(hook_name: str) -> list[tuple[str, object]]:
     return items
 
 
-def op_registry():
-    from nnvm.ops.registry import OpRegistry
+class OpRegistry:
+    """All registered operators (``nnvm.ops.registry.OpDef``), by name; registering the same name twice is
+    an error naming both owners. Here, with the other registries, so the operator module needs the plugin
+    manager and not the other way round."""
 
+    def __init__(self):
+        self._ops: dict = {}
+        self._owner: dict[str, str] = {}
+
+    def register(self, opdef, owner: str = "?") -> None:
+        if opdef.name in self._ops:
+            first = self._owner[opdef.name]
+            raise Error(f"operator {opdef.name!r} is registered twice (by {first} and {owner})")
+        self._ops[opdef.name] = opdef
+        self._owner[opdef.name] = owner
+
+    def get(self, name: str, node: str | None = None):
+        try:
+            return self._ops[name]
+        except KeyError:
+            where = f"node {node}: " if node else ""
+            raise Error(f"{where}unknown operator {name!r}; no installed operator set provides it") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._ops)
+
+    def owner(self, name: str) -> str:
+        return self._owner.get(name, "?")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._ops
+
+
+def op_registry() -> OpRegistry:
+    """Every operator the loaded plugins register (``nnvm_register_ops``), built once."""
     with _lock:
         if "ops" not in _state:
             reg = OpRegistry()
@@ -116,6 +148,11 @@ def backends() -> dict:
 def passes() -> dict:
     """pass name -> (plugin name, Pass)."""
     return _named("passes", "nnvm_register_passes", lambda p: [p.name])
+
+
+def commands() -> dict:
+    """subcommand name -> (plugin name, ``nnvm.cli.Command``)."""
+    return _named("commands", "nnvm_register_commands", lambda c: [c.name])
 
 
 def hook():

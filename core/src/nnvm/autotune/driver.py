@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnvm.autotune import log as logmod
+import nnvm.autotune.log as logmod
 from nnvm.autotune.measure import Measurer
 from nnvm.autotune.tuner import make_tuner
 from nnvm.errors import Error

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 from nnvm.errors import Error
+from nnvm.plugins import OpRegistry, op_registry  # noqa: F401  (OpRegistry: where operator sets find it)
 
 REQUIRED = object()
 
@@ -94,39 +95,6 @@ def _type_name(t) -> str:
     return t.__name__
 
 
-class OpRegistry:
-    """All registered operators, by name; registering the same name twice is an error."""
-
-    def __init__(self):
-        self._ops: dict[str, OpDef] = {}
-        self._owner: dict[str, str] = {}
-
-    def register(self, opdef: OpDef, owner: str = "?") -> None:
-        if opdef.name in self._ops:
-            first = self._owner[opdef.name]
-            raise Error(f"operator {opdef.name!r} is registered twice (by {first} and {owner})")
-        self._ops[opdef.name] = opdef
-        self._owner[opdef.name] = owner
-
-    def get(self, name: str, node: str | None = None) -> OpDef:
-        try:
-            return self._ops[name]
-        except KeyError:
-            where = f"node {node}: " if node else ""
-            raise Error(f"{where}unknown operator {name!r}; no installed operator set provides it") from None
-
-    def names(self) -> list[str]:
-        return sorted(self._ops)
-
-    def owner(self, name: str) -> str:
-        return self._owner.get(name, "?")
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._ops
-
-
 def get_op(name: str, node: str | None = None) -> OpDef:
     """Look an operator up in the registry built from all loaded plugins."""
-    from nnvm.plugins import op_registry
-
     return op_registry().get(name, node)

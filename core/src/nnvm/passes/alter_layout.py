@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from nnvm.errors import Error
 from nnvm.graph.ir import Graph, Node
 from nnvm.ops.registry import OpPattern, get_op
+from nnvm.passes.builtin import eliminate_dead_code, infer_types, rename_uses
 
 _BLOCKED_NCHW = re.compile(r"^NCHW(\d+)c$")
 # Operators with a blocked-layout twin taking the same attributes, used when their input is blocked.
@@ -225,8 +226,6 @@ class _Rewriter:
 
 def cancel_layout_transforms(graph: Graph) -> Graph:
     """A ``layout_transform`` whose input is the inverse transform reads the original value instead."""
-    from nnvm.passes.builtin import eliminate_dead_code, rename_uses
-
     producers = graph.producers()
     rename = {}
     for node in graph.nodes:
@@ -260,8 +259,6 @@ def alter_op_layout(graph: Graph, ctx=None, choose=None) -> Graph:
     ``choose(node, in_types) -> AlteredNode | None`` decides per node; by default the backends'
     ``nnvm_alter_op_layout`` hook for the compile's target (no target: the graph is returned as is).
     """
-    from nnvm.passes.builtin import infer_types
-
     target = getattr(ctx, "target", None)
     if choose is None:
         if target is None:

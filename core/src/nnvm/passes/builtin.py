@@ -7,7 +7,6 @@ import numpy as np
 from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.registry import OpPattern, get_op
-from nnvm.passes.manager import Pass
 
 # ---------------------------------------------------------------------------------------------------
 # helpers
@@ -249,27 +248,3 @@ def _may_join(group_pattern: OpPattern, node_pattern: OpPattern) -> bool:
     if node_pattern == OpPattern.REDUCTION:
         return group_pattern <= OpPattern.INJECTIVE
     return False
-
-
-def all_passes() -> list:
-    """The core's passes. Opt levels: 0 shape inference and one kernel per node; 1 inference
-    simplification and folding; 2 operator fusion; 3 everything (layout passes, when present)."""
-    from nnvm.passes.alter_layout import alter_op_layout
-    from nnvm.passes.fold_scale import fold_scale_axis
-
-    return [
-        Pass("infer_types", infer_types, 0, (), "shapes and dtypes of every value"),
-        Pass("simplify_inference", simplify_inference, 1, ("infer_types",),
-             "batch_norm to scale and shift; dropout and identity removed"),
-        Pass("fold_scale_axis", fold_scale_axis, 1, ("infer_types",),
-             "per-channel scale and shift after conv2d/dense folded into its weights and a bias_add"),
-        Pass("alter_op_layout", alter_op_layout, 3, ("infer_types",),
-             "operators the backend prefers in a blocked layout (NCHW[x]c) rewritten, transforms at borders"),
-        Pass("fold_constants", fold_constants, 1, ("infer_types",),
-             "subgraphs that depend only on weights evaluated at compile time"),
-        Pass("eliminate_common_subexpressions", eliminate_common_subexpressions, 1, (),
-             "identical nodes computed once"),
-        Pass("eliminate_dead_code", eliminate_dead_code, 1, (), "unused nodes and weights dropped"),
-        Pass("fuse_ops", fuse_ops, 0, ("infer_types",),
-             "nodes partitioned into kernels (opt level 2+: elementwise fused into producers)"),
-    ]

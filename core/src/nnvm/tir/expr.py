@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnvm.errors import Error
+from nnvm.tir.printer import expr_str
 
 # ---------------------------------------------------------------------------------------------------
 # dtypes
@@ -155,8 +156,6 @@ class Expr:
         return cast(dtype, self)
 
     def __repr__(self) -> str:
-        from nnvm.tir.printer import expr_str
-
         return expr_str(self)
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nnvm.tir.expr import Expr, Var
+from nnvm.tir.printer import func_str, stmt_str
 
 
 @dataclass(frozen=True, eq=False)
@@ -28,8 +29,6 @@ class Buffer:
 
 class Stmt:
     def __repr__(self) -> str:
-        from nnvm.tir.printer import stmt_str
-
         return stmt_str(self)
 
 
@@ -113,8 +112,6 @@ class PrimFunc:
     attrs: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        from nnvm.tir.printer import func_str
-
         return func_str(self)
 
 
