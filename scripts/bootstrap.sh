@@ -4,7 +4,8 @@
 #
 #   1. system packages (as root, with apt-get; `apt-get update` only when something is missing):
 #        gcc        checked with `command -v gcc`  - links exported modules into shared libraries (`cc -shared`)
-#        g++        checked with `command -v g++`  - compiles the C++ example of docs/deploy.md (its test)
+#        g++        checked with `command -v g++`  - compiles CUDA kernels as host C++ where there is no GPU,
+#                                                 and the C++ example of docs/deploy.md (its test)
 #        libc6-dev  checked with dpkg-query       - the C library files the linker needs
 #        libgomp1   checked with dpkg-query       - the OpenMP runtime parallel kernels run on
 #        Arm cross toolchains and emulator (targets aarch64, armv7), checked with dpkg-query:

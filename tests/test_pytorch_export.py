@@ -114,12 +114,16 @@ def _seeded_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarra
     return feeds
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("name", MODELS)
-def test_torch_exported_model_matches_onnxruntime(torch_models, name, variant):
+# Every export on the host CPU; on ``cuda`` (natively, or the same CUDA source on the CPU runner where there
+# is no GPU, about 20 s a model here) the default exporter's two models.
+CASES = [(n, v, "llvm") for n in MODELS for v in VARIANTS] + [(n, "dynamo", "cuda") for n in MODELS]
+
+
+@pytest.mark.parametrize(("name", "variant", "target"), CASES)
+def test_torch_exported_model_matches_onnxruntime(torch_models, name, variant, target):
     path = str(torch_models[name, variant])
     model = onnx.load(path)
-    where = f"torch-exported {name} ({variant} exporter; {_op_summary(model)})"
+    where = f"torch-exported {name} ({variant} exporter; {_op_summary(model)}) on {target}"
     feeds = _seeded_inputs(model)
     shapes = {k: v.shape for k, v in feeds.items()}
     assert list(shapes.values()) == [(1, 3, 224, 224)], f"{where}: unexpected inputs {shapes}"
@@ -128,7 +132,7 @@ def test_torch_exported_model_matches_onnxruntime(torch_models, name, variant):
     opts.intra_op_num_threads = 1
     want = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
     try:
-        mod = nnvm.compile(path, target="llvm")
+        mod = nnvm.compile(path, target=target)
     except Exception as exc:  # any failure, ours or a bug, is reported with the graph's op list
         pytest.fail(f"{where}: nnvm.compile failed: {type(exc).__name__}: {exc}")
     got = mod.run(**feeds)

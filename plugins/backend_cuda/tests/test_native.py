@@ -14,87 +14,11 @@ import pytest
 
 from nnvm.errors import Error
 from nnvm_backend_cuda.compiler import compile_cuda
-from nnvm_backend_cuda.cpu import HostCUDA
 from nnvm_backend_cuda.native import CUDADevice, open_device
-from nnvm_backend_cuda.testing import REVERSE, SAXPY
+from nnvm_backend_cuda.testing import REVERSE, SAXPY, FakeDriver
 
 driver = pytest.importorskip("cuda.bindings.driver")
 OK = driver.CUresult.CUDA_SUCCESS
-
-
-class FakeDriver:
-    """The driver API calls ``CUDADevice`` makes, with the real ``CUresult`` codes."""
-
-    CUresult = driver.CUresult
-    CUdevice_attribute = driver.CUdevice_attribute
-
-    def __init__(self, source: str, arch=(8, 0), init_error=None, launch_error=None):
-        self.source, self.arch = source, arch
-        self.init_error, self.launch_error = init_error, launch_error
-        self.buffers: dict = {}
-        self.calls: list = []
-        self.loaded = None
-
-    def cuInit(self, flags):
-        if isinstance(self.init_error, Exception):
-            raise self.init_error
-        return (self.init_error or OK,)
-
-    def cuDeviceGetCount(self):
-        return OK, 1
-
-    def cuDeviceGet(self, i):
-        return OK, 0
-
-    def cuDeviceGetAttribute(self, attr, dev):
-        major = attr == self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-        return OK, self.arch[0] if major else self.arch[1]
-
-    def cuDevicePrimaryCtxRetain(self, dev):
-        return OK, "ctx"
-
-    def cuCtxSetCurrent(self, ctx):
-        return (OK,)
-
-    def cuModuleLoadData(self, image):
-        self.loaded = bytes(image)
-        return OK, HostCUDA(self.source)
-
-    def cuModuleGetFunction(self, module, name):
-        if name.decode() not in module.names:
-            return (driver.CUresult.CUDA_ERROR_NOT_FOUND, None)
-        return OK, (module, name.decode())
-
-    def cuMemAlloc(self, n):
-        buf = np.zeros(n, dtype=np.uint8)
-        self.buffers[buf.ctypes.data] = buf
-        return OK, buf.ctypes.data
-
-    def cuMemFree(self, ptr):
-        del self.buffers[int(ptr)]
-        return (OK,)
-
-    def cuMemcpyHtoD(self, dst, src, n):
-        self.calls.append(("HtoD", n))
-        ctypes.memmove(dst, src, n)
-        return (OK,)
-
-    def cuMemcpyDtoH(self, dst, src, n):
-        ctypes.memmove(dst, src, n)
-        return (OK,)
-
-    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        if self.launch_error:
-            return (self.launch_error,)
-        module, name = f
-        module.launch(name, (gx, gy, gz), (bx, by, bz), params)
-        return (OK,)
-
-    def cuCtxSynchronize(self):
-        return (OK,)
-
-    def cuGetErrorName(self, err):
-        return OK, err.name.encode()
 
 
 def _reverse_through(device: CUDADevice, compiled, x: np.ndarray) -> np.ndarray:

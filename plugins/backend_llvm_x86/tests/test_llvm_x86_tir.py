@@ -143,7 +143,7 @@ def test_guard_the_same_for_every_lane_keeps_the_loop_vector(build, close, rng):
     """``for j: if i >= 1: B[8i + j] = A[8i + j] + A[8i + j - 8]`` (a border test on the outer loop,
     as a pooling window has) vectorizes: the guard stays scalar around a vector store. A guard on
     ``j`` itself keeps the loop a loop; both give numpy's numbers."""
-    from nnvm_backend_llvm_x86.vectorize import vectorize_loop
+    from nnvm.tir.vectorize import LLVM, vectorize_loop
 
     n, lanes = 64, 8
     A, B, C = (_buf(x, n) for x in "ABC")
@@ -154,9 +154,9 @@ def test_guard_the_same_for_every_lane_keeps_the_loop_vector(build, close, rng):
                       S.IfThenElse(i >= 1, S.Store(B, k, add)))
     varying = S.For(j, E.const(0), E.const(lanes), S.ForKind.VECTORIZED,
                     S.IfThenElse(j >= 1, S.Store(C, k, E.Load(A, k, "float32"))))
-    vector = vectorize_loop(invariant)
+    vector = vectorize_loop(invariant, LLVM)
     assert isinstance(vector, S.IfThenElse) and isinstance(vector.then_body.index, E.Ramp)
-    assert vectorize_loop(varying) is None
+    assert vectorize_loop(varying, LLVM) is None
     body = S.For(i, E.const(0), E.const(n // lanes), S.ForKind.SERIAL, S.seq(invariant, varying))
     f = build([S.PrimFunc("guarded", (A, B, C), body)])["guarded"]
     a = rng.standard_normal(n).astype("float32")

@@ -1,113 +1,306 @@
-"""Vectorization in the loop program: a ``vectorized`` loop becomes one statement over vector values.
+"""One vectorizer for every backend: a ``vectorized`` loop becomes one statement over vector values.
 
-For backends that print source (OpenCL's ``float4``, CUDA's ``float4``, Metal's ``float4``) the
-vector has to be in the program; the LLVM backend keeps its own vectorizer. The loop variable
-becomes the vector ``ramp(min, 1, lanes)``; a load at an index with coefficient 1 in the variable
-becomes a contiguous vector load, a load not depending on it a scalar broadcast to every lane, and
-arithmetic and math on vectors stay element-wise::
+A loop ``for v in range(n): # vectorized`` with a constant extent whose body is straight-line stores
+(no inner loops, no allocations, no branches but guards that are the same for every lane, such as a
+pooling window's border test) becomes one statement over ``n`` lanes::
 
     for j in range(4):  # vectorized         B[ramp((i * 4), 1, 4)] = (A[ramp((i * 4), 1, 4)]
       B[((i * 4) + j)] = (A[((i * 4) + j)]  ->                           * x4(s[0]))
                           * s[0])
 
-A loop whose body is not a plain sequence of such stores (a nested loop, a condition on the
-variable, a gather, a reduction into one element, a lane count no vector type has) stays a serial
-loop with the same body: vectorization is an optimization, never a requirement for correctness.
+Index arithmetic stays a ``Ramp`` where it is affine in ``v`` (so loads and stores are contiguous or
+strided); everything else is computed lane-wise, lane-invariant values broadcast. Loops the rewrite
+declines (guards on the loop variable, inner loops, reductions into one element, a buffer read at
+another index than it is written) are left as loops: vectorization is an optimization, never a
+requirement for correctness.
+
+What a backend can take is a ``VectorTarget``: the lane counts it has vector types for, the element
+types of vector values, the math calls it has on vectors, whether a vector may be loaded or stored with
+a stride other than 1 (a gather), and what a declined loop becomes. ``LLVM`` (every width, every type,
+gathers; declined loops keep their mark for LLVM's loop vectorizer) serves the x86 and Arm code
+generator; ``C_FAMILY`` (``float2``...``float16`` of float and double, contiguous accesses, the builtins
+OpenCL, CUDA and Metal share; declined loops run serially) the GPU printers. A rewritten loop that uses
+anything its target lacks is declined as a whole.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.simplify import Simplifier, simplify
-from nnvm.tir.visit import free_vars, rewrite, substitute
-
-VECTOR_LANES = (2, 3, 4, 8, 16)  # the vector widths C-family languages have types for
-VECTOR_DTYPES = ("float32", "float64")  # half vectors need extensions many drivers lack
-VECTOR_CALLS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "round",
-                "sin", "cos", "trunc", "log2", "exp2", "erf")
-
-_VECTOR_BINOPS = ("add", "sub", "mul", "div", "min", "max")
+from nnvm.tir.printer import expr_str
+from nnvm.tir.simplify import simplify
+from nnvm.tir.visit import free_vars, rewrite, walk
 
 
-class _NotVectorizable(Exception):
-    pass
+@dataclass(frozen=True)
+class VectorTarget:
+    """What one backend's vectors can be (``None``: anything)."""
+
+    lanes: tuple | None = None  # lane counts with a vector type; None: 2 ... max_lanes
+    max_lanes: int = 64
+    dtypes: tuple | None = None  # element types of vector values
+    calls: tuple | None = None  # intrinsics callable on vectors
+    binops: tuple | None = None  # BinOp operators on vector values (index ramps aside)
+    strided: bool = True  # loads and stores whose index is a ramp with a stride other than 1
+    selects: bool = True  # select / if_then_else and lets over vectors
+    declined: str = S.ForKind.VECTORIZED  # the loop kind of a loop left as a loop
+
+    def allows_lanes(self, n: int) -> bool:
+        return n in self.lanes if self.lanes is not None else 2 <= n <= self.max_lanes
 
 
-def vectorize_loops(body: S.Stmt, lanes: tuple = VECTOR_LANES) -> S.Stmt:
-    """Every ``vectorized`` loop of ``body`` as vector statements, or as a serial loop where it cannot be."""
+LLVM = VectorTarget()
+C_FAMILY = VectorTarget(
+    lanes=(2, 3, 4, 8, 16),
+    dtypes=("float32", "float64"),  # half vectors need extensions many drivers lack
+    calls=("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "round", "sin", "cos",
+           "trunc", "log2", "exp2", "erf"),
+    binops=("add", "sub", "mul", "div", "min", "max"),
+    strided=False,
+    selects=False,
+    declined=S.ForKind.SERIAL,
+)
+
+
+class _Decline(Exception):
+    """This loop is not straight-line vector code (for this target); keep it as a loop."""
+
+
+def vectorize_loops(body: S.Stmt, target: VectorTarget = C_FAMILY) -> S.Stmt:
+    """Rewrite every vectorizable ``vectorized`` loop of ``body`` (innermost first); the others become
+    loops of ``target.declined`` kind. The default target is the C-family printers'."""
 
     def fn(node):
         if isinstance(node, S.For) and node.kind == S.ForKind.VECTORIZED:
-            return vectorize_loop(node, lanes) or replace(node, kind=S.ForKind.SERIAL)
+            found = vectorize_loop(node, target)
+            if found is not None:
+                return found
+            return replace(node, kind=target.declined) if target.declined != node.kind else None
         return None
 
     return rewrite(body, fn)
 
 
-def vectorize_loop(loop: S.For, lanes: tuple = VECTOR_LANES) -> S.Stmt | None:
-    """The loop as vector statements, or None when its body is not vectorizable."""
-    ext, lo = simplify(loop.extent), simplify(loop.min)
-    if not isinstance(ext, E.Const) or int(ext.value) not in lanes:
+def vectorize_loop(loop: S.For, target: VectorTarget = C_FAMILY) -> S.Stmt | None:
+    """The vector form of one loop, or None when it must stay a loop."""
+    ext = simplify(loop.extent)
+    if not isinstance(ext, E.Const) or not target.allows_lanes(int(ext.value)):
         return None
     try:
-        return _Vectorizer(loop.var, lo, int(ext.value)).stmt(loop.body)
-    except _NotVectorizable:
+        _check_body(loop.var, loop.body)
+        out = _Vectorizer(loop.var, simplify(loop.min), int(ext.value)).stmt(loop.body)
+        if target is not LLVM:
+            _check_target(out, target)
+        return out
+    except _Decline:
         return None
+
+
+def _check_target(stmt: S.Stmt, target: VectorTarget) -> None:
+    """Decline a rewritten loop that uses a vector form ``target`` lacks."""
+
+    def index_ok(index) -> bool:
+        if _lanes(index) == 1:
+            return True
+        return isinstance(index, E.Ramp) and (target.strided or (isinstance(index.stride, E.Const)
+                                                                and index.stride.value == 1))
+
+    def value(e) -> None:
+        """A value expression (not an index): vectors of allowed types, through allowed operations."""
+        if _lanes(e) == 1:
+            return
+        if target.dtypes is not None and E.split_lanes(e.dtype)[0] not in target.dtypes:
+            raise _Decline
+        if isinstance(e, E.Broadcast):
+            return
+        if isinstance(e, E.Load):
+            if not index_ok(e.index):
+                raise _Decline
+            return
+        if isinstance(e, E.BinOp):
+            if target.binops is not None and e.op not in target.binops:
+                raise _Decline
+            value(e.a)
+            value(e.b)
+            return
+        if isinstance(e, E.Call):
+            if target.calls is not None and e.name not in target.calls:
+                raise _Decline
+            for a in e.args:
+                value(a)
+            return
+        if isinstance(e, E.Cast):
+            if not (E.is_float(e.dtype) and E.is_float(e.value.dtype)):
+                raise _Decline
+            value(e.value)
+            return
+        if isinstance(e, E.Select | E.Let | E.Var) and target.selects:
+            return
+        raise _Decline  # a ramp as a value, a select, a vector variable: no spelling on this target
+
+    def fn(node):
+        if isinstance(node, S.Store):
+            if not index_ok(node.index) or (node.predicate is not None and _lanes(node.predicate) > 1):
+                raise _Decline
+            value(node.value)
+        elif isinstance(node, S.LetStmt) and _lanes(node.value) > 1 and not target.selects:
+            raise _Decline
+
+    walk(stmt, fn)
+
+
+def _check_body(var: E.Var, body: S.Stmt) -> None:
+    """Straight-line stores only (under guards that do not read ``var``: the same for every lane, as
+    a pooling window's border test), and a buffer both read and written only at one index."""
+    indices: dict = {}
+    stored: set = set()
+
+    def fn(node):
+        if isinstance(node, S.IfThenElse):
+            if node.else_body is not None or var in free_vars(node.cond):
+                raise _Decline
+            return
+        if isinstance(node, (S.For, S.Allocate, E.Ramp, E.Broadcast, E.Reduce, E.TensorLoad)):
+            raise _Decline
+        if isinstance(node, S.Evaluate):
+            raise _Decline
+        if isinstance(node, E.Call) and node.name in E.LAZY_INTRINSICS:
+            for branch in node.args[1:]:
+                walk(branch, _no_loads)
+        if isinstance(node, S.Store):
+            stored.add(node.buffer)
+            indices.setdefault(node.buffer, set()).add(expr_str(node.index))
+        if isinstance(node, E.Load):
+            indices.setdefault(node.buffer, set()).add(expr_str(node.index))
+
+    walk(body, fn)
+    for buf in stored:
+        if len(indices[buf]) != 1:
+            raise _Decline
+
+
+def _no_loads(node):
+    if isinstance(node, E.Load):
+        raise _Decline
+
+
+def _lanes(e: E.Expr) -> int:
+    return E.split_lanes(e.dtype)[1]
 
 
 class _Vectorizer:
-    def __init__(self, var: E.Var, lo, lanes: int):
-        self.var, self.lo, self.lanes = var, lo, lanes
-        self.simp = Simplifier()
+    """Lifts the body of a loop over ``var`` (from ``start``, ``lanes`` iterations) to vectors."""
 
-    def stmt(self, s):
+    def __init__(self, var: E.Var, start: E.Expr, lanes: int):
+        self.var = var
+        self.start = start
+        self.lanes = lanes
+        self.remap: dict = {}
+
+    # -- statements -----------------------------------------------------------------------------
+    def stmt(self, s: S.Stmt) -> S.Stmt:
         if isinstance(s, S.Seq):
-            return S.seq(*[self.stmt(x) for x in s.stmts])
-        if isinstance(s, S.IfThenElse) and s.else_body is None and self.var not in free_vars(s.cond):
-            return S.IfThenElse(s.cond, self.stmt(s.then_body), None)  # the same for every lane
-        if isinstance(s, S.Store) and s.predicate is None:
-            if self.var not in free_vars(s.index):
-                raise _NotVectorizable  # every lane would write one element: a reduction
-            base = self._contiguous_base(s.index)
-            value = self.vec(s.value)
-            return S.Store(s.buffer, self._ramp(base), value)
-        raise _NotVectorizable
+            return S.seq(*(self.stmt(x) for x in s.stmts))
+        if isinstance(s, S.AttrStmt):
+            return replace(s, body=self.stmt(s.body))
+        if isinstance(s, S.IfThenElse):  # a lane-invariant guard (``_check_body``): it stays scalar
+            return replace(s, then_body=self.stmt(s.then_body))
+        if isinstance(s, S.LetStmt):
+            value = self.expr(s.value)
+            return S.LetStmt(self.bind(s.var, value), value, self.stmt(s.body))
+        if isinstance(s, S.Store):
+            index = self.expr(s.index)
+            if _lanes(index) == 1:
+                raise _Decline  # every lane would write the same element (a reduction)
+            value = self.broadcast(self.expr(s.value))
+            pred = None if s.predicate is None else self.broadcast(self.expr(s.predicate))
+            return S.Store(s.buffer, index, value, pred)
+        raise _Decline
 
-    def _contiguous_base(self, index):
-        lin = self.simp.linear(index)
-        if lin is None or lin.terms.get(self.var, 0) != 1:
-            raise _NotVectorizable
-        rest = [t for t, c in lin.terms.items() if t is not self.var and c != 0]
-        if any(self.var in free_vars(t) for t in rest):
-            raise _NotVectorizable
-        return simplify(substitute(index, {self.var: self.lo}))
+    def bind(self, var: E.Var, value: E.Expr) -> E.Var:
+        """The variable a let binds ``value`` to: a vector-typed copy (used for every later read) when
+        the value became a vector."""
+        if _lanes(value) == 1:
+            return var
+        self.remap[var] = E.Var(var.name, value.dtype)
+        return self.remap[var]
 
-    def _ramp(self, base):
-        return E.Ramp(base, E.const(1), self.lanes, E.with_lanes(E.INDEX_DTYPE, self.lanes))
-
-    def _broadcast(self, e):
+    # -- expressions ----------------------------------------------------------------------------
+    def broadcast(self, e: E.Expr) -> E.Expr:
+        if _lanes(e) > 1:
+            return e
+        if isinstance(e, E.Ramp):
+            return e
         return E.Broadcast(e, self.lanes, E.with_lanes(e.dtype, self.lanes))
 
-    def vec(self, e):
-        """``e`` as a vector of ``lanes`` values (scalars that do not vary are broadcast)."""
-        if E.split_lanes(e.dtype)[0] not in VECTOR_DTYPES:
-            raise _NotVectorizable
-        if self.var not in free_vars(e):
-            return self._broadcast(e)
-        dt = E.with_lanes(e.dtype, self.lanes)
-        if isinstance(e, E.Load):
-            if E.split_lanes(e.dtype)[1] != 1:
-                raise _NotVectorizable
-            base = self._contiguous_base(e.index)
-            return E.Load(e.buffer, self._ramp(base), dt)
-        if isinstance(e, E.BinOp) and e.op in _VECTOR_BINOPS and E.is_float(e.dtype):
-            return E.BinOp(e.op, self.vec(e.a), self.vec(e.b), dt)
-        if isinstance(e, E.Call) and e.name in VECTOR_CALLS and E.is_float(e.dtype) and len(e.args) == 1:
-            return E.Call(e.name, (self.vec(e.args[0]),), dt)
-        if isinstance(e, E.Cast) and E.is_float(e.dtype) and E.is_float(e.value.dtype):
-            return E.Cast(dt, self.vec(e.value))
-        raise _NotVectorizable
+    def ramp(self, base: E.Expr, stride: E.Expr) -> E.Ramp:
+        return E.Ramp(simplify(base), simplify(stride), self.lanes, E.with_lanes(base.dtype, self.lanes))
 
+    def expr(self, e: E.Expr) -> E.Expr:
+        if e is self.var:
+            return self.ramp(self.start, E.const(1, e.dtype))
+        if isinstance(e, E.Var):
+            return self.remap.get(e, e)
+        if isinstance(e, E.Const):
+            return e
+        if isinstance(e, E.BinOp):
+            return self.binop(e)
+        if isinstance(e, E.Load):
+            index = self.expr(e.index)
+            if index is e.index:
+                return e
+            return E.Load(e.buffer, index, E.with_lanes(e.dtype, self.lanes))
+        if isinstance(e, E.Cast):
+            value = self.expr(e.value)
+            if value is e.value:
+                return e
+            return E.Cast(E.with_lanes(e.dtype, self.lanes), self.materialize(value))
+        if isinstance(e, E.Call):
+            args = tuple(self.expr(a) for a in e.args)
+            if all(a is b for a, b in zip(args, e.args)):
+                return e
+            if e.name in E.LAZY_INTRINSICS:  # branches hold no loads (checked): a select is safe
+                cond, t, f = (self.broadcast(a) for a in args)
+                return E.Select(cond, t, f, E.with_lanes(e.dtype, self.lanes))
+            args = tuple(self.broadcast(a) for a in args)
+            return E.Call(e.name, args, E.with_lanes(e.dtype, self.lanes))
+        if isinstance(e, E.Select):
+            parts = [self.expr(x) for x in (e.cond, e.true_value, e.false_value)]
+            if all(a is b for a, b in zip(parts, (e.cond, e.true_value, e.false_value))):
+                return e
+            cond, t, f = (self.broadcast(p) for p in parts)
+            return E.Select(cond, t, f, E.with_lanes(e.dtype, self.lanes))
+        if isinstance(e, E.Let):
+            value = self.expr(e.value)
+            var = self.bind(e.var, value)
+            body = self.expr(e.body)
+            if value is e.value and body is e.body:
+                return e
+            return E.Let(var, value, body, body.dtype)
+        raise _Decline
+
+    def materialize(self, e: E.Expr) -> E.Expr:
+        """A Ramp is fine as an index; elsewhere it is just a vector value (the codegen builds it)."""
+        return self.broadcast(e)
+
+    def binop(self, e: E.BinOp) -> E.Expr:
+        a, b = self.expr(e.a), self.expr(e.b)
+        if a is e.a and b is e.b:
+            return e
+        ra, rb = isinstance(a, E.Ramp), isinstance(b, E.Ramp)
+        sa, sb = _lanes(a) == 1, _lanes(b) == 1
+        # Keep affine index arithmetic as a Ramp: that is what makes loads contiguous.
+        if e.op in ("add", "sub") and (ra or sa) and (rb or sb) and E.is_int(e.dtype):
+            base_a, stride_a = (a.base, a.stride) if ra else (a, E.const(0, a.dtype))
+            base_b, stride_b = (b.base, b.stride) if rb else (b, E.const(0, b.dtype))
+            if e.op == "add":
+                return self.ramp(E.BinOp("add", base_a, base_b, base_a.dtype),
+                                 E.BinOp("add", stride_a, stride_b, stride_a.dtype))
+            return self.ramp(E.BinOp("sub", base_a, base_b, base_a.dtype),
+                             E.BinOp("sub", stride_a, stride_b, stride_a.dtype))
+        if e.op == "mul" and E.is_int(e.dtype) and ((ra and sb) or (sa and rb)):
+            ramp, k = (a, b) if ra else (b, a)
+            return self.ramp(E.BinOp("mul", ramp.base, k, k.dtype), E.BinOp("mul", ramp.stride, k, k.dtype))
+        return E.BinOp(e.op, self.broadcast(a), self.broadcast(b), E.with_lanes(e.dtype, self.lanes))

@@ -231,7 +231,8 @@ def compile_error_message(source: str, log: str) -> str:
         msg = f"{m.group(2)} {where}at line {line}: {text}"
         if msg not in out:
             out.append(msg)
-    if not out:
-        out = [ln for ln in log.splitlines() if ln.strip()][:5]
+    if not out:  # ptxas's own errors (too much shared memory ...) name the entry function themselves
+        lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+        out = [ln for ln in lines if "error" in ln.lower()][:5] or lines[:5]
     return "NVRTC rejected the generated CUDA source: " + "; ".join(out[:3]) + (
         f" (and {len(out) - 3} more)" if len(out) > 3 else "")

@@ -23,10 +23,13 @@ from nnvm.errors import TargetError
 from nnvm.gpu.library import launch_table, read_export
 from nnvm.target import Target
 from nnvm.tir.gpu import lower_for_gpu
-from nnvm.tir.vectorize import vectorize_loops
+from nnvm.tir.vectorize import C_FAMILY, vectorize_loops
 from nnvm_backend_cuda import compiler, native
 from nnvm_backend_cuda.library import FORMAT, CUDAKernelLibrary
 from nnvm_backend_cuda.printer import CUDAPrinter, kernel_threads
+
+# CUDA's vector structs have 2 to 4 lanes (``.x`` to ``.w``); the rest of the C family's capabilities hold
+VECTORS = replace(C_FAMILY, lanes=(2, 3, 4))
 
 
 def target_arch(target: Target) -> str:
@@ -73,7 +76,7 @@ class CUDABackend(Backend):
 
     def _vectorize(self, state: dict) -> dict:
         for prog in state["programs"]:
-            prog.kernels = [replace(k, body=vectorize_loops(k.body)) for k in prog.kernels]
+            prog.kernels = [replace(k, body=vectorize_loops(k.body, VECTORS)) for k in prog.kernels]
         return state
 
     def _print(self, state: dict) -> dict:

@@ -95,62 +95,51 @@ class CUDAPrinter(CPrinter):
     def vector_type(self, scalar: str, lanes: int) -> str:
         return f"{_VECTOR_NAMES[scalar]}{lanes}"
 
-    def _helper(self, name: str, definition: str) -> str:
-        self._helpers.setdefault(name + definition.split("(", 1)[1].split(")", 1)[0], definition)
+    def _lanewise(self, name: str, dtype: str, params: list, lane, ret: str | None = None) -> str:
+        """Define ``__device__`` helper ``name`` once per signature: it returns the vector of ``dtype`` whose
+        lane ``k`` (``.x`` ...) is ``lane(k, c)``, or, with ``ret="void"``, runs ``lane`` for each lane."""
+        vt = self.type_name(dtype)
+        sig = f"{name}({', '.join(params)})"
+        parts = [lane(k, c) for k, c in enumerate(_LANES[:E.split_lanes(dtype)[1]])]
+        body = " ".join(parts) if ret == "void" else f"return make_{vt}({', '.join(parts)});"
+        self._helpers.setdefault(sig, f"static __device__ __forceinline__ {ret or vt} {sig} {{ {body} }}")
         return name
 
-    def _lanes(self, dtype: str) -> tuple:
-        base, lanes = E.split_lanes(dtype)
-        return self.type_name(dtype), self.type_name(base), _LANES[:lanes]
-
     def vector_binary(self, op: str, a: str, b: str, dtype: str) -> str:
-        vt, st, ls = self._lanes(dtype)
-        if op in _OPS:
-            name = f"nnvm_{_OPS[op]}"
-            body = ", ".join(f"a.{c} {op} b.{c}" for c in ls)
-            self._helper(name, f"static __device__ __forceinline__ {vt} {name}({vt} a, {vt} b) "
-                               f"{{ return make_{vt}({body}); }}")
-            return f"{name}({a}, {b})"
-        return f"({a} {op} {b})"  # comparisons and logic stay scalar: the vectorizer gives none here
+        if op not in _OPS:
+            return f"({a} {op} {b})"  # comparisons and logic stay scalar: the vectorizer gives none here
+        vt = self.type_name(dtype)
+        name = self._lanewise(f"nnvm_{_OPS[op]}", dtype, [f"{vt} a", f"{vt} b"],
+                              lambda k, c: f"a.{c} {op} b.{c}")
+        return f"{name}({a}, {b})"
 
     def vector_call(self, name: str, args: list, dtype: str) -> str:
-        vt, st, ls = self._lanes(dtype)
-        params = ", ".join(f"{vt} a{i}" for i in range(len(args)))
-        body = ", ".join(f"{name}({', '.join(f'a{i}.{c}' for i in range(len(args)))})" for c in ls)
-        helper = f"nnvm_{name}"
-        self._helper(helper, f"static __device__ __forceinline__ {vt} {helper}({params}) "
-                             f"{{ return make_{vt}({body}); }}")
+        vt = self.type_name(dtype)
+        params = [f"{vt} a{i}" for i in range(len(args))]
+        helper = self._lanewise(f"nnvm_{name}", dtype, params,
+                                lambda k, c: f"{name}({', '.join(f'a{i}.{c}' for i in range(len(args)))})")
         return f"{helper}({', '.join(args)})"
 
     def broadcast(self, value: str, dtype: str) -> str:
-        vt, st, ls = self._lanes(dtype)
-        name = f"nnvm_splat_{vt}"
-        self._helper(name, f"static __device__ __forceinline__ {vt} {name}({st} v) "
-                           f"{{ return make_{vt}({', '.join('v' for _ in ls)}); }}")
-        return f"{name}({value})"
+        st = self.type_name(E.split_lanes(dtype)[0])
+        return self._lanewise(f"nnvm_splat_{self.type_name(dtype)}", dtype, [f"{st} v"], lambda k, c: "v") + \
+            f"({value})"
 
     def vector_cast(self, value: str, dtype: str, from_dtype: str) -> str:
-        vt, st, ls = self._lanes(dtype)
-        ft = self.type_name(from_dtype)
-        name = f"nnvm_to_{vt}"
-        self._helper(name, f"static __device__ __forceinline__ {vt} {name}({ft} v) "
-                           f"{{ return make_{vt}({', '.join(f'({st})v.{c}' for c in ls)}); }}")
-        return f"{name}({value})"
+        st = self.type_name(E.split_lanes(dtype)[0])
+        return self._lanewise(f"nnvm_to_{self.type_name(dtype)}", dtype, [f"{self.type_name(from_dtype)} v"],
+                              lambda k, c: f"({st})v.{c}") + f"({value})"
 
     def vector_load(self, buf: str, base: str, dtype: str) -> str:
-        vt, st, ls = self._lanes(dtype)
-        name = f"nnvm_load{len(ls)}"
-        self._helper(name, f"static __device__ __forceinline__ {vt} {name}(const {st}* p) "
-                           f"{{ return make_{vt}({', '.join(f'p[{i}]' for i in range(len(ls)))}); }}")
-        return f"{name}({buf} + {base})"
+        st = self.type_name(E.split_lanes(dtype)[0])  # element by element: no alignment assumed
+        name = f"nnvm_load{E.split_lanes(dtype)[1]}"
+        return self._lanewise(name, dtype, [f"const {st}* p"], lambda k, c: f"p[{k}]") + f"({buf} + {base})"
 
     def vector_store(self, buf: str, base: str, value: str, dtype: str) -> str:
-        vt, st, ls = self._lanes(dtype)
-        name = f"nnvm_store{len(ls)}"
-        body = " ".join(f"p[{i}] = v.{c};" for i, c in enumerate(ls))
-        self._helper(name, f"static __device__ __forceinline__ void {name}({st}* p, {vt} v) {{ {body} }}")
+        st, vt = self.type_name(E.split_lanes(dtype)[0]), self.type_name(dtype)
+        name = self._lanewise(f"nnvm_store{E.split_lanes(dtype)[1]}", dtype, [f"{st}* p", f"{vt} v"],
+                              lambda k, c: f"p[{k}] = v.{c};", ret="void")
         return f"{name}({buf} + {base}, {value})"
-
 
 def kernel_threads(source: str) -> dict:
     """Kernel name -> threads per block, read back from the ``__launch_bounds__`` the printer wrote."""

@@ -171,3 +171,85 @@ def gru_net(seed: int = 0, seq: int = 8, features: int = 16, hidden: int = 32, c
 
 
 SHAPE_MODELS = {"transformer_encoder": transformer_encoder, "depthwise_net": depthwise_net, "gru": gru_net}
+
+
+
+
+class FakeDriver:
+    """The driver API calls ``native.CUDADevice`` makes, with the real ``CUresult`` codes: "device memory"
+    in host buffers, launches run by the CPU runner on ``source``, host-to-device copies recorded in
+    ``calls`` (so a test can count what a run uploads)."""
+
+    def __init__(self, source: str, arch=(8, 0), init_error=None, launch_error=None):
+        from cuda.bindings import driver
+
+        self.CUresult = driver.CUresult
+        self.CUdevice_attribute = driver.CUdevice_attribute
+        self.source, self.arch = source, arch
+        self.init_error, self.launch_error = init_error, launch_error
+        self.buffers: dict = {}
+        self.calls: list = []
+        self.loaded = None
+
+    def cuInit(self, flags):
+        if isinstance(self.init_error, Exception):
+            raise self.init_error
+        return (self.init_error or self.CUresult.CUDA_SUCCESS,)
+
+    def cuDeviceGetCount(self):
+        return self.CUresult.CUDA_SUCCESS, 1
+
+    def cuDeviceGet(self, i):
+        return self.CUresult.CUDA_SUCCESS, 0
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        major = attr == self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        return self.CUresult.CUDA_SUCCESS, self.arch[0] if major else self.arch[1]
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return self.CUresult.CUDA_SUCCESS, "ctx"
+
+    def cuCtxSetCurrent(self, ctx):
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuModuleLoadData(self, image):
+        from nnvm_backend_cuda.cpu import HostCUDA
+
+        self.loaded = bytes(image)
+        return self.CUresult.CUDA_SUCCESS, HostCUDA(self.source)
+
+    def cuModuleGetFunction(self, module, name):
+        if name.decode() not in module.names:
+            return (self.CUresult.CUDA_ERROR_NOT_FOUND, None)
+        return self.CUresult.CUDA_SUCCESS, (module, name.decode())
+
+    def cuMemAlloc(self, n):
+        buf = np.zeros(n, dtype=np.uint8)
+        self.buffers[buf.ctypes.data] = buf
+        return self.CUresult.CUDA_SUCCESS, buf.ctypes.data
+
+    def cuMemFree(self, ptr):
+        del self.buffers[int(ptr)]
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuMemcpyHtoD(self, dst, src, n):
+        self.calls.append(("HtoD", n))
+        ctypes.memmove(dst, src, n)
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuMemcpyDtoH(self, dst, src, n):
+        ctypes.memmove(dst, src, n)
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        if self.launch_error:
+            return (self.launch_error,)
+        module, name = f
+        module.launch(name, (gx, gy, gz), (bx, by, bz), params)
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuCtxSynchronize(self):
+        return (self.CUresult.CUDA_SUCCESS,)
+
+    def cuGetErrorName(self, err):
+        return self.CUresult.CUDA_SUCCESS, err.name.encode()

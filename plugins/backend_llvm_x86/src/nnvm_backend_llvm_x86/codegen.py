@@ -8,8 +8,9 @@ The shape of the generated module, per kernel ``f`` of the calling convention ``
 - ``f(args)`` loads ``args[k]`` and calls ``f.compute(p0, p1, ...)``, an internal function whose
   buffer parameters are ``noalias`` (buffers never overlap), which is what lets LLVM vectorize without
   runtime alias checks. O3 inlines it back and keeps the no-alias facts as scoped metadata.
-- ``vectorized`` loops: straight-line bodies become vector code right away (``vectorize.py``:
-  Ramp/Broadcast, contiguous accesses as plain vector loads and stores); other ones stay loops tagged
+- ``vectorized`` loops: straight-line bodies become vector code right away (the core's
+  ``nnvm.tir.vectorize`` with its ``LLVM`` target: Ramp/Broadcast, contiguous accesses as plain vector
+  loads and stores); other ones stay loops tagged
   ``llvm.loop.vectorize.enable`` for LLVM's loop vectorizer. ``unrolled`` loops left by lowering (a
   non-constant extent) carry ``llvm.loop.unroll.enable``.
 - ``parallel`` loops (the outermost one of a nest; inner ones run serially) are outlined into
@@ -36,6 +37,7 @@ from nnvm.errors import Error
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.simplify import simplify
+from nnvm.tir.vectorize import LLVM, vectorize_loops
 from nnvm.tir.visit import free_vars, walk
 from nnvm_backend_llvm_x86.codegen_expr import (
     I1,
@@ -48,7 +50,6 @@ from nnvm_backend_llvm_x86.codegen_expr import (
     scalar_type,
     value_type,
 )
-from nnvm_backend_llvm_x86.vectorize import vectorize_loops
 
 MAX_STACK_BUFFER = 64 * 1024  # bytes; larger buffers go to the heap
 MAX_STACK_TOTAL = 256 * 1024  # per function, so worker threads' stacks stay small
@@ -102,7 +103,7 @@ class CodeGenLLVM(ExprEmitter):
         if name in RESERVED_NAMES or name.startswith("llvm.") or name in self.module.globals:
             raise Error(f"the kernel name {name!r} is taken by a runtime function; rename the kernel")
         self.kernel_names.append(name)
-        body = vectorize_loops(func.body)
+        body = vectorize_loops(func.body, LLVM)
         fnty = ir.FunctionType(I32, [PTR] * len(func.params))
         compute = ir.Function(self.module, fnty, name=f"{name}.compute")
         compute.linkage = "internal"

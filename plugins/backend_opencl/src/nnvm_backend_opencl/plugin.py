@@ -22,7 +22,7 @@ from nnvm.errors import TargetError
 from nnvm.gpu.library import launch_table
 from nnvm.target import Target
 from nnvm.tir.gpu import lower_for_gpu
-from nnvm.tir.vectorize import vectorize_loops
+from nnvm.tir.vectorize import C_FAMILY, vectorize_loops
 from nnvm_backend_opencl import runtime
 from nnvm_backend_opencl.library import OpenCLKernelLibrary, load_library
 from nnvm_backend_opencl.printer import OpenCLPrinter
@@ -60,7 +60,7 @@ class OpenCLBackend(Backend):
 
     def _vectorize(self, state: dict) -> dict:
         for prog in state["programs"]:
-            prog.kernels = [replace(k, body=vectorize_loops(k.body)) for k in prog.kernels]
+            prog.kernels = [replace(k, body=vectorize_loops(k.body, C_FAMILY)) for k in prog.kernels]
         return state
 
     def _print(self, state: dict) -> dict:
