@@ -12,6 +12,10 @@
 #          gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
 #          libgomp1-arm64-cross libgomp1-armhf-cross - link exported Arm modules and the nnvm-run runtime
 #          qemu-user                                  - runs Arm code on this host (mod.run, nnvm run, tests)
+#        pocl-opencl-icd  checked with dpkg-query  - Debian's PoCL, an OpenCL CPU driver the loader lists before
+#          the one bundled in pyopencl's wheel: that one's LLVM 14 does not know newer CPUs (AMD Zen 5 here)
+#          and then fails every kernel build with "unknown target CPU 'generic'"; Debian's picks its
+#          kernel library's CPU (skylake-avx512 on Zen 5) instead of asking LLVM for the host's
 #      Not root, or not Debian: prints what is missing and goes on (tests that need it will skip,
 #      which fails under CI=true).
 #   2. uv: on PATH or importable by python3, else `python3 -m pip install uv`.
@@ -43,7 +47,7 @@ command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 if command -v dpkg-query >/dev/null 2>&1; then
   for pkg in libc6-dev libgomp1 gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
-      libc6-dev-armhf-cross libgomp1-arm64-cross libgomp1-armhf-cross qemu-user; do
+      libc6-dev-armhf-cross libgomp1-arm64-cross libgomp1-armhf-cross qemu-user pocl-opencl-icd; do
     is_installed "$pkg" || missing+=("$pkg")
   done
 fi
