@@ -33,6 +33,7 @@ class MetalBackend(Backend):
 
     name = "metal"
     target_kinds = ("metal",)
+    unsupported_dtypes = ("float64",)  # Metal has no double
     stages = (("gpu", "_gpu"), ("vectorize", "_vectorize"), ("print", "_print"), ("compile", "_compile"))
 
     def check_target(self, target: Target) -> None:
