@@ -8,8 +8,7 @@
  * `constant` (checked by the trampolines, nnvm_is_buffer) fails to compile. `threadgroup` is only ever
  * printed on the arrays a kernel declares at its top level: one copy per OS thread, that is per block
  * (a block runs on one OS thread), shared by the block's fibers. Vectors are ext_vector_type (operators,
- * .x/.xyzw, splat casts); `packed_floatN` the same with 4-byte alignment; `half` a 16-bit float stored as
- * IEEE binary16 and computed in float. */
+ * .x/.xyzw, splat casts); `packed_floatN` the same with 4-byte alignment; `half` clang's __fp16. */
 #ifndef NNVM_METAL_SHIM_H
 #define NNVM_METAL_SHIM_H
 
@@ -35,32 +34,29 @@ typedef unsigned short ushort;
 typedef unsigned int uint;
 typedef unsigned long ulong;
 
-/* half: binary16 storage, float arithmetic, round to nearest even on every conversion to half. */
-struct half {
-  uint16_t bits;
-  half() = default;
-  half(float f) : bits(from_float(f)) {}
-  operator float() const { return to_float(bits); }
-  static uint16_t from_float(float f) {
-    uint32_t x; std::memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-    if (a >= 0x7f800000u) return (uint16_t)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
-    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  /* rounds to infinity */
-    if (a < 0x38800000u) {  /* subnormal half or zero */
-      float v; std::memcpy(&v, &a, 4);
-      return (uint16_t)(sign | (uint32_t)nearbyintf(v * 16777216.0f));
-    }
-    uint32_t r = a + 0xc8000fffu + ((a >> 13) & 1u);  /* rebias the exponent, round to nearest even */
-    return (uint16_t)(sign | (r >> 13));
+/* half: clang's __fp16 (binary16 in memory, arithmetic in float). clang turns its conversions into calls
+ * to the two functions below, defined here so no runtime library is needed; float -> half rounds to
+ * nearest even, as Metal does. */
+typedef __fp16 half;
+extern "C" __attribute__((visibility("hidden"))) unsigned short __gnu_f2h_ieee(float f) {
+  uint32_t x; std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a >= 0x7f800000u) return (unsigned short)(sign | 0x7c00u | (a > 0x7f800000u ? 0x200u : 0u));
+  if (a >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  /* rounds to infinity */
+  if (a < 0x38800000u) {  /* a subnormal half or zero: scale so the half's last bit is 1.0, round */
+    float v; std::memcpy(&v, &a, 4);
+    return (unsigned short)(sign | (uint32_t)nearbyintf(v * 16777216.0f));
   }
-  static float to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0) { float v = (float)m / 16777216.0f; std::memcpy(&x, &v, 4); x |= sign; }
-    else if (e == 31) x = sign | 0x7f800000u | (m << 13);
-    else x = sign | ((e + 112u) << 23) | (m << 13);
-    float f; std::memcpy(&f, &x, 4); return f;
-  }
-};
+  uint32_t r = a + 0xc8000fffu + ((a >> 13) & 1u);  /* rebias the exponent, round to nearest even */
+  return (unsigned short)(sign | (r >> 13));
+}
+extern "C" __attribute__((visibility("hidden"))) float __gnu_h2f_ieee(unsigned short h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+  if (e == 0) { float v = (float)m / 16777216.0f; std::memcpy(&x, &v, 4); x |= sign; }
+  else if (e == 31) x = sign | 0x7f800000u | (m << 13);
+  else x = sign | ((e + 112u) << 23) | (m << 13);
+  float f; std::memcpy(&f, &x, 4); return f;
+}
 
 /* as_type<T>(x): Metal's bit cast. */
 template <typename T, typename F> static inline T as_type(F v) {
