@@ -16,7 +16,8 @@ REVERSE = r"""
 #include <metal_stdlib>
 using namespace metal;
 kernel void reverse(device float* out [[buffer(0)]], device const float* in [[buffer(1)]],
-                    uint3 tid [[thread_position_in_threadgroup]], uint3 gid [[threadgroup_position_in_grid]]) {
+                    uint3 tid [[thread_position_in_threadgroup]],
+                    uint3 gid [[threadgroup_position_in_grid]]) {
   threadgroup float tile[64];
   uint base = gid.x * 64;
   tile[tid.x] = in[base + tid.x];
@@ -55,8 +56,8 @@ UNQUALIFIED_HELPER = r"""
 #include <metal_stdlib>
 using namespace metal;
 void fill(float* p) { p[0] = 1.0f; }
-kernel void unqualified(device float* out [[buffer(0)]],
-                        uint3 tid [[thread_position_in_threadgroup]], uint3 gid [[threadgroup_position_in_grid]]) {
+kernel void unqualified(device float* out [[buffer(0)]], uint3 tid [[thread_position_in_threadgroup]],
+                        uint3 gid [[threadgroup_position_in_grid]]) {
   fill(out);  /* a device pointer where an unqualified one is needed */
 }
 """
