@@ -52,7 +52,8 @@ class Result:
         if self.status == PASS and self.kind == "model":
             return f"pass (relative error {self.max_error:.3g})"
         if self.status == PASS:
-            return f"pass (max error {self.max_error:.3g}, {self.examples} examples)"
+            note = f"; {self.message}" if self.message else ""  # examples left out, say
+            return f"pass (max error {self.max_error:.3g}, {self.examples} examples{note})"
         if self.status == FAIL:
             return f"FAIL {self.failing}: {self.message}"
         if self.status == UNSUPPORTED:
