@@ -128,6 +128,10 @@ class MetalPrinter(CPrinter):
     # -- calls -----------------------------------------------------------------------------------
     def call(self, name: str, args: list, dtype: str) -> str:
         fn = self.math_names.get(name, name)
+        if fn in ("max", "min") and E.split_lanes(dtype)[1] == 1:
+            # Metal's integer max/min take one type: mixed widths (long, int) are ambiguous, so both cast
+            t = self.type_name(dtype)
+            args = [f"(({t})({a}))" for a in args]
         if fn == "erf":
             self._helpers.setdefault("nnvm_erf", ERF)
             fn = "nnvm_erf"

@@ -101,8 +101,9 @@ NNVM_VMATH2(fmax) NNVM_VMATH2(fmin) NNVM_VMATH2(pow) NNVM_VMATH2(fmod)
 static inline float rsqrt(float x) { return 1.0f / sqrtf(x); }
 template <typename V, int L = nnvm_vec<V>::lanes, typename = std::enable_if_t<(L > 0)>>
 static inline V rsqrt(V a) { V r; for (int i = 0; i < L; ++i) r[i] = rsqrt(a[i]); return r; }
-template <typename A, typename B> static inline auto max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
-template <typename A, typename B> static inline auto min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
+/* max/min of one type, as Metal's: mixed types are ambiguous there, so they do not compile here either. */
+template <typename T> static inline T max(T a, T b) { return a > b ? a : b; }
+template <typename T> static inline T min(T a, T b) { return a < b ? a : b; }
 static inline float sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : x); }
 
 /* Kernel parameters: a buffer must be in the device or constant address space. */
