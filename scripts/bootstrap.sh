@@ -6,6 +6,8 @@
 #        gcc        checked with `command -v gcc`  - links exported modules into shared libraries (`cc -shared`)
 #        g++        checked with `command -v g++`  - compiles CUDA kernels as host C++ where there is no GPU,
 #                                                 and the C++ example of docs/deploy.md (its test)
+#        clang      checked with `command -v clang++` - compiles Metal kernels as C++ off a Mac (address spaces,
+#                                                    ext_vector_type: g++ has neither)
 #        libc6-dev  checked with dpkg-query       - the C library files the linker needs
 #        libgomp1   checked with dpkg-query       - the OpenMP runtime parallel kernels run on
 #        Arm cross toolchains and emulator (targets aarch64, armv7), checked with dpkg-query:
@@ -45,6 +47,7 @@ apt_install() {
 missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
+command -v clang++ >/dev/null 2>&1 || missing+=(clang)
 if command -v dpkg-query >/dev/null 2>&1; then
   for pkg in libc6-dev libgomp1 gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
       libc6-dev-armhf-cross libgomp1-arm64-cross libgomp1-armhf-cross qemu-user pocl-opencl-icd; do

@@ -114,9 +114,10 @@ def _seeded_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarra
     return feeds
 
 
-# Every export on the host CPU; on ``cuda`` (natively, or the same CUDA source on the CPU runner where there
-# is no GPU, about 20 s a model here) the default exporter's two models.
-CASES = [(n, v, "llvm") for n in MODELS for v in VARIANTS] + [(n, "dynamo", "cuda") for n in MODELS]
+# Every export on the host CPU; on ``cuda`` and ``metal`` (natively, or the same CUDA or MSL source on the
+# CPU runner where there is no such GPU, about 20 s a model here) the default exporter's two models.
+CASES = [(n, v, "llvm") for n in MODELS for v in VARIANTS] + [(n, "dynamo", t) for t in ("cuda", "metal")
+                                                              for n in MODELS]
 
 
 @pytest.mark.parametrize(("name", "variant", "target"), CASES)

@@ -186,3 +186,42 @@ def test_core_cli_without_the_suite(monkeypatch, capsys):
         monkeypatch.delenv("NNVM_DISABLE_PLUGIN_AUTOLOAD")
         plugins.reset()
     assert "pip install nnvm-conformance" in capsys.readouterr().err
+
+
+class _NoFloat64(_RefusesErf):
+    """Target ``nof64``: the llvm backend declaring float64 a type it has no type for, and failing loudly
+    if an example in it reaches the compiler anyway."""
+
+    name = "nof64"
+    target_kinds = ("nof64",)
+    unsupported_dtypes = ("float64",)
+
+    def build(self, funcs, target):
+        from nnvm.target import parse_target
+
+        assert all("float64" not in repr(b) for f in funcs for b in f.params), "a float64 example was run"
+        llvm = parse_target("llvm")
+        return llvm.backend.build(funcs, llvm)
+
+
+class _NoFloat64Plugin:
+    @hookimpl
+    def nnvm_register_backends(self, register):
+        register(_NoFloat64())
+
+
+def test_examples_in_a_dtype_the_target_lacks_are_left_out_and_counted():
+    plugins.reset()
+    plugins.manager().register(_NoFloat64Plugin(), name="nof64-test")
+    try:
+        case = cases.all_cases()["add"]
+        from nnvm_conformance.runner import draw_examples
+
+        total = len(draw_examples(case))
+        result = run_op(case, "nof64")
+    finally:
+        plugins.reset()
+    assert result.status == PASS, result.message
+    assert 0 < result.examples < total
+    note = f"{total - result.examples} example(s) in float64 left out: nof64 has no such type"
+    assert note in result.message

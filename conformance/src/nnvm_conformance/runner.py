@@ -52,7 +52,8 @@ class Result:
         if self.status == PASS and self.kind == "model":
             return f"pass (relative error {self.max_error:.3g})"
         if self.status == PASS:
-            return f"pass (max error {self.max_error:.3g}, {self.examples} examples)"
+            note = f"; {self.message}" if self.message else ""  # examples left out, say
+            return f"pass (max error {self.max_error:.3g}, {self.examples} examples{note})"
         if self.status == FAIL:
             return f"FAIL {self.failing}: {self.message}"
         if self.status == UNSUPPORTED:
@@ -126,19 +127,43 @@ def _error_result(case: OpCase, target: str, example: Example, exc: BaseExceptio
 
 
 def run_op(case: OpCase, target: str, count: int | None = None) -> Result:
-    """Every example of ``case`` compiled for ``target``, run, and compared with the reference."""
+    """Every example of ``case`` compiled for ``target``, run, and compared with the reference. Examples
+    in a dtype the target's backend declares it has no type for are left out, and the result says so."""
     start = time.perf_counter()
     examples = draw_examples(case, count)
     wants = [[np.asarray(w) for w in case.reference(list(ex.inputs), dict(ex.attrs))] for ex in examples]
+    declined, left_out = _unsupported_dtypes(target), 0
+    if declined:
+        kept = [(ex, w) for ex, w in zip(examples, wants)
+                if not ({str(a.dtype) for a in ex.inputs} | set(case.expected_dtypes(ex, w))) & declined]
+        left_out = len(examples) - len(kept)
+        if left_out and not kept:
+            return Result(case.op, target, UNSUPPORTED, None, len(examples), examples[0].describe(),
+                          f"every example uses a dtype {target} has no type for "
+                          f"({', '.join(sorted(declined))})")
+        examples, wants = [ex for ex, _ in kept], [w for _, w in kept]
     try:
         graph, feeds = _build_graph(case.op, examples, wants)
         mod = _compile(graph, target)
         outs = mod.run(**feeds)
     except Exception:  # find out which examples fail, one compile each
-        return _one_by_one(case, target, examples, wants, start)
-    result = _judge(case, target, examples, wants, outs)
-    result.seconds = time.perf_counter() - start
+        result = _one_by_one(case, target, examples, wants, start)
+    else:
+        result = _judge(case, target, examples, wants, outs)
+        result.seconds = time.perf_counter() - start
+    if left_out:
+        note = f"{left_out} example(s) in {', '.join(sorted(declined))} left out: {target} has no such type"
+        result.message = f"{result.message}; {note}" if result.message else note
     return result
+
+
+def _unsupported_dtypes(target: str) -> set:
+    """The dtypes the backend of ``target`` declares it has no type for (``Backend.unsupported_dtypes``)."""
+    from nnvm.plugins import backends
+    from nnvm.target import parse_target
+
+    found = backends().get(parse_target(target).kind)
+    return set(getattr(found[1], "unsupported_dtypes", ())) if found else set()
 
 
 def _judge(case: OpCase, target: str, examples, wants, outs) -> Result:

@@ -63,6 +63,9 @@ class Backend:
 
     name: str = "?"
     target_kinds: tuple = ()
+    # dtypes the hardware has no type for (Metal: float64). Compiling one is an error naming the kernel;
+    # the conformance suite runs only the examples without them and says how many it left out.
+    unsupported_dtypes: tuple = ()
 
     def check_target(self, target: Target) -> None:
         """Raise ``TargetError`` for options this backend does not understand."""
