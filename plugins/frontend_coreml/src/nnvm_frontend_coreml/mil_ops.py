@@ -14,15 +14,48 @@ from nnvm_frontend_coreml.mil import TABLE, MilContext
 
 register = TABLE.register
 
-BINARY = {"add": "add", "sub": "subtract", "mul": "multiply", "real_div": "divide", "pow": "power",
-          "maximum": "maximum", "minimum": "minimum"}
-UNARY = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "exp": "exp", "log": "log", "sqrt": "sqrt",
-         "rsqrt": "rsqrt", "abs": "abs", "erf": "erf", "floor": "floor", "ceil": "ceil", "sin": "sin",
-         "cos": "cos", "sign": "sign", "inverse": "reciprocal", "round": "round", "softplus": "softplus"}
-REDUCE = {"reduce_mean": "mean", "reduce_sum": "sum", "reduce_max": "max", "reduce_min": "min",
-          "reduce_prod": "prod"}
-CAST = {"fp16": "float32",  # see mil.NNVM_DTYPE
-         "fp32": "float32", "int32": "int32", "int64": "int64", "bool": "bool"}
+BINARY = {
+    "add": "add",
+    "sub": "subtract",
+    "mul": "multiply",
+    "real_div": "divide",
+    "pow": "power",
+    "maximum": "maximum",
+    "minimum": "minimum",
+}
+UNARY = {
+    "relu": "relu",
+    "sigmoid": "sigmoid",
+    "tanh": "tanh",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "abs": "abs",
+    "erf": "erf",
+    "floor": "floor",
+    "ceil": "ceil",
+    "sin": "sin",
+    "cos": "cos",
+    "sign": "sign",
+    "inverse": "reciprocal",
+    "round": "round",
+    "softplus": "softplus",
+}
+REDUCE = {
+    "reduce_mean": "mean",
+    "reduce_sum": "sum",
+    "reduce_max": "max",
+    "reduce_min": "min",
+    "reduce_prod": "prod",
+}
+CAST = {
+    "fp16": "float32",  # see mil.NNVM_DTYPE
+    "fp32": "float32",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+}
 
 
 @register(*BINARY)
@@ -42,7 +75,9 @@ def relu6(ctx: MilContext, args):
 
 @register("clip")
 def clip(ctx: MilContext, args):
-    return ctx.op("clip", [ctx.value("x")], {"a_min": float(ctx.const("alpha")), "a_max": float(ctx.const("beta"))})
+    return ctx.op(
+        "clip", [ctx.value("x")], {"a_min": float(ctx.const("alpha")), "a_max": float(ctx.const("beta"))}
+    )
 
 
 @register("leaky_relu")
@@ -67,7 +102,9 @@ def gelu(ctx: MilContext, args):
     if mode == "SIGMOID_APPROXIMATION":  # x * sigmoid(1.702 x)
         x = ctx.value("x")
         return ctx.op("multiply", [x, ctx.op("sigmoid", [ctx.op("multiply", [x, ctx.scalar(1.702, x)])])])
-    return ctx.op("gelu", [ctx.value("x")], {"approximate": "tanh" if mode == "TANH_APPROXIMATION" else "none"})
+    return ctx.op(
+        "gelu", [ctx.value("x")], {"approximate": "tanh" if mode == "TANH_APPROXIMATION" else "none"}
+    )
 
 
 @register("sigmoid_hard")
@@ -159,8 +196,16 @@ def conv(ctx: MilContext, args):
     if was_1d and str(ctx.const("pad_type", np.array("valid")).item()) == "custom":
         p = [int(v) for v in ctx.const("pad")]
         pads = (0, p[0], 0, p[1])
-    y = ctx.op("conv2d", [x, w], {"strides": strides, "padding": tuple(int(p) for p in pads),
-                                  "dilation": dilations, "groups": int(ctx.const("groups", 1))})
+    y = ctx.op(
+        "conv2d",
+        [x, w],
+        {
+            "strides": strides,
+            "padding": tuple(int(p) for p in pads),
+            "dilation": dilations,
+            "groups": int(ctx.const("groups", 1)),
+        },
+    )
     if ctx.has("bias"):
         y = ctx.op("bias_add", [y, ctx.value("bias")], {"axis": 1})
     return _from_2d(ctx, y, was_1d)
@@ -174,8 +219,13 @@ def _pool(ctx: MilContext, op: str, extra: dict) -> str:
     if was_1d and str(ctx.const("pad_type", np.array("valid")).item()) == "custom":
         p = [int(v) for v in ctx.const("pad")]
         pads = (0, p[0], 0, p[1])
-    attrs = {"pool_size": kernel, "strides": strides, "padding": tuple(int(p) for p in pads),
-             "ceil_mode": bool(ctx.const("ceil_mode", False)), **extra}
+    attrs = {
+        "pool_size": kernel,
+        "strides": strides,
+        "padding": tuple(int(p) for p in pads),
+        "ceil_mode": bool(ctx.const("ceil_mode", False)),
+        **extra,
+    }
     return _from_2d(ctx, ctx.op(op, [x], attrs), was_1d)
 
 
@@ -186,8 +236,9 @@ def max_pool(ctx: MilContext, args):
 
 @register("avg_pool")
 def avg_pool(ctx: MilContext, args):
-    return _pool(ctx, "avg_pool2d", {"count_include_pad": not bool(ctx.const("exclude_padding_from_average",
-                                                                              False))})
+    return _pool(
+        ctx, "avg_pool2d", {"count_include_pad": not bool(ctx.const("exclude_padding_from_average", False))}
+    )
 
 
 @register(*REDUCE)
@@ -226,8 +277,11 @@ def batch_norm(ctx: MilContext, args):
     dtype = ctx.dtype(x)
     gamma = ctx.value("gamma") if ctx.has("gamma") else ctx.param(np.ones(c, dtype), "gamma")
     beta = ctx.value("beta") if ctx.has("beta") else ctx.param(np.zeros(c, dtype), "beta")
-    return ctx.op("batch_norm", [x, gamma, beta, ctx.value("mean"), ctx.value("variance")],
-                  {"epsilon": float(ctx.const("epsilon", 1e-5)), "axis": 1})
+    return ctx.op(
+        "batch_norm",
+        [x, gamma, beta, ctx.value("mean"), ctx.value("variance")],
+        {"epsilon": float(ctx.const("epsilon", 1e-5)), "axis": 1},
+    )
 
 
 @register("reshape")
@@ -258,8 +312,11 @@ def squeeze(ctx: MilContext, args):
     x = ctx.value("x")
     shape = ctx.shape(x)
     axes = ctx.const("axes")
-    drop = ({ctx.normalize_axis(a, len(shape)) for a in axes} if axes is not None
-            else {i for i, d in enumerate(shape) if d == 1})
+    drop = (
+        {ctx.normalize_axis(a, len(shape)) for a in axes}
+        if axes is not None
+        else {i for i, d in enumerate(shape) if d == 1}
+    )
     return ctx.reshape(x, [d for i, d in enumerate(shape) if i not in drop])
 
 
@@ -282,8 +339,15 @@ def pad(ctx: MilContext, args):
     mode = str(ctx.const("mode", np.array("constant")).item())
     if mode not in ("constant", "reflect", "replicate"):
         raise ctx.error(f"pad mode {mode!r} is not supported")
-    return ctx.op("pad", [x], {"pad_width": tuple(width), "pad_value": float(ctx.const("constant_val", 0.0)),
-                               "mode": "edge" if mode == "replicate" else mode})
+    return ctx.op(
+        "pad",
+        [x],
+        {
+            "pad_width": tuple(width),
+            "pad_value": float(ctx.const("constant_val", 0.0)),
+            "mode": "edge" if mode == "replicate" else mode,
+        },
+    )
 
 
 @register("layer_norm")
@@ -293,8 +357,10 @@ def layer_norm(ctx: MilContext, args):
     axes = sorted(ctx.normalize_axis(a, rank) for a in ctx.const("axes"))
     if axes != list(range(axes[0], rank)):
         raise ctx.error(f"layer_norm over axes {axes} (not the trailing axes) is not supported")
-    shape = ctx.shape(x)[axes[0]:]
+    shape = ctx.shape(x)[axes[0] :]
     dtype = ctx.dtype(x)
     gamma = ctx.value("gamma") if ctx.has("gamma") else ctx.param(np.ones(shape, dtype), "gamma")
     beta = ctx.value("beta") if ctx.has("beta") else ctx.param(np.zeros(shape, dtype), "beta")
-    return ctx.op("layer_norm", [x, gamma, beta], {"axis": axes[0], "epsilon": float(ctx.const("epsilon", 1e-5))})
+    return ctx.op(
+        "layer_norm", [x, gamma, beta], {"axis": axes[0], "epsilon": float(ctx.const("epsilon", 1e-5))}
+    )

@@ -12,8 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import ModelLoadError
-from nnvm.frontend import (ConversionContext, ConverterTable, bind_input, call_converter, check_shape_keys,
-                           check_supported)
+from nnvm.frontend import (
+    ConversionContext,
+    ConverterTable,
+    bind_input,
+    call_converter,
+    check_shape_keys,
+    check_supported,
+)
 from nnvm.frontend.padding import same_pads
 from nnvm.graph.builder import GraphBuilder
 from nnvm_frontend_coreml.reader import unpack_bits
@@ -39,8 +45,9 @@ class LayerContext(ConversionContext):
             raise self.error(f"{what}: {exc}") from None
         if shape is not None:
             if w.size != int(np.prod(shape, dtype=np.int64)):
-                raise self.error(f"{what} hold {w.size} values, not the {int(np.prod(shape))} of shape "
-                                 f"{tuple(shape)}")
+                raise self.error(
+                    f"{what} hold {w.size} values, not the {int(np.prod(shape))} of shape {tuple(shape)}"
+                )
             w = w.reshape(shape)
         return w
 
@@ -78,8 +85,12 @@ def weight_array(params) -> np.ndarray:
 
 def convert_network(spec, nn, where: str, shapes):
     layers = list(nn.layers)
-    check_supported(((layer.WhichOneof("layer"), layer.name) for layer in layers), TABLE.supports,
-                    "CoreML NeuralNetwork", where)
+    check_supported(
+        ((layer.WhichOneof("layer"), layer.name) for layer in layers),
+        TABLE.supports,
+        "CoreML NeuralNetwork",
+        where,
+    )
     b = GraphBuilder()
     inputs = [i for i in spec.description.input]
     shapes = check_shape_keys(shapes, [i.name for i in inputs], where)
@@ -93,8 +104,9 @@ def convert_network(spec, nn, where: str, shapes):
         ctx.layer = getattr(layer, kind)
         missing = [i for i in layer.input if i not in env]
         if missing:
-            raise ModelLoadError(f"{where}: layer {layer.name} reads {missing[0]!r}, which no input or earlier "
-                                 "layer produces")
+            raise ModelLoadError(
+                f"{where}: layer {layer.name} reads {missing[0]!r}, which no input or earlier layer produces"
+            )
         results = call_converter(ctx, TABLE.lookup(kind), [env[i] for i in layer.input])
         for out, value in zip(layer.output, results):
             env[out] = value
@@ -130,18 +142,24 @@ def _input(b: GraphBuilder, inp, nn, shapes, where: str) -> str:
                 continue
             if pre.WhichOneof("preprocessor") == "scaler":
                 s = pre.scaler
-                biases = ([s.grayBias] if channels == 1 else
-                          [s.blueBias, s.greenBias, s.redBias] if img.colorSpace == 30 else
-                          [s.redBias, s.greenBias, s.blueBias])
+                biases = (
+                    [s.grayBias]
+                    if channels == 1
+                    else [s.blueBias, s.greenBias, s.redBias]
+                    if img.colorSpace == 30
+                    else [s.redBias, s.greenBias, s.blueBias]
+                )
                 scale = s.channelScale if s.channelScale else 1.0
                 x = b.node1("multiply", [x, b.const(np.float32(scale))])
                 x = b.node1("add", [x, b.const(np.asarray(biases, np.float32).reshape(1, channels, 1, 1))])
             else:
-                raise ModelLoadError(f"{where}: image input {inp.name!r} has mean-image preprocessing, "
-                                     "which is not supported")
+                raise ModelLoadError(
+                    f"{where}: image input {inp.name!r} has mean-image preprocessing, which is not supported"
+                )
         return x
-    raise ModelLoadError(f"{where}: input {inp.name!r} is of type {kind}; only multi-arrays and images are "
-                         "supported")
+    raise ModelLoadError(
+        f"{where}: input {inp.name!r} is of type {kind}; only multi-arrays and images are supported"
+    )
 
 
 def _spatial_pads(ctx: LayerContext, m, size, kernel, strides, dilations) -> tuple[tuple, bool]:
@@ -174,11 +192,17 @@ def convolution(ctx: LayerContext, inputs):
     groups = int(m.nGroups) or 1
     w = ctx.weights(m.weights, (int(m.outputChannels), int(m.kernelChannels), *kernel))
     pads, _ = _spatial_pads(ctx, m, ctx.shape(x)[2:], kernel, strides, dilations)
-    y = ctx.op("conv2d", [x, ctx.param(w, "weight")],
-               {"strides": strides, "padding": pads, "dilation": dilations, "groups": groups})
+    y = ctx.op(
+        "conv2d",
+        [x, ctx.param(w, "weight")],
+        {"strides": strides, "padding": pads, "dilation": dilations, "groups": groups},
+    )
     if m.hasBias:
-        y = ctx.op("bias_add", [y, ctx.param(ctx.weights(m.bias, (int(m.outputChannels),), "bias"), "bias")],
-                   {"axis": 1})
+        y = ctx.op(
+            "bias_add",
+            [y, ctx.param(ctx.weights(m.bias, (int(m.outputChannels),), "bias"), "bias")],
+            {"axis": 1},
+        )
     return y
 
 
@@ -202,7 +226,9 @@ def batchnorm(ctx: LayerContext, inputs):
     c = int(m.channels)
     if m.computeMeanVar:
         raise ctx.error("batchnorm with computeMeanVar (statistics of the input) is not supported")
-    params = [ctx.param(ctx.weights(getattr(m, k), (c,), k), k) for k in ("gamma", "beta", "mean", "variance")]
+    params = [
+        ctx.param(ctx.weights(getattr(m, k), (c,), k), k) for k in ("gamma", "beta", "mean", "variance")
+    ]
     return ctx.op("batch_norm", [inputs[0], *params], {"epsilon": float(m.epsilon), "axis": 1})
 
 
@@ -242,7 +268,9 @@ def activation(ctx: LayerContext, inputs):
     if kind == "softplus":
         return ctx.op("softplus", [x])
     if kind == "PReLU":
-        return ctx.op("prelu", [x, ctx.param(ctx.weights(p.alpha, None, "alpha").astype(np.float32), "alpha")])
+        return ctx.op(
+            "prelu", [x, ctx.param(ctx.weights(p.alpha, None, "alpha").astype(np.float32), "alpha")]
+        )
     if kind == "parametricSoftplus":
         alpha = _per_channel(ctx, x, ctx.weights(p.alpha, None, "alpha"))
         beta = _per_channel(ctx, x, ctx.weights(p.beta, None, "beta"))
@@ -312,7 +340,9 @@ def average(ctx: LayerContext, inputs):
 def concat(ctx: LayerContext, inputs):
     if ctx.layer.sequenceConcat:
         raise ctx.error("sequence concatenation is not supported")
-    axis = ctx.rank(inputs[0]) - 3 if ctx.rank(inputs[0]) >= 3 else ctx.rank(inputs[0]) - 1  # C of (.., C, H, W)
+    axis = (
+        ctx.rank(inputs[0]) - 3 if ctx.rank(inputs[0]) >= 3 else ctx.rank(inputs[0]) - 1
+    )  # C of (.., C, H, W)
     return inputs[0] if len(inputs) == 1 else ctx.op("concatenate", inputs, {"axis": axis})
 
 
@@ -387,7 +417,9 @@ def padding(ctx: LayerContext, inputs):
     m = ctx.layer
     x = inputs[0]
     amounts = list(m.paddingAmounts.borderAmounts) or []
-    (top, bottom), (left, right) = [(int(a.startEdgeSize), int(a.endEdgeSize)) for a in amounts] or [(0, 0)] * 2
+    (top, bottom), (left, right) = [(int(a.startEdgeSize), int(a.endEdgeSize)) for a in amounts] or [
+        (0, 0)
+    ] * 2
     kind = m.WhichOneof("PaddingType")
     mode = {"constant": "constant", "reflection": "reflect", "replication": "edge"}[kind]
     value = float(m.constant.value) if kind == "constant" else 0.0

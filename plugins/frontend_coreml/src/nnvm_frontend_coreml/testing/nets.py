@@ -22,7 +22,9 @@ SCRIPT = Path(__file__).with_name("make_nets.py")
 
 def reference_python() -> Path:
     if not list(Path(FIND_LINKS).glob("torch-2.13.0*-cp311-*.whl")):
-        raise VenvUnavailable(f"no torch 2.13.0 CPU wheel for Python 3.11 in {FIND_LINKS} (NNVM_TORCH_FIND_LINKS)")
+        raise VenvUnavailable(
+            f"no torch 2.13.0 CPU wheel for Python 3.11 in {FIND_LINKS} (NNVM_TORCH_FIND_LINKS)"
+        )
     return build_venv("coreml-9", REQUIREMENTS, find_links=FIND_LINKS)
 
 
@@ -35,7 +37,12 @@ def coreml_nets() -> Path:
         return out
     with file_lock(out.with_name(out.name + ".lock")):
         if not marker.exists():
-            run_checked([str(python), str(SCRIPT), str(out)], "converting the test nets with coremltools", 900,
-                        out.parent, clean_env())
+            run_checked(
+                [str(python), str(SCRIPT), str(out)],
+                "converting the test nets with coremltools",
+                900,
+                out.parent,
+                clean_env(),
+            )
             marker.write_text("ok")
     return out
