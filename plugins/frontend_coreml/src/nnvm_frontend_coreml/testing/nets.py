@@ -29,20 +29,24 @@ def reference_python() -> Path:
 
 
 def coreml_nets() -> Path:
+    """The converted ResNet-18 and MobileNetV2 (``make_nets.py``)."""
+    return _built(SCRIPT, "converting the test nets with coremltools")
+
+
+def coreml_ops() -> Path:
+    """The one-op ML Programs of ``make_ops.py``."""
+    return _built(SCRIPT.with_name("make_ops.py"), "building one-op ML Programs with coremltools")
+
+
+def _built(script: Path, what: str) -> Path:
     python = reference_python()
-    digest = hashlib.sha256(SCRIPT.read_bytes() + " ".join(REQUIREMENTS).encode()).hexdigest()[:12]
-    out = cache_dir() / "models" / "coreml" / digest
+    digest = hashlib.sha256(script.read_bytes() + " ".join(REQUIREMENTS).encode()).hexdigest()[:12]
+    out = cache_dir() / "models" / "coreml" / f"{script.stem}-{digest}"
     marker = out / ".complete"
     if marker.exists():
         return out
     with file_lock(out.with_name(out.name + ".lock")):
         if not marker.exists():
-            run_checked(
-                [str(python), str(SCRIPT), str(out)],
-                "converting the test nets with coremltools",
-                900,
-                out.parent,
-                clean_env(),
-            )
+            run_checked([str(python), str(script), str(out)], what, 900, out.parent, clean_env())
             marker.write_text("ok")
     return out

@@ -1,0 +1,68 @@
+"""Tiny ML Programs, one MIL op each, built with coremltools' MIL builder: ``python make_ops.py OUT_DIR``.
+
+Each becomes ``OUT_DIR/<case>.mlpackage`` (float32); the test computes the op's documented semantics in
+numpy on the same input (shape (1, 3, 7, 8) unless the case says otherwise).
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def cases(mb):
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    return {
+        # MIL pad order [top, bottom, left, right], asymmetric.
+        "conv_custom_pad": lambda x: mb.conv(
+            x=x, weight=w, strides=[2, 1], pad_type="custom", pad=[0, 2, 1, 0]
+        ),
+        "conv_same": lambda x: mb.conv(x=x, weight=w, strides=[2, 2], pad_type="same"),
+        "avg_pool_exclude_ceil": lambda x: mb.avg_pool(
+            x=x,
+            kernel_sizes=[3, 3],
+            strides=[2, 2],
+            pad_type="custom",
+            pad=[1, 1, 1, 1],
+            exclude_padding_from_average=True,
+            ceil_mode=True,
+        ),
+        "max_pool_same": lambda x: mb.max_pool(x=x, kernel_sizes=[2, 3], strides=[2, 2], pad_type="same"),
+        "pad_reflect": lambda x: mb.pad(x=x, pad=[1, 2, 2, 1], mode="reflect"),
+        "softmax_axis1": lambda x: mb.softmax(x=x, axis=1),
+        "gelu_tanh": lambda x: mb.gelu(x=x, mode="TANH_APPROXIMATION"),
+        "layer_norm": lambda x: mb.layer_norm(x=x, axes=[2, 3], epsilon=1e-5),
+        "reduce_max_keep": lambda x: mb.reduce_max(x=x, axes=[1, 3], keep_dims=True),
+        "sigmoid_hard": lambda x: mb.sigmoid_hard(x=x, alpha=0.3, beta=0.4),
+        "concat_relu": lambda x: mb.concat(values=[x, mb.relu(x=x)], axis=2),
+    }
+
+
+def _one_input(body):
+    def prog(x):
+        return body(x)
+
+    return prog
+
+
+def main(out: Path):
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name, body in cases(mb).items():
+        prog = mb.program(input_specs=[mb.TensorSpec(shape=(1, 3, 7, 8))], opset_version=ct.target.iOS16)(
+            _one_input(body)
+        )
+
+        model = ct.convert(
+            prog,
+            convert_to="mlprogram",
+            compute_precision=ct.precision.FLOAT32,
+            minimum_deployment_target=ct.target.iOS16,
+        )
+        model.save(str(out / f"{name}.mlpackage"))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

@@ -1,0 +1,99 @@
+"""numpy references of the MIL ops ``make_ops.py`` builds, written from the MIL op documentation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def weight() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+
+
+def conv(x, w, strides, pads):
+    """pads: (top, bottom, left, right)."""
+    t, b, l, r = pads
+    xp = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
+    o, _, kh, kw = w.shape
+    oh = (xp.shape[2] - kh) // strides[0] + 1
+    ow = (xp.shape[3] - kw) // strides[1] + 1
+    y = np.zeros((x.shape[0], o, oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * strides[0] : i * strides[0] + kh, j * strides[1] : j * strides[1] + kw]
+            y[:, :, i, j] = np.einsum("nchw,ochw->no", patch, w)
+    return y
+
+
+def pool(x, kernel, strides, pads, reduce, ceil=False, exclude=True):
+    t, b, l, r = pads
+    h, w = x.shape[2:]
+    sizes = []
+    for n, k, s, p0, p1 in ((h, kernel[0], strides[0], t, b), (w, kernel[1], strides[1], l, r)):
+        span = n + p0 + p1 - k
+        out = (math.ceil(span / s) if ceil else span // s) + 1
+        if ceil and (out - 1) * s >= n + p0:
+            out -= 1
+        sizes.append(out)
+    y = np.zeros(x.shape[:2] + tuple(sizes))
+    for i in range(sizes[0]):
+        for j in range(sizes[1]):
+            y0, x0 = i * strides[0] - t, j * strides[1] - l
+            win = x[:, :, max(y0, 0) : min(y0 + kernel[0], h), max(x0, 0) : min(x0 + kernel[1], w)]
+            if reduce == "max":
+                y[:, :, i, j] = win.max(axis=(2, 3))
+            else:
+                count = win.shape[2] * win.shape[3] if exclude else kernel[0] * kernel[1]
+                y[:, :, i, j] = win.sum(axis=(2, 3)) / count
+    return y
+
+
+def same(n, k, s):
+    out = -(-n // s)
+    total = max((out - 1) * s + k - n, 0)
+    return total // 2, total - total // 2
+
+
+def reference(name: str, x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    if name == "conv_custom_pad":
+        return conv(x64, weight(), (2, 1), (0, 2, 1, 0))
+    if name == "conv_same":
+        return conv(x64, weight(), (2, 2), same(7, 3, 2) + same(8, 3, 2))
+    if name == "avg_pool_exclude_ceil":
+        return pool(x64, (3, 3), (2, 2), (1, 1, 1, 1), "avg", ceil=True, exclude=True)
+    if name == "max_pool_same":
+        return pool(x64, (2, 3), (2, 2), same(7, 2, 2) + same(8, 3, 2), "max")
+    if name == "pad_reflect":
+        return np.pad(x64, ((0, 0), (0, 0), (1, 2), (2, 1)), mode="reflect")
+    if name == "softmax_axis1":
+        e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if name == "gelu_tanh":
+        return 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    if name == "layer_norm":
+        mean = x64.mean(axis=(2, 3), keepdims=True)
+        return (x64 - mean) / np.sqrt(x64.var(axis=(2, 3), keepdims=True) + 1e-5)
+    if name == "reduce_max_keep":
+        return x64.max(axis=(1, 3), keepdims=True)
+    if name == "sigmoid_hard":
+        return np.clip(0.3 * x64 + 0.4, 0, 1)
+    if name == "concat_relu":
+        return np.concatenate([x64, np.maximum(x64, 0)], axis=2)
+    raise KeyError(name)
+
+
+CASES = [
+    "conv_custom_pad",
+    "conv_same",
+    "avg_pool_exclude_ceil",
+    "max_pool_same",
+    "pad_reflect",
+    "softmax_axis1",
+    "gelu_tanh",
+    "layer_norm",
+    "reduce_max_keep",
+    "sigmoid_hard",
+    "concat_relu",
+]
