@@ -233,6 +233,9 @@ def convert_program(spec, weights_dir, where: str, shapes) -> object:
                 reader.read(bd.value) if bd.WhichOneof("binding") == "value" else bd.name
                 for bd in arg.arguments
             ]
+        for param, value in op.attributes.items():  # iOS16 constexpr ops carry their values as attributes
+            if param != "name" and param not in args:
+                args[param] = [reader.read(value)]
         name = op.outputs[0].name if op.outputs else op.type
         ctx.begin(name, op.type, {})
         ctx.args = args

@@ -364,3 +364,223 @@ def layer_norm(ctx: MilContext, args):
     return ctx.op(
         "layer_norm", [x, gamma, beta], {"axis": axes[0], "epsilon": float(ctx.const("epsilon", 1e-5))}
     )
+
+
+# -- compile-time weight decompression (constexpr_*): numpy at import, a constant in the graph --------
+
+
+def _decompressed(ctx: MilContext, value: np.ndarray) -> str:
+    ctx.consts[ctx.name] = value
+    return ctx.binding(ctx.name)
+
+
+def _blockwise(values: np.ndarray, shape) -> np.ndarray:
+    """``values`` repeated along each axis to ``shape`` (MIL's blockwise broadcast: each entry covers
+    ``shape[i] // values.shape[i]`` consecutive elements)."""
+    values = np.asarray(values)
+    for axis, (n, m) in enumerate(zip(shape, values.shape)):
+        if m != n:
+            values = np.repeat(values, n // m, axis)
+    return values
+
+
+def _along(vector: np.ndarray, rank: int, axis: int) -> np.ndarray:
+    vector = np.asarray(vector)
+    if vector.ndim == 0:
+        return vector
+    shape = [1] * rank
+    shape[axis] = vector.size
+    return vector.reshape(shape)
+
+
+@register("constexpr_affine_dequantize")
+def affine_dequantize(ctx: MilContext, args):
+    q = ctx.const("quantized_data")
+    axis = int(ctx.const("axis", 0)) % q.ndim
+    zp = _along(ctx.const("zero_point"), q.ndim, axis).astype(np.float32)
+    scale = ctx.const("scale")
+    return _decompressed(ctx, ((q.astype(np.float32) - zp) * _along(scale, q.ndim, axis)).astype(scale.dtype))
+
+
+@register("constexpr_blockwise_shift_scale")
+def blockwise_shift_scale(ctx: MilContext, args):
+    data = ctx.const("data")
+    scale = ctx.const("scale")
+    values = data.astype(np.float32)
+    if ctx.has("offset"):
+        values = values - _blockwise(ctx.const("offset"), data.shape).astype(np.float32)
+    return _decompressed(ctx, (values * _blockwise(scale, data.shape)).astype(scale.dtype))
+
+
+@register("constexpr_lut_to_dense")
+def lut_to_dense(ctx: MilContext, args):
+    lut = ctx.const("lut")
+    indices = ctx.const("indices")
+    if ctx.has("shape"):  # iOS16: one LUT, indices packed in bytes
+        from nnvm_frontend_coreml.reader import unpack_bits
+
+        shape = [int(s) for s in ctx.const("shape")]
+        bits = int(np.log2(lut.size))
+        flat = unpack_bits(indices.astype(np.uint8).ravel(), bits, int(np.prod(shape)))
+        return _decompressed(ctx, lut.ravel()[flat.astype(np.int64)].reshape(shape))
+    # iOS18: lut (*blocks, palettes, vector_size), indices typed (already unpacked) with the output shape
+    if lut.shape[-1] != 1:
+        raise ctx.error("vector palettization (a LUT vector size above 1) is not supported")
+    table = _blockwise(lut[..., 0], (*indices.shape, lut.shape[-2]))
+    values = np.take_along_axis(table, indices.astype(np.int64)[..., None], axis=-1)[..., 0]
+    return _decompressed(ctx, values)
+
+
+@register("constexpr_sparse_to_dense")
+def sparse_to_dense(ctx: MilContext, args):
+    data = ctx.const("nonzero_data")
+    mask = ctx.const("mask")
+    if ctx.has("shape"):  # iOS16: the mask is packed bits
+        from nnvm_frontend_coreml.reader import unpack_bits
+
+        shape = [int(s) for s in ctx.const("shape")]
+        mask = unpack_bits(mask.astype(np.uint8).ravel(), 1, int(np.prod(shape))).reshape(shape)
+    dense = np.zeros(mask.shape, data.dtype)
+    dense[mask != 0] = data.ravel()
+    return _decompressed(ctx, dense)
+
+
+@register("constexpr_cast")
+def constexpr_cast(ctx: MilContext, args):
+    return _decompressed(ctx, ctx.const("source_val").astype(np.float32))
+
+
+# -- more tensor and NN ops ----------------------------------------------------------------------------
+
+COMPARE = {
+    "equal": "equal",
+    "not_equal": "not_equal",
+    "greater": "greater",
+    "greater_equal": "greater_equal",
+    "less": "less",
+    "less_equal": "less_equal",
+    "logical_and": "logical_and",
+    "logical_or": "logical_or",
+    "logical_xor": "logical_xor",
+    "floor_div": None,
+    "mod": "floor_mod",
+}
+
+
+@register(*COMPARE)
+def compare(ctx: MilContext, args):
+    x, y = ctx.value("x"), ctx.value("y")
+    if ctx.op_type == "floor_div":
+        return ctx.op("floor", [ctx.op("divide", [x, y])])
+    return ctx.op(COMPARE[ctx.op_type], [x, y])
+
+
+@register("logical_not")
+def logical_not(ctx: MilContext, args):
+    return ctx.op("logical_not", [ctx.value("x")])
+
+
+@register("select")
+def select(ctx: MilContext, args):
+    return ctx.op("where", [ctx.value("cond"), ctx.value("a"), ctx.value("b")])
+
+
+@register("split")
+def split(ctx: MilContext, args):
+    x = ctx.value("x")
+    axis = ctx.normalize_axis(int(ctx.const("axis")), ctx.rank(x))
+    size = ctx.shape(x)[axis]
+    if ctx.has("split_sizes"):
+        sizes = [int(s) for s in ctx.const("split_sizes")]
+    else:
+        n = int(ctx.const("num_splits"))
+        sizes = [-(-size // n)] * (size // -(-size // n)) + (
+            [size % -(-size // n)] if size % -(-size // n) else []
+        )
+    points = tuple(int(p) for p in np.cumsum(sizes)[:-1])
+    if not points:
+        return [x]
+    return ctx.ops("split", [x], {"indices": points, "axis": axis}, len(sizes))
+
+
+@register("slice_by_index")
+def slice_by_index(ctx: MilContext, args):
+    x = ctx.value("x")
+    shape = ctx.shape(x)
+    rank = len(shape)
+    begin = [int(v) for v in ctx.const("begin")]
+    end = [int(v) for v in ctx.const("end")]
+    stride = [int(v) for v in ctx.const("stride", np.ones(rank, np.int32))]
+    bmask = [bool(v) for v in ctx.const("begin_mask", np.zeros(rank, bool))]
+    emask = [bool(v) for v in ctx.const("end_mask", np.zeros(rank, bool))]
+    smask = [bool(v) for v in ctx.const("squeeze_mask", np.zeros(rank, bool))]
+    starts, stops = [], []
+    for i in range(rank):
+        s, e = slice(None if bmask[i] else begin[i], None if emask[i] else end[i], stride[i]).indices(
+            shape[i]
+        )[:2]
+        if smask[i]:
+            e = s + 1 if stride[i] > 0 else s - 1
+        starts.append(s)
+        stops.append(e if e >= 0 else -shape[i] - 1)
+    y = ctx.op(
+        "strided_slice",
+        [x],
+        {"begin": tuple(starts), "end": tuple(stops), "strides": tuple(stride), "axes": tuple(range(rank))},
+    )
+    if any(smask):
+        y = ctx.reshape(y, [d for i, d in enumerate(ctx.shape(y)) if not smask[i]])
+    return y
+
+
+@register("slice_by_size")
+def slice_by_size(ctx: MilContext, args):
+    x = ctx.value("x")
+    shape = ctx.shape(x)
+    begin = [int(v) for v in ctx.const("begin")]
+    size = [int(v) for v in ctx.const("size")]
+    end = [n if s == -1 else b + s for b, s, n in zip(begin, size, shape)]
+    return ctx.op(
+        "strided_slice", [x], {"begin": tuple(begin), "end": tuple(end), "axes": tuple(range(len(shape)))}
+    )
+
+
+@register("gather")
+def gather(ctx: MilContext, args):
+    x = ctx.value("x")
+    axis = ctx.normalize_axis(int(ctx.const("axis", 0)), ctx.rank(x))
+    indices = ctx.value("indices")
+    size = ctx.scalar(ctx.shape(x)[axis], indices)
+    wrapped = ctx.op(
+        "where", [ctx.op("less", [indices, ctx.scalar(0, indices)]), ctx.op("add", [indices, size]), indices]
+    )
+    return ctx.op("take", [x, wrapped], {"axis": axis})
+
+
+@register("instance_norm")
+def instance_norm(ctx: MilContext, args):
+    x = ctx.value("x")
+    c = ctx.shape(x)[1]
+    dtype = ctx.dtype(x)
+    gamma = ctx.value("gamma") if ctx.has("gamma") else ctx.param(np.ones(c, dtype), "gamma")
+    beta = ctx.value("beta") if ctx.has("beta") else ctx.param(np.zeros(c, dtype), "beta")
+    return ctx.op("instance_norm", [x, gamma, beta], {"epsilon": float(ctx.const("epsilon", 1e-5))})
+
+
+@register("upsample_nearest_neighbor")
+def upsample_nearest(ctx: MilContext, args):
+    """Integer scale factors: each pixel repeated, as a broadcast over two new axes."""
+    x = ctx.value("x")
+    sh, sw = float(ctx.const("scale_factor_height", 1)), float(ctx.const("scale_factor_width", 1))
+    if sh != int(sh) or sw != int(sw):
+        raise ctx.error(f"non-integer scale factors ({sh}, {sw}) are not supported")
+    n, c, h, w = ctx.shape(x)
+    y = ctx.op(
+        "broadcast_to", [ctx.reshape(x, (n, c, h, 1, w, 1))], {"shape": (n, c, h, int(sh), w, int(sw))}
+    )
+    return ctx.reshape(y, (n, c, h * int(sh), w * int(sw)))
+
+
+@register("tile")
+def tile(ctx: MilContext, args):
+    return ctx.op("tile", [ctx.value("x")], {"reps": tuple(int(r) for r in ctx.const("reps"))})

@@ -12,7 +12,30 @@ import numpy as np
 
 def cases(mb):
     w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    q = np.arange(8, dtype=np.uint8).reshape(1, 8) * 30
+    lut = np.array([-1.5, 0.25, 2.0, 3.5], np.float32)
+    packed = np.packbits(
+        np.unpackbits(np.array([0b11100100, 0b00011011], np.uint8), bitorder="little"), bitorder="little"
+    )
     return {
+        "affine_dequantize": lambda x: mb.add(
+            x=x,
+            y=mb.constexpr_affine_dequantize(
+                quantized_data=q, zero_point=np.uint8(100), scale=np.float32(0.05), axis=0
+            ),
+        ),
+        "lut_to_dense": lambda x: mb.mul(
+            x=x, y=mb.constexpr_lut_to_dense(indices=packed, lut=lut, shape=np.array([1, 8], np.uint32))
+        ),
+        "split_slice": lambda x: mb.split(x=x, split_sizes=[2, 5], axis=2)[1],
+        "slice_by_index": lambda x: mb.slice_by_index(
+            x=x, begin=[0, 2, 1, 7], end=[1, 0, 6, 0], stride=[1, -1, 2, -3]
+        ),
+        "gather": lambda x: mb.gather(x=x, indices=np.array([3, -1, 0], np.int32), axis=3),
+        "instance_norm": lambda x: mb.instance_norm(x=x, epsilon=1e-5),
+        "upsample_nearest": lambda x: mb.upsample_nearest_neighbor(
+            x=x, scale_factor_height=2, scale_factor_width=3
+        ),
         # MIL pad order [top, bottom, left, right], asymmetric.
         "conv_custom_pad": lambda x: mb.conv(
             x=x, weight=w, strides=[2, 1], pad_type="custom", pad=[0, 2, 1, 0]

@@ -81,6 +81,21 @@ def reference(name: str, x: np.ndarray) -> np.ndarray:
         return np.clip(0.3 * x64 + 0.4, 0, 1)
     if name == "concat_relu":
         return np.concatenate([x64, np.maximum(x64, 0)], axis=2)
+    if name == "affine_dequantize":
+        return x64 + (np.arange(8) * 30 - 100.0) * 0.05
+    if name == "lut_to_dense":
+        return x64 * np.array([-1.5, 0.25, 2.0, 3.5])[[0, 1, 2, 3, 3, 2, 1, 0]]
+    if name == "split_slice":
+        return x64[:, :, 2:7]
+    if name == "slice_by_index":
+        return x64[0:1, 2:0:-1, 1:6:2, 7:0:-3]
+    if name == "gather":
+        return x64[..., [3, -1, 0]]
+    if name == "instance_norm":
+        mean = x64.mean(axis=(2, 3), keepdims=True)
+        return (x64 - mean) / np.sqrt(x64.var(axis=(2, 3), keepdims=True) + 1e-5)
+    if name == "upsample_nearest":
+        return x64.repeat(2, axis=2).repeat(3, axis=3)
     raise KeyError(name)
 
 
@@ -96,4 +111,11 @@ CASES = [
     "reduce_max_keep",
     "sigmoid_hard",
     "concat_relu",
+    "affine_dequantize",
+    "lut_to_dense",
+    "split_slice",
+    "slice_by_index",
+    "gather",
+    "instance_norm",
+    "upsample_nearest",
 ]
