@@ -447,5 +447,8 @@ def l2normalize(ctx: LayerContext, inputs):
     x = inputs[0]
     rank = ctx.rank(x)
     axes = tuple(range(max(rank - 3, 1), rank))  # over (C, H, W)
-    norm = ctx.op("sqrt", [ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": axes, "keepdims": True})])
-    return ctx.op("divide", [x, ctx.op("add", [norm, ctx.scalar(ctx.layer.epsilon or 1e-6, x)])])
+    total = ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": axes, "keepdims": True})
+    # x / sqrt(sum(x^2) + epsilon), as NeuralNetwork.proto documents it
+    return ctx.op(
+        "divide", [x, ctx.op("sqrt", [ctx.op("add", [total, ctx.scalar(ctx.layer.epsilon or 1e-6, x)])])]
+    )

@@ -38,6 +38,11 @@ def coreml_ops() -> Path:
     return _built(SCRIPT.with_name("make_ops.py"), "building one-op ML Programs with coremltools")
 
 
+def coreml_nn_ops() -> Path:
+    """The one-layer NeuralNetwork models of ``make_nn_ops.py``."""
+    return _built(SCRIPT.with_name("make_nn_ops.py"), "building one-layer NeuralNetworks with coremltools")
+
+
 def _built(script: Path, what: str) -> Path:
     python = reference_python()
     digest = hashlib.sha256(script.read_bytes() + " ".join(REQUIREMENTS).encode()).hexdigest()[:12]

@@ -119,3 +119,60 @@ CASES = [
     "instance_norm",
     "upsample_nearest",
 ]
+
+
+NN_CASES = [
+    "conv_valid_border",
+    "conv_same",
+    "conv_quantized",
+    "avg_pool_last_pixel",
+    "max_pool_same",
+    "global_avg",
+    "leaky_relu",
+    "sigmoid_hard",
+    "batchnorm",
+    "scale_bias",
+    "padding_reflect",
+    "l2_normalize",
+    "softmax_nd",
+]
+
+
+def nn_reference(name: str, x: np.ndarray) -> np.ndarray:
+    """NeuralNetwork layers (``make_nn_ops.py``), from NeuralNetwork.proto's documentation."""
+    x64 = x.astype(np.float64)
+    per_channel = (1, 3, 1, 1)
+    if name == "conv_valid_border":
+        return conv(x64, weight(), (2, 1), (0, 2, 1, 0))
+    if name == "conv_same":
+        return conv(x64, weight(), (2, 2), same(7, 3, 2) + same(8, 3, 2))
+    if name == "conv_quantized":
+        levels = np.round((weight().transpose(2, 3, 1, 0) + 3) * 40).clip(0, 255)
+        return conv(x64, (levels * 0.025 - 3.0).transpose(3, 2, 0, 1), (1, 1), (0, 0, 0, 0))
+    if name == "avg_pool_last_pixel":
+        return pool(x64, (3, 3), (2, 2), (1, 1, 1, 1), "avg", ceil=True, exclude=True)
+    if name == "max_pool_same":
+        return pool(x64, (2, 3), (2, 2), same(7, 2, 2) + same(8, 3, 2), "max")
+    if name == "global_avg":
+        return x64.mean(axis=(2, 3), keepdims=True)
+    if name == "leaky_relu":
+        return np.where(x64 > 0, x64, 0.1 * x64)
+    if name == "sigmoid_hard":
+        return np.clip(0.3 * x64 + 0.4, 0, 1)
+    if name == "batchnorm":
+        gamma, beta = np.array([1.0, 2.0, 0.5]), np.array([0.1, -0.2, 0.3])
+        mean, var = np.array([0.5, 0.0, -0.5]), np.array([1.0, 4.0, 0.25])
+        r = lambda v: v.reshape(per_channel)  # noqa: E731
+        return (x64 - r(mean)) / np.sqrt(r(var) + 1e-5) * r(gamma) + r(beta)
+    if name == "scale_bias":
+        return x64 * np.array([1.0, -2.0, 3.0]).reshape(per_channel) + np.array([0.5, 0.0, -1.0]).reshape(
+            per_channel
+        )
+    if name == "padding_reflect":
+        return np.pad(x64, ((0, 0), (0, 0), (1, 2), (2, 1)), mode="reflect")
+    if name == "l2_normalize":
+        return x64 / np.sqrt((x64**2).sum(axis=(1, 2, 3), keepdims=True) + 1e-6)
+    if name == "softmax_nd":
+        e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+    raise KeyError(name)
