@@ -584,3 +584,39 @@ def upsample_nearest(ctx: MilContext, args):
 @register("tile")
 def tile(ctx: MilContext, args):
     return ctx.op("tile", [ctx.value("x")], {"reps": tuple(int(r) for r in ctx.const("reps"))})
+
+
+@register("conv_transpose")
+def conv_transpose(ctx: MilContext, args):
+    x = ctx.value("x")
+    if ctx.rank(x) != 4:
+        raise ctx.error("only 2-D transposed convolutions are supported")
+    w = ctx.const("weight").astype(np.float32)  # (C_in, C_out / groups, kh, kw)
+    strides = _pair(ctx.const("strides"), False, 1)
+    dilations = _pair(ctx.const("dilations"), False, 1)
+    groups = int(ctx.const("groups", 1))
+    pad_type = str(ctx.const("pad_type", np.array("valid")).item())
+    _, _, h, wd = ctx.shape(x)
+    kh, kw = w.shape[2:]
+    full = [(n - 1) * s + d * (k - 1) + 1 for n, s, d, k in zip((h, wd), strides, dilations, (kh, kw))]
+    if pad_type == "custom":
+        p = [int(v) for v in ctx.const("pad", np.zeros(4, np.int32))]
+        pads = (p[0], p[2], p[1], p[3])
+    elif pad_type == "valid":
+        pads = (0, 0, 0, 0)
+    elif pad_type == "same":  # output n * s; the extra cropped at the end
+        crop = [max(f - n * s, 0) for f, n, s in zip(full, (h, wd), strides)]
+        pads = (crop[0] // 2, crop[1] // 2, crop[0] - crop[0] // 2, crop[1] - crop[1] // 2)
+    else:
+        raise ctx.error(f"pad_type {pad_type!r} is not supported")
+    extra = (0, 0)
+    if ctx.has("output_shape"):
+        want = [int(v) for v in ctx.const("output_shape")][-2:]
+        got = [full[0] - pads[0] - pads[2], full[1] - pads[1] - pads[3]]
+        extra = (want[0] - got[0], want[1] - got[1])
+    from nnvm.frontend.transposed import conv_transpose2d
+
+    y = conv_transpose2d(ctx, x, w, strides, pads, dilations, groups, extra)
+    if ctx.has("bias"):
+        y = ctx.op("bias_add", [y, ctx.value("bias")], {"axis": 1})
+    return y

@@ -183,9 +183,9 @@ def _spatial_pads(ctx: LayerContext, m, size, kernel, strides, dilations) -> tup
 @register("convolution")
 def convolution(ctx: LayerContext, inputs):
     m = ctx.layer
-    if m.isDeconvolution:
-        raise ctx.error("deconvolution is not supported (nnvm has no transposed convolution operator)")
     x = inputs[0]
+    if m.isDeconvolution:
+        return _deconvolution(ctx, x, m)
     kernel = tuple(int(k) for k in m.kernelSize) or (3, 3)
     strides = tuple(int(s) for s in m.stride) or (1, 1)
     dilations = tuple(int(d) for d in m.dilationFactor) or (1, 1)
@@ -203,6 +203,32 @@ def convolution(ctx: LayerContext, inputs):
             [y, ctx.param(ctx.weights(m.bias, (int(m.outputChannels),), "bias"), "bias")],
             {"axis": 1},
         )
+    return y
+
+
+def _deconvolution(ctx: LayerContext, x: str, m) -> str:
+    from nnvm.frontend.transposed import conv_transpose2d
+
+    kernel = tuple(int(k) for k in m.kernelSize) or (3, 3)
+    strides = tuple(int(s) for s in m.stride) or (1, 1)
+    dilations = tuple(int(d) for d in m.dilationFactor) or (1, 1)
+    groups = int(m.nGroups) or 1
+    cin, cout = int(m.kernelChannels), int(m.outputChannels)
+    w = ctx.weights(m.weights, (cin, cout // groups, *kernel))
+    size = ctx.shape(x)[2:]
+    full = [(n - 1) * s + d * (k - 1) + 1 for n, s, d, k in zip(size, strides, dilations, kernel)]
+    if m.WhichOneof("ConvolutionPaddingType") == "same":  # output n * s; the extra cropped at the end
+        crop = [max(f - n * s, 0) for f, n, s in zip(full, size, strides)]
+        pads = (crop[0] // 2, crop[1] // 2, crop[0] - crop[0] // 2, crop[1] - crop[1] // 2)
+    else:
+        pads, _ = _spatial_pads(ctx, m, size, kernel, strides, dilations)
+    extra = (0, 0)
+    if len(m.outputShape):
+        want = [int(v) for v in m.outputShape]
+        extra = (want[0] - (full[0] - pads[0] - pads[2]), want[1] - (full[1] - pads[1] - pads[3]))
+    y = conv_transpose2d(ctx, x, w, strides, pads, dilations, groups, extra)
+    if m.hasBias:
+        y = ctx.op("bias_add", [y, ctx.param(ctx.weights(m.bias, (cout,), "bias"), "bias")], {"axis": 1})
     return y
 
 

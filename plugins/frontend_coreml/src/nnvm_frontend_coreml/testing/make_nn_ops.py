@@ -27,7 +27,25 @@ def cases():
         output_name="y",
     )
     levels = np.round((w_hwio + 3) * 40).clip(0, 255).astype(np.uint8)
+    wt = np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)  # (in, out, kh, kw)
     return {
+        "deconvolution": lambda b: b.add_convolution(
+            "deconv",
+            kernel_channels=3,
+            output_channels=2,
+            height=3,
+            width=2,
+            stride_height=2,
+            stride_width=3,
+            border_mode="valid",
+            groups=1,
+            W=wt.transpose(2, 3, 0, 1),
+            b=None,
+            has_bias=False,
+            is_deconv=True,
+            input_name="x",
+            output_name="y",
+        ),
         "conv_valid_border": lambda b: b.add_convolution(
             "conv",
             stride_height=2,

@@ -17,7 +17,11 @@ def cases(mb):
     packed = np.packbits(
         np.unpackbits(np.array([0b11100100, 0b00011011], np.uint8), bitorder="little"), bitorder="little"
     )
+    wt = np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)
     return {
+        "conv_transpose": lambda x: mb.conv_transpose(
+            x=x, weight=wt, strides=[2, 3], pad_type="custom", pad=[1, 0, 0, 1]
+        ),
         "affine_dequantize": lambda x: mb.add(
             x=x,
             y=mb.constexpr_affine_dequantize(

@@ -49,6 +49,25 @@ def pool(x, kernel, strides, pads, reduce, ceil=False, exclude=True):
     return y
 
 
+def conv_transpose(x, w, strides, pads):
+    """The definition: each input pixel scatters its weighted kernel; pads (top, bottom, left, right)
+    are cropped from the full output. ``w`` is (C_in, C_out, kh, kw)."""
+    n, c, h, wd = x.shape
+    _, m, kh, kw = w.shape
+    out = np.zeros((n, m, (h - 1) * strides[0] + kh, (wd - 1) * strides[1] + kw))
+    for i in range(h):
+        for j in range(wd):
+            out[:, :, i * strides[0] : i * strides[0] + kh, j * strides[1] : j * strides[1] + kw] += (
+                np.einsum("nc,cmab->nmab", x[:, :, i, j], w)
+            )
+    t, b, l, r = pads
+    return out[:, :, t : out.shape[2] - b, l : out.shape[3] - r]
+
+
+def transposed_weight() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)
+
+
 def same(n, k, s):
     out = -(-n // s)
     total = max((out - 1) * s + k - n, 0)
@@ -57,6 +76,8 @@ def same(n, k, s):
 
 def reference(name: str, x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
+    if name == "conv_transpose":
+        return conv_transpose(x64, transposed_weight(), (2, 3), (1, 0, 0, 1))
     if name == "conv_custom_pad":
         return conv(x64, weight(), (2, 1), (0, 2, 1, 0))
     if name == "conv_same":
@@ -100,6 +121,7 @@ def reference(name: str, x: np.ndarray) -> np.ndarray:
 
 
 CASES = [
+    "conv_transpose",
     "conv_custom_pad",
     "conv_same",
     "avg_pool_exclude_ceil",
@@ -122,6 +144,7 @@ CASES = [
 
 
 NN_CASES = [
+    "deconvolution",
     "conv_valid_border",
     "conv_same",
     "conv_quantized",
@@ -142,6 +165,8 @@ def nn_reference(name: str, x: np.ndarray) -> np.ndarray:
     """NeuralNetwork layers (``make_nn_ops.py``), from NeuralNetwork.proto's documentation."""
     x64 = x.astype(np.float64)
     per_channel = (1, 3, 1, 1)
+    if name == "deconvolution":
+        return conv_transpose(x64, transposed_weight(), (2, 3), (0, 0, 0, 0))
     if name == "conv_valid_border":
         return conv(x64, weight(), (2, 1), (0, 2, 1, 0))
     if name == "conv_same":
