@@ -620,3 +620,19 @@ def conv_transpose(ctx: MilContext, args):
     if ctx.has("bias"):
         y = ctx.op("bias_add", [y, ctx.value("bias")], {"axis": 1})
     return y
+
+
+@register("upsample_bilinear")
+def upsample_bilinear(ctx: MilContext, args):
+    from nnvm_frontend_coreml.resize import resize_bilinear
+
+    x = ctx.value("x")
+    _, _, h, w = ctx.shape(x)
+    sh, sw = float(ctx.const("scale_factor_height", 1)), float(ctx.const("scale_factor_width", 1))
+    if bool(ctx.const("half_pixel_centers", np.array(not bool(ctx.const("align_corners", True))))) == bool(
+        ctx.const("align_corners", True)
+    ):
+        raise ctx.error("upsample_bilinear with align_corners equal to half_pixel_centers is not supported")
+    return resize_bilinear(
+        ctx, x, int(np.floor(h * sh)), int(np.floor(w * sw)), bool(ctx.const("align_corners", True))
+    )

@@ -478,3 +478,132 @@ def l2normalize(ctx: LayerContext, inputs):
     return ctx.op(
         "divide", [x, ctx.op("sqrt", [ctx.op("add", [total, ctx.scalar(ctx.layer.epsilon or 1e-6, x)])])]
     )
+
+
+@register("upsample")
+def upsample(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    n, c, h, w = ctx.shape(x)
+    if len(m.fractionalScalingFactor):
+        sh, sw = (float(v) for v in m.fractionalScalingFactor)
+    else:
+        sh, sw = (int(v) for v in m.scalingFactor) if len(m.scalingFactor) else (1, 1)
+    if m.mode == 1:  # BILINEAR
+        from nnvm_frontend_coreml.resize import resize_bilinear
+
+        if m.linearUpsampleMode == 0:
+            raise ctx.error("bilinear upsampling in the DEFAULT linear mode is not supported")
+        return resize_bilinear(ctx, x, int(h * sh), int(w * sw), m.linearUpsampleMode == 1)
+    if sh != int(sh) or sw != int(sw):
+        raise ctx.error(f"nearest upsampling by fractional factors ({sh}, {sw}) is not supported")
+    sh, sw = int(sh), int(sw)
+    y = ctx.op("broadcast_to", [ctx.reshape(x, (n, c, h, 1, w, 1))], {"shape": (n, c, h, sh, w, sw)})
+    return ctx.reshape(y, (n, c, h * sh, w * sw))
+
+
+@register("crop")
+def crop(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    _, _, h, w = ctx.shape(x)
+    if len(inputs) == 2:  # crop to the second input's size from offset
+        top, left = (int(v) for v in m.offset) if len(m.offset) else (0, 0)
+        oh, ow = ctx.shape(inputs[1])[2:]
+        return ctx.op(
+            "strided_slice", [x], {"begin": (top, left), "end": (top + oh, left + ow), "axes": (2, 3)}
+        )
+    (top, bottom), (left, right) = [
+        (int(a.startEdgeSize), int(a.endEdgeSize)) for a in m.cropAmounts.borderAmounts
+    ]
+    return ctx.op(
+        "strided_slice", [x], {"begin": (top, left), "end": (h - bottom, w - right), "axes": (2, 3)}
+    )
+
+
+REDUCE_AXES = {0: (-3, -2, -1), 1: (-2, -1), 2: (-3,), 3: (-2,), 4: (-1,)}  # CHW, HW, C, H, W
+
+
+@register("reduce")
+def reduce(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    rank = ctx.rank(x)
+    axes = tuple(sorted(ctx.normalize_axis(a, rank) for a in REDUCE_AXES[m.axis]))
+    attrs = {"axis": axes, "keepdims": True}
+    mode = m.mode
+    if mode == 9:
+        raise ctx.error("reduce ARGMAX is not supported")
+    if mode in (0, 1, 2, 7, 8):  # SUM AVG PROD MAX MIN
+        return ctx.op({0: "sum", 1: "mean", 2: "prod", 7: "max", 8: "min"}[mode], [x], attrs)
+    if mode == 3:  # LOGSUM
+        return ctx.op("log", [ctx.op("sum", [x], attrs)])
+    if mode == 4:
+        return ctx.op("sum", [ctx.op("multiply", [x, x])], attrs)
+    if mode == 5:
+        return ctx.op("sum", [ctx.op("abs", [x])], attrs)
+    return ctx.op("sqrt", [ctx.op("sum", [ctx.op("multiply", [x, x])], attrs)])
+
+
+@register("lrn")
+def lrn(ctx: LayerContext, inputs):
+    m = ctx.layer
+    return ctx.op(
+        "lrn",
+        inputs[:1],
+        {"size": int(m.localSize), "alpha": float(m.alpha), "beta": float(m.beta), "bias": float(m.k or 1.0)},
+    )
+
+
+@register("mvn")
+def mvn(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    rank = ctx.rank(x)
+    axes = tuple(range(rank - 3, rank)) if m.acrossChannels else tuple(range(rank - 2, rank))
+    attrs = {"axis": axes, "keepdims": True}
+    y = ctx.op("subtract", [x, ctx.op("mean", [x], attrs)])
+    if m.normalizeVariance:
+        std = ctx.op("sqrt", [ctx.op("mean", [ctx.op("multiply", [y, y])], attrs)])
+        y = ctx.op("divide", [y, ctx.op("add", [std, ctx.scalar(m.epsilon or 1e-9, x)])])
+    return y
+
+
+@register("embedding")
+def embedding(ctx: LayerContext, inputs):
+    m = ctx.layer
+    table = ctx.weights(m.weights, (int(m.outputChannels), int(m.inputDim))).T  # (vocab, out)
+    if m.hasBias:
+        table = table + ctx.weights(m.bias, (int(m.outputChannels),), "bias")
+    x = inputs[0]
+    ids = ctx.cast(ctx.reshape(x, (int(np.prod(ctx.shape(x), dtype=np.int64)),)), "int64")
+    y = ctx.op("take", [ctx.param(np.ascontiguousarray(table, np.float32), "table"), ids], {"axis": 0})
+    n = ctx.shape(x)[0]
+    return ctx.reshape(y, (n, int(m.outputChannels), 1, 1)) if ctx.rank(x) == 4 else y
+
+
+@register("split")
+def split(ctx: LayerContext, inputs):
+    x = inputs[0]
+    axis = ctx.rank(x) - 3
+    parts = int(ctx.layer.nOutputs)
+    size = ctx.shape(x)[axis] // parts
+    return ctx.ops(
+        "split", [x], {"indices": tuple(size * (i + 1) for i in range(parts - 1)), "axis": axis}, parts
+    )
+
+
+@register("slice")
+def slice_(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    axis = ctx.rank(x) - 3 + int(m.axis)
+    n = ctx.shape(x)[axis]
+    start = int(m.startIndex)
+    end = int(m.endIndex) if m.endIndex != 0 else n
+    end = end + n if end < 0 else end
+    return ctx.op(
+        "strided_slice",
+        [x],
+        {"begin": (start,), "end": (end,), "strides": (int(m.stride) or 1,), "axes": (axis,)},
+    )

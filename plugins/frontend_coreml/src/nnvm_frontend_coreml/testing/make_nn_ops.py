@@ -29,6 +29,26 @@ def cases():
     levels = np.round((w_hwio + 3) * 40).clip(0, 255).astype(np.uint8)
     wt = np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)  # (in, out, kh, kw)
     return {
+        "upsample_nearest": lambda b: b.add_upsample("up", 2, 3, "x", "y", mode="NN"),
+        "upsample_bilinear_align": lambda b: b.add_upsample(
+            "up", 2, 2, "x", "y", mode="BILINEAR", linear_upsample_mode="ALIGN_CORNERS_TRUE"
+        ),
+        "upsample_bilinear_half": lambda b: b.add_upsample(
+            "up", 2, 3, "x", "y", mode="BILINEAR", linear_upsample_mode="ALIGN_CORNERS_FALSE"
+        ),
+        "crop": lambda b: b.add_crop(
+            "crop", left=1, right=2, top=2, bottom=0, offset=None, input_names=["x"], output_name="y"
+        ),
+        "reduce_mean_hw": lambda b: b.add_reduce("r", "x", "y", axis="HW", mode="avg"),
+        "reduce_l2_chw": lambda b: b.add_reduce("r", "x", "y", axis="CHW", mode="L2"),
+        "lrn": lambda b: b.add_lrn("lrn", "x", "y", alpha=0.3, beta=0.75, local_size=3, k=2.0),
+        "mvn": lambda b: b.add_mvn(
+            "mvn", "x", "y", across_channels=False, normalize_variance=True, epsilon=1e-5
+        ),
+        "split": lambda b: b.add_split("split", "x", ["z", "y", "w"]),
+        "slice_width": lambda b: b.add_slice(
+            "slice", "x", "y", axis="width", start_index=1, end_index=-1, stride=2
+        ),
         "deconvolution": lambda b: b.add_convolution(
             "deconv",
             kernel_channels=3,
@@ -140,6 +160,13 @@ def main(out: Path):
             [("x", datatypes.Array(1, 3, 7, 8))], [("y", None)], disable_rank5_shape_mapping=True
         )
         add(builder)
+        if name == "conv_same":  # and the same layer with float16 weights
+            fp16 = builder.spec.__class__()
+            fp16.CopyFrom(builder.spec)
+            weights = fp16.neuralNetwork.layers[0].convolution.weights
+            weights.float16Value = np.asarray(weights.floatValue, np.float16).tobytes()
+            del weights.floatValue[:]
+            ct.utils.save_spec(fp16, str(out / "conv_same_fp16.mlmodel"))
         ct.utils.save_spec(builder.spec, str(out / f"{name}.mlmodel"))
 
 

@@ -19,6 +19,12 @@ def cases(mb):
     )
     wt = np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)
     return {
+        "upsample_bilinear_half": lambda x: mb.upsample_bilinear(
+            x=x, scale_factor_height=2.0, scale_factor_width=1.5, align_corners=False, half_pixel_centers=True
+        ),
+        "upsample_bilinear_align": lambda x: mb.upsample_bilinear(
+            x=x, scale_factor_height=2, scale_factor_width=2, align_corners=True, half_pixel_centers=False
+        ),
         "conv_transpose": lambda x: mb.conv_transpose(
             x=x, weight=wt, strides=[2, 3], pad_type="custom", pad=[1, 0, 0, 1]
         ),

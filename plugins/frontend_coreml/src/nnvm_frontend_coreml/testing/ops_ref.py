@@ -68,6 +68,22 @@ def transposed_weight() -> np.ndarray:
     return np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)
 
 
+def bilinear(x, oh, ow, align):
+    """Each output pixel from its source coordinate: align corners, or half-pixel centres clamped."""
+
+    def coords(n, out):
+        i = np.arange(out)
+        src = i * (n - 1) / (out - 1) if align else np.clip((i + 0.5) * n / out - 0.5, 0, n - 1)
+        lo = np.floor(src).astype(int)
+        return lo, np.minimum(lo + 1, n - 1), src - lo
+
+    y0, y1, fy = coords(x.shape[2], oh)
+    x0, x1, fx = coords(x.shape[3], ow)
+    top = x[:, :, y0][..., x0] * (1 - fx) + x[:, :, y0][..., x1] * fx
+    bottom = x[:, :, y1][..., x0] * (1 - fx) + x[:, :, y1][..., x1] * fx
+    return top * (1 - fy)[:, None] + bottom * fy[:, None]
+
+
 def same(n, k, s):
     out = -(-n // s)
     total = max((out - 1) * s + k - n, 0)
@@ -76,6 +92,10 @@ def same(n, k, s):
 
 def reference(name: str, x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
+    if name == "upsample_bilinear_half":
+        return bilinear(x64, 14, 12, False)
+    if name == "upsample_bilinear_align":
+        return bilinear(x64, 14, 16, True)
     if name == "conv_transpose":
         return conv_transpose(x64, transposed_weight(), (2, 3), (1, 0, 0, 1))
     if name == "conv_custom_pad":
@@ -121,6 +141,8 @@ def reference(name: str, x: np.ndarray) -> np.ndarray:
 
 
 CASES = [
+    "upsample_bilinear_half",
+    "upsample_bilinear_align",
     "conv_transpose",
     "conv_custom_pad",
     "conv_same",
@@ -144,6 +166,17 @@ CASES = [
 
 
 NN_CASES = [
+    "upsample_nearest",
+    "upsample_bilinear_align",
+    "upsample_bilinear_half",
+    "crop",
+    "reduce_mean_hw",
+    "reduce_l2_chw",
+    "lrn",
+    "mvn",
+    "split",
+    "slice_width",
+    "conv_same_fp16",
     "deconvolution",
     "conv_valid_border",
     "conv_same",
@@ -165,6 +198,33 @@ def nn_reference(name: str, x: np.ndarray) -> np.ndarray:
     """NeuralNetwork layers (``make_nn_ops.py``), from NeuralNetwork.proto's documentation."""
     x64 = x.astype(np.float64)
     per_channel = (1, 3, 1, 1)
+    if name == "upsample_nearest":
+        return x64.repeat(2, axis=2).repeat(3, axis=3)
+    if name == "upsample_bilinear_align":
+        return bilinear(x64, 14, 16, True)
+    if name == "upsample_bilinear_half":
+        return bilinear(x64, 14, 24, False)
+    if name == "crop":
+        return x64[:, :, 2:, 1:6]
+    if name == "reduce_mean_hw":
+        return x64.mean(axis=(2, 3), keepdims=True)
+    if name == "reduce_l2_chw":
+        return np.sqrt((x64**2).sum(axis=(1, 2, 3), keepdims=True))
+    if name == "lrn":
+        sq = np.pad(x64**2, ((0, 0), (1, 1), (0, 0), (0, 0)))
+        window = sq[:, 0:3] + sq[:, 1:4] + sq[:, 2:5]
+        return x64 / (2.0 + 0.3 / 3 * window) ** 0.75
+    if name == "mvn":
+        centered = x64 - x64.mean(axis=(2, 3), keepdims=True)
+        return centered / (np.sqrt((centered**2).mean(axis=(2, 3), keepdims=True)) + 1e-5)
+    if name == "split":
+        return x64[:, 1:2]
+    if name == "slice_width":
+        return x64[..., 1:7:2]
+    if name == "conv_same_fp16":
+        return conv(
+            x64, weight().astype(np.float16).astype(np.float64), (2, 2), same(7, 3, 2) + same(8, 3, 2)
+        )
     if name == "deconvolution":
         return conv_transpose(x64, transposed_weight(), (2, 3), (0, 0, 0, 0))
     if name == "conv_valid_border":
