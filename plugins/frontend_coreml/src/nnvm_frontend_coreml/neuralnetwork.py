@@ -110,15 +110,27 @@ def convert_network(spec, nn, where: str, shapes):
         results = call_converter(ctx, TABLE.lookup(kind), [env[i] for i in layer.input])
         for out, value in zip(layer.output, results):
             env[out] = value
+    outputs = []
     for out in spec.description.output:
-        if out.name not in env:
-            if out.type.WhichOneof("Type") == "dictionaryType":  # a classifier's label probabilities
-                continue
-            if out.name == spec.description.predictedFeatureName:
-                continue
+        if out.name in env:
+            outputs.append(env[out.name])
+        elif out.name == spec.description.predictedFeatureName:
+            continue  # a classifier's label: a lookup in its class list, left to the caller
+        elif out.type.WhichOneof("Type") == "dictionaryType" and kind_of(spec) == "neuralNetworkClassifier":
+            # the class probabilities, as the vector the network computes (in class-label order)
+            layer_name = nn.labelProbabilityLayerName or layers[-1].output[0]
+            outputs.append(env[layer_name])
+        else:
             raise ModelLoadError(f"{where}: the model output {out.name!r} is produced by no layer")
-        b.output(env[out.name])
+    if not outputs:
+        raise ModelLoadError(f"{where}: the model has no tensor output")
+    for value in outputs:
+        b.output(value)
     return b.build()
+
+
+def kind_of(spec) -> str:
+    return spec.WhichOneof("Type")
 
 
 def _input(b: GraphBuilder, inp, nn, shapes, where: str) -> str:
