@@ -125,8 +125,8 @@ def thresholded_relu(ctx: MilContext, args):
 @register("prelu")
 def prelu(ctx: MilContext, args):
     x = ctx.value("x")
-    alpha = np.asarray(ctx.const("alpha"), dtype=ctx.dtype(x))
-    return ctx.op("prelu", [x, ctx.param(alpha, "alpha")])
+    alpha = np.asarray(ctx.const("alpha"), dtype=ctx.dtype(x))  # one slope per channel (axis 1)
+    return ctx.op("prelu", [x, ctx.param(alpha.reshape((-1,) + (1,) * (ctx.rank(x) - 2)), "alpha")])
 
 
 @register("softmax")
@@ -241,12 +241,35 @@ def avg_pool(ctx: MilContext, args):
     )
 
 
-@register(*REDUCE)
+REDUCE_NORMS = (
+    "reduce_l1_norm",
+    "reduce_l2_norm",
+    "reduce_log_sum",
+    "reduce_log_sum_exp",
+    "reduce_sum_square",
+)
+
+
+@register(*REDUCE, *REDUCE_NORMS)
 def reduce(ctx: MilContext, args):
     x = ctx.value("x")
     axes = ctx.const("axes")
     axis = None if axes is None else tuple(sorted(ctx.normalize_axis(a, ctx.rank(x)) for a in axes.ravel()))
-    return ctx.op(REDUCE[ctx.op_type], [x], {"axis": axis, "keepdims": bool(ctx.const("keep_dims", False))})
+    attrs = {"axis": axis, "keepdims": bool(ctx.const("keep_dims", False))}
+    kind = ctx.op_type
+    if kind in REDUCE:
+        return ctx.op(REDUCE[kind], [x], attrs)
+    if kind == "reduce_l1_norm":
+        return ctx.op("sum", [ctx.op("abs", [x])], attrs)
+    if kind == "reduce_log_sum":
+        return ctx.op("log", [ctx.op("sum", [x], attrs)])
+    if kind == "reduce_log_sum_exp":  # shifted by the maximum so that exp cannot overflow
+        peak = ctx.op("max", [x], {**attrs, "keepdims": True})
+        total = ctx.op("sum", [ctx.op("exp", [ctx.op("subtract", [x, peak])])], attrs)
+        shift = peak if attrs["keepdims"] else ctx.reshape(peak, ctx.shape(total))
+        return ctx.op("add", [ctx.op("log", [total]), shift])
+    square = ctx.op("sum", [ctx.op("multiply", [x, x])], attrs)
+    return square if kind == "reduce_sum_square" else ctx.op("sqrt", [square])
 
 
 @register("linear")

@@ -306,9 +306,7 @@ def activation(ctx: LayerContext, inputs):
     if kind == "softplus":
         return ctx.op("softplus", [x])
     if kind == "PReLU":
-        return ctx.op(
-            "prelu", [x, ctx.param(ctx.weights(p.alpha, None, "alpha").astype(np.float32), "alpha")]
-        )
+        return ctx.op("prelu", [x, _per_channel(ctx, x, ctx.weights(p.alpha, None, "alpha"))])
     if kind == "parametricSoftplus":
         alpha = _per_channel(ctx, x, ctx.weights(p.alpha, None, "alpha"))
         beta = _per_channel(ctx, x, ctx.weights(p.beta, None, "beta"))

@@ -29,6 +29,9 @@ def cases():
     levels = np.round((w_hwio + 3) * 40).clip(0, 255).astype(np.uint8)
     wt = np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)  # (in, out, kh, kw)
     return {
+        "prelu": lambda b: b.add_activation(
+            "act", "PRELU", "x", "y", params=np.array([0.1, 0.2, 0.3], np.float32)
+        ),
         "upsample_nearest": lambda b: b.add_upsample("up", 2, 3, "x", "y", mode="NN"),
         "upsample_bilinear_align": lambda b: b.add_upsample(
             "up", 2, 2, "x", "y", mode="BILINEAR", linear_upsample_mode="ALIGN_CORNERS_TRUE"

@@ -18,7 +18,39 @@ def cases(mb):
         np.unpackbits(np.array([0b11100100, 0b00011011], np.uint8), bitorder="little"), bitorder="little"
     )
     wt = np.random.default_rng(1).standard_normal((3, 2, 3, 2)).astype(np.float32)
+    lin_w = np.random.default_rng(2).standard_normal((5, 8)).astype(np.float32)
+    lin_b = np.arange(5, dtype=np.float32)
     return {
+        "activations": lambda x: mb.concat(
+            values=[
+                mb.relu6(x=mb.mul(x=x, y=4.0)),
+                mb.silu(x=x),
+                mb.elu(x=x, alpha=0.7),
+                mb.softplus(x=x),
+                mb.leaky_relu(x=x, alpha=0.2),
+                mb.thresholded_relu(x=x, alpha=0.5),
+                mb.clip(x=x, alpha=-0.5, beta=0.3),
+                mb.prelu(x=x, alpha=np.array([0.1, 0.2, 0.3], np.float32)),
+                mb.gelu(x=x),
+                mb.tanh(x=x),
+            ],
+            axis=1,
+        ),
+        "linear_matmul": lambda x: mb.matmul(
+            x=mb.linear(x=x, weight=lin_w, bias=lin_b), y=mb.linear(x=x, weight=lin_w), transpose_y=True
+        ),
+        "batch_norm": lambda x: mb.batch_norm(
+            x=x,
+            mean=np.array([0.5, 0.0, -0.5], np.float32),
+            variance=np.array([1.0, 4.0, 0.25], np.float32),
+            gamma=np.array([1.0, 2.0, 0.5], np.float32),
+            beta=np.array([0.1, -0.2, 0.3], np.float32),
+            epsilon=1e-3,
+        ),
+        "reshape_squeeze": lambda x: mb.expand_dims(
+            x=mb.squeeze(x=mb.reshape(x=x, shape=[1, 21, 1, 8]), axes=[2]), axes=[-1]
+        ),
+        "reduce_log_sum_exp": lambda x: mb.reduce_log_sum_exp(x=x, axes=[1], keep_dims=False),
         "upsample_bilinear_half": lambda x: mb.upsample_bilinear(
             x=x, scale_factor_height=2.0, scale_factor_width=1.5, align_corners=False, half_pixel_centers=True
         ),

@@ -92,6 +92,35 @@ def same(n, k, s):
 
 def reference(name: str, x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
+    if name == "activations":
+        return np.concatenate(
+            [
+                np.clip(4 * x64, 0, 6),
+                x64 / (1 + np.exp(-x64)),
+                np.where(x64 > 0, x64, 0.7 * (np.exp(x64) - 1)),
+                np.log1p(np.exp(x64)),
+                np.where(x64 > 0, x64, 0.2 * x64),
+                np.where(x64 > 0.5, x64, 0),
+                np.clip(x64, -0.5, 0.3),
+                np.where(x64 > 0, x64, np.array([0.1, 0.2, 0.3]).reshape(1, 3, 1, 1) * x64),
+                0.5 * x64 * (1 + np.vectorize(math.erf)(x64 / math.sqrt(2))),
+                np.tanh(x64),
+            ],
+            axis=1,
+        )
+    if name == "linear_matmul":
+        w = np.random.default_rng(2).standard_normal((5, 8))
+        a = x64 @ w.T + np.arange(5)
+        return a @ np.swapaxes(x64 @ w.T, -1, -2)
+    if name == "batch_norm":
+        r = lambda v: np.array(v).reshape(1, 3, 1, 1)  # noqa: E731
+        return (x64 - r([0.5, 0.0, -0.5])) / np.sqrt(r([1.0, 4.0, 0.25]) + 1e-3) * r([1.0, 2.0, 0.5]) + r(
+            [0.1, -0.2, 0.3]
+        )
+    if name == "reshape_squeeze":
+        return x64.reshape(1, 21, 8, 1)
+    if name == "reduce_log_sum_exp":
+        return np.log(np.exp(x64).sum(axis=1))
     if name == "upsample_bilinear_half":
         return bilinear(x64, 14, 12, False)
     if name == "upsample_bilinear_align":
@@ -141,6 +170,11 @@ def reference(name: str, x: np.ndarray) -> np.ndarray:
 
 
 CASES = [
+    "activations",
+    "linear_matmul",
+    "batch_norm",
+    "reshape_squeeze",
+    "reduce_log_sum_exp",
     "upsample_bilinear_half",
     "upsample_bilinear_align",
     "conv_transpose",
@@ -166,6 +200,7 @@ CASES = [
 
 
 NN_CASES = [
+    "prelu",
     "upsample_nearest",
     "upsample_bilinear_align",
     "upsample_bilinear_half",
@@ -198,6 +233,8 @@ def nn_reference(name: str, x: np.ndarray) -> np.ndarray:
     """NeuralNetwork layers (``make_nn_ops.py``), from NeuralNetwork.proto's documentation."""
     x64 = x.astype(np.float64)
     per_channel = (1, 3, 1, 1)
+    if name == "prelu":
+        return np.where(x64 > 0, x64, np.array([0.1, 0.2, 0.3]).reshape(per_channel) * x64)
     if name == "upsample_nearest":
         return x64.repeat(2, axis=2).repeat(3, axis=3)
     if name == "upsample_bilinear_align":
