@@ -103,6 +103,30 @@ def cases(mb):
     }
 
 
+def ios18_compression(mb, ct, types, out: Path):
+    """iOS18 decompression: blockwise shift/scale (int8 data, blocks of 4) and per-row LUTs (uint2
+    indices); ``x * a + b`` on a (2, 8) input. See ``ops_ref.ios18_reference``."""
+    data = np.arange(-8, 8, dtype=np.int8).reshape(2, 8)
+    scale = np.array([[0.5, 0.25], [1.0, 2.0]], np.float32)
+    offset = np.array([[1, 0], [0, -1]], np.int8)
+    indices = (np.arange(16) % 4).reshape(2, 8).astype(types.np_uint2_dtype)
+    lut = np.array([[-1.0, 0.5, 2.0, 4.0], [3.0, 1.0, -2.0, 0.0]], np.float32).reshape(2, 1, 4, 1)
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(2, 8))], opset_version=ct.target.iOS18)
+    def prog(x):
+        a = mb.constexpr_blockwise_shift_scale(data=data, scale=scale, offset=offset)
+        b = mb.constexpr_lut_to_dense(indices=indices, lut=lut)
+        return mb.add(x=mb.mul(x=x, y=a), y=b)
+
+    model = ct.convert(
+        prog,
+        convert_to="mlprogram",
+        compute_precision=ct.precision.FLOAT32,
+        minimum_deployment_target=ct.target.iOS18,
+    )
+    model.save(str(out / "ios18_compression.mlpackage"))
+
+
 def _one_input(body):
     def prog(x):
         return body(x)
@@ -113,6 +137,7 @@ def _one_input(body):
 def main(out: Path):
     import coremltools as ct
     from coremltools.converters.mil import Builder as mb
+    from coremltools.converters.mil.mil import types
 
     out.mkdir(parents=True, exist_ok=True)
     for name, body in cases(mb).items():
@@ -127,6 +152,7 @@ def main(out: Path):
             minimum_deployment_target=ct.target.iOS16,
         )
         model.save(str(out / f"{name}.mlpackage"))
+    ios18_compression(mb, ct, types, out)
 
 
 if __name__ == "__main__":

@@ -298,3 +298,12 @@ def nn_reference(name: str, x: np.ndarray) -> np.ndarray:
         e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
         return e / e.sum(axis=-1, keepdims=True)
     raise KeyError(name)
+
+
+def ios18_reference(x: np.ndarray) -> np.ndarray:
+    """``make_ops.ios18_compression``: the decompressed weights computed from their definitions."""
+    data = np.arange(-8, 8).reshape(2, 8)
+    a = (data - np.repeat([[1, 0], [0, -1]], 4, axis=1)) * np.repeat([[0.5, 0.25], [1.0, 2.0]], 4, axis=1)
+    luts = np.array([[-1.0, 0.5, 2.0, 4.0], [3.0, 1.0, -2.0, 0.0]])
+    b = np.stack([luts[row][np.arange(8) % 4] for row in range(2)])  # indices 0 1 2 3 0 1 2 3 per row
+    return x.astype(np.float64) * a + b
