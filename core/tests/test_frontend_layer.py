@@ -181,3 +181,46 @@ def test_layout_helpers():
     out = depthwise_to_oihw(dw)
     assert out.shape == (8, 1, 3, 3)
     np.testing.assert_array_equal(out[3 * 2 + 1, 0], dw[:, :, 3, 1])
+
+
+# -- transposed convolution -------------------------------------------------------------------------
+def _conv_transpose_reference(x, w, strides, pads, dilations, groups, output_padding):
+    """The definition: every input pixel scatters its kernel-weighted contribution into the output."""
+    n, c, h, wd = x.shape
+    _, m_per_group, kh, kw = w.shape
+    full_h = (h - 1) * strides[0] + dilations[0] * (kh - 1) + 1 + output_padding[0]
+    full_w = (wd - 1) * strides[1] + dilations[1] * (kw - 1) + 1 + output_padding[1]
+    out = np.zeros((n, m_per_group * groups, full_h, full_w))
+    cg = c // groups
+    for ci in range(c):
+        g = ci // cg
+        for i in range(h):
+            for j in range(wd):
+                for a in range(kh):
+                    for b in range(kw):
+                        out[:, g * m_per_group:(g + 1) * m_per_group, i * strides[0] + a * dilations[0],
+                            j * strides[1] + b * dilations[1]] += x[:, ci, i, j, None] * w[ci, :, a, b]
+    top, left, bottom, right = pads
+    return out[:, :, top:full_h - bottom, left:full_w - right]
+
+
+@pytest.mark.parametrize("strides,pads,dilations,groups,output_padding", [
+    ((1, 1), (0, 0, 0, 0), (1, 1), 1, (0, 0)),
+    ((2, 3), (1, 0, 2, 1), (1, 1), 1, (1, 0)),
+    ((2, 2), (3, 3, 3, 3), (1, 2), 2, (0, 1)),
+])
+def test_conv_transpose2d(strides, pads, dilations, groups, output_padding):
+    from nnvm.frontend.transposed import conv_transpose2d
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 2)).astype(np.float32)
+    b = GraphBuilder()
+    ctx = ConversionContext(b)
+    ctx.begin("deconv", "Deconvolution", {})
+    y = conv_transpose2d(ctx, b.input("x", x.shape), w, strides, pads, dilations, groups, output_padding)
+    b.output(y)
+    got = evaluate_graph(b.build(), {"x": x})[0]
+    want = _conv_transpose_reference(x, w, strides, pads, dilations, groups, output_padding)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -22,5 +22,7 @@ def load_coreml(model, shapes=None):
         from nnvm_frontend_coreml.neuralnetwork import convert_network
 
         return convert_network(spec, getattr(spec, kind), where, shapes)
-    raise ModelLoadError(f"{where}: a CoreML {kind} model is not a neural network (this frontend reads "
-                         "ML Programs and NeuralNetwork models)")
+    raise ModelLoadError(
+        f"{where}: a CoreML {kind} model is not a neural network (this frontend reads "
+        "ML Programs and NeuralNetwork models)"
+    )

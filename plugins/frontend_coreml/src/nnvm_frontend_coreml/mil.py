@@ -11,25 +11,58 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import ModelLoadError
-from nnvm.frontend import (ConversionContext, ConverterTable, bind_input, call_converter, check_shape_keys,
-                           check_supported)
+from nnvm.frontend import (
+    ConversionContext,
+    ConverterTable,
+    bind_input,
+    call_converter,
+    check_shape_keys,
+    check_supported,
+)
 from nnvm.graph.builder import GraphBuilder
 from nnvm_frontend_coreml.reader import WeightFile, proto, unpack_bits
 
 TABLE = ConverterTable("CoreML ML Program")
 
 # MIL DataType names -> numpy dtypes (sub-byte types unpack to int8/uint8).
-DTYPES = {"STRING": object, "BOOL": np.bool_, "FLOAT16": np.float16, "FLOAT32": np.float32, "FLOAT64": np.float64,
-          "INT8": np.int8, "INT16": np.int16, "INT32": np.int32, "INT64": np.int64, "UINT8": np.uint8,
-          "UINT16": np.uint16, "UINT32": np.uint32, "UINT64": np.uint64, "INT4": np.int8, "UINT1": np.uint8,
-          "UINT2": np.uint8, "UINT3": np.uint8, "UINT4": np.uint8, "UINT6": np.uint8}
+DTYPES = {
+    "STRING": object,
+    "BOOL": np.bool_,
+    "FLOAT16": np.float16,
+    "FLOAT32": np.float32,
+    "FLOAT64": np.float64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT4": np.int8,
+    "UINT1": np.uint8,
+    "UINT2": np.uint8,
+    "UINT3": np.uint8,
+    "UINT4": np.uint8,
+    "UINT6": np.uint8,
+}
 SUB_BYTE = {"INT4": 4, "UINT1": 1, "UINT2": 2, "UINT3": 3, "UINT4": 4, "UINT6": 6}
 # Compute dtypes nnvm takes for a MIL tensor (it has no 8/16-bit integer arithmetic beyond consts).
 # float16 programs (coremltools' default precision) compute in float32 with their float16 weights, as
 # CoreML itself does on the CPU: fp16 arithmetic on a CPU is slower and lost 2% on MobileNetV2.
-NNVM_DTYPE = {"float16": "float32", "float32": "float32", "float64": "float32", "int32": "int32",
-              "int64": "int64", "bool": "bool", "int8": "int32", "uint8": "int32", "int16": "int32",
-              "uint16": "int32", "uint32": "int64"}
+NNVM_DTYPE = {
+    "float16": "float32",
+    "float32": "float32",
+    "float64": "float32",
+    "int32": "int32",
+    "int64": "int64",
+    "bool": "bool",
+    "int8": "int32",
+    "uint8": "int32",
+    "int16": "int32",
+    "uint16": "int32",
+    "uint32": "int64",
+}
 
 
 class MilContext(ConversionContext):
@@ -101,14 +134,20 @@ class ValueReader:
         ttype = value.type.tensorType
         dtype_name = self.mil.DataType.Name(ttype.dataType)
         if dtype_name not in DTYPES:
-            raise ModelLoadError(f"{self.where}: a constant has data type {dtype_name}, which is not supported")
+            raise ModelLoadError(
+                f"{self.where}: a constant has data type {dtype_name}, which is not supported"
+            )
         dtype = DTYPES[dtype_name]
         shape = tuple(int(d.constant.size) for d in ttype.dimensions)
         kind = value.WhichOneof("value")
         if kind == "blobFileValue":
             flat = self._blob(value.blobFileValue, int(np.prod(shape, dtype=np.int64)))
             if flat.dtype != dtype and dtype_name not in SUB_BYTE:
-                flat = flat.view(dtype) if flat.dtype.itemsize == np.dtype(dtype).itemsize else flat.astype(dtype)
+                flat = (
+                    flat.view(dtype)
+                    if flat.dtype.itemsize == np.dtype(dtype).itemsize
+                    else flat.astype(dtype)
+                )
         elif kind == "immediateValue":
             flat = self._immediate(value.immediateValue, dtype, dtype_name, shape)
         else:
@@ -127,8 +166,12 @@ class ValueReader:
         if kind == "bytes":
             raw = np.frombuffer(t.bytes.values, np.uint8)
             if dtype_name in SUB_BYTE:
-                return unpack_bits(raw, SUB_BYTE[dtype_name], int(np.prod(shape, dtype=np.int64)),
-                                   signed=dtype_name == "INT4")
+                return unpack_bits(
+                    raw,
+                    SUB_BYTE[dtype_name],
+                    int(np.prod(shape, dtype=np.int64)),
+                    signed=dtype_name == "INT4",
+                )
             return raw.view(dtype).copy()
         if kind is None:
             return np.zeros(0, dtype)
@@ -137,8 +180,10 @@ class ValueReader:
     def _blob(self, blob, count: int):
         name = blob.fileName.replace("@model_path/", "")
         if self.weights_dir is None:
-            raise ModelLoadError(f"{self.where}: a constant refers to {blob.fileName}, but the model was not "
-                                 "read from an .mlpackage")
+            raise ModelLoadError(
+                f"{self.where}: a constant refers to {blob.fileName}, but the model was not "
+                "read from an .mlpackage"
+            )
         if name not in self.files:
             self.files[name] = WeightFile(self.weights_dir / name)
         return self.files[name].blob(int(blob.offset), count)
@@ -146,16 +191,19 @@ class ValueReader:
 
 def _tensor_shape(vtype) -> tuple:
     t = vtype.tensorType
-    return tuple(int(d.constant.size) if d.WhichOneof("dimension") == "constant" else None
-                 for d in t.dimensions)
+    return tuple(
+        int(d.constant.size) if d.WhichOneof("dimension") == "constant" else None for d in t.dimensions
+    )
 
 
 def convert_program(spec, weights_dir, where: str, shapes) -> object:
     """The graph of ``spec.mlProgram``'s function ``main``."""
     program = spec.mlProgram
     if "main" not in program.functions:
-        raise ModelLoadError(f"{where}: the ML Program has no function 'main' "
-                             f"(functions: {', '.join(program.functions) or 'none'})")
+        raise ModelLoadError(
+            f"{where}: the ML Program has no function 'main' "
+            f"(functions: {', '.join(program.functions) or 'none'})"
+        )
     fn = program.functions["main"]
     if fn.opset not in fn.block_specializations:
         raise ModelLoadError(f"{where}: function main has no block for its opset {fn.opset}")
@@ -181,8 +229,13 @@ def convert_program(spec, weights_dir, where: str, shapes) -> object:
             continue
         args = {}
         for param, arg in op.inputs.items():
-            args[param] = [reader.read(bd.value) if bd.WhichOneof("binding") == "value" else bd.name
-                           for bd in arg.arguments]
+            args[param] = [
+                reader.read(bd.value) if bd.WhichOneof("binding") == "value" else bd.name
+                for bd in arg.arguments
+            ]
+        for param, value in op.attributes.items():  # iOS16 constexpr ops carry their values as attributes
+            if param != "name" and param not in args:
+                args[param] = [reader.read(value)]
         name = op.outputs[0].name if op.outputs else op.type
         ctx.begin(name, op.type, {})
         ctx.args = args

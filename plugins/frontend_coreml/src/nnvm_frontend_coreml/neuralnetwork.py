@@ -12,8 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import ModelLoadError
-from nnvm.frontend import (ConversionContext, ConverterTable, bind_input, call_converter, check_shape_keys,
-                           check_supported)
+from nnvm.frontend import (
+    ConversionContext,
+    ConverterTable,
+    bind_input,
+    call_converter,
+    check_shape_keys,
+    check_supported,
+)
 from nnvm.frontend.padding import same_pads
 from nnvm.graph.builder import GraphBuilder
 from nnvm_frontend_coreml.reader import unpack_bits
@@ -39,8 +45,9 @@ class LayerContext(ConversionContext):
             raise self.error(f"{what}: {exc}") from None
         if shape is not None:
             if w.size != int(np.prod(shape, dtype=np.int64)):
-                raise self.error(f"{what} hold {w.size} values, not the {int(np.prod(shape))} of shape "
-                                 f"{tuple(shape)}")
+                raise self.error(
+                    f"{what} hold {w.size} values, not the {int(np.prod(shape))} of shape {tuple(shape)}"
+                )
             w = w.reshape(shape)
         return w
 
@@ -78,8 +85,12 @@ def weight_array(params) -> np.ndarray:
 
 def convert_network(spec, nn, where: str, shapes):
     layers = list(nn.layers)
-    check_supported(((layer.WhichOneof("layer"), layer.name) for layer in layers), TABLE.supports,
-                    "CoreML NeuralNetwork", where)
+    check_supported(
+        ((layer.WhichOneof("layer"), layer.name) for layer in layers),
+        TABLE.supports,
+        "CoreML NeuralNetwork",
+        where,
+    )
     b = GraphBuilder()
     inputs = [i for i in spec.description.input]
     shapes = check_shape_keys(shapes, [i.name for i in inputs], where)
@@ -93,20 +104,33 @@ def convert_network(spec, nn, where: str, shapes):
         ctx.layer = getattr(layer, kind)
         missing = [i for i in layer.input if i not in env]
         if missing:
-            raise ModelLoadError(f"{where}: layer {layer.name} reads {missing[0]!r}, which no input or earlier "
-                                 "layer produces")
+            raise ModelLoadError(
+                f"{where}: layer {layer.name} reads {missing[0]!r}, which no input or earlier layer produces"
+            )
         results = call_converter(ctx, TABLE.lookup(kind), [env[i] for i in layer.input])
         for out, value in zip(layer.output, results):
             env[out] = value
+    outputs = []
     for out in spec.description.output:
-        if out.name not in env:
-            if out.type.WhichOneof("Type") == "dictionaryType":  # a classifier's label probabilities
-                continue
-            if out.name == spec.description.predictedFeatureName:
-                continue
+        if out.name in env:
+            outputs.append(env[out.name])
+        elif out.name == spec.description.predictedFeatureName:
+            continue  # a classifier's label: a lookup in its class list, left to the caller
+        elif out.type.WhichOneof("Type") == "dictionaryType" and kind_of(spec) == "neuralNetworkClassifier":
+            # the class probabilities, as the vector the network computes (in class-label order)
+            layer_name = nn.labelProbabilityLayerName or layers[-1].output[0]
+            outputs.append(env[layer_name])
+        else:
             raise ModelLoadError(f"{where}: the model output {out.name!r} is produced by no layer")
-        b.output(env[out.name])
+    if not outputs:
+        raise ModelLoadError(f"{where}: the model has no tensor output")
+    for value in outputs:
+        b.output(value)
     return b.build()
+
+
+def kind_of(spec) -> str:
+    return spec.WhichOneof("Type")
 
 
 def _input(b: GraphBuilder, inp, nn, shapes, where: str) -> str:
@@ -130,18 +154,24 @@ def _input(b: GraphBuilder, inp, nn, shapes, where: str) -> str:
                 continue
             if pre.WhichOneof("preprocessor") == "scaler":
                 s = pre.scaler
-                biases = ([s.grayBias] if channels == 1 else
-                          [s.blueBias, s.greenBias, s.redBias] if img.colorSpace == 30 else
-                          [s.redBias, s.greenBias, s.blueBias])
+                biases = (
+                    [s.grayBias]
+                    if channels == 1
+                    else [s.blueBias, s.greenBias, s.redBias]
+                    if img.colorSpace == 30
+                    else [s.redBias, s.greenBias, s.blueBias]
+                )
                 scale = s.channelScale if s.channelScale else 1.0
                 x = b.node1("multiply", [x, b.const(np.float32(scale))])
                 x = b.node1("add", [x, b.const(np.asarray(biases, np.float32).reshape(1, channels, 1, 1))])
             else:
-                raise ModelLoadError(f"{where}: image input {inp.name!r} has mean-image preprocessing, "
-                                     "which is not supported")
+                raise ModelLoadError(
+                    f"{where}: image input {inp.name!r} has mean-image preprocessing, which is not supported"
+                )
         return x
-    raise ModelLoadError(f"{where}: input {inp.name!r} is of type {kind}; only multi-arrays and images are "
-                         "supported")
+    raise ModelLoadError(
+        f"{where}: input {inp.name!r} is of type {kind}; only multi-arrays and images are supported"
+    )
 
 
 def _spatial_pads(ctx: LayerContext, m, size, kernel, strides, dilations) -> tuple[tuple, bool]:
@@ -165,20 +195,52 @@ def _spatial_pads(ctx: LayerContext, m, size, kernel, strides, dilations) -> tup
 @register("convolution")
 def convolution(ctx: LayerContext, inputs):
     m = ctx.layer
-    if m.isDeconvolution:
-        raise ctx.error("deconvolution is not supported (nnvm has no transposed convolution operator)")
     x = inputs[0]
+    if m.isDeconvolution:
+        return _deconvolution(ctx, x, m)
     kernel = tuple(int(k) for k in m.kernelSize) or (3, 3)
     strides = tuple(int(s) for s in m.stride) or (1, 1)
     dilations = tuple(int(d) for d in m.dilationFactor) or (1, 1)
     groups = int(m.nGroups) or 1
     w = ctx.weights(m.weights, (int(m.outputChannels), int(m.kernelChannels), *kernel))
     pads, _ = _spatial_pads(ctx, m, ctx.shape(x)[2:], kernel, strides, dilations)
-    y = ctx.op("conv2d", [x, ctx.param(w, "weight")],
-               {"strides": strides, "padding": pads, "dilation": dilations, "groups": groups})
+    y = ctx.op(
+        "conv2d",
+        [x, ctx.param(w, "weight")],
+        {"strides": strides, "padding": pads, "dilation": dilations, "groups": groups},
+    )
     if m.hasBias:
-        y = ctx.op("bias_add", [y, ctx.param(ctx.weights(m.bias, (int(m.outputChannels),), "bias"), "bias")],
-                   {"axis": 1})
+        y = ctx.op(
+            "bias_add",
+            [y, ctx.param(ctx.weights(m.bias, (int(m.outputChannels),), "bias"), "bias")],
+            {"axis": 1},
+        )
+    return y
+
+
+def _deconvolution(ctx: LayerContext, x: str, m) -> str:
+    from nnvm.frontend.transposed import conv_transpose2d
+
+    kernel = tuple(int(k) for k in m.kernelSize) or (3, 3)
+    strides = tuple(int(s) for s in m.stride) or (1, 1)
+    dilations = tuple(int(d) for d in m.dilationFactor) or (1, 1)
+    groups = int(m.nGroups) or 1
+    cin, cout = int(m.kernelChannels), int(m.outputChannels)
+    w = ctx.weights(m.weights, (cin, cout // groups, *kernel))
+    size = ctx.shape(x)[2:]
+    full = [(n - 1) * s + d * (k - 1) + 1 for n, s, d, k in zip(size, strides, dilations, kernel)]
+    if m.WhichOneof("ConvolutionPaddingType") == "same":  # output n * s; the extra cropped at the end
+        crop = [max(f - n * s, 0) for f, n, s in zip(full, size, strides)]
+        pads = (crop[0] // 2, crop[1] // 2, crop[0] - crop[0] // 2, crop[1] - crop[1] // 2)
+    else:
+        pads, _ = _spatial_pads(ctx, m, size, kernel, strides, dilations)
+    extra = (0, 0)
+    if len(m.outputShape):
+        want = [int(v) for v in m.outputShape]
+        extra = (want[0] - (full[0] - pads[0] - pads[2]), want[1] - (full[1] - pads[1] - pads[3]))
+    y = conv_transpose2d(ctx, x, w, strides, pads, dilations, groups, extra)
+    if m.hasBias:
+        y = ctx.op("bias_add", [y, ctx.param(ctx.weights(m.bias, (cout,), "bias"), "bias")], {"axis": 1})
     return y
 
 
@@ -202,7 +264,9 @@ def batchnorm(ctx: LayerContext, inputs):
     c = int(m.channels)
     if m.computeMeanVar:
         raise ctx.error("batchnorm with computeMeanVar (statistics of the input) is not supported")
-    params = [ctx.param(ctx.weights(getattr(m, k), (c,), k), k) for k in ("gamma", "beta", "mean", "variance")]
+    params = [
+        ctx.param(ctx.weights(getattr(m, k), (c,), k), k) for k in ("gamma", "beta", "mean", "variance")
+    ]
     return ctx.op("batch_norm", [inputs[0], *params], {"epsilon": float(m.epsilon), "axis": 1})
 
 
@@ -242,7 +306,7 @@ def activation(ctx: LayerContext, inputs):
     if kind == "softplus":
         return ctx.op("softplus", [x])
     if kind == "PReLU":
-        return ctx.op("prelu", [x, ctx.param(ctx.weights(p.alpha, None, "alpha").astype(np.float32), "alpha")])
+        return ctx.op("prelu", [x, _per_channel(ctx, x, ctx.weights(p.alpha, None, "alpha"))])
     if kind == "parametricSoftplus":
         alpha = _per_channel(ctx, x, ctx.weights(p.alpha, None, "alpha"))
         beta = _per_channel(ctx, x, ctx.weights(p.beta, None, "beta"))
@@ -312,7 +376,9 @@ def average(ctx: LayerContext, inputs):
 def concat(ctx: LayerContext, inputs):
     if ctx.layer.sequenceConcat:
         raise ctx.error("sequence concatenation is not supported")
-    axis = ctx.rank(inputs[0]) - 3 if ctx.rank(inputs[0]) >= 3 else ctx.rank(inputs[0]) - 1  # C of (.., C, H, W)
+    axis = (
+        ctx.rank(inputs[0]) - 3 if ctx.rank(inputs[0]) >= 3 else ctx.rank(inputs[0]) - 1
+    )  # C of (.., C, H, W)
     return inputs[0] if len(inputs) == 1 else ctx.op("concatenate", inputs, {"axis": axis})
 
 
@@ -387,7 +453,9 @@ def padding(ctx: LayerContext, inputs):
     m = ctx.layer
     x = inputs[0]
     amounts = list(m.paddingAmounts.borderAmounts) or []
-    (top, bottom), (left, right) = [(int(a.startEdgeSize), int(a.endEdgeSize)) for a in amounts] or [(0, 0)] * 2
+    (top, bottom), (left, right) = [(int(a.startEdgeSize), int(a.endEdgeSize)) for a in amounts] or [
+        (0, 0)
+    ] * 2
     kind = m.WhichOneof("PaddingType")
     mode = {"constant": "constant", "reflection": "reflect", "replication": "edge"}[kind]
     value = float(m.constant.value) if kind == "constant" else 0.0
@@ -415,5 +483,137 @@ def l2normalize(ctx: LayerContext, inputs):
     x = inputs[0]
     rank = ctx.rank(x)
     axes = tuple(range(max(rank - 3, 1), rank))  # over (C, H, W)
-    norm = ctx.op("sqrt", [ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": axes, "keepdims": True})])
-    return ctx.op("divide", [x, ctx.op("add", [norm, ctx.scalar(ctx.layer.epsilon or 1e-6, x)])])
+    total = ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": axes, "keepdims": True})
+    # x / sqrt(sum(x^2) + epsilon), as NeuralNetwork.proto documents it
+    return ctx.op(
+        "divide", [x, ctx.op("sqrt", [ctx.op("add", [total, ctx.scalar(ctx.layer.epsilon or 1e-6, x)])])]
+    )
+
+
+@register("upsample")
+def upsample(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    n, c, h, w = ctx.shape(x)
+    if len(m.fractionalScalingFactor):
+        sh, sw = (float(v) for v in m.fractionalScalingFactor)
+    else:
+        sh, sw = (int(v) for v in m.scalingFactor) if len(m.scalingFactor) else (1, 1)
+    if m.mode == 1:  # BILINEAR
+        from nnvm_frontend_coreml.resize import resize_bilinear
+
+        if m.linearUpsampleMode == 0:
+            raise ctx.error("bilinear upsampling in the DEFAULT linear mode is not supported")
+        return resize_bilinear(ctx, x, int(h * sh), int(w * sw), m.linearUpsampleMode == 1)
+    if sh != int(sh) or sw != int(sw):
+        raise ctx.error(f"nearest upsampling by fractional factors ({sh}, {sw}) is not supported")
+    sh, sw = int(sh), int(sw)
+    y = ctx.op("broadcast_to", [ctx.reshape(x, (n, c, h, 1, w, 1))], {"shape": (n, c, h, sh, w, sw)})
+    return ctx.reshape(y, (n, c, h * sh, w * sw))
+
+
+@register("crop")
+def crop(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    _, _, h, w = ctx.shape(x)
+    if len(inputs) == 2:  # crop to the second input's size from offset
+        top, left = (int(v) for v in m.offset) if len(m.offset) else (0, 0)
+        oh, ow = ctx.shape(inputs[1])[2:]
+        return ctx.op(
+            "strided_slice", [x], {"begin": (top, left), "end": (top + oh, left + ow), "axes": (2, 3)}
+        )
+    (top, bottom), (left, right) = [
+        (int(a.startEdgeSize), int(a.endEdgeSize)) for a in m.cropAmounts.borderAmounts
+    ]
+    return ctx.op(
+        "strided_slice", [x], {"begin": (top, left), "end": (h - bottom, w - right), "axes": (2, 3)}
+    )
+
+
+REDUCE_AXES = {0: (-3, -2, -1), 1: (-2, -1), 2: (-3,), 3: (-2,), 4: (-1,)}  # CHW, HW, C, H, W
+
+
+@register("reduce")
+def reduce(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    rank = ctx.rank(x)
+    axes = tuple(sorted(ctx.normalize_axis(a, rank) for a in REDUCE_AXES[m.axis]))
+    attrs = {"axis": axes, "keepdims": True}
+    mode = m.mode
+    if mode == 9:
+        raise ctx.error("reduce ARGMAX is not supported")
+    if mode in (0, 1, 2, 7, 8):  # SUM AVG PROD MAX MIN
+        return ctx.op({0: "sum", 1: "mean", 2: "prod", 7: "max", 8: "min"}[mode], [x], attrs)
+    if mode == 3:  # LOGSUM
+        return ctx.op("log", [ctx.op("sum", [x], attrs)])
+    if mode == 4:
+        return ctx.op("sum", [ctx.op("multiply", [x, x])], attrs)
+    if mode == 5:
+        return ctx.op("sum", [ctx.op("abs", [x])], attrs)
+    return ctx.op("sqrt", [ctx.op("sum", [ctx.op("multiply", [x, x])], attrs)])
+
+
+@register("lrn")
+def lrn(ctx: LayerContext, inputs):
+    m = ctx.layer
+    return ctx.op(
+        "lrn",
+        inputs[:1],
+        {"size": int(m.localSize), "alpha": float(m.alpha), "beta": float(m.beta), "bias": float(m.k or 1.0)},
+    )
+
+
+@register("mvn")
+def mvn(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    rank = ctx.rank(x)
+    axes = tuple(range(rank - 3, rank)) if m.acrossChannels else tuple(range(rank - 2, rank))
+    attrs = {"axis": axes, "keepdims": True}
+    y = ctx.op("subtract", [x, ctx.op("mean", [x], attrs)])
+    if m.normalizeVariance:
+        std = ctx.op("sqrt", [ctx.op("mean", [ctx.op("multiply", [y, y])], attrs)])
+        y = ctx.op("divide", [y, ctx.op("add", [std, ctx.scalar(m.epsilon or 1e-9, x)])])
+    return y
+
+
+@register("embedding")
+def embedding(ctx: LayerContext, inputs):
+    m = ctx.layer
+    table = ctx.weights(m.weights, (int(m.outputChannels), int(m.inputDim))).T  # (vocab, out)
+    if m.hasBias:
+        table = table + ctx.weights(m.bias, (int(m.outputChannels),), "bias")
+    x = inputs[0]
+    ids = ctx.cast(ctx.reshape(x, (int(np.prod(ctx.shape(x), dtype=np.int64)),)), "int64")
+    y = ctx.op("take", [ctx.param(np.ascontiguousarray(table, np.float32), "table"), ids], {"axis": 0})
+    n = ctx.shape(x)[0]
+    return ctx.reshape(y, (n, int(m.outputChannels), 1, 1)) if ctx.rank(x) == 4 else y
+
+
+@register("split")
+def split(ctx: LayerContext, inputs):
+    x = inputs[0]
+    axis = ctx.rank(x) - 3
+    parts = int(ctx.layer.nOutputs)
+    size = ctx.shape(x)[axis] // parts
+    return ctx.ops(
+        "split", [x], {"indices": tuple(size * (i + 1) for i in range(parts - 1)), "axis": axis}, parts
+    )
+
+
+@register("slice")
+def slice_(ctx: LayerContext, inputs):
+    m = ctx.layer
+    x = inputs[0]
+    axis = ctx.rank(x) - 3 + int(m.axis)
+    n = ctx.shape(x)[axis]
+    start = int(m.startIndex)
+    end = int(m.endIndex) if m.endIndex != 0 else n
+    end = end + n if end < 0 else end
+    return ctx.op(
+        "strided_slice",
+        [x],
+        {"begin": (start,), "end": (end,), "strides": (int(m.stride) or 1,), "axes": (axis,)},
+    )

@@ -27,5 +27,12 @@ def _accepts(model) -> bool:
 
 @hookimpl
 def nnvm_register_frontends(register):
-    register(Frontend(name="coreml", load=_load, extensions=(".mlmodel", ".mlpackage"), accepts=_accepts,
-                      description="CoreML NeuralNetwork .mlmodel and ML Program .mlpackage"))
+    register(
+        Frontend(
+            name="coreml",
+            load=_load,
+            extensions=(".mlmodel", ".mlpackage"),
+            accepts=_accepts,
+            description="CoreML NeuralNetwork .mlmodel and ML Program .mlpackage",
+        )
+    )

@@ -95,10 +95,22 @@ def _package_model_file(path: Path) -> Path:
 
 
 # weight.bin dtype codes -> (numpy dtype, bits per element; < 8: packed, least significant bits first)
-BLOB_DTYPES = {1: (np.float16, 16), 2: (np.float32, 32), 3: (np.uint8, 8), 4: (np.int8, 8),
-               6: (np.int16, 16), 7: (np.uint16, 16), 8: (np.int8, 4), 9: (np.uint8, 1), 10: (np.uint8, 2),
-               11: (np.uint8, 4), 12: (np.uint8, 3), 13: (np.uint8, 6), 14: (np.int32, 32),
-               15: (np.uint32, 32)}
+BLOB_DTYPES = {
+    1: (np.float16, 16),
+    2: (np.float32, 32),
+    3: (np.uint8, 8),
+    4: (np.int8, 8),
+    6: (np.int16, 16),
+    7: (np.uint16, 16),
+    8: (np.int8, 4),
+    9: (np.uint8, 1),
+    10: (np.uint8, 2),
+    11: (np.uint8, 4),
+    12: (np.uint8, 3),
+    13: (np.uint8, 6),
+    14: (np.int32, 32),
+    15: (np.uint32, 32),
+}
 BLOB_MAGIC = 0xDEADBEEF
 
 
@@ -112,23 +124,32 @@ class WeightFile:
         except FileNotFoundError:
             raise ModelLoadError(f"{path}: the weight file is missing") from None
         if len(self.data) < 64:
-            raise ModelLoadError(f"{path}: corrupt weight file ({len(self.data)} bytes, shorter than its header)")
+            raise ModelLoadError(
+                f"{path}: corrupt weight file ({len(self.data)} bytes, shorter than its header)"
+            )
 
     def blob(self, offset: int, count: int | None = None) -> np.ndarray:
         """The flat array stored at ``offset``; ``count`` elements (needed for sub-byte types)."""
         if offset + 64 > len(self.data):
-            raise ModelLoadError(f"{self.path}: no weight blob at offset {offset} (the file has "
-                                 f"{len(self.data)} bytes)")
+            raise ModelLoadError(
+                f"{self.path}: no weight blob at offset {offset} (the file has {len(self.data)} bytes)"
+            )
         magic, code, size, start = struct.unpack_from("<IIQQ", self.data, offset)
         if magic != BLOB_MAGIC:
-            raise ModelLoadError(f"{self.path}: corrupt weight blob at offset {offset} (magic {magic:#x}, "
-                                 f"expected {BLOB_MAGIC:#x})")
+            raise ModelLoadError(
+                f"{self.path}: corrupt weight blob at offset {offset} (magic {magic:#x}, "
+                f"expected {BLOB_MAGIC:#x})"
+            )
         if code not in BLOB_DTYPES:
-            raise ModelLoadError(f"{self.path}: weight blob at offset {offset} has data type {code}, "
-                                 "which this frontend does not read")
+            raise ModelLoadError(
+                f"{self.path}: weight blob at offset {offset} has data type {code}, "
+                "which this frontend does not read"
+            )
         if start + size > len(self.data):
-            raise ModelLoadError(f"{self.path}: weight blob at offset {offset} runs past the end of the file "
-                                 f"({start} + {size} > {len(self.data)} bytes)")
+            raise ModelLoadError(
+                f"{self.path}: weight blob at offset {offset} runs past the end of the file "
+                f"({start} + {size} > {len(self.data)} bytes)"
+            )
         dtype, bits = BLOB_DTYPES[code]
         raw = np.frombuffer(self.data, np.uint8, size, start)
         if bits >= 8:
@@ -141,8 +162,9 @@ def unpack_bits(raw: np.ndarray, bits: int, count: int | None, signed: bool = Fa
     flat = np.unpackbits(raw, bitorder="little")
     n = len(flat) // bits if count is None else int(count)
     if n * bits > len(flat):
-        raise ModelLoadError(f"a packed weight blob holds {len(flat) // bits} {bits}-bit values, "
-                             f"not the {n} its type declares")
+        raise ModelLoadError(
+            f"a packed weight blob holds {len(flat) // bits} {bits}-bit values, not the {n} its type declares"
+        )
     groups = flat[: n * bits].reshape(n, bits).astype(np.int32)
     values = (groups << np.arange(bits, dtype=np.int32)).sum(axis=1)
     if signed:

@@ -57,8 +57,11 @@ class ResNet18(nn.Module):
 
 
 def conv_bn(cin, cout, k, stride, groups=1):
-    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
-                         nn.BatchNorm2d(cout), nn.ReLU6(inplace=True))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU6(inplace=True),
+    )
 
 
 class InvertedResidual(nn.Module):
@@ -67,8 +70,11 @@ class InvertedResidual(nn.Module):
         hidden = cin * expand
         self.use_res_connect = stride == 1 and cin == cout
         layers = [conv_bn(cin, hidden, 1, 1)] if expand != 1 else []
-        layers += [conv_bn(hidden, hidden, 3, stride, groups=hidden),
-                   nn.Conv2d(hidden, cout, 1, 1, 0, bias=False), nn.BatchNorm2d(cout)]
+        layers += [
+            conv_bn(hidden, hidden, 3, stride, groups=hidden),
+            nn.Conv2d(hidden, cout, 1, 1, 0, bias=False),
+            nn.BatchNorm2d(cout),
+        ]
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x):
@@ -78,8 +84,15 @@ class InvertedResidual(nn.Module):
 class MobileNetV2(nn.Module):
     def __init__(self, num_classes=1000):
         super().__init__()
-        settings = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
-                    (6, 160, 3, 2), (6, 320, 1, 1)]
+        settings = [
+            (1, 16, 1, 1),
+            (6, 24, 2, 2),
+            (6, 32, 3, 2),
+            (6, 64, 4, 2),
+            (6, 96, 3, 1),
+            (6, 160, 3, 2),
+            (6, 320, 1, 1),
+        ]
         features, cin = [conv_bn(3, 32, 3, 2)], 32
         for t, c, n, s in settings:
             for i in range(n):
@@ -131,8 +144,9 @@ def main(out: Path):
         np.save(out / f"{name}.output.npy", y)
         inputs = [ct.TensorType(name="input", shape=x.shape)]
         ct.convert(traced, inputs=inputs, convert_to="neuralnetwork").save(str(out / f"{name}.nn.mlmodel"))
-        ct.convert(traced, inputs=inputs, convert_to="mlprogram",
-                   compute_precision=ct.precision.FLOAT32).save(str(out / f"{name}.fp32.mlpackage"))
+        ct.convert(
+            traced, inputs=inputs, convert_to="mlprogram", compute_precision=ct.precision.FLOAT32
+        ).save(str(out / f"{name}.fp32.mlpackage"))
         ct.convert(traced, inputs=inputs, convert_to="mlprogram").save(str(out / f"{name}.fp16.mlpackage"))
 
 
