@@ -209,8 +209,8 @@ def _conv_transpose_reference(x, w, strides, pads, dilations, groups, output_pad
     ((2, 3), (1, 0, 2, 1), (1, 1), 1, (1, 0)),
     ((2, 2), (3, 3, 3, 3), (1, 2), 2, (0, 1)),
 ])
-def test_conv_transpose2d(strides, pads, dilations, groups, output_padding):
-    from nnvm.frontend.transposed import conv_transpose2d
+def test_conv2d_transpose(strides, pads, dilations, groups, output_padding):
+    from nnvm.frontend.compose import conv2d_transpose
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 4, 5, 6)).astype(np.float32)
@@ -218,7 +218,9 @@ def test_conv_transpose2d(strides, pads, dilations, groups, output_padding):
     b = GraphBuilder()
     ctx = ConversionContext(b)
     ctx.begin("deconv", "Deconvolution", {})
-    y = conv_transpose2d(ctx, b.input("x", x.shape), w, strides, pads, dilations, groups, output_padding)
+    weight = ctx.param(w, "weight")
+    y = conv2d_transpose(ctx, b.input("x", x.shape), weight, strides, dilations, pads[:2], pads[2:],
+                         output_padding, groups)
     b.output(y)
     got = evaluate_graph(b.build(), {"x": x})[0]
     want = _conv_transpose_reference(x, w, strides, pads, dilations, groups, output_padding)

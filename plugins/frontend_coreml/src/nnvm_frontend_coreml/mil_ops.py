@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnvm.frontend.compose import conv2d_transpose
 from nnvm.frontend.padding import same_pads
 from nnvm_frontend_coreml.mil import TABLE, MilContext
 
@@ -637,9 +638,8 @@ def conv_transpose(ctx: MilContext, args):
         want = [int(v) for v in ctx.const("output_shape")][-2:]
         got = [full[0] - pads[0] - pads[2], full[1] - pads[1] - pads[3]]
         extra = (want[0] - got[0], want[1] - got[1])
-    from nnvm.frontend.transposed import conv_transpose2d
-
-    y = conv_transpose2d(ctx, x, w, strides, pads, dilations, groups, extra)
+    weight = ctx.param(np.asarray(w, dtype=ctx.dtype(x)), "weight")
+    y = conv2d_transpose(ctx, x, weight, strides, dilations, pads[:2], pads[2:], extra, groups)
     if ctx.has("bias"):
         y = ctx.op("bias_add", [y, ctx.value("bias")], {"axis": 1})
     return y

@@ -20,6 +20,7 @@ from nnvm.frontend import (
     check_shape_keys,
     check_supported,
 )
+from nnvm.frontend.compose import conv2d_transpose
 from nnvm.frontend.padding import same_pads
 from nnvm.graph.builder import GraphBuilder
 from nnvm_frontend_coreml.reader import unpack_bits
@@ -219,8 +220,6 @@ def convolution(ctx: LayerContext, inputs):
 
 
 def _deconvolution(ctx: LayerContext, x: str, m) -> str:
-    from nnvm.frontend.transposed import conv_transpose2d
-
     kernel = tuple(int(k) for k in m.kernelSize) or (3, 3)
     strides = tuple(int(s) for s in m.stride) or (1, 1)
     dilations = tuple(int(d) for d in m.dilationFactor) or (1, 1)
@@ -238,7 +237,8 @@ def _deconvolution(ctx: LayerContext, x: str, m) -> str:
     if len(m.outputShape):
         want = [int(v) for v in m.outputShape]
         extra = (want[0] - (full[0] - pads[0] - pads[2]), want[1] - (full[1] - pads[1] - pads[3]))
-    y = conv_transpose2d(ctx, x, w, strides, pads, dilations, groups, extra)
+    weight = ctx.param(np.asarray(w, dtype=ctx.dtype(x)), "weight")
+    y = conv2d_transpose(ctx, x, weight, strides, dilations, pads[:2], pads[2:], extra, groups)
     if m.hasBias:
         y = ctx.op("bias_add", [y, ctx.param(ctx.weights(m.bias, (cout,), "bias"), "bias")], {"axis": 1})
     return y
