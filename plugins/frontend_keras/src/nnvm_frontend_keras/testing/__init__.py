@@ -70,3 +70,23 @@ def keras_models(names: list[str]) -> dict[str, KerasModel]:
                         os.replace(Path(tmp) / p.name, p)
                     (root / f"{n}.stamp").write_text(stamp)
     return models
+
+
+def graph_digest(graph) -> str:
+    """A hash of an imported graph: its structure, types and weights (the ``.keras`` and ``.h5`` files of
+    one model must import to the same graph)."""
+    import numpy as np
+
+    h = hashlib.sha256(graph.to_json(include_params=False).encode())
+    for name in sorted(graph.params):
+        a = np.ascontiguousarray(graph.params[name])
+        h.update(f"|{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def max_rel_err(got, want) -> float:
+    import numpy as np
+
+    want = np.asarray(want, dtype=np.float64)
+    return float(np.abs(np.asarray(got, dtype=np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
