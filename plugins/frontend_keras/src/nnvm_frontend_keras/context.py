@@ -21,7 +21,11 @@ CONVERTERS = ConverterTable("Keras")
 def op_key(layer: dict) -> str:
     """The table key of a layer: its class name; ``keras.ops`` nodes as ``ops.<Class>``."""
     cls = layer.get("class_name", "")
-    return f"ops.{cls}" if is_ops_node(layer) else cls
+    if is_ops_node(layer):
+        return f"ops.{cls}"
+    if cls not in CONVERTERS and f"ops.{cls}" in CONVERTERS and set(layer.get("config", {})) <= {"name"}:
+        return f"ops.{cls}"  # a one-operand operation (keras.ops.relu) in a legacy .h5 config
+    return cls
 
 
 class Context(ConversionContext):

@@ -24,8 +24,10 @@ def _name(v) -> str:
     if v is None:
         return "linear"
     if isinstance(v, dict):
-        return str(v.get("config", {}).get("name") if isinstance(v.get("config"), dict) else v.get("config")) \
-            if v.get("class_name") == "function" else str(v.get("class_name", "")).lower()
+        if v.get("class_name") != "function":
+            return str(v.get("class_name", "")).lower()
+        inner = v.get("config")
+        return str(inner.get("name") if isinstance(inner, dict) else inner)
     return str(v)
 
 
@@ -160,7 +162,8 @@ def batch_norm(ctx: Context, inputs):
     mean, var = ctx.weight(i, "the moving mean"), ctx.weight(i + 1, "the moving variance")
     gamma = np.ones_like(mean) if gamma is None else gamma
     beta = np.zeros_like(mean) if beta is None else beta
-    params = [ctx.param(p, hint) for p, hint in ((gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var"))]
+    named = ((gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var"))
+    params = [ctx.param(p, hint) for p, hint in named]
     y = ctx.op("batch_norm", [x, *params], {"epsilon": float(ctx.attr("epsilon", 1e-3)),
                                            "axis": ctx.keras_axis(x, axes[0])})
     return ctx.like(y, x)
