@@ -130,8 +130,15 @@ def separable_conv2d(ctx: Context, inputs):
 
 @CONVERTERS.register("Dense")
 def dense(ctx: Context, inputs):
-    x = ctx.last(inputs[0])
     kernel = ctx.weight(0, "the kernel")
+    if inputs[0] in ctx.cf and ctx.rank(inputs[0]) == 4:
+        # Dense on a channels-first image is a 1x1 convolution: it stays channels-first (ConvNeXt).
+        w = np.ascontiguousarray(kernel.T.reshape(kernel.shape[1], kernel.shape[0], 1, 1))
+        y = _conv(ctx, inputs[0], w, (1, 1), (1, 1), "valid", 1)
+        if ctx.attr("use_bias", True):
+            y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+        return activation(ctx, y, ctx.attr("activation"))
+    x = ctx.last(inputs[0])
     if ctx.rank(x) == 2:
         y = ctx.op("dense", [x, ctx.param(np.ascontiguousarray(kernel.T), "kernel")])
     else:  # Dense on any rank acts on the last (channels) axis
@@ -171,6 +178,8 @@ def batch_norm(ctx: Context, inputs):
 
 @CONVERTERS.register("LayerNormalization")
 def layer_norm(ctx: Context, inputs):
+    if inputs[0] in ctx.cf and _axes(ctx, inputs[0]) == [ctx.rank(inputs[0]) - 1]:
+        return _channel_norm(ctx, inputs[0])
     x = ctx.last(inputs[0])
     rank = ctx.rank(x)
     axes = sorted(_axes(ctx, x))
@@ -189,6 +198,29 @@ def layer_norm(ctx: Context, inputs):
     beta = np.zeros(norm_shape, np.float32) if beta is None else beta.reshape(norm_shape)
     return ctx.op("layer_norm", [x, ctx.param(gamma, "gamma"), ctx.param(beta, "beta")],
                   {"epsilon": float(ctx.attr("epsilon", 1e-3)), "axis": axes[0]})
+
+
+def _channel_norm(ctx: Context, x: str) -> str:
+    """LayerNormalization over the channels of a channels-first tensor (axis 1), composed of reductions
+    so that the tensor need not be transposed (ConvNeXt normalizes between convolutions)."""
+    if ctx.attr("rms_scaling", False):
+        raise ctx.error("rms_scaling is not supported")
+    i, c = 0, ctx.shape(x)[1]
+    gamma = beta = None
+    if ctx.attr("scale", True):
+        gamma, i = ctx.weight(i, "gamma"), i + 1
+    if ctx.attr("center", True):
+        beta = ctx.weight(i, "beta")
+    mean = ctx.op("mean", [x], {"axis": (1,), "keepdims": True})
+    d = ctx.op("subtract", [x, mean])
+    var = ctx.op("mean", [ctx.op("multiply", [d, d])], {"axis": (1,), "keepdims": True})
+    inv = ctx.op("rsqrt", [ctx.op("add", [var, ctx.scalar(float(ctx.attr("epsilon", 1e-3)), x)])])
+    y = ctx.op("multiply", [d, inv])
+    if gamma is not None:
+        y = ctx.op("multiply", [y, ctx.channel_vector(x, gamma.reshape(c))])
+    if beta is not None:
+        y = ctx.op("add", [y, ctx.channel_vector(x, beta.reshape(c))])
+    return ctx.mark_first(y)
 
 
 @CONVERTERS.register("Normalization")
