@@ -14,7 +14,7 @@ from nnvm_frontend_keras import testing
 CASES = ["conv_same_even", "conv_same_odd_stride3", "conv_dilated_groups", "depthwise_mult", "separable",
          "pool_same_even", "avgpool_same", "pool_valid_global", "global_keepdims", "batchnorm_flags",
          "pad_crop", "hard_sigmoid", "activations", "dense_4d_reshape", "norms", "branches", "nested",
-         "ops_nodes"]
+         "ops_nodes", *testing.EXTRA_CASES]
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,7 @@ class Context(ConversionContext):
         """``v`` permuted by ``perm`` as a reshape, when the permutation moves only axes of size 1 (an
         SE block's (N, 1, 1, C) is (N, C, 1, 1) channels-first): no data moves, so no transpose."""
         shape = self.shape(v)
-        if [d for d in shape if d != 1] != [shape[p] for p in perm if shape[p] != 1]:
+        if [a for a in range(len(shape)) if shape[a] != 1] != [a for a in perm if shape[a] != 1]:
             return None
         return self.reshape(v, [shape[p] for p in perm])
 

@@ -488,10 +488,3 @@ def identity_layer(ctx: Context, inputs):
 def layer_scale(ctx: Context, inputs):
     x = inputs[0]
     return ctx.like(ctx.op("multiply", [x, ctx.channel_vector(x, ctx.weight(0, "gamma"))]), x)
-
-
-@CONVERTERS.register("Embedding")
-def embedding(ctx: Context, inputs):
-    x = ctx.last(inputs[0])
-    table = ctx.param(ctx.weight(0, "the embeddings"), "embeddings")
-    return ctx.op("take", [table, ctx.cast(x, "int64")], {"axis": 0})

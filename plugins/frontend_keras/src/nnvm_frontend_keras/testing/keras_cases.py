@@ -1,0 +1,36 @@
+"""Run inside the Keras 3 reference venv: more per-layer cases, built like ``keras_tool``'s (same seeds,
+weights and files) but kept in their own script, so that adding one does not rebuild every other model.
+
+    python keras_cases.py OUTDIR NAME...
+"""
+
+from __future__ import annotations
+
+import sys
+
+import keras_tool  # beside this script: sets KERAS_BACKEND before keras is imported
+from keras_tool import _seq, keras, layers
+
+
+def _channels_first_norms():
+    """ConvNeXt's pattern: LayerNormalization and Dense between convolutions, then a residual add."""
+    inp = keras.Input((6, 6, 4))
+    x = layers.Conv2D(4, 3, padding="same")(inp)
+    y = layers.LayerNormalization(epsilon=1e-6)(x)
+    y = layers.Dense(8, activation="gelu")(y)
+    y = layers.Dense(4)(y)
+    return keras.Model(inp, layers.Add()([x, y]))
+
+
+EXTRA = {
+    "channels_first_norms": _channels_first_norms,
+    "upsampling_prelu": lambda: _seq(layers.UpSampling2D((2, 3)), layers.Conv2D(3, 1),
+                                     layers.PReLU(shared_axes=[1, 2])),
+    "repeat_permute": lambda: _seq(layers.Flatten(), layers.Dense(5), layers.RepeatVector(3),
+                                   layers.Permute((2, 1)), shape=(2, 2, 3)),
+}
+
+if __name__ == "__main__":
+    keras_tool.CASES.update(EXTRA)
+    for n in sys.argv[2:]:
+        keras_tool.build(sys.argv[1], n)
