@@ -488,3 +488,83 @@ def identity_layer(ctx: Context, inputs):
 def layer_scale(ctx: Context, inputs):
     x = inputs[0]
     return ctx.like(ctx.op("multiply", [x, ctx.channel_vector(x, ctx.weight(0, "gamma"))]), x)
+
+
+@CONVERTERS.register("Conv1D")
+def conv1d(ctx: Context, inputs):
+    """A Conv1D is a conv2d over a height of 1: (N, C, L) -> (N, C, 1, L); 'causal' pads on the left."""
+    _check_channels_last(ctx)
+    x = ctx.first(inputs[0])
+    n, c, length = ctx.shape(x)
+    w = hwio_to_oihw(ctx.weight(0, "the kernel"))  # (out, in / groups, k)
+    (k,), (s,), (d,) = w.shape[2:], _pair(ctx.attr("strides", 1), 1), _pair(ctx.attr("dilation_rate", 1), 1)
+    padding = ctx.attr("padding", "valid")
+    if padding == "causal":
+        x = ctx.op("pad", [x], {"pad_width": (0, 0, 0, 0, (k - 1) * d, 0)})
+        length += (k - 1) * d
+        padding = "valid"
+    x4 = ctx.reshape(x, (n, c, 1, length))
+    y = _conv(ctx, x4, w.reshape(w.shape[0], w.shape[1], 1, k), (1, s), (1, d), padding,
+              ctx.attr("groups", 1))
+    y = ctx.mark_first(ctx.reshape(y, (n, w.shape[0], ctx.shape(y)[3])))
+    if ctx.attr("use_bias", True):
+        y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+    return activation(ctx, y, ctx.attr("activation"))
+
+
+@CONVERTERS.register("GroupNormalization")
+def group_norm(ctx: Context, inputs):
+    """Statistics per sample and group of channels, over the group's channels and every spatial axis."""
+    x = inputs[0]
+    if ctx.normalize_axis(ctx.attr("axis", -1), ctx.rank(x)) != ctx.rank(x) - 1:
+        raise ctx.error("only the channels axis (-1) is supported")
+    x = ctx.first(x) if ctx.rank(x) >= 3 else x
+    shape = ctx.shape(x)
+    n, c, spatial = shape[0], shape[1], shape[2:]
+    g = int(ctx.attr("groups", 32))
+    if c % g:
+        raise ctx.error(f"{c} channels do not split into {g} groups")
+    grouped = ctx.reshape(x, (n, g, c // g, *spatial))
+    axes = tuple(range(2, 2 + 1 + len(spatial)))
+    mean = ctx.op("mean", [grouped], {"axis": axes, "keepdims": True})
+    d = ctx.op("subtract", [grouped, mean])
+    var = ctx.op("mean", [ctx.op("multiply", [d, d])], {"axis": axes, "keepdims": True})
+    inv = ctx.op("rsqrt", [ctx.op("add", [var, ctx.scalar(float(ctx.attr("epsilon", 1e-3)), x)])])
+    y = ctx.reshape(ctx.op("multiply", [d, inv]), shape)
+    if x in ctx.cf:
+        ctx.mark_first(y)
+    i = 0
+    if ctx.attr("scale", True):
+        y = ctx.like(ctx.op("multiply", [y, ctx.channel_vector(y, ctx.weight(0, "gamma"))]), y)
+        i = 1
+    if ctx.attr("center", True):
+        y = ctx.like(ctx.op("add", [y, ctx.channel_vector(y, ctx.weight(i, "beta"))]), y)
+    return y
+
+
+@CONVERTERS.register("Dot")
+def dot_layer(ctx: Context, inputs):
+    """Keras's batched dot of two rank-2 or rank-3 tensors over ``axes`` (one per input, batch excluded)."""
+    if len(inputs) != 2:
+        raise ctx.error(f"Dot takes two inputs, got {len(inputs)}")
+    x, y = ctx.last(inputs[0]), ctx.last(inputs[1])
+    rank = ctx.rank(x)
+    if rank != ctx.rank(y) or rank not in (2, 3):
+        raise ctx.error(f"only two rank-2 or two rank-3 inputs are supported, got ranks {rank} and "
+                        f"{ctx.rank(y)}")
+    axes = ctx.attr("axes", -1)
+    ax, ay = (axes, axes) if isinstance(axes, int) else axes
+    ax, ay = ctx.normalize_axis(ax, rank), ctx.normalize_axis(ay, rank)
+    if ctx.attr("normalize", False):
+        x, y = _l2_normalize(ctx, x, ax), _l2_normalize(ctx, y, ay)
+    if rank == 2:
+        return ctx.op("sum", [ctx.op("multiply", [x, y])], {"axis": (1,), "keepdims": True})
+    x = ctx.transpose(x, (0, 2, 1)) if ax == 1 else x  # contract x's last axis ...
+    y = ctx.transpose(y, (0, 2, 1)) if ay == 2 else y  # ... with y's axis 1
+    return ctx.op("matmul", [x, y])
+
+
+def _l2_normalize(ctx: Context, x: str, axis: int) -> str:
+    sq = ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": (axis,), "keepdims": True})
+    inv = ctx.op("rsqrt", [ctx.op("maximum", [sq, ctx.scalar(1e-12, x)])])
+    return ctx.op("multiply", [x, inv])

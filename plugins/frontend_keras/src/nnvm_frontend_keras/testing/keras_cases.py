@@ -22,10 +22,25 @@ def _channels_first_norms():
     return keras.Model(inp, layers.Add()([x, y]))
 
 
+def _dot():
+    inp = keras.Input((4, 3))
+    a = layers.Dense(5)(inp)
+    b = layers.Dense(5)(inp)
+    m = layers.Dot(axes=(2, 2))([a, b])  # (4, 4)
+    n = layers.Dot(axes=(1, 1), normalize=True)([a, b])  # (5, 5)
+    v = layers.Dot(axes=1)([layers.Flatten()(a), layers.Flatten()(b)])
+    return keras.Model(inp, layers.Concatenate()([layers.Flatten()(m), layers.Flatten()(n), v]))
+
+
 EXTRA = {
     "channels_first_norms": _channels_first_norms,
     "upsampling_prelu": lambda: _seq(layers.UpSampling2D((2, 3)), layers.Conv2D(3, 1),
                                      layers.PReLU(shared_axes=[1, 2])),
+    "conv1d": lambda: _seq(layers.Conv1D(4, 3, padding="same", strides=2),
+                           layers.Conv1D(3, 2, dilation_rate=2, padding="causal"),
+                           layers.Conv1D(2, 3, activation="relu"), shape=(12, 3)),
+    "group_norm": lambda: _seq(layers.Conv2D(6, 1), layers.GroupNormalization(groups=3, epsilon=1e-3)),
+    "dot": _dot,
     "repeat_permute": lambda: _seq(layers.Flatten(), layers.Dense(5), layers.RepeatVector(3),
                                    layers.Permute((2, 1)), shape=(2, 2, 3)),
 }
