@@ -568,3 +568,45 @@ def _l2_normalize(ctx: Context, x: str, axis: int) -> str:
     sq = ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": (axis,), "keepdims": True})
     inv = ctx.op("rsqrt", [ctx.op("maximum", [sq, ctx.scalar(1e-12, x)])])
     return ctx.op("multiply", [x, inv])
+
+
+def _transpose_pads(k: int, s: int, d: int, padding: str, output_padding) -> tuple[int, int]:
+    """Padding of the zero-upsampled input that makes a correlation with the flipped kernel give Keras's
+    transposed convolution: 'valid' gives (n - 1) s + max(k, s) outputs, 'same' n s."""
+    k = (k - 1) * d + 1
+    if padding == "valid":
+        extra = max(k, s) - k if output_padding is None else output_padding
+        return k - 1, k - 1 + extra
+    total = s + k - 2 if output_padding is None else k + k % 2 - 2 + output_padding
+    left = min(total // 2 + total % 2, k - 1)
+    return left, total - left
+
+
+@CONVERTERS.register("Conv2DTranspose")
+def conv2d_transpose(ctx: Context, inputs):
+    """Zeros inserted between the input pixels (``stride - 1`` per gap), padded, then a conv2d with the
+    kernel flipped and its in/out axes swapped."""
+    _check_channels_last(ctx)
+    x = ctx.first(inputs[0])
+    n, c, h, w = ctx.shape(x)
+    kernel = ctx.weight(0, "the kernel")  # (kh, kw, out, in)
+    weight = np.ascontiguousarray(kernel.transpose(2, 3, 0, 1)[:, :, ::-1, ::-1])
+    (sh, sw), (dh, dw) = _pair(ctx.attr("strides", 1)), _pair(ctx.attr("dilation_rate", 1))
+    padding = ctx.attr("padding", "valid")
+    if padding not in ("valid", "same"):
+        raise ctx.error(f"padding {padding!r} is not supported")
+    out_pad = ctx.attr("output_padding")
+    out_pad = (None, None) if out_pad is None else _pair(out_pad)
+    (th, bh), (lw, rw) = (_transpose_pads(k, s, d, padding, op) for k, s, d, op in
+                          zip(kernel.shape[:2], (sh, sw), (dh, dw), out_pad))
+    y = ctx.reshape(x, (n, c, h, 1, w, 1))
+    # The zeros after each pixel, then the padding (the last pixel's trailing zeros are not wanted: a
+    # negative width removes them where the padding is smaller).
+    y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, 0, 0, 0, sh - 1, 0, 0, 0, sw - 1)})
+    y = ctx.reshape(y, (n, c, h * sh, w * sw))
+    y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, th, bh - (sh - 1), lw, rw - (sw - 1))})
+    y = ctx.mark_first(ctx.op("conv2d", [y, ctx.param(weight, "kernel")],
+                              {"strides": (1, 1), "dilation": (dh, dw), "padding": (0, 0, 0, 0)}))
+    if ctx.attr("use_bias", True):
+        y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+    return activation(ctx, y, ctx.attr("activation"))

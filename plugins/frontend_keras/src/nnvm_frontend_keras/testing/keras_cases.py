@@ -41,6 +41,12 @@ EXTRA = {
                            layers.Conv1D(2, 3, activation="relu"), shape=(12, 3)),
     "group_norm": lambda: _seq(layers.Conv2D(6, 1), layers.GroupNormalization(groups=3, epsilon=1e-3)),
     "dot": _dot,
+    "conv_transpose": lambda: _seq(layers.Conv2DTranspose(3, 3, strides=2, padding="same"),
+                                   layers.Conv2DTranspose(2, 4, strides=2, padding="valid"),
+                                   layers.Conv2DTranspose(2, 3, strides=(1, 2), padding="same",
+                                                          output_padding=(0, 1)),
+                                   layers.Conv2DTranspose(2, 2, strides=3, padding="same", activation="relu"),
+                                   shape=(4, 5, 3)),
     "repeat_permute": lambda: _seq(layers.Flatten(), layers.Dense(5), layers.RepeatVector(3),
                                    layers.Permute((2, 1)), shape=(2, 2, 3)),
 }
