@@ -212,11 +212,19 @@ def _zip_weights(group, config: dict, path: tuple, model: KerasModel, where: str
             if sub is not None:
                 _zip_weights(sub, layer, (*path, name), model, where)
             continue
-        arrays = []
-        if sub is not None and "vars" in sub:
-            vars_ = sub["vars"]
-            arrays = [np.asarray(vars_[str(i)]) for i in range(len(vars_))]
-        model.weights[(*path, name)] = arrays
+        model.weights[(*path, name)] = _group_vars(sub) if sub is not None else []
+
+
+def _group_vars(group) -> list:
+    """A layer's variables: its own ``vars/<i>``, then those of the objects it holds (an RNN's ``cell``)."""
+    arrays = []
+    if "vars" in group:
+        vars_ = group["vars"]
+        arrays = [np.asarray(vars_[str(i)]) for i in range(len(vars_))]
+    for key in group:
+        if key != "vars" and hasattr(group[key], "keys"):
+            arrays.extend(_group_vars(group[key]))
+    return arrays
 
 
 def _read_h5(path: str) -> KerasModel:

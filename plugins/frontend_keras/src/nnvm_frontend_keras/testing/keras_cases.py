@@ -32,6 +32,16 @@ def _dot():
     return keras.Model(inp, layers.Concatenate()([layers.Flatten()(m), layers.Flatten()(n), v]))
 
 
+def _recurrent():
+    inp = keras.Input((5, 3))
+    a = layers.SimpleRNN(4, return_sequences=True)(inp)
+    b = layers.LSTM(4, go_backwards=True, return_sequences=True)(a)
+    c = layers.GRU(3)(b)
+    d = layers.GRU(3, reset_after=False, go_backwards=True)(inp)
+    e = layers.LSTM(2)(inp)
+    return keras.Model(inp, layers.Concatenate()([c, d, e, layers.Flatten()(b)]))
+
+
 EXTRA = {
     "channels_first_norms": _channels_first_norms,
     "upsampling_prelu": lambda: _seq(layers.UpSampling2D((2, 3)), layers.Conv2D(3, 1),
@@ -41,6 +51,7 @@ EXTRA = {
                            layers.Conv1D(2, 3, activation="relu"), shape=(12, 3)),
     "group_norm": lambda: _seq(layers.Conv2D(6, 1), layers.GroupNormalization(groups=3, epsilon=1e-3)),
     "dot": _dot,
+    "recurrent": _recurrent,
     "conv_transpose": lambda: _seq(layers.Conv2DTranspose(3, 3, strides=2, padding="same"),
                                    layers.Conv2DTranspose(2, 4, strides=2, padding="valid"),
                                    layers.Conv2DTranspose(2, 3, strides=(1, 2), padding="same",
