@@ -209,5 +209,5 @@ def _check_supported(km: KerasModel) -> None:
                 found.append((op_key(lay), name))
 
     walk(km.config, ())
-    check_supported(found, CONVERTERS.supports, f"Keras {km.keras_version}",
-                    km.where if km.where.startswith("the ") is False else None)
+    path = None if km.where.startswith("the ") else km.where  # a live model has no path
+    check_supported(found, CONVERTERS.supports, f"Keras {km.keras_version}", path)
