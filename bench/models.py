@@ -28,7 +28,6 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,6 @@ MODELS = {
 }
 MXNET_VERSION = "1.9.1"
 KEEP_MARKER = "<!-- written by hand: bench/models.py keeps everything from here on -->"
-MXNET_REQUIREMENTS = [f"mxnet=={MXNET_VERSION}", "numpy<1.24"]
 
 # Runs inside the MXNet environment: argv = gluon name, threads, repeat; prints one JSON line.
 MXNET_SCRIPT = r"""
@@ -140,25 +138,15 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
 
 
 def mxnet_python() -> str:
-    """The Python of the cached MXNet environment, made with uv on first use (raises RuntimeError)."""
-    cache = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
-    venv = os.path.join(cache, "venvs", f"mxnet-{MXNET_VERSION}")
-    python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python):
-        return python
-    uv = shutil.which("uv") or os.environ.get("UV")
-    if not uv:
-        raise RuntimeError("uv is not installed, so the MXNet environment cannot be made")
-    partial = venv + ".partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    for cmd in ([uv, "venv", "--quiet", "--python", "3.11", partial],
-                [uv, "pip", "install", "--quiet", "--python", os.path.join(partial, "bin", "python"),
-                 *MXNET_REQUIREMENTS]):
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[:3])} failed: {proc.stderr.strip()[-300:]}")
-    os.replace(partial, venv)  # complete or absent, never half made
-    return python
+    """The Python of the cached MXNet environment, the one the MXNet frontend's tests use
+    (``nnvm_frontend_mxnet.testing``), made with uv on first use (raises RuntimeError)."""
+    from nnvm.testing.venvs import VenvBuildError, VenvUnavailable
+    from nnvm_frontend_mxnet import testing
+
+    try:
+        return str(testing.mxnet_python())
+    except (VenvUnavailable, VenvBuildError) as exc:
+        raise RuntimeError(str(exc)) from None
 
 
 def bench_mxnet(gluon_name: str, threads: int, repeat: int) -> dict:

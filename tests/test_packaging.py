@@ -239,3 +239,21 @@ def test_skips_fail_under_ci_unless_marked_gpu(policy_pytester, monkeypatch):
     result.stdout.fnmatch_lines(["*skipped under CI=true*no compiler*"])
     result.stdout.fnmatch_lines(["*skipped under CI=true*no_such_module_nnvm*"])
     assert result.ret != 0
+
+
+def test_core_with_mxnet_frontend_alone_reads_a_checkpoint(fresh_venv, run_in):
+    """nnvm-frontend-mxnet installs alone next to the core (no mxnet, no onnx) and reads a gluon export."""
+    from nnvm.testing.venvs import pytest_venv
+    from nnvm_frontend_mxnet import testing
+
+    model = pytest_venv(testing.zoo_models, ["resnet18_v1"])["resnet18_v1"]
+    bin_dir = fresh_venv("core", "plugins/frontend_mxnet")
+    want = ("nnvm-frontend-mxnet", _version("plugins/frontend_mxnet"))
+    for how, info in _plugins(run_in, bin_dir):
+        got = [(row["distribution"], row["version"]) for row in info["frontend"]]
+        assert got == [want], f"{how}: frontends {got}, want [{want}]"
+    script = (f"import nnvm; g, p = nnvm.load_model({str(model.symbol)!r}, "
+              "shapes={'data': (1, 3, 224, 224)}); print(g.types[g.outputs[0]].shape, len(p))")
+    proc = run_in(bin_dir, "python", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("(1, 1000)"), proc.stdout

@@ -8,11 +8,8 @@ Where the venv cannot be built because a tool is missing, the tests skip, and fa
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -25,6 +22,7 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
+from nnvm.testing.venvs import VenvUnavailable, build_venv, cache_dir, file_lock, pytest_venv, ready_venv
 
 REPO = Path(__file__).resolve().parents[1]
 EXPORT_SCRIPT = REPO / "scripts" / "torch_export.py"
@@ -33,35 +31,8 @@ VARIANTS = ["dynamo", "dynamo_unoptimized", "torchscript"]  # as in scripts/torc
 # Pinned to what was tested; torch comes from the local CPU wheel (PyPI's torch would pull CUDA).
 REQUIREMENTS = ["torch==2.13.0", "onnx==1.23.2", "onnxscript==0.7.2", "onnx-ir==1.1.0", "numpy==2.4.6"]
 PYTHON = "3.11"
+VENV = "torch-2.13"
 FIND_LINKS = os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("NNVM_CACHE_DIR") or Path.home() / ".cache" / "nnvm")
-
-
-def _unavailable(reason: str):
-    """A missing tool: a skip on a developer's machine, a failure in CI where the tools must be there."""
-    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-        pytest.fail(f"torch export venv cannot be built under CI: {reason}", pytrace=False)
-    pytest.skip(reason=f"torch export venv cannot be built: {reason}")
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    """Exclusive lock between processes (pytest-xdist workers, concurrent sessions).
-
-    ``flock`` rather than a mkdir lock: the kernel releases it when the holder dies, so a killed run
-    leaves no stale lock behind (this is what the ``filelock`` package does on POSIX, and it is not
-    in the main venv).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _run(cmd: list[str], what: str, timeout: float, cwd: Path) -> None:
@@ -71,31 +42,15 @@ def _run(cmd: list[str], what: str, timeout: float, cwd: Path) -> None:
         pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}", pytrace=False)
 
 
-def _build_torch_venv(venv: Path) -> Path:
-    """Create the torch venv unless a complete one is there; returns its Python."""
-    python = venv / "bin" / "python"
-    marker = venv / ".nnvm-complete"
-    spec = " ".join([f"python{PYTHON}", *REQUIREMENTS])
-    if marker.exists() and marker.read_text() == spec:
-        return python
-    uv = shutil.which("uv")
-    if uv is None:
-        _unavailable("uv is not on PATH")
+def _build_torch_venv() -> Path:
+    """The torch venv's Python (``nnvm.testing.venvs``, shared with the MXNet reference venv)."""
+    ready = ready_venv(VENV, REQUIREMENTS, PYTHON)
+    if ready:
+        return ready
     if not list(Path(FIND_LINKS).glob(f"torch-2.13.0*-cp{PYTHON.replace('.', '')}-*.whl")):
-        _unavailable(f"no torch 2.13.0 CPU wheel for Python {PYTHON} in {FIND_LINKS} (NNVM_TORCH_FIND_LINKS)")
-    if subprocess.run([uv, "python", "find", PYTHON], capture_output=True).returncode != 0:
-        _unavailable(f"uv finds no Python {PYTHON} interpreter")
-    with _file_lock(venv.with_name(venv.name + ".lock")):
-        if marker.exists() and marker.read_text() == spec:  # another worker built it while we waited
-            return python
-        shutil.rmtree(venv, ignore_errors=True)
-        # cwd outside the repo so uv does not discover (and touch) this workspace.
-        _run([uv, "venv", "--no-project", "--python", PYTHON, str(venv)], "creating the torch venv",
-             300, venv.parent)
-        _run([uv, "pip", "install", "--python", str(python), "--find-links", FIND_LINKS, *REQUIREMENTS],
-             "installing torch into its venv", 1800, venv.parent)
-        marker.write_text(spec)
-    return python
+        raise VenvUnavailable(f"no torch 2.13.0 CPU wheel for Python {PYTHON} in {FIND_LINKS} "
+                              "(NNVM_TORCH_FIND_LINKS)")
+    return build_venv(VENV, REQUIREMENTS, python=PYTHON, find_links=FIND_LINKS)
 
 
 def _export_stamp(python: Path) -> str:
@@ -118,9 +73,9 @@ def _export(python: Path, name: str, variant: str, path: Path) -> None:
 def torch_models() -> dict[tuple[str, str], Path]:
     """``{(model, variant): path}`` of every export, made (in parallel) only where missing or stale."""
     started = time.perf_counter()
-    python = _build_torch_venv(_cache_dir() / "venvs" / "torch-2.13")
+    python = pytest_venv(_build_torch_venv)
     built = time.perf_counter()
-    models_dir = _cache_dir() / "models"
+    models_dir = cache_dir() / "models"
     models_dir.mkdir(parents=True, exist_ok=True)
     paths = {(m, v): models_dir / f"torch_{m}_{v}.onnx" for m in MODELS for v in VARIANTS}
     stamp = _export_stamp(python)
@@ -129,7 +84,7 @@ def torch_models() -> dict[tuple[str, str], Path]:
         stamp_file = path.with_name(path.name + ".stamp")
         return not path.exists() or not stamp_file.exists() or stamp_file.read_text() != stamp
 
-    with _file_lock(models_dir / ".torch_export.lock"):
+    with file_lock(models_dir / ".torch_export.lock"):
         todo = [key for key, path in paths.items() if stale(path)]
         if todo:
             # Exporting is mostly single-threaded Python tracing, so the exports run side by side.

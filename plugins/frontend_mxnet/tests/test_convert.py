@@ -246,6 +246,32 @@ CASES["legacy_0_8_json"] = {
                 "fc_weight": rnd(5, 64, seed=7), "fc_bias": rnd(5, seed=8)}}
 
 
+
+def rnn_case(mode, layers, bidirectional, state_outputs, steps=3, batch=2, size=5, hidden=4):
+    gates = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}[mode]
+    dirs = 2 if bidirectional else 1
+    sizes = [size] + [dirs * hidden] * (layers - 1)
+    n = sum(dirs * gates * hidden * (i + hidden + 2) for i in sizes)
+    states = [("state", rnd(layers * dirs, batch, hidden, seed=2))]
+    if mode == "lstm":
+        states.append(("state_cell", rnd(layers * dirs, batch, hidden, seed=3)))
+    n_out = 1 + (len(states) if state_outputs else 0)
+    return op_case("RNN", {"mode": mode, "state_size": hidden, "num_layers": layers,
+                           "bidirectional": bidirectional, "state_outputs": state_outputs, "p": 0.2},
+                   [("x", rnd(steps, batch, size))], [("params", rnd(n, seed=1) * 0.5), *states],
+                   n_out=n_out, rtol=1e-4)
+
+
+CASES.update({
+    "rnn_lstm": rnn_case("lstm", 1, False, True),
+    "rnn_lstm_2_layers_bidirectional": rnn_case("lstm", 2, True, True),
+    "rnn_gru_bidirectional": rnn_case("gru", 1, True, False),
+    "rnn_gru_2_layers_states": rnn_case("gru", 2, False, True),
+    "rnn_tanh": rnn_case("rnn_tanh", 1, False, True),
+    "rnn_relu_bidirectional": rnn_case("rnn_relu", 2, True, False),
+})
+
+
 @pytest.fixture(scope="module")
 def mxnet_outputs():
     cases = [(c["symbol"], c["weights"], {**c["data"], **c["extra"]}) for c in CASES.values()]

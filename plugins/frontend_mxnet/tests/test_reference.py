@@ -52,6 +52,27 @@ def test_mxnet_reference_agrees_with_numpy():
     np.testing.assert_array_equal(again[0], results[0][0])
 
 
+def test_op_json_cases():
+    """``op_json`` builds per-operator cases MXNet runs: attribute strings it parses, aux states bound."""
+    x = np.linspace(-3, 3, 2 * 3 * 5 * 5, dtype=np.float32).reshape(2, 3, 5, 5)
+    pool = testing.op_json("Pooling", {"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "avg",
+                                       "pooling_convention": "full", "count_include_pad": False})
+    leaky = testing.op_json("LeakyReLU", {"act_type": "leaky", "slope": 0.25})
+    bn = testing.op_json("BatchNorm", {"eps": 1e-3, "fix_gamma": True}, ["data", "gamma", "beta"],
+                         aux=["mean", "var"])
+    stats = {"gamma": np.full(3, 5.0, np.float32), "beta": np.arange(3, dtype=np.float32),
+             "mean": np.ones(3, np.float32), "var": np.full(3, 4.0, np.float32)}
+    cases = [(pool, {}, {"data": x}), (leaky, {}, {"data": x}), (bn, stats, {"data": x})]
+    pooled, relu, normed = (outs[0] for outs in pytest_venv(testing.mxnet_references, cases))
+    assert pooled.shape == (2, 3, 3, 3)  # 'full': 1 + ceil((5 + 2 - 3) / 2)
+    np.testing.assert_allclose(pooled[:, :, 0, 0], x[:, :, :2, :2].mean(axis=(2, 3)), rtol=1e-6)
+    np.testing.assert_allclose(relu, np.where(x > 0, x, 0.25 * x), rtol=1e-6)
+    # fix_gamma=True: gamma is read as 1 whatever is stored.
+    want = (x - 1) / np.sqrt(4 + 1e-3) + np.arange(3, dtype=np.float32)[:, None, None]
+    np.testing.assert_allclose(normed, want, rtol=1e-5, atol=1e-6)
+    assert testing.attr_string((3,)) == "(3,)" and testing.attr_string(True) == "True"
+
+
 def test_zoo_exports():
     zoo = pytest_venv(testing.zoo_models, ["resnet18_v1", "inceptionv3"])
     for name, m in zoo.items():

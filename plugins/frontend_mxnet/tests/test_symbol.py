@@ -116,9 +116,18 @@ def _structure(sym: Symbol) -> list:
     return [(n.op, n.name, n.attrs, n.inputs, n.num_outputs) for n in sym.nodes]
 
 
-@pytest.mark.parametrize("text", [LEGACY_080, LEGACY_090, MODERN], ids=["0.8.0", "0.9.3", "1.9.1"])
-def test_legacy_files_read_as_mxnet_upgrades_them(text):
-    (view,) = _mxnet_view([text])
+LEGACY = {"0.8.0": LEGACY_080, "0.9.3": LEGACY_090, "1.9.1": MODERN}
+
+
+@pytest.fixture(scope="module")
+def legacy_views():
+    """MXNet's reading of every legacy text, in one MXNet process (each start costs seconds)."""
+    return dict(zip(LEGACY, _mxnet_view(list(LEGACY.values()))))
+
+
+@pytest.mark.parametrize("version", LEGACY)
+def test_legacy_files_read_as_mxnet_upgrades_them(legacy_views, version):
+    text, view = LEGACY[version], legacy_views[version]
     ours, upgraded = loads_symbol(text, "legacy.json"), loads_symbol(view["json"], "upgraded.json")
     assert _structure(ours) == _structure(upgraded)
     assert ours.heads == upgraded.heads
@@ -180,7 +189,7 @@ MALFORMED = {
     "hidden output": (_with(heads=[[3, 1, 0]], node_row_ptr=list(range(13))), "used at output 1 but has 1"),
     "bad version": (_with(attrs={"mxnet_version": ["int", "x"]}), "its mxnet_version is"),
     "arg node not a variable": (_with(arg_nodes=[3]), "'arg_nodes' names nodes that are not variables"),
-    "variable with inputs": (_with(nodes__0__inputs=[[1, 0, 0]]), "the variable node 0 (data) has inputs"),
+    "variable with inputs": (_with(nodes__1__inputs=[[0, 0, 0]]), "variable node 1 (fc_weight) has inputs"),
 }
 
 
@@ -193,6 +202,30 @@ def test_malformed_symbol_is_one_sentence(tmp_path, case):
         load_symbol(path)
     msg = str(info.value)
     assert "\n" not in msg and str(path) in msg and expected in msg, msg
+
+
+def _paths(obj, prefix=()):
+    yield prefix
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        yield from _paths(value, (*prefix, key))
+
+
+@pytest.mark.parametrize("text", [MODERN, LEGACY_080], ids=["1.9.1", "0.8.0"])
+def test_any_wrong_value_anywhere_is_one_sentence(text):
+    """Every value of the file replaced by each of a dozen wrong ones: a ModelLoadError or a parse."""
+    wrong = [None, -1, 0, 7, 10**9, "x", "(3, 3)", [], {}, [1], [[1, 2]], [[0, 0, 0, 0]], True, 1.5]
+    for path in list(_paths(json.loads(text)))[1:]:
+        for value in wrong:
+            obj = json.loads(text)
+            target = obj
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+            try:
+                loads_symbol(json.dumps(obj), "fuzz.json")
+            except ModelLoadError as exc:
+                assert "\n" not in str(exc)
 
 
 def test_missing_symbol_file(tmp_path):

@@ -471,3 +471,11 @@ def test_dead_nodes_are_ignored():
     model.ir_version = 8
     g = load_onnx(model)
     assert [n.op for n in g.nodes] == ["max_pool2d", "relu"]
+
+
+def test_gru_linear_before_reset_with_recurrent_biases():
+    """linear_before_reset=1 still adds Rbz and Rbr to the z and r gates (only Rbh moves inside r * ())."""
+    h = 4
+    check("GRU", [("x", randn(3, 2, 5)), ("w", randn(1, 3 * h, 5, seed=1)), ("r", randn(1, 3 * h, h, seed=2)),
+                  ("b", randn(1, 6 * h, seed=3))],
+          {"hidden_size": h, "linear_before_reset": 1}, constants={"w", "r", "b"}, n_outputs=2, rtol=1e-4)

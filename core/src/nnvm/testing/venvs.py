@@ -72,14 +72,27 @@ def clean_env() -> dict:
     return env
 
 
+def _spec(python: str, requirements: list[str]) -> str:
+    return " ".join([f"python{python}", *requirements])
+
+
+def ready_venv(name: str, requirements: list[str], python: str = "3.11") -> Path | None:
+    """The Python of the venv when it is complete and holds exactly ``requirements``, else None."""
+    venv = cache_dir() / "venvs" / name
+    marker = venv / ".nnvm-complete"
+    if marker.exists() and marker.read_text() == _spec(python, requirements):
+        return venv / "bin" / "python"
+    return None
+
+
 def build_venv(name: str, requirements: list[str], python: str = "3.11",
                find_links: str | None = None) -> Path:
     """The Python of ``$NNVM_CACHE_DIR/venvs/<name>`` holding ``requirements``, built unless complete."""
     venv = cache_dir() / "venvs" / name
     py = venv / "bin" / "python"
     marker = venv / ".nnvm-complete"
-    spec = " ".join([f"python{python}", *requirements])
-    if marker.exists() and marker.read_text() == spec:
+    spec = _spec(python, requirements)
+    if ready_venv(name, requirements, python):
         return py
     uv = os.environ.get("UV") or shutil.which("uv")
     if uv is None:

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from nnvm.frontend.compose import conv2d_transpose, recurrent_direction, take
 from nnvm.frontend.padding import full_pooling_pads
 from nnvm_frontend_mxnet.context import Context, converter
 
@@ -62,9 +63,8 @@ def convert_convolution(ctx: Context, inputs):
 
 @converter("Deconvolution")
 def convert_deconvolution(ctx: Context, inputs):
-    """A transposed convolution as a plain one: spread the input with ``stride - 1`` zeros, pad by
-    ``(k - 1) * dilate - pad`` (plus ``adj`` at the end), convolve with the kernel flipped and its
-    in/out channels swapped per group."""
+    """A transposed convolution (``nnvm.frontend.compose``): output ``stride * (in - 1) + (k - 1) * dilate
+    + 1 - 2 * pad + adj`` per axis."""
     x, nsp = _as_2d(ctx, inputs[0])
     _check_layout(ctx, nsp)
     w = _as_2d(ctx, inputs[1])[0]
@@ -74,32 +74,7 @@ def convert_deconvolution(ctx: Context, inputs):
     if ctx.attr("target_shape") not in (None, ()):
         raise ctx.error("target_shape is not supported; give pad and adj instead")
     groups = ctx.attr_int("num_group", 1)
-    n, c, h, wd = ctx.shape(x)
-    _, m_per_group, kh, kw = ctx.shape(w)
-    y = x
-    if stride != (1, 1):
-        y = ctx.reshape(y, (n, c, h, 1, wd, 1))
-        y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, 0, 0, 0, stride[0] - 1, 0, 0, 0, stride[1] - 1),
-                                "mode": "constant"})
-        y = ctx.reshape(y, (n, c, h * stride[0], wd * stride[1]))
-        y = ctx.op("strided_slice", [y], {"begin": (0, 0), "axes": (2, 3),
-                                          "end": ((h - 1) * stride[0] + 1, (wd - 1) * stride[1] + 1)})
-    full = [(k - 1) * d + 1 for k, d in zip((kh, kw), dilate)]
-    lo = [f - 1 - p for f, p in zip(full, pad)]
-    hi = [f - 1 - p + a for f, p, a in zip(full, pad, adj)]
-    if any(v > 0 for v in lo + hi):
-        width = (0, 0, 0, 0, max(lo[0], 0), max(hi[0], 0), max(lo[1], 0), max(hi[1], 0))
-        y = ctx.op("pad", [y], {"pad_width": width, "mode": "constant"})
-    if any(v < 0 for v in lo + hi):
-        shape = ctx.shape(y)
-        y = ctx.op("strided_slice", [y], {"begin": (max(-lo[0], 0), max(-lo[1], 0)), "axes": (2, 3),
-                                          "end": (shape[2] - max(-hi[0], 0), shape[3] - max(-hi[1], 0))})
-    k = ctx.reshape(w, (groups, c // groups, m_per_group, kh, kw))
-    k = ctx.transpose(k, (0, 2, 1, 3, 4))
-    k = ctx.reshape(k, (groups * m_per_group, c // groups, kh, kw))
-    k = ctx.op("strided_slice", [k], {"begin": (kh - 1, kw - 1), "end": (-kh - 1, -kw - 1),
-                                      "strides": (-1, -1), "axes": (2, 3)})
-    out = ctx.op("conv2d", [y, k], {"dilation": dilate, "groups": groups})
+    out = conv2d_transpose(ctx, x, w, stride, dilate, pad, pad, adj, groups)
     if not ctx.attr_bool("no_bias", True) and len(inputs) > 2 and inputs[2]:
         out = ctx.op("bias_add", [out, inputs[2]], {"axis": 1})
     return _from_2d(ctx, out, nsp)
@@ -358,3 +333,90 @@ def convert_embedding(ctx: Context, inputs):
     if not ctx.dtype(data).startswith("int"):
         data = ctx.cast(data, "int64")
     return ctx.op("take", [weight, data], {"axis": 0})
+
+
+# MXNet's gate blocks in ONNX's order (what ``recurrent_direction`` takes): LSTM i f g o -> i o f c,
+# GRU r z n -> z r n.
+_GATE_ORDER = {"lstm": (0, 3, 1, 2), "gru": (1, 0, 2), "rnn_tanh": (0,), "rnn_relu": (0,)}
+_CELL = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN", "rnn_relu": "RNN"}
+
+
+@converter("RNN")
+def convert_rnn(ctx: Context, inputs):
+    """The fused RNN operator (layout TNC), unrolled: its flat ``parameters`` hold every layer's and
+    direction's i2h and h2h weights, then all their biases (gluon's packing order)."""
+    mode = ctx.attr_str("mode", "lstm")
+    if mode not in _GATE_ORDER:
+        raise ctx.error(f"mode={mode!r} is not supported")
+    for key in ("projection_size", "lstm_state_clip_min", "lstm_state_clip_max"):
+        if ctx.attr(key) is not None:
+            raise ctx.error(f"{key} is not supported")
+    if ctx.attr_bool("use_sequence_length", False):
+        raise ctx.error("use_sequence_length=True is not supported")
+    x, flat, state = inputs[0], inputs[1], inputs[2]
+    cell_state = inputs[3] if mode == "lstm" else None
+    packed = ctx.const_value(flat)
+    if packed is None:
+        raise ctx.error("the parameters input must be a stored parameter")
+    packed = np.asarray(packed).reshape(-1)
+    hidden, layers = ctx.attr_int("state_size", None), ctx.attr_int("num_layers", 1)
+    dirs = 2 if ctx.attr_bool("bidirectional", False) else 1
+    order = _GATE_ORDER[mode]
+    gates = len(order)
+    steps, batch, size = ctx.shape(x)
+    sizes = [size] + [dirs * hidden] * (layers - 1)
+    need = sum(dirs * gates * hidden * (i + hidden + 2) for i in sizes)
+    if packed.size != need:
+        raise ctx.error(f"the parameters hold {packed.size} values; {layers} layer(s) of state_size {hidden} "
+                        f"over {size} inputs need {need}")
+
+    def reorder(a):  # gate blocks along axis 0 into ONNX's order
+        return np.concatenate([a[k * hidden:(k + 1) * hidden] for k in order])
+
+    pos = 0
+    weights = []
+    for i in sizes:
+        for _ in range(dirs):
+            w = packed[pos:pos + gates * hidden * i].reshape(gates * hidden, i)
+            pos += w.size
+            r = packed[pos:pos + gates * hidden * hidden].reshape(gates * hidden, hidden)
+            pos += r.size
+            weights.append([reorder(w), reorder(r)])
+    for k in range(len(weights)):
+        for _ in range(2):
+            weights[k].append(reorder(packed[pos:pos + gates * hidden]))
+            pos += gates * hidden
+
+    cell = _CELL[mode]
+
+    def act(k, v):
+        if cell == "RNN":
+            return ctx.op("relu" if mode == "rnn_relu" else "tanh", [v])
+        return ctx.op("sigmoid" if k == 0 else "tanh", [v])
+
+    hs, cs = [], []
+    for layer in range(layers):
+        per_dir = []
+        for d in range(dirs):
+            w, r, wb, rb = (ctx.param(a, "weights") for a in weights[layer * dirs + d])
+            h0 = take(ctx, state, 0, layer * dirs + d)
+            c0 = take(ctx, cell_state, 0, layer * dirs + d) if cell_state else None
+            outs, h, c = recurrent_direction(ctx, cell, x, w, r, wb, rb, h0, c0, d == 1, act,
+                                             linear_before_reset=True)
+            per_dir.append(outs)
+            hs.append(ctx.reshape(h, (1, batch, hidden)))
+            if c is not None:
+                cs.append(ctx.reshape(c, (1, batch, hidden)))
+        parts = []
+        for t in range(steps):  # (N, H) per direction -> (1, N, D*H)
+            both = [per_dir[d][t] for d in range(dirs)]
+            step = both[0] if dirs == 1 else ctx.op("concatenate", both, {"axis": 1})
+            parts.append(ctx.reshape(step, (1, batch, dirs * hidden)))
+        x = parts[0] if steps == 1 else ctx.op("concatenate", parts, {"axis": 0})
+    if not ctx.attr_bool("state_outputs", False):
+        return [x]
+
+    def join(values):
+        return values[0] if len(values) == 1 else ctx.op("concatenate", values, {"axis": 0})
+
+    return [x, join(hs)] + ([join(cs)] if cs else [])

@@ -43,7 +43,7 @@ def looks_like_mxnet(model) -> bool:
                 head = f.read(4096)
         except OSError:
             return False
-        return b'"nodes"' in head and b'"op"' in head
+        return b'"nodes"' in head and b'"null"' in head  # MXNet's variables are "op": "null" nodes
     return False
 
 
@@ -107,6 +107,12 @@ def load_mxnet(model, shapes: dict | None = None, params=None) -> Graph:
     # A shape for a variable nothing reads at inference (SoftmaxOutput's label) is allowed and unused.
     known = [nodes[i].name for i in symbol.variables if kinds[nodes[i].name] == "data"]
     shapes = check_shape_keys(shapes, known, where)
+    named_like = symbol.classify()
+    for i in data:  # a weight the parameters lack is a broken checkpoint, not an input (unless shaped)
+        name = nodes[i].name
+        if named_like[name] != "data" and name not in shapes:
+            raise ModelLoadError(f"{where}: the parameters hold no {name!r}, which node "
+                                 f"{_reader(symbol, i, names)} reads (pass shapes= to feed it as an input)")
     env: dict[tuple[int, int], str] = {}
     for i in data:
         node = nodes[i]
@@ -153,6 +159,14 @@ def _live(symbol: Symbol) -> list[int]:
             ignored = IGNORED_INPUTS.get(symbol.nodes[i].op, ())
             needed.update(a for k, (a, _) in enumerate(symbol.nodes[i].inputs) if k not in ignored)
     return sorted(needed)
+
+
+def _reader(symbol: Symbol, var: int, names: list[str]) -> str:
+    """The first node reading variable ``var``, as ``name (Op)``."""
+    for i, node in enumerate(symbol.nodes):
+        if any(a == var for a, _ in node.inputs):
+            return f"{names[i]} ({node.op})"
+    return "?"
 
 
 def _read_variables(symbol: Symbol, live: list[int]) -> set[int]:

@@ -33,6 +33,7 @@ LIST_MAGIC = 0x112
 V1_MAGIC = 0xF993FAC8
 V2_MAGIC = 0xF993FAC9
 V3_MAGIC = 0xF993FACA
+MAX_ELEMENTS = 2**48  # no real array comes near; beyond it even an empty shape is a corrupt header
 MAX_NDIM = 32  # MXNet's own limit is far lower in practice; anything above is a corrupt header.
 
 DENSE, ROW_SPARSE, CSR = 0, 1, 2
@@ -101,9 +102,12 @@ class _Reader:
         dtype = DTYPES.get(dtype_code)
         if dtype is None:
             raise self.fail(f"{what} has the unknown dtype code {dtype_code}")
-        count = 1
+        count, span = 1, 1
         for d in shape:
             count *= d
+            span *= max(d, 1)
+        if span > MAX_ELEMENTS:  # even with no elements, numpy refuses such a shape
+            raise self.fail(f"{what} claims the shape {shape}")
         nbytes = count * dtype.itemsize
         if nbytes > self.left():  # before allocating: a lying shape must not allocate
             raise self.fail(f"it is truncated: {what} of shape {shape} ({DTYPE_NAMES[dtype_code]}) needs "
@@ -165,13 +169,15 @@ def _densify(r: _Reader, what: str, stype: int, shape, values: np.ndarray, aux: 
     """A row_sparse or csr array as the dense array MXNet's ``tostype('default')`` gives."""
     # The dense result is as large as the shape says: bound it by what a sane model holds (the data
     # in the file are much smaller than the shape here, so the file length is no guide).
-    count = int(np.prod(shape, dtype=np.float64)) if shape else 1
-    if count * values.itemsize > 2**34:
+    count = span = 1
+    for d in shape:
+        count, span = count * d, span * max(d, 1)
+    if count * values.itemsize > 2**34 or span > MAX_ELEMENTS:
         raise r.fail(f"the sparse {what} claims the dense shape {shape}, over 16 GiB")
     dense = np.zeros(shape, dtype=values.dtype)
     if stype == ROW_SPARSE:
         (idx,) = aux
-        if len(shape) < 1 or values.shape != (idx.shape[0], *shape[1:]) or idx.ndim != 1:
+        if len(shape) < 1 or idx.ndim != 1 or values.shape != (idx.shape[0], *shape[1:]):
             raise r.fail(f"the row_sparse {what} has values of shape {values.shape} and indices of shape "
                          f"{idx.shape} that do not fit its shape {shape}")
         if idx.size and (idx.min() < 0 or idx.max() >= shape[0]):

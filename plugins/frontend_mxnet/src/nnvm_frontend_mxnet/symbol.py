@@ -77,6 +77,9 @@ class Node:
 
 @dataclass(frozen=True)
 class Symbol:
+    """A whole symbol file: nodes in topological order (inputs always refer to earlier nodes), the heads
+    (the graph's outputs) as (node, output) pairs, and the file's MXNet version."""
+
     nodes: list[Node]
     heads: list[tuple[int, int]]
     arg_nodes: list[int]  # every variable node, as stored (aux states included)
@@ -231,6 +234,10 @@ def parse_symbol(obj: dict, source: str = "<symbol>") -> Symbol:
             raise _fail(source, f"node {i} ({raw['name']}) has 'inputs' that is not a list")
         entries = [_entry(e, source, f"input {k} of node {i} ({raw['name']})", n)
                    for k, e in enumerate(inputs)]
+        for node, _out, _v in entries:
+            if node >= i:
+                raise _fail(source, f"node {i} ({raw['name']}) takes node {node} as input, which does not "
+                                    "come before it")
         if raw["op"] == "null" and entries:
             raise _fail(source, f"the variable node {i} ({raw['name']}) has inputs")
         parsed.append((raw["op"], raw["name"], strings, entries))
@@ -278,10 +285,6 @@ def parse_symbol(obj: dict, source: str = "<symbol>") -> Symbol:
 
     nodes = []
     for i, (op, name, strings, entries) in enumerate(parsed):
-        for node, _out, _v in entries:
-            if node >= i:
-                raise _fail(source, f"node {i} ({name}) takes node {node} as input, which does not come "
-                                    "before it")
         attrs, hidden = {}, {}
         for key, text in strings.items():
             value = parse_attr(text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from nnvm.frontend.compose import conv2d_transpose
 from nnvm.frontend.padding import explicit_pads, same_pads
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
@@ -294,9 +295,8 @@ def convert_softmax(ctx: Context, inputs):
 
 @converter("ConvTranspose")
 def convert_conv_transpose(ctx: Context, inputs):
-    """The gradient of a convolution as a plain one: spread the input with ``stride - 1`` zeros between
-    elements, pad by ``(k - 1) * dilation`` minus the ONNX pads on each side, and convolve (stride 1)
-    with the kernel flipped and its in/out channels swapped per group."""
+    """The gradient of a convolution, built by the shared ``nnvm.frontend.compose.conv2d_transpose``
+    from the padding ONNX's attributes give (pads, auto_pad, output_shape)."""
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else ""
     nsp = ctx.rank(x) - 2
@@ -305,8 +305,8 @@ def convert_conv_transpose(ctx: Context, inputs):
             f"only 1-D and 2-D transposed convolutions are supported; input has {nsp} spatial dimensions"
         )
     x2, w2 = _as_2d(ctx, x, nsp), _as_2d(ctx, w, nsp)
-    n, c, h, wd = ctx.shape(x2)
-    _, m_per_group, kh, kw = ctx.shape(w2)
+    _, _, h, wd = ctx.shape(x2)
+    _, _, kh, kw = ctx.shape(w2)
     groups = int(ctx.attr("group", 1))
 
     def per_axis(key, default):
@@ -338,62 +338,7 @@ def convert_conv_transpose(ctx: Context, inputs):
         begins, ends = list(pads[:nsp]), list(pads[nsp:])
         if nsp == 1:
             begins, ends = [0] + begins, [0] + ends
-    # 1. spread: (N, C, H, W) -> (N, C, (H-1)*sh+1, (W-1)*sw+1) with zeros between elements
-    y = x2
-    if strides != (1, 1):
-        y = ctx.reshape(y, (n, c, h, 1, wd, 1))
-        y = ctx.op(
-            "pad",
-            [y],
-            {
-                "pad_width": (0, 0, 0, 0, 0, 0, 0, strides[0] - 1, 0, 0, 0, strides[1] - 1),
-                "pad_value": 0.0,
-                "mode": "constant",
-            },
-        )
-        y = ctx.reshape(y, (n, c, h * strides[0], wd * strides[1]))
-        y = ctx.op(
-            "strided_slice",
-            [y],
-            {
-                "begin": (0, 0),
-                "end": ((h - 1) * strides[0] + 1, (wd - 1) * strides[1] + 1),
-                "strides": (1, 1),
-                "axes": (2, 3),
-            },
-        )
-    # 2. pad (or crop) so that a stride-1 convolution gives the transposed one
-    lo = [f - 1 - b for f, b in zip(full, begins)]
-    hi = [f - 1 - e + op for f, e, op in zip(full, ends, out_pad)]
-    if any(v > 0 for v in lo + hi):
-        width = (0, 0, 0, 0, max(lo[0], 0), max(hi[0], 0), max(lo[1], 0), max(hi[1], 0))
-        y = ctx.op("pad", [y], {"pad_width": width, "pad_value": 0.0, "mode": "constant"})
-    if any(v < 0 for v in lo + hi):
-        shape = ctx.shape(y)
-        y = ctx.op(
-            "strided_slice",
-            [y],
-            {
-                "begin": (max(-lo[0], 0), max(-lo[1], 0)),
-                "end": (shape[2] - max(-hi[0], 0), shape[3] - max(-hi[1], 0)),
-                "strides": (1, 1),
-                "axes": (2, 3),
-            },
-        )
-    # 3. the kernel: (C, M/g, kh, kw) -> (M, C/g, kh, kw), flipped in space
-    k = ctx.reshape(w2, (groups, c // groups, m_per_group, kh, kw))
-    k = ctx.transpose(k, (0, 2, 1, 3, 4))
-    k = ctx.reshape(k, (groups * m_per_group, c // groups, kh, kw))
-    k = ctx.op(
-        "strided_slice",
-        [k],
-        {"begin": (kh - 1, kw - 1), "end": (-kh - 1, -kw - 1), "strides": (-1, -1), "axes": (2, 3)},
-    )
-    out = ctx.op(
-        "conv2d",
-        [y, k],
-        {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": dilations, "groups": groups},
-    )
+    out = conv2d_transpose(ctx, x2, w2, strides, dilations, begins, ends, out_pad, groups)
     if bias:
         out = ctx.op("bias_add", [out, bias], {"axis": 1})
     return _from_2d(ctx, out, nsp)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from nnvm.frontend.compose import recurrent_direction
+from nnvm.frontend.compose import take as _take
 from nnvm_frontend_onnx.context import Context, converter
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
@@ -43,15 +45,6 @@ def _activation(ctx: Context, name: str, x: str, alpha, beta) -> str:
         keep = ctx.op("greater", [x, ctx.scalar(1.0 if alpha is None else alpha, x)])
         return ctx.op("where", [keep, x, ctx.scalar(0.0, x)])
     raise ctx.error(f"activation {name!r} is not supported")
-
-
-def _take(ctx: Context, v: str, axis: int, k: int, n: int = 1) -> str:
-    """``v[..., k:k+n, ...]`` along ``axis``, with the axis dropped when ``n`` is 1."""
-    out = ctx.op("strided_slice", [v], {"begin": (k,), "end": (k + n,), "strides": (1,), "axes": (axis,)})
-    if n == 1:
-        shape = ctx.shape(v)
-        out = ctx.reshape(out, shape[:axis] + shape[axis + 1:])
-    return out
 
 
 @converter("RNN", "GRU", "LSTM")
@@ -88,73 +81,25 @@ def convert_recurrent(ctx: Context, inputs):
         return _activation(ctx, acts[j], v, alphas[j] if j < len(alphas) else None,
                            betas[j] if j < len(betas) else None)
 
-    def clipped(v):
-        return ctx.op("clip", [v], {"a_min": -float(clip), "a_max": float(clip)}) if clip is not None else v
-
     ys, hs, cs = [], [], []
-    flat_x = ctx.reshape(x, (steps * batch, ctx.shape(x)[2]))
     for d, name in enumerate(dirs):
         wd, rd = _take(ctx, w, 0, d), _take(ctx, r, 0, d)
-        proj = ctx.op("dense", [flat_x, wd])
         if b:
             bd = _take(ctx, b, 0, d)
             wb, rb = _take(ctx, bd, 0, 0, gates * hidden), _take(ctx, bd, 0, gates * hidden, gates * hidden)
         else:
             wb = rb = ctx.param(np.zeros(gates * hidden, dtype=dtype), "bias")
-        if op != "GRU" or not ctx.attr("linear_before_reset", 0):
-            proj = ctx.op("add", [proj, ctx.op("add", [wb, rb])])
-        else:
-            proj = ctx.op("add", [proj, wb])
-        proj = ctx.reshape(proj, (steps, batch, gates * hidden))
         h = _take(ctx, h0, 0, d) if h0 else ctx.param(np.zeros((batch, hidden), dtype=dtype), "h0")
         c = (_take(ctx, c0, 0, d) if c0 else ctx.param(np.zeros((batch, hidden), dtype=dtype), "c0")) \
             if op == "LSTM" else None
-        order = range(steps - 1, -1, -1) if name == "reverse" else range(steps)
-        outs = {}
-        for t in order:
-            xt = _take(ctx, proj, 0, t)
-            rec = ctx.op("dense", [h, rd])
-
-            def gate(k, src):
-                return _take(ctx, src, 1, k * hidden, hidden)
-
-            if op == "RNN":
-                h = act(d, 0, clipped(ctx.op("add", [xt, rec])))
-            elif op == "GRU":
-                z = act(d, 0, clipped(ctx.op("add", [gate(0, xt), gate(0, rec)])))
-                rr = act(d, 0, clipped(ctx.op("add", [gate(1, xt), gate(1, rec)])))
-                if ctx.attr("linear_before_reset", 0):
-                    rbh = _take(ctx, rb, 0, 2 * hidden, hidden)
-                    inner = ctx.op("multiply", [rr, ctx.op("add", [gate(2, rec), rbh])])
-                else:
-                    rh = _take(ctx, rd, 0, 2 * hidden, hidden)
-                    inner = ctx.op("dense", [ctx.op("multiply", [rr, h]), rh])
-                cand = act(d, 1, clipped(ctx.op("add", [gate(2, xt), inner])))
-                one_minus = ctx.op("subtract", [ctx.scalar(1.0, z), z])
-                h = ctx.op("add", [ctx.op("multiply", [one_minus, cand]), ctx.op("multiply", [z, h])])
-            else:
-                pre = ctx.op("add", [xt, rec])
-                pi = pf = po = None
-                if peep:
-                    pd = _take(ctx, peep, 0, d)
-                    pi, po, pf = (_take(ctx, pd, 0, k * hidden, hidden) for k in range(3))
-                gi = gate(0, pre) if pi is None else \
-                    ctx.op("add", [gate(0, pre), ctx.op("multiply", [pi, c])])
-                gf = (
-                    gate(2, pre) if pf is None else ctx.op("add", [gate(2, pre), ctx.op("multiply", [pf, c])])
-                )
-                i_t = act(d, 0, clipped(gi))
-                f_t = act(d, 0, clipped(gf))
-                if ctx.attr("input_forget", 0):
-                    f_t = ctx.op("subtract", [ctx.scalar(1.0, i_t), i_t])
-                c_t = act(d, 1, clipped(gate(3, pre)))
-                c = ctx.op("add", [ctx.op("multiply", [f_t, c]), ctx.op("multiply", [i_t, c_t])])
-                go = (
-                    gate(1, pre) if po is None else ctx.op("add", [gate(1, pre), ctx.op("multiply", [po, c])])
-                )
-                o_t = act(d, 0, clipped(go))
-                h = ctx.op("multiply", [o_t, act(d, 2, c)])
-            outs[t] = h
+        peepholes = None
+        if peep:
+            pd = _take(ctx, peep, 0, d)
+            peepholes = tuple(_take(ctx, pd, 0, k * hidden, hidden) for k in range(3))
+        steps_out, h, c = recurrent_direction(
+            ctx, op, x, wd, rd, wb, rb, h, c, name == "reverse", lambda k, v, d=d: act(d, k, v), clip,
+            bool(ctx.attr("linear_before_reset", 0)), bool(ctx.attr("input_forget", 0)), peepholes)
+        outs = dict(enumerate(steps_out))
         ys.append(
             ctx.op(
                 "concatenate",

@@ -65,7 +65,9 @@ class ZooModel:
 
 
 def zoo_models(names: list[str] | None = None) -> dict[str, ZooModel]:
-    """``{name: ZooModel}``, exporting (in one MXNet process) only the nets missing or stale."""
+    """``{name: ZooModel}`` of ``names`` (default all nine). When any of them is missing or stale, every
+    missing or stale net of the zoo is exported, in one MXNet process: tests ask for the nets one by one
+    (one per test, spread over xdist workers) and each MXNet start costs seconds."""
     names = list(ZOO if names is None else names)
     unknown = sorted(set(names) - set(ZOO))
     if unknown:
@@ -75,7 +77,7 @@ def zoo_models(names: list[str] | None = None) -> dict[str, ZooModel]:
     root.mkdir(parents=True, exist_ok=True)
     stamp = _stamp(python, ZOO_SCRIPT)
     models = {n: ZooModel(n, root / f"{n}-symbol.json", root / f"{n}-0000.params", root / f"{n}-input.npy",
-                          root / f"{n}-output.npy") for n in names}
+                          root / f"{n}-output.npy") for n in ZOO}
 
     def fresh(m: ZooModel) -> bool:
         stamp_file = root / f"{m.name}.stamp"
@@ -83,8 +85,8 @@ def zoo_models(names: list[str] | None = None) -> dict[str, ZooModel]:
             p.exists() for p in (m.symbol, m.params, m.input, m.output))
 
     with file_lock(root / ".export.lock"):
-        todo = [n for n in names if not fresh(models[n])]
-        if todo:
+        todo = [n for n in ZOO if not fresh(models[n])]
+        if any(n in todo for n in names):
             # Export into a scratch folder beside the cache, then move: readers never see half a model.
             with tempfile.TemporaryDirectory(dir=root, prefix=".export-") as tmp:
                 _tool(python, tmp, *todo, what=f"exporting {', '.join(todo)} with MXNet", timeout=1800,
@@ -94,7 +96,7 @@ def zoo_models(names: list[str] | None = None) -> dict[str, ZooModel]:
                     for p in (m.symbol, m.params, m.input, m.output):
                         os.replace(Path(tmp) / p.name, p)
                     (root / f"{n}.stamp").write_text(stamp)
-    return models
+    return {n: models[n] for n in names}
 
 
 def _case_key(symbol_json: str, params: dict, inputs: dict, is_train: bool) -> str:
@@ -191,16 +193,53 @@ def mxnet_load(paths: list[str | os.PathLike]) -> list[dict | list | str]:
 
 def mxnet_symbols(texts: list[str]) -> list[dict]:
     """Each symbol JSON text as MXNet 1.9.1 loads it: ``{"json": sym.tojson() (legacy forms upgraded),
-    "arguments", "aux", "outputs"}`` (its ``list_*`` answers), or ``{"error": MXNet's message}``."""
+    "arguments", "aux", "outputs"}`` (its ``list_*`` answers), or ``{"error": MXNet's message}``. Cached
+    by the texts under ``$NNVM_CACHE_DIR/mxnet-ref/``."""
     python = mxnet_python()
-    with tempfile.TemporaryDirectory(prefix="mxnet-sym-") as tmp:
-        paths = []
-        for k, text in enumerate(texts):
-            paths.append(Path(tmp) / f"s{k}.json")
-            paths[-1].write_text(text)
-        out = Path(tmp) / "symbols.json"
-        _tool(python, "upgrade", str(out), *map(str, paths), what="loading symbol JSON in MXNet")
-        return json.loads(out.read_text())
+    store = cache_dir() / "mxnet-ref"
+    store.mkdir(parents=True, exist_ok=True)
+    stamp = hashlib.sha256(_stamp(python).encode()).hexdigest()[:8]
+    keys = [f"sym-{hashlib.sha256(t.encode()).hexdigest()[:32]}-{stamp}" for t in texts]
+    todo = {k: t for k, t in zip(keys, texts) if not (store / f"{k}.json").exists()}
+    if todo:
+        with tempfile.TemporaryDirectory(prefix="mxnet-sym-") as tmp:
+            paths = []
+            for k, text in enumerate(todo.values()):
+                paths.append(Path(tmp) / f"s{k}.json")
+                paths[-1].write_text(text)
+            out = Path(tmp) / "symbols.json"
+            _tool(python, "upgrade", str(out), *map(str, paths), what="loading symbol JSON in MXNet")
+            for key, view in zip(todo, json.loads(out.read_text())):
+                part = store / f".{key}.{os.getpid()}"
+                part.write_text(json.dumps(view))
+                os.replace(part, store / f"{key}.json")
+    return [json.loads((store / f"{k}.json").read_text()) for k in keys]
+
+
+def attr_string(value) -> str:
+    """A Python value as MXNet writes it in symbol JSON: ``(3, 3)``, ``(3,)``, ``True``, ``1e-05``."""
+    if isinstance(value, list | tuple):
+        inner = ", ".join(attr_string(v) for v in value)
+        return f"({inner},)" if len(value) == 1 else f"({inner})"
+    return str(value)
+
+
+def op_json(op: str, attrs: dict | None = None, inputs: list[str] = ("data",), aux: list[str] = (),
+            num_outputs: int = 1, name: str | None = None) -> str:
+    """Symbol JSON of one operator on fresh variables: per-operator tests build cases with it.
+
+    ``inputs`` name the variables in the operator's input order (data, weight, bias, ...), ``aux`` the
+    auxiliary states that follow them (BatchNorm's moving mean and variance); the heads are the first
+    ``num_outputs`` outputs. Attribute values are Python values, written as MXNet writes them.
+    """
+    names = [*inputs, *aux]
+    nodes = [{"op": "null", "name": n, "inputs": []} for n in names]
+    nodes.append({"op": op, "name": name or op.lower(),
+                  "attrs": {k: attr_string(v) for k, v in (attrs or {}).items()},
+                  "inputs": [[i, 0, 1 if n in aux else 0] for i, n in enumerate(names)]})
+    return json.dumps({"nodes": nodes, "arg_nodes": list(range(len(names))),
+                       "heads": [[len(names), k, 0] for k in range(num_outputs)],
+                       "attrs": {"mxnet_version": ["int", 10901]}})
 
 
 FIXTURES = ["dtypes.params", "sparse.params", "unnamed.params", "gluon.params", "v3.params"]
