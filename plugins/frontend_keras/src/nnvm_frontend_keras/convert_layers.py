@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.frontend.layout import depthwise_to_oihw, hwio_to_oihw
+from nnvm.frontend import compose
+from nnvm.frontend.layout import depthwise_to_oihw, hwio_to_oihw, hwoi_to_iohw
 from nnvm.frontend.padding import same_pads
 from nnvm_frontend_keras.context import CONVERTERS, Context
 
@@ -584,29 +585,24 @@ def _transpose_pads(k: int, s: int, d: int, padding: str, output_padding) -> tup
 
 @CONVERTERS.register("Conv2DTranspose")
 def conv2d_transpose(ctx: Context, inputs):
-    """Zeros inserted between the input pixels (``stride - 1`` per gap), padded, then a conv2d with the
-    kernel flipped and its in/out axes swapped."""
+    """The shared ``compose.conv2d_transpose``, with Keras's padding turned into its begin/end crops."""
     _check_channels_last(ctx)
     x = ctx.first(inputs[0])
-    n, c, h, w = ctx.shape(x)
     kernel = ctx.weight(0, "the kernel")  # (kh, kw, out, in)
-    weight = np.ascontiguousarray(kernel.transpose(2, 3, 0, 1)[:, :, ::-1, ::-1])
-    (sh, sw), (dh, dw) = _pair(ctx.attr("strides", 1)), _pair(ctx.attr("dilation_rate", 1))
+    strides, dilations = _pair(ctx.attr("strides", 1)), _pair(ctx.attr("dilation_rate", 1))
     padding = ctx.attr("padding", "valid")
     if padding not in ("valid", "same"):
         raise ctx.error(f"padding {padding!r} is not supported")
     out_pad = ctx.attr("output_padding")
     out_pad = (None, None) if out_pad is None else _pair(out_pad)
-    (th, bh), (lw, rw) = (_transpose_pads(k, s, d, padding, op) for k, s, d, op in
-                          zip(kernel.shape[:2], (sh, sw), (dh, dw), out_pad))
-    y = ctx.reshape(x, (n, c, h, 1, w, 1))
-    # The zeros after each pixel, then the padding (the last pixel's trailing zeros are not wanted: a
-    # negative width removes them where the padding is smaller).
-    y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, 0, 0, 0, sh - 1, 0, 0, 0, sw - 1)})
-    y = ctx.reshape(y, (n, c, h * sh, w * sw))
-    y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, th, bh - (sh - 1), lw, rw - (sw - 1))})
-    y = ctx.mark_first(ctx.op("conv2d", [y, ctx.param(weight, "kernel")],
-                              {"strides": (1, 1), "dilation": (dh, dw), "padding": (0, 0, 0, 0)}))
+    begins, ends = [], []
+    for k, s, d, op in zip(kernel.shape[:2], strides, dilations, out_pad):
+        left, right = _transpose_pads(k, s, d, padding, op)
+        full = (k - 1) * d + 1  # compose pads full - 1 - begin before and full - 1 - end after
+        begins.append(full - 1 - left)
+        ends.append(full - 1 - right)
+    w = ctx.param(hwoi_to_iohw(kernel), "kernel")
+    y = ctx.mark_first(compose.conv2d_transpose(ctx, x, w, strides, dilations, begins, ends, (0, 0), 1))
     if ctx.attr("use_bias", True):
         y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
     return activation(ctx, y, ctx.attr("activation"))
