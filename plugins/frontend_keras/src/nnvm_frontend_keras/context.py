@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.frontend import ConversionContext, ConverterTable
-from nnvm.frontend.layout import channels_first_axes, to_channels_first, to_channels_last
+from nnvm.frontend.layout import channels_first_axes, channels_last_axes, to_channels_first, to_channels_last
 from nnvm_frontend_keras.reader import is_ops_node
 
 CONVERTERS = ConverterTable("Keras")
@@ -21,7 +21,11 @@ CONVERTERS = ConverterTable("Keras")
 def op_key(layer: dict) -> str:
     """The table key of a layer: its class name; ``keras.ops`` nodes as ``ops.<Class>``."""
     cls = layer.get("class_name", "")
-    return f"ops.{cls}" if is_ops_node(layer) else cls
+    if is_ops_node(layer):
+        return f"ops.{cls}"
+    if cls not in CONVERTERS and f"ops.{cls}" in CONVERTERS and set(layer.get("config", {})) <= {"name"}:
+        return f"ops.{cls}"  # a one-operand operation (keras.ops.relu) in a legacy .h5 config
+    return cls
 
 
 class Context(ConversionContext):
@@ -58,7 +62,8 @@ class Context(ConversionContext):
         if v in self.cf:
             return v
         if v not in self._first:
-            t = to_channels_first(self, v)
+            perm = channels_first_axes(self.rank(v))
+            t = self._moved(v, perm) or to_channels_first(self, v)
             self._first[v], self._last[t] = t, v
             self.cf.add(t)
         return self._first[v]
@@ -68,9 +73,18 @@ class Context(ConversionContext):
         if v not in self.cf:
             return v
         if v not in self._last:
-            t = to_channels_last(self, v)
+            perm = channels_last_axes(self.rank(v))
+            t = self._moved(v, perm) or to_channels_last(self, v)
             self._last[v], self._first[t] = t, v
         return self._last[v]
+
+    def _moved(self, v: str, perm) -> str | None:
+        """``v`` permuted by ``perm`` as a reshape, when the permutation moves only axes of size 1 (an
+        SE block's (N, 1, 1, C) is (N, C, 1, 1) channels-first): no data moves, so no transpose."""
+        shape = self.shape(v)
+        if [a for a in range(len(shape)) if shape[a] != 1] != [a for a in perm if shape[a] != 1]:
+            return None
+        return self.reshape(v, [shape[p] for p in perm])
 
     def mark_first(self, v: str) -> str:
         self.cf.add(v)

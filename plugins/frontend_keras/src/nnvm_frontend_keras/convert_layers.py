@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.frontend.layout import depthwise_to_oihw, hwio_to_oihw
+from nnvm.frontend import compose
+from nnvm.frontend.layout import depthwise_to_oihw, hwio_to_oihw, hwoi_to_iohw
 from nnvm.frontend.padding import same_pads
 from nnvm_frontend_keras.context import CONVERTERS, Context
 
@@ -24,8 +25,10 @@ def _name(v) -> str:
     if v is None:
         return "linear"
     if isinstance(v, dict):
-        return str(v.get("config", {}).get("name") if isinstance(v.get("config"), dict) else v.get("config")) \
-            if v.get("class_name") == "function" else str(v.get("class_name", "")).lower()
+        if v.get("class_name") != "function":
+            return str(v.get("class_name", "")).lower()
+        inner = v.get("config")
+        return str(inner.get("name") if isinstance(inner, dict) else inner)
     return str(v)
 
 
@@ -128,8 +131,15 @@ def separable_conv2d(ctx: Context, inputs):
 
 @CONVERTERS.register("Dense")
 def dense(ctx: Context, inputs):
-    x = ctx.last(inputs[0])
     kernel = ctx.weight(0, "the kernel")
+    if inputs[0] in ctx.cf and ctx.rank(inputs[0]) == 4:
+        # Dense on a channels-first image is a 1x1 convolution: it stays channels-first (ConvNeXt).
+        w = np.ascontiguousarray(kernel.T.reshape(kernel.shape[1], kernel.shape[0], 1, 1))
+        y = _conv(ctx, inputs[0], w, (1, 1), (1, 1), "valid", 1)
+        if ctx.attr("use_bias", True):
+            y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+        return activation(ctx, y, ctx.attr("activation"))
+    x = ctx.last(inputs[0])
     if ctx.rank(x) == 2:
         y = ctx.op("dense", [x, ctx.param(np.ascontiguousarray(kernel.T), "kernel")])
     else:  # Dense on any rank acts on the last (channels) axis
@@ -160,7 +170,8 @@ def batch_norm(ctx: Context, inputs):
     mean, var = ctx.weight(i, "the moving mean"), ctx.weight(i + 1, "the moving variance")
     gamma = np.ones_like(mean) if gamma is None else gamma
     beta = np.zeros_like(mean) if beta is None else beta
-    params = [ctx.param(p, hint) for p, hint in ((gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var"))]
+    named = ((gamma, "gamma"), (beta, "beta"), (mean, "mean"), (var, "var"))
+    params = [ctx.param(p, hint) for p, hint in named]
     y = ctx.op("batch_norm", [x, *params], {"epsilon": float(ctx.attr("epsilon", 1e-3)),
                                            "axis": ctx.keras_axis(x, axes[0])})
     return ctx.like(y, x)
@@ -168,6 +179,8 @@ def batch_norm(ctx: Context, inputs):
 
 @CONVERTERS.register("LayerNormalization")
 def layer_norm(ctx: Context, inputs):
+    if inputs[0] in ctx.cf and _axes(ctx, inputs[0]) == [ctx.rank(inputs[0]) - 1]:
+        return _channel_norm(ctx, inputs[0])
     x = ctx.last(inputs[0])
     rank = ctx.rank(x)
     axes = sorted(_axes(ctx, x))
@@ -186,6 +199,29 @@ def layer_norm(ctx: Context, inputs):
     beta = np.zeros(norm_shape, np.float32) if beta is None else beta.reshape(norm_shape)
     return ctx.op("layer_norm", [x, ctx.param(gamma, "gamma"), ctx.param(beta, "beta")],
                   {"epsilon": float(ctx.attr("epsilon", 1e-3)), "axis": axes[0]})
+
+
+def _channel_norm(ctx: Context, x: str) -> str:
+    """LayerNormalization over the channels of a channels-first tensor (axis 1), composed of reductions
+    so that the tensor need not be transposed (ConvNeXt normalizes between convolutions)."""
+    if ctx.attr("rms_scaling", False):
+        raise ctx.error("rms_scaling is not supported")
+    i, c = 0, ctx.shape(x)[1]
+    gamma = beta = None
+    if ctx.attr("scale", True):
+        gamma, i = ctx.weight(i, "gamma"), i + 1
+    if ctx.attr("center", True):
+        beta = ctx.weight(i, "beta")
+    mean = ctx.op("mean", [x], {"axis": (1,), "keepdims": True})
+    d = ctx.op("subtract", [x, mean])
+    var = ctx.op("mean", [ctx.op("multiply", [d, d])], {"axis": (1,), "keepdims": True})
+    inv = ctx.op("rsqrt", [ctx.op("add", [var, ctx.scalar(float(ctx.attr("epsilon", 1e-3)), x)])])
+    y = ctx.op("multiply", [d, inv])
+    if gamma is not None:
+        y = ctx.op("multiply", [y, ctx.channel_vector(x, gamma.reshape(c))])
+    if beta is not None:
+        y = ctx.op("add", [y, ctx.channel_vector(x, beta.reshape(c))])
+    return ctx.mark_first(y)
 
 
 @CONVERTERS.register("Normalization")
@@ -455,8 +491,118 @@ def layer_scale(ctx: Context, inputs):
     return ctx.like(ctx.op("multiply", [x, ctx.channel_vector(x, ctx.weight(0, "gamma"))]), x)
 
 
-@CONVERTERS.register("Embedding")
-def embedding(ctx: Context, inputs):
-    x = ctx.last(inputs[0])
-    table = ctx.param(ctx.weight(0, "the embeddings"), "embeddings")
-    return ctx.op("take", [table, ctx.cast(x, "int64")], {"axis": 0})
+@CONVERTERS.register("Conv1D")
+def conv1d(ctx: Context, inputs):
+    """A Conv1D is a conv2d over a height of 1: (N, C, L) -> (N, C, 1, L); 'causal' pads on the left."""
+    _check_channels_last(ctx)
+    x = ctx.first(inputs[0])
+    n, c, length = ctx.shape(x)
+    w = hwio_to_oihw(ctx.weight(0, "the kernel"))  # (out, in / groups, k)
+    (k,), (s,), (d,) = w.shape[2:], _pair(ctx.attr("strides", 1), 1), _pair(ctx.attr("dilation_rate", 1), 1)
+    padding = ctx.attr("padding", "valid")
+    if padding == "causal":
+        x = ctx.op("pad", [x], {"pad_width": (0, 0, 0, 0, (k - 1) * d, 0)})
+        length += (k - 1) * d
+        padding = "valid"
+    x4 = ctx.reshape(x, (n, c, 1, length))
+    y = _conv(ctx, x4, w.reshape(w.shape[0], w.shape[1], 1, k), (1, s), (1, d), padding,
+              ctx.attr("groups", 1))
+    y = ctx.mark_first(ctx.reshape(y, (n, w.shape[0], ctx.shape(y)[3])))
+    if ctx.attr("use_bias", True):
+        y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+    return activation(ctx, y, ctx.attr("activation"))
+
+
+@CONVERTERS.register("GroupNormalization")
+def group_norm(ctx: Context, inputs):
+    """Statistics per sample and group of channels, over the group's channels and every spatial axis."""
+    x = inputs[0]
+    if ctx.normalize_axis(ctx.attr("axis", -1), ctx.rank(x)) != ctx.rank(x) - 1:
+        raise ctx.error("only the channels axis (-1) is supported")
+    x = ctx.first(x) if ctx.rank(x) >= 3 else x
+    shape = ctx.shape(x)
+    n, c, spatial = shape[0], shape[1], shape[2:]
+    g = int(ctx.attr("groups", 32))
+    if c % g:
+        raise ctx.error(f"{c} channels do not split into {g} groups")
+    grouped = ctx.reshape(x, (n, g, c // g, *spatial))
+    axes = tuple(range(2, 2 + 1 + len(spatial)))
+    mean = ctx.op("mean", [grouped], {"axis": axes, "keepdims": True})
+    d = ctx.op("subtract", [grouped, mean])
+    var = ctx.op("mean", [ctx.op("multiply", [d, d])], {"axis": axes, "keepdims": True})
+    inv = ctx.op("rsqrt", [ctx.op("add", [var, ctx.scalar(float(ctx.attr("epsilon", 1e-3)), x)])])
+    y = ctx.reshape(ctx.op("multiply", [d, inv]), shape)
+    if x in ctx.cf:
+        ctx.mark_first(y)
+    i = 0
+    if ctx.attr("scale", True):
+        y = ctx.like(ctx.op("multiply", [y, ctx.channel_vector(y, ctx.weight(0, "gamma"))]), y)
+        i = 1
+    if ctx.attr("center", True):
+        y = ctx.like(ctx.op("add", [y, ctx.channel_vector(y, ctx.weight(i, "beta"))]), y)
+    return y
+
+
+@CONVERTERS.register("Dot")
+def dot_layer(ctx: Context, inputs):
+    """Keras's batched dot of two rank-2 or rank-3 tensors over ``axes`` (one per input, batch excluded)."""
+    if len(inputs) != 2:
+        raise ctx.error(f"Dot takes two inputs, got {len(inputs)}")
+    x, y = ctx.last(inputs[0]), ctx.last(inputs[1])
+    rank = ctx.rank(x)
+    if rank != ctx.rank(y) or rank not in (2, 3):
+        raise ctx.error(f"only two rank-2 or two rank-3 inputs are supported, got ranks {rank} and "
+                        f"{ctx.rank(y)}")
+    axes = ctx.attr("axes", -1)
+    ax, ay = (axes, axes) if isinstance(axes, int) else axes
+    ax, ay = ctx.normalize_axis(ax, rank), ctx.normalize_axis(ay, rank)
+    if ctx.attr("normalize", False):
+        x, y = _l2_normalize(ctx, x, ax), _l2_normalize(ctx, y, ay)
+    if rank == 2:
+        return ctx.op("sum", [ctx.op("multiply", [x, y])], {"axis": (1,), "keepdims": True})
+    x = ctx.transpose(x, (0, 2, 1)) if ax == 1 else x  # contract x's last axis ...
+    y = ctx.transpose(y, (0, 2, 1)) if ay == 2 else y  # ... with y's axis 1
+    return ctx.op("matmul", [x, y])
+
+
+def _l2_normalize(ctx: Context, x: str, axis: int) -> str:
+    sq = ctx.op("sum", [ctx.op("multiply", [x, x])], {"axis": (axis,), "keepdims": True})
+    inv = ctx.op("rsqrt", [ctx.op("maximum", [sq, ctx.scalar(1e-12, x)])])
+    return ctx.op("multiply", [x, inv])
+
+
+def _transpose_pads(k: int, s: int, d: int, padding: str, output_padding) -> tuple[int, int]:
+    """Padding of the zero-upsampled input that makes a correlation with the flipped kernel give Keras's
+    transposed convolution: 'valid' gives (n - 1) s + max(k, s) outputs, 'same' n s."""
+    k = (k - 1) * d + 1
+    if padding == "valid":
+        extra = max(k, s) - k if output_padding is None else output_padding
+        return k - 1, k - 1 + extra
+    total = s + k - 2 if output_padding is None else k + k % 2 - 2 + output_padding
+    left = min(total // 2 + total % 2, k - 1)
+    return left, total - left
+
+
+@CONVERTERS.register("Conv2DTranspose")
+def conv2d_transpose(ctx: Context, inputs):
+    """The shared ``compose.conv2d_transpose``, with Keras's padding turned into its begin/end crops."""
+    _check_channels_last(ctx)
+    x = ctx.first(inputs[0])
+    kernel = ctx.weight(0, "the kernel")  # (kh, kw, out, in)
+    strides, dilations = _pair(ctx.attr("strides", 1)), _pair(ctx.attr("dilation_rate", 1))
+    padding = ctx.attr("padding", "valid")
+    if padding not in ("valid", "same"):
+        raise ctx.error(f"padding {padding!r} is not supported")
+    out_pad = ctx.attr("output_padding")
+    out_pad = (None, None) if out_pad is None else _pair(out_pad)
+    begins, ends = [], []
+    for k, s, d, op in zip(kernel.shape[:2], strides, dilations, out_pad):
+        left, right = _transpose_pads(k, s, d, padding, op)
+        full = (k - 1) * d + 1  # compose pads full - 1 - begin before and full - 1 - end after
+        begins.append(full - 1 - left)
+        ends.append(full - 1 - right)
+    w = ctx.param(hwoi_to_iohw(kernel), "kernel")
+    y = ctx.mark_first(compose.conv2d_transpose(ctx, x, w, strides, dilations, begins, ends, (0, 0), 1))
+    if ctx.attr("use_bias", True):
+        y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+    return activation(ctx, y, ctx.attr("activation"))

@@ -19,7 +19,7 @@ from nnvm.errors import ModelLoadError
 from nnvm.frontend import bind_input, call_converter, check_shape_keys, check_supported
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
-from nnvm_frontend_keras import convert_layers, convert_ops  # noqa: F401  (fill CONVERTERS)
+from nnvm_frontend_keras import convert_layers, convert_ops, convert_rnn  # noqa: F401  (fill CONVERTERS)
 from nnvm_frontend_keras.context import CONVERTERS, Context, op_key
 from nnvm_frontend_keras.reader import KerasModel, is_model_config, is_ops_node, layer_name, read_model
 
@@ -209,5 +209,5 @@ def _check_supported(km: KerasModel) -> None:
                 found.append((op_key(lay), name))
 
     walk(km.config, ())
-    check_supported(found, CONVERTERS.supports, f"Keras {km.keras_version}",
-                    km.where if km.where.startswith("the ") is False else None)
+    path = None if km.where.startswith("the ") else km.where  # a live model has no path
+    check_supported(found, CONVERTERS.supports, f"Keras {km.keras_version}", path)

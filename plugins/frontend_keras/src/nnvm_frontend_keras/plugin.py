@@ -24,4 +24,5 @@ def _accepts(model) -> bool:
 @hookimpl
 def nnvm_register_frontends(register):
     register(Frontend(name="keras", load=_load, extensions=(".keras", ".h5"), accepts=_accepts,
-                      description="Keras models: Keras 3 .keras and legacy .h5 files, or keras.Model objects"))
+                      description="Keras models: .keras (Keras 3) and legacy .h5 files, "
+                                  "or keras.Model objects"))

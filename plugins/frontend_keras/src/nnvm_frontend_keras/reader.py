@@ -46,11 +46,13 @@ class KerasModel:
 
 
 def is_model_config(cfg) -> bool:
-    return isinstance(cfg, dict) and cfg.get("class_name") in MODEL_CLASSES and "layers" in cfg.get("config", {})
+    return (isinstance(cfg, dict) and cfg.get("class_name") in MODEL_CLASSES
+            and "layers" in cfg.get("config", {}))
 
 
 def snake_case(name: str) -> str:
-    """Keras's ``to_snake_case``: ``BatchNormalization`` -> ``batch_normalization``, ``Conv2D`` -> ``conv2d``."""
+    """Keras's ``to_snake_case``: ``BatchNormalization`` -> ``batch_normalization``, ``Conv2D`` ->
+    ``conv2d``."""
     s = re.sub(r"(.)([A-Z][a-z]+)", r"\1_\2", name)
     s = re.sub(r"([a-z])([A-Z])", r"\1_\2", s).lower()
     return s if s[:1] != "_" else "private" + s
@@ -62,12 +64,17 @@ def layer_name(layer: dict) -> str:
 
 def is_ops_node(layer: dict) -> bool:
     """A ``keras.ops`` call inside a functional graph: ``.keras`` files give its module
-    (``keras.src.ops.numpy``); legacy ``.h5`` configs drop modules, but an operation's config holds its
-    name alone, where every layer's also has ``trainable`` and ``dtype``. It has no weights."""
+    (``keras.src.ops.numpy``). Legacy ``.h5`` configs drop modules; there an operation's config holds
+    its name alone (every layer's also has ``trainable`` and ``dtype``) and its call passes its operands
+    as separate arguments (a merge layer takes one list). It has no weights."""
     module = layer.get("module")
     if module is not None:
         return str(module).startswith("keras.src.ops")
-    return set(layer.get("config", {})) <= {"name"} and layer.get("class_name") not in ("InputLayer",)
+    if layer.get("class_name") == "InputLayer" or not set(layer.get("config", {})) <= {"name"}:
+        return False
+    nodes = layer.get("inbound_nodes") or []
+    args = nodes[0].get("args", []) if nodes and isinstance(nodes[0], dict) else []
+    return len(args) != 1 or not isinstance(args[0], dict | list)
 
 
 # -- sources ----------------------------------------------------------------------------------------
@@ -115,26 +122,32 @@ def looks_like_keras(model) -> bool:
 
 
 def _from_live(model) -> KerasModel:
-    import keras  # the user's own keras: it is already imported, since they hold a model
+    import sys
 
-    cfg = {"class_name": type(model).__name__ if type(model).__name__ in ("Sequential",) else "Functional",
-           "config": model.get_config()}
+    cls = type(model).__name__
+    cfg = {"class_name": "Sequential" if cls == "Sequential" else "Functional", "config": _safe_config(model)}
     if not is_model_config(cfg):
-        raise ModelLoadError(f"the {type(model).__name__} object is not a Functional or Sequential model "
+        raise ModelLoadError(f"the {cls} object is not a Functional or Sequential model "
                              f"(subclassed models have no config to read)")
     weights: dict = {}
 
     def walk(container, path):
         for layer in container.layers:
             key = (*path, layer.name)
-            if hasattr(layer, "layers") and hasattr(layer, "get_config") and layer.weights and \
-                    is_model_config({"class_name": "Functional", "config": _safe_config(layer)}):
+            if hasattr(layer, "layers") and is_model_config({"class_name": "Functional",
+                                                             "config": _safe_config(layer)}):
                 walk(layer, key)
             else:
-                weights[key] = [np.asarray(keras.ops.convert_to_numpy(w)) for w in layer.weights]
+                weights[key] = [_numpy(w) for w in layer.weights]
 
     walk(model, ())
-    return KerasModel(cfg, getattr(keras, "__version__", "3"), weights, f"the {type(model).__name__} model")
+    keras = sys.modules.get(type(model).__module__.split(".")[0])
+    return KerasModel(cfg, str(getattr(keras, "__version__", "3")), weights, f"the {cls} model")
+
+
+def _numpy(w) -> np.ndarray:
+    """A Keras variable's value (``Variable.numpy()``, or anything numpy converts)."""
+    return np.asarray(w.numpy() if hasattr(w, "numpy") else w)
 
 
 def _safe_config(layer) -> dict:
@@ -199,11 +212,19 @@ def _zip_weights(group, config: dict, path: tuple, model: KerasModel, where: str
             if sub is not None:
                 _zip_weights(sub, layer, (*path, name), model, where)
             continue
-        arrays = []
-        if sub is not None and "vars" in sub:
-            vars_ = sub["vars"]
-            arrays = [np.asarray(vars_[str(i)]) for i in range(len(vars_))]
-        model.weights[(*path, name)] = arrays
+        model.weights[(*path, name)] = _group_vars(sub) if sub is not None else []
+
+
+def _group_vars(group) -> list:
+    """A layer's variables: its own ``vars/<i>``, then those of the objects it holds (an RNN's ``cell``)."""
+    arrays = []
+    if "vars" in group:
+        vars_ = group["vars"]
+        arrays = [np.asarray(vars_[str(i)]) for i in range(len(vars_))]
+    for key in group:
+        if key != "vars" and hasattr(group[key], "keys"):
+            arrays.extend(_group_vars(group[key]))
+    return arrays
 
 
 def _read_h5(path: str) -> KerasModel:

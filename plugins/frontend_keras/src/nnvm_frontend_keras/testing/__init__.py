@@ -20,6 +20,10 @@ from pathlib import Path
 from nnvm.testing.venvs import build_venv, cache_dir, clean_env, file_lock, run_checked
 
 TOOL = Path(__file__).with_name("keras_tool.py")
+CASES_SCRIPT = Path(__file__).with_name("keras_cases.py")
+# Built by keras_cases.py (a change there rebuilds only these); every other name by keras_tool.py.
+EXTRA_CASES = ["channels_first_norms", "upsampling_prelu", "repeat_permute", "conv1d", "group_norm", "dot",
+               "conv_transpose", "recurrent"]
 VENV_NAME = "keras-3"
 REQUIREMENTS = ["keras==3.15.*", "jax[cpu]", "h5py"]
 
@@ -39,18 +43,20 @@ class KerasModel:
 
 
 def keras_models(names: list[str]) -> dict[str, KerasModel]:
-    """``{name: KerasModel}``, building (in one Keras process) only the models missing or stale."""
+    """``{name: KerasModel}``, building (one Keras process per script) only the models missing or stale."""
     python = keras_python()
     root = cache_dir() / "models" / "keras"
     root.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256(TOOL.read_bytes()).hexdigest()[:16]
-    stamp = f"{digest} {(python.parent.parent / '.nnvm-complete').read_text()}"
+    venv = (python.parent.parent / ".nnvm-complete").read_text()
+    tool = hashlib.sha256(TOOL.read_bytes()).hexdigest()[:16]
+    extra = hashlib.sha256(TOOL.read_bytes() + CASES_SCRIPT.read_bytes()).hexdigest()[:16]
+    stamps = {n: f"{extra if n in EXTRA_CASES else tool} {venv}" for n in names}
     models = {n: KerasModel(n, root / f"{n}.keras", root / f"{n}.h5", root / f"{n}-input.npy",
                             root / f"{n}-output.npy") for n in names}
 
     def fresh(m: KerasModel) -> bool:
         stamp_file = root / f"{m.name}.stamp"
-        return stamp_file.exists() and stamp_file.read_text() == stamp and all(
+        return stamp_file.exists() and stamp_file.read_text() == stamps[m.name] and all(
             p.exists() for p in (m.keras, m.h5, m.input, m.output))
 
     with file_lock(root / ".build.lock"):
@@ -60,13 +66,40 @@ def keras_models(names: list[str]) -> dict[str, KerasModel]:
             env["KERAS_BACKEND"] = "jax"
             env.setdefault("OMP_NUM_THREADS", "2")
             env.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=2")
-            # Build into a scratch folder beside the cache, then move: readers never see half a model.
-            with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
-                run_checked([str(python), str(TOOL), tmp, *todo], f"building {', '.join(todo)} with Keras",
-                            3600, cwd=Path(tempfile.gettempdir()), env=env)
-                for n in todo:
-                    m = models[n]
-                    for p in (m.keras, m.h5, m.input, m.output):
-                        os.replace(Path(tmp) / p.name, p)
-                    (root / f"{n}.stamp").write_text(stamp)
+            for script in (TOOL, CASES_SCRIPT):
+                batch = [n for n in todo if (n in EXTRA_CASES) == (script == CASES_SCRIPT)]
+                if batch:
+                    _build(python, script, root, [models[n] for n in batch], stamps, env)
     return models
+
+
+def _build(python: Path, script: Path, root: Path, models: list, stamps: dict, env: dict) -> None:
+    # Build into a scratch folder beside the cache, then move: readers never see half a model.
+    names = [m.name for m in models]
+    with tempfile.TemporaryDirectory(dir=root, prefix=".build-") as tmp:
+        run_checked([str(python), str(script), tmp, *names], f"building {', '.join(names)} with Keras",
+                    3600, cwd=Path(tempfile.gettempdir()), env=env)
+        for m in models:
+            for p in (m.keras, m.h5, m.input, m.output):
+                os.replace(Path(tmp) / p.name, p)
+            (root / f"{m.name}.stamp").write_text(stamps[m.name])
+
+
+def graph_digest(graph) -> str:
+    """A hash of an imported graph: its structure, types and weights (the ``.keras`` and ``.h5`` files of
+    one model must import to the same graph)."""
+    import numpy as np
+
+    h = hashlib.sha256(graph.to_json(include_params=False).encode())
+    for name in sorted(graph.params):
+        a = np.ascontiguousarray(graph.params[name])
+        h.update(f"|{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def max_rel_err(got, want) -> float:
+    import numpy as np
+
+    want = np.asarray(want, dtype=np.float64)
+    return float(np.abs(np.asarray(got, dtype=np.float64) - want).max() / max(np.abs(want).max(), 1e-30))
