@@ -44,8 +44,9 @@ def test_plugins_json_lists_frontend_and_backend():
     proc = nnvm_cli("plugins", "--json")
     assert proc.returncode == 0, proc.stderr
     info = json.loads(proc.stdout)
-    assert [r["distribution"] for r in info["frontend"]] == ["nnvm-frontend-onnx"]
-    assert {"llvm", "opencl", "aarch64", "armv7"} <= {r["name"] for r in info["backend"]}
+    assert sorted(r["distribution"] for r in info["frontend"]) == [
+        "nnvm-frontend-coreml", "nnvm-frontend-keras", "nnvm-frontend-mxnet", "nnvm-frontend-onnx"]
+    assert {"llvm", "opencl", "aarch64", "armv7", "cuda", "metal"} <= {r["name"] for r in info["backend"]}
     assert {"conv2d", "dense", "relu"} <= {r["name"] for r in info["op"]}
 
 
