@@ -80,21 +80,24 @@ def append(path: str | os.PathLike, records: list[Record]) -> None:
 
 
 def _cut_torn_line(fd: int) -> None:
-    """Truncate an unfinished last line (no newline at the end: a write that was killed)."""
+    """End the file at a line boundary: an unfinished last line (no newline: a write that was killed)
+    is cut off, a whole record that only lacks its newline (edited by hand) gets one."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
-    start = max(0, size - 65536)
-    while True:
-        tail = os.pread(fd, size - start, start)
-        cut = tail.rfind(b"\n")
-        if cut >= 0:
-            os.ftruncate(fd, start + cut + 1)
-            return
-        if start == 0:
-            os.ftruncate(fd, 0)
-            return
+    start = size
+    while start > 0:
         start = max(0, start - 65536)
+        cut = os.pread(fd, size - start, start).rfind(b"\n")
+        if cut >= 0:
+            start += cut + 1
+            break
+    try:
+        _record(json.loads(os.pread(fd, size - start, start).decode()))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+        os.ftruncate(fd, start)
+        return
+    os.write(fd, b"\n")
 
 
 def _number(d: dict, key: str) -> float | None:

@@ -20,6 +20,7 @@ import numpy as np
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
+from nnvm.limits import check_allocation
 from nnvm.runtime.kernel import kernel_from_address
 from nnvm.runtime.threads import kernel_runner, on_kernel_runner
 
@@ -42,6 +43,7 @@ class Module:
         self.graph = graph
         self._in_process = library.runs_in_process()
         self._lock = threading.Lock()  # guards the pool of free workspaces and the one-time export
+        check_allocation(plan["arena_bytes"], "the model's activations")
         first = _Workspace(self)
         self._free = [first]  # workspaces not in use by a run; a concurrent run makes one more
         self._inputs = [(d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), view)
