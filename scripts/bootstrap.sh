@@ -4,6 +4,7 @@
 #
 #   1. system packages (as root, with apt-get; `apt-get update` only when something is missing):
 #        gcc        checked with `command -v gcc`  - links exported modules into shared libraries (`cc -shared`)
+#        g++        checked with `command -v g++`  - compiles the C++ example of docs/deploy.md (its test)
 #        libc6-dev  checked with dpkg-query       - the C library files the linker needs
 #        libgomp1   checked with dpkg-query       - the OpenMP runtime parallel kernels run on
 #        Arm cross toolchains and emulator (targets aarch64, armv7), checked with dpkg-query:
@@ -38,6 +39,7 @@ apt_install() {
 # 1. System packages.
 missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
+command -v g++ >/dev/null 2>&1 || missing+=(g++)
 if command -v dpkg-query >/dev/null 2>&1; then
   for pkg in libc6-dev libgomp1 gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
       libc6-dev-armhf-cross libgomp1-arm64-cross libgomp1-armhf-cross qemu-user; do

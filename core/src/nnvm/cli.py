@@ -1,4 +1,4 @@
-"""The ``nnvm`` command: plugins, compile, run, bench, tune (see API.md).
+"""The ``nnvm`` command: plugins, compile, run, bench, tune, conformance, runtime build (see API.md).
 
 A user's mistake (bad file, unknown operator, wrong input) is printed as one sentence on stderr with
 exit status 1. Anything else is a bug in nnvm: it prints the traceback and asks for a report (exit 2).
@@ -206,6 +206,19 @@ def cmd_conformance(args) -> int:
     return conformance_main(args)
 
 
+def cmd_runtime_build(args) -> int:
+    from nnvm.runtime.crt import install_runtime
+
+    sizes = install_runtime(args.target, args.output)
+    if args.json:
+        print(json.dumps({"target": args.target, "output": args.output, "bytes": sizes}, indent=2))
+        return 0
+    print(f"C runtime for {args.target} in {args.output}:")
+    for name, size in sizes.items():
+        print(f"  {name}: {size} bytes ({size / 1024:.1f} KiB)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nnvm", description="The nnvm deep learning compiler.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -274,6 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unsupported", action="store_true", help="exit 0 even if some are unsupported")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_conformance)
+
+    p = sub.add_parser("runtime", help="the C deploy runtime (nnvm_runtime.h) for running exported modules")
+    runtime_sub = p.add_subparsers(dest="runtime_command", required=True)
+    p = runtime_sub.add_parser("build", help="write nnvm_runtime.h, libnnvm_runtime.a/.so and nnvm-run for a "
+                               "CPU target (cross-compiled for Arm) and print their sizes")
+    p.add_argument("--target", required=True, help="llvm, aarch64 or armv7")
+    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runtime_build)
     return parser
 
 

@@ -21,11 +21,12 @@ from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
 from nnvm.limits import check_allocation
+from nnvm.runtime import artifact
 from nnvm.runtime.kernel import kernel_from_address
 from nnvm.runtime.threads import kernel_runner, on_kernel_runner
 
 ARTIFACT_FORMAT = "nnvm-module"
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = artifact.FORMAT_VERSION
 
 
 # Emulation notes already printed in this process: API.md promises the user one line, not one per module.
@@ -154,7 +155,10 @@ class Module:
             "stats": self._stats,
         }
         blobs = {"graph": json.dumps(meta).encode(), "params": save_params(self.params)}
-        self.library.export(os.fspath(path), blobs)
+        path = os.fspath(path)
+        self.library.export(path, blobs)
+        if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
+            artifact.seal(path, str(self.target).split()[0])
 
 
 class _Workspace:
@@ -224,6 +228,8 @@ def load_module(path) -> Module:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
+    if artifact.is_elf(path):
+        _check_artifact(path)
     try:
         lib = SharedLibrary(path)
     except ModelLoadError:
@@ -242,6 +248,20 @@ def load_module(path) -> Module:
     if not mod._in_process:
         mod._exported = path
     return mod
+
+
+def _check_artifact(path: str) -> None:
+    """The footer, checksum and ELF header (``artifact.check``), and for a module of another CPU that no
+    installed backend can run, one sentence saying which CPU it is for, before anything is loaded."""
+    footer = artifact.check(path)
+    if footer["machine"] == artifact.host_machine():
+        return  # runs here with the core alone (plugins may not even be loaded)
+    from nnvm.plugins import backends
+
+    if footer["target"] not in backends():
+        raise ModelLoadError(f"{path}: a module for the {footer['target']} target "
+                             f"({artifact.machine_name(footer['machine'])}), and no installed nnvm backend "
+                             "runs that target on this machine")
 
 
 def _foreign_library(path: str):

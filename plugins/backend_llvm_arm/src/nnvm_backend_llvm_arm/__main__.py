@@ -1,8 +1,9 @@
 """``python -m nnvm_backend_llvm_arm size [--target T] [--json]``: the device runtime's size on disk.
 
-The runtime is ``nnvm-run`` (``runtime/nnvm_run.c``), built here with the cross compiler; a device needs
-it plus the exported model file. The model's weights are in that file, not in the runtime, so they are
-excluded. libgomp (GCC's OpenMP runtime, a system library on Linux devices) is listed for reference.
+The runtime is ``nnvm-run`` (the core's C runtime, ``nnvm/runtime/c``), built with the cross compiler;
+a device needs it plus the exported model file. The model's weights are in that file, not in the
+runtime, so they are excluded. libgomp (GCC's OpenMP runtime, a system library on Linux devices) is
+listed for reference.
 """
 
 from __future__ import annotations

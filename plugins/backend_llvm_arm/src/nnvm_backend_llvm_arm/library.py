@@ -1,25 +1,21 @@
-"""Arm kernel libraries: the x86 plugin's LLVM library plus a C entry point, run under qemu-user.
+"""Arm kernel libraries: the x86 plugin's LLVM library, linked by the cross gcc, run under qemu-user.
 
 ``ArmKernelLibrary`` is what ``build`` returns. Exported, it is the x86 format (kernels, ``.incbin``
-blobs, ``nnvm.load`` reads it) linked by the cross gcc, plus ``glue.py``'s ``nnvm_model_run`` so the
-device runner needs no Python. On a host that cannot execute the code, the core's ``Module`` sees
-``runs_in_process() == False`` and runs an exported copy through ``run_exported`` (the device runner
-under qemu). ``ForeignArtifact`` is the same for a file given to ``nnvm.load``: an Arm ELF cannot be
-``dlopen``ed here, so its blobs are read from the file with ``elf.py``.
+blobs, the C entry point of ``nnvm_backend_llvm_x86.glue``) linked by the cross gcc, so the C runtime
+and ``nnvm-run`` on the device need no Python. On a host that cannot execute the code, the core's
+``Module`` sees ``runs_in_process() == False`` and runs an exported copy through ``run_exported`` (the
+device runner under qemu). ``ForeignArtifact`` is the same for a file given to ``nnvm.load``: an Arm
+ELF cannot be ``dlopen``ed here, so its blobs are read from the file with ``elf.py``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import platform
 import shutil
-import subprocess
 
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, ModelLoadError
 from nnvm_backend_llvm_arm.elf import ElfSymbols
-from nnvm_backend_llvm_arm.glue import glue_source
 from nnvm_backend_llvm_arm.runner import run_artifact
 from nnvm_backend_llvm_arm.toolchain import ArmToolchain
 from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
@@ -47,20 +43,6 @@ class ArmKernelLibrary(LLVMKernelLibrary):
     def export(self, path: str, blobs: dict) -> None:
         self.toolchain.require_cc(f"exporting {path}")  # names the cross package to install
         super().export(path, blobs)
-
-    def _export_objects(self, directory: str, blobs: dict, path: str) -> list[str]:
-        """``nnvm_model_run`` and the model's metadata as C, compiled position independent."""
-        meta = json.loads(bytes(blobs["graph"]).decode())
-        src = os.path.join(directory, "model_run.c")
-        with open(src, "w") as f:
-            f.write(glue_source(meta, blobs["params"]))
-        obj = os.path.join(directory, "model_run.o")
-        proc = subprocess.run([self.cc, "-c", "-fPIC", "-O2", "-std=c11", "-o", obj, src],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise Error(f"exporting {path}: compiling the model's C entry point with {self.cc} failed: "
-                        f"{proc.stderr.strip()}")
-        return [obj]
 
 
 class ForeignArtifact(KernelLibrary):

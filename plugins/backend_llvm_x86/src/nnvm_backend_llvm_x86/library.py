@@ -7,15 +7,19 @@ The export format is an ordinary ELF shared object linked by the system C compil
   section) and ``nnvm_blob_<name>_size`` (uint64). The bytes never pass through LLVM IR: each blob is
   written to a file and pulled in by a tiny assembly file with ``.incbin``, so 100 MB of weights cost
   a file copy, not an LLVM constant;
+- ``glue.py``'s C entry point ``nnvm_model_execute`` and the model's input/output metadata, so the C
+  runtime (``nnvm/runtime/c``, ``nnvm_runtime.h``) runs it with no Python, on every CPU target;
 - ``-lgomp -lm``: the OpenMP runtime (parallel loops) and the C math library.
 
-``nnvm.runtime.module.load_module`` reads it back with ``ctypes`` alone.
+``nnvm.runtime.module.load_module`` reads it back with ``ctypes`` alone. ``Module.export`` then appends
+the footer of ``nnvm.runtime.artifact`` (format version, target, checksum).
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import json
 import os
 import re
 import shutil
@@ -28,6 +32,7 @@ import llvmlite.binding as llvm
 
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error
+from nnvm_backend_llvm_x86.glue import glue_source
 from nnvm_backend_llvm_x86.toolchain import LLVMTarget
 
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -132,17 +137,33 @@ class LLVMKernelLibrary(KernelLibrary):
             fd, partial = tempfile.mkstemp(prefix=".nnvm-", suffix=".so", dir=out_dir)
             os.close(fd)
             try:
-                extra = self._export_objects(tmp, blobs, path)
+                extra = self._export_objects(cc, tmp, blobs, path)
                 self._link(cc, partial, [obj_path, asm_path, *extra], path)
                 os.replace(partial, path)  # a loaded copy of an older file stays intact
             finally:
                 if os.path.exists(partial):
                     os.unlink(partial)
 
-    def _export_objects(self, directory: str, blobs: dict, path: str) -> list[str]:
-        """More object files to link into the export (written under ``directory``); none here. The Arm
-        backend adds the C entry point that runs the whole plan on a device without Python."""
-        return []
+    def _export_objects(self, cc: str, directory: str, blobs: dict, path: str) -> list[str]:
+        """More object files to link into the export (written under ``directory``): the C entry point
+        ``nnvm_model_execute`` and the model's metadata (``glue.py``), compiled position independent. None
+        for a library that is not a whole model (``nnvm.build`` kernels with blobs of the caller's own)."""
+        try:
+            meta = json.loads(bytes(blobs["graph"]).decode())
+        except (KeyError, UnicodeDecodeError, json.JSONDecodeError):
+            return []
+        if not isinstance(meta, dict) or "plan" not in meta or "params" not in blobs:
+            return []
+        src = os.path.join(directory, "model_run.c")
+        with open(src, "w") as f:
+            f.write(glue_source(meta, blobs["params"]))
+        obj = os.path.join(directory, "model_run.o")
+        proc = subprocess.run([cc, "-c", "-fPIC", "-O2", "-std=c11", "-o", obj, src],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Error(f"exporting {path}: compiling the model's C entry point with {cc} failed: "
+                        f"{proc.stderr.strip()}")
+        return [obj]
 
     def _link(self, cc: str, out: str, inputs: list, path: str) -> None:
         base = [cc, "-shared", "-o", out, *inputs, "-Wl,-z,noexecstack"]

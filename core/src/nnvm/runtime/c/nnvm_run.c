@@ -1,29 +1,27 @@
-/* nnvm-run: the device runtime. Loads an exported nnvm module (a shared library) and runs it on .npy
- * files, with no Python on the device.
+/* nnvm-run: runs an exported nnvm module on .npy files with no Python, on the C runtime's API only.
  *
  *   nnvm-run MODEL.so --info                       inputs and outputs: name, dtype, shape
  *   nnvm-run MODEL.so IN.npy... -o OUT.npy...      run once (inputs in the model's order)
  *   nnvm-run MODEL.so IN.npy... -o OUT.npy... -r N also time N more runs, print the median in ms
  *
- * The module carries its own plan (nnvm_model_run, see glue.py), so this file only parses arguments
- * and the .npy format: little-endian C-order arrays whose dtype and shape must match the model's.
+ * Everything about the module goes through nnvm_runtime.h (load, describe, run), so this file only
+ * parses arguments and the .npy format: little-endian C-order arrays whose dtype and shape must match
+ * the model's. `nnvm runtime build` links it statically with the runtime.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-struct nnvm_tensor_info {
-  const char *name;
-  const char *descr;
-  int32_t ndim;
-  const int64_t *shape;
+#include "nnvm_runtime.h"
+
+struct tensor {
+  nnvm_tensor_info info;
+  const char *descr; /* numpy's dtype.str */
   uint64_t nbytes;
 };
-typedef int32_t (*run_fn)(const void *const *, void *const *);
 
 static const char *model_path;
 
@@ -32,22 +30,40 @@ static void die(const char *what, const char *detail) {
   exit(1);
 }
 
-static void *symbol(void *lib, const char *name) {
-  void *p = dlsym(lib, name);
-  if (!p) die(model_path, "not an nnvm module exported with a C entry point (nnvm_model_run missing)");
-  return p;
+/* numpy's descr of a dtype name, and its item size. */
+static const char *descr_of(const char *dtype, unsigned *size) {
+  static const struct { const char *name, *descr; unsigned size; } table[] = {
+      {"float32", "<f4", 4}, {"float16", "<f2", 2}, {"float64", "<f8", 8}, {"int8", "|i1", 1},
+      {"uint8", "|u1", 1},   {"int16", "<i2", 2},   {"uint16", "<u2", 2},  {"int32", "<i4", 4},
+      {"uint32", "<u4", 4},  {"int64", "<i8", 8},   {"uint64", "<u8", 8},  {"bool", "|b1", 1}};
+  for (size_t k = 0; k < sizeof table / sizeof table[0]; k++)
+    if (strcmp(table[k].name, dtype) == 0) {
+      *size = table[k].size;
+      return table[k].descr;
+    }
+  die(model_path, "the model uses a dtype nnvm-run cannot write as .npy");
+  return NULL;
+}
+
+static void describe(nnvm_module *m, int i, int input, struct tensor *t) {
+  if ((input ? nnvm_module_input(m, i, &t->info) : nnvm_module_output(m, i, &t->info)) != 0)
+    die(model_path, nnvm_last_error());
+  unsigned size;
+  t->descr = descr_of(t->info.dtype, &size);
+  t->nbytes = size;
+  for (int d = 0; d < t->info.ndim; d++) t->nbytes *= (uint64_t)t->info.shape[d];
 }
 
 /* A Python tuple, as numpy writes shapes: "(1, 3)", "(3,)", "()". */
-static void shape_text(const struct nnvm_tensor_info *t, char *buf, size_t n) {
+static void shape_text(const struct tensor *t, char *buf, size_t n) {
   size_t used = (size_t)snprintf(buf, n, "(");
-  for (int32_t d = 0; d < t->ndim && used < n; d++)
-    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)t->shape[d]);
-  if (used < n) snprintf(buf + used, n - used, t->ndim == 1 ? ",)" : ")");
+  for (int d = 0; d < t->info.ndim && used < n; d++)
+    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)t->info.shape[d]);
+  if (used < n) snprintf(buf + used, n - used, t->info.ndim == 1 ? ",)" : ")");
 }
 
 /* Reads IN.npy into a fresh buffer after checking its header against the model's input t. */
-static void *read_npy(const char *path, const struct nnvm_tensor_info *t) {
+static void *read_npy(const char *path, const struct tensor *t) {
   FILE *f = fopen(path, "rb");
   if (!f) die(path, "cannot open");
   unsigned char magic[10];
@@ -67,10 +83,10 @@ static void *read_npy(const char *path, const struct nnvm_tensor_info *t) {
   char *s = strstr(header, "'shape': (");
   if (!s) die(path, "no shape in the .npy header");
   s += 10;
-  for (int32_t d = 0; d < t->ndim; d++) {
+  for (int d = 0; d < t->info.ndim; d++) {
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v != t->shape[d]) die(path, "shape differs from the model's input");
+    if (end == s || v != t->info.shape[d]) die(path, "shape differs from the model's input");
     for (s = end; *s == ',' || *s == ' ' || *s == 'L'; s++) {
     }
   }
@@ -82,7 +98,7 @@ static void *read_npy(const char *path, const struct nnvm_tensor_info *t) {
   return data;
 }
 
-static void write_npy(const char *path, const struct nnvm_tensor_info *t, const void *data) {
+static void write_npy(const char *path, const struct tensor *t, const void *data) {
   char shape[160], header[256];
   shape_text(t, shape, sizeof shape);
   int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
@@ -117,22 +133,22 @@ int main(int argc, char **argv) {
     return 2;
   }
   model_path = argv[1];
-  char local[4096];  /* dlopen searches the library path for a name without a slash: "m.so" is "./m.so" */
-  if (!strchr(model_path, '/') && snprintf(local, sizeof local, "./%s", model_path) < (int)sizeof local)
-    model_path = local;
-  void *lib = dlopen(model_path, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) die(model_path, dlerror());
-  run_fn run = (run_fn)symbol(lib, "nnvm_model_run");
-  int32_t n_in = *(const int32_t *)symbol(lib, "nnvm_model_num_inputs");
-  int32_t n_out = *(const int32_t *)symbol(lib, "nnvm_model_num_outputs");
-  const struct nnvm_tensor_info *ins = symbol(lib, "nnvm_model_inputs");
-  const struct nnvm_tensor_info *outs = symbol(lib, "nnvm_model_outputs");
+  nnvm_module *m = nnvm_module_load(model_path);
+  if (!m) {
+    fprintf(stderr, "nnvm-run: %s\n", nnvm_last_error());
+    return 1;
+  }
+  int n_in = nnvm_module_num_inputs(m), n_out = nnvm_module_num_outputs(m);
+  struct tensor *ins = calloc((size_t)n_in + 1, sizeof *ins), *outs = calloc((size_t)n_out + 1, sizeof *outs);
+  if (!ins || !outs) die(model_path, "out of memory");
+  for (int i = 0; i < n_in; i++) describe(m, i, 1, &ins[i]);
+  for (int i = 0; i < n_out; i++) describe(m, i, 0, &outs[i]);
   if (argc == 3 && strcmp(argv[2], "--info") == 0) {
     char shape[160];
-    for (int32_t i = 0; i < n_in + n_out; i++) {
-      const struct nnvm_tensor_info *t = i < n_in ? &ins[i] : &outs[i - n_in];
+    for (int i = 0; i < n_in + n_out; i++) {
+      const struct tensor *t = i < n_in ? &ins[i] : &outs[i - n_in];
       shape_text(t, shape, sizeof shape);
-      printf("%s %s %s %s\n", i < n_in ? "input" : "output", t->name, t->descr, shape);
+      printf("%s %s %s %s\n", i < n_in ? "input" : "output", t->info.name, t->descr, shape);
     }
     return 0;
   }
@@ -140,7 +156,8 @@ int main(int argc, char **argv) {
   const void **in_data = calloc((size_t)n_in + 1, sizeof *in_data);
   void **out_data = calloc((size_t)n_out + 1, sizeof *out_data);
   const char **out_paths = calloc((size_t)n_out + 1, sizeof *out_paths);
-  int32_t k = 0;
+  if (!in_data || !out_data || !out_paths) die(model_path, "out of memory");
+  int k = 0;
   for (; a < argc && strcmp(argv[a], "-o") != 0; a++, k++) {
     if (k >= n_in) die(argv[a], "more input files than the model has inputs");
     in_data[k] = read_npy(argv[a], &ins[k]);
@@ -153,23 +170,21 @@ int main(int argc, char **argv) {
   }
   if (k != n_out) die(model_path, "give one output file per model output after -o");
   if (a + 1 < argc) repeat = atoi(argv[a + 1]);
-  for (int32_t i = 0; i < n_out; i++)
+  for (int i = 0; i < n_out; i++)
     if (!(out_data[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1))) die(model_path, "out of memory");
-  int32_t rc = run(in_data, out_data);
-  if (rc != 0) {
-    fprintf(stderr, "nnvm-run: %s: the model failed with status %d\n", model_path, rc);
-    return 1;
-  }
+  if (nnvm_module_run(m, in_data, out_data) != 0) die("the model failed", nnvm_last_error());
   if (repeat > 0) {
     double *ms = calloc((size_t)repeat, sizeof *ms);
+    if (!ms) die(model_path, "out of memory");
     for (int r = 0; r < repeat; r++) {
       double t0 = now_ms();
-      run(in_data, out_data);
+      if (nnvm_module_run(m, in_data, out_data) != 0) die("the model failed", nnvm_last_error());
       ms[r] = now_ms() - t0;
     }
     qsort(ms, (size_t)repeat, sizeof *ms, by_value);
     printf("median %.3f ms over %d runs\n", ms[repeat / 2], repeat);
   }
-  for (int32_t i = 0; i < n_out; i++) write_npy(out_paths[i], &outs[i], out_data[i]);
+  for (int i = 0; i < n_out; i++) write_npy(out_paths[i], &outs[i], out_data[i]);
+  nnvm_module_free(m);
   return 0;
 }
