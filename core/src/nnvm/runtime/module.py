@@ -44,6 +44,7 @@ class Module:
         self.graph = graph
         self._in_process = library.runs_in_process()
         self._lock = threading.Lock()  # guards the pool of free workspaces and the one-time export
+        _check_plan(plan, self.params)
         check_allocation(plan["arena_bytes"], "the model's activations")
         first = _Workspace(self)
         self._free = [first]  # workspaces not in use by a run; a concurrent run makes one more
@@ -161,6 +162,43 @@ class Module:
             artifact.seal(path, str(self.target).split()[0])
 
 
+def _check_plan(plan: dict, params: dict) -> None:
+    """Every location the plan gives (inputs, outputs, kernel arguments) lies inside the arena or names a
+    weight of the right size, so a plan read from a tampered file cannot point a kernel or a copy
+    outside the memory it is given."""
+    try:
+        arena = plan["arena_bytes"]
+        if not isinstance(arena, int) or arena < 0:
+            raise ValueError(f"arena size {arena!r}")
+        descs = list(plan["inputs"]) + list(plan["outputs"])
+        refs = [(d["ref"], np.dtype(d["dtype"]).itemsize * _count(d["shape"]), d["name"]) for d in descs]
+        refs += [(ref, None, call["kernel"]) for call in plan["calls"] for ref in call["args"]]
+        for ref, nbytes, where in refs:
+            if "param" in ref:
+                if ref["param"] not in params:
+                    raise ValueError(f"{where} uses a weight {ref['param']!r} the module does not have")
+                if nbytes is not None and params[ref["param"]].nbytes != nbytes:
+                    raise ValueError(f"{where}: weight {ref['param']!r} has the wrong size")
+                continue
+            offset, size = ref["arena"], ref.get("nbytes", nbytes)
+            if nbytes is not None and size != nbytes:
+                raise ValueError(f"{where} is {nbytes} bytes, its location says {size}")
+            if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset
+                    and size >= 0 and offset + size <= arena):
+                raise ValueError(f"{where} at [{offset}, +{size}) lies outside the {arena}-byte arena")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"the module's execution plan is inconsistent ({exc})") from None
+
+
+def _count(shape) -> int:
+    n = 1
+    for d in shape:
+        if not isinstance(d, int) or d < 0:
+            raise ValueError(f"bad shape {shape!r}")
+        n *= d
+    return n
+
+
 class _Workspace:
     """What one run writes: an activation arena, views of the inputs and outputs in it, and each kernel's
     argument array (arena addresses and the module's shared weights), built once and reused by every
@@ -240,11 +278,20 @@ def load_module(path) -> Module:
         meta = json.loads(bytes(lib.blob("graph")).decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ModelLoadError(f"{path}: the module's graph section is corrupt") from None
+    if not isinstance(meta, dict):
+        raise ModelLoadError(f"{path}: the module's graph section is corrupt")
     if meta.get("format") != ARTIFACT_FORMAT or meta.get("version") != ARTIFACT_VERSION:
         raise ModelLoadError(f"{path}: module format {meta.get('format')} v{meta.get('version')} is not "
                              f"supported by this nnvm (expects {ARTIFACT_FORMAT} v{ARTIFACT_VERSION})")
-    params = load_params(lib.blob("params"))
-    mod = Module(meta["plan"], params, lib, meta["target"], meta["stats"])
+    try:
+        params = load_params(lib.blob("params"))
+        plan, target, stats = meta["plan"], meta["target"], meta["stats"]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelLoadError(f"{path}: the module's graph or weights section is corrupt ({exc})") from None
+    try:
+        mod = Module(plan, params, lib, target, stats)
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from None
     if not mod._in_process:
         mod._exported = path
     return mod
