@@ -62,9 +62,19 @@ def team_size() -> int:
     return physical_cores()
 
 
-_RUNNER: tuple[int, ThreadPoolExecutor] | None = None  # (the process that made it, the executor)
+_RUNNER: ThreadPoolExecutor | None = None
 _RUNNER_LOCK = threading.Lock()
 _ON_RUNNER = threading.local()  # ``active`` is True on the runner's own threads
+
+
+def _forget_runner_in_child() -> None:
+    """A forked child has none of the parent's threads: it starts its own runner, with a fresh lock (the
+    parent's may have been held by another thread at the fork)."""
+    global _RUNNER, _RUNNER_LOCK
+    _RUNNER, _RUNNER_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_runner_in_child)
 
 
 def on_kernel_runner() -> bool:
@@ -89,7 +99,7 @@ def kernel_runner() -> ThreadPoolExecutor:
     """
     global _RUNNER
     with _RUNNER_LOCK:
-        if _RUNNER is None or _RUNNER[0] != os.getpid():
+        if _RUNNER is None:
             workers = max(1, physical_cores() // team_size())
-            _RUNNER = (os.getpid(), ThreadPoolExecutor(workers, "nnvm-kernels", _mark_runner_thread))
-        return _RUNNER[1]
+            _RUNNER = ThreadPoolExecutor(workers, "nnvm-kernels", _mark_runner_thread)
+        return _RUNNER
