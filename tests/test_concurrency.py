@@ -26,7 +26,7 @@ import nnvm
 THREADS = 4
 RUNS = 20  # per thread: 4 x 20 runs, as in issue 20
 SHAPE = (1, 8, 32, 32)
-MAX_ROUNDS = 12
+MAX_ROUNDS = 8
 
 
 def _conv_model():
