@@ -44,3 +44,18 @@ def test_out_of_process_module_is_exported_and_noted_once(capsys, monkeypatch):
             np.testing.assert_array_equal(mod.run(x)[0], -x)
     assert [len(lib.exports) for lib in libraries] == [1, 1]  # exported once per module
     assert capsys.readouterr().err.count("running under a test emulator") == 1  # one per process
+
+
+def test_out_of_process_module_from_threads_exports_once(monkeypatch):
+    """Several threads' first runs race to export the module: one export, every result its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(nnvm.runtime.module, "_NOTES_SHOWN", set())
+    lib = _OutOfProcessLibrary()
+    mod = Module(_plan(), {}, lib, "fake", {})
+    xs = [np.array([k, -k], np.float32) for k in range(16)]
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda x: mod.run(x)[0], xs))
+    for x, out in zip(xs, outs):
+        np.testing.assert_array_equal(out, -x)
+    assert len(lib.exports) == 1

@@ -36,20 +36,56 @@ def _parse_shapes(items) -> dict | None:
 
 
 def _parse_inputs(items) -> dict:
-    import numpy as np
-
     inputs = {}
     for item in items or []:
         name, sep, path = item.partition("=")
         if not sep or not name:
             raise Error(f"--input {item!r} should look like NAME=FILE.npy")
-        try:
-            inputs[name] = np.load(path, allow_pickle=False)
-        except FileNotFoundError:
-            raise Error(f"--input {name}: {path}: no such file") from None
-        except (ValueError, OSError) as exc:
-            raise Error(f"--input {name}: {path} is not a .npy file ({exc})") from None
+        inputs[name] = read_npy(path, f"--input {name}")
     return inputs
+
+
+def read_npy(path: str, what: str):
+    """The array in the ``.npy`` file ``path``, its header checked before any data is read: a plain
+    (non-object) dtype and a shape whose bytes the file really holds, so a hostile header can neither
+    run code (no pickles) nor make numpy allocate what the file does not contain."""
+    import numpy as np
+    from numpy.lib import format as npy
+
+    def bad(why: str) -> Error:
+        return Error(f"{what}: {path} is not a usable .npy file ({why})")
+
+    try:
+        with open(path, "rb") as f:
+            try:
+                version = npy.read_magic(f)
+                if version not in ((1, 0), (2, 0), (3, 0)):
+                    raise ValueError(f"unknown format version {version[0]}.{version[1]}")
+                read_header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+                shape, fortran, dtype = read_header(f, max_header_size=10000)
+            except (ValueError, SyntaxError, EOFError, TypeError, KeyError) as exc:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise bad(f"bad header: {first}") from None
+            if dtype.hasobject:
+                raise bad("it holds Python objects; only numeric arrays are read")
+            if any(d < 0 for d in shape):
+                raise bad(f"negative dimension in its shape {list(shape)}")
+            count = 1
+            for d in shape:
+                count *= d
+            need = count * dtype.itemsize
+            have = os.fstat(f.fileno()).st_size - f.tell()
+            if need != have:
+                raise bad(f"the header promises {need} bytes of {dtype}{list(shape)} data, "
+                          f"the file has {have}")
+            data = np.fromfile(f, dtype=dtype, count=count)
+    except FileNotFoundError:
+        raise Error(f"{what}: {path}: no such file") from None
+    except IsADirectoryError:
+        raise Error(f"{what}: {path} is a folder, not a .npy file") from None
+    except OSError as exc:
+        raise Error(f"{what}: {path} cannot be read ({exc.strerror or exc})") from None
+    return data.reshape(shape[::-1]).transpose() if fortran else data.reshape(shape)
 
 
 def cmd_plugins(args) -> int:

@@ -57,3 +57,7 @@ class ScheduleError(Error):
 
 class TargetError(Error):
     """The target string names no installed backend, or an option it does not understand."""
+
+
+class ResourceLimitError(Error):
+    """A model or input needs more memory than the machine has, or sizes beyond 64 bits (``limits``)."""

@@ -58,13 +58,69 @@ def config_key(config: dict) -> str:
 
 
 def append(path: str | os.PathLike, records: list[Record]) -> None:
-    """Append records to a log, one line each (the folder is created when missing)."""
-    folder = os.path.dirname(os.fspath(path))
+    """Append records to a log, one line each (the folder is created when missing).
+
+    Append-only and crash-safe: the lines go out in one ``write`` on a file opened for appending, so
+    a kill leaves at worst a torn last line, which ``read`` skips; the next append first cuts that
+    torn line off (it holds no whole record), so it never glues onto the next record.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
-    with open(path, "a") as f:
-        for r in records:
-            f.write(r.to_json() + "\n")
+    data = "".join(r.to_json() + "\n" for r in records).encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        _cut_torn_line(fd)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+
+
+def _cut_torn_line(fd: int) -> None:
+    """End the file at a line boundary: an unfinished last line (no newline: a write that was killed)
+    is cut off, a whole record that only lacks its newline (edited by hand) gets one."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = size
+    while start > 0:
+        start = max(0, start - 65536)
+        cut = os.pread(fd, size - start, start).rfind(b"\n")
+        if cut >= 0:
+            start += cut + 1
+            break
+    try:
+        _record(json.loads(os.pread(fd, size - start, start).decode()))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+        os.ftruncate(fd, start)
+        return
+    os.write(fd, b"\n")
+
+
+def _number(d: dict, key: str) -> float | None:
+    value = d.get(key)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+        raise TypeError(f"{key} must be a number or null, not {type(value).__name__}")
+    return value
+
+
+def _record(d) -> Record:
+    if not isinstance(d, dict):
+        raise TypeError(f"a JSON {type(d).__name__}, not an object")
+    if isinstance(d.get("version"), int) and d["version"] > FORMAT_VERSION:
+        raise ValueError(f"written in log format {d['version']}, newer than this nnvm reads "
+                         f"({FORMAT_VERSION})")
+    if not isinstance(d["config"], dict):
+        raise TypeError("config must be an object")
+    error = d.get("error")
+    if error is not None and not isinstance(error, str):
+        raise TypeError("error must be text or null")
+    return Record(str(d["target"]), str(d["template"]), str(d["workload"]), d["config"],
+                  _number(d, "seconds"), _number(d, "gflops"), error, str(d.get("timestamp", "")),
+                  str(d.get("label", "")))
 
 
 def read(path: str | os.PathLike) -> list[Record]:
@@ -72,25 +128,30 @@ def read(path: str | os.PathLike) -> list[Record]:
     is skipped, any other unreadable line is an error naming the file and line."""
     path = os.fspath(path)
     try:
-        with open(path) as f:
-            lines = f.read().splitlines()
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise Error(f"tuning log {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Error(f"tuning log {path} cannot be read ({exc})") from None
+    except IsADirectoryError:
+        raise Error(f"tuning log {path} is a folder, not a file") from None
+    except OSError as exc:
+        raise Error(f"tuning log {path} cannot be read ({exc.strerror or exc})") from None
+    lines = data.split(b"\n")
+    torn = lines.pop() if lines else b""  # after the last newline: empty, or a line cut off mid-write
     records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
         try:
-            d = json.loads(line)
-            records.append(Record(str(d["target"]), str(d["template"]), str(d["workload"]), dict(d["config"]),
-                                  d.get("seconds"), d.get("gflops"), d.get("error"), d.get("timestamp", ""),
-                                  d.get("label", "")))
-        except (ValueError, KeyError, TypeError) as exc:
-            if number == len(lines):
-                continue  # the last line of a run that was killed while writing it
-            raise Error(f"tuning log {path}, line {number}: not a tuning record ({exc})") from None
+            records.append(_record(json.loads(raw.decode())))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as exc:
+            what = f"{type(exc).__name__} {exc}" if isinstance(exc, KeyError) else str(exc).splitlines()[0]
+            raise Error(f"tuning log {path}, line {number}: not a tuning record ({what})") from None
+    if torn.strip():
+        try:
+            records.append(_record(json.loads(torn.decode())))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError):
+            pass  # the last line of a run that was killed while writing it
     return records
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from nnvm.errors import Error, NodeError
 from nnvm.graph.ir import Graph, Node, TensorType
+from nnvm.limits import check_allocation, check_type
 
 
 class GraphBuilder:
@@ -48,6 +49,7 @@ class GraphBuilder:
         self._names.add(name)
         self.inputs.append(name)
         self.types[name] = TensorType(tuple(shape), dtype)
+        check_type(self.types[name], f"input {name!r}")
         return name
 
     def param(self, name: str | None, value) -> str:
@@ -114,8 +116,12 @@ class GraphBuilder:
             raise
         except Error as exc:
             raise _node_error(exc, node_name, op) from None
+        for ty in out_types:
+            check_type(ty, f"node {node_name} ({op})")
         if self.fold_constants and opdef.evaluate is not None and inputs and \
                 all((not v) or v in self.params for v in inputs):
+            check_allocation(sum(ty.nbytes for ty in out_types),
+                             f"node {node_name} ({op}), folded to a constant,")
             values = evaluate_node(node, [self.params[v] if v else None for v in inputs])
             for o, val, ty in zip(outputs, values, out_types):
                 self.params[o] = np.asarray(val.astype(ty.dtype, copy=False).reshape(ty.shape), order="C")

@@ -13,14 +13,17 @@ import json
 import os
 import sys
 import tempfile
+import threading
 
 import numpy as np
 
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
+from nnvm.limits import check_allocation
 from nnvm.runtime import artifact
 from nnvm.runtime.kernel import kernel_from_address
+from nnvm.runtime.threads import kernel_runner, on_kernel_runner
 
 ARTIFACT_FORMAT = "nnvm-module"
 ARTIFACT_VERSION = artifact.FORMAT_VERSION
@@ -39,18 +42,21 @@ class Module:
         self.target = target
         self._stats = stats
         self.graph = graph
-        self._arena = _aligned_bytes(max(plan["arena_bytes"], 1))
-        base = self._arena.ctypes.data
-        self._inputs = []
-        for d in plan["inputs"]:
-            self._inputs.append((d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), self._view(d)))
-        self._outputs = [(d["name"], self._view(d)) for d in plan["outputs"]]
-        self._exported = None  # an exported copy, for a library whose code runs out of process
+        self._in_process = library.runs_in_process()
+        self._lock = threading.Lock()  # guards the pool of free workspaces and the one-time export
+        _check_plan(plan, self.params)
+        check_allocation(plan["arena_bytes"], "the model's activations")
         # a device's own runner (weights and activations in device memory), which takes every run
         self._device = library.device_module(plan, self.params) if hasattr(library, "device_module") else None
-        # (kernel, its argument array as void*, the array kept alive, kernel name): built once, here
-        self._calls = None if self._device is not None or not library.runs_in_process() else [
-            self._prepared_call(call, base) for call in plan["calls"]]
+        first = _Workspace(self) if self._device is None else None
+        # workspaces not in use by a run; a concurrent run makes one more
+        self._free = [first] if first is not None else []
+        views = first.inputs if first is not None else [None] * len(plan["inputs"])
+        self._inputs = [(d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), view)
+                        for d, view in zip(plan["inputs"], views)]
+        # The first workspace's kernel calls, for ``nnvm.bench``'s per-kernel profile (single threaded).
+        self._calls = first.calls if first is not None else None
+        self._exported = None  # an exported copy, for a library whose code runs out of process
 
     def _prepared_call(self, call: dict, base: int) -> tuple:
         fn = kernel_from_address(self.library.address(call["kernel"]))
@@ -59,13 +65,13 @@ class Module:
             ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
         return fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]
 
-    def _view(self, d: dict) -> np.ndarray:
+    def _view(self, d: dict, arena: np.ndarray) -> np.ndarray:
         ref = d["ref"]
         if "param" in ref:
             return self.params[ref["param"]]
         dtype = np.dtype(d["dtype"])
         count = int(np.prod(d["shape"])) if d["shape"] else 1
-        return np.frombuffer(self._arena, dtype=dtype, count=count, offset=ref["arena"]).reshape(d["shape"])
+        return np.frombuffer(arena, dtype=dtype, count=count, offset=ref["arena"]).reshape(d["shape"])
 
     # -- running ------------------------------------------------------------------------------------
     @property
@@ -73,33 +79,47 @@ class Module:
         return [name for name, *_ in self._inputs]
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
+        """Safe from any number of threads at once, each getting what it would get alone: a run's
+        kernels execute on one of the process's kernel-runner threads (one per OpenMP team the cores
+        hold, ``threads.kernel_runner``) in a workspace (activation arena and the kernel argument arrays
+        pointing into it) that no other run uses meanwhile; the weights are shared and only read."""
         values = self._bind(args, kwargs)
         if self._device is not None:
             return self._device.run(values)
-        if self._calls is None:
+        if not self._in_process:
             return self._run_out_of_process(values)
-        for (_, _, _, view), value in zip(self._inputs, values):
-            view[...] = value
-        for fn, arg, _keep, kernel in self._calls:
-            rc = fn(arg)
-            if rc != 0:
-                raise Error(f"kernel {kernel} failed with status {rc}")
-        return [np.array(view, copy=True) for _, view in self._outputs]
+        if on_kernel_runner():
+            return self._run_in_workspace(values)
+        return kernel_runner().submit(self._run_in_workspace, values).result()
+
+    def _run_in_workspace(self, values: list) -> list[np.ndarray]:
+        """One run on a kernel-runner thread (``threads.kernel_runner``). There are as many workspaces
+        as runs at once, which is the number of runner threads, so with one the arena stays in cache."""
+        with self._lock:
+            ws = self._free.pop() if self._free else None
+        if ws is None:
+            ws = _Workspace(self)  # outside the lock: building one touches every kernel's arguments
+        try:
+            return ws.run(values)
+        finally:
+            with self._lock:
+                self._free.append(ws)
 
     __call__ = run
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
         """Code for another CPU (an Arm module on x86): export once, let the library run the file (under
         an emulator), and say so on stderr once per process (per distinct note)."""
-        if self._exported is None:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-module-")
-            path = os.path.join(self._tmpdir.name, "module.so")
-            self.export(path)
-            self._exported = path
-        note = self.library.emulation_note()
-        if note not in _NOTES_SHOWN:
-            print(f"nnvm: {note}", file=sys.stderr)
-            _NOTES_SHOWN.add(note)
+        with self._lock:  # one export and one note, whichever thread comes first; the runs need no lock
+            if self._exported is None:
+                self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-module-")
+                path = os.path.join(self._tmpdir.name, "module.so")
+                self.export(path)
+                self._exported = path
+            note = self.library.emulation_note()
+            if note not in _NOTES_SHOWN:
+                print(f"nnvm: {note}", file=sys.stderr)
+                _NOTES_SHOWN.add(note)
         return self.library.run_exported(self._exported, values, self.plan["outputs"])
 
     def _bind(self, args, kwargs) -> list:
@@ -146,6 +166,67 @@ class Module:
         self.library.export(path, blobs)
         if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
             artifact.seal(path, str(self.target).split()[0])
+
+
+def _check_plan(plan: dict, params: dict) -> None:
+    """Every location the plan gives (inputs, outputs, kernel arguments) lies inside the arena or names a
+    weight of the right size, so a plan read from a tampered file cannot point a kernel or a copy
+    outside the memory it is given."""
+    try:
+        arena = plan["arena_bytes"]
+        if not isinstance(arena, int) or arena < 0:
+            raise ValueError(f"arena size {arena!r}")
+        descs = list(plan["inputs"]) + list(plan["outputs"])
+        refs = [(d["ref"], np.dtype(d["dtype"]).itemsize * _count(d["shape"]), d["name"]) for d in descs]
+        refs += [(ref, None, call["kernel"]) for call in plan["calls"] for ref in call["args"]]
+        for ref, nbytes, where in refs:
+            if "param" in ref:
+                if ref["param"] not in params:
+                    raise ValueError(f"{where} uses a weight {ref['param']!r} the module does not have")
+                if nbytes is not None and params[ref["param"]].nbytes != nbytes:
+                    raise ValueError(f"{where}: weight {ref['param']!r} has the wrong size")
+                continue
+            offset, size = ref["arena"], ref.get("nbytes", nbytes)
+            if nbytes is not None and size != nbytes:
+                raise ValueError(f"{where} is {nbytes} bytes, its location says {size}")
+            if not (isinstance(offset, int) and isinstance(size, int) and 0 <= offset
+                    and size >= 0 and offset + size <= arena):
+                raise ValueError(f"{where} at [{offset}, +{size}) lies outside the {arena}-byte arena")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"the module's execution plan is inconsistent ({exc})") from None
+
+
+def _count(shape) -> int:
+    n = 1
+    for d in shape:
+        if not isinstance(d, int) or d < 0:
+            raise ValueError(f"bad shape {shape!r}")
+        n *= d
+    return n
+
+
+class _Workspace:
+    """What one run writes: an activation arena, views of the inputs and outputs in it, and each kernel's
+    argument array (arena addresses and the module's shared weights), built once and reused by every
+    run that takes this workspace from the module's pool."""
+
+    def __init__(self, mod: Module):
+        plan = mod.plan
+        self.arena = _aligned_bytes(max(plan["arena_bytes"], 1))
+        self.inputs = [mod._view(d, self.arena) for d in plan["inputs"]]
+        self.outputs = [mod._view(d, self.arena) for d in plan["outputs"]]
+        base = self.arena.ctypes.data
+        # (kernel, its argument array as void*, the array kept alive, kernel name)
+        self.calls = [mod._prepared_call(call, base) for call in plan["calls"]] if mod._in_process else []
+
+    def run(self, values: list) -> list[np.ndarray]:
+        for view, value in zip(self.inputs, values):
+            view[...] = value
+        for fn, arg, _keep, kernel in self.calls:
+            rc = fn(arg)
+            if rc != 0:
+                raise Error(f"kernel {kernel} failed with status {rc}")
+        return [np.array(view, copy=True) for view in self.outputs]
 
 
 def _aligned_bytes(n: int, align: int = 64) -> np.ndarray:
@@ -203,12 +284,21 @@ def load_module(path) -> Module:
         meta = json.loads(bytes(lib.blob("graph")).decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ModelLoadError(f"{path}: the module's graph section is corrupt") from None
+    if not isinstance(meta, dict):
+        raise ModelLoadError(f"{path}: the module's graph section is corrupt")
     if meta.get("format") != ARTIFACT_FORMAT or meta.get("version") != ARTIFACT_VERSION:
         raise ModelLoadError(f"{path}: module format {meta.get('format')} v{meta.get('version')} is not "
                              f"supported by this nnvm (expects {ARTIFACT_FORMAT} v{ARTIFACT_VERSION})")
-    params = load_params(lib.blob("params"))
-    mod = Module(meta["plan"], params, lib, meta["target"], meta["stats"])
-    if mod._calls is None:
+    try:
+        params = load_params(lib.blob("params"))
+        plan, target, stats = meta["plan"], meta["target"], meta["stats"]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ModelLoadError(f"{path}: the module's graph or weights section is corrupt ({exc})") from None
+    try:
+        mod = Module(plan, params, lib, target, stats)
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{path}: {exc}") from None
+    if not mod._in_process:
         mod._exported = path
     return mod
 

@@ -78,7 +78,7 @@ def read_model(model):
         _check_external_locations(proto, path)
         try:
             onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
             raise ModelLoadError(f"{path}: the external weight data cannot be read ({exc})") from None
     return proto, path
 
@@ -97,6 +97,9 @@ def _check_external_locations(proto, path: str) -> None:
         if not location or os.path.isabs(location) or os.path.commonpath([base, target]) != base:
             raise ModelLoadError(f"{path}: initializer {t.name!r} keeps its data at {location!r}, outside "
                                  f"the model's folder; external data must lie inside it")
+        if not os.path.isfile(target):
+            raise ModelLoadError(f"{path}: initializer {t.name!r} keeps its data in {location!r}, which is "
+                                 f"missing from the model's folder")
 
 
 def _parse(data: bytes, where: str):
@@ -112,8 +115,13 @@ def _parse(data: bytes, where: str):
 
 
 def _checked(proto, where: str):
+    import onnx
+
     if not proto.ir_version or not proto.HasField("graph") or not proto.graph.output:
         raise ModelLoadError(f"{where}: not a valid ONNX model (no graph, outputs or IR version)")
+    if proto.ir_version > onnx.IR_VERSION:  # a future format may mean what we would misread
+        raise ModelLoadError(f"{where}: ONNX IR version {proto.ir_version} is newer than this nnvm reads "
+                             f"(IR versions 1 to {onnx.IR_VERSION}, onnx {onnx.__version__})")
     return proto
 
 
@@ -158,7 +166,7 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
     if proto.functions:  # model-local functions (exporters write them): inline them into plain nodes
         proto = _inline_functions(proto, where)
     graph = proto.graph
-    opset = _opset(proto)
+    opset = _opset(proto, where)
     names = _node_names(graph)
     _check_defined(graph, names, where)
     nodes = _live_nodes(graph, names)
@@ -267,9 +275,17 @@ def _inline_functions(proto, where: str):
         raise ModelLoadError(f"{where}: its local functions cannot be inlined ({exc})") from None
 
 
-def _opset(proto) -> int:
+def _opset(proto, where: str = "the ONNX model") -> int:
+    """The default domain's opset; one newer than the installed onnx knows is refused (onnxruntime
+    refuses it too), since its operators may not mean what the converters assume."""
+    from onnx.defs import onnx_opset_version
+
     versions = [o.version for o in proto.opset_import if o.domain in ONNX_DOMAINS]
-    return int(max(versions)) if versions else 1
+    opset = int(max(versions)) if versions else 1
+    if not 1 <= opset <= onnx_opset_version():
+        raise ModelLoadError(f"{where}: ONNX opset {opset} is not supported (this nnvm reads opsets 1 to "
+                             f"{onnx_opset_version()})")
+    return opset
 
 
 def _node_names(graph) -> list[str]:

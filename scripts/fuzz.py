@@ -1,0 +1,115 @@
+"""A long fuzz campaign over every input ``nnvm`` reads, with the generators of the fuzz tests.
+
+    uv run python scripts/fuzz.py --seconds 600 [--seed 1] [--only onnx-bytes,npy,...]
+
+``tests/test_fuzz_inputs.py`` runs the same generators in ``make test`` with a fixed seed and a small
+budget; this runs them round-robin, with fresh random draws, until the time is up, and stops at the
+first failure (exit 1, the case saved under ``--keep``). A case is a failure when ``nnvm`` exits with
+anything but 0, or 1 with one line on stderr (a traceback is exit 2). A hard crash (a signal) ends
+this script itself; the case it died on stays in the work folder printed at the start.
+Module files (``.so``) are fuzzed by ``tests/test_fuzz_artifacts.py`` in a child process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+
+KINDS = ("onnx-bytes", "onnx-fields", "npy", "tuning-log")
+
+
+def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] | None:
+    """Make one case of ``kind`` in ``folder`` and check it; returns None, or the argv that failed."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from nnvm_frontend_onnx.testing import fuzz
+
+    failed: list = []
+
+    @settings(max_examples=1, database=None, deadline=None, derandomize=False,
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def case(data):
+        draw = data.draw
+        x = ["--input", f"x={models['x_npy']}"]
+        if kind == "onnx-bytes":
+            path = os.path.join(folder, "case.onnx")
+            with open(path, "wb") as f:
+                f.write(fuzz.mutate_bytes(draw, models["bytes"], models["other_bytes"]))
+            argv = ["run", path, *x]
+        elif kind == "onnx-fields":
+            argv = ["run", fuzz.mutate_model(draw, models["proto"], folder), *x]
+        elif kind == "npy":
+            path = os.path.join(folder, "case.npy")
+            with open(path, "wb") as f:
+                f.write(fuzz.npy_bytes(draw))
+            argv = ["run", models["path"], "--input", f"x={path}"]
+        else:
+            import nnvm
+            from nnvm.autotune import log
+
+            blob, _ = fuzz.tuning_log_bytes(draw)
+            path = os.path.join(folder, "case.jsonl")
+            with open(path, "wb") as f:
+                f.write(blob)
+            try:
+                log.read(path)
+            except nnvm.Error as exc:
+                assert "\n" not in str(exc)
+            return
+        try:
+            fuzz.check_cli(argv)
+        except AssertionError:
+            failed.append(argv)
+            raise
+
+    try:
+        case()
+    except Exception:  # the failing case, or a generator error: both are reported
+        return failed[0] if failed else ["(generator)", kind]
+    return None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=300, help="time budget (default 300)")
+    ap.add_argument("--seed", type=int, default=None, help="seed of the kind order (default: random)")
+    ap.add_argument("--only", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
+    ap.add_argument("--keep", default="fuzz-failures", help="folder for a failing case's files")
+    args = ap.parse_args()
+    kinds = [k for k in args.only.split(",") if k]
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")
+    from nnvm_frontend_onnx.testing.fuzz import base_models
+
+    rng = random.Random(args.seed)
+    work = tempfile.mkdtemp(prefix="nnvm-fuzz-")
+    models = base_models(work)
+    print(f"fuzzing {', '.join(kinds)} for {args.seconds:g} s in {work}", flush=True)
+    end = time.monotonic() + args.seconds
+    done = {k: 0 for k in kinds}
+    while time.monotonic() < end:
+        kind = rng.choice(kinds)
+        folder = tempfile.mkdtemp(dir=work)
+        failed = _one(kind, rng, models, folder)
+        done[kind] += 1
+        if failed is not None:
+            os.makedirs(args.keep, exist_ok=True)
+            kept = shutil.copytree(folder, os.path.join(args.keep, os.path.basename(folder)))
+            print(f"FAILED ({kind}): nnvm {' '.join(failed)}\n  files kept in {kept}", file=sys.stderr)
+            return 1
+        shutil.rmtree(folder, ignore_errors=True)
+    shutil.rmtree(work, ignore_errors=True)
+    print("no failures: " + ", ".join(f"{k} {n}" for k, n in done.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
