@@ -15,7 +15,8 @@ from nnvm_backend_cuda.compiler import (
     occupancy,
     parse_ptxas_log,
 )
-from nnvm_backend_cuda.testing import BLOCK_SUM, REVERSE, SAXPY, depthwise_net
+from nnvm_backend_cuda.testing import BLOCK_SUM, REVERSE, SAXPY
+from nnvm_frontend_onnx.testing.shape_models import depthwise_net
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

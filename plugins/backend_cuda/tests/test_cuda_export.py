@@ -20,7 +20,8 @@ import nnvm
 from nnvm.runtime.module import Module
 from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.native import open_device
-from nnvm_backend_cuda.testing import FakeDriver, depthwise_net
+from nnvm_backend_cuda.testing import FakeDriver
+from nnvm_frontend_onnx.testing.shape_models import depthwise_net
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Models compiled for ``metal`` (natively on a Mac, else on the CPU runner) against onnxruntime: a
 transformer encoder, a depthwise net and a GRU (shapes the conformance CNNs lack; the builders are the
-CUDA plugin's), and the export to one file that a fresh process loads and runs."""
+ONNX frontend's testing.shape_models), and the export to one file that a fresh process loads and runs."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm_backend_cuda.testing import SHAPE_MODELS
 from nnvm_backend_metal.native import open_device
+from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
 
 
 def _reference(name: str, tmp_path):

@@ -6,7 +6,9 @@ C++ (thread indices read from ``nnvm_thread_idx`` and friends, its barrier calli
 ``nnvm_fibers_barrier``) and a small trampoline per kernel, ``void entry(void **args)``, that runs one
 GPU thread of the kernel on the launch's argument array. ``compile_host_library`` builds that together
 with ``fibers/fibers.c`` (the scheduler) into one shared library, cached by a hash of everything that
-goes into it; ``HostKernels.launch`` runs a grid of blocks.
+goes into it; ``HostKernels.launch`` runs a grid of blocks. ``HostSource`` is all of that for one
+generated source: a language plugin's subclass names only its kernel pattern, barrier call,
+trampoline template and compiler command.
 
 Kernels without a barrier run each thread to completion, with no fiber at all; kernels with barriers
 switch fibers at every barrier, and a barrier only some threads of a block reach is an ``Error``, not a
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
 import threading
@@ -121,3 +124,37 @@ class HostKernels:
                                          int(reversed), int(fibers), err, len(err))
         if rc != 0:
             raise Error(f"kernel {kernel or symbol}: {err.value.decode()}")
+
+
+def barrier_kernels(source: str, kernel: re.Pattern, barrier: str) -> dict:
+    """Kernel name -> whether its body (from its ``kernel`` match up to the next) mentions ``barrier``:
+    a kernel without one runs each thread to completion, with no fiber to switch."""
+    marks = [(m.start(), m.group(1)) for m in kernel.finditer(source)]
+    return {name: barrier in source[start:marks[i + 1][0] if i + 1 < len(marks) else None]
+            for i, (start, name) in enumerate(marks)}
+
+
+class HostSource:
+    """The kernels of one GPU source built for the CPU: the source unchanged, then ``trampolines`` (C++
+    defining ``nnvm_call(kernel, void **args)``, which runs one GPU thread) and one
+    ``extern "C" nnvm_thread_<kernel>`` entry per kernel, compiled by ``compile_host_library``.
+
+    ``kernel`` is the language's kernel pattern (group 1: the name) and ``barrier`` its barrier call;
+    ``compiler``, ``flags`` and ``headers`` go to ``compile_host_library``, ``what`` names the kernels
+    in its errors."""
+
+    def __init__(self, source: str, *, kernel: re.Pattern, barrier: str, trampolines: str, what: str,
+                 compiler: str = "g++", flags: tuple = (), headers: tuple = ()):
+        self.source = source
+        self.names = kernel.findall(source)
+        self.barriers = barrier_kernels(source, kernel, barrier)
+        text = source + "\n" + trampolines + "".join(
+            f'extern "C" void nnvm_thread_{k}(void **args) {{ nnvm_call({k}, args); }}\n' for k in self.names)
+        path = compile_host_library(text, compiler=compiler, flags=flags, headers=headers, what=what)
+        self.lib = HostKernels.load(path)
+
+    def launch(self, kernel: str, grid, block, args, *, reversed: bool | None = None) -> None:
+        """Run ``kernel`` over ``grid`` x ``block`` with ``args`` (a ``void **``); threads of each block in
+        reverse order when ``reversed`` (None: as ``NNVM_GPU_THREAD_ORDER`` says)."""
+        self.lib.launch(f"nnvm_thread_{kernel}", args, grid, block, reversed=reversed,
+                        fibers=self.barriers.get(kernel, True), kernel=kernel)

@@ -210,18 +210,18 @@ def _nvrtc(source: str, arch: str, name: str) -> CompiledCUDA:
 
 
 _ERROR = re.compile(r"\((\d+)\): (?:catastrophic )?error: (.*)")
-_KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
+KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
 
 
 def kernel_names(source: str) -> list[str]:
     """The ``__global__`` functions of a CUDA source, in order."""
-    return _KERNEL.findall(source)
+    return KERNEL.findall(source)
 
 
 def compile_error_message(source: str, log: str) -> str:
     """NVRTC's error lines, each with the kernel it falls in and the source line."""
     lines = source.splitlines()
-    starts = [(source[:m.start()].count("\n") + 1, m.group(1)) for m in _KERNEL.finditer(source)]
+    starts = [(source[:m.start()].count("\n") + 1, m.group(1)) for m in KERNEL.finditer(source)]
     out = []
     for m in _ERROR.finditer(log):
         line = int(m.group(1))

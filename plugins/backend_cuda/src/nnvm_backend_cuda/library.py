@@ -6,19 +6,18 @@ the same seven methods:
 
 - native (``native.CUDADevice``): ``cuMemAlloc``'d buffers, views as pointer + offset, copies, the
   cubin (or PTX on a newer GPU) loaded once, ``cuLaunchKernel`` with a prepared argument array;
-- the CPU runner (``cpu.HostCUDA``), where ``cuInit`` fails: "device memory" is host memory, a device
-  pointer a host address, and a launch runs the same CUDA source compiled as host C++, each CUDA
-  thread a fiber. The argument array is the very one ``cuLaunchKernel`` would get.
+- the CPU runner (``cpu.HostCUDA``), where ``cuInit`` fails: "device memory" is host memory
+  (``nnvm.gpu.host``), a device pointer a host address, and a launch runs the same CUDA source compiled
+  as host C++, each CUDA thread a fiber. The argument array is the very one ``cuLaunchKernel`` would get.
 """
 
 from __future__ import annotations
 
 import ctypes
-import sys
-import threading
 
 import numpy as np
 
+from nnvm.gpu.host import HostMemory, argv, say_once
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_cuda import native
 from nnvm_backend_cuda.compiler import CompiledCUDA, occupancy, parse_ptxas_log
@@ -26,17 +25,6 @@ from nnvm_backend_cuda.compiler import CompiledCUDA, occupancy, parse_ptxas_log
 FORMAT = "nnvm-cuda"
 CPU_NOTE = ("no NVIDIA GPU here: running the CUDA kernels on the CPU (the same source compiled as host "
             "C++, each CUDA thread a fiber)")
-_notes_shown: set = set()
-_note_lock = threading.Lock()
-
-
-def _say_once(note: str) -> None:
-    """One line on stderr per process, as ``Module.run`` does for code run under an emulator."""
-    with _note_lock:
-        if note in _notes_shown:
-            return
-        _notes_shown.add(note)
-    print(f"nnvm: {note}", file=sys.stderr)
 
 
 class CUDAKernelLibrary(GPUKernelLibrary):
@@ -57,7 +45,7 @@ class CUDAKernelLibrary(GPUKernelLibrary):
         self._host = None
         self._module = None
         self._functions: dict = {}
-        self._host_buffers: dict = {}  # address -> numpy array (the CPU runner's "device memory")
+        self._memory = HostMemory()  # the CPU runner's "device memory"
 
     @classmethod
     def from_files(cls, manifest: dict, files: dict, blobs: dict) -> CUDAKernelLibrary:
@@ -77,18 +65,11 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     # -- the device -------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
-        if self.on_cpu:
-            buf = np.zeros(max(int(nbytes), 4) + 64, dtype=np.uint8)
-            addr = buf.ctypes.data + (-buf.ctypes.data) % 64
-            with self._lock:
-                self._host_buffers[addr] = buf
-            return addr
-        return self.device.alloc(nbytes)
+        return self._memory.alloc(nbytes) if self.on_cpu else self.device.alloc(nbytes)
 
     def free(self, buf) -> None:
         if self.on_cpu:
-            with self._lock:
-                self._host_buffers.pop(buf, None)
+            self._memory.free(buf)
         else:
             self.device.free(buf)
 
@@ -97,13 +78,13 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
         if self.on_cpu:
-            ctypes.memmove(buf + offset, host.ctypes.data, host.nbytes)
+            self._memory.copy_in(buf + offset, host)
         else:
             self.device.upload(buf + offset, host.ctypes.data, host.nbytes)
 
     def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
         if self.on_cpu:
-            ctypes.memmove(host.ctypes.data, buf + offset, host.nbytes)
+            self._memory.copy_out(host, buf + offset)
         else:
             self.device.download(host.ctypes.data, buf + offset, host.nbytes)
 
@@ -116,17 +97,16 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     def prepare(self, kernel: str, args: list):
         """``cuLaunchKernel``'s argument array for ``args`` (device addresses), and the function."""
-        values = [ctypes.c_uint64(int(a)) for a in args]
-        argv = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
-        return kernel, self._function(kernel), argv, values
+        array, values = argv(args)
+        return kernel, self._function(kernel), array, values
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
-        kernel, function, argv, _values = prepared
+        kernel, function, array, _values = prepared
         if self.on_cpu:
-            _say_once(CPU_NOTE)
-            self._host_kernels().launch(kernel, grid, block, argv, reversed=self.reversed_threads)
+            say_once(CPU_NOTE)
+            self._host_kernels().launch(kernel, grid, block, array, reversed=self.reversed_threads)
         else:
-            self.device.launch(function, kernel, grid, block, ctypes.addressof(argv))
+            self.device.launch(function, kernel, grid, block, ctypes.addressof(array))
 
     def _function(self, kernel: str):
         if self.on_cpu:

@@ -11,13 +11,12 @@ thread and threadgroup positions as the last two parameters.
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
 from nnvm.errors import Error
-from nnvm.runtime.fibers import HostKernels, compile_host_library
-from nnvm_backend_metal.printer import kernel_names
+from nnvm.runtime.fibers import HostSource
+from nnvm_backend_metal.printer import KERNEL
 
 HOST_DIR = Path(__file__).with_name("host")
 SHIM = HOST_DIR / "metal_shim.h"
@@ -50,27 +49,10 @@ def clang() -> str:
     raise Error("running Metal kernels on the CPU needs clang++ (apt-get install clang; make install does)")
 
 
-def _uses_barrier(source: str) -> dict:
-    """Kernel name -> whether its body (up to the next kernel) calls ``threadgroup_barrier``."""
-    marks = [(m.start(), m.group(1)) for m in re.finditer(r"\bkernel\s+void\s+(\w+)\s*\(", source)]
-    return {name: "threadgroup_barrier" in source[start:marks[i + 1][0] if i + 1 < len(marks) else None]
-            for i, (start, name) in enumerate(marks)}
-
-
-class HostMetal:
-    """The kernels of one MSL source built for the CPU; ``launch`` takes an argument array of buffers."""
+class HostMetal(HostSource):
+    """The kernels of one MSL source built for the CPU; ``launch`` takes an argument array of buffers
+    and runs ``grid`` threadgroups of ``block`` threads."""
 
     def __init__(self, source: str):
-        self.source = source
-        self.names = kernel_names(source)
-        self.barriers = _uses_barrier(source)
-        text = source + "\n" + _TRAMPOLINES + "".join(
-            f'extern "C" void nnvm_thread_{k}(void **args) {{ nnvm_call({k}, args); }}\n' for k in self.names)
-        path = compile_host_library(text, compiler=clang(), flags=("-I", str(HOST_DIR)),
-                                    what="the Metal kernels")
-        self.lib = HostKernels.load(path)
-
-    def launch(self, kernel: str, grid, block, args, *, reversed: bool | None = None) -> None:
-        """Run ``kernel`` over ``grid`` threadgroups of ``block`` threads with ``args`` (a ``void **``)."""
-        self.lib.launch(f"nnvm_thread_{kernel}", args, grid, block, reversed=reversed,
-                        fibers=self.barriers.get(kernel, True), kernel=kernel)
+        super().__init__(source, kernel=KERNEL, barrier="threadgroup_barrier", trampolines=_TRAMPOLINES,
+                         what="the Metal kernels", compiler=clang(), flags=("-I", str(HOST_DIR)))

@@ -188,6 +188,9 @@ def _bytes(decl: str) -> int:
     return size.get(m.group(1), 4) * int(m.group(2))
 
 
+KERNEL = re.compile(r"\bkernel\s+void\s+(\w+)\s*\(")  # group 1: the kernel's name
+
+
 def kernel_names(source: str) -> list[str]:
     """The ``kernel void`` functions of an MSL source, in order."""
-    return re.findall(r"\bkernel\s+void\s+(\w+)\s*\(", source)
+    return KERNEL.findall(source)
