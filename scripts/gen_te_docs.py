@@ -288,7 +288,9 @@ def gpu_sections() -> str:
         "and stores, values that do not depend on the lane are broadcast (`x4(...)`). C-family backends "
         "print them as `float4` (`vload4`/`vstore4` in OpenCL); a loop that is not a plain sequence of "
         "such stores (a gather, a reduction into one element, a condition on the lane, a width without a "
-        "vector type) stays a serial loop. The LLVM backend vectorizes with its own pass. Before:\n",
+        "vector type) stays a serial loop. The same pass serves the LLVM backend, configured for it "
+        "(`VectorTarget`: any width, integer vectors, gathers; loops it declines stay marked for LLVM's "
+        "loop vectorizer). Before:\n",
         code(str(func)),
         "After:\n",
         code(str(vec)),

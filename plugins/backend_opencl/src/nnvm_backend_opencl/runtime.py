@@ -87,6 +87,9 @@ def build_program(source: str, kind: str = "default"):
 
 def build_error_message(source: str, log: str) -> str:
     """One sentence: the compiler's first error and the source line it points at."""
+    if "unknown target CPU 'generic'" in log:  # PoCL's LLVM predates the host CPU (Zen 5 with LLVM 14)
+        return ("the OpenCL driver cannot compile for this CPU: PoCL's LLVM does not know it (unknown target "
+                "CPU 'generic'); install a newer PoCL, or use another OpenCL device")
     m = _ERROR_LINE.search(log)
     if not m:
         first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log.strip()[:300])

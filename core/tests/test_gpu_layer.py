@@ -1,0 +1,202 @@
+"""The shared GPU layer without a GPU: target keys, the GPU templates served for the key ``gpu``, and the
+device library base (``nnvm.gpu.library``) driven by a device whose memory is numpy bytes and whose
+kernels run in the core's reference interpreter. Checked against numpy: the whole path a GPU backend
+takes (templates, ``lower_for_gpu``, launch table, device-resident runs, export and load)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import nnvm
+import nnvm.target
+from nnvm import plugins
+from nnvm.backend import Backend
+from nnvm.gpu.library import GPUKernelLibrary, launch_table, read_export
+from nnvm.graph.builder import GraphBuilder
+from nnvm.hookspecs import hookimpl
+from nnvm.target import parse_target
+from nnvm.tir.gpu import lower_for_gpu
+from nnvm.tir.interpreter import run_primfunc
+
+
+class _InterpDevice(GPUKernelLibrary):
+    """Device memory is numpy bytes; a launch runs the kernel (thread loops and all) in the interpreter.
+    ``base_align`` 128 makes the runner scale the plan's 64-byte offsets, as an OpenCL device may."""
+
+    format = "nnvm-test-interp"
+    language = "test"
+    base_align = 128
+
+    def __init__(self, kernels: dict, tables: list, blobs=None):
+        super().__init__(tables, {"kernels.txt": "\n\n".join(str(k) for k in kernels.values())}, {}, blobs)
+        self.kernels = kernels
+        self.launched = []
+
+    def alloc(self, nbytes):
+        return np.zeros(max(nbytes, 1), np.uint8)
+
+    def view(self, buf, offset, nbytes):
+        assert offset % self.base_align == 0
+        return buf[offset:offset + nbytes]
+
+    def copy_in(self, stream, buf, offset, host):
+        buf[offset:offset + host.nbytes] = host.reshape(-1).view(np.uint8)
+
+    def copy_out(self, stream, host, buf, offset):
+        host.reshape(-1).view(np.uint8)[:] = buf[offset:offset + host.nbytes]
+
+    def new_stream(self):
+        return object()
+
+    def synchronize(self, stream):
+        pass
+
+    def prepare(self, kernel, args):
+        func = self.kernels[kernel]
+        arrays = []
+        for buf, arg in zip(func.params, args):
+            dtype = np.dtype("bool" if buf.dtype == "bool" else buf.dtype)
+            count = int(np.prod([int(d.value) for d in buf.shape])) if buf.shape else 1
+            arrays.append(arg[:count * dtype.itemsize].view(dtype))
+        return func, arrays
+
+    def launch(self, stream, prepared, grid, block):
+        self.launched.append(prepared[0].name)
+        run_primfunc(*prepared)
+
+
+class _InterpBackend(Backend):
+    name = "test-gpu"
+    target_kinds = ("testgpu",)
+
+    def build(self, funcs, target):
+        programs = [lower_for_gpu(f) for f in funcs]
+        kernels = {k.name: k for p in programs for k in p.kernels}
+        return _InterpDevice(kernels, [launch_table(p) for p in programs])
+
+    def open_foreign(self, path):
+        found = read_export(path, _InterpDevice.format, text_files=("kernels.txt",))
+        if found is None:
+            return None
+        raise AssertionError("not reached: the test reads the export itself")
+
+
+class _Plugin:
+    @hookimpl
+    def nnvm_register_backends(self, register):
+        register(_InterpBackend())
+
+
+@pytest.fixture
+def testgpu(monkeypatch):
+    monkeypatch.setitem(nnvm.target.KEYS, "testgpu", ("gpu",))
+    plugins.reset()
+    plugins.manager().register(_Plugin(), name="test-gpu")
+    yield "testgpu"
+    plugins.reset()
+
+
+def _graph():
+    """conv 3x3 + relu, max pool, dense, softmax: the conv2d, generic and dense templates."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("small")
+    x = b.input("x", (1, 3, 8, 8))
+    w = b.param("w", (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype("float32"))
+    c = b.node1("conv2d", [x, w], {"padding": (1, 1, 1, 1)})
+    r = b.node1("relu", [c])
+    p = b.node1("max_pool2d", [r], {"pool_size": (2, 2), "strides": (2, 2)})
+    f = b.node1("reshape", [p], {"newshape": (1, 128)})
+    d = b.node1("dense", [f, b.param("wd", (rng.standard_normal((10, 128)) * 0.1).astype("float32"))])
+    b.output(b.node1("softmax", [d], {"axis": -1}))
+    return b.build()
+
+
+def _reference(graph, x):
+    w, wd = graph.params["w"], graph.params["wd"]
+    xp = np.pad(x.astype("float64"), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((1, 8, 8, 8))
+    for i in range(8):
+        for j in range(8):
+            conv[0, :, i, j] = np.tensordot(w, xp[0, :, i:i + 3, j:j + 3], axes=([1, 2, 3], [0, 1, 2]))
+    pooled = np.maximum(conv, 0).reshape(1, 8, 4, 2, 4, 2).max(axis=(3, 5))
+    d = pooled.reshape(1, 128) @ wd.T.astype("float64")
+    e = np.exp(d - d.max())
+    return e / e.sum()
+
+
+def test_gpu_targets_carry_the_key_gpu_and_cpu_targets_cpu():
+    assert {parse_target(t).keys for t in ("cuda", "opencl -device=cpu", "metal")} == {("gpu",)}
+    assert {parse_target(t).keys for t in ("llvm", "aarch64", "armv7")} == {("cpu",)}
+
+
+def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, monkeypatch):
+    from nnvm.gpu import plugin, schedules
+
+    names = []
+    real = schedules.group_template
+
+    def recording(group):
+        template = real(group)
+        names.append(template.name)
+        return template
+
+    monkeypatch.setattr(schedules, "group_template", recording)
+    mod = nnvm.compile(_graph(), target=testgpu)  # a target kind nnvm.gpu has never heard of, key gpu
+    assert {"gpu.conv2d", "gpu.dense", "gpu.generic"} <= set(names)
+    source = mod.library.source()
+    assert "threadIdx" in source and "blockIdx" in source and "shared" in source  # blocks, tiles
+    for cpu in ("llvm", "aarch64"):
+        assert plugin.nnvm_schedule_template(target=parse_target(cpu), group=None) is None
+
+
+def test_weights_upload_once_and_runs_copy_only_inputs_and_outputs(testgpu):
+    graph = _graph()
+    mod = nnvm.compile(graph, target=testgpu)
+    lib = mod.library
+    weights = sum(v.nbytes for v in mod.params.values())
+    assert lib.bytes_to_device == weights  # at load, once
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype("float32")
+    want = _reference(graph, x)
+    for _ in range(2):
+        before_in, before_out = lib.bytes_to_device, lib.bytes_from_device
+        got = mod.run(x)[0]
+        assert lib.bytes_to_device - before_in == x.nbytes
+        assert lib.bytes_from_device - before_out == got.nbytes
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert len(lib.launched) >= 2 * mod.stats()["kernels"]
+
+
+def test_concurrent_runs_use_their_own_device_arenas(testgpu):
+    graph = _graph()
+    mod = nnvm.compile(graph, target=testgpu)
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((1, 3, 8, 8)).astype("float32") for _ in range(4)]
+    serial = [mod.run(x)[0] for x in xs]
+    got = [None] * 4
+    start = threading.Barrier(4)
+
+    def work(k):
+        start.wait()
+        got[k] = mod.run(xs[k])[0]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for g, s in zip(got, serial):
+        np.testing.assert_array_equal(g, s)
+    assert len(mod._device._pool) >= 1
+
+
+def test_export_is_one_zip_the_backend_reads_back(testgpu, tmp_path):
+    mod = nnvm.compile(_graph(), target=testgpu)
+    path = str(tmp_path / "m.nnvm")
+    mod.export(path)
+    manifest, files, blobs = read_export(path, _InterpDevice.format, text_files=("kernels.txt",))
+    assert set(blobs) == {"graph", "params"} and "kernels.txt" in files
+    assert [f["name"] for f in manifest["functions"]] == list(mod.library.tables)
+    assert read_export(path, "nnvm-something-else") is None
