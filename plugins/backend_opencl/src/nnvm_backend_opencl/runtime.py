@@ -58,10 +58,24 @@ def context(kind: str = "default"):
         if not found:
             have = ", ".join(f"{d.name} ({cl.device_type.to_string(d.type)})" for d in devices) or "none"
             raise Error(f"no OpenCL {kind} device found (devices: {have})")
+        if len(found) > 1:  # skip a driver that cannot compile here, if another one can
+            found = [d for d in found if _compiles(cl, d)] or found
         dev = found[0]
         ctx = cl.Context([dev])
         _contexts[kind] = (ctx, cl.CommandQueue(ctx), dev)
         return _contexts[kind]
+
+
+def _compiles(cl, dev) -> bool:
+    """Whether ``dev``'s compiler builds a trivial kernel. A PoCL whose LLVM predates the host CPU (the one
+    in pyopencl's wheel, LLVM 14, on AMD Zen 5) fails every build with "unknown target CPU 'generic'",
+    while Debian's PoCL (``make install`` adds it) on the same machine works: with both installed, the
+    one that works is taken whatever order the ICD loader lists them in."""
+    try:
+        cl.Program(cl.Context([dev]), "__kernel void nnvm_probe(__global float *a) { a[0] = 1.0f; }").build()
+        return True
+    except cl.Error:
+        return False
 
 
 _ERROR_LINE = re.compile(r"^(?:error: )?\S*?:(\d+):(\d+)(?: <[^>]*>)?: (?:error: )?(.*)$", re.MULTILINE)
@@ -89,7 +103,8 @@ def build_error_message(source: str, log: str) -> str:
     """One sentence: the compiler's first error and the source line it points at."""
     if "unknown target CPU 'generic'" in log:  # PoCL's LLVM predates the host CPU (Zen 5 with LLVM 14)
         return ("the OpenCL driver cannot compile for this CPU: PoCL's LLVM does not know it (unknown target "
-                "CPU 'generic'); install a newer PoCL, or use another OpenCL device")
+                "CPU 'generic'); install a newer PoCL (Debian's pocl-opencl-icd), or use another OpenCL "
+                "device")
     m = _ERROR_LINE.search(log)
     if not m:
         first = next((ln for ln in log.splitlines() if "error" in ln.lower()), log.strip()[:300])
