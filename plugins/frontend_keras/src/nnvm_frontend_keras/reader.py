@@ -86,9 +86,7 @@ def read_model(model) -> KerasModel:
     path = os.fspath(model)
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
-    km = _read_keras_zip(path) if zipfile.is_zipfile(path) else _read_h5(path)
-    check_structure(km.config, path)
-    return km
+    return _read_keras_zip(path) if zipfile.is_zipfile(path) else _read_h5(path)
 
 
 # -- the shape of a config ----------------------------------------------------------------------------
@@ -264,6 +262,7 @@ def _read_keras_zip(path: str) -> KerasModel:
         raise ModelLoadError(f"{path}: not a readable .keras file ({exc})") from None
     if not is_model_config(config):
         raise ModelLoadError(f"{path}: config.json holds no Functional or Sequential model")
+    check_structure(config, path)
     import h5py
 
     model = KerasModel(config, str(meta.get("keras_version", "3")), {}, path)
@@ -335,6 +334,7 @@ def _read_h5(path: str) -> KerasModel:
             config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
             if not is_model_config(config):
                 raise ModelLoadError(f"{path}: model_config holds no Functional or Sequential model")
+            check_structure(config, path)
             version = f.attrs.get("keras_version", "2")
             version = version.decode() if isinstance(version, bytes) else str(version)
             model = KerasModel(config, version, {}, path)
