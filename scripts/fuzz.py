@@ -2,11 +2,14 @@
 
     uv run python scripts/fuzz.py --seconds 600 [--seed 1] [--only onnx-bytes,npy,...]
 
-``tests/test_fuzz_inputs.py`` runs the same generators in ``make test`` with a fixed seed and a small
-budget; this runs them round-robin, with fresh random draws, until the time is up, and stops at the
-first failure (exit 1, the case saved under ``--keep``). A case is a failure when ``nnvm`` exits with
-anything but 0, or 1 with one line on stderr (a traceback is exit 2). A hard crash (a signal) ends
-this script itself; the case it died on stays in the work folder printed at the start.
+``tests/test_fuzz_inputs.py`` (and ``test_fuzz_keras.py``, ``test_fuzz_coreml.py``) run the same
+generators in ``make test`` with a fixed seed and a small budget; this runs them round-robin, with
+fresh random draws, until the time is up, and stops at the first failure (exit 1, the case saved under
+``--keep``). A case is a failure when ``nnvm`` exits with anything but 0, or 1 with one line on stderr
+(a traceback is exit 2). A hard crash (a signal) ends this script itself;
+the case it died on stays in the work folder printed at the start.
+Keras (``.keras``, ``.h5``) and CoreML (``.mlmodel``, ``.mlpackage``) cases go through ``nnvm compile
+--target llvm``, as in ``tests/test_fuzz_keras.py`` and ``tests/test_fuzz_coreml.py``.
 Module files (``.so``) are fuzzed by ``tests/test_fuzz_artifacts.py`` in a child process.
 """
 
@@ -19,8 +22,10 @@ import shutil
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-KINDS = ("onnx-bytes", "onnx-fields", "npy", "tuning-log")
+KINDS = ("onnx-bytes", "onnx-fields", "npy", "tuning-log", "keras-bytes", "keras-fields", "coreml-bytes",
+         "coreml-package")
 
 
 def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] | None:
@@ -38,7 +43,37 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
     def case(data):
         draw = data.draw
         x = ["--input", f"x={models['x_npy']}"]
-        if kind == "onnx-bytes":
+        compile_ = ["--target", "llvm", "-o", os.path.join(folder, "m.so")]
+        if kind.startswith("keras"):
+            from nnvm_frontend_keras.testing import fuzz as kfuzz
+
+            km = models["keras"]
+            if kind == "keras-bytes":
+                ext = data.draw(st.sampled_from(["keras", "h5"]))
+                path = os.path.join(folder, f"case.{ext}")
+                with open(path, "wb") as f:
+                    f.write(fuzz.mutate_bytes(draw, km[f"{ext}_bytes"], km[f"other_{ext}_bytes"]))
+            else:
+                config, weights, members = kfuzz.mutate_config(draw, km["config"], km["weights"])
+                layout = kfuzz.base_config()
+                if members or data.draw(st.booleans()):
+                    path = kfuzz.write_keras(os.path.join(folder, "case.keras"), config, weights, members,
+                                             layout)
+                else:
+                    path = kfuzz.write_h5(os.path.join(folder, "case.h5"), config, weights, layout)
+            argv = ["compile", path, *compile_]
+        elif kind.startswith("coreml"):
+            from nnvm_frontend_coreml.testing import fuzz as cfuzz
+
+            cm = models["coreml"]
+            if kind == "coreml-bytes":
+                path = os.path.join(folder, "case.mlmodel")
+                with open(path, "wb") as f:
+                    f.write(fuzz.mutate_bytes(draw, cm["mlmodel_bytes"], cm["other_bytes"]))
+            else:
+                path = str(cfuzz.mutate_package(draw, cm, Path(folder) / "case.mlpackage"))
+            argv = ["compile", path, *compile_]
+        elif kind == "onnx-bytes":
             path = os.path.join(folder, "case.onnx")
             with open(path, "wb") as f:
                 f.write(fuzz.mutate_bytes(draw, models["bytes"], models["other_bytes"]))
@@ -92,6 +127,14 @@ def main() -> int:
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="nnvm-fuzz-")
     models = base_models(work)
+    if any(k.startswith("keras") for k in kinds):
+        from nnvm_frontend_keras.testing.fuzz import base_models as keras_models
+
+        models["keras"] = keras_models(tempfile.mkdtemp(dir=work))
+    if any(k.startswith("coreml") for k in kinds):
+        from nnvm_frontend_coreml.testing.fuzz import base_models as coreml_models
+
+        models["coreml"] = coreml_models(tempfile.mkdtemp(dir=work))
     print(f"fuzzing {', '.join(kinds)} for {args.seconds:g} s in {work}", flush=True)
     end = time.monotonic() + args.seconds
     done = {k: 0 for k in kinds}

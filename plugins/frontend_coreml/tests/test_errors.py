@@ -3,7 +3,6 @@ weight blob and unsupported operators are each one sentence (unsupported ones al
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,8 @@ import pytest
 
 import nnvm
 from nnvm.errors import ModelLoadError, UnsupportedOperatorError
-from nnvm_frontend_coreml.reader import WeightFile, proto, unpack_bits
+from nnvm_frontend_coreml.reader import WeightFile, unpack_bits
+from nnvm_frontend_coreml.testing.fuzz import nn_model, package
 
 CLI = "import sys; from nnvm.cli import main; sys.argv = ['nnvm', *sys.argv[1:]]; sys.exit(main())"
 
@@ -41,26 +41,8 @@ def test_plugins_lists_coreml():
     assert any("coreml" in str(n) for n in names), names
 
 
-def _nn_model(layers):
-    """A NeuralNetwork spec with one (1, 3, 4, 4) input ``x``, the given layer kinds chained."""
-    model_pb2 = proto()
-    spec = model_pb2.Model(specificationVersion=4)
-    inp = spec.description.input.add(name="x")
-    inp.type.multiArrayType.shape.extend([1, 3, 4, 4])
-    inp.type.multiArrayType.dataType = 65568  # FLOAT32
-    spec.description.output.add(name="y")
-    prev = "x"
-    for i, kind in enumerate(layers):
-        layer = spec.neuralNetwork.layers.add(name=f"l{i}", input=[prev], output=[f"t{i}"])
-        getattr(layer, kind).SetInParent()
-        prev = f"t{i}"
-    spec.neuralNetwork.layers[-1].output[0] = "y"
-    spec.neuralNetwork.arrayInputShapeMapping = 1
-    return spec
-
-
 def test_unsupported_layers_listed_at_once(tmp_path):
-    spec = _nn_model(["uniDirectionalLSTM", "activation", "gru", "uniDirectionalLSTM"])
+    spec = nn_model(["uniDirectionalLSTM", "activation", "gru", "uniDirectionalLSTM"])
     spec.neuralNetwork.layers[1].activation.ReLU.SetInParent()
     path = tmp_path / "bad.mlmodel"
     path.write_bytes(spec.SerializeToString())
@@ -71,80 +53,22 @@ def test_unsupported_layers_listed_at_once(tmp_path):
 
 
 def test_nn_model_in_memory_relu():
-    spec = _nn_model(["activation"])
+    spec = nn_model(["activation"])
     spec.neuralNetwork.layers[0].activation.ReLU.SetInParent()
     mod = nnvm.compile(spec, target="llvm")
     x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
     np.testing.assert_array_equal(mod.run(x)[0], np.maximum(x, 0))
 
 
-def _package(tmp_path, ops=("relu",)):
-    """A tiny ML Program package: y = op(x), x of shape (2, 3), plus a const whose value is a weight.bin
-    record, so that the package has a weight file to break."""
-    mil = proto("MIL_pb2")
-    model_pb2 = proto()
-    spec = model_pb2.Model(specificationVersion=6)
-    spec.description.input.add(name="x").type.multiArrayType.shape.extend([2, 3])
-    spec.description.output.add(name="y")
-    fn = spec.mlProgram.functions["main"]
-    fn.opset = "CoreML5"
-    x = fn.inputs.add(name="x")
-    x.type.tensorType.dataType = mil.FLOAT32
-    x.type.tensorType.rank = 2
-    for d in (2, 3):
-        x.type.tensorType.dimensions.add().constant.size = d
-    block = fn.block_specializations["CoreML5"]
-    const = block.operations.add(type="const")
-    out = const.outputs.add(name="w")
-    out.type.tensorType.dataType = mil.FLOAT32
-    out.type.tensorType.rank = 1
-    out.type.tensorType.dimensions.add().constant.size = 3
-    val = const.attributes["val"]
-    val.type.CopyFrom(out.type)
-    val.blobFileValue.fileName = "@model_path/weights/weight.bin"
-    val.blobFileValue.offset = 64
-    prev = "x"
-    for i, kind in enumerate(ops):
-        op = block.operations.add(type=kind)
-        op.inputs["x"].arguments.add(name=prev)
-        if kind == "add":
-            op.inputs["y"].arguments.add(name="w")
-        prev = "y" if i == len(ops) - 1 else f"t{i}"
-        op.outputs.add(name=prev)
-    block.outputs.append("y")
-    pkg = tmp_path / "m.mlpackage"
-    data = pkg / "Data" / "com.apple.CoreML"
-    (data / "weights").mkdir(parents=True)
-    (data / "model.mlmodel").write_bytes(spec.SerializeToString())
-    w = np.array([1.0, 2.0, 3.0], np.float32)
-    header = np.zeros(64, np.uint8)
-    header[:8] = np.frombuffer(np.array([1, 2], "<u4").tobytes(), np.uint8)
-    record = np.zeros(64, np.uint8)
-    record[:24] = np.frombuffer(
-        np.array([0xDEADBEEF, 2], "<u4").tobytes() + np.array([12, 128], "<u8").tobytes(), np.uint8
-    )
-    (data / "weights" / "weight.bin").write_bytes(header.tobytes() + record.tobytes() + w.tobytes())
-    (pkg / "Manifest.json").write_text(
-        json.dumps(
-            {
-                "fileFormatVersion": "1.0.0",
-                "rootModelIdentifier": "A",
-                "itemInfoEntries": {"A": {"path": "com.apple.CoreML/model.mlmodel"}},
-            }
-        )
-    )
-    return pkg
-
-
 def test_package_with_blob_weight(tmp_path):
-    pkg = _package(tmp_path, ("relu", "add"))
+    pkg = package(tmp_path, ("relu", "add"))
     mod = nnvm.compile(str(pkg), target="llvm")
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
     np.testing.assert_allclose(mod.run(x)[0], np.maximum(x, 0) + [1.0, 2.0, 3.0], rtol=1e-6)
 
 
 def test_unsupported_mil_ops_listed_at_once(tmp_path):
-    pkg = _package(tmp_path, ("gru", "relu", "lstm"))
+    pkg = package(tmp_path, ("gru", "relu", "lstm"))
     with pytest.raises(UnsupportedOperatorError) as info:
         nnvm.load_model(str(pkg))
     assert "gru" in str(info.value) and "lstm" in str(info.value)
@@ -157,7 +81,7 @@ def _one_sentence(exc) -> str:
 
 
 def test_missing_weight_blob(tmp_path):
-    pkg = _package(tmp_path, ("add",))
+    pkg = package(tmp_path, ("add",))
     (pkg / "Data" / "com.apple.CoreML" / "weights" / "weight.bin").unlink()
     with pytest.raises(ModelLoadError) as info:
         nnvm.load_model(str(pkg))
@@ -165,7 +89,7 @@ def test_missing_weight_blob(tmp_path):
 
 
 def test_weight_blob_past_the_end(tmp_path):
-    pkg = _package(tmp_path, ("add",))
+    pkg = package(tmp_path, ("add",))
     path = pkg / "Data" / "com.apple.CoreML" / "weights" / "weight.bin"
     path.write_bytes(path.read_bytes()[:134])
     with pytest.raises(ModelLoadError) as info:
@@ -174,8 +98,8 @@ def test_weight_blob_past_the_end(tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["manifest", "model", "no_model"])
-def test_corrupt_package(tmp_path, damage):
-    pkg = _package(tmp_path)
+def test_corruptpackage(tmp_path, damage):
+    pkg = package(tmp_path)
     if damage == "manifest":
         (pkg / "Manifest.json").write_text("{not json")
     elif damage == "model":
@@ -188,7 +112,7 @@ def test_corrupt_package(tmp_path, damage):
 
 
 def test_cli_corrupt_package_exits_1(tmp_path):
-    pkg = _package(tmp_path)
+    pkg = package(tmp_path)
     (pkg / "Manifest.json").write_text("{not json")
     out = subprocess.run(
         [sys.executable, "-c", CLI, "compile", str(pkg), "--target", "llvm", "-o", str(tmp_path / "m.so")],

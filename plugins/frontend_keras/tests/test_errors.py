@@ -180,3 +180,40 @@ def test_live_keras_model_by_duck_typing():
     x = np.random.default_rng(3).normal(size=(1, 4, 4, 2)).astype(np.float32)
     (got,) = nnvm.compile(model, target="llvm").run(x)
     np.testing.assert_allclose(got, _numpy_conv_relu_flat(x, w, b), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("no_layers", "has no list of layers"),
+    ("input_missing", "do not name its layers"),
+    ("history_nowhere", "which is not a layer of it"),
+    ("history_malformed", "malformed inbound_nodes"),
+    ("duplicate", "two layers named"),
+    ("shape", "not a list of sizes"),
+    ("dtype", "dtype 'string'"),
+])
+def test_malformed_config_is_one_sentence(tmp_path, damage, words):
+    """Damaged configs found by ``tests/test_fuzz_keras.py``: each was an internal error (a KeyError or
+    TypeError in the importer's walk) before the reader checked the config's structure."""
+    from nnvm_frontend_keras.testing.fuzz import base_config, base_weights, write_keras
+
+    cfg = base_config()
+    layers = cfg["config"]["layers"]
+    if damage == "no_layers":
+        cfg["config"]["layers"] = []
+    elif damage == "input_missing":
+        cfg["config"]["input_layers"] = [["nowhere", 0, 0]]
+    elif damage == "history_nowhere":
+        layers[1]["inbound_nodes"][0]["args"][0]["config"]["keras_history"] = ["nowhere", 0, 0]
+    elif damage == "history_malformed":
+        layers[1]["inbound_nodes"][0]["args"][0]["config"]["keras_history"] = None
+    elif damage == "duplicate":
+        layers[2]["name"] = layers[2]["config"]["name"] = "conv"
+    elif damage == "shape":
+        layers[0]["config"]["batch_shape"] = [None, "four", 4, 2]
+    else:
+        layers[0]["config"]["dtype"] = "string"
+    path = write_keras(str(tmp_path / "m.keras"), cfg, base_weights(), layout=base_config())
+    with pytest.raises(ModelLoadError) as info:
+        nnvm.load_model(path)
+    assert words in str(info.value) and path in str(info.value) and "\n" not in str(info.value)
+    assert main(["compile", path, "--target", "llvm", "-o", str(tmp_path / "m.so")]) == 1

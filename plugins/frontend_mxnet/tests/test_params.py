@@ -281,3 +281,40 @@ def test_random_corruption_is_always_one_sentence():
 def test_missing_file(tmp_path):
     with pytest.raises(ModelLoadError, match=r"cannot read the MXNet parameters .*nope.params"):
         load_params(tmp_path / "nope.params")
+
+
+def test_corrupted_params_and_symbol_through_the_cli(tmp_path):
+    """Issue 20: the reader fuzz above, through ``nnvm compile`` as a user runs it (exit 0, or exit 1
+    with one line, never a traceback): a FullyConnected net whose ``.params`` is truncated or flipped,
+    and whose symbol JSON is truncated."""
+    import json
+
+    from nnvm_frontend_onnx.testing.fuzz import check_cli
+
+    rng = np.random.default_rng(20)
+    symbol = {"nodes": [{"op": "null", "name": "data", "inputs": []},
+                        {"op": "null", "name": "fc_weight", "inputs": []},
+                        {"op": "null", "name": "fc_bias", "inputs": []},
+                        {"op": "FullyConnected", "name": "fc", "attrs": {"num_hidden": "3"},
+                         "inputs": [[0, 0, 0], [1, 0, 0], [2, 0, 0]]}],
+              "arg_nodes": [0, 1, 2], "node_row_ptr": [0, 1, 2, 3, 4], "heads": [[3, 0, 0]],
+              "attrs": {"mxnet_version": ["int", 10901]}}
+    sym_text = json.dumps(symbol)
+    good = params_file(v2(X, 0), v2(np.ones(3, np.float32), 0), keys=("arg:fc_weight", "arg:fc_bias"))
+    sym, params = tmp_path / "net-symbol.json", tmp_path / "net-0000.params"
+    argv = ["compile", str(sym), "--shape", "data=2x4", "--target", "llvm", "-o", str(tmp_path / "m.so")]
+    sym.write_text(sym_text)
+    params.write_bytes(good)
+    assert check_cli(argv) == 0
+    for _ in range(15):
+        data = bytearray(good)
+        for i in rng.integers(0, len(data), rng.integers(1, 4)):
+            data[i] ^= 1 << int(rng.integers(8))
+        params.write_bytes(bytes(data))
+        check_cli(argv)
+        params.write_bytes(good[:int(rng.integers(0, len(good)))])
+        assert check_cli(argv) == 1
+    params.write_bytes(good)
+    for cut in rng.integers(1, len(sym_text), 8):
+        sym.write_text(sym_text[:int(cut)])
+        check_cli(argv)

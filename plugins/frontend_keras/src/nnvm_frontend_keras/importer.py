@@ -19,6 +19,7 @@ from nnvm.errors import ModelLoadError
 from nnvm.frontend import bind_input, call_converter, check_shape_keys, check_supported
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
+from nnvm.tir.expr import ALL_DTYPES
 from nnvm_frontend_keras import convert_layers, convert_ops, convert_rnn  # noqa: F401  (fill CONVERTERS)
 from nnvm_frontend_keras.context import CONVERTERS, Context, op_key
 from nnvm_frontend_keras.reader import KerasModel, is_model_config, is_ops_node, layer_name, read_model
@@ -43,6 +44,9 @@ def load_keras(model, shapes: dict | None = None) -> Graph:
         declared = _declared_shape(lay, where)
         dtype = lay["config"].get("dtype", "float32")
         dtype = dtype if isinstance(dtype, str) else "float32"
+        if dtype not in ALL_DTYPES:
+            raise ModelLoadError(f"{where}: input layer {name!r} has dtype {dtype!r}, which nnvm does not "
+                                 f"support ({', '.join(ALL_DTYPES)})")
         args.append(b.input(name, bind_input(name, declared, shapes, where), dtype))
     outs = _run_model(ctx, km.config, (), args)
     for v in outs:

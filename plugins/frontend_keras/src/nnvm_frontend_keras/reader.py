@@ -86,9 +86,100 @@ def read_model(model) -> KerasModel:
     path = os.fspath(model)
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
-    if zipfile.is_zipfile(path):
-        return _read_keras_zip(path)
-    return _read_h5(path)
+    return _read_keras_zip(path) if zipfile.is_zipfile(path) else _read_h5(path)
+
+
+# -- the shape of a config ----------------------------------------------------------------------------
+def check_structure(config: dict, where: str, path: tuple = ()) -> None:
+    """Refuse, in one sentence, a model config whose structure the importer cannot walk: layers that
+    are not objects with a string class name and name, inbound nodes that are not lists of tensor
+    references ``[layer, node, index]`` naming layers of the model, inputs and outputs that name no
+    layer, repeated layer names, input shapes that are not lists of sizes. A file Keras wrote always
+    passes; this catches damaged or hand-edited files before the walk trips over them."""
+    model = "/".join(path) or "the model"
+    cfg = config["config"]
+    layers = cfg.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise ModelLoadError(f"{where}: {model} has no list of layers in its config")
+    names = set()
+    for k, lay in enumerate(layers):
+        if not isinstance(lay, dict) or not isinstance(lay.get("class_name"), str) \
+                or not isinstance(lay.get("config", {}), dict) or not isinstance(layer_name(lay), str) \
+                or not layer_name(lay):
+            raise ModelLoadError(f"{where}: layer {k} of {model} is not a layer "
+                                 "(no class_name, name or config)")
+        name = layer_name(lay)
+        if name in names:
+            raise ModelLoadError(f"{where}: {model} has two layers named {name!r}")
+        names.add(name)
+        if is_model_config(lay):
+            check_structure(lay, where, (*path, name))
+        if lay["class_name"] == "InputLayer" or not path and k == 0:
+            c = lay.get("config", {})
+            shape = c.get("batch_shape") or c.get("batch_input_shape")
+            if shape is not None and (not isinstance(shape, list) or not all(
+                    d is None or (isinstance(d, int) and not isinstance(d, bool) and d >= 0) for d in shape)):
+                raise ModelLoadError(f"{where}: input layer {name!r} has the shape {shape!r}, "
+                                     "not a list of sizes")
+    for lay in layers:
+        for ref in _node_refs(lay, where):
+            if ref[0] not in names and config["class_name"] != "Sequential":
+                raise ModelLoadError(f"{where}: layer {layer_name(lay)!r} of {model} reads a tensor of "
+                                     f"{ref[0]!r}, which is not a layer of it")
+    if config["class_name"] == "Sequential":
+        return
+    for key in ("input_layers", "output_layers"):
+        refs = _io_refs(cfg.get(key))
+        if refs is None or not refs or any(r[0] not in names for r in refs):
+            raise ModelLoadError(f"{where}: the {key} of {model} ({cfg.get(key)!r}) do not name its layers")
+
+
+def _is_triple(r) -> bool:
+    return (isinstance(r, list | tuple) and len(r) >= 3 and isinstance(r[0], str)
+            and all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in r[1:3]))
+
+
+def _io_refs(spec) -> list | None:
+    """``input_layers``/``output_layers`` as triples (a bare triple, a list or a dict of them), or None."""
+    if isinstance(spec, dict):
+        spec = list(spec.values())
+    if _is_triple(spec):
+        spec = [spec]
+    if not isinstance(spec, list) or not all(_is_triple(r) for r in spec):
+        return None
+    return spec
+
+
+def _node_refs(lay: dict, where: str) -> list:
+    """The ``[layer, node, index]`` references of every inbound node of ``lay`` (Keras 3's
+    ``{"args", "kwargs"}`` form, with ``__keras_tensor__`` objects anywhere in its args, or Keras 2's
+    lists of ``[name, node, index, kwargs]``); refuses a node of any other shape."""
+    nodes = lay.get("inbound_nodes", [])
+    bad = ModelLoadError(f"{where}: layer {layer_name(lay)!r} has malformed inbound_nodes")
+    if not isinstance(nodes, list):
+        raise bad
+    refs = []
+
+    def walk(a):
+        if isinstance(a, dict) and a.get("class_name") == "__keras_tensor__":
+            h = a.get("config", {}).get("keras_history") if isinstance(a.get("config"), dict) else None
+            if not _is_triple(h):
+                raise bad
+            refs.append(h)
+        elif isinstance(a, list | tuple):
+            for x in a:
+                walk(x)
+
+    for node in nodes:
+        if isinstance(node, dict):
+            if not isinstance(node.get("args", []), list) or not isinstance(node.get("kwargs") or {}, dict):
+                raise bad
+            walk(node.get("args", []))
+        elif isinstance(node, list) and all(_is_triple(e) for e in node):
+            refs.extend(node)
+        else:
+            raise bad
+    return refs
 
 
 def is_keras_model(obj) -> bool:
@@ -171,6 +262,7 @@ def _read_keras_zip(path: str) -> KerasModel:
         raise ModelLoadError(f"{path}: not a readable .keras file ({exc})") from None
     if not is_model_config(config):
         raise ModelLoadError(f"{path}: config.json holds no Functional or Sequential model")
+    check_structure(config, path)
     import h5py
 
     model = KerasModel(config, str(meta.get("keras_version", "3")), {}, path)
@@ -242,6 +334,7 @@ def _read_h5(path: str) -> KerasModel:
             config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
             if not is_model_config(config):
                 raise ModelLoadError(f"{path}: model_config holds no Functional or Sequential model")
+            check_structure(config, path)
             version = f.attrs.get("keras_version", "2")
             version = version.decode() if isinstance(version, bytes) else str(version)
             model = KerasModel(config, version, {}, path)
