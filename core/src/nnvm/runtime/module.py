@@ -23,7 +23,7 @@ from nnvm.graph.ir import load_params, save_params
 from nnvm.limits import check_allocation
 from nnvm.runtime import artifact
 from nnvm.runtime.kernel import kernel_from_address
-from nnvm.runtime.threads import kernel_runner, on_kernel_runner
+from nnvm.runtime.threads import run_kernels
 
 ARTIFACT_FORMAT = "nnvm-module"
 ARTIFACT_VERSION = artifact.FORMAT_VERSION
@@ -80,21 +80,20 @@ class Module:
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         """Safe from any number of threads at once, each getting what it would get alone: a run's
-        kernels execute on one of the process's kernel-runner threads (one per OpenMP team the cores
-        hold, ``threads.kernel_runner``) in a workspace (activation arena and the kernel argument arrays
-        pointing into it) that no other run uses meanwhile; the weights are shared and only read."""
+        kernels execute where ``threads.run_kernels`` puts them (the main thread itself when no other run
+        is under way, else one of the process's kernel-runner threads, one per OpenMP team the cores
+        hold) in a workspace (activation arena and the kernel argument arrays pointing into it) that no
+        other run uses meanwhile; the weights are shared and only read."""
         values = self._bind(args, kwargs)
         if self._device is not None:
             return self._device.run(values)
         if not self._in_process:
             return self._run_out_of_process(values)
-        if on_kernel_runner():
-            return self._run_in_workspace(values)
-        return kernel_runner().submit(self._run_in_workspace, values).result()
+        return run_kernels(self._run_in_workspace, values)
 
     def _run_in_workspace(self, values: list) -> list[np.ndarray]:
-        """One run on a kernel-runner thread (``threads.kernel_runner``). There are as many workspaces
-        as runs at once, which is the number of runner threads, so with one the arena stays in cache."""
+        """One run, where ``threads.run_kernels`` puts it. There are as many workspaces as runs at once,
+        at most the number of runner slots, so with one the arena stays in cache."""
         with self._lock:
             ws = self._free.pop() if self._free else None
         if ws is None:
