@@ -27,11 +27,12 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+from nnvm.bench import cpu_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # key in nnvm_frontend_onnx.testing.models -> (title, MXNet gluon model zoo name)
@@ -68,15 +69,6 @@ print(json.dumps({"ms": 1e3 * statistics.median(times), "version": mx.__version_
 """
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def bench_in_child(path: str, threads: int, repeat: int, tuning_logs: list, profile: bool) -> dict:

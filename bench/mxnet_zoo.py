@@ -27,6 +27,7 @@ import time
 import numpy as np
 
 import nnvm
+from nnvm.bench import cpu_name
 from nnvm_frontend_mxnet import testing
 
 BEGIN = "<!-- BEGIN bench/mxnet_zoo.py -->"
@@ -113,15 +114,6 @@ def table(rows: list[dict], args, load: tuple) -> str:
     return "\n".join(lines)
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def write_section(path: str, body: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import statistics
 import time
 
@@ -19,6 +20,19 @@ from nnvm.target import parse_target
 
 TOLERANCE = 1e-4  # largest |ours - reference| relative to the largest |reference|
 WARMUP = 3
+
+
+def cpu_name() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (what benchmark reports print), else what
+    ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def seeded_inputs(mod, seed: int = 0) -> dict:
