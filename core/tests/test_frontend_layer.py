@@ -226,3 +226,10 @@ def test_conv2d_transpose(strides, pads, dilations, groups, output_padding):
     want = _conv_transpose_reference(x, w, strides, pads, dilations, groups, output_padding)
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_unique_names_keep_source_names_and_name_the_unnamed():
+    from nnvm.frontend import unique_names
+
+    nodes = [("conv1", "Conv"), ("", "Relu"), ("conv1", "Conv"), ("", "Relu")]
+    assert unique_names(nodes) == ["conv1", "Relu_1", "conv1_2", "Relu_3"]

@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import ModelLoadError
 from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
-from nnvm.frontend.convert import bind_input, call_converter, check_shape_keys, check_supported
+from nnvm.frontend.convert import bind_input, call_converter, check_shape_keys, check_supported, unique_names
 from nnvm.frontend.table import ConverterTable
 
 __all__ = ["ConversionContext", "ConvertError", "ConverterTable", "FailedConversionError", "Frontend",
            "bind_input", "call_converter",
-           "check_shape_keys", "check_supported", "find_frontend"]
+           "check_shape_keys", "check_supported", "find_frontend", "unique_names"]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,21 @@ def check_supported(nodes: Iterable[tuple[str, str]], supported: Callable[[str],
         raise UnsupportedOperatorError(fmt, missing, path)
 
 
+def unique_names(nodes: Iterable[tuple[str, str]]) -> list[str]:
+    """One unique name per source node, from ``(name, op)`` pairs: the node's own name, or ``<op>_<index>``
+    for an unnamed one; a repeated name gets ``_<index>`` appended. Every nnvm node a converter emits is
+    named after it, so errors and fused-group listings point back at the user's model."""
+    seen: set = set()
+    out = []
+    for i, (name, op) in enumerate(nodes):
+        name = name or f"{op}_{i}"
+        if name in seen:
+            name = f"{name}_{i}"
+        seen.add(name)
+        out.append(name)
+    return out
+
+
 def call_converter(ctx: ConversionContext, fn: Callable, inputs: list) -> list:
     """``fn(ctx, inputs)`` as a list of values; every error names the node ``ctx`` is converting."""
     try:

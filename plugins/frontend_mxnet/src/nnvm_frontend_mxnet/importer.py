@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from nnvm.errors import ModelLoadError
-from nnvm.frontend import bind_input, call_converter, check_shape_keys, check_supported
+from nnvm.frontend import bind_input, call_converter, check_shape_keys, check_supported, unique_names
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
 from nnvm_frontend_mxnet import convert_nn, convert_tensor  # noqa: F401  (fill CONVERTERS)
@@ -92,7 +92,7 @@ def load_mxnet(model, shapes: dict | None = None, params=None) -> Graph:
     path = where if isinstance(model, str | os.PathLike) else None
     nodes = symbol.nodes
     live = _live(symbol)
-    names = _unique_names(symbol)
+    names = unique_names((node.name, node.op) for node in symbol.nodes)
     check_supported(((nodes[i].op, names[i]) for i in live if nodes[i].op != "null"),
                     CONVERTERS.supports, "MXNet", path)
 
@@ -173,17 +173,6 @@ def _read_variables(symbol: Symbol, live: list[int]) -> set[int]:
     live_set = set(live)
     return {i for i in symbol.variables if i in live_set}
 
-
-def _unique_names(symbol: Symbol) -> list[str]:
-    seen: set = set()
-    out = []
-    for i, node in enumerate(symbol.nodes):
-        name = node.name or f"{node.op}{i}"
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        out.append(name)
-    return out
 
 
 def _computed_copy(b: GraphBuilder, value: str, name: str) -> str:

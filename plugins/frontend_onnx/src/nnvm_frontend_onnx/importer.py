@@ -20,7 +20,14 @@ import os
 import numpy as np
 
 from nnvm.errors import Error, InputError, ModelLoadError
-from nnvm.frontend import FailedConversionError, bind_input, call_converter, check_shape_keys, check_supported
+from nnvm.frontend import (
+    FailedConversionError,
+    bind_input,
+    call_converter,
+    check_shape_keys,
+    check_supported,
+    unique_names,
+)
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
 from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
@@ -290,15 +297,7 @@ def _opset(proto, where: str = "the ONNX model") -> int:
 
 def _node_names(graph) -> list[str]:
     """Unique names for the nodes: the ONNX name, or ``<OpType>_<index>`` for unnamed nodes."""
-    seen: set = set()
-    out = []
-    for i, node in enumerate(graph.node):
-        name = node.name or f"{node.op_type}_{i}"
-        if name in seen:
-            name = f"{name}_{i}"
-        seen.add(name)
-        out.append(name)
-    return out
+    return unique_names((node.name, node.op_type) for node in graph.node)
 
 
 def _live_nodes(graph, names: list[str]) -> list:
