@@ -60,6 +60,48 @@ def check_cli(argv: list[str]) -> int:
     return rc
 
 
+# Runs in a child process: each argv through the CLI's main; its exit status and stderr as JSON lines.
+_CHILD = r"""
+import contextlib, io, json, sys
+from nnvm.cli import main
+cases = json.loads(sys.argv[1])
+for k, argv in enumerate(cases):
+    print(json.dumps({"start": k}), flush=True)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(argv)
+    print(json.dumps({"case": k, "rc": rc, "stderr": err.getvalue()}), flush=True)
+"""
+
+
+def run_in_child(argvs: list[list[str]], timeout: float = 600) -> tuple[list[dict], int | None, str]:
+    """Run each ``nnvm ARGV`` in one child process, for inputs that could kill a process rather than raise
+    (module files reaching ``dlopen`` or a kernel). Returns the finished cases' reports (``rc``,
+    ``stderr``), and, when the child died, the index of the case it died on and its stderr's tail."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(argvs)], capture_output=True, text=True,
+                          timeout=timeout)
+    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    finished = [r for r in reports if "case" in r]
+    died = None
+    if proc.returncode != 0:
+        started = [r["start"] for r in reports if "start" in r]
+        died = started[-1] if started else -1
+    return finished, died, f"status {proc.returncode}: {proc.stderr[-2000:]}"
+
+
+def check_report(report: dict) -> str | None:
+    """What is wrong with one ``run_in_child`` report (the ``check_cli`` oracle), or None."""
+    if report["rc"] not in (0, 1):
+        return f"exit {report['rc']}\n{report['stderr']}"
+    lines = [ln for ln in report["stderr"].splitlines() if ln.strip() and not ln.startswith("nnvm: note")]
+    if report["rc"] == 1 and not (len(lines) == 1 and lines[0].startswith("nnvm: error: ")):
+        return report["stderr"]
+    return None
+
+
 def mutate_bytes(draw, blob: bytes, other: bytes) -> bytes:
     """``blob`` truncated, with bytes flipped or overwritten, spliced with ``other``, or padded."""
     kind = draw(st.sampled_from(["truncate", "flip", "overwrite", "splice", "insert", "append"]))
