@@ -245,6 +245,7 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
     backend, before a buffer is allocated or a kernel launched; each problem is one ``ModelLoadError``."""
     if not zipfile.is_zipfile(path):
         return None
+    what = "GPU"  # until the manifest says which format the file is
     try:
         with zipfile.ZipFile(path) as z:
             if "manifest.json" not in z.namelist():
@@ -252,6 +253,7 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
             manifest = json.loads(z.read("manifest.json"))
             if not isinstance(manifest, dict) or manifest.get("format") != format:
                 return None
+            what = format
             if manifest.get("version") != EXPORT_VERSION:
                 raise ModelLoadError(f"{path}: {format} module version {manifest.get('version')!r} is not "
                                      f"supported (expects version {EXPORT_VERSION})")
@@ -264,7 +266,7 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
     except (KeyError, zipfile.BadZipFile, zipfile.LargeZipFile, json.JSONDecodeError, zlib.error, EOFError,
             OSError, NotImplementedError, RuntimeError, UnicodeDecodeError, ValueError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelLoadError(f"{path}: not a readable exported {format} module ({reason})") from None
+        raise ModelLoadError(f"{path}: not a readable exported {what} module ({reason})") from None
     except _BadManifest as exc:
         raise ModelLoadError(f"{path}: the {format} module's manifest is corrupt ({exc})") from None
     for name in text_files if required_files is None else required_files:

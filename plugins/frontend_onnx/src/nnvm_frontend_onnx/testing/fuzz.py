@@ -261,3 +261,75 @@ def tuning_log_bytes(draw) -> tuple[bytes, bool]:
     if kind == "splice":
         return data + draw(st.binary(max_size=64)), False
     return mutate_bytes(draw, data or b"{}\n", json.dumps(good).encode()), False
+
+
+GPU_TARGETS = ("opencl", "cuda", "metal")
+_HOSTILE = [-1, 0, 1, 7, 2**31, 2**40, -2**63, 1.5, True, None, "", "x", "../x", [], [0], [1, 1], {},
+            {"a": 1}]
+
+
+def gpu_modules(folder: str, models: dict) -> dict:
+    """The tiny model of ``base_models`` exported for each GPU target: target -> path of the zip."""
+    import nnvm
+
+    out = {}
+    for target in GPU_TARGETS:
+        out[target] = os.path.join(folder, f"good-{target}.so")
+        nnvm.compile(models["path"], target=target).export(out[target])
+    return out
+
+
+def _mutate_tree(draw, tree):
+    """``tree`` (parsed JSON) with one node, reached by a random walk, replaced, deleted or scaled."""
+    import copy
+
+    tree = copy.deepcopy(tree)
+    node, depth = tree, draw(st.integers(1, 8))
+    for _ in range(depth):
+        keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) \
+            else []
+        if not keys:
+            break
+        key = draw(st.sampled_from(keys))
+        child = node[key]
+        if not isinstance(child, (dict, list)) or not child or draw(st.integers(0, 3)) == 0:
+            action = draw(st.sampled_from(["replace", "delete", "scale"]))
+            if action == "delete":
+                del node[key]
+            elif action == "scale" and isinstance(child, int) and not isinstance(child, bool):
+                node[key] = child * draw(st.sampled_from([2, 64, 4096, -1])) + draw(st.integers(-64, 64))
+            else:
+                node[key] = draw(st.sampled_from(_HOSTILE))
+            return tree
+        node = child
+    return tree
+
+
+def mutate_gpu_module(draw, good: bytes, other: bytes) -> bytes:
+    """A GPU module zip (``GPUKernelLibrary.export``) damaged: its bytes (truncated, flipped, spliced with
+    ``other``), or its manifest (launch tables), execution plan or a member's content changed and the
+    zip rewritten with valid CRCs, so only nnvm's own checks stand between it and a kernel."""
+    import zipfile
+
+    kind = draw(st.sampled_from(["bytes", "manifest", "manifest", "plan", "plan", "member"]))
+    if kind == "bytes":
+        return mutate_bytes(draw, good, other)
+    with zipfile.ZipFile(io.BytesIO(good)) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    if kind == "manifest":
+        members["manifest.json"] = json.dumps(_mutate_tree(draw, json.loads(members["manifest.json"])))
+    elif kind == "plan":
+        meta = json.loads(members["blobs/graph"])
+        meta["plan"] = _mutate_tree(draw, meta["plan"])
+        members["blobs/graph"] = json.dumps(meta)
+    else:
+        name = draw(st.sampled_from(sorted(members)))
+        if draw(st.booleans()):
+            del members[name]
+        else:
+            members[name] = mutate_bytes(draw, members[name] or b"\0", other)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
