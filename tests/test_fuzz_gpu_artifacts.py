@@ -60,3 +60,29 @@ def test_damaged_gpu_module_files(gpu_files, target):
     problems = [(p, check_report(r)) for p, r in zip(paths, reports) if check_report(r)]
     assert not problems, problems
     assert sum(r["rc"] == 1 for r in reports) >= len(paths) // 3  # most damage is refused, not ignored
+
+
+@pytest.mark.parametrize("target", GPU_TARGETS)
+def test_launch_sizes_changed_after_export_are_refused(gpu_files, target):
+    """A grid or block larger than the kernel was written for ran past its buffers (a segfault on PoCL
+    and the fiber runner) before the export carried a content digest."""
+    import io
+    import json
+    import zipfile
+
+    modules, x_npy, folder = gpu_files
+    with zipfile.ZipFile(modules[target]) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    manifest = json.loads(members["manifest.json"])
+    manifest["functions"][0]["launches"][0]["grid"] = [64, 1, 1]
+    members["manifest.json"] = json.dumps(manifest)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    path = folder / f"grid-{target}.so"
+    path.write_bytes(out.getvalue())
+    reports, died, tail = run_in_child([["run", str(path), "--input", f"x={x_npy}"]])
+    assert died is None, tail
+    assert reports[0]["rc"] == 1 and "checksum" in reports[0]["stderr"], reports[0]
+    assert check_report(reports[0]) is None

@@ -219,6 +219,8 @@ class GPUKernelLibrary(KernelLibrary):
     def export(self, path: str, blobs: dict) -> None:
         manifest = {"format": self.format, "version": EXPORT_VERSION, "options": self.options,
                     "functions": list(self.tables.values()), "files": list(self.files), "blobs": list(blobs)}
+        files = {k: v.encode() if isinstance(v, str) else bytes(v) for k, v in self.files.items()}
+        manifest["digest"] = content_digest(manifest, files, {k: bytes(v) for k, v in blobs.items()})
         out_dir = os.path.dirname(os.path.abspath(path))
         fd, partial = tempfile.mkstemp(prefix=".nnvm-", suffix=".zip", dir=out_dir)
         os.close(fd)
@@ -260,6 +262,9 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
             check_manifest(manifest)
             files = {name: z.read(f"files/{name}") for name in manifest["files"]}
             blobs = {name: z.read(f"blobs/{name}") for name in manifest["blobs"]}
+            if manifest.get("digest") != content_digest(manifest, files, blobs):
+                raise ModelLoadError(f"{path}: the {format} module's contents do not match the checksum "
+                                     "written at export (the file was changed or damaged)")
             files = {k: v.decode() if k in text_files else v for k, v in files.items()}
     except ModelLoadError:
         raise
@@ -276,6 +281,22 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
         if not isinstance(manifest["options"].get(name), str):
             raise ModelLoadError(f"{path}: the {format} module's manifest has no {name} option")
     return manifest, files, blobs
+
+
+def content_digest(manifest: dict, files: dict, blobs: dict) -> str:
+    """SHA-256 of everything an export holds (the manifest but its ``digest``, every file and blob), so a
+    launch table, plan or kernel changed after export is refused whole: the checks below catch what is
+    malformed, but a well-formed grid larger than the kernel was written for can only be caught here."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps({k: v for k, v in manifest.items() if k != "digest"}, sort_keys=True)
+                       .encode())
+    for kind, members in (("files", files), ("blobs", blobs)):
+        for name in sorted(members):
+            data = members[name]
+            h.update(f"\0{kind}/{name}\0{len(data)}\0".encode())
+            h.update(data)
+    return h.hexdigest()
 
 
 class _BadManifest(Exception):

@@ -308,8 +308,12 @@ def _mutate_tree(draw, tree):
 def mutate_gpu_module(draw, good: bytes, other: bytes) -> bytes:
     """A GPU module zip (``GPUKernelLibrary.export``) damaged: its bytes (truncated, flipped, spliced with
     ``other``), or its manifest (launch tables), execution plan or a member's content changed and the
-    zip rewritten with valid CRCs, so only nnvm's own checks stand between it and a kernel."""
+    zip rewritten with valid CRCs. A changed plan is also resealed (its content digest recomputed), so
+    the plan checks, not the digest, must refuse it; a resealed launch table or kernel source is code the
+    file's author controls anyway, so only the digest guards those."""
     import zipfile
+
+    from nnvm.gpu.library import content_digest
 
     kind = draw(st.sampled_from(["bytes", "manifest", "manifest", "plan", "plan", "member"]))
     if kind == "bytes":
@@ -321,7 +325,12 @@ def mutate_gpu_module(draw, good: bytes, other: bytes) -> bytes:
     elif kind == "plan":
         meta = json.loads(members["blobs/graph"])
         meta["plan"] = _mutate_tree(draw, meta["plan"])
-        members["blobs/graph"] = json.dumps(meta)
+        members["blobs/graph"] = json.dumps(meta).encode()
+        manifest = json.loads(members["manifest.json"])
+        files = {n: members[f"files/{n}"] for n in manifest["files"]}
+        blobs = {n: members[f"blobs/{n}"] for n in manifest["blobs"]}
+        manifest["digest"] = content_digest(manifest, files, blobs)
+        members["manifest.json"] = json.dumps(manifest)
     else:
         name = draw(st.sampled_from(sorted(members)))
         if draw(st.booleans()):
