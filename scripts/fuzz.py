@@ -10,7 +10,10 @@ fresh random draws, until the time is up, and stops at the first failure (exit 1
 the case it died on stays in the work folder printed at the start.
 Keras (``.keras``, ``.h5``) and CoreML (``.mlmodel``, ``.mlpackage``) cases go through ``nnvm compile
 --target llvm``, as in ``tests/test_fuzz_keras.py`` and ``tests/test_fuzz_coreml.py``.
-Module files (``.so``) are fuzzed by ``tests/test_fuzz_artifacts.py`` in a child process.
+Module files (``.so``) are fuzzed by ``tests/test_fuzz_artifacts.py`` in a child process. GPU module
+files (``gpu-artifacts``: the zip ``opencl``, ``cuda`` and ``metal`` export, as in
+``tests/test_fuzz_gpu_artifacts.py``) run through ``nnvm run`` in a child process each, so a crash is
+reported as a failure, not the end of this script.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import time
 from pathlib import Path
 
 KINDS = ("onnx-bytes", "onnx-fields", "npy", "tuning-log", "keras-bytes", "keras-fields", "coreml-bytes",
-         "coreml-package")
+         "coreml-package", "gpu-artifacts")
 
 
 def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] | None:
@@ -73,6 +76,19 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
             else:
                 path = str(cfuzz.mutate_package(draw, cm, Path(folder) / "case.mlpackage"))
             argv = ["compile", path, *compile_]
+        elif kind == "gpu-artifacts":
+            target = draw(st.sampled_from(fuzz.GPU_TARGETS))
+            good = open(models["gpu"][target], "rb").read()
+            other = open(models["gpu"][draw(st.sampled_from(fuzz.GPU_TARGETS))], "rb").read()
+            path = os.path.join(folder, f"case-{target}.so")
+            with open(path, "wb") as f:
+                f.write(fuzz.mutate_gpu_module(draw, good, other))
+            argv = ["run", path, *x]
+            reports, died, tail = fuzz.run_in_child([argv], timeout=300)
+            if died is not None or fuzz.check_report(reports[0]) is not None:
+                failed.append(argv + [f"# {tail if died is not None else fuzz.check_report(reports[0])}"])
+                raise AssertionError(failed[0])
+            return
         elif kind == "onnx-bytes":
             path = os.path.join(folder, "case.onnx")
             with open(path, "wb") as f:
@@ -135,6 +151,10 @@ def main() -> int:
         from nnvm_frontend_coreml.testing.fuzz import base_models as coreml_models
 
         models["coreml"] = coreml_models(tempfile.mkdtemp(dir=work))
+    if "gpu-artifacts" in kinds:
+        from nnvm_frontend_onnx.testing.fuzz import gpu_modules
+
+        models["gpu"] = gpu_modules(tempfile.mkdtemp(dir=work), models)
     print(f"fuzzing {', '.join(kinds)} for {args.seconds:g} s in {work}", flush=True)
     end = time.monotonic() + args.seconds
     done = {k: 0 for k in kinds}

@@ -10,34 +10,17 @@ case it died on.
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import subprocess
-import sys
 
 import pytest
 
 import nnvm
 from nnvm.runtime import artifact
-from nnvm_frontend_onnx.testing.fuzz import base_models
+from nnvm_frontend_onnx.testing.fuzz import base_models, check_report, run_in_child
 
 SEED = 2024
 CASES = 40
-
-# Runs in the child: each case through the CLI's main, its exit status and stderr lines as JSON.
-CHILD = r"""
-import contextlib, io, json, sys
-from nnvm.cli import main
-cases = json.loads(sys.argv[1])
-for k, argv in enumerate(cases):
-    print(json.dumps({"start": k}), flush=True)
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        rc = main(argv)
-    print(json.dumps({"case": k, "rc": rc, "stderr": err.getvalue()}), flush=True)
-"""
-
 
 @pytest.fixture(scope="module")
 def artifact_files(tmp_path_factory):
@@ -118,27 +101,17 @@ def _plan_cases(mod, folder) -> list[tuple[str, str]]:
 
 
 def _run_cases(cases, x_npy) -> list[dict]:
-    argvs = [["run", path, "--input", f"x={x_npy}"] for _, path in cases]
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argvs)], capture_output=True, text=True,
-                          timeout=600)
-    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    finished = [r for r in reports if "case" in r]
-    if proc.returncode != 0:
-        started = [r["start"] for r in reports if "start" in r]
-        last = started[-1] if started else None
-        desc = cases[last][0] if last is not None else "?"
-        pytest.fail(f"the process died (status {proc.returncode}) on case {last} ({desc}): "
-                    f"{proc.stderr[-2000:]}")
-    return finished
+    reports, died, tail = run_in_child([["run", path, "--input", f"x={x_npy}"] for _, path in cases])
+    if died is not None:
+        pytest.fail(f"the process died on case {died} ({cases[died][0] if died >= 0 else '?'}): {tail}")
+    return reports
 
 
 def _check(cases, reports):
     assert len(reports) == len(cases)
     for (desc, _), r in zip(cases, reports):
-        assert r["rc"] in (0, 1), f"{desc}: exit {r['rc']}\n{r['stderr']}"
-        lines = [ln for ln in r["stderr"].splitlines() if ln.strip()]
-        if r["rc"] == 1:
-            assert len(lines) == 1 and lines[0].startswith("nnvm: error: "), f"{desc}: {r['stderr']}"
+        problem = check_report(r)
+        assert problem is None, f"{desc}: {problem}"
 
 
 def test_damaged_module_files(artifact_files):

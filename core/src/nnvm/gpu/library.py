@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import zipfile
+import zlib
 
 import numpy as np
 
@@ -218,6 +219,8 @@ class GPUKernelLibrary(KernelLibrary):
     def export(self, path: str, blobs: dict) -> None:
         manifest = {"format": self.format, "version": EXPORT_VERSION, "options": self.options,
                     "functions": list(self.tables.values()), "files": list(self.files), "blobs": list(blobs)}
+        files = {k: v.encode() if isinstance(v, str) else bytes(v) for k, v in self.files.items()}
+        manifest["digest"] = content_digest(manifest, files, {k: bytes(v) for k, v in blobs.items()})
         out_dir = os.path.dirname(os.path.abspath(path))
         fd, partial = tempfile.mkstemp(prefix=".nnvm-", suffix=".zip", dir=out_dir)
         os.close(fd)
@@ -234,27 +237,159 @@ class GPUKernelLibrary(KernelLibrary):
                 os.unlink(partial)
 
 
-def read_export(path: str, format: str, text_files: tuple = ()) -> tuple | None:
+def read_export(path: str, format: str, text_files: tuple = (), required_files: tuple | None = None,
+                required_options: tuple = ()) -> tuple | None:
     """``(manifest, files, blobs)`` of a file ``GPUKernelLibrary.export`` wrote in ``format``; None when
-    ``path`` is not such a file. ``text_files``: the files to decode as UTF-8 (kernel sources)."""
+    ``path`` is not such a file. ``text_files``: the files to decode as UTF-8 (kernel sources);
+    ``required_files`` (default ``text_files``) and ``required_options`` (string options) must be there.
+
+    The file is a user's bytes: every structure is checked here (``check_manifest``), once for every GPU
+    backend, before a buffer is allocated or a kernel launched; each problem is one ``ModelLoadError``."""
     if not zipfile.is_zipfile(path):
         return None
+    what = "GPU"  # until the manifest says which format the file is
     try:
         with zipfile.ZipFile(path) as z:
             if "manifest.json" not in z.namelist():
                 return None
             manifest = json.loads(z.read("manifest.json"))
-            if manifest.get("format") != format:
+            if not isinstance(manifest, dict) or manifest.get("format") != format:
                 return None
-            files = {name: z.read(f"files/{name}") for name in manifest.get("files", [])}
-            blobs = {name: z.read(f"blobs/{name}") for name in manifest.get("blobs", [])}
-    except (KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
-        raise ModelLoadError(f"{path}: not an exported {format} module ({exc})") from None
-    if manifest.get("version") != EXPORT_VERSION:
-        raise ModelLoadError(f"{path}: {format} module version {manifest.get('version')} is not supported "
-                             f"(expects version {EXPORT_VERSION})")
-    files = {k: v.decode() if k in text_files else v for k, v in files.items()}
+            what = format
+            if manifest.get("version") != EXPORT_VERSION:
+                raise ModelLoadError(f"{path}: {format} module version {manifest.get('version')!r} is not "
+                                     f"supported (expects version {EXPORT_VERSION})")
+            check_manifest(manifest)
+            files = {name: z.read(f"files/{name}") for name in manifest["files"]}
+            blobs = {name: z.read(f"blobs/{name}") for name in manifest["blobs"]}
+            if manifest.get("digest") != content_digest(manifest, files, blobs):
+                raise ModelLoadError(f"{path}: the {format} module's contents do not match the checksum "
+                                     "written at export (the file was changed or damaged)")
+            files = {k: v.decode() if k in text_files else v for k, v in files.items()}
+    except ModelLoadError:
+        raise
+    except (KeyError, zipfile.BadZipFile, zipfile.LargeZipFile, json.JSONDecodeError, zlib.error, EOFError,
+            OSError, NotImplementedError, RuntimeError, UnicodeDecodeError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ModelLoadError(f"{path}: not a readable exported {what} module ({reason})") from None
+    except _BadManifest as exc:
+        raise ModelLoadError(f"{path}: the {format} module's manifest is corrupt ({exc})") from None
+    for name in text_files if required_files is None else required_files:
+        if name not in files:
+            raise ModelLoadError(f"{path}: the {format} module has no {name} file")
+    for name in required_options:
+        if not isinstance(manifest["options"].get(name), str):
+            raise ModelLoadError(f"{path}: the {format} module's manifest has no {name} option")
     return manifest, files, blobs
+
+
+def content_digest(manifest: dict, files: dict, blobs: dict) -> str:
+    """SHA-256 of everything an export holds (the manifest but its ``digest``, every file and blob), so a
+    launch table, plan or kernel changed after export is refused whole: the checks below catch what is
+    malformed, but a well-formed grid larger than the kernel was written for can only be caught here."""
+    import hashlib
+
+    h = hashlib.sha256(json.dumps({k: v for k, v in manifest.items() if k != "digest"}, sort_keys=True)
+                       .encode())
+    for kind, members in (("files", files), ("blobs", blobs)):
+        for name in sorted(members):
+            data = members[name]
+            h.update(f"\0{kind}/{name}\0{len(data)}\0".encode())
+            h.update(data)
+    return h.hexdigest()
+
+
+class _BadManifest(Exception):
+    """What ``check_manifest`` found wrong, a phrase that ``read_export`` puts after the file's name."""
+
+
+# Launch limits every device we target honours: threads per block (CUDA, Metal, the OpenCL devices we
+# run on) and blocks along one dimension (CUDA's x limit, the largest of the three).
+MAX_BLOCK_THREADS = 1024
+MAX_GRID = 2**31 - 1
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_manifest(manifest: dict) -> None:
+    """Raise ``_BadManifest`` unless ``manifest`` has the structure ``export`` writes: options a dict,
+    ``files`` and ``blobs`` lists of distinct plain names, each function a launch table whose buffer sizes
+    are non-negative integers and whose launches name a kernel with three positive grid and block sizes
+    inside the devices' limits."""
+    def need(ok: bool, what: str):
+        if not ok:
+            raise _BadManifest(what)
+
+    need(isinstance(manifest.get("options"), dict), "options is not a dict")
+    for key in ("files", "blobs"):
+        names = manifest.get(key)
+        need(isinstance(names, list) and all(isinstance(n, str) and n and "/" not in n and "\\" not in n
+                                             and n not in (".", "..") for n in names),
+             f"{key} is not a list of file names")
+        need(len(set(names)) == len(names), f"{key} names a file twice")
+    functions = manifest.get("functions")
+    need(isinstance(functions, list) and all(isinstance(f, dict) for f in functions),
+         "functions is not a list of launch tables")
+    seen = set()
+    for f in functions:
+        name = f.get("name")
+        need(isinstance(name, str) and name not in seen,
+             f"a function has no name or a repeated one ({name!r})")
+        seen.add(name)
+        for key, flags in (("params", ("read", "written")), ("temporaries", ())):
+            bufs = f.get(key)
+            need(isinstance(bufs, list) and all(isinstance(b, dict) for b in bufs),
+                 f"{name}: {key} is not a list")
+            for b in bufs:
+                need(isinstance(b.get("name"), str), f"{name}: a buffer in {key} has no name")
+                need(_is_int(b.get("nbytes")) and 0 <= b["nbytes"] < 2**48,
+                     f"{name}: buffer {b['name']!r} has size {b.get('nbytes')!r}")
+                for flag in flags:
+                    need(isinstance(b.get(flag), bool), f"{name}: buffer {b['name']!r} has no {flag} flag")
+        launches = f.get("launches")
+        need(isinstance(launches, list) and all(isinstance(la, dict) for la in launches),
+             f"{name}: launches is not a list")
+        for la in launches:
+            need(isinstance(la.get("kernel"), str) and la["kernel"].isidentifier(),
+                 f"{name}: a launch names no kernel")
+            for key in ("grid", "block"):
+                dims = la.get(key)
+                need(isinstance(dims, list) and len(dims) == 3 and all(_is_int(d) and 1 <= d <= MAX_GRID
+                                                                        for d in dims),
+                     f"{name}: kernel {la['kernel']} has {key} {dims!r}, not three positive sizes")
+            need(math.prod(la["block"]) <= MAX_BLOCK_THREADS,
+                 f"{name}: kernel {la['kernel']} has {math.prod(la['block'])} threads per block, more than "
+                 f"{MAX_BLOCK_THREADS}")
+            need(all(g * b <= MAX_GRID for g, b in zip(la["grid"], la["block"])),
+                 f"{name}: kernel {la['kernel']} has a grid of more than {MAX_GRID} threads along one axis")
+
+
+def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_bytes: int) -> None:
+    """Every call of ``plan`` names a function of the library, passes one argument per parameter of its
+    launch table, and each argument is at least as large as the table says the kernels touch: an arena
+    location inside the arena, a weight of at least that many bytes. The plan's own locations are checked
+    by the ``Module`` (``_check_plan``); this ties them to what the device kernels read and write."""
+    try:
+        for call in plan["calls"]:
+            name = call["kernel"]
+            if name not in tables:
+                raise ValueError(f"it calls a function {name!r} the kernels do not have")
+            table = tables[name]
+            if len(call["args"]) != len(table["params"]):
+                raise ValueError(f"{name} takes {len(table['params'])} arguments, the plan gives "
+                                 f"{len(call['args'])}")
+            for ref, p in zip(call["args"], table["params"]):
+                if "arena" in ref:
+                    if ref["arena"] + p["nbytes"] > arena_bytes:
+                        raise ValueError(f"{name}'s argument {p['name']} ({p['nbytes']} bytes at "
+                                         f"{ref['arena']}) lies outside the {arena_bytes}-byte arena")
+                elif (have := np.asarray(params[ref["param"]]).nbytes) < p["nbytes"]:
+                    raise ValueError(f"{name} reads {p['nbytes']} bytes of weight {ref['param']!r}, which "
+                                     f"has {have}")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(f"the module's execution plan does not match its kernels ({exc})") from None
 
 
 class _DeviceArena:
@@ -286,6 +421,7 @@ class DeviceModule:
     (one per concurrent run, from a pool); a run copies inputs in and outputs out."""
 
     def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
+        check_plan_against_tables(plan, lib.tables, params, plan["arena_bytes"])
         self.lib = lib
         self.plan = plan
         # Views must start at multiples of the device's alignment: the plan's offsets (multiples of 64)

@@ -66,7 +66,9 @@ class CUDABackend(Backend):
     def open_foreign(self, path: str) -> CUDAKernelLibrary | None:
         """The library of a file ``CUDAKernelLibrary.export`` wrote (a zip: manifest, ``kernels.cu``, cubin,
         PTX, blobs): native with the cubin or PTX where a GPU is, else on the CPU runner."""
-        found = read_export(path, FORMAT, text_files=("kernels.cu", "ptxas.log"))
+        found = read_export(path, FORMAT, text_files=("kernels.cu", "ptxas.log"),
+                            required_files=("kernels.cu", "kernels.cubin", "kernels.ptx"),
+                            required_options=("arch",))
         return None if found is None else CUDAKernelLibrary.from_files(*found)
 
     # -- stages -----------------------------------------------------------------------------------

@@ -60,6 +60,48 @@ def check_cli(argv: list[str]) -> int:
     return rc
 
 
+# Runs in a child process: each argv through the CLI's main; its exit status and stderr as JSON lines.
+_CHILD = r"""
+import contextlib, io, json, sys
+from nnvm.cli import main
+cases = json.loads(sys.argv[1])
+for k, argv in enumerate(cases):
+    print(json.dumps({"start": k}), flush=True)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = main(argv)
+    print(json.dumps({"case": k, "rc": rc, "stderr": err.getvalue()}), flush=True)
+"""
+
+
+def run_in_child(argvs: list[list[str]], timeout: float = 600) -> tuple[list[dict], int | None, str]:
+    """Run each ``nnvm ARGV`` in one child process, for inputs that could kill a process rather than raise
+    (module files reaching ``dlopen`` or a kernel). Returns the finished cases' reports (``rc``,
+    ``stderr``), and, when the child died, the index of the case it died on and its stderr's tail."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(argvs)], capture_output=True, text=True,
+                          timeout=timeout)
+    reports = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    finished = [r for r in reports if "case" in r]
+    died = None
+    if proc.returncode != 0:
+        started = [r["start"] for r in reports if "start" in r]
+        died = started[-1] if started else -1
+    return finished, died, f"status {proc.returncode}: {proc.stderr[-2000:]}"
+
+
+def check_report(report: dict) -> str | None:
+    """What is wrong with one ``run_in_child`` report (the ``check_cli`` oracle), or None."""
+    if report["rc"] not in (0, 1):
+        return f"exit {report['rc']}\n{report['stderr']}"
+    lines = [ln for ln in report["stderr"].splitlines() if ln.strip() and not ln.startswith("nnvm: note")]
+    if report["rc"] == 1 and not (len(lines) == 1 and lines[0].startswith("nnvm: error: ")):
+        return report["stderr"]
+    return None
+
+
 def mutate_bytes(draw, blob: bytes, other: bytes) -> bytes:
     """``blob`` truncated, with bytes flipped or overwritten, spliced with ``other``, or padded."""
     kind = draw(st.sampled_from(["truncate", "flip", "overwrite", "splice", "insert", "append"]))
@@ -219,3 +261,84 @@ def tuning_log_bytes(draw) -> tuple[bytes, bool]:
     if kind == "splice":
         return data + draw(st.binary(max_size=64)), False
     return mutate_bytes(draw, data or b"{}\n", json.dumps(good).encode()), False
+
+
+GPU_TARGETS = ("opencl", "cuda", "metal")
+_HOSTILE = [-1, 0, 1, 7, 2**31, 2**40, -2**63, 1.5, True, None, "", "x", "../x", [], [0], [1, 1], {},
+            {"a": 1}]
+
+
+def gpu_modules(folder: str, models: dict) -> dict:
+    """The tiny model of ``base_models`` exported for each GPU target: target -> path of the zip."""
+    import nnvm
+
+    out = {}
+    for target in GPU_TARGETS:
+        out[target] = os.path.join(folder, f"good-{target}.so")
+        nnvm.compile(models["path"], target=target).export(out[target])
+    return out
+
+
+def _mutate_tree(draw, tree):
+    """``tree`` (parsed JSON) with one node, reached by a random walk, replaced, deleted or scaled."""
+    import copy
+
+    tree = copy.deepcopy(tree)
+    node, depth = tree, draw(st.integers(1, 8))
+    for _ in range(depth):
+        keys = list(node) if isinstance(node, dict) else list(range(len(node))) if isinstance(node, list) \
+            else []
+        if not keys:
+            break
+        key = draw(st.sampled_from(keys))
+        child = node[key]
+        if not isinstance(child, (dict, list)) or not child or draw(st.integers(0, 3)) == 0:
+            action = draw(st.sampled_from(["replace", "delete", "scale"]))
+            if action == "delete":
+                del node[key]
+            elif action == "scale" and isinstance(child, int) and not isinstance(child, bool):
+                node[key] = child * draw(st.sampled_from([2, 64, 4096, -1])) + draw(st.integers(-64, 64))
+            else:
+                node[key] = draw(st.sampled_from(_HOSTILE))
+            return tree
+        node = child
+    return tree
+
+
+def mutate_gpu_module(draw, good: bytes, other: bytes) -> bytes:
+    """A GPU module zip (``GPUKernelLibrary.export``) damaged: its bytes (truncated, flipped, spliced with
+    ``other``), or its manifest (launch tables), execution plan or a member's content changed and the
+    zip rewritten with valid CRCs. A changed plan is also resealed (its content digest recomputed), so
+    the plan checks, not the digest, must refuse it; a resealed launch table or kernel source is code the
+    file's author controls anyway, so only the digest guards those."""
+    import zipfile
+
+    from nnvm.gpu.library import content_digest
+
+    kind = draw(st.sampled_from(["bytes", "manifest", "manifest", "plan", "plan", "member"]))
+    if kind == "bytes":
+        return mutate_bytes(draw, good, other)
+    with zipfile.ZipFile(io.BytesIO(good)) as z:
+        members = {name: z.read(name) for name in z.namelist()}
+    if kind == "manifest":
+        members["manifest.json"] = json.dumps(_mutate_tree(draw, json.loads(members["manifest.json"])))
+    elif kind == "plan":
+        meta = json.loads(members["blobs/graph"])
+        meta["plan"] = _mutate_tree(draw, meta["plan"])
+        members["blobs/graph"] = json.dumps(meta).encode()
+        manifest = json.loads(members["manifest.json"])
+        files = {n: members[f"files/{n}"] for n in manifest["files"]}
+        blobs = {n: members[f"blobs/{n}"] for n in manifest["blobs"]}
+        manifest["digest"] = content_digest(manifest, files, blobs)
+        members["manifest.json"] = json.dumps(manifest)
+    else:
+        name = draw(st.sampled_from(sorted(members)))
+        if draw(st.booleans()):
+            del members[name]
+        else:
+            members[name] = mutate_bytes(draw, members[name] or b"\0", other)
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
