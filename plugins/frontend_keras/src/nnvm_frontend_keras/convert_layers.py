@@ -606,3 +606,15 @@ def conv2d_transpose(ctx: Context, inputs):
     if ctx.attr("use_bias", True):
         y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
     return activation(ctx, y, ctx.attr("activation"))
+
+
+@CONVERTERS.register("Embedding")
+def embedding(ctx: Context, inputs):
+    """Rows of the (input_dim, output_dim) table gathered by the integer ids; float ids are truncated to
+    int32 first, as Keras casts them."""
+    if ctx.attr("mask_zero", False):
+        raise ctx.error("mask_zero=True is not supported (nnvm does not propagate Keras masks)")
+    ids = ctx.last(inputs[0])
+    if not ctx.dtype(ids).startswith("int"):
+        ids = ctx.cast(ids, "int32")
+    return ctx.op("take", [ctx.param(ctx.weight(0, "the embeddings"), "embeddings"), ids], {"axis": 0})

@@ -6,10 +6,11 @@ weights and files) but kept in their own script, so that adding one does not reb
 
 from __future__ import annotations
 
+import os
 import sys
 
 import keras_tool  # beside this script: sets KERAS_BACKEND before keras is imported
-from keras_tool import _seq, keras, layers
+from keras_tool import _seq, keras, layers, np
 
 
 def _channels_first_norms():
@@ -42,7 +43,32 @@ def _recurrent():
     return keras.Model(inp, layers.Concatenate()([c, d, e, layers.Flatten()(b)]))
 
 
+def _embedding():
+    ids = keras.Input((6,), dtype="int32")
+    x = layers.Embedding(10, 4)(ids)  # (6, 4)
+    return keras.Model(ids, layers.Dense(3)(x))
+
+
+def build_ids(outdir: str, name: str, vocab: int) -> None:
+    """``keras_tool.build`` for a model taking token ids: its seeded input is integers in [0, vocab)."""
+    seed = sum(map(ord, name))
+    keras.utils.set_random_seed(seed)
+    rng = np.random.RandomState(seed)
+    model = EXTRA[name]()
+    keras_tool._randomize(model, rng)
+    x = rng.randint(0, vocab, (1,) + tuple(model.inputs[0].shape[1:])).astype(np.int32)
+    out = np.asarray(model.predict(x, verbose=0))
+    prefix = os.path.join(outdir, name)
+    model.save(prefix + ".keras")
+    model.save(prefix + ".h5")
+    np.save(prefix + "-input.npy", x)
+    np.save(prefix + "-output.npy", out)
+
+
+IDS = {"embedding": 10}  # cases taking token ids -> their vocabulary size
+
 EXTRA = {
+    "embedding": _embedding,
     "channels_first_norms": _channels_first_norms,
     "upsampling_prelu": lambda: _seq(layers.UpSampling2D((2, 3)), layers.Conv2D(3, 1),
                                      layers.PReLU(shared_axes=[1, 2])),
@@ -65,4 +91,7 @@ EXTRA = {
 if __name__ == "__main__":
     keras_tool.CASES.update(EXTRA)
     for n in sys.argv[2:]:
-        keras_tool.build(sys.argv[1], n)
+        if n in IDS:
+            build_ids(sys.argv[1], n, IDS[n])
+        else:
+            keras_tool.build(sys.argv[1], n)
