@@ -69,6 +69,9 @@ IDS = {"embedding": 10}  # cases taking token ids -> their vocabulary size
 
 EXTRA = {
     "embedding": _embedding,
+    "conv3d": lambda: _seq(layers.Conv3D(4, (2, 3, 3), strides=(2, 1, 2), padding="same", activation="relu"),
+                           layers.Conv3D(3, (2, 3, 2), dilation_rate=(2, 1, 1)),
+                           layers.Conv3D(2, 2, padding="same", use_bias=False), shape=(8, 6, 6, 2)),
     "channels_first_norms": _channels_first_norms,
     "upsampling_prelu": lambda: _seq(layers.UpSampling2D((2, 3)), layers.Conv2D(3, 1),
                                      layers.PReLU(shared_axes=[1, 2])),
