@@ -49,6 +49,18 @@ def _embedding():
     return keras.Model(ids, layers.Dense(3)(x))
 
 
+def _attention():
+    """Self-attention, then cross-attention of it on another sequence (length 6, width 4) with its own keys
+    and a width that differs from the query's."""
+    inp = keras.Input((4, 6))
+    a = layers.MultiHeadAttention(num_heads=2, key_dim=3)(inp, inp)  # (4, 6)
+    kv = layers.Permute((2, 1))(inp)  # (6, 4)
+    key = layers.Dense(4)(kv)
+    b = layers.MultiHeadAttention(num_heads=3, key_dim=2, use_bias=False)(a, kv, key)
+    c = layers.MultiHeadAttention(num_heads=1, key_dim=4, output_shape=3)(b, kv)  # (4, 3)
+    return keras.Model(inp, layers.Concatenate()([a, b, layers.Dense(6)(c)]))
+
+
 def build_ids(outdir: str, name: str, vocab: int) -> None:
     """``keras_tool.build`` for a model taking token ids: its seeded input is integers in [0, vocab)."""
     seed = sum(map(ord, name))
@@ -69,6 +81,7 @@ IDS = {"embedding": 10}  # cases taking token ids -> their vocabulary size
 
 EXTRA = {
     "embedding": _embedding,
+    "attention": _attention,
     "conv3d": lambda: _seq(layers.Conv3D(4, (2, 3, 3), strides=(2, 1, 2), padding="same", activation="relu"),
                            layers.Conv3D(3, (2, 3, 2), dilation_rate=(2, 1, 1)),
                            layers.Conv3D(2, 2, padding="same", use_bias=False), shape=(8, 6, 6, 2)),
