@@ -307,9 +307,11 @@ def _zip_weights(group, config: dict, path: tuple, model: KerasModel, where: str
         model.weights[(*path, name)] = _group_vars(sub) if sub is not None else []
 
 
-# HDF5 lists a layer's held objects alphabetically; MultiHeadAttention's are put back in the order of its
-# ``weights`` (and of the legacy .h5 file): query, key, value, output.
-_HELD_ORDER = {"query_dense": 1, "key_dense": 2, "value_dense": 3, "output_dense": 4}
+# HDF5 lists a layer's held objects alphabetically; MultiHeadAttention's and Bidirectional's are put
+# back in the order of their ``weights`` (and of the legacy .h5 file): query, key, value, output; forward,
+# backward.
+_HELD_ORDER = {"query_dense": 1, "key_dense": 2, "value_dense": 3, "output_dense": 4, "forward_layer": 5,
+               "backward_layer": 6}
 
 
 def _group_vars(group) -> list:

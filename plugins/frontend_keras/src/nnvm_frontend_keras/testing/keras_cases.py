@@ -61,6 +61,16 @@ def _attention():
     return keras.Model(inp, layers.Concatenate()([a, b, layers.Dense(6)(c)]))
 
 
+def _bidirectional():
+    inp = keras.Input((5, 3))
+    a = layers.Bidirectional(layers.LSTM(4, return_sequences=True))(inp)  # (5, 8)
+    b = layers.Bidirectional(layers.GRU(3), merge_mode="sum")(a)
+    c = layers.Bidirectional(layers.SimpleRNN(2, return_sequences=True), merge_mode="ave",
+                             backward_layer=layers.SimpleRNN(2, return_sequences=True, go_backwards=True,
+                                                             activation="relu"))(inp)
+    return keras.Model(inp, layers.Concatenate()([layers.Flatten()(a), b, layers.Flatten()(c)]))
+
+
 def build_ids(outdir: str, name: str, vocab: int) -> None:
     """``keras_tool.build`` for a model taking token ids: its seeded input is integers in [0, vocab)."""
     seed = sum(map(ord, name))
@@ -81,6 +91,7 @@ IDS = {"embedding": 10}  # cases taking token ids -> their vocabulary size
 
 EXTRA = {
     "embedding": _embedding,
+    "bidirectional": _bidirectional,
     "attention": _attention,
     "conv3d": lambda: _seq(layers.Conv3D(4, (2, 3, 3), strides=(2, 1, 2), padding="same", activation="relu"),
                            layers.Conv3D(3, (2, 3, 2), dilation_rate=(2, 1, 1)),
