@@ -128,6 +128,20 @@ def test_missing_weights_name_the_layer(tmp_path):
         nnvm.load_model(path)
 
 
+@pytest.mark.parametrize("cls,config,words", [
+    ("Embedding", {"input_dim": 5, "output_dim": 2, "mask_zero": True}, "mask_zero=True is not supported"),
+    ("Conv3D", {"filters": 2, "kernel_size": [1, 1, 1], "groups": 2}, "groups=2 is not supported"),
+    ("MultiHeadAttention", {"num_heads": 1, "use_gate": True}, "use_gate=True is not supported"),
+    ("Bidirectional", {"layer": {"class_name": "Dense", "config": {"units": 2}}}, "wraps a 'Dense' layer"),
+])
+def test_unsupported_variants_of_supported_layers_name_the_layer(tmp_path, cls, config, words):
+    """Embedding, Conv3D, MultiHeadAttention and Bidirectional refuse what they cannot do in one sentence
+    naming the layer, instead of a wrong answer."""
+    path = _write_keras(tmp_path / "m.keras", _functional([_layer(cls, "l", "x", **config)], "l"), {})
+    with pytest.raises(nnvm.errors.Error, match=rf"layer l \({cls}\): {words}"):
+        nnvm.load_model(path)
+
+
 @pytest.mark.parametrize("kind", ["garbage.keras", "truncated.keras", "nozip.h5", "noconfig.h5",
                                   "empty.keras"])
 def test_corrupt_file_is_one_sentence_and_exit_1(tmp_path, capsys, kind):

@@ -606,3 +606,58 @@ def conv2d_transpose(ctx: Context, inputs):
     if ctx.attr("use_bias", True):
         y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
     return activation(ctx, y, ctx.attr("activation"))
+
+
+@CONVERTERS.register("Embedding")
+def embedding(ctx: Context, inputs):
+    """Rows of the (input_dim, output_dim) table gathered by the integer ids; float ids are truncated to
+    int32 first, as Keras casts them."""
+    if ctx.attr("mask_zero", False):
+        raise ctx.error("mask_zero=True is not supported (nnvm does not propagate Keras masks)")
+    ids = ctx.last(inputs[0])
+    if not ctx.dtype(ids).startswith("int"):
+        ids = ctx.cast(ids, "int32")
+    return ctx.op("take", [ctx.param(ctx.weight(0, "the embeddings"), "embeddings"), ids], {"axis": 0})
+
+
+@CONVERTERS.register("Conv3D")
+def conv3d(ctx: Context, inputs):
+    """nnvm has no 3-D convolution: the kd depth taps of each output depth are stacked into channels
+    ((N, C, D, H, W) -> (N * D_out, kd * C, H, W), one strided depth slice per tap) and one conv2d with
+    the kernel reshaped to (out, kd * in, kh, kw) convolves height and width."""
+    _check_channels_last(ctx)
+    if ctx.attr("groups", 1) != 1:
+        raise ctx.error(f"groups={ctx.attr('groups')} is not supported (only 1)")
+    x = ctx.first(inputs[0])
+    if ctx.rank(x) != 5:
+        raise ctx.error(f"takes a rank-5 input (N, D, H, W, C), got rank {ctx.rank(x)}")
+    n, c, depth = ctx.shape(x)[:3]
+    kernel = ctx.weight(0, "the kernel")  # (kd, kh, kw, in, out)
+    if kernel.ndim != 5 or kernel.shape[3] != c:
+        raise ctx.error(f"kernel of shape {kernel.shape} does not fit {c} input channels")
+    kd, kh, kw, _, out = kernel.shape
+    strides, dilation = _pair(ctx.attr("strides", 1), 3), _pair(ctx.attr("dilation_rate", 1), 3)
+    padding = ctx.attr("padding", "valid")
+    if padding == "same":
+        begins, ends = same_pads(ctx.shape(x)[2:], kernel.shape[:3], strides, dilation)
+        if begins[0] or ends[0]:
+            x = ctx.op("pad", [x], {"pad_width": (0, 0, 0, 0, begins[0], ends[0], 0, 0, 0, 0)})
+            depth += begins[0] + ends[0]
+    elif padding != "valid":
+        raise ctx.error(f"padding {padding!r} is not supported")
+    (sd, *s_hw), (dd, *d_hw) = strides, dilation
+    d_out = (depth - (kd - 1) * dd - 1) // sd + 1
+    if d_out < 1:
+        raise ctx.error(f"the kernel depth {kd} (dilation {dd}) is larger than the input depth {depth}")
+    taps = [ctx.op("strided_slice", [x], {"begin": (j * dd,), "end": (j * dd + (d_out - 1) * sd + 1,),
+                                          "strides": (sd,), "axes": (2,)}) for j in range(kd)]
+    stacked = taps[0] if kd == 1 else ctx.op("concatenate", taps, {"axis": 1})  # (N, kd * C, D_out, H, W)
+    h, w = ctx.shape(stacked)[3:]
+    x4 = ctx.reshape(ctx.transpose(stacked, (0, 2, 1, 3, 4)), (n * d_out, kd * c, h, w))
+    w4 = np.ascontiguousarray(kernel.transpose(4, 0, 3, 1, 2).reshape(out, kd * c, kh, kw))
+    y = _conv(ctx, x4, w4, s_hw, d_hw, padding, 1)  # (N * D_out, out, H', W')
+    y = ctx.reshape(y, (n, d_out, out, *ctx.shape(y)[2:]))
+    y = ctx.mark_first(ctx.transpose(y, (0, 2, 1, 3, 4)))
+    if ctx.attr("use_bias", True):
+        y = _add_bias(ctx, y, ctx.weight(1, "the bias"))
+    return activation(ctx, y, ctx.attr("activation"))

@@ -81,3 +81,45 @@ def gru(ctx: Context, inputs):
     else:
         in_bias, rec_bias = _bias(ctx, 2, 3 * units), np.zeros(3 * units, np.float32)
     return _run(ctx, inputs[0], "GRU", kernel, rec, in_bias, rec_bias, [rec_act, act], reset_after)
+
+
+_MERGES = {"sum": "add", "mul": "multiply", "ave": "add"}
+
+
+@CONVERTERS.register("Bidirectional")
+def bidirectional(ctx: Context, inputs):
+    """The wrapped layer forward and backward (its own ``backward_layer`` config when the file has one,
+    else the forward's with ``go_backwards`` flipped), each with half the weights; the backward sequence is
+    flipped back to time order before the two are merged as ``merge_mode`` says."""
+    name, op_type, attrs, weights = ctx.name, ctx.op_type, ctx.attrs, ctx.weights
+    forward = attrs.get("layer") or {}
+    backward = attrs.get("backward_layer")
+    if not isinstance(backward, dict):
+        cfg = dict(forward.get("config") or {})
+        cfg["go_backwards"] = not cfg.get("go_backwards", False)
+        backward = {"class_name": forward.get("class_name"), "config": cfg}
+    merge = attrs.get("merge_mode", "concat")
+    if merge not in ("concat", "sum", "mul", "ave"):
+        raise ctx.error(f"merge_mode {merge!r} is not supported")
+    outs = []
+    half = len(weights) // 2
+    for part, sub, ws in (("forward", forward, weights[:half]), ("backward", backward, weights[half:])):
+        cls = sub.get("class_name")
+        if cls not in ("SimpleRNN", "LSTM", "GRU"):
+            raise ctx.error(f"wraps a {cls!r} layer (only SimpleRNN, LSTM and GRU)")
+        ctx.begin(f"{name}/{part}", cls, sub.get("config") or {})
+        ctx.weights = ws
+        try:
+            outs.append(CONVERTERS.lookup(cls)(ctx, inputs))
+        finally:
+            ctx.begin(name, op_type, attrs)
+            ctx.weights = weights
+    fwd, bwd = outs
+    if forward.get("config", {}).get("return_sequences", False):
+        t = ctx.shape(bwd)[1]
+        bwd = ctx.op("take", [bwd, ctx.param(np.arange(t - 1, -1, -1, dtype=np.int32), "reversed")],
+                     {"axis": 1})
+    if merge == "concat":
+        return ctx.op("concatenate", [fwd, bwd], {"axis": ctx.rank(fwd) - 1})
+    y = ctx.op(_MERGES[merge], [fwd, bwd])
+    return ctx.op("multiply", [y, ctx.scalar(0.5, y)]) if merge == "ave" else y

@@ -20,7 +20,12 @@ from nnvm.frontend import bind_input, call_converter, check_shape_keys, check_su
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
 from nnvm.tir.expr import ALL_DTYPES
-from nnvm_frontend_keras import convert_layers, convert_ops, convert_rnn  # noqa: F401  (fill CONVERTERS)
+from nnvm_frontend_keras import (  # noqa: F401  (fill CONVERTERS)
+    convert_attention,
+    convert_layers,
+    convert_ops,
+    convert_rnn,
+)
 from nnvm_frontend_keras.context import CONVERTERS, Context, op_key
 from nnvm_frontend_keras.reader import KerasModel, is_model_config, is_ops_node, layer_name, read_model
 

@@ -307,13 +307,20 @@ def _zip_weights(group, config: dict, path: tuple, model: KerasModel, where: str
         model.weights[(*path, name)] = _group_vars(sub) if sub is not None else []
 
 
+# HDF5 lists a layer's held objects alphabetically; MultiHeadAttention's and Bidirectional's are put
+# back in the order of their ``weights`` (and of the legacy .h5 file): query, key, value, output; forward,
+# backward.
+_HELD_ORDER = {"query_dense": 1, "key_dense": 2, "value_dense": 3, "output_dense": 4, "forward_layer": 5,
+               "backward_layer": 6}
+
+
 def _group_vars(group) -> list:
     """A layer's variables: its own ``vars/<i>``, then those of the objects it holds (an RNN's ``cell``)."""
     arrays = []
     if "vars" in group:
         vars_ = group["vars"]
         arrays = [np.asarray(vars_[str(i)]) for i in range(len(vars_))]
-    for key in group:
+    for key in sorted(group, key=lambda k: _HELD_ORDER.get(k, 0)):
         if key != "vars" and hasattr(group[key], "keys"):
             arrays.extend(_group_vars(group[key]))
     return arrays

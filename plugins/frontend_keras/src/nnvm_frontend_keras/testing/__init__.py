@@ -23,7 +23,8 @@ TOOL = Path(__file__).with_name("keras_tool.py")
 CASES_SCRIPT = Path(__file__).with_name("keras_cases.py")
 # Built by keras_cases.py (a change there rebuilds only these); every other name by keras_tool.py.
 EXTRA_CASES = ["channels_first_norms", "upsampling_prelu", "repeat_permute", "conv1d", "group_norm", "dot",
-               "conv_transpose", "recurrent"]
+               "conv_transpose", "recurrent", "embedding",
+               "conv3d", "attention", "bidirectional"]
 VENV_NAME = "keras-3"
 REQUIREMENTS = ["keras==3.15.*", "jax[cpu]", "h5py"]
 
