@@ -162,7 +162,11 @@ def _divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, min(n, cap) + 1) if n % d == 0)
 
 
-CONV2D = {"tile_x": 8, "tile_y": 8, "tile_z": 0, "per_thread": 0, "chunk": 8, "unroll": False}
+CONV2D = {"tile_x": 8, "tile_y": 8, "tile_z": 0, "per_thread": 0, "chunk": 0, "unroll": False}
+# ``chunk`` 0: input channels per round such that each thread copies about this many values (input and
+# weights) into shared memory per round, at most 8 channels: more gives ptxas more loads in flight than
+# 64 registers hold (stride 2 triples the input tile), less gives more barriers per output
+COPY_PER_THREAD = 8
 DEPTHWISE = {"per_thread": 4, "threads": THREADS}
 
 
@@ -205,7 +209,8 @@ def schedule_conv2d(out, config: dict | None = None):
         stage.bind(iv, tag)
     local.compute_at(stage, xi)
     rc, ry, rx = local.op.reduce_axis
-    rco, rci = local.split(rc, factor=min(config["chunk"], rc_ext))
+    chunk = config["chunk"] or _auto_chunk(conv.op.attrs, tx, ty, tz * oi, tx * ty * tz)
+    rco, rci = local.split(rc, factor=_divisor_at_most(rc_ext, chunk))
     local.reorder(rco, rci, ry, rx, *local.op.axis)
     if config["unroll"]:
         local.unroll(rx)
@@ -215,6 +220,14 @@ def schedule_conv2d(out, config: dict | None = None):
         sch[shared].compute_at(local, rco)
         _cooperative(sch[shared], threads)
     return sch
+
+
+def _auto_chunk(attrs: dict, tx: int, ty: int, outs: int, threads: int) -> int:
+    """Input channels per round of the tiled convolution for ``COPY_PER_THREAD`` (``chunk`` 0)."""
+    kh, kw = attrs["kernel_shape"][2:]
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    per_channel = ((ty - 1) * sh + (kh - 1) * dh + 1) * ((tx - 1) * sw + (kw - 1) * dw + 1) + outs * kh * kw
+    return max(1, min(8, COPY_PER_THREAD * threads // per_channel))
 
 
 def _schedule_depthwise(sch, conv, out, config: dict):
@@ -278,7 +291,7 @@ def schedule_dense(out, config: dict | None = None):
 
 SPACES = {
     "conv2d": {"tile_x": [4, 8, 16], "tile_y": [4, 8], "tile_z": [0, 1, 2, 4], "per_thread": [0, 1, 2, 4],
-               "chunk": [4, 8, 16], "unroll": [False, True]},
+               "chunk": [0, 4, 8, 16], "unroll": [False, True]},
     "depthwise_conv2d": {"per_thread": [1, 2, 4, 8], "threads": [32, 64, 128, 256]},
     "dense": {"tile_y": [1, 2, 4, 8, 16], "threads": [32, 64, 128, 256], "chunk": [8, 16, 32, 64],
               "unroll": [False, True]},

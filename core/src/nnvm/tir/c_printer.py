@@ -6,6 +6,7 @@ stores, arithmetic, constants, unique names) lives here; a language is a subclas
 differs, each one class attribute or small method below the ``language`` marker:
 
 - spelling: ``kernel_prefix``, ``global_qualifier``, ``shared_qualifier``, ``restrict``, ``index_type``,
+  ``index32_type`` (32-bit indices where ``fits_int32`` proves them safe),
   ``scalar_types`` (type names), ``reserved`` and ``reserved_prefixes`` (names a value may not take),
   ``math_names`` (intrinsic -> function), ``inf_literal``/``nan_literal``;
 - kernels: ``param`` (one parameter declaration), ``extra_params`` (thread indices passed as parameters,
@@ -27,6 +28,7 @@ import math
 from nnvm.errors import Error
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.visit import walk
 
 # Integer division rounding toward minus infinity, for any integer type; C's ``/`` truncates.
 FLOOR_MACROS = """\
@@ -66,6 +68,9 @@ class CPrinter:
     shared_qualifier = ""
     restrict = ""
     index_type = "long"  # loop and thread index variables (64-bit: indices of large tensors)
+    # the same in 32 bits, used for a kernel where ``fits_int32`` holds (None: always ``index_type``): a
+    # GPU spends one register per 32 bits of every live index and emulates 64-bit division
+    index32_type: str | None = None
     scalar_types = C_SCALAR_TYPES
     reserved = C_RESERVED
     reserved_prefixes: tuple = ()  # whole families of builtins (OpenCL's ``vload*``, ``convert_*``)
@@ -180,6 +185,7 @@ class CPrinter:
         self._used: set = set()
         self._ranges: dict = {}  # loop variable -> (lo, hi), so provably non-negative divisions print as /
         self._kernel = ""  # the kernel being printed, named by every error
+        self._index = self.index_type  # the index type of the kernel being printed
 
     def name_of(self, obj) -> str:
         """A C identifier for a Var or Buffer, unique within the kernel."""
@@ -204,6 +210,7 @@ class CPrinter:
     def kernel(self, func: S.PrimFunc) -> str:
         """One kernel: signature, then the body with thread loops as index declarations."""
         self._names, self._used, self._ranges, self._kernel = {}, set(), {}, func.name
+        self._index = self.index32_type if self.index32_type and fits_int32(func) else self.index_type
         params = [self.param(b, self.name_of(b)) for b in func.params] + self.extra_params(func)
         lines = [f"{self.kernel_prefix} {func.name}({', '.join(params)}) {{"]
         self.stmt(func.body, 1, lines)
@@ -223,13 +230,13 @@ class CPrinter:
             if isinstance(s.min, E.Const) and isinstance(s.extent, E.Const):
                 self._ranges[s.var] = (int(s.min.value), int(s.min.value) + int(s.extent.value) - 1)
             if s.kind == S.ForKind.THREAD_BINDING:
-                idx = self.index_type
+                idx = self._index
                 out.append(f"{pad}const {idx} {var} = ({idx}){self.thread_index(s.thread_tag)};")
                 self.stmt(s.body, ind, out)
                 return
             lo, ext = self.expr(s.min), self.expr(s.extent)
-            end = ext if lo == "0L" else f"{lo} + {ext}"
-            out.append(f"{pad}for ({self.index_type} {var} = {lo}; {var} < {end}; ++{var}) {{")
+            end = ext if lo in ("0", "0L") else f"{lo} + {ext}"
+            out.append(f"{pad}for ({self._index} {var} = {lo}; {var} < {end}; ++{var}) {{")
             self.stmt(s.body, ind + 1, out)
             out.append(f"{pad}}}")
         elif isinstance(s, S.Store):
@@ -306,6 +313,8 @@ class CPrinter:
                 return text if text in (self.nan_literal, self.inf_literal) or text[0] == "(" else text + "f"
             return text if base == "float64" else f"(({self.type_name(base)}){text}f)"
         v = int(c.value)
+        if base == "int64" and self._index == self.index32_type and INT32[0] < v <= INT32[1]:
+            return str(v)  # an int: C promotes it where the other operand is 64-bit (see fits_int32)
         if base == "int64":
             return f"({v + 1}L - 1L)" if v == -(2 ** 63) else f"{v}L"
         if base == "uint64":
@@ -383,6 +392,88 @@ class CPrinter:
 
         simp = Simplifier(self._ranges)
         return simp.bound(a)[0] >= 0 and simp.bound(b)[0] > 0
+
+
+INT32 = (-(2 ** 31), 2 ** 31 - 1)
+
+
+class _Wide(Exception):
+    """An index term of the kernel is not provably within 32 bits."""
+
+
+def fits_int32(func: S.PrimFunc) -> bool:
+    """Whether ``func`` computes the same with its loop and thread variables and its int64 constants printed
+    as 32-bit ``int``. Then C computes every *pure* int64 term (made of those only) in ``int``, and every
+    term with a 64-bit leaf (a load or cast to int64, a let variable, a constant beyond 32 bits) in
+    ``long long``, by its usual promotions; so it holds when each buffer has fewer than 2^31 elements,
+    each loop has constant bounds within int32 and interval arithmetic over the loops' ranges puts every
+    pure term, intermediate results included, within int32. A kernel this cannot prove keeps 64 bits."""
+    sizes = [math.prod(int(E.convert(d).value) if isinstance(E.convert(d), E.Const) else 2 ** 31
+                       for d in b.shape) for b in func.params]
+    ranges: dict = {}  # id(loop variable) -> (lo, hi) over every loop of that variable
+    memo: dict = {}
+
+    def collect(n):
+        if isinstance(n, S.Allocate):
+            sizes.append(math.prod(int(d.value) if isinstance(d, E.Const) else 2 ** 31
+                                   for d in map(E.convert, n.buffer.shape)))
+        elif isinstance(n, S.For):
+            if not (isinstance(n.min, E.Const) and isinstance(n.extent, E.Const)):
+                raise _Wide
+            lo, hi = int(n.min.value), int(n.min.value) + int(n.extent.value)  # hi: the loop's end test
+            old = ranges.get(id(n.var), (lo, hi))
+            ranges[id(n.var)] = (min(lo, old[0]), max(hi, old[1]))
+
+    def interval(e):
+        """(lo, hi) of a pure int64 term; None for a term with a 64-bit leaf; ``_Wide`` beyond int32."""
+        key = id(e)
+        if key not in memo:
+            memo[key] = r = _pure(e)
+            if r is not None and not (INT32[0] < r[0] and r[1] <= INT32[1]):
+                raise _Wide
+        return memo[key]
+
+    def _pure(e):
+        if isinstance(e, E.Const):
+            v = int(e.value)
+            return (v, v) if INT32[0] < v <= INT32[1] else None
+        if isinstance(e, E.Var):
+            return ranges.get(id(e))  # a let variable is declared ``long long``
+        if isinstance(e, (E.Select, E.Call)) and (isinstance(e, E.Select) or e.name == "if_then_else"):
+            t, f = (interval(x) for x in ((e.true_value, e.false_value) if isinstance(e, E.Select)
+                                          else e.args[1:]))
+            return None if t is None or f is None else (min(t[0], f[0]), max(t[1], f[1]))
+        if isinstance(e, E.BinOp):
+            a, b = interval(e.a), interval(e.b)
+            if a is None or b is None:
+                return None
+            if e.op in ("min", "max"):
+                fn = min if e.op == "min" else max
+                return (fn(a[0], b[0]), fn(a[1], b[1]))
+            if e.op in ("add", "sub", "mul"):
+                cands = [x + y if e.op == "add" else x - y if e.op == "sub" else x * y for x in a for y in b]
+                return (min(cands), max(cands))
+            if e.op in ("floordiv", "floormod", "div", "fmod") and (b[0] > 0 or b[1] < 0):
+                m = max(map(abs, a)) + max(map(abs, b))  # NNVM_FLOORMOD's a - (a / b) * b included
+                return (-m, m)
+            raise _Wide
+        if isinstance(e, E.Cast) or isinstance(e, E.Load) or E.split_lanes(e.dtype)[1] > 1:
+            return None  # 64-bit in C: ``(long long)``, a ``long long`` element, vectors of them
+        raise _Wide  # no proof for other int64 terms
+
+    def check(n):
+        if isinstance(n, E.Expr) and n.dtype == "int64":
+            interval(n)
+
+    try:
+        walk(func.body, collect)
+        if max(sizes, default=0) > INT32[1] or any(not (INT32[0] < lo and hi <= INT32[1])
+                                                   for lo, hi in ranges.values()):
+            return False
+        walk(func.body, check)
+    except _Wide:
+        return False
+    return True
 
 
 def _is_one(e) -> bool:

@@ -6,8 +6,8 @@ A ``build`` call runs these stages (``CUDABackend.stages``) over all its functio
    buffers at block level, barriers; one launch per root loop nest;
 2. ``vectorize``: ``nnvm.tir.vectorize``: vectorized loops -> ``float4`` loads, stores, arithmetic;
 3. ``print``: ``printer.CUDAPrinter`` writes one CUDA source for all kernels;
-4. ``compile``: NVRTC builds a cubin for ``-arch`` (and PTX), ptxas's report checked against the
-   architecture's limits (``compiler.py``).
+4. ``compile``: NVRTC builds a cubin for ``-arch`` (and PTX), registers capped for 50% occupancy where
+   that spills nothing, ptxas's report checked against the architecture's limits (``compiler.py``).
 
 Target options: ``cuda -arch=sm_XY`` (default: the installed GPU's architecture, else ``sm_80``).
 """
@@ -87,8 +87,9 @@ class CUDABackend(Backend):
         return state
 
     def _compile(self, state: dict) -> dict:
+        threads = kernel_threads(state["source"])
+        state["source"], compiled = compiler.compile_capped(state["source"], state["arch"], threads)
         source = state["source"]
-        compiled = compiler.compile_cuda(source, state["arch"], threads=kernel_threads(source))
         tables = [launch_table(p) for p in state["programs"]]
         state["library"] = CUDAKernelLibrary(tables, compiled, source)
         return state

@@ -33,6 +33,7 @@ class CUDAPrinter(CPrinter):
     global_qualifier = ""
     shared_qualifier = "__shared__"
     restrict = "__restrict__"
+    index32_type = "int"
     reserved = CPrinter.reserved | CUDA_RESERVED
     reserved_prefixes = ("nnvm_", "__")
     inf_literal = "__int_as_float(0x7f800000)"
@@ -142,6 +143,7 @@ class CUDAPrinter(CPrinter):
         return f"{name}({buf} + {base}, {value})"
 
 def kernel_threads(source: str) -> dict:
-    """Kernel name -> threads per block, read back from the ``__launch_bounds__`` the printer wrote."""
+    """Kernel name -> threads per block, read back from the ``__launch_bounds__`` the printer wrote (or
+    ``compiler.with_min_blocks`` rewrote, with blocks per SM)."""
     return {m.group(2): int(m.group(1)) for m in re.finditer(
-        r"__global__\s+void\s+__launch_bounds__\((\d+)\)\s+(\w+)\s*\(", source)}
+        r"__global__\s+void\s+__launch_bounds__\((\d+)(?:,\s*\d+)?\)\s+(\w+)\s*\(", source)}
