@@ -112,6 +112,41 @@ def test_provably_non_negative_divisions_print_as_c_division():
     assert "((i + 3L) / 4L)" in src and "((i + 3L) % 4L)" in src and "NNVM_FLOOR" not in src
 
 
+class Toy32Printer(ToyPrinter):
+    index32_type = "int"  # 32-bit indices where fits_int32 proves them safe (CUDA's choice)
+
+
+_I = E.Var("i")
+
+
+def _loop_store(extent: int, params: tuple, index, value) -> S.PrimFunc:
+    """``for i in range(extent): params[0][index] = value``."""
+    body = S.For(_I, E.const(0), E.const(extent), S.ForKind.SERIAL, S.Store(params[0], index, value))
+    return S.PrimFunc("k", params, body)
+
+
+def test_32_bit_indices_where_every_index_term_provably_fits():
+    src = Toy32Printer().kernel(_shared_copy_kernel())
+    assert "const int threadIdx_x = (int)threadIdx.x;" in src and "const int blockIdx_x" in src
+    assert "long" not in src and not any(c.isdigit() and n == "L" for c, n in zip(src, src[1:]))
+    assert "long" in ToyPrinter().kernel(_shared_copy_kernel())  # a language without index32_type: 64-bit
+    small, wide = S.Buffer("O", (E.const(16),), "float32"), S.Buffer("A", (E.const(2 ** 31),), "float32")
+    # a buffer of 2^31 elements keeps 64-bit indices, though this loop touches only 16 of them
+    src = Toy32Printer().kernel(_loop_store(16, (small, wide), _I, E.Load(wide, _I, "float32")))
+    assert "for (long i = 0L; i < 16L; ++i)" in src and "A[i]" in src
+    # small buffers, but a term beyond 32 bits: i * 2^20 reaches 2^40 before the modulo
+    one = E.const(1.0, "float32")
+    src = Toy32Printer().kernel(_loop_store(2 ** 20, (small,), (_I * (2 ** 20)) % 16, one))
+    assert "for (long i = 0L;" in src and "1048576L" in src
+    # int64 data stays 64-bit: a load of it and a constant beyond 32 bits are long long in C, the index
+    # terms beside them int
+    x64, o64 = S.Buffer("X", (E.const(16),), "int64"), S.Buffer("Y", (E.const(16),), "int64")
+    value = E.Load(x64, _I, "int64") * E.const(3 * 10 ** 9, "int64") + (_I * 4 + 1)
+    src = Toy32Printer().kernel(_loop_store(16, (o64, x64), _I, value))
+    assert "for (int i = 0; i < 16; ++i)" in src
+    assert "Y[i] = ((X[i] * 3000000000L) + ((i * 4) + 1));" in src
+
+
 def test_names_of_builtins_and_keywords_are_renamed():
     x = S.Buffer("cos", (E.const(2),), "float32")
     y = S.Buffer("int", (E.const(2),), "float32")
