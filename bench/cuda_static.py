@@ -5,7 +5,8 @@
 Each model (the seeded ONNX builds of ``nnvm_frontend_onnx.testing.models``) is compiled for
 ``cuda -arch=...``; NVRTC's ``-Xptxas=-v`` report gives per kernel its registers, static shared memory
 and spill stores/loads, and ``nnvm_backend_cuda.compiler.occupancy`` the theoretical occupancy
-(resident warps over the SM's maximum, limited by registers, shared memory, warps and blocks). The
+(resident warps over the SM's maximum, limited by registers, shared memory, warps and blocks); ``cap``
+is the blocks per SM of ``__launch_bounds__`` where the compile capped a kernel's registers. The
 goals: no spills anywhere, occupancy of at least 50% for every kernel. The exit status is 1 when a
 kernel spills or falls below 50%.
 """
@@ -34,18 +35,19 @@ def main(argv=None) -> int:
     p.add_argument("--markdown", action="store_true", help="a markdown table (for bench/RESULTS.md)")
     args = p.parse_args(argv)
     rows = [r for m in args.models.split(",") for a in args.archs.split(",") for r in report(m, a)]
-    cols = ("model", "arch", "kernel", "threads", "registers", "shared_bytes", "spill_stores", "spill_loads",
-            "occupancy")
+    cols = ("model", "arch", "kernel", "threads", "min_blocks", "registers", "shared_bytes", "spill_stores",
+            "spill_loads", "occupancy")
     if args.markdown:
         print("| " + " | ".join(cols) + " |")
         print("|" + "---|" * len(cols))
         for r in rows:
             print("| " + " | ".join(str(r[c]) for c in cols) + " |")
     else:
-        print(f"{'model':14}{'arch':7}{'kernel':44}{'thr':>5}{'regs':>6}{'smem':>7}{'spill st/ld':>13}"
-              f"{'occ':>7}")
+        print(f"{'model':14}{'arch':7}{'kernel':44}{'thr':>5}{'cap':>5}{'regs':>6}{'smem':>7}"
+              f"{'spill st/ld':>13}{'occ':>7}")
         for r in rows:
-            print(f"{r['model']:14}{r['arch']:7}{r['kernel'][:43]:44}{r['threads']:>5}{r['registers']:>6}"
+            print(f"{r['model']:14}{r['arch']:7}{r['kernel'][:43]:44}{r['threads']:>5}"
+                  f"{r['min_blocks'] or '':>5}{r['registers']:>6}"
                   f"{r['shared_bytes']:>7}{r['spill_stores']:>7}/{r['spill_loads']:<5}{r['occupancy']:>7.0%}")
     spills = [r for r in rows if r["spill_stores"] or r["spill_loads"]]
     low = [r for r in rows if r["occupancy"] < GOAL_OCCUPANCY]

@@ -17,12 +17,12 @@ from nnvm_backend_cuda.compiler import (
     compile_capped,
     compile_cuda,
     kernel_names,
+    launch_bounds,
     min_blocks,
     occupancy,
     parse_ptxas_log,
     with_min_blocks,
 )
-from nnvm_backend_cuda.printer import kernel_threads
 from nnvm_backend_cuda.testing import BLOCK_SUM, REVERSE, SAXPY
 from nnvm_frontend_onnx.testing.shape_models import _model, depthwise_net
 
@@ -84,9 +84,14 @@ def test_blocks_per_sm_for_half_occupancy():
 def test_launch_bounds_with_blocks_per_sm_are_read_back():
     src = with_min_blocks(REVERSE + SAXPY, {"reverse": 16})
     assert "__launch_bounds__(64, 16) reverse(" in src and "__launch_bounds__(64) saxpy(" in src
-    assert kernel_threads(src) == {"reverse": 64, "saxpy": 64} and kernel_names(src) == ["reverse", "saxpy"]
+    assert launch_bounds(src) == {"reverse": (64, 16), "saxpy": (64, 0)}
+    assert kernel_names(src) == ["reverse", "saxpy"]
     assert with_min_blocks(src, {}) == REVERSE + SAXPY
     assert compile_cuda(src, "sm_80").usage["reverse"].barriers == 1
+
+
+def _threads(source: str) -> dict:
+    return {k: t for k, (t, _) in launch_bounds(source).items()}
 
 
 def _fake_ptxas(plain: dict, capped: dict):
@@ -111,7 +116,7 @@ def test_registers_are_capped_only_below_the_goal_and_only_without_spills(monkey
     fake, seen = _fake_ptxas(plain={"wide": (128, 0), "tight": (96, 0), "fine": (32, 0), "spilly": (40, 8)},
                              capped={"wide": (64, 0), "tight": (64, 16), "fine": (64, 0), "spilly": (64, 0)})
     monkeypatch.setattr(compiler, "compile_cuda", fake)
-    out, compiled = compile_capped(src, "sm_80", kernel_threads(src))
+    out, compiled = compile_capped(src, "sm_80", _threads(src))
     # wide: 25% -> capped at 50%; tight spills under the cap: left alone; fine: 100%, never capped (a cap
     # would let ptxas take 64 registers); spilly: ptxas's own choice spilled, the cap does not
     for bounds in ("(128, 8) wide(", "(128) tight(", "(128) fine(", "(128, 8) spilly("):
@@ -122,7 +127,7 @@ def test_registers_are_capped_only_below_the_goal_and_only_without_spills(monkey
     # nothing to cap: one compile, the source as printed
     fake, seen = _fake_ptxas(plain={n: (32, 0) for n in names}, capped={})
     monkeypatch.setattr(compiler, "compile_cuda", fake)
-    assert compile_capped(src, "sm_80", kernel_threads(src))[0] == src and len(seen) == 1
+    assert compile_capped(src, "sm_80", _threads(src))[0] == src and len(seen) == 1
 
 
 def _strided_conv_and_dense():

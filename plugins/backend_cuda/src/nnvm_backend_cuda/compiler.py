@@ -163,12 +163,18 @@ def min_blocks(threads: int, arch: str, goal: float = GOAL_OCCUPANCY) -> int:
     return max(1, min(-(-math.ceil(max_warps * goal) // warps), max_blocks, max_warps // warps))
 
 
+def launch_bounds(source: str) -> dict:
+    """Kernel name -> (threads per block, blocks per SM or 0), read back from the ``__launch_bounds__`` the
+    printer wrote (threads only) or ``with_min_blocks`` rewrote."""
+    return {m.group(3): (int(m.group(1)), int(m.group(2) or 0)) for m in _BOUNDS.finditer(source)}
+
+
 def with_min_blocks(source: str, blocks: dict) -> str:
     """``source`` with ``__launch_bounds__(threads, n)`` for each kernel named in ``blocks`` (name -> n)
     and ``__launch_bounds__(threads)`` for the others."""
     def bounds(m):
         n = blocks.get(m.group(3))
-        return f"__launch_bounds__({m.group(1)}{f', {n}' if n else ''}){m.group(2)}{m.group(3)}("
+        return f"__launch_bounds__({m.group(1)}{f', {n}' if n else ''}){m.group(4)}"
     return _BOUNDS.sub(bounds, source)
 
 
@@ -253,7 +259,7 @@ def _nvrtc(source: str, arch: str, name: str) -> CompiledCUDA:
 
 _ERROR = re.compile(r"\((\d+)\): (?:catastrophic )?error: (.*)")
 KERNEL = re.compile(r"__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(")
-_BOUNDS = re.compile(r"__launch_bounds__\((\d+)(?:,\s*\d+)?\)(\s+)(\w+)\(")
+_BOUNDS = re.compile(r"__launch_bounds__\((\d+)(?:,\s*(\d+))?\)(?=\s+(\w+)\s*\()(\s+)")
 
 
 def kernel_names(source: str) -> list[str]:

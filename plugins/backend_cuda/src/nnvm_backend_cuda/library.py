@@ -20,7 +20,7 @@ import numpy as np
 from nnvm.gpu.host import HostMemory, argv, say_once
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_cuda import native
-from nnvm_backend_cuda.compiler import CompiledCUDA, occupancy, parse_ptxas_log
+from nnvm_backend_cuda.compiler import CompiledCUDA, launch_bounds, occupancy, parse_ptxas_log
 
 FORMAT = "nnvm-cuda"
 CPU_NOTE = ("no NVIDIA GPU here: running the CUDA kernels on the CPU (the same source compiled as host "
@@ -128,15 +128,18 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     # -- what ptxas said ----------------------------------------------------------------------------
     def usage(self) -> dict:
-        """Per kernel: threads per block, registers, shared memory, spills (ptxas's report) and the
-        theoretical occupancy on the architecture it was compiled for."""
+        """Per kernel: threads per block, the blocks per SM its registers were capped for (0: no cap),
+        registers, shared memory, spills (ptxas's report) and the theoretical occupancy on the
+        architecture it was compiled for."""
+        caps = launch_bounds(self.source_text())
         out = {}
         for table in self.tables.values():
             for launch in table["launches"]:
                 u = self.compiled.usage.get(launch["kernel"])
                 if u is not None:
                     threads = int(np.prod(launch["block"]))
-                    out[launch["kernel"]] = {"threads": threads, **u.as_dict(),
+                    cap = caps.get(launch["kernel"], (0, 0))[1]
+                    out[launch["kernel"]] = {"threads": threads, "min_blocks": cap, **u.as_dict(),
                                              "occupancy": round(occupancy(u, threads, self.compiled.arch), 3)}
         return out
 

@@ -26,7 +26,7 @@ from nnvm.tir.gpu import lower_for_gpu
 from nnvm.tir.vectorize import C_FAMILY, vectorize_loops
 from nnvm_backend_cuda import compiler, native
 from nnvm_backend_cuda.library import FORMAT, CUDAKernelLibrary
-from nnvm_backend_cuda.printer import CUDAPrinter, kernel_threads
+from nnvm_backend_cuda.printer import CUDAPrinter
 
 # CUDA's vector structs have 2 to 4 lanes (``.x`` to ``.w``); the rest of the C family's capabilities hold
 VECTORS = replace(C_FAMILY, lanes=(2, 3, 4))
@@ -87,7 +87,7 @@ class CUDABackend(Backend):
         return state
 
     def _compile(self, state: dict) -> dict:
-        threads = kernel_threads(state["source"])
+        threads = {k: t for k, (t, _) in compiler.launch_bounds(state["source"]).items()}
         state["source"], compiled = compiler.compile_capped(state["source"], state["arch"], threads)
         source = state["source"]
         tables = [launch_table(p) for p in state["programs"]]

@@ -141,9 +141,3 @@ class CUDAPrinter(CPrinter):
         name = self._lanewise(f"nnvm_store{E.split_lanes(dtype)[1]}", dtype, [f"{st}* p", f"{vt} v"],
                               lambda k, c: f"p[{k}] = v.{c};", ret="void")
         return f"{name}({buf} + {base}, {value})"
-
-def kernel_threads(source: str) -> dict:
-    """Kernel name -> threads per block, read back from the ``__launch_bounds__`` the printer wrote (or
-    ``compiler.with_min_blocks`` rewrote, with blocks per SM)."""
-    return {m.group(2): int(m.group(1)) for m in re.finditer(
-        r"__global__\s+void\s+__launch_bounds__\((\d+)(?:,\s*\d+)?\)\s+(\w+)\s*\(", source)}
