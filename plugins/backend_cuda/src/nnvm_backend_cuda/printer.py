@@ -9,6 +9,7 @@ nor ``NAN``: both are bit patterns through ``__int_as_float``.
 
 from __future__ import annotations
 
+import math
 import re
 
 from nnvm.tir import expr as E
@@ -45,10 +46,8 @@ class CUDAPrinter(CPrinter):
         self._threads = 1
 
     def kernel(self, func) -> str:
-        launch = func.attrs.get("launch", {}) if hasattr(func, "attrs") else {}
-        self._threads = 1
-        for d in "xyz":
-            self._threads *= int(launch.get(f"threadIdx.{d}", 1))
+        launch = func.attrs.get("launch", {})
+        self._threads = math.prod(int(launch.get(f"threadIdx.{d}", 1)) for d in "xyz")
         return super().kernel(func)
 
     @property
