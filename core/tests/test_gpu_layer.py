@@ -200,3 +200,17 @@ def test_export_is_one_zip_the_backend_reads_back(testgpu, tmp_path):
     assert set(blobs) == {"graph", "params"} and "kernels.txt" in files
     assert [f["name"] for f in manifest["functions"]] == list(mod.library.tables)
     assert read_export(path, "nnvm-something-else") is None
+
+
+def test_conv2d_chunk_shrinks_with_the_input_tile_a_round_copies():
+    """``chunk`` 0 (the fallback): input channels per round such that each thread copies about
+    ``COPY_PER_THREAD`` values; a stride-2 3x3 window triples the input tile of a 7x7 output tile."""
+    from nnvm.gpu.schedules import COPY_PER_THREAD, _auto_chunk
+
+    def attrs(k, s):
+        return {"kernel_shape": (128, 64, k, k), "strides": (s, s), "dilation": (1, 1)}
+
+    # 98 threads (7 x 7 x 2), 8 output channels per block: 81 + 72 values per channel at stride 1,
+    # 225 + 72 at stride 2, 49 + 8 for a 1x1 convolution (capped at 8 channels)
+    assert COPY_PER_THREAD == 8
+    assert [_auto_chunk(attrs(k, s), 7, 7, 8, 98) for k, s in ((3, 1), (3, 2), (1, 1))] == [5, 2, 8]
