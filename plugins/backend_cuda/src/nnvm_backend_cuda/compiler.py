@@ -180,11 +180,12 @@ def with_min_blocks(source: str, blocks: dict) -> str:
 
 def compile_capped(source: str, arch: str, threads: dict) -> tuple[str, CompiledCUDA]:
     """(source, compile) where a kernel below ``GOAL_OCCUPANCY`` or spilling gets the register cap of
-    ``min_blocks`` if ptxas then spills nothing. Left alone, ptxas gives the tiled convolutions 128-255
-    registers (12-25% occupancy), or sometimes too few (spills); capped, it fits them into 64 (on
-    sm_80). Kernels already above the goal stay uncapped: a cap lets ptxas use more registers than it
-    would. A spill costs more than occupancy gains, so a kernel that spills under the cap and not without
-    keeps no cap. At most three NVRTC runs, one where no kernel needs a cap."""
+    ``min_blocks`` if ptxas then spills no more than without it. Left alone, ptxas may give a kernel more
+    registers than 50% allows, or too few (it spills at 32-40 registers for some 3x3 convolutions);
+    capped, it fits them into 64 (on sm_80/sm_90). Kernels already above the goal stay uncapped: a cap
+    lets ptxas take up to 64 registers and lowers their occupancy. A spill costs more than occupancy
+    gains, so a kernel that spills more under the cap keeps none. At most three NVRTC runs, one where no
+    kernel needs a cap."""
     plain = compile_cuda(source, arch, threads=threads)
     spills = {k: u.spill_stores + u.spill_loads for k, u in plain.usage.items()}
     caps = {k: min_blocks(t, arch) for k, t in threads.items() if k in plain.usage and (

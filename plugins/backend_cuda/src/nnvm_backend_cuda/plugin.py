@@ -88,8 +88,8 @@ class CUDABackend(Backend):
 
     def _compile(self, state: dict) -> dict:
         threads = {k: t for k, (t, _) in compiler.launch_bounds(state["source"]).items()}
-        state["source"], compiled = compiler.compile_capped(state["source"], state["arch"], threads)
-        source = state["source"]
+        source, compiled = compiler.compile_capped(state["source"], state["arch"], threads)
+        state["source"] = source  # with the register caps: what the cubin was built from
         tables = [launch_table(p) for p in state["programs"]]
         state["library"] = CUDAKernelLibrary(tables, compiled, source)
         return state
