@@ -79,6 +79,12 @@ class Backend:
         the host's CPU model, consulted by the compiler after any log the user gives. None by default."""
         return []
 
+    def cpu_signature(self, target: Target):
+        """The ``nnvm.autotune.signature.CPUSignature`` of ``target`` (what decides a schedule: vector
+        width, FMA, features, cores, caches), which tuning logs are matched against and which ``nnvm
+        tune`` writes into its records; None (the default) applies every log's records unchecked."""
+        return None
+
     def tensor_intrinsics(self, target: Target) -> dict:
         """Tensor intrinsics this backend implements for ``target``, for ``Stage.tensorize``: a dict
         from name to a function of keyword parameters returning a ``nnvm.te.tensorize.TensorIntrin``
