@@ -134,7 +134,24 @@ def cmd_compile(args) -> int:
             for phase, sec in stats["compile_seconds"].items():
                 if isinstance(sec, float):
                     print(f"  compile {phase}: {sec:.3f} s")
+            for line in tuning_lines(stats):
+                print(f"  {line}")
     return 0
+
+
+def tuning_lines(stats: dict) -> list[str]:
+    """What ``--stats`` says about tuning: the target's CPU signature, each log consulted with how its
+    machines matched and how many kernels it served, and which log served each kernel."""
+    info = stats.get("tuning") or {}
+    lines = [f"tuned_kernels: {stats.get('tuned_kernels', 0)} of {stats.get('distinct_kernels', '?')}"]
+    if info.get("signature"):
+        lines.append(f"cpu signature: {info['signature']}")
+    for entry in info.get("logs", []):
+        origin = "shipped" if entry["shipped"] else "given"
+        lines.append(f"tuning log {entry['path']} ({origin}): {entry['kernels']} kernel(s)")
+        lines += [f"  {m}" for m in entry["matches"]]
+    lines += [f"kernel {name}: {why}" for name, why in info.get("kernels", {}).items()]
+    return lines
 
 
 def cmd_run(args) -> int:
