@@ -201,7 +201,8 @@ class TuningLogs:
     signature matches exactly or is near (``CPUSignature.distance`` is not None); a record without one
     fits only the CPU its target names (``-mcpu``, or a shipped log's file name ``<cpu>.jsonl``), and
     from a user's log (plain ``llvm``) it fits as before. Order of preference: exact before nearest,
-    then the first log, then the smaller distance, then the exact target text, then the fastest.
+    then the user's logs before the shipped ones, then the smaller distance, then the first log, then
+    the exact target text, then the fastest.
     """
 
     def __init__(self, paths=(), signature: CPUSignature | None = None, shipped=()):
@@ -265,9 +266,10 @@ class TuningLogs:
                 if isinstance(fit, str):
                     continue
                 cls, distance, match = fit
-                order = (cls, rank, distance, r.target != str(target), r.seconds)
                 path = self.paths[rank] if rank < len(self.paths) else ""
-                ranked.append((order, Choice(r, path, path in self.shipped, match, distance)))
+                shipped = path in self.shipped
+                order = (cls, shipped, distance, rank, r.target != str(target), r.seconds)
+                ranked.append((order, Choice(r, path, shipped, match, distance)))
         ranked.sort(key=lambda item: item[0])
         return [c for _, c in ranked]
 
