@@ -202,9 +202,13 @@ def cmd_tune(args) -> int:
         print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
               f"on {args.target}")
         return 0
+    from nnvm.autotune.driver import signature_of
+
     total = sum(t.weight for t in tasks)
+    sig = signature_of(tasks[0].target)
+    machine = f"; records signed {sig.describe()}" if sig is not None else ""
     print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials each, "
-          f"tuner {args.tuner}; log {args.log}", flush=True)
+          f"tuner {args.tuner}; log {args.log}{machine}", flush=True)
     with Measurer(timeout=args.timeout) as measurer:
         summaries = tune(tasks, args.trials, args.log, tuner=args.tuner, measurer=measurer,
                          progress=not args.quiet)
