@@ -75,8 +75,9 @@ class Backend:
         raise NotImplementedError
 
     def default_tuning_logs(self, target: Target) -> list:
-        """Paths of the tuning logs this backend ships for ``target`` (TVM's TopHub): logs measured on
-        the host's CPU model, consulted by the compiler after any log the user gives. None by default."""
+        """Paths of the tuning logs this backend ships for ``target`` (TVM's TopHub), consulted by the
+        compiler after any log the user gives; their records apply where their CPU signature fits the
+        target's (``cpu_signature``). None by default."""
         return []
 
     def cpu_signature(self, target: Target):
