@@ -5,6 +5,7 @@ the workload key (a batch-8 kernel never takes a batch-1 config)."""
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 
@@ -98,3 +99,23 @@ def test_a_batch_8_kernel_never_takes_a_batch_1_config(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     (got1,) = one.run(x[:1])
     np.testing.assert_allclose(got1, want[:1], rtol=1e-4, atol=1e-4)
+
+
+def test_compile_stats_say_which_log_served_each_kernel(tmp_path, monkeypatch, capsys):
+    from nnvm.cli import main
+
+    model = conv_model(str(tmp_path / "conv.onnx"), 1)
+    (task,) = extract_tasks(model, target="llvm")
+    target = parse_target("llvm")
+    log = tmp_path / "mine.jsonl"
+    logmod.append(log, [logmod.Record(task.target, task.template, task.workload, task.fallback, 1e-4,
+                                      signature=target.backend.cpu_signature(target))])
+    shipped = target.backend.default_tuning_logs(target)
+    monkeypatch.setattr(type(target.backend), "default_tuning_logs", lambda self, t: [str(log), *shipped])
+    assert main(["compile", model, "--target", "llvm", "-o", str(tmp_path / "conv.so"), "--stats"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"tuned_kernels: 1 of [23]\n", out)  # the conv; layout transforms have no template
+    assert f"cpu signature: {target.backend.cpu_signature(target).describe()}" in out
+    assert f"tuning log {log} (shipped): 1 kernel(s)" in out and "    exact [" in out
+    assert f"_conv2d_winograd_nchwc: {log} (shipped; exact)" in out
+    assert "refused" not in out
