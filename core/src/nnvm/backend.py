@@ -75,9 +75,16 @@ class Backend:
         raise NotImplementedError
 
     def default_tuning_logs(self, target: Target) -> list:
-        """Paths of the tuning logs this backend ships for ``target`` (TVM's TopHub): logs measured on
-        the host's CPU model, consulted by the compiler after any log the user gives. None by default."""
+        """Paths of the tuning logs this backend ships for ``target`` (TVM's TopHub), consulted by the
+        compiler after any log the user gives; their records apply where their CPU signature fits the
+        target's (``cpu_signature``). None by default."""
         return []
+
+    def cpu_signature(self, target: Target):
+        """The ``nnvm.autotune.signature.CPUSignature`` of ``target`` (what decides a schedule: vector
+        width, FMA, features, cores, caches), which tuning logs are matched against and which ``nnvm
+        tune`` writes into its records; None (the default) applies every log's records unchecked."""
+        return None
 
     def tensor_intrinsics(self, target: Target) -> dict:
         """Tensor intrinsics this backend implements for ``target``, for ``Stage.tensorize``: a dict

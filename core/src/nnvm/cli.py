@@ -134,7 +134,24 @@ def cmd_compile(args) -> int:
             for phase, sec in stats["compile_seconds"].items():
                 if isinstance(sec, float):
                     print(f"  compile {phase}: {sec:.3f} s")
+            for line in tuning_lines(stats):
+                print(f"  {line}")
     return 0
+
+
+def tuning_lines(stats: dict) -> list[str]:
+    """What ``--stats`` says about tuning: the target's CPU signature, each log consulted with how its
+    machines matched and how many kernels it served, and which log served each kernel."""
+    info = stats.get("tuning") or {}
+    lines = [f"tuned_kernels: {stats.get('tuned_kernels', 0)} of {stats.get('distinct_kernels', '?')}"]
+    if info.get("signature"):
+        lines.append(f"cpu signature: {info['signature']}")
+    for entry in info.get("logs", []):
+        origin = "shipped" if entry["shipped"] else "given"
+        lines.append(f"tuning log {entry['path']} ({origin}): {entry['kernels']} kernel(s)")
+        lines += [f"  {m}" for m in entry["matches"]]
+    lines += [f"kernel {name}: {why}" for name, why in info.get("kernels", {}).items()]
+    return lines
 
 
 def cmd_run(args) -> int:
@@ -185,9 +202,13 @@ def cmd_tune(args) -> int:
         print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
               f"on {args.target}")
         return 0
+    from nnvm.autotune.driver import signature_of
+
     total = sum(t.weight for t in tasks)
+    sig = signature_of(tasks[0].target)
+    machine = f"; records signed {sig.describe()}" if sig is not None else ""
     print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials each, "
-          f"tuner {args.tuner}; log {args.log}", flush=True)
+          f"tuner {args.tuner}; log {args.log}{machine}", flush=True)
     with Measurer(timeout=args.timeout) as measurer:
         summaries = tune(tasks, args.trials, args.log, tuner=args.tuner, measurer=measurer,
                          progress=not args.quiet)

@@ -218,8 +218,8 @@ def optimized_graph(model, target="llvm", shapes=None, opt_level: int = 3, dump_
 
 def tuning_logs_for(target, tuning_log=None):
     """The logs the compiler consults: ``tuning_log`` (a path or a list of paths) first, then the logs
-    the backend ships for this host (``Backend.default_tuning_logs``); ``tuning_log=False``: none at all
-    (every template gets its fallback config)."""
+    the backend ships (``Backend.default_tuning_logs``), matched against the target's CPU signature
+    (``Backend.cpu_signature``); ``tuning_log=False``: none at all (every template gets its fallback)."""
     from nnvm.autotune.log import TuningLogs
 
     if tuning_log is False:
@@ -227,7 +227,8 @@ def tuning_logs_for(target, tuning_log=None):
     given = [] if tuning_log is None else [tuning_log] if isinstance(tuning_log, str | os.PathLike) \
         else list(tuning_log)
     shipped = getattr(target.backend, "default_tuning_logs", lambda _target: [])(target)
-    return TuningLogs(given + [p for p in shipped if p not in given])
+    signature = getattr(target.backend, "cpu_signature", lambda _target: None)(target)
+    return TuningLogs(given, signature=signature, shipped=shipped)
 
 
 def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
@@ -244,6 +245,7 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
     t0 = time.perf_counter()
     logs = tuning_logs_for(tgt, tuning_log)
     tuned = 0
+    served: dict = {}  # kernel name -> which log served its config, and why
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
     kernels: dict = {}  # workload key -> kernel name
@@ -257,8 +259,10 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
             kname = f"nnvm_k{len(kernels)}_{_c_name(group.anchor.op)}"
             template = schedule_template(tgt, group)
             if template is not None:
-                config = logs.config_for(template, key, tgt) if len(logs) else None
+                config, choice = logs.choose(template, key, tgt) if len(logs) else (None, None)
                 tuned += config is not None
+                if choice is not None:
+                    served[kname] = choice.reason()
                 sch = template.apply(config)
             else:  # not schedule_group: that would ask for the template again
                 sch = _untemplated_schedule(tgt, group)
@@ -293,6 +297,8 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
         "kernels": len(calls),
         "distinct_kernels": len(funcs),
         "tuned_kernels": tuned,  # distinct kernels scheduled with a config from a tuning log
+        "tuning": {"signature": logs.signature.describe() if logs.signature is not None else None,
+                   "logs": logs.summary(), "kernels": served},
         "fused_groups": [list(g) for g in graph.groups],
         "weight_bytes": int(sum(np.asarray(v).nbytes for v in graph.params.values())),
         "activation_bytes_planned": plan["arena_bytes"],

@@ -11,15 +11,17 @@ best config a tuning log holds for the group's workload, else the fallback.
 
 Parts: ``task`` (tasks from a model or a template factory), ``measure`` (timing candidates in a child
 process), ``tuner`` (grid, random, cost-model-guided), ``driver`` (the loop, the progress line,
-resuming), ``log`` (the JSON-lines log and the best-config lookup), ``testing`` (example templates).
+resuming), ``log`` (the JSON-lines log and the best-config lookup), ``signature`` (what decides a
+schedule on a CPU, so logs serve every CPU they fit; docs/tuning.md), ``testing`` (example templates).
 """
 
 from nnvm.autotune.driver import TaskSummary, tune
 from nnvm.autotune.log import Record, TuningLogs
 from nnvm.autotune.measure import Measurer
+from nnvm.autotune.signature import CPUSignature
 from nnvm.autotune.task import Task, extract_tasks, task_from_factory
 from nnvm.autotune.template import ScheduleTemplate
 from nnvm.autotune.tuner import TUNERS, make_tuner
 
-__all__ = ["ScheduleTemplate", "Task", "TaskSummary", "Measurer", "Record", "TuningLogs", "TUNERS",
-           "extract_tasks", "make_tuner", "task_from_factory", "tune"]
+__all__ = ["CPUSignature", "ScheduleTemplate", "Task", "TaskSummary", "Measurer", "Record", "TuningLogs",
+           "TUNERS", "extract_tasks", "make_tuner", "task_from_factory", "tune"]

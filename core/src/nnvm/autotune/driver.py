@@ -4,7 +4,9 @@ Resuming is reading the log back: configs it already holds for a task (same temp
 target) are fed to the tuner as measured and count toward the task's trial budget, so rerunning an
 interrupted ``nnvm tune`` measures only what is missing, and rerunning a finished one measures nothing.
 The first config measured for a task is the template's fallback, so the log always tells how much
-tuning gained over the untuned schedule.
+tuning gained over the untuned schedule. Every record carries the CPU signature of the machine that
+measured it (``Backend.cpu_signature``), so a log tuned on one machine serves every machine of the same
+signature (and the nearest ones); records of another machine are not resumed from.
 """
 
 from __future__ import annotations
@@ -70,8 +72,23 @@ def _gflops(task, seconds: float | None) -> float | None:
     return task.flops / seconds / 1e9 if seconds and task.flops else None
 
 
-def _same_task(task, r: logmod.Record) -> bool:
-    return r.template == task.template and r.workload == task.workload and r.target == task.target
+def _same_task(task, r: logmod.Record, signature) -> bool:
+    """A record of this task measured here (a record without signature: from before signatures)."""
+    return (r.template == task.template and r.workload == task.workload and r.target == task.target
+            and (r.signature is None or signature is None or r.signature.key() == signature.key()))
+
+
+def signature_of(target: str):
+    """The CPU signature the target's backend gives (None when it gives none, or when no installed
+    backend builds the target: tasks made by hand for a measurer that needs none)."""
+    from nnvm.target import parse_target
+
+    try:
+        parsed = parse_target(target)
+        parsed.backend.check_target(parsed)
+    except Error:
+        return None
+    return getattr(parsed.backend, "cpu_signature", lambda _target: None)(parsed)
 
 
 def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
@@ -90,11 +107,15 @@ def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
     summaries = []
     started = time.perf_counter()
     history: dict = {}  # (template, knobs) -> (features, normalized scores) of the tasks tuned so far
+    signatures: dict = {}  # target text -> CPUSignature (or None)
     try:
         for number, task in enumerate(tasks, 1):
+            if task.target not in signatures:
+                signatures[task.target] = signature_of(task.target)
+            sig = signatures[task.target]
             summaries.append(_tune_task(task, trials, log, tuner, measurer, batch_size, seed, show,
-                                        [r for r in previous if _same_task(task, r)],
-                                        f"[task {number:2d}/{len(tasks)}]", history))
+                                        [r for r in previous if _same_task(task, r, sig)],
+                                        f"[task {number:2d}/{len(tasks)}]", history, sig))
     finally:
         if own:
             measurer.close()
@@ -103,7 +124,7 @@ def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
 
 
 def _tune_task(task, trials, log, tuner_kind, measurer, batch_size, seed, show, previous,
-               head, history) -> TaskSummary:
+               head, history, signature=None) -> TaskSummary:
     family = (task.template, tuple(task.space))
     tuner = make_tuner(tuner_kind, task.space, seed, prior=history.get(family))
     budget = min(trials, task.size())
@@ -130,7 +151,7 @@ def _tune_task(task, trials, log, tuner_kind, measurer, batch_size, seed, show, 
             break
         results = measurer.measure(task, batch)
         fresh = [logmod.Record(task.target, task.template, task.workload, c, res.seconds,
-                               _gflops(task, res.seconds), res.error, logmod.now(), task.label)
+                               _gflops(task, res.seconds), res.error, logmod.now(), task.label, signature)
                  for c, res in zip(batch, results)]
         logmod.append(log, fresh)
         tuner.update(batch, [1.0 / r.seconds if r.ok else 0.0 for r in fresh])

@@ -3,12 +3,15 @@
 A line holds ``target`` (the target text), ``template`` (the template's name), ``workload`` (the
 compiler's workload key of the fused group), ``config`` (one value per knob), ``seconds`` (median time
 of one run, null on error), ``gflops``, ``error`` (null, or one sentence), ``timestamp`` (UTC, ISO
-8601) and ``label`` (a short readable name of the task). Appending line by line keeps a log that an
-interrupted run wrote usable, and makes resuming a matter of reading it back.
+8601), ``label`` (a short readable name of the task) and, since logs transfer between machines,
+``signature``: the ``CPUSignature`` of the machine that measured it (``signature.py``; optional, so
+logs written before it still read, and readers that predate it ignore it: the format version stays 1).
+Appending line by line keeps a log that an interrupted run wrote usable, and makes resuming a matter of
+reading it back.
 
-The compiler looks up the fastest error-free config of a (template, workload, target kind): several
-logs may be given, and the first log that knows a workload decides it, so a user's log overrides
-the logs the backend ships for the host CPU.
+The compiler looks up the fastest error-free config of a (template, workload, target kind) among the
+records whose signature fits the target's (``TuningLogs``): an exact signature match beats a nearest
+one; among equals the first log decides, so a user's log overrides the logs the backend ships.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 
+from nnvm.autotune.signature import CPUSignature
 from nnvm.errors import Error
 
 FORMAT_VERSION = 1
@@ -36,16 +40,19 @@ class Record:
     error: str | None = None
     timestamp: str = ""
     label: str = ""
+    signature: CPUSignature | None = None  # the measuring machine's; None in logs that predate it
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.seconds is not None and self.seconds > 0
 
     def to_json(self) -> str:
-        return json.dumps({"version": FORMAT_VERSION, "target": self.target, "template": self.template,
-                           "workload": self.workload, "config": self.config, "seconds": self.seconds,
-                           "gflops": self.gflops, "error": self.error,
-                           "timestamp": self.timestamp or now(), "label": self.label}, sort_keys=True)
+        d = {"version": FORMAT_VERSION, "target": self.target, "template": self.template,
+             "workload": self.workload, "config": self.config, "seconds": self.seconds, "gflops": self.gflops,
+             "error": self.error, "timestamp": self.timestamp or now(), "label": self.label}
+        if self.signature is not None:
+            d["signature"] = self.signature.to_dict()
+        return json.dumps(d, sort_keys=True)
 
 
 def now() -> str:
@@ -118,9 +125,10 @@ def _record(d) -> Record:
     error = d.get("error")
     if error is not None and not isinstance(error, str):
         raise TypeError("error must be text or null")
+    signature = d.get("signature")
     return Record(str(d["target"]), str(d["template"]), str(d["workload"]), d["config"],
                   _number(d, "seconds"), _number(d, "gflops"), error, str(d.get("timestamp", "")),
-                  str(d.get("label", "")))
+                  str(d.get("label", "")), None if signature is None else CPUSignature.from_dict(signature))
 
 
 def read(path: str | os.PathLike) -> list[Record]:
@@ -159,46 +167,153 @@ def _kind(target: str) -> str:
     return str(target).split(" ", 1)[0]
 
 
-class TuningLogs:
-    """The best configs of one or more logs, for the compiler: ``best(template, workload, target)``.
+def _mcpu(target: str) -> str | None:
+    for word in str(target).split()[1:]:
+        if word.startswith("-mcpu="):
+            return word[len("-mcpu="):]
+    return None
 
-    Logs are read once, in order; for a workload, the first log that has an error-free record of it
-    decides (records for the exact target text are preferred over those for the same target kind).
+
+@dataclass(frozen=True)
+class Choice:
+    """Which log served a kernel and why: ``match`` is ``exact`` (same signature), ``nearest``
+    (``distance`` > 0), ``cpu name`` (a record without signature, for this CPU model), ``unsigned`` (a
+    user's record without signature: trusted as before signatures existed) or ``unchecked`` (the
+    target's backend gives no signature)."""
+
+    record: Record
+    path: str
+    shipped: bool
+    match: str
+    distance: float = 0.0
+
+    def reason(self) -> str:
+        origin = "shipped" if self.shipped else "given"
+        how = f"nearest, distance {self.distance:.2f}" if self.match == "nearest" else self.match
+        return f"{self.path} ({origin}; {how})"
+
+
+class TuningLogs:
+    """The best configs of one or more logs, for the compiler: ``choose(template, workload, target)``.
+
+    ``paths`` are the user's logs, ``shipped`` the backend's (consulted after them), ``signature`` the
+    target's ``CPUSignature`` (None: every record fits, as before signatures). A record fits when its
+    signature matches exactly or is near (``CPUSignature.distance`` is not None); a record without one
+    fits only the CPU its target names (``-mcpu``, or a shipped log's file name ``<cpu>.jsonl``), and
+    from a user's log (plain ``llvm``) it fits as before. Order of preference: exact before nearest,
+    then the user's logs before the shipped ones, then the smaller distance, then the first log, then
+    the exact target text, then the fastest.
     """
 
-    def __init__(self, paths=()):
-        self.paths = [os.fspath(p) for p in paths]
-        # (template, workload, target kind) -> list (one per log) of {target text: best Record}
+    def __init__(self, paths=(), signature: CPUSignature | None = None, shipped=()):
+        given = [os.fspath(p) for p in paths]
+        self.paths = given + [os.fspath(p) for p in shipped if os.fspath(p) not in given]
+        self.shipped = frozenset(self.paths[len(given):])
+        self.signature = signature
+        # (template, workload, target kind) -> {rank of the log: {(target text, signature): best Record}}
         self._best: dict = {}
+        self._fit: dict = {}  # (rank, signature or target text) -> (class, distance, match) or refusal text
+        self.served: dict = {}  # path -> number of lookups it answered (for ``summary``)
         for rank, path in enumerate(self.paths):
             for r in read(path):
                 if not r.ok:
                     continue
                 per_log = self._best.setdefault((r.template, r.workload, _kind(r.target)), {})
                 slot = per_log.setdefault(rank, {})
-                old = slot.get(r.target)
+                key = (r.target, r.signature)
+                old = slot.get(key)
                 if old is None or r.seconds < old.seconds:
-                    slot[r.target] = r
+                    slot[key] = r
 
     def __len__(self) -> int:
         return len(self._best)
 
-    def best(self, template: str, workload: str, target) -> Record | None:
-        """The fastest record for this template and workload on ``target``, or None."""
+    def _classify(self, rank: int, r: Record):
+        """(class, distance, match) of a record here (class 0 is as good as exact), or the reason text
+        why it does not fit."""
+        cache_key = (rank, r.signature if r.signature is not None else r.target)
+        if cache_key in self._fit:
+            return self._fit[cache_key]
+        sig = self.signature
+        if sig is None:
+            fit = (0, 0.0, "unchecked")
+        elif r.signature is None:
+            path = self.paths[rank]
+            cpu = _mcpu(r.target) or (os.path.splitext(os.path.basename(path))[0] if path in self.shipped
+                                      else None)
+            if cpu is None:
+                fit = (0, 0.0, "unsigned")
+            else:
+                fit = (0, 0.0, "cpu name") if cpu == sig.cpu else f"no signature, tuned for {cpu}"
+        else:
+            d = sig.distance(r.signature)
+            if d is None:
+                fit = f"tuned with {sig.refusal(r.signature)}"
+            else:
+                fit = (0, 0.0, "exact") if d == 0 else (1, d, "nearest")
+        self._fit[cache_key] = fit
+        return fit
+
+    def candidates(self, template: str, workload: str, target) -> list[Choice]:
+        """Every fitting record's best of this template and workload, most preferred first."""
         per_log = self._best.get((template, workload, _kind(str(target))))
         if not per_log:
-            return None
-        slot = per_log[min(per_log)]
-        exact = slot.get(str(target))
-        return exact if exact is not None else min(slot.values(), key=lambda r: r.seconds)
+            return []
+        ranked = []
+        for rank, slot in per_log.items():
+            for r in slot.values():
+                fit = self._classify(rank, r)
+                if isinstance(fit, str):
+                    continue
+                cls, distance, match = fit
+                path = self.paths[rank] if rank < len(self.paths) else ""
+                shipped = path in self.shipped
+                order = (cls, shipped, distance, rank, r.target != str(target), r.seconds)
+                ranked.append((order, Choice(r, path, shipped, match, distance)))
+        ranked.sort(key=lambda item: item[0])
+        return [c for _, c in ranked]
+
+    def best(self, template: str, workload: str, target) -> Record | None:
+        """The preferred record for this template and workload on ``target``, or None."""
+        found = self.candidates(template, workload, target)
+        return found[0].record if found else None
+
+    def choose(self, template, workload: str, target) -> tuple[dict | None, Choice | None]:
+        """The config of ``template`` (a ``ScheduleTemplate``) from the most preferred fitting record
+        whose config is in the template's space (a config the target cannot build, such as one sized
+        for wider vectors, or a stale one whose knobs since changed, is passed over), and its ``Choice``;
+        ``(None, None)`` when no log has one."""
+        for choice in self.candidates(template.name, workload, target):
+            config = match_config(template.space, choice.record.config)
+            if config is not None:
+                self.served[choice.path] = self.served.get(choice.path, 0) + 1
+                return config, choice
+        return None, None
 
     def config_for(self, template, workload: str, target) -> dict | None:
-        """The best logged config of ``template`` (a ``ScheduleTemplate``) if it is still in the
-        template's space; None when the logs have nothing or only stale configs (knobs since changed)."""
-        rec = self.best(template.name, workload, target)
-        if rec is None:
-            return None
-        return match_config(template.space, rec.config)
+        """The best logged config of ``template`` still in its space; None when the logs have nothing
+        that fits (see ``choose``)."""
+        return self.choose(template, workload, target)[0]
+
+    def summary(self) -> list[dict]:
+        """One entry per log, for ``mod.stats()["tuning"]``: its path, ``shipped``, how its records'
+        machines match this target (``exact``, ``nearest (distance 1.58)``, ``refused: ...``, one per
+        distinct signature) and how many kernels it served."""
+        out = []
+        for rank, path in enumerate(self.paths):
+            matches: dict = {}
+            for per_log in self._best.values():
+                for r in per_log.get(rank, {}).values():
+                    fit = self._classify(rank, r)
+                    if isinstance(fit, str):
+                        text = f"refused: {fit}"
+                    else:
+                        text = f"nearest (distance {fit[1]:.2f})" if fit[2] == "nearest" else fit[2]
+                    who = r.signature.describe() if r.signature is not None else r.target
+                    matches.setdefault(f"{text} [{who}]", None)
+            out.append({"path": path, "shipped": path in self.shipped, "matches": list(matches),
+                        "kernels": self.served.get(path, 0)})
+        return out
 
 
 def match_config(space: dict, config: dict) -> dict | None:
@@ -217,12 +332,12 @@ def match_config(space: dict, config: dict) -> dict | None:
 
 
 def distill(paths, out: str | os.PathLike) -> int:
-    """Write the best error-free record of every (template, workload, target) in ``paths`` to ``out``
-    (what the backends ship: one line per workload); returns the number of lines written."""
+    """Write the best error-free record of every (template, workload, target, signature) in ``paths``
+    to ``out`` (what the backends ship: one line per workload and machine); returns the line count."""
     best: dict = {}
     for path in paths:
         for r in read(path):
-            key = (r.template, r.workload, r.target)
+            key = (r.template, r.workload, r.target, r.signature)
             if r.ok and (key not in best or r.seconds < best[key].seconds):
                 best[key] = r
     if os.path.exists(out):

@@ -16,6 +16,8 @@ jit), its code generator and its export. What differs:
 
 from __future__ import annotations
 
+import os
+
 import nnvm
 from nnvm.errors import TargetError
 from nnvm.target import Target
@@ -32,6 +34,10 @@ class ArmBackend(LLVMBackend):
     name = "llvm-arm"
     target_kinds = tuple(ARM_TARGETS)
     library_class = ArmKernelLibrary
+    # Its own shipped logs (none yet: the folder may be missing) and the NEON-era extensions a CPU
+    # signature records; ``cpu_signature`` itself is inherited (128-bit vectors from ``vector_lanes``).
+    tuned_dir = os.path.join(os.path.dirname(__file__), "tuned")
+    signature_features = ("neon", "vfp4", "fp-armv8", "fullfp16", "dotprod", "i8mm", "bf16", "sve", "sve2")
 
     def toolchain(self, target: Target) -> ArmToolchain:
         tc = ARM_TARGETS.get(target.kind)
@@ -47,6 +53,10 @@ class ArmBackend(LLVMBackend):
         if not arch.startswith(("aarch64", "arm64") if tc.kind == "aarch64" else ("arm", "thumb")):
             raise TargetError(f"target {target}: -mtriple={triple} is not a {tc.kind} triple")
         return resolve_target(target, tc.triple, tc.cpu, tc.features)
+
+    def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
+        """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
+        return resolved.arch.startswith(("aarch64", "arm64")) or "vfp4" in features
 
     def c_compiler(self, target: Target) -> str:
         return self.toolchain(target).cc

@@ -21,6 +21,8 @@ Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -m
 
 from __future__ import annotations
 
+import glob
+import os
 import time
 
 import llvmlite.binding as llvm
@@ -49,6 +51,11 @@ class LLVMBackend(Backend):
     # Ordered compilation stages (name, method); each takes and returns the build state dict.
     stages = (("codegen", "_codegen"), ("parse", "_parse"), ("optimize", "_optimize"), ("jit", "_jit"))
     library_class = LLVMKernelLibrary  # what ``build`` returns; a subclass may export more (Arm)
+    # Shipped tuning logs (``default_tuning_logs``) and the ISA extensions a CPU signature records: the
+    # ones a float32 schedule may depend on. A subclass for another ISA names its own (Arm).
+    tuned_dir = os.path.join(os.path.dirname(__file__), "tuned")
+    signature_features = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
+                          "avx512vnni", "avx512bf16", "avx512fp16", "avxvnni", "amx-tile")
 
     def resolve(self, target: Target) -> LLVMTarget:
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
@@ -77,12 +84,39 @@ class LLVMBackend(Backend):
         return _same_platform(self.resolve(target).triple, host_triple())
 
     def default_tuning_logs(self, target: Target) -> list:
-        """The shipped log for the target's CPU model, ``tuned/<llvm cpu name>.jsonl``, when there is one
-        (configs tuned on one microarchitecture are a poor guess for another)."""
-        import os
+        """Every shipped log, ``tuned/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
+        the records whose CPU signature fits the target's (``cpu_signature``), exactly or nearly, and
+        refuses the rest (another vector width, no FMA), so one log serves every CPU like its own."""
+        return sorted(glob.glob(os.path.join(self.tuned_dir, "*.jsonl")))
 
-        path = os.path.join(os.path.dirname(__file__), "tuned", f"{self.resolve(target).cpu}.jsonl")
-        return [path] if os.path.exists(path) else []
+    def cpu_signature(self, target: Target):
+        """What decides a schedule on ``target``: vector width (``schedules.vector_lanes``, the width the
+        templates use), FMA, the ISA extensions of ``signature_features`` from the resolved feature
+        string, and, when the target is the host's CPU, its cache sizes (sysfs) and the team size
+        parallel kernels run on. For another CPU those are unknown (None)."""
+        from nnvm.autotune.signature import CPUSignature, host_caches, parse_features
+        from nnvm.runtime.threads import team_size
+        from nnvm_backend_llvm_x86.schedules import vector_lanes
+
+        resolved = self.resolve(target)
+        lanes = vector_lanes(target)
+        features = parse_features(resolved.features, self.signature_features) if resolved.features \
+            else self._features_of_cpu_name(lanes)
+        host = resolved.cpu == host_cpu() and self.host_can_run(target)
+        caches = host_caches() if host else {}
+        return CPUSignature(resolved.arch, 32 * lanes, self._has_fma(resolved, features), features,
+                            team_size() if host else None, caches.get("l1d"), caches.get("l2"),
+                            caches.get("l3"), resolved.cpu)
+
+    def _features_of_cpu_name(self, lanes: int) -> frozenset:
+        """``-mcpu`` alone: LLVM knows the CPU's features but llvmlite does not tell them; the vector
+        width (known by name in ``schedules``) implies the ones a schedule cares about."""
+        if lanes >= 16:
+            return frozenset({"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
+        return frozenset({"avx", "avx2", "fma", "f16c"}) if lanes == 8 else frozenset()
+
+    def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
+        return "fma" in features
 
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
         state = {"funcs": list(funcs), "target": self.resolve(target), "parsed": target, "seconds": {},

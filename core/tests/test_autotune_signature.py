@@ -1,0 +1,216 @@
+"""Tuning logs that transfer between CPUs: signatures (from feature strings and sysfs), how a target's
+signature matches a record's (exact, nearest, refused), the lookup order, old logs without signatures,
+and the tuner writing the measuring machine's signature. No backend is needed: signatures are made by
+hand, as a backend's ``cpu_signature`` would make them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+
+import nnvm
+from nnvm.autotune import ScheduleTemplate, Task, TuningLogs, tune
+from nnvm.autotune import driver as drivermod
+from nnvm.autotune import log as logmod
+from nnvm.autotune.measure import Result
+from nnvm.autotune.signature import CPUSignature, host_caches, parse_features
+
+SPACE = {"tile": [1, 2, 4, 8, 16], "unroll": [False, True]}
+FALLBACK = {"tile": 1, "unroll": False}
+AVX512 = frozenset({"avx", "avx2", "fma", "avx512f"})
+# Two machines of one signature (another model name: the name is never compared), a near one with
+# other caches, and an AVX2 one.
+FLEET_A = CPUSignature("x86_64", 512, True, AVX512, 8, 48 << 10, 1 << 20, 32 << 20, "znver5")
+FLEET_B = dataclasses.replace(FLEET_A, cpu="znver5-other-host")
+NEAR = dataclasses.replace(FLEET_A, l1d=32 << 10, l3=16 << 20, cpu="cascadelake")
+FAR = dataclasses.replace(FLEET_A, l1d=32 << 10, l2=256 << 10, l3=8 << 20, cores=2, cpu="icelake")
+AVX2 = CPUSignature("x86_64", 256, True, frozenset({"avx", "avx2", "fma"}), 8, 32 << 10, 1 << 20, 32 << 20,
+                    "haswell")
+
+
+def record(config, seconds, signature=None, workload="wl-1", target="llvm"):
+    return logmod.Record(target, "t", workload, config, seconds, None, None, logmod.now(), "", signature)
+
+
+def template():
+    return ScheduleTemplate("t", SPACE, FALLBACK, build=lambda config: config)
+
+
+# -- signatures ----------------------------------------------------------------------------------------
+
+def test_features_are_read_from_an_llvm_feature_string_later_items_winning():
+    relevant = ("avx2", "avx512f", "fma", "avx512vnni")
+    assert parse_features("+avx2,+avx512f,+fma,+sse4.2,-avx512vnni", relevant) == {"avx2", "avx512f", "fma"}
+    assert parse_features("+avx2,+avx512f,-avx512f", relevant) == {"avx2"}  # -mattr=-avx512f appended
+    assert parse_features("", relevant) == frozenset()
+
+
+def write_cache(root, index, level, kind, size):
+    folder = root / f"index{index}"
+    folder.mkdir(parents=True)
+    for name, value in (("level", level), ("type", kind), ("size", size)):
+        (folder / name).write_text(f"{value}\n")
+
+
+def test_cache_sizes_come_from_sysfs_and_fall_back_to_sysconf(tmp_path, monkeypatch):
+    write_cache(tmp_path, 0, 1, "Data", "48K")
+    write_cache(tmp_path, 1, 1, "Instruction", "32K")
+    write_cache(tmp_path, 2, 2, "Unified", "1024K")
+    write_cache(tmp_path, 3, 3, "Unified", "32768K")
+    assert host_caches(str(tmp_path)) == {"l1d": 48 << 10, "l2": 1 << 20, "l3": 32 << 20}
+
+    # a VM without an L3 entry and an unreadable size: sysconf fills in what it knows, else None
+    partial = tmp_path / "partial"
+    write_cache(partial, 0, 1, "Data", "32K")
+    write_cache(partial, 1, 2, "Unified", "garbage")
+    answers = {"SC_LEVEL2_CACHE_SIZE": 2 << 20, "SC_LEVEL3_CACHE_SIZE": 0}
+    monkeypatch.setattr(os, "sysconf", lambda name: answers[name])
+    assert host_caches(str(partial)) == {"l1d": 32 << 10, "l2": 2 << 20, "l3": None}
+
+    def unknown(name):
+        raise ValueError("unrecognized configuration name")
+
+    monkeypatch.setattr(os, "sysconf", unknown)
+    assert host_caches(str(tmp_path / "missing")) == {"l1d": None, "l2": None, "l3": None}
+
+
+def test_signature_round_trips_and_a_bad_one_is_an_error_naming_the_line(tmp_path):
+    assert CPUSignature.from_dict(json.loads(json.dumps(FLEET_A.to_dict()))) == FLEET_A
+    path = tmp_path / "log.jsonl"
+    logmod.append(path, [record(FALLBACK, 1e-3, FLEET_A)])
+    assert logmod.read(path)[0].signature == FLEET_A
+    bad = json.loads(path.read_text())
+    bad["signature"]["vector_bits"] = "wide"
+    path.write_text(json.dumps(bad) + "\n" + record(FALLBACK, 1e-3).to_json() + "\n")
+    with pytest.raises(nnvm.Error, match=r"line 1: not a tuning record \(signature vector_bits"):
+        logmod.read(path)
+
+
+def test_distance_exact_nearest_and_refused():
+    assert FLEET_A.distance(FLEET_B) == 0.0  # the CPU's name is not compared
+    assert 0 < FLEET_A.distance(NEAR) < FLEET_A.distance(FAR)
+    # L1d 48K vs 32K and L3 32M vs 16M: log2(1.5) + 1
+    assert FLEET_A.distance(NEAR) == pytest.approx(1.585, abs=1e-3)
+    assert FLEET_A.distance(AVX2) is None and "256-bit vectors" in FLEET_A.refusal(AVX2)
+    assert FLEET_A.distance(dataclasses.replace(FLEET_A, fma=False)) is None
+    assert FLEET_A.distance(dataclasses.replace(FLEET_A, arch="aarch64")) is None
+    # an unknown size counts as one doubling; cores weigh half a cache level; features a quarter
+    assert FLEET_A.distance(dataclasses.replace(FLEET_A, l3=None)) == pytest.approx(1.0)
+    assert FLEET_A.distance(dataclasses.replace(FLEET_A, cores=16)) == pytest.approx(0.5)
+    assert FLEET_A.distance(dataclasses.replace(FLEET_A, features=AVX512 | {"avx512vnni"})) == 0.25
+
+
+# -- lookup --------------------------------------------------------------------------------------------
+
+def test_a_log_tuned_on_one_machine_serves_another_of_the_same_signature(tmp_path):
+    log = tmp_path / "fleet.jsonl"
+    logmod.append(log, [record({"tile": 8, "unroll": True}, 1e-3, FLEET_A), record(FALLBACK, 2e-3, FLEET_A)])
+    config, choice = TuningLogs([log], signature=FLEET_B).choose(template(), "wl-1", "llvm")
+    assert config == {"tile": 8, "unroll": True} and choice.match == "exact" and choice.distance == 0
+    assert "exact" in choice.reason() and str(log) in choice.reason()
+
+
+def test_exact_beats_nearest_and_nearest_is_the_closest(tmp_path):
+    near, far, exact = tmp_path / "near.jsonl", tmp_path / "far.jsonl", tmp_path / "exact.jsonl"
+    logmod.append(near, [record({"tile": 2, "unroll": False}, 1e-3, NEAR)])
+    logmod.append(far, [record({"tile": 4, "unroll": False}, 1e-4, FAR)])  # faster, but farther
+    logmod.append(exact, [record({"tile": 16, "unroll": False}, 5e-3, FLEET_B)])
+    tpl = template()
+    # the user's logs come first, yet an exact shipped record wins over them: exactness ranks first
+    config, choice = TuningLogs([near, far], signature=FLEET_A, shipped=[exact]).choose(tpl, "wl-1", "llvm")
+    assert config["tile"] == 16 and choice.shipped and choice.match == "exact"
+    # without an exact one, the nearest machine's config, whatever the order of the logs
+    for order in ([near, far], [far, near]):
+        config, choice = TuningLogs(order, signature=FLEET_A).choose(tpl, "wl-1", "llvm")
+        assert config["tile"] == 2 and choice.match == "nearest" and choice.distance == FLEET_A.distance(NEAR)
+    # among logs of equal standing a user's log overrides a shipped one
+    user = tmp_path / "user.jsonl"
+    logmod.append(user, [record({"tile": 1, "unroll": True}, 9e-3, FLEET_B)])
+    logs = TuningLogs([user], signature=FLEET_A, shipped=[exact])
+    assert logs.choose(tpl, "wl-1", "llvm")[0] == {"tile": 1, "unroll": True}
+
+
+def test_a_record_of_another_vector_width_is_never_chosen_and_the_summary_says_why(tmp_path):
+    log = tmp_path / "avx512.jsonl"
+    logmod.append(log, [record({"tile": 16, "unroll": True}, 1e-4, FLEET_A)])
+    logs = TuningLogs([], signature=AVX2, shipped=[log])
+    assert logs.choose(template(), "wl-1", "llvm") == (None, None)
+    assert logs.best("t", "wl-1", "llvm") is None
+    (entry,) = logs.summary()
+    assert entry["shipped"] and entry["kernels"] == 0
+    assert entry["matches"] == [f"refused: tuned with 512-bit vectors, not 256-bit [{FLEET_A.describe()}]"]
+
+
+def test_a_config_outside_the_targets_space_passes_to_the_next_record(tmp_path):
+    log = tmp_path / "log.jsonl"
+    logmod.append(log, [record({"tile": 32, "unroll": True}, 1e-4, FLEET_A),  # not a candidate here
+                        record({"tile": 4, "unroll": True}, 1e-3, NEAR)])
+    config, choice = TuningLogs([log], signature=FLEET_A).choose(template(), "wl-1", "llvm")
+    assert config == {"tile": 4, "unroll": True} and choice.match == "nearest"
+
+
+def test_old_logs_without_signatures_still_serve(tmp_path):
+    user, shipped = tmp_path / "mine.jsonl", tmp_path / "znver5.jsonl"
+    # a record as nnvm wrote it before signatures (no "signature" key at all)
+    line = json.loads(record({"tile": 2, "unroll": True}, 1e-3).to_json())
+    assert "signature" not in line
+    user.write_text(json.dumps(line) + "\n")
+    logmod.append(shipped, [record({"tile": 4, "unroll": True}, 1e-3, workload="wl-2")])
+    tpl = template()
+    # a user's unsigned log applies as it always did
+    config, choice = TuningLogs([user], signature=FLEET_A).choose(tpl, "wl-1", "llvm")
+    assert config["tile"] == 2 and choice.match == "unsigned"
+    # a shipped unsigned log counts as the CPU its file is named after, and nothing else
+    config, choice = TuningLogs([], signature=FLEET_A, shipped=[shipped]).choose(tpl, "wl-2", "llvm")
+    assert config["tile"] == 4 and choice.match == "cpu name"
+    assert TuningLogs([], signature=NEAR, shipped=[shipped]).choose(tpl, "wl-2", "llvm") == (None, None)
+    # a record whose target names its CPU counts as that CPU only
+    named = tmp_path / "named.jsonl"
+    logmod.append(named, [record({"tile": 8, "unroll": True}, 1e-3, target="llvm -mcpu=cascadelake")])
+    assert TuningLogs([named], signature=NEAR).choose(tpl, "wl-1", "llvm")[0]["tile"] == 8
+    assert TuningLogs([named], signature=FLEET_A).choose(tpl, "wl-1", "llvm") == (None, None)
+    # no signature for the target (a backend that gives none): every record applies, unchecked
+    assert TuningLogs([named]).choose(tpl, "wl-1", "llvm")[1].match == "unchecked"
+
+
+def test_a_torn_last_line_with_a_signature_is_skipped(tmp_path):
+    path = tmp_path / "log.jsonl"
+    logmod.append(path, [record(FALLBACK, 1e-3, FLEET_A)])
+    whole = record(FALLBACK, 2e-3, FLEET_A).to_json()
+    with open(path, "a") as f:
+        f.write(whole[: whole.index('"signature"') + 30])  # killed in the middle of the signature
+    assert len(logmod.read(path)) == 1
+    logmod.append(path, [record(FALLBACK, 3e-3, NEAR)])
+    assert [r.signature for r in logmod.read(path)] == [FLEET_A, NEAR]
+
+
+# -- the tuner -----------------------------------------------------------------------------------------
+
+class Synthetic:
+    def __init__(self):
+        self.measured = 0
+
+    def measure(self, task, configs):
+        self.measured += len(configs)
+        return [Result(1e-3 / (c["tile"] + c["unroll"])) for c in configs]
+
+
+def test_tune_signs_its_records_and_resumes_only_its_own_machines(tmp_path, monkeypatch):
+    task = Task("t", "wl-1", "llvm", SPACE, FALLBACK, flops=1e6, weight=1, label="synthetic")
+    log = tmp_path / "tune.jsonl"
+    monkeypatch.setattr(drivermod, "signature_of", lambda target: FLEET_A)
+    tune([task], trials=4, log=log, tuner="grid", measurer=Synthetic(), progress=False)
+    assert [r.signature for r in logmod.read(log)] == [FLEET_A] * 4
+    again = Synthetic()
+    monkeypatch.setattr(drivermod, "signature_of", lambda target: FLEET_B)  # same signature elsewhere
+    tune([task], trials=4, log=log, tuner="grid", measurer=again, progress=False)
+    assert again.measured == 0
+    other = Synthetic()
+    monkeypatch.setattr(drivermod, "signature_of", lambda target: NEAR)  # another machine measures anew
+    tune([task], trials=4, log=log, tuner="grid", measurer=other, progress=False)
+    assert other.measured == 4 and len(logmod.read(log)) == 8
+    # and the log distills to one best record per machine
+    assert logmod.distill([log], tmp_path / "best.jsonl") == 2

@@ -1,0 +1,121 @@
+"""Tuning logs across x86 CPUs: the backend's CPU signature, the shipped logs serving a CPU they were
+not named after (nearest match) but never one of another vector width, and the batch being part of
+the workload key (a batch-8 kernel never takes a batch-1 config)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+import nnvm
+from nnvm.autotune import extract_tasks
+from nnvm.autotune import log as logmod
+from nnvm.autotune.signature import host_caches
+from nnvm.compiler import tuning_logs_for
+from nnvm.runtime.threads import team_size
+from nnvm.target import parse_target
+from nnvm_backend_llvm_x86 import plugin as x86_plugin
+from nnvm_backend_llvm_x86.schedules import vector_lanes
+
+
+def test_the_hosts_signature_has_its_vector_width_caches_and_team_size(monkeypatch):
+    monkeypatch.setenv("NNVM_NUM_THREADS", "3")
+    target = parse_target("llvm")
+    sig = target.backend.cpu_signature(target)
+    assert sig.arch == "x86_64" and sig.vector_bits == 32 * vector_lanes(target)
+    assert sig.fma == ("fma" in sig.features) and sig.cores == team_size() == 3
+    caches = host_caches()
+    assert (sig.l1d, sig.l2, sig.l3) == (caches["l1d"], caches["l2"], caches["l3"])
+    # another CPU model: its features by name, and no caches or team size (not this machine's)
+    other = parse_target("llvm -mcpu=haswell")
+    sig = other.backend.cpu_signature(other)
+    assert (sig.vector_bits, sig.fma, sig.cpu) == (256, True, "haswell") and "avx512f" not in sig.features
+    assert (sig.cores, sig.l1d, sig.l2, sig.l3) == (None, None, None, None)
+    no_fma = parse_target("llvm -mcpu=x86-64")
+    assert no_fma.backend.cpu_signature(no_fma).fma is False
+
+
+def shipped_log() -> str:
+    (path,) = [p for p in parse_target("llvm").backend.default_tuning_logs(parse_target("llvm"))
+               if os.path.basename(p) == "cascadelake.jsonl"]
+    return path
+
+
+def test_the_shipped_log_serves_a_cpu_of_another_name_by_nearest_match(monkeypatch):
+    """The issue's machine: an AVX-512 CPU LLVM calls ``rocketlake``, for which nothing is shipped."""
+    monkeypatch.setattr(x86_plugin, "host_cpu", lambda: "rocketlake")
+    record = logmod.read(shipped_log())[0]
+    target = parse_target("llvm")
+    logs = tuning_logs_for(target)
+    assert logs.signature.cpu == "rocketlake"
+    (choice, *_) = logs.candidates(record.template, record.workload, target)
+    assert choice.path == shipped_log() and choice.shipped and choice.match == "nearest"
+    assert choice.record.config == record.config and choice.distance > 0
+    # the same log on an AVX2 CPU: 256-bit vectors, every record refused
+    haswell = parse_target("llvm -mcpu=haswell")
+    logs = tuning_logs_for(haswell)
+    assert logs.candidates(record.template, record.workload, haswell) == []
+    (entry,) = [e for e in logs.summary() if e["path"] == shipped_log()]
+    assert entry["matches"] and all(m.startswith("refused: tuned with 512-bit vectors, not 256-bit")
+                                    for m in entry["matches"])
+
+
+def conv_model(path: str, batch) -> str:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.1, "w")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1] * 4)], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 16, 14, 14])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+def test_a_batch_8_kernel_never_takes_a_batch_1_config(tmp_path):
+    model = conv_model(str(tmp_path / "conv.onnx"), "N")
+    (task,) = extract_tasks(model, target="llvm", shapes={"x": (1, 16, 14, 14)})
+    (task8,) = extract_tasks(model, target="llvm", shapes={"x": (8, 16, 14, 14)})
+    assert task.workload != task8.workload and task.template == task8.template
+    target = parse_target("llvm")
+    log = tmp_path / "batch1.jsonl"
+    logmod.append(log, [logmod.Record(task.target, task.template, task.workload, task.fallback, 1e-4,
+                                      signature=target.backend.cpu_signature(target))])
+    one = nnvm.compile(model, target="llvm", shapes={"x": (1, 16, 14, 14)}, tuning_log=str(log))
+    eight = nnvm.compile(model, target="llvm", shapes={"x": (8, 16, 14, 14)}, tuning_log=str(log))
+    assert one.stats()["tuned_kernels"] == 1 and eight.stats()["tuned_kernels"] == 0
+    (why,) = one.stats()["tuning"]["kernels"].values()
+    assert str(log) in why and "exact" in why
+    assert eight.stats()["tuning"]["kernels"] == {}
+    import onnxruntime as ort
+
+    x = np.random.default_rng(1).standard_normal((8, 16, 14, 14)).astype(np.float32)
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    (got,) = eight.run(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    (got1,) = one.run(x[:1])
+    np.testing.assert_allclose(got1, want[:1], rtol=1e-4, atol=1e-4)
+
+
+def test_compile_stats_say_which_log_served_each_kernel(tmp_path, monkeypatch, capsys):
+    from nnvm.cli import main
+
+    model = conv_model(str(tmp_path / "conv.onnx"), 1)
+    (task,) = extract_tasks(model, target="llvm")
+    target = parse_target("llvm")
+    log = tmp_path / "mine.jsonl"
+    logmod.append(log, [logmod.Record(task.target, task.template, task.workload, task.fallback, 1e-4,
+                                      signature=target.backend.cpu_signature(target))])
+    shipped = target.backend.default_tuning_logs(target)
+    monkeypatch.setattr(type(target.backend), "default_tuning_logs", lambda self, t: [str(log), *shipped])
+    assert main(["compile", model, "--target", "llvm", "-o", str(tmp_path / "conv.so"), "--stats"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"tuned_kernels: 1 of [23]\n", out)  # the conv; layout transforms have no template
+    assert f"cpu signature: {target.backend.cpu_signature(target).describe()}" in out
+    assert f"tuning log {log} (shipped): 1 kernel(s)" in out and "    exact [" in out
+    assert f"_conv2d_winograd_nchwc: {log} (shipped; exact)" in out
+    assert "refused" not in out
