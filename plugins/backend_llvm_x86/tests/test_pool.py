@@ -1,0 +1,103 @@
+"""The thread pool of parallel loops (``nnvm_pool.c``): right answers from many callers at once, exports
+that need no libgomp and keep the pool's symbols to themselves, unloading with workers alive, and one
+sentence when no C compiler can build it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import nnvm
+from nnvm import te
+from nnvm.errors import Error
+from nnvm_backend_llvm_x86.library import pool_build
+
+
+def _parallel_affine(rows: int, name: str = "affine"):
+    """B = A * 3 + 1 over a (rows, 33) array, rows in parallel: an odd extent, uneven chunks."""
+    A = te.placeholder((rows, 33), name="A")
+    B = te.compute((rows, 33), lambda i, j: A[i, j] * 3.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].parallel(B.op.axis[0])
+    return nnvm.build(s, [A, B], target="llvm", name=name)
+
+
+def test_many_callers_at_once(monkeypatch):
+    """4 Python threads (ctypes drops the GIL) call parallel kernels of 3-thread teams 150 times each:
+    one caller gets the pool, the others run alone; every output equals numpy's."""
+    monkeypatch.setenv("NNVM_NUM_THREADS", "3")
+    fns = [(rows, _parallel_affine(rows, f"affine{rows}")) for rows in (1, 2, 7, 37)]
+    assert fns[-1][1].library.num_threads() == 3
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        bad = 0
+        for n in range(150):
+            rows, f = fns[(k + n) % len(fns)]
+            a = rng.standard_normal((rows, 33)).astype("float32")
+            b = np.full_like(a, np.nan)
+            f(a, b)
+            # an FMA rounds once: within an ulp of numpy's two roundings; NaN left where no chunk wrote
+            bad += not np.allclose(b, a.astype("float64") * 3 + 1, rtol=1e-6, atol=1e-6)
+        return bad
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(work, range(4))) == 0
+
+
+def _dynamic(path: str) -> str:
+    return subprocess.run(["readelf", "-dW", "--dyn-syms", path], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_export_carries_its_own_pool(tmp_path):
+    f = _parallel_affine(37)
+    so = str(tmp_path / "k.so")
+    f.library.export(so, {"graph": b"{}"})
+    table = _dynamic(so)
+    assert "libgomp" not in table and "GOMP_" not in table, table
+    assert "nnvm_pool_run" not in table, "the pool's symbols must stay inside the module"
+    assert "nnvm_llvm_num_threads" in table
+
+
+_UNLOAD = textwrap.dedent("""
+    import ctypes, _ctypes, sys
+    import numpy as np
+    so = sys.argv[1]
+    a = np.arange(37 * 33, dtype="float32").reshape(37, 33)
+    for attempt in range(3):  # load, run on the module's pool, unload while its workers idle, again
+        lib = ctypes.CDLL(so)
+        b = np.zeros_like(a)
+        ptrs = (ctypes.c_void_p * 2)(a.ctypes.data, b.ctypes.data)
+        for _ in range(20):
+            assert lib.affine(ctypes.cast(ptrs, ctypes.c_void_p)) == 0
+        assert (b == a * 3 + 1).all()  # small integers: exact
+        _ctypes.dlclose(lib._handle)
+    print("ok")
+""")
+
+
+def test_unload_with_workers_alive(tmp_path):
+    """dlclose of an exported module stops and joins its pool's workers (their code goes away)."""
+    f = _parallel_affine(37)
+    so = str(tmp_path / "k.so")
+    f.library.export(so, {"graph": b"{}"})
+    proc = subprocess.run([sys.executable, "-c", _UNLOAD, so], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, NNVM_NUM_THREADS="2"))
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_no_c_compiler_is_one_sentence():
+    with pytest.raises(Error, match=r"running parallel kernels needs a C compiler .*'no-such-cc' was not"):
+        pool_build("no-such-cc", "so", "running parallel kernels")
+
+
+def test_pool_build_is_cached():
+    first = pool_build("cc", "o", "test")
+    assert os.path.exists(first) and pool_build("cc", "o", "test") == first
