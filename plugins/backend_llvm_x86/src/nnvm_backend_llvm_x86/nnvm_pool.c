@@ -40,10 +40,10 @@
 #define NNVM_POOL_API __attribute__((visibility("hidden")))
 #endif
 #ifndef CHUNKS_PER_THREAD
-#define CHUNKS_PER_THREAD 4 /* bench/load.py: 1 is libgomp's split; 4 keeps a late worker's share small */
+#define CHUNKS_PER_THREAD 4 /* 1 is libgomp's split; 4: a descheduled thread holds an eighth of 2 threads' work */
 #endif
 #ifndef SPIN_NS
-#define SPIN_NS 50000 /* bench/load.py: longer than the gap between two kernels' parallel loops */
+#define SPIN_NS 50000 /* longer than the gap between two kernels' parallel loops (bench/RESULTS.md) */
 #endif
 #define MAX_WORKERS 255
 #define CLOSED 0xffffffffu /* ticket's chunk field while a job is being written */
