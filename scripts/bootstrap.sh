@@ -9,10 +9,9 @@
 #        clang      checked with `command -v clang++` - compiles Metal kernels as C++ off a Mac (address spaces,
 #                                                    ext_vector_type: g++ has neither)
 #        libc6-dev  checked with dpkg-query       - the C library files the linker needs
-#        libgomp1   checked with dpkg-query       - the OpenMP runtime parallel kernels run on
 #        Arm cross toolchains and emulator (targets aarch64, armv7), checked with dpkg-query:
 #          gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
-#          libgomp1-arm64-cross libgomp1-armhf-cross - link exported Arm modules and the nnvm-run runtime
+#                                                     - link exported Arm modules and the nnvm-run runtime
 #          qemu-user                                  - runs Arm code on this host (mod.run, nnvm run, tests)
 #        pocl-opencl-icd  checked with dpkg-query  - Debian's PoCL, an OpenCL CPU driver the loader lists before
 #          the one bundled in pyopencl's wheel: that one's LLVM 14 does not know newer CPUs (AMD Zen 5 here)
@@ -49,8 +48,8 @@ command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v clang++ >/dev/null 2>&1 || missing+=(clang)
 if command -v dpkg-query >/dev/null 2>&1; then
-  for pkg in libc6-dev libgomp1 gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
-      libc6-dev-armhf-cross libgomp1-arm64-cross libgomp1-armhf-cross qemu-user pocl-opencl-icd; do
+  for pkg in libc6-dev gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
+      libc6-dev-armhf-cross qemu-user pocl-opencl-icd; do
     is_installed "$pkg" || missing+=("$pkg")
   done
 fi

@@ -131,7 +131,7 @@ def test_resnet18_from_two_c_threads_llvm(tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(ARM))
 def test_resnet18_from_two_c_threads_arm_under_qemu(kind, tmp_path):
-    # One OpenMP thread per calling thread: under the emulator more only adds contention.
+    # One pool thread per calling thread: under the emulator more only adds contention.
     check_resnet18_two_threads(kind, tmp_path, threads=1)
 
 
@@ -236,7 +236,7 @@ def mlp_model(seed: int = 9):
 
 @pytest.mark.parametrize("kind, threads, runs", [("llvm", 8, 20), ("aarch64", 4, 2), ("armv7", 4, 2)])
 def test_many_threads_at_once(kind, threads, runs, tmp_path):
-    """tests/c/stress_threads.c: THREADS callers, each its own input, RUNS times, OpenMP teams of 2
+    """tests/c/stress_threads.c: THREADS callers, each its own input, RUNS times, pool teams of 2
     inside the kernels; every output checked, and each thread's last error is its own."""
     paths, cc = runtime_for(kind)
     exe = tmp_path / "stress"

@@ -167,7 +167,7 @@ def test_num_threads_from_environment(threads, monkeypatch):
     b = np.zeros_like(a)
     f(a, b)
     assert (b == 2 * a).all()
-    if threads is None:  # libgomp's default: every CPU this process may use
+    if threads is None:  # the pool's default: every CPU this process may use
         assert f.library.num_threads() >= 1
     else:
         assert f.library.num_threads() == int(threads)
@@ -240,7 +240,7 @@ _FORK_SCRIPT = textwrap.dedent("""
     first.library.export(so, {"graph": b"{}"})
     lib = ctypes.CDLL(so)
     if use_pool:
-        check(first)  # starts libgomp's pool in this process
+        check(first)  # starts the thread pool in this process
         check(exported)
     pid = os.fork()
     if pid == 0:
@@ -259,7 +259,7 @@ _FORK_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.parametrize("pool", ["used", "unused"])
 def test_fork_after_parallel_kernels(pool):
-    """libgomp's pool does not survive fork: children of a process that used it run single-threaded
+    """A thread pool's workers do not survive fork: children of a process that used it run single-threaded
     instead of hanging; children of one that did not keep their threads."""
     env = dict(os.environ, NNVM_NUM_THREADS="2")
     proc = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, pool], env=env, capture_output=True,

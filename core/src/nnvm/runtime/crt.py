@@ -9,7 +9,8 @@ One runtime for every CPU target: x86-64 (``llvm``) with the host's C compiler, 
 
 and is cached under ``$NNVM_CACHE_DIR/c-runtime/<kind>-<hash of sources, compiler and flags>``, so tests,
 ``nnvm runtime build`` and the Arm plugin's emulated runs compile it once. The runtime's threading
-(one activation arena per concurrent call; OpenMP teams per calling thread) lives in ``nnvm_runtime.c``.
+(one activation arena per concurrent call) lives in ``nnvm_runtime.c``; a module's parallel loops run
+on the thread pool compiled into it.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class Module:
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         """Safe from any number of threads at once, each getting what it would get alone: a run's
         kernels execute where ``threads.run_kernels`` puts them (the main thread itself when no other run
-        is under way, else one of the process's kernel-runner threads, one per OpenMP team the cores
+        is under way, else one of the process's kernel-runner threads, one per thread-pool team the cores
         hold) in a workspace (activation arena and the kernel argument arrays pointing into it) that no
         other run uses meanwhile; the weights are shared and only read."""
         values = self._bind(args, kwargs)

@@ -1,8 +1,9 @@
 """The default team size of parallel kernels: one thread per physical core.
 
 Compiled kernels read ``NNVM_NUM_THREADS`` once, at their first parallel loop (the LLVM backends'
-``nnvm_llvm_num_threads``), and fall back to the OpenMP runtime's default, which counts logical CPUs:
-two threads per core with SMT, and sibling hyper-threads only fight over one core's vector units.
+``nnvm_llvm_num_threads``, computed by their thread pool, ``nnvm_pool.c``), and fall back to
+``OMP_NUM_THREADS``, then to the logical CPUs the process may use: two threads per core with SMT, and
+sibling hyper-threads only fight over one core's vector units.
 Counting physical cores is easy here and awkward in generated code, so the Python runtime sets the
 variable before it hands out the first kernel (``kernel_from_address``), for modules compiled in this
 process and ones ``nnvm.load`` reads alike. ``NNVM_NUM_THREADS`` or ``OMP_NUM_THREADS`` set by the
@@ -94,11 +95,11 @@ def kernel_runner() -> ThreadPoolExecutor:
     teams of ``team_size()`` threads in the physical cores, at least one.
 
     A run's kernels go to one of these threads rather than running on the caller's (``run_kernels``
-    says when the main thread may run them itself). Each thread that starts a parallel loop gets its own
-    OpenMP team, and teams that outnumber the cores only fight over them (libgomp's idle workers spin on
-    the cores another team needs): with one team per calling thread, 4 threads x 20 runs of MobileNetV2
-    took twice as long as the 80 runs one after another. With ``NNVM_NUM_THREADS=1`` every core runs a
-    model of its own. A forked child makes its own.
+    says when the main thread may run them itself). A library's thread pool runs one parallel loop at a
+    time with the whole team, and a loop started meanwhile runs on its caller's thread alone; more runs
+    at once than the cores hold teams only fight over the cores (with libgomp, one team per calling
+    thread, 4 threads x 20 runs of MobileNetV2 took twice as long as the 80 runs one after another).
+    With ``NNVM_NUM_THREADS=1`` every core runs a model of its own. A forked child makes its own.
     """
     global _RUNNER, _SLOTS
     with _RUNNER_LOCK:

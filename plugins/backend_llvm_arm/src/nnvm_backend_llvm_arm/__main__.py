@@ -2,8 +2,8 @@
 
 The runtime is ``nnvm-run`` (the core's C runtime, ``nnvm/runtime/c``), built with the cross compiler;
 a device needs it plus the exported model file. The model's weights are in that file, not in the
-runtime, so they are excluded. libgomp (GCC's OpenMP runtime, a system library on Linux devices) is
-listed for reference.
+runtime, so they are excluded. The thread pool each parallel model carries (``nnvm_pool.c``, compiled
+into the model file) is listed for reference.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
               "weights excluded)")
         for name, size in files.items():
             if name != "nnvm-run":
-                print(f"  system library it loads for parallel models: {name} {size / 1024:.1f} KiB")
+                print(f"  compiled into each parallel model: {name} {size / 1024:.1f} KiB")
     return 0
 
 

@@ -4,7 +4,7 @@ under qemu-user.
 The runner is built once per target with the cross compiler (``-Os``, stripped, the runtime linked in
 statically) and cached by ``nnvm.runtime.crt``, so tests and ``mod.run`` pay the compile once. On an
 x86 host every run goes through ``qemu-<arch> -L /usr/<gnu triple>``, which loads the target's C
-library, libgomp and libm from the cross sysroot; on a matching Arm host it runs as is.
+library and libm from the cross sysroot; on a matching Arm host it runs as is.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 from nnvm.errors import Error
 from nnvm.runtime.crt import build_runtime
 from nnvm_backend_llvm_arm.toolchain import ArmToolchain
+from nnvm_backend_llvm_x86.library import pool_build
 
 RUN_TIMEOUT_S = 1800  # a large model under an emulator on a busy machine is slow, not hung
 
@@ -55,11 +56,9 @@ def run_artifact(tc: ArmToolchain, path: str, inputs: list, outputs: list, threa
 
 def runtime_sizes(tc: ArmToolchain) -> dict:
     """Bytes on disk of what a device needs besides the model file: the runner (stripped) and, for
-    reference, the shared libraries it and a parallel model load (libgomp; libc and libm are the
-    system's)."""
+    reference, the thread pool every parallel model carries (``nnvm_pool.c`` compiled for the target;
+    an object file, so an upper bound of what it adds to a model)."""
+    cc = tc.require_cc("building the nnvm-run device runtime")
     exe = build_runner(tc)
-    sizes = {"nnvm-run": os.path.getsize(exe)}
-    gomp = os.path.join(tc.sysroot, "lib", "libgomp.so.1")
-    if os.path.exists(gomp):
-        sizes["libgomp.so.1"] = os.path.getsize(os.path.realpath(gomp))
-    return sizes
+    return {"nnvm-run": os.path.getsize(exe),
+            "nnvm_pool.o": os.path.getsize(pool_build(cc, "o", f"building the {tc.kind} thread pool"))}

@@ -14,14 +14,15 @@ The shape of the generated module, per kernel ``f`` of the calling convention ``
   ``llvm.loop.vectorize.enable`` for LLVM's loop vectorizer. ``unrolled`` loops left by lowering (a
   non-constant extent) carry ``llvm.loop.unroll.enable``.
 - ``parallel`` loops (the outermost one of a nest; inner ones run serially) are outlined into
-  ``f.parN(closure)`` which unpacks a struct of captured values (buffers, variables, the loop's range)
-  and runs a static chunk of the iterations picked by ``omp_get_thread_num``/``omp_get_num_threads``.
-  The caller runs it on libgomp's thread pool with ``GOMP_parallel``; libgomp keeps its threads
-  between calls. The team size is ``nnvm_llvm_num_threads()``: ``NNVM_NUM_THREADS`` read once at run
-  time by the generated code, else libgomp's default (``OMP_NUM_THREADS`` or the number of CPUs).
-  The Python runtime sets ``NNVM_NUM_THREADS`` to the number of physical cores before it hands out
-  the first kernel unless the user set either variable (``nnvm.runtime.threads``), so in practice the
-  libgomp default only applies to exported libraries loaded outside nnvm.
+  ``f.parN(closure, lo, hi)`` which unpacks a struct of captured values (buffers, variables, the loop's
+  start) and runs iterations ``[lo, hi)``. The caller hands it to ``nnvm_pool_run`` (``nnvm_pool.c``,
+  our own thread pool: the range cut into several chunks per thread, taken dynamically, so a
+  descheduled worker never holds up the loop). The team size is ``nnvm_llvm_num_threads()``:
+  ``NNVM_NUM_THREADS`` read once per library at run time, else ``OMP_NUM_THREADS``, else the CPUs
+  this process may use (``nnvm_pool_team``). The Python runtime sets ``NNVM_NUM_THREADS`` to the number
+  of physical cores before it hands out the first kernel unless the user set either variable
+  (``nnvm.runtime.threads``), so in practice the CPU count only applies to exported libraries loaded
+  outside nnvm.
 - ``Allocate``: constant sizes up to 64 KiB are ``alloca`` in the entry block of the function they are
   used in (so inside a parallel body each thread has its own); larger or dynamic ones are
   ``aligned_alloc(64, ...)`` and freed after their body.
@@ -54,11 +55,11 @@ from nnvm_backend_llvm_x86.codegen_expr import (
 MAX_STACK_BUFFER = 64 * 1024  # bytes; larger buffers go to the heap
 MAX_STACK_TOTAL = 256 * 1024  # per function, so worker threads' stacks stay small
 NUM_THREADS_FN = "nnvm_llvm_num_threads"
-POOL_PID_VAR = "nnvm_llvm_pool_pid"
-# C and OpenMP runtime functions the generated code calls: a kernel may not take these names.
+POOL_RUN_FN = "nnvm_pool_run"  # nnvm_pool.c
+POOL_TEAM_FN = "nnvm_pool_team"
+# C and thread pool functions the generated code calls: a kernel may not take these names.
 RESERVED_NAMES = frozenset({
-    NUM_THREADS_FN, POOL_PID_VAR, "getpid", "GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads",
-    "omp_get_max_threads", "aligned_alloc", "free", "getenv", "atoi", "tanhf", "tanh", "erff", "erf",
+    NUM_THREADS_FN, POOL_RUN_FN, POOL_TEAM_FN, "aligned_alloc", "free", "tanhf", "tanh", "erff", "erf",
 })
 
 
@@ -320,7 +321,7 @@ class CodeGenLLVM(ExprEmitter):
 
     # -- parallel loops ---------------------------------------------------------------------------
     def parallel_for(self, s: S.For) -> None:
-        """Outline the loop body and run it on the OpenMP thread pool, a static chunk per thread."""
+        """Outline the loop body and run it on the thread pool (``nnvm_pool_run``), in chunks."""
         self.uses_parallel = True
         frame, bld = self.frame, self.builder
         var_list, buf_list = _captures(s)
@@ -329,20 +330,20 @@ class CodeGenLLVM(ExprEmitter):
                 raise Error(f"kernel {frame.name}: the variable {v.name} is used but never defined")
         start = self.to_index(self.cast(self.expr(s.min), s.min.dtype, "int64"), "int64")
         extent = self.to_index(self.cast(self.expr(s.extent), s.extent.dtype, "int64"), "int64")
-        values = [self.buffer_ptr(b) for b in buf_list] + [frame.vars[v] for v in var_list] + [start, extent]
+        values = [self.buffer_ptr(b) for b in buf_list] + [frame.vars[v] for v in var_list] + [start]
         closure_ty = ir.LiteralStructType([v.type for v in values])
 
         frame.parallel_count += 1
         name = f"{frame.name}.par{frame.parallel_count}"
-        body_fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [v.type for v in values]),
-                              name=f"{name}.body")
+        body_ty = ir.FunctionType(ir.VoidType(), [v.type for v in values] + [I64, I64])
+        body_fn = ir.Function(self.module, body_ty, name=f"{name}.body")
         body_fn.linkage = "internal"
         body_fn.attributes.add("nounwind")
         for arg in body_fn.args[:len(buf_list)]:
             arg.add_attribute("noalias")
         self._emit_parallel_body(s, body_fn, buf_list, var_list, frame.name)
 
-        tramp = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), name=name)
+        tramp = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64]), name=name)
         tramp.linkage = "internal"
         tramp.attributes.add("nounwind")
         tb = ir.IRBuilder(tramp.append_basic_block("entry"))
@@ -351,7 +352,7 @@ class CodeGenLLVM(ExprEmitter):
             slot = tb.gep(tramp.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
                           source_etype=closure_ty)
             args.append(tb.load(slot, typ=v.type))
-        tb.call(body_fn, args)
+        tb.call(body_fn, [*args, tramp.args[1], tramp.args[2]])
         tb.ret_void()
 
         self.frame, self.builder = frame, bld
@@ -360,34 +361,20 @@ class CodeGenLLVM(ExprEmitter):
             slot = bld.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], inbounds=True,
                            source_etype=closure_ty)
             bld.store(v, slot)
-        threads = bld.call(self.num_threads_fn(), [])
-        # never more threads than iterations, never fewer than one
-        threads = bld.sext(threads, I64)
-        team = bld.select(bld.icmp_signed("<", extent, threads), extent, threads)
-        one = ir.Constant(I64, 1)
-        team = bld.trunc(bld.select(bld.icmp_signed("<", team, one), one, team), I32)
-        gomp = self.declare("GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-        with bld.if_else(bld.icmp_signed(">", team, ir.Constant(I32, 1))) as (many, alone):
-            with many:
-                bld.call(gomp, [tramp, closure, team, ir.Constant(I32, 0)])
-            with alone:  # one thread: no need for libgomp (and no libgomp at all in a forked child)
-                bld.call(tramp, [closure])
+        team = bld.call(self.num_threads_fn(), [])
+        run = self.declare(POOL_RUN_FN, ir.VoidType(), [PTR, PTR, I64, I32])
+        bld.call(run, [tramp, closure, extent, team])  # one thread or one iteration: tramp on this thread
 
     def _emit_parallel_body(self, s: S.For, fn: ir.Function, buf_list, var_list, kernel: str) -> None:
+        """``fn(buffers..., variables..., start, lo, hi)``: iterations ``start + [lo, hi)`` of ``s``."""
         self.begin_function(kernel, fn, in_parallel=True)
         nb, nv = len(buf_list), len(var_list)
         for b, arg in zip(buf_list, fn.args[:nb]):
             self.frame.buffers[b] = arg
         for v, arg in zip(var_list, fn.args[nb:nb + nv]):
             self.frame.vars[v] = arg
-        start, extent = fn.args[nb + nv], fn.args[nb + nv + 1]
+        start, lo, hi = fn.args[nb + nv:nb + nv + 3]
         bld = self.builder
-        tid = bld.sext(bld.call(self.declare("omp_get_thread_num", I32, []), []), I64)
-        nthreads = bld.sext(bld.call(self.declare("omp_get_num_threads", I32, []), []), I64)
-        chunk = bld.sdiv(bld.sub(bld.add(extent, nthreads), ir.Constant(I64, 1)), nthreads)
-        lo = bld.mul(tid, chunk)
-        hi = bld.add(lo, chunk)
-        hi = bld.select(bld.icmp_signed("<", hi, extent), hi, extent)
         ty = value_type(s.var.dtype)
         begin = self.cast(bld.add(start, lo), "int64", s.var.dtype)
         end = self.cast(bld.add(start, hi), "int64", s.var.dtype)
@@ -395,13 +382,12 @@ class CodeGenLLVM(ExprEmitter):
         self.builder.ret_void()
 
     def num_threads_fn(self) -> ir.Function:
-        """``int32_t nnvm_llvm_num_threads()``: the team size of parallel loops.
+        """``int32_t nnvm_llvm_num_threads()``: the team size of this library's parallel loops.
 
-        ``NNVM_NUM_THREADS`` (read once) or libgomp's default. libgomp's pool does not survive
-        ``fork``: a child process calling into it hangs. So the first call that picks more than one
-        thread records the process id in ``nnvm_llvm_pool_pid``, and any other process (a forked
-        child) gets 1, i.e. runs parallel loops on its own thread, without libgomp. The Python side
-        also writes -1 there in children forked after any parallel kernel ran (``library.py``).
+        Computed once per library by the pool (``nnvm_pool_team``: ``NNVM_NUM_THREADS``, else
+        ``OMP_NUM_THREADS``, else the CPUs this process may use) into a global of its own, so libraries
+        built after the variable changed get the new size; 1 in a child forked after the pool started
+        (its workers did not come along).
         """
         fn = self.module.globals.get(NUM_THREADS_FN)
         if fn is not None:
@@ -409,36 +395,10 @@ class CodeGenLLVM(ExprEmitter):
         cache = ir.GlobalVariable(self.module, I32, name="nnvm_llvm_num_threads.cache")
         cache.linkage = "internal"
         cache.initializer = ir.Constant(I32, 0)
-        owner_var = ir.GlobalVariable(self.module, I32, name=POOL_PID_VAR)
-        owner_var.initializer = ir.Constant(I32, 0)
         fn = ir.Function(self.module, ir.FunctionType(I32, []), name=NUM_THREADS_FN)
         fn.attributes.add("nounwind")
         bld = ir.IRBuilder(fn.append_basic_block("entry"))
-        getpid = self.declare("getpid", I32, [])
-        zero, one = ir.Constant(I32, 0), ir.Constant(I32, 1)
-        owner = bld.load_atomic(owner_var, "monotonic", 4)
-        with bld.if_then(bld.icmp_signed("!=", owner, zero), likely=True):
-            with bld.if_then(bld.icmp_signed("!=", owner, bld.call(getpid, [])), likely=False):
-                bld.ret(one)
-        n = bld.alloca(I32)
-        bld.store(bld.load_atomic(cache, "monotonic", 4), n)
-        with bld.if_then(bld.icmp_signed("<=", bld.load(n), zero), likely=False):
-            text = b"NNVM_NUM_THREADS\0"
-            text_ty = ir.ArrayType(I8, len(text))
-            key = ir.GlobalVariable(self.module, text_ty, name="nnvm_llvm_num_threads.env")
-            key.linkage = "private"
-            key.global_constant = True
-            key.initializer = ir.Constant(text_ty, bytearray(text))
-            env = bld.call(self.declare("getenv", PTR, [PTR]), [key])
-            with bld.if_then(bld.icmp_unsigned("!=", env, ir.Constant(PTR, None))):
-                bld.store(bld.call(self.declare("atoi", I32, [PTR]), [env]), n)
-            with bld.if_then(bld.icmp_signed("<=", bld.load(n), zero)):
-                bld.store(bld.call(self.declare("omp_get_max_threads", I32, []), []), n)
-            bld.store_atomic(bld.load(n), cache, "monotonic", 4)
-        value = bld.load(n)
-        with bld.if_then(bld.and_(bld.icmp_signed(">", value, one), bld.icmp_signed("==", owner, zero))):
-            bld.store_atomic(bld.call(getpid, []), owner_var, "monotonic", 4)
-        bld.ret(value)
+        bld.ret(bld.call(self.declare(POOL_TEAM_FN, I32, [PTR]), [cache]))
         return fn
 
 

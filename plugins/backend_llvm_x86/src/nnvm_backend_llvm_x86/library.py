@@ -9,7 +9,8 @@ The export format is an ordinary ELF shared object linked by the system C compil
   a file copy, not an LLVM constant;
 - ``glue.py``'s C entry point ``nnvm_model_execute`` and the model's input/output metadata, so the C
   runtime (``nnvm/runtime/c``, ``nnvm_runtime.h``) runs it with no Python, on every CPU target;
-- ``-lgomp -lm``: the OpenMP runtime (parallel loops) and the C math library.
+- for parallel loops, the thread pool ``nnvm_pool.c`` compiled in (hidden symbols: the module needs no
+  threading library beyond libc), and ``-lm``, the C math library.
 
 ``nnvm.runtime.module.load_module`` reads it back with ``ctypes`` alone. ``Module.export`` then appends
 the footer of ``nnvm.runtime.artifact`` (format version, target, checksum).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import hashlib
 import json
 import os
 import re
@@ -26,7 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import weakref
+from pathlib import Path
 
 import llvmlite.binding as llvm
 
@@ -38,12 +40,12 @@ from nnvm_backend_llvm_x86.toolchain import LLVMTarget
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _runtime_lock = threading.Lock()
 _runtime_loaded: set = set()
-_parallel_libraries: weakref.WeakSet = weakref.WeakSet()  # in-process libraries with parallel loops
-_pool_unusable = False  # True in a child forked after this process started libgomp's pool
+POOL_SOURCE = Path(__file__).with_name("nnvm_pool.c")
+POOL_CFLAGS = ("-O2", "-std=c11", "-fPIC", "-Wall")
 
 
-def load_runtime_libraries(names=("gomp", "m", "gcc_s")) -> None:
-    """Make libgomp, libm and libgcc_s symbols resolvable by JIT-compiled code (once per process).
+def load_runtime_libraries(names=("m", "gcc_s")) -> None:
+    """Make libm and libgcc_s symbols resolvable by JIT-compiled code (once per process).
 
     libgcc_s holds the helpers LLVM calls for conversions x86 has no instruction for (double to half:
     ``__truncdfhf2``); an unresolved helper would crash the process at the first call."""
@@ -53,12 +55,52 @@ def load_runtime_libraries(names=("gomp", "m", "gcc_s")) -> None:
                 continue
             path = ctypes.util.find_library(name)
             if path is None:
-                if name == "gomp":
-                    raise Error("the llvm backend needs libgomp (GCC's OpenMP runtime) for parallel loops; "
-                                "install it (e.g. apt-get install libgomp1)")
                 continue
             llvm.load_library_permanently(path)
             _runtime_loaded.add(name)
+
+
+def pool_build(cc: str, kind: str, what: str) -> str:
+    """``nnvm_pool.c`` compiled by ``cc``: ``kind`` ``"so"`` (the JIT's shared library, symbols visible)
+    or ``"o"`` (an object for exports, symbols hidden). Compiled once per machine and cached under
+    ``$NNVM_CACHE_DIR/thread-pool``, keyed by the source, the compiler (path and date) and the flags;
+    written to a temporary name and renamed, so parallel processes never see half a file."""
+    path = shutil.which(cc)
+    if path is None:
+        raise Error(f"{what} needs a C compiler for the thread pool of parallel loops (nnvm_pool.c), and "
+                    f"{cc!r} was not found; install one (e.g. apt-get install gcc) or set CC")
+    flags = [*POOL_CFLAGS, "-shared", "-DNNVM_POOL_API="] if kind == "so" else [*POOL_CFLAGS, "-c"]
+    key = hashlib.sha256(POOL_SOURCE.read_bytes())
+    real = os.path.realpath(path)
+    key.update(f"{cc}\0{real}\0{os.stat(real).st_mtime_ns}\0{' '.join(flags)}".encode())
+    base = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
+    out = os.path.join(base, "thread-pool", f"nnvm_pool-{key.hexdigest()[:16]}.{kind}")
+    if os.path.exists(out):
+        return out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".nnvm_pool-", suffix=f".{kind}", dir=os.path.dirname(out))
+    os.close(fd)
+    try:
+        cmd = [cc, *flags, "-o", tmp, str(POOL_SOURCE), *(["-lpthread"] if kind == "so" else [])]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Error(f"{what}: compiling the thread pool (nnvm_pool.c) with {cc} failed: "
+                        f"{proc.stderr.strip()}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def load_pool() -> None:
+    """The thread pool's shared library, loaded once per process so JIT code resolves ``nnvm_pool_run``."""
+    with _runtime_lock:
+        if "pool" in _runtime_loaded:
+            return
+        cc = os.environ.get("CC", "cc")
+        llvm.load_library_permanently(pool_build(cc, "so", "running parallel kernels"))
+        _runtime_loaded.add("pool")
 
 
 class LLVMKernelLibrary(KernelLibrary):
@@ -80,13 +122,11 @@ class LLVMKernelLibrary(KernelLibrary):
         self.compile_seconds = compile_seconds if compile_seconds is not None else {}
         self._engine = None
         if module is not None:
-            load_runtime_libraries(("gomp", "m", "gcc_s") if uses_parallel else ("m", "gcc_s"))
+            load_runtime_libraries()
+            if uses_parallel:
+                load_pool()
             self._engine = llvm.create_mcjit_compiler(module, tm)
             self._engine.finalize_object()
-            if uses_parallel:
-                _parallel_libraries.add(self)
-                if _pool_unusable:
-                    self._set_pool_pid(-1)
 
     def address(self, name: str) -> int:
         if self._engine is None:
@@ -96,19 +136,13 @@ class LLVMKernelLibrary(KernelLibrary):
         return self._engine.get_function_address(name)
 
     def num_threads(self) -> int:
-        """The team size parallel loops use (NNVM_NUM_THREADS or libgomp's default); 1 without any."""
+        """The team size parallel loops use (``nnvm_pool_team``); 1 without any."""
         if not self.uses_parallel or self._engine is None:
             return 1
         return ctypes.CFUNCTYPE(ctypes.c_int32)(self.address("nnvm_llvm_num_threads"))()
 
     def source(self) -> str:
         return self.optimized_ir
-
-    def _pool_pid(self) -> ctypes.c_int32:
-        return ctypes.c_int32.from_address(self._engine.get_global_value_address("nnvm_llvm_pool_pid"))
-
-    def _set_pool_pid(self, value: int) -> None:
-        self._pool_pid().value = value
 
     def assembly(self) -> str:
         """The machine code as assembly text (for inspection and tests)."""
@@ -138,6 +172,8 @@ class LLVMKernelLibrary(KernelLibrary):
             os.close(fd)
             try:
                 extra = self._export_objects(cc, tmp, blobs, path)
+                if self.uses_parallel:
+                    extra.append(pool_build(cc, "o", f"exporting {path}"))
                 self._link(cc, partial, [obj_path, asm_path, *extra], path)
                 os.replace(partial, path)  # a loaded copy of an older file stays intact
             finally:
@@ -167,14 +203,10 @@ class LLVMKernelLibrary(KernelLibrary):
 
     def _link(self, cc: str, out: str, inputs: list, path: str) -> None:
         base = [cc, "-shared", "-o", out, *inputs, "-Wl,-z,noexecstack"]
-        attempts = [["-lgomp", "-lm"], ["-l:libgomp.so.1", "-lm"]] if self.uses_parallel else [["-lm"]]
-        errors = []
-        for libs in attempts:
-            proc = subprocess.run(base + libs, capture_output=True, text=True)
-            if proc.returncode == 0:
-                return
-            errors.append(proc.stderr.strip())
-        raise Error(f"exporting {path}: linking with {cc} failed: {errors[-1]}")
+        libs = ["-lm", "-lpthread"] if self.uses_parallel else ["-lm"]
+        proc = subprocess.run(base + libs, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Error(f"exporting {path}: linking with {cc} failed: {proc.stderr.strip()}")
 
 
 def blob_assembly(blobs: dict, directory: str) -> str:
@@ -205,19 +237,3 @@ def blob_assembly(blobs: dict, directory: str) -> str:
         ]
     lines.append('\t.section .note.GNU-stack,"",%progbits')
     return "\n".join(lines) + "\n"
-
-
-def _after_fork_in_child() -> None:
-    """libgomp's thread pool does not survive fork: a child calling into it would hang. When any of our
-    kernels started the pool (its pid is recorded), run parallel loops single-threaded in the child,
-    in the libraries built so far and those built later (the generated code itself covers exported
-    libraries that were called before the fork)."""
-    global _pool_unusable
-    libs = list(_parallel_libraries)
-    if _pool_unusable or any(lib._pool_pid().value != 0 for lib in libs):
-        _pool_unusable = True
-        for lib in libs:
-            lib._set_pool_pid(-1)
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

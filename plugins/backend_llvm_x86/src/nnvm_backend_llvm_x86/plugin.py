@@ -6,13 +6,15 @@ How a ``build`` call turns loop programs into running code, in the order of ``LL
 2. ``parse``: llvmlite reads the IR text and verifies it;
 3. ``optimize``: LLVM's O3 pipeline once for the whole module, with the target machine of the host
    CPU (name and features, so AVX2 / AVX-512 are used) driving the vectorizers;
-4. ``jit``: MCJIT turns it into machine code in this process (libgomp and libm made resolvable).
+4. ``jit``: MCJIT turns it into machine code in this process (our thread pool, ``nnvm_pool.c``, and
+   libm made resolvable).
 
 ``KernelLibrary.export`` later emits position-independent object code from the same optimized IR
 and links a shared library with the data blobs (see ``library.py``).
 
-Threads: parallel loops run on libgomp's pool. The team size is ``NNVM_NUM_THREADS`` (read once, at
-the first parallel kernel call, by the generated code itself, so exported libraries honour it too);
+Threads: parallel loops run on our own pool (``nnvm_pool.c``: dynamic chunks, bounded spinning). The
+team size is ``NNVM_NUM_THREADS`` (read once, at the first parallel kernel call, by the generated code
+itself, so exported libraries honour it too);
 unless the user set it or ``OMP_NUM_THREADS``, the Python runtime sets it to the number of physical
 cores before handing out the first kernel (``nnvm.runtime.threads``).
 

@@ -10,10 +10,10 @@
  * nnvm_model_arena_bytes. Arenas come from a per-module pool (a mutex-protected free list): a call
  * takes a free one or allocates a new one, and gives it back when done, so N concurrent calls use N
  * arenas and sequential calls reuse one. Weights live in the mapped file, shared and read-only. Parallel
- * loops inside kernels start OpenMP teams (GOMP_parallel); libgomp gives each calling thread its own
- * team. libgomp is pinned in memory at load (its idle threads must survive nnvm_module_free's dlclose).
- * This file is the one place the C runtime's threading lives (see also the kernels' own
- * NNVM_NUM_THREADS handling in the LLVM code generator).
+ * loops inside kernels run on the thread pool compiled into the module itself (nnvm_pool.c of the
+ * LLVM backend): one job at a time per module, a second concurrent caller runs its loop on its own
+ * thread; the pool's workers are stopped and joined when nnvm_module_free unloads the module. This
+ * file is the one place the C runtime's threading lives (the pool's is in nnvm_pool.c).
  */
 #define _GNU_SOURCE
 #define _FILE_OFFSET_BITS 64 /* models over 2 GiB on 32-bit Arm */
@@ -236,9 +236,6 @@ nnvm_module *nnvm_module_load(const char *path) {
     free(m);
     return NULL;
   }
-  /* libgomp came in as the module's dependency; its worker threads outlive any run and idle inside its
-     code, so it must stay mapped when nnvm_module_free closes the module: mark it never to unload. */
-  dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
   const uint32_t *abi = need(m, "nnvm_model_abi");
   const uint64_t *arena = abi ? need(m, "nnvm_model_arena_bytes") : NULL;
   const int32_t *ni = arena ? need(m, "nnvm_model_num_inputs") : NULL;

@@ -1,6 +1,6 @@
 /* nnvm_runtime.h: run a module exported by nnvm (nnvm.compile(...).export(path)) from C or C++, with
  * no Python. Link libnnvm_runtime.a (or -lnnvm_runtime) plus -ldl -lpthread; the module file itself
- * loads libgomp and libm. `nnvm runtime build --target T -o DIR` writes this header and the libraries.
+ * loads only libc and libm (its thread pool is compiled in). `nnvm runtime build --target T -o DIR` writes this header and the libraries.
  *
  * A module is a shared library with a footer (format version, target, checksum); nnvm_module_load
  * checks it before loading any code, so a module for another CPU, a newer format or a damaged file is
@@ -9,8 +9,9 @@
  * Tensors are dense C-order arrays; dtype is numpy's name ("float32", "int64", ...). Inputs and
  * outputs are passed in the order nnvm_module_input/output list them. nnvm_module_run may be called
  * from several threads at once on the same module: each concurrent call gets its own activation
- * memory, the weights are shared and read-only. Parallel loops inside kernels run on OpenMP teams
- * (libgomp), one per calling thread; NNVM_NUM_THREADS sets their size.
+ * memory, the weights are shared and read-only. Parallel loops inside kernels run on the module's own
+ * thread pool, one loop at a time (a concurrent caller runs its loop on its own thread);
+ * NNVM_NUM_THREADS (else OMP_NUM_THREADS, else the CPU count) sets its size.
  */
 #ifndef NNVM_RUNTIME_H
 #define NNVM_RUNTIME_H

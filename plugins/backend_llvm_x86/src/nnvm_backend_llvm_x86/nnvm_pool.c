@@ -1,0 +1,246 @@
+/* nnvm_pool.c: the thread pool that parallel loops of LLVM-compiled kernels run on (x86 and Arm).
+ *
+ * Built by library.py: once per machine into a shared library the JIT resolves against, and into every
+ * exported module (hidden symbols: each module carries its own pool, so it needs nothing but libc).
+ *
+ * Why not libgomp: GOMP_parallel gives each thread one static chunk and its join waits for every team
+ * thread, so on a loaded machine each parallel region waits for the worker the OS descheduled. Here:
+ * - a loop is cut into more chunks than threads (CHUNKS_PER_THREAD), taken from an atomic counter by the
+ *   caller and the workers alike; the region ends when every chunk is *done*, so a worker that wakes
+ *   late finds nothing left and goes back to waiting. It can never take a chunk of a later job: the
+ *   counter carries the job's generation (`ticket` = generation << 32 | next chunk), and the job's
+ *   fields are read like a seqlock (checked against the ticket after reading);
+ * - spinning is bounded: workers spin SPIN_NS after a job before sleeping on a futex, the caller spins
+ *   SPIN_NS for the last chunks before sleeping; a sleeper is woken only when someone sleeps;
+ * - one job at a time: a second thread calling while a job is in flight runs its loop on its own
+ *   thread (correct, and no two teams fighting over the same cores);
+ * - fork: a child forked after the workers started has none of them, so it runs loops serially;
+ * - unloading (dlclose of an exported module): a destructor stops and joins the workers.
+ *
+ * API (what the generated code calls):
+ *   void nnvm_pool_run(void (*fn)(void *closure, int64_t lo, int64_t hi), void *closure, int64_t extent,
+ *                      int32_t team): fn over [0, extent) in chunks, on at most `team` threads;
+ *   int32_t nnvm_pool_team(int32_t *cache): the team size, computed once into *cache (NNVM_NUM_THREADS,
+ *                      else OMP_NUM_THREADS, else the CPUs this process may use); 1 in a forked child.
+ */
+#define _GNU_SOURCE
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef NNVM_POOL_API /* the JIT's shared build defines it as default visibility */
+#define NNVM_POOL_API __attribute__((visibility("hidden")))
+#endif
+#ifndef CHUNKS_PER_THREAD
+#define CHUNKS_PER_THREAD 4 /* 1 is libgomp's split; 4: a descheduled thread holds an eighth of 2 threads' work */
+#endif
+#ifndef SPIN_NS
+#define SPIN_NS 50000 /* longer than the gap between two kernels' parallel loops (bench/RESULTS.md) */
+#endif
+#define MAX_WORKERS 255
+#define CLOSED 0xffffffffu /* ticket's chunk field while a job is being written */
+
+typedef void (*nnvm_task)(void *closure, int64_t lo, int64_t hi);
+
+static struct {
+  pthread_mutex_t lock; /* starting and stopping workers */
+  pthread_t workers[MAX_WORKERS];
+  int nworkers;
+  pid_t owner;              /* the process the workers belong to */
+  atomic_int forked;        /* this is a child forked after the workers started: run serially */
+  atomic_int busy;          /* a job is in flight; other callers run serially */
+  atomic_int stop;          /* workers exit (library unloaded) */
+  atomic_uint gen;          /* job generation; idle workers sleep on it */
+  atomic_int sleepers;      /* workers asleep on gen */
+  atomic_uint start_gen;    /* gen when the newest workers started */
+  _Atomic uint64_t ticket;  /* gen << 32 | next chunk */
+  _Atomic(nnvm_task) fn;    /* the job: written between closing and opening the ticket */
+  _Atomic(void *) closure;
+  _Atomic int64_t extent;
+  atomic_uint nchunks;
+  atomic_int team;
+  atomic_uint done;         /* chunks finished; the caller sleeps on it */
+  atomic_int caller_asleep;
+} P = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void futex_wait(void *word, unsigned value) {
+  syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+}
+
+static void futex_wake(void *word, int count) {
+  syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, count, NULL, NULL, 0);
+}
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+/* Run chunks of job `g` until none is left. `index` is a worker's number (-1: the caller); workers
+ * beyond the job's team stay out. */
+static void work(uint32_t g, int index) {
+  uint64_t t = atomic_load_explicit(&P.ticket, memory_order_acquire);
+  if ((uint32_t)(t >> 32) != g || (uint32_t)t == CLOSED) return;
+  nnvm_task fn = atomic_load_explicit(&P.fn, memory_order_relaxed);
+  void *closure = atomic_load_explicit(&P.closure, memory_order_relaxed);
+  int64_t extent = atomic_load_explicit(&P.extent, memory_order_relaxed);
+  uint32_t n = atomic_load_explicit(&P.nchunks, memory_order_relaxed);
+  int team = atomic_load_explicit(&P.team, memory_order_relaxed);
+  atomic_thread_fence(memory_order_acquire);
+  t = atomic_load_explicit(&P.ticket, memory_order_relaxed);
+  if ((uint32_t)(t >> 32) != g || (uint32_t)t == CLOSED) return; /* a later job overwrote what we read */
+  if (index >= team - 1) return;
+  while ((uint32_t)(t >> 32) == g && (uint32_t)t < n) {
+    if (!atomic_compare_exchange_weak_explicit(&P.ticket, &t, t + 1, memory_order_acq_rel,
+                                               memory_order_relaxed))
+      continue; /* t now holds the current ticket */
+    uint32_t k = (uint32_t)t;
+    fn(closure, extent * k / n, extent * (k + 1) / n);
+    if (atomic_fetch_add(&P.done, 1) + 1 == n && atomic_load(&P.caller_asleep)) futex_wake(&P.done, 1);
+    t = atomic_load_explicit(&P.ticket, memory_order_relaxed);
+  }
+}
+
+static void *worker_main(void *arg) {
+  int index = (int)(intptr_t)arg;
+  uint32_t seen = atomic_load(&P.start_gen);
+  for (;;) {
+    uint32_t g = atomic_load_explicit(&P.gen, memory_order_acquire);
+    uint64_t until = 0;
+    for (unsigned spins = 0; g == seen; spins++) { /* spin a while, then sleep */
+      relax();
+      if ((spins & 63) == 63) {
+        uint64_t now = now_ns();
+        if (!until) until = now + SPIN_NS;
+        if (now >= until) {
+          atomic_fetch_add(&P.sleepers, 1);
+          if (atomic_load(&P.gen) == seen) futex_wait(&P.gen, seen);
+          atomic_fetch_sub(&P.sleepers, 1);
+        }
+      }
+      g = atomic_load_explicit(&P.gen, memory_order_acquire);
+    }
+    if (atomic_load(&P.stop)) return NULL;
+    seen = g;
+    work(g, index);
+  }
+}
+
+static void after_fork_in_child(void) {
+  /* the workers did not come along: run serially (their state may be mid-job) */
+  atomic_store(&P.forked, P.nworkers > 0 || atomic_load(&P.forked));
+  P.nworkers = 0;
+  atomic_store(&P.busy, 0);
+  atomic_store(&P.sleepers, 0);
+  pthread_mutex_init(&P.lock, NULL);
+}
+
+static void register_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
+
+/* Workers 0..want-1 running (the caller holds `busy`); 0 if threads cannot be made. */
+static int start_workers(int want) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (want > MAX_WORKERS) want = MAX_WORKERS;
+  if (P.nworkers >= want) return 1;
+  pthread_once(&once, register_fork_handler);
+  pthread_mutex_lock(&P.lock);
+  atomic_store(&P.start_gen, atomic_load(&P.gen));
+  P.owner = getpid();
+  sigset_t all, old; /* signals go to the application's threads, never to ours */
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  while (P.nworkers < want &&
+         pthread_create(&P.workers[P.nworkers], NULL, worker_main, (void *)(intptr_t)P.nworkers) == 0)
+    P.nworkers++;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_mutex_unlock(&P.lock);
+  return P.nworkers > 0;
+}
+
+__attribute__((destructor)) static void stop_workers(void) {
+  pthread_mutex_lock(&P.lock);
+  if (P.nworkers > 0 && P.owner == getpid()) {
+    atomic_store(&P.stop, 1);
+    atomic_fetch_add(&P.gen, 1);
+    futex_wake(&P.gen, INT_MAX);
+    for (int k = 0; k < P.nworkers; k++) pthread_join(P.workers[k], NULL);
+    P.nworkers = 0;
+    atomic_store(&P.stop, 0);
+  }
+  pthread_mutex_unlock(&P.lock);
+}
+
+NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, int32_t team) {
+  if (team > extent) team = (int32_t)extent;
+  if (team <= 1 || atomic_load_explicit(&P.forked, memory_order_relaxed) || atomic_exchange(&P.busy, 1)) {
+    fn(closure, 0, extent);
+    return;
+  }
+  if (!start_workers(team - 1)) {
+    atomic_store(&P.busy, 0);
+    fn(closure, 0, extent);
+    return;
+  }
+  int64_t chunks = (int64_t)team * CHUNKS_PER_THREAD;
+  uint32_t n = (uint32_t)(extent < chunks ? extent : chunks);
+  uint32_t g = atomic_load_explicit(&P.gen, memory_order_relaxed) + 1;
+  /* seqlock write: close the ticket, write the job, open the ticket at chunk 0 */
+  atomic_store_explicit(&P.ticket, (uint64_t)g << 32 | CLOSED, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release);
+  atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
+  atomic_store_explicit(&P.closure, closure, memory_order_relaxed);
+  atomic_store_explicit(&P.extent, extent, memory_order_relaxed);
+  atomic_store_explicit(&P.nchunks, n, memory_order_relaxed);
+  atomic_store_explicit(&P.team, team, memory_order_relaxed);
+  atomic_store_explicit(&P.done, 0, memory_order_relaxed);
+  atomic_store_explicit(&P.caller_asleep, 0, memory_order_relaxed);
+  atomic_store_explicit(&P.ticket, (uint64_t)g << 32, memory_order_release);
+  atomic_store(&P.gen, g);
+  if (atomic_load(&P.sleepers) > 0) futex_wake(&P.gen, INT_MAX);
+  work(g, -1);
+  /* the last chunks may still run on workers: spin a while, then sleep until the last one wakes us */
+  uint64_t until = 0;
+  unsigned spins = 0;
+  for (uint32_t d; (d = atomic_load_explicit(&P.done, memory_order_acquire)) != n; spins++) {
+    relax();
+    if ((spins & 63) != 63) continue;
+    uint64_t now = now_ns();
+    if (!until) until = now + SPIN_NS;
+    if (now < until) continue;
+    atomic_store(&P.caller_asleep, 1);
+    if ((d = atomic_load(&P.done)) != n) futex_wait(&P.done, d);
+  }
+  atomic_store_explicit(&P.busy, 0, memory_order_release);
+}
+
+NNVM_POOL_API int32_t nnvm_pool_team(int32_t *cache) {
+  int32_t n = __atomic_load_n(cache, __ATOMIC_RELAXED);
+  if (n <= 0) {
+    const char *v = getenv("NNVM_NUM_THREADS");
+    n = v ? atoi(v) : 0;
+    if (n <= 0 && (v = getenv("OMP_NUM_THREADS"))) n = atoi(v); /* "4,2" (nested teams) reads 4 */
+    cpu_set_t cpus;
+    if (n <= 0 && sched_getaffinity(0, sizeof cpus, &cpus) == 0) n = CPU_COUNT(&cpus);
+    if (n <= 0) n = (int32_t)sysconf(_SC_NPROCESSORS_ONLN);
+    n = n < 1 ? 1 : n > MAX_WORKERS + 1 ? MAX_WORKERS + 1 : n;
+    __atomic_store_n(cache, n, __ATOMIC_RELAXED);
+  }
+  return atomic_load_explicit(&P.forked, memory_order_relaxed) ? 1 : n;
+}

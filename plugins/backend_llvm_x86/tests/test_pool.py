@@ -1,0 +1,156 @@
+"""The thread pool of parallel loops (``nnvm_pool.c``): right answers from many callers at once, exports
+that need no libgomp and keep the pool's symbols to themselves, unloading with workers alive, and one
+sentence when no C compiler can build it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import nnvm
+from nnvm import te
+from nnvm.errors import Error
+from nnvm_backend_llvm_x86.library import pool_build
+
+
+def _parallel_affine(rows: int, name: str = "affine"):
+    """B = A * 3 + 1 over a (rows, 33) array, rows in parallel: an odd extent, uneven chunks."""
+    A = te.placeholder((rows, 33), name="A")
+    B = te.compute((rows, 33), lambda i, j: A[i, j] * 3.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].parallel(B.op.axis[0])
+    return nnvm.build(s, [A, B], target="llvm", name=name)
+
+
+def test_many_callers_at_once(monkeypatch):
+    """4 Python threads (ctypes drops the GIL) call parallel kernels of 3-thread teams 150 times each:
+    one caller gets the pool, the others run alone; every output equals numpy's."""
+    monkeypatch.setenv("NNVM_NUM_THREADS", "3")
+    fns = [(rows, _parallel_affine(rows, f"affine{rows}")) for rows in (1, 2, 7, 37)]
+    assert fns[-1][1].library.num_threads() == 3
+
+    def work(k):
+        rng = np.random.default_rng(k)
+        bad = 0
+        for n in range(150):
+            rows, f = fns[(k + n) % len(fns)]
+            a = rng.standard_normal((rows, 33)).astype("float32")
+            b = np.full_like(a, np.nan)
+            f(a, b)
+            # an FMA rounds once: within an ulp of numpy's two roundings; NaN left where no chunk wrote
+            bad += not np.allclose(b, a.astype("float64") * 3 + 1, rtol=1e-6, atol=1e-6)
+        return bad
+
+    with ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(work, range(4))) == 0
+
+
+def _dynamic(path: str) -> str:
+    return subprocess.run(["readelf", "-dW", "--dyn-syms", path], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_export_carries_its_own_pool(tmp_path):
+    f = _parallel_affine(37)
+    so = str(tmp_path / "k.so")
+    f.library.export(so, {"graph": b"{}"})
+    table = _dynamic(so)
+    assert "libgomp" not in table and "GOMP_" not in table, table
+    assert "nnvm_pool_run" not in table, "the pool's symbols must stay inside the module"
+    assert "nnvm_llvm_num_threads" in table
+
+
+_UNLOAD = textwrap.dedent("""
+    import ctypes, _ctypes, sys
+    import numpy as np
+    so = sys.argv[1]
+    a = np.arange(37 * 33, dtype="float32").reshape(37, 33)
+    for attempt in range(3):  # load, run on the module's pool, unload while its workers idle, again
+        lib = ctypes.CDLL(so)
+        b = np.zeros_like(a)
+        ptrs = (ctypes.c_void_p * 2)(a.ctypes.data, b.ctypes.data)
+        for _ in range(20):
+            assert lib.affine(ctypes.cast(ptrs, ctypes.c_void_p)) == 0
+        assert (b == a * 3 + 1).all()  # small integers: exact
+        _ctypes.dlclose(lib._handle)
+    print("ok")
+""")
+
+
+def test_unload_with_workers_alive(tmp_path):
+    """dlclose of an exported module stops and joins its pool's workers (their code goes away)."""
+    f = _parallel_affine(37)
+    so = str(tmp_path / "k.so")
+    f.library.export(so, {"graph": b"{}"})
+    proc = subprocess.run([sys.executable, "-c", _UNLOAD, so], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, NNVM_NUM_THREADS="2"))
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
+
+
+_STRESS = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+void nnvm_pool_run(void (*)(void *, int64_t, int64_t), void *, int64_t, int32_t);
+static void body(void *hits, int64_t lo, int64_t hi) {
+  for (int64_t i = lo; i < hi; i++) __atomic_fetch_add(&((int *)hits)[i], 1, __ATOMIC_RELAXED);
+}
+static int bad;
+static void *caller(void *arg) {  /* random extents and teams; every index run exactly once */
+  unsigned seed = (unsigned)(intptr_t)arg;
+  int hits[200];
+  for (int r = 0; r < 20000; r++) {
+    int n = 1 + rand_r(&seed) % 200, team = 1 + rand_r(&seed) % 4;
+    memset(hits, 0, sizeof hits);
+    nnvm_pool_run(body, hits, n, team);
+    for (int i = 0; i < 200; i++)
+      if (hits[i] != (i < n)) { __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED); break; }
+  }
+  return 0;
+}
+int main(int argc, char **argv) {
+  int m = atoi(argv[1]);
+  pthread_t t[8];
+  for (int k = 0; k < m; k++) pthread_create(&t[k], 0, caller, (void *)(intptr_t)(k + 1));
+  for (int k = 0; k < m; k++) pthread_join(t[k], 0);
+  printf("bad %d\n", bad);
+  return bad != 0;
+}
+"""
+
+
+@pytest.mark.parametrize("callers", [1, 3])
+def test_every_chunk_runs_once(callers, tmp_path):
+    """The pool in C, 20000 regions per calling thread with random extents and team sizes, run next to a
+    busy process: every iteration runs exactly once (no chunk lost to, or taken twice by, a late worker)."""
+    src = tmp_path / "stress.c"
+    src.write_text(_STRESS)
+    exe = str(tmp_path / "stress")
+    subprocess.run(["cc", "-O2", "-std=c11", "-o", exe, str(src), pool_build("cc", "o", "test"), "-lpthread"],
+                   check=True)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = subprocess.run([exe, str(callers)], capture_output=True, text=True, timeout=300)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert proc.returncode == 0 and "bad 0" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_no_c_compiler_is_one_sentence():
+    with pytest.raises(Error, match=r"running parallel kernels needs a C compiler .*'no-such-cc' was not"):
+        pool_build("no-such-cc", "so", "running parallel kernels")
+
+
+def test_pool_build_is_cached():
+    first = pool_build("cc", "o", "test")
+    assert os.path.exists(first) and pool_build("cc", "o", "test") == first
