@@ -11,8 +11,10 @@ once. The AlterOpLayout pass (``nnvm.passes.alter_layout``) inserts ``layout_tra
 layouts change; transforms of weights are folded at compile time, so only activations pay for them.
 
 ``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
-takes ``groups=1``, or depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
-block). Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
+takes ``groups=1``; depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
+block); or grouped (the weight ``[O, I/groups, KH, KW]`` blocked as usual, ``i`` dividing the input
+channels per group and ``o`` the output channels per group, so a block never straddles two groups).
+Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
 blocked data (the block rides along like the batch), so a pool between two convolutions needs no
 transform. ``winograd_weight_transform`` and ``conv2d_winograd_nchwc`` compute a 3x3 stride-1
@@ -177,15 +179,15 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     o_outer, wi_outer, kh, kw, wi, oc = weight.shape
     channels = c_outer * ic
     groups = attrs["groups"]
-    depthwise = groups != 1
-    if depthwise:
-        if groups != channels or wi_outer != 1 or wi != 1 or oc != ic or o_outer != c_outer:
-            raise Error(f"conv2d_nchwc: groups={groups} is only supported as depthwise (groups = {channels} "
-                        f"channels, weight OIHW1i{ic}o of shape ({c_outer}, 1, KH, KW, 1, {ic})), got "
-                        f"weight {weight.shape}")
-    elif wi_outer * wi != channels or wi != ic:
-        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in "
-                    f"blocks of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
+    depthwise = (groups != 1 and groups == channels and wi_outer == 1 and wi == 1 and oc == ic
+                 and o_outer == c_outer)
+    if groups < 1 or channels % groups or (o_outer * oc) % groups:
+        raise Error(f"conv2d_nchwc: groups={groups} must divide both the {channels} input channels and the "
+                    f"{o_outer * oc} output channels")
+    if not depthwise and (wi_outer * wi * groups != channels or wi != ic or (o_outer * oc // groups) % oc):
+        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels per "
+                    f"group in blocks of {wi} and {groups} groups of whole {oc}-channel output blocks, the "
+                    f"data {data.shape} has {channels} channels in blocks of {ic}")
     oh = (h + pt + pb - dh * (kh - 1) - 1) // strides[0] + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // strides[1] + 1
     if oh < 1 or ow < 1:
@@ -237,10 +239,14 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
         rci = te.reduce_axis((0, ic), name="rci")
+        # Grouped: output block ``co`` lies in group ``co // blocks_per_group``, which reads the input
+        # blocks ``group * ci_outer ...``: the weight holds one group's input channels.
+        blocks_per_group = shape[1] // attrs["groups"]
 
         def body(n, co, y, x, ci):
             yy, xx = y * sh + ry * dh, x * sw + rx * dw
-            pix = padded[n, rco, yy, xx, rci] if rank5 else padded[n, rco, yy, xx]
+            c = rco.var if attrs["groups"] == 1 else (co // blocks_per_group) * ci_outer + rco.var
+            pix = padded[n, c, yy, xx, rci] if rank5 else padded[n, c, yy, xx]
             return te.sum(pix * weight[co, rco, ry, rx, rci, ci], axis=[rco, ry, rx, rci])
 
     workload = {
@@ -498,7 +504,7 @@ def ops() -> list[OpDef]:
               attrs={"strides": Attr(tuple, (1, 1)),
                      "padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right"),
                      "dilation": Attr(tuple, (1, 1)),
-                     "groups": Attr(int, 1, "1, or the channels: depthwise")},
+                     "groups": Attr(int, 1, "1, grouped, or the channels: depthwise")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
               doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
         OpDef("max_pool2d_nchwc", _pool_nchwc_infer, _pool_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,

@@ -10,7 +10,8 @@ producer and every consumer agree without negotiation, and residual adds meet in
 Convolutions whose input has few channels (the 3-channel stem) read plain ``NCHW`` data: a block of
 one is the same memory, and no transform kernel is needed at the model input.
 
-3x3 stride-1 convolutions may run as Winograd F(2x2, 3x3) instead (``winograd.py`` decides).
+3x3 stride-1 convolutions may run as Winograd F(2x2, 3x3) instead (``winograd.py`` decides). Grouped
+convolutions (ShuffleNet, ResNeXt, RegNet) are blocked within each group (``grouped_blocks``).
 
 ``NNVM_X86_LAYOUT=0`` keeps every operator in NCHW (an A/B switch for benchmarks).
 """
@@ -30,6 +31,25 @@ def channel_block(channels: int, lanes: int) -> int | None:
     return None
 
 
+def grouped_blocks(channels: int, out_channels: int, groups: int, lanes: int) -> tuple | None:
+    """(input block, output block) of a grouped (not depthwise) convolution, or None to keep NCHW.
+
+    A block must not straddle two groups, so the output block divides the output channels per group:
+    the tensor's own block when it does, else the widest of lanes, lanes/2, lanes/4 (at least 4) that
+    does (the consumers then read the output through a transform). The input is read in its tensor's
+    block when that divides the input channels per group, else as plain NCHW (one channel, broadcast)."""
+    per_group_in, per_group_out = channels // groups, out_channels // groups
+    oc = channel_block(out_channels, lanes)
+    if oc is None or per_group_out % oc:
+        oc = next((b for b in (lanes, lanes // 2, lanes // 4) if b >= 4 and per_group_out % b == 0), None)
+    if oc is None:
+        return None
+    ic = channel_block(channels, lanes)
+    if ic is None or per_group_in % ic:
+        ic = 1
+    return ic, oc
+
+
 def alter_conv2d(target, node, in_types) -> AlteredNode | None:
     """conv2d (plain or depthwise, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
     from nnvm.ops.registry import get_op
@@ -45,7 +65,7 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
     channels, out_channels = data.shape[1], weight.shape[0]
     groups = attrs["groups"]
     oc = channel_block(out_channels, lanes)
-    if oc is None:
+    if oc is None and groups == 1:
         return None
     new_attrs = {"strides": tuple(attrs["strides"]), "padding": tuple(attrs["padding"]),
                  "dilation": tuple(attrs["dilation"]), "groups": groups}
@@ -57,9 +77,15 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
         data_layout = f"NCHW{ic}c" if ic else "NCHW"
         weight_layout = f"OIHW{ic or 1}i{oc}o"
     elif groups == channels == out_channels and weight.shape[1] == 1:
+        if oc is None:
+            return None
         data_layout, weight_layout = f"NCHW{oc}c", f"OIHW1i{oc}o"
     else:
-        return None
+        blocks = grouped_blocks(channels, out_channels, groups, lanes)
+        if blocks is None:
+            return None
+        ic, oc = blocks
+        data_layout, weight_layout = (f"NCHW{ic}c" if ic > 1 else "NCHW"), f"OIHW{ic}i{oc}o"
     return AlteredNode("conv2d_nchwc", new_attrs, inputs=(("NCHW", data_layout), ("OIHW", weight_layout)),
                        outputs=(("NCHW", f"NCHW{oc}c"),))
 
