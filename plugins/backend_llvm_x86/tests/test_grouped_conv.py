@@ -32,7 +32,8 @@ def _model(path, in_shape, convs, residual=False):
         nodes.append(helper.make_node("Identity", [cur], ["y"]))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(in_shape))
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
-    graph = helper.make_graph(nodes, "grouped", [x], [y], [numpy_helper.from_array(v, n) for n, v in inits.items()])
+    weights = [numpy_helper.from_array(v, n) for n, v in inits.items()]
+    graph = helper.make_graph(nodes, "grouped", [x], [y], weights)
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
 
 
