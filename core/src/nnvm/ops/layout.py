@@ -67,8 +67,9 @@ def _blocks(layout: str) -> dict:
     return {a.upper(): f for a, f in parse_layout(layout) if f is not None}
 
 
-def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
-    """The shape of a ``src``-layout tensor of ``shape`` once stored in layout ``dst``."""
+def transformed_shape(shape: tuple, src: str, dst: str, pad: bool = False) -> tuple:
+    """The shape of a ``src``-layout tensor of ``shape`` once stored in layout ``dst``; with ``pad`` an
+    axis that is not a whole number of blocks is rounded up to one (the rest zero-filled)."""
     sa, da = parse_layout(src), parse_layout(dst)
     if len(sa) != len(shape):
         raise Error(f"layout_transform: layout {src!r} has {len(sa)} axes but the data has shape {shape}")
@@ -83,6 +84,9 @@ def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
     for a, f in da:
         if f is None:
             b = blocks.get(a, 1)
+            if pad:
+                out.append(-(-full[a] // b))
+                continue
             if full[a] % b:
                 raise Error(f"layout_transform: axis {a} of size {full[a]} cannot be split into blocks of "
                             f"{b} ({src} -> {dst})")
@@ -92,9 +96,29 @@ def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
     return tuple(out)
 
 
+def full_sizes(shape: tuple, layout: str) -> dict:
+    """Primal axis -> its full size (outer x block) in a ``layout`` tensor of ``shape``."""
+    full: dict = {}
+    for (a, _), d in zip(parse_layout(layout), shape):
+        full[a.upper()] = full.get(a.upper(), 1) * d
+    return full
+
+
 def _lt_infer(in_types, attrs):
     (x,) = require_inputs("layout_transform", in_types, ("data",))
-    return [TensorType(transformed_shape(x.shape, attrs["src_layout"], attrs["dst_layout"]), x.dtype)]
+    src, dst = attrs["src_layout"], attrs["dst_layout"]
+    if not attrs.get("shape"):
+        return [TensorType(transformed_shape(x.shape, src, dst), x.dtype)]
+    # An explicit shape pads (zeros) or crops axes that are not whole blocks: channel counts such as
+    # 1000 stored as 63 blocks of 16, and back.
+    shape = tuple(int(d) for d in attrs["shape"])
+    rounded = transformed_shape(x.shape, src, dst, pad=True)
+    axes = parse_layout(dst)
+    if len(shape) != len(axes) or any(d < 1 for d in shape) or any(
+            f is not None and d != f for (_, f), d in zip(axes, shape)):
+        raise Error(f"layout_transform: shape {shape} is not a {dst} shape (rank {len(axes)}, block axes "
+                    f"{rounded})")
+    return [TensorType(shape, x.dtype)]
 
 
 def _lt_compute(inputs, attrs, out_types):
@@ -102,6 +126,9 @@ def _lt_compute(inputs, attrs, out_types):
     src, dst = parse_layout(attrs["src_layout"]), parse_layout(attrs["dst_layout"])
     src_blocks, dst_blocks = _blocks(attrs["src_layout"]), _blocks(attrs["dst_layout"])
     dpos = {a: k for k, (a, _) in enumerate(dst)}
+    have = full_sizes(shape_of(x), attrs["src_layout"])
+    want = full_sizes(out_types[0].shape, attrs["dst_layout"])
+    padded = [a for a in want if want[a] > have[a]]  # axes whose extra (padding) elements read as zero
 
     def body(*i):
         full = {}
@@ -116,6 +143,9 @@ def _lt_compute(inputs, attrs, out_types):
                 idx.append(full[a] // b if b else full[a])
             else:
                 idx.append(full[a.upper()] % f)
+        if padded:
+            inside = te.all_of(*(full[a] < have[a] for a in padded))
+            return te.if_then_else(inside, x[tuple(idx)], te.const(0, x.dtype))
         return x[tuple(idx)]
 
     return [te.compute(out_types[0].shape, body, name="layout_transform", tag="layout_transform")]
@@ -155,7 +185,13 @@ def from_primal(arr: np.ndarray, primal: str, layout: str) -> np.ndarray:
 
 def _lt_eval(xs, attrs):
     src, dst = attrs["src_layout"], attrs["dst_layout"]
-    return [from_primal(to_primal(xs[0], src), _primal(src), dst)]
+    arr = to_primal(xs[0], src)
+    if attrs.get("shape"):  # pad with zeros / crop each primal axis to the size the shape asks for
+        want = full_sizes(tuple(attrs["shape"]), dst)
+        names = _primal(src)
+        arr = arr[tuple(slice(0, want[a]) for a in names)]
+        arr = np.pad(arr, [(0, want[a] - d) for a, d in zip(names, arr.shape)])
+    return [from_primal(arr, _primal(src), dst)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -497,7 +533,9 @@ def ops() -> list[OpDef]:
     return [
         OpDef("layout_transform", _lt_infer, _lt_compute, OpPattern.INJECTIVE,
               attrs={"src_layout": Attr(str, doc="layout of the input, e.g. NCHW"),
-                     "dst_layout": Attr(str, doc="layout of the output, e.g. NCHW16c")},
+                     "dst_layout": Attr(str, doc="layout of the output, e.g. NCHW16c"),
+                     "shape": Attr(tuple, (), "the output shape when axes are padded to whole blocks "
+                                              "(zeros) or cropped back; () derives it")},
               num_inputs=(1, 1), evaluate=checked_evaluate(_lt_infer, _lt_eval),
               doc="the same tensor stored in another (blocked) layout"),
         OpDef("conv2d_nchwc", _conv_nchwc_infer, _conv_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
