@@ -39,6 +39,8 @@ class AlteredNode:
     it is. ``outputs`` has ``(original_layout, new_layout)`` per output. ``prepare`` optionally holds,
     per input, ``(op, attrs)`` of a node applied to the re-laid-out input before the new operator
     reads it (a Winograd weight transform, say: on a weight, ``fold_constants`` evaluates it).
+    ``constant_inputs`` lists inputs that must be computable from weights alone (so their transform is
+    folded at compile time, not paid per run); when one is not, the node is kept as it is.
     """
 
     op: str
@@ -46,6 +48,7 @@ class AlteredNode:
     inputs: tuple = ()
     outputs: tuple = ()
     prepare: tuple = ()
+    constant_inputs: tuple = ()
 
 
 class _Rewriter:
@@ -58,6 +61,10 @@ class _Rewriter:
         self.orig_layout: dict = {}  # value -> its original layout, for values in ``reps``
         self.taken = set(graph.types) | set(graph.params) | {o for n in graph.nodes for o in n.outputs}
         self.taken |= {n.name for n in graph.nodes}
+        self.constant = set(graph.params)  # values computed from weights alone
+        for node in graph.nodes:
+            if node.inputs and all(not v or v in self.constant for v in node.inputs):
+                self.constant.update(node.outputs)
 
     def fresh(self, hint: str) -> str:
         name, k = hint, 0
@@ -132,6 +139,8 @@ class _Rewriter:
     def visit(self, node: Node) -> None:
         types = self.graph.types
         spec = self.choose(node, [types.get(v) if v else None for v in node.inputs])
+        if spec is not None and any(node.inputs[k] not in self.constant for k in spec.constant_inputs):
+            spec = None
         if spec is not None:
             if len(spec.inputs) != len(node.inputs) or len(spec.outputs) != len(node.outputs):
                 raise Error(f"node {node.name} ({node.op}): the backend's layout choice names "

@@ -109,10 +109,38 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
                        outputs=(("NCHW", f"NCHW{oc}c"),))
 
 
+MAX_PACKED_BATCH = 16  # dense_packed streams the weight once per this many rows at most: a GEMV's kernel
+
+
+def alter_dense(target, node, in_types) -> AlteredNode | None:
+    """dense (float32, small batch, constant weight) -> dense_packed over the weight packed ``NK{b}n``
+    (``b`` the widest of lanes, lanes/2, lanes/4 dividing the outputs), or None to keep it. A 2-D
+    ``matmul`` by a constant ``[K, N]`` is the same product: its weight is packed from ``KN``."""
+    from nnvm_backend_llvm_x86.schedules import vector_lanes
+
+    if len(in_types) != 2 or None in in_types:
+        return None
+    data, weight = in_types
+    if data.dtype != "float32" or len(data.shape) != 2 or len(weight.shape) != 2:
+        return None
+    if data.shape[0] > MAX_PACKED_BATCH:
+        return None
+    lanes = vector_lanes(target)
+    src = "NK" if node.op == "dense" else "KN"
+    n = weight.shape[src.index("N")]
+    block = next((b for b in (lanes, lanes // 2, lanes // 4) if b >= 4 and n % b == 0), None)
+    if block is None:
+        return None
+    return AlteredNode("dense_packed", {}, inputs=(None, (src, f"NK{block}n")), outputs=((None, None),),
+                       constant_inputs=(1,))
+
+
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
     """Entry point for ``nnvm_alter_op_layout`` on ``llvm`` targets."""
     if not enabled("NNVM_X86_LAYOUT"):
         return None
     if node.op == "conv2d":
         return alter_conv2d(target, node, in_types)
+    if node.op in ("dense", "matmul"):
+        return alter_dense(target, node, in_types)
     return None

@@ -149,6 +149,14 @@ def nnvm_register_backends(register):
 
 
 @nnvm.hookimpl
+def nnvm_register_ops(register):
+    """``dense_packed``: dense over a weight packed for streaming, made by this plugin's layout pass."""
+    from nnvm_backend_llvm_x86.schedule_dense import DENSE_PACKED
+
+    register(DENSE_PACKED)
+
+
+@nnvm.hookimpl
 def nnvm_schedule_template(target, group):
     """The x86 schedule library: the first template of ``templates.TEMPLATE_BUILDERS`` that takes the
     group (conv2d, depthwise conv2d, dense ...) on ``llvm``; None lets the generic schedule serve it."""
@@ -159,7 +167,8 @@ def nnvm_schedule_template(target, group):
 
 @nnvm.hookimpl
 def nnvm_alter_op_layout(target, node, in_types):
-    """conv2d on ``llvm`` runs in NCHW[x]c (``layout.py``); every other node keeps its layout."""
+    """conv2d on ``llvm`` runs in NCHW[x]c, dense with a constant weight packed (``layout.py``); every
+    other node keeps its layout."""
     if getattr(target, "kind", None) != "llvm":
         return None
     from nnvm_backend_llvm_x86.layout import alter_op_layout
