@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm_backend_llvm_x86.layout import grouped_blocks
+from nnvm_backend_llvm_x86.layout import grouped_blocks, straddling_plan
 
 
 def _model(path, in_shape, convs, residual=False):
@@ -50,12 +50,15 @@ def _check(path, in_shape):
 
 @pytest.mark.parametrize("in_shape, convs, residual, blocked", [
     ((1, 48, 10, 10), [(48, 1, 3, 1)], False, 1),              # 16 per group: NCHW16c in and out
-    ((1, 240, 7, 7), [(60, 1, 3, 1), (240, 1, 3, 1)], False, 2),  # ShuffleNet: 20 per group (4c), then 60 in
+    ((1, 240, 7, 7), [(60, 1, 3, 1), (240, 1, 3, 1)], False, 2),  # ShuffleNet: 20 per group, then 60 in
     ((2, 24, 9, 9), [(36, 3, 3, 2)], False, 1),                # batch 2, stride 2, 12 out per group
     ((1, 32, 11, 11), [(32, 3, 8, 1), (32, 3, 8, 1)], True, 2),  # ResNeXt-like 3x3, odd width, residual
-    ((1, 51, 6, 6), [(51, 1, 3, 1)], False, 0),                # 17 per group: no block, NCHW schedule
+    ((1, 51, 6, 6), [(51, 1, 3, 1)], False, 1),                # 17 per group: straddling blocks of 16
     ((2, 12, 5, 7), [(24, 3, 2, 1)], False, 1),                # 6 in, 12 out per group, batch 2
     ((1, 16, 8, 8), [(32, 3, 16, 1)], False, 0),               # channel multiplier 2: not depthwise
+    ((2, 48, 6, 5), [(36, 1, 3, 1), (48, 1, 3, 1)], False, 2),  # 12 out per group: blocks of 16 straddle
+    ((1, 36, 5, 5), [(36, 3, 3, 2)], False, 1),                # 12 per group, 3x3 s2, last block padded
+    ((1, 64, 7, 7), [(40, 1, 4, 1), (64, 1, 8, 1)], False, 1),  # 10 per group: 3.6x work, NCHW; then 5 in
 ])
 def test_grouped_conv_matches_onnxruntime(tmp_path, in_shape, convs, residual, blocked):
     path = str(tmp_path / "grouped.onnx")
@@ -71,3 +74,12 @@ def test_grouped_blocks_never_straddle_a_group():
     assert grouped_blocks(128, 128, 32, 16) == (1, 4)    # ResNeXt: 4 per group
     assert grouped_blocks(51, 51, 3, 16) is None         # 17 per group
     assert grouped_blocks(64, 64, 2, 8) == (8, 8)
+
+
+def test_blocks_straddle_groups_only_when_it_pays():
+    """240 -> 60 in 3 groups: 4 blocks of 16 reading 160 channels each (2.1x the multiply-adds at 4x the
+    width of blocks of 4); ResNeXt's 4 per group would do 4x the work at 4x the width: aligned."""
+    assert straddling_plan(240, 60, 3, 16, 4) == (16, 16, 160)
+    assert straddling_plan(128, 128, 32, 16, 4) is None
+    assert straddling_plan(51, 51, 3, 16, None) == (1, 16, 34)  # 17 per group: no aligned block at all
+    assert straddling_plan(16, 32, 16, 16, None) is None        # channel multiplier 2: 8x the work

@@ -12,8 +12,11 @@ layouts change; transforms of weights are folded at compile time, so only activa
 
 ``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
 takes ``groups=1``; depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
-block); or grouped (the weight ``[O, I/groups, KH, KW]`` blocked as usual, ``i`` dividing the input
-channels per group and ``o`` the output channels per group, so a block never straddles two groups).
+block); or grouped: output block ``co`` reads a window of input channels (the weight's ``I``) from
+where its first group starts. When ``o`` divides the output channels per group that window is one
+group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
+theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in the x86 plugin
+packs those), and ``out_channels`` names the real output count when the last block is part padding.
 Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
 blocked data (the block rides along like the batch), so a pool between two convolutions needs no
@@ -215,20 +218,47 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     o_outer, wi_outer, kh, kw, wi, oc = weight.shape
     channels = c_outer * ic
     groups = attrs["groups"]
+    out_channels = attrs.get("out_channels") or o_outer * oc
     depthwise = (groups != 1 and groups == channels and wi_outer == 1 and wi == 1 and oc == ic
-                 and o_outer == c_outer)
-    if groups < 1 or channels % groups or (o_outer * oc) % groups:
+                 and o_outer == c_outer and out_channels == o_outer * oc)
+    if groups < 1 or channels % groups or out_channels % groups or not 0 <= o_outer * oc - out_channels < oc:
         raise Error(f"conv2d_nchwc: groups={groups} must divide both the {channels} input channels and the "
-                    f"{o_outer * oc} output channels")
-    if not depthwise and (wi_outer * wi * groups != channels or wi != ic or (o_outer * oc // groups) % oc):
-        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels per "
-                    f"group in blocks of {wi} and {groups} groups of whole {oc}-channel output blocks, the "
-                    f"data {data.shape} has {channels} channels in blocks of {ic}")
+                    f"{out_channels} output channels (in {o_outer} blocks of {oc})")
+    if groups == 1 and (wi_outer * wi != channels or wi != ic):
+        raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in "
+                    f"blocks of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
+    if not depthwise and groups != 1:
+        window, per_group = wi_outer * wi, channels // groups
+        need = max(group_window(co, oc, out_channels, groups, channels)[1] for co in range(o_outer))
+        if wi != ic or per_group % ic or window % ic or not need <= window <= channels:
+            raise Error(f"conv2d_nchwc: the grouped weight {weight.shape} reads windows of {window} input "
+                        f"channels in blocks of {wi}; the data {data.shape} has {channels} in blocks of {ic} "
+                        f"and the {groups} groups of {oc}-channel output blocks need windows of {need}")
     oh = (h + pt + pb - dh * (kh - 1) - 1) // strides[0] + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // strides[1] + 1
     if oh < 1 or ow < 1:
         raise Error(f"conv2d_nchwc: the {kh}x{kw} kernel is larger than the padded {h}x{w} input")
     return (n, o_outer, oh, ow, oc), ic, oc, depthwise
+
+
+def group_window(co: int, oc: int, out_channels: int, groups: int, channels: int) -> tuple[int, int]:
+    """(first group, channels read) of output block ``co`` of a grouped conv2d_nchwc: a block of ``oc``
+    output channels may straddle groups, and then reads every input channel of the groups it touches."""
+    per_out, per_in = out_channels // groups, channels // groups
+    first = co * oc // per_out
+    last = (min(co * oc + oc, out_channels) - 1) // per_out
+    return first, (last - first + 1) * per_in
+
+
+def _window_start(co, oc: int, out_channels: int, groups: int, channels: int, window: int):
+    """The first input channel output block ``co`` reads (an expression of ``co``, or an int): its
+    first group's, moved back where the window would run past the last channel."""
+    start = (co * oc // (out_channels // groups)) * (channels // groups)
+    if window == channels // groups:  # blocks within one group: the window never runs past the end
+        return start
+    if isinstance(start, int):
+        return min(start, channels - window)
+    return te.minimum(start, channels - window)
 
 
 def _conv_nchwc_infer(in_types, attrs):
@@ -275,19 +305,22 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
         rci = te.reduce_axis((0, ic), name="rci")
-        # Grouped: output block ``co`` lies in group ``co // blocks_per_group``, which reads the input
-        # blocks ``group * ci_outer ...``: the weight holds one group's input channels.
-        blocks_per_group = shape[1] // attrs["groups"]
+        # Grouped: output block ``co`` reads a window of ``ci_outer`` input blocks from where its first
+        # group starts (the weight holds zeros for the channels of other groups when it straddles two).
+        groups, channels = attrs["groups"], shape_of(data)[1] * ic
+        out_channels = attrs.get("out_channels") or shape[1] * oc
 
         def body(n, co, y, x, ci):
             yy, xx = y * sh + ry * dh, x * sw + rx * dw
-            c = rco.var if attrs["groups"] == 1 else (co // blocks_per_group) * ci_outer + rco.var
+            c = rco.var if groups == 1 else _window_start(co, oc, out_channels, groups, channels,
+                                                           ci_outer * ic) // ic + rco.var
             pix = padded[n, c, yy, xx, rci] if rank5 else padded[n, c, yy, xx]
             return te.sum(pix * weight[co, rco, ry, rx, rci, ci], axis=[rco, ry, rx, rci])
 
     workload = {
         "data_shape": shape_of(data), "kernel_shape": shape_of(weight), "strides": (sh, sw),
         "padding": tuple(attrs["padding"]), "dilation": (dh, dw), "groups": attrs["groups"],
+        "out_channels": attrs.get("out_channels", 0),
         "dtype": data.dtype, "layout": f"NCHW{ic}c" if rank5 else "NCHW", "out_layout": f"NCHW{oc}c",
         "depthwise": depthwise,
     }
@@ -303,7 +336,17 @@ def _conv_nchwc_eval(xs, attrs):
     oc = weight.shape[5]
     x = to_primal(data, f"NCHW{ic}c") if data.ndim == 5 else data
     w = to_primal(weight, f"OIHW{weight.shape[4]}i{oc}o")
-    (y,) = _conv2d_eval([x, w], attrs)
+    groups, channels = attrs["groups"], x.shape[1]
+    depthwise = _conv_nchwc_geometry(TensorType(data.shape, "float32"), TensorType(weight.shape, "float32"),
+                                     attrs)[3]
+    if groups == 1 or depthwise:
+        (y,) = _conv2d_eval([x, w], attrs)
+    else:  # grouped: each output block convolves its window of input channels with its weights
+        out_channels, window = attrs.get("out_channels") or w.shape[0], w.shape[1]
+        plain = {**attrs, "groups": 1}
+        y = np.concatenate([_conv2d_eval([x[:, s:s + window], w[co * oc:(co + 1) * oc]], plain)[0]
+                            for co in range(weight.shape[0])
+                            for s in [_window_start(co, oc, out_channels, groups, channels, window)]], axis=1)
     return [from_primal(y, "NCHW", f"NCHW{oc}c")]
 
 
@@ -542,7 +585,9 @@ def ops() -> list[OpDef]:
               attrs={"strides": Attr(tuple, (1, 1)),
                      "padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right"),
                      "dilation": Attr(tuple, (1, 1)),
-                     "groups": Attr(int, 1, "1, grouped, or the channels: depthwise")},
+                     "groups": Attr(int, 1, "1, grouped, or the channels: depthwise"),
+                     "out_channels": Attr(int, 0, "grouped: the output channels when the last block is "
+                                                  "part padding; 0: every channel of the blocks")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
               doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
         OpDef("max_pool2d_nchwc", _pool_nchwc_infer, _pool_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,

@@ -150,10 +150,13 @@ def nnvm_register_backends(register):
 
 @nnvm.hookimpl
 def nnvm_register_ops(register):
-    """``dense_packed``: dense over a weight packed for streaming, made by this plugin's layout pass."""
+    """``dense_packed`` (dense over a weight packed for streaming) and ``grouped_weight_pack`` (grouped
+    convolution weights for blocks that straddle groups), made by this plugin's layout pass."""
+    from nnvm_backend_llvm_x86.layout import GROUPED_WEIGHT_PACK
     from nnvm_backend_llvm_x86.schedule_dense import DENSE_PACKED
 
     register(DENSE_PACKED)
+    register(GROUPED_WEIGHT_PACK)
 
 
 @nnvm.hookimpl
