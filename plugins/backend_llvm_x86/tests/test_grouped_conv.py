@@ -83,3 +83,23 @@ def test_blocks_straddle_groups_only_when_it_pays():
     assert straddling_plan(128, 128, 32, 16, 4) is None
     assert straddling_plan(51, 51, 3, 16, None) == (1, 16, 34)  # 17 per group: no aligned block at all
     assert straddling_plan(16, 32, 16, 16, None) is None        # channel multiplier 2: 8x the work
+
+
+def test_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
+    """``grouped_weight_pack`` is folded at compile time (its numpy evaluation, checked end to end
+    above); its loop program must compute the same, for a window clamped at the last channel too."""
+    from nnvm import te
+    from nnvm.graph.ir import TensorType
+    from nnvm_backend_llvm_x86.layout import GROUPED_WEIGHT_PACK
+
+    attrs = {"groups": 3, "channels": 36, "in_block": 4, "out_block": 16, "window": 24}
+    w = np.random.default_rng(4).standard_normal((36, 12, 3, 3)).astype(np.float32)
+    (want,) = GROUPED_WEIGHT_PACK.evaluate([w], attrs)
+    assert want.shape == (3, 6, 3, 3, 4, 16) and not want[2, :, :, :, :, 4:].any()  # 36 of 48: padding
+    placeholder = te.placeholder(w.shape, "float32", "w")
+    out_types = GROUPED_WEIGHT_PACK.infer_type([TensorType(w.shape, "float32")], attrs)
+    (packed,) = GROUPED_WEIGHT_PACK.compute([placeholder], attrs, out_types)
+    fn = build_all([("pack", te.create_schedule([packed.op]), [placeholder, packed])])["pack"]
+    got = np.full(want.shape, np.nan, np.float32)
+    fn(w, got)
+    np.testing.assert_array_equal(got, want)
