@@ -169,6 +169,15 @@ def nnvm_schedule_template(target, group):
 
 
 @nnvm.hookimpl
+def nnvm_schedule_group(target, group):
+    """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
+    (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
+    from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
+
+    return schedule_index_remap(target, group)
+
+
+@nnvm.hookimpl
 def nnvm_alter_op_layout(target, node, in_types):
     """conv2d on ``llvm`` runs in NCHW[x]c, dense with a constant weight packed (``layout.py``); every
     other node keeps its layout."""
