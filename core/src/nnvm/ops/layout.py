@@ -250,7 +250,7 @@ def group_window(co: int, oc: int, out_channels: int, groups: int, channels: int
     return first, (last - first + 1) * per_in
 
 
-def _window_start(co, oc: int, out_channels: int, groups: int, channels: int, window: int):
+def window_start(co, oc: int, out_channels: int, groups: int, channels: int, window: int):
     """The first input channel output block ``co`` reads (an expression of ``co``, or an int): its
     first group's, moved back where the window would run past the last channel."""
     start = (co * oc // (out_channels // groups)) * (channels // groups)
@@ -312,7 +312,7 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
 
         def body(n, co, y, x, ci):
             yy, xx = y * sh + ry * dh, x * sw + rx * dw
-            c = rco.var if groups == 1 else _window_start(co, oc, out_channels, groups, channels,
+            c = rco.var if groups == 1 else window_start(co, oc, out_channels, groups, channels,
                                                            ci_outer * ic) // ic + rco.var
             pix = padded[n, c, yy, xx, rci] if rank5 else padded[n, c, yy, xx]
             return te.sum(pix * weight[co, rco, ry, rx, rci, ci], axis=[rco, ry, rx, rci])
@@ -346,7 +346,7 @@ def _conv_nchwc_eval(xs, attrs):
         plain = {**attrs, "groups": 1}
         y = np.concatenate([_conv2d_eval([x[:, s:s + window], w[co * oc:(co + 1) * oc]], plain)[0]
                             for co in range(weight.shape[0])
-                            for s in [_window_start(co, oc, out_channels, groups, channels, window)]], axis=1)
+                            for s in [window_start(co, oc, out_channels, groups, channels, window)]], axis=1)
     return [from_primal(y, "NCHW", f"NCHW{oc}c")]
 
 

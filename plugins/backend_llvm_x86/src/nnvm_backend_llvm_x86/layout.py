@@ -24,7 +24,7 @@ from nnvm import te
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import _window_start, group_window
+from nnvm.ops.layout import group_window, window_start
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_layout import AlteredNode
 from nnvm_backend_llvm_x86.switches import enabled
@@ -108,11 +108,12 @@ def _pack_infer(in_types, attrs):
     return [TensorType((-(-w.shape[0] // oc), window // ic, w.shape[2], w.shape[3], ic, oc), w.dtype)]
 
 
-def _pack_source(co, l, ro, ri, attrs, out_channels):
-    """(output channel, weight input channel, valid) that packed element [co, ro, .., .., ri, l] holds."""
+def _pack_source(co, lane, ro, ri, attrs, out_channels):
+    """(output channel, input channel within its group) that packed element [co, ro, .., .., ri, lane]
+    holds; it is a weight when the channel is below ``out_channels`` and the input one in [0, per group)."""
     oc, ic, groups, channels = attrs["out_block"], attrs["in_block"], attrs["groups"], attrs["channels"]
-    o = co * oc + l
-    c = _window_start(co, oc, out_channels, groups, channels, attrs["window"]) + ro * ic + ri
+    o = co * oc + lane
+    c = window_start(co, oc, out_channels, groups, channels, attrs["window"]) + ro * ic + ri
     local = c - (o // (out_channels // groups)) * (channels // groups)
     return o, local
 
@@ -133,15 +134,17 @@ def _pack_eval(xs, attrs):
     (w,) = xs
     out_channels, per_group = w.shape[:2]
     (shape,) = _pack_infer([TensorType(w.shape, str(w.dtype))], attrs)
-    out = np.zeros(shape.shape, w.dtype)
-    for co in range(shape.shape[0]):
-        for lane in range(shape.shape[5]):
-            for ro in range(shape.shape[1]):
-                for ri in range(shape.shape[4]):
-                    o, local = _pack_source(co, lane, ro, ri, attrs, out_channels)
-                    if o < out_channels and 0 <= local < per_group:
-                        out[co, ro, :, :, ri, lane] = w[o, local]
-    return [out]
+    blocks, _, kh, kw, ic, oc = shape.shape
+    out = np.zeros((blocks, oc, attrs["window"], kh, kw), w.dtype)  # [co, lane, r, ky, kx]
+    lanes, r = np.arange(oc)[:, None], np.arange(attrs["window"])[None, :]
+    for co in range(blocks):  # all lanes and window channels of a block at once
+        o, local = _pack_source(co, lanes, r // ic, r % ic, attrs, out_channels)
+        o = np.broadcast_to(o, local.shape)
+        valid = (o < out_channels) & (local >= 0) & (local < per_group)
+        out[co][valid] = w[o[valid], local[valid]]
+    # [co, lane, ro * ic + ri, ky, kx] -> [co, ro, ky, kx, ri, lane]
+    out = out.reshape(blocks, oc, -1, ic, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return [np.ascontiguousarray(out)]
 
 
 GROUPED_WEIGHT_PACK = OpDef(
@@ -155,7 +158,7 @@ GROUPED_WEIGHT_PACK = OpDef(
 
 
 def alter_conv2d(target, node, in_types) -> AlteredNode | None:
-    """conv2d (plain or depthwise, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
+    """conv2d (plain, depthwise or grouped, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
     from nnvm.ops.registry import get_op
     from nnvm_backend_llvm_x86.schedules import vector_lanes
 
