@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph
-from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
+from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap, unblocking_block
 
 
 def _shuffle_model(path, c=48, hw=7, g=3):
@@ -58,3 +58,9 @@ def test_only_data_movement_groups_are_taken(tmp_path):
     shuffle = next(ops for ops in taken if "transpose" in ops)
     assert taken[shuffle], taken
     assert not any(v for ops, v in taken.items() if {"conv2d", "conv2d_nchwc"} & set(ops)), taken
+    # The model's output leaves NCHW16c (48 channels, whole blocks): the block-walking transform.
+    back = [k for k, names in enumerate(graph.groups) if len(names) == 1
+            and by_name[names[0]].attrs.get("src_layout") == "NCHW16c"]
+    assert back, graph.groups
+    group = group_compute(graph, back[0], [by_name[graph.groups[back[0]][0]]])
+    assert unblocking_block(group, [1, 48, 7, 7]) == 16
