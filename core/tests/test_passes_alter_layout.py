@@ -13,6 +13,7 @@ from nnvm.errors import Error
 from nnvm.graph.evaluate import evaluate_graph
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.layout import from_primal, to_primal, transformed_shape
+from nnvm.ops.registry import get_op
 from nnvm.passes import builtin
 from nnvm.passes.alter_layout import AlteredNode, alter_op_layout, cancel_layout_transforms
 
@@ -184,6 +185,32 @@ def test_layout_transform_matches_numpy(ops, src, dst, shape):
     if (src, dst) == ("NCHW", "NCHW4c"):
         assert want[1, 1, 2, 3, 2] == x[1, 6, 2, 3]
     ops.check("layout_transform", [x], {"src_layout": src, "dst_layout": dst}, want, rtol=0, atol=0)
+
+
+def test_layout_transform_pads_and_crops_partial_blocks(ops):
+    """With ``shape``, 6 channels go into two blocks of 4 (the last two lanes zero) and come back."""
+    x = np.arange(36, dtype=np.float32).reshape(1, 6, 2, 3) + 1
+    blocked = np.zeros((1, 2, 2, 3, 4), np.float32)
+    for c in range(6):
+        blocked[:, c // 4, :, :, c % 4] = x[:, c]
+    ops.check("layout_transform", [x], {"src_layout": "NCHW", "dst_layout": "NCHW4c",
+                                        "shape": (1, 2, 2, 3, 4)}, blocked, rtol=0, atol=0)
+    garbage = blocked.copy()
+    garbage[:, 1, :, :, 2:] = 7.0  # what a follower may leave in the padding: cropped away
+    ops.check("layout_transform", [garbage], {"src_layout": "NCHW4c", "dst_layout": "NCHW",
+                                              "shape": (1, 6, 2, 3)}, x, rtol=0, atol=0)
+    # 12 channels stored as 2 blocks of 8 (4 padding lanes) -> 3 blocks of 4, padding dropped.
+    x12 = np.arange(24, dtype=np.float32).reshape(1, 12, 1, 2)
+    eight = np.full((1, 2, 1, 2, 8), 9.0, np.float32)
+    for c in range(12):
+        eight[:, c // 8, :, :, c % 8] = x12[:, c]
+    four = np.ascontiguousarray(x12.reshape(1, 3, 4, 1, 2).transpose(0, 1, 3, 4, 2))
+    ops.check("layout_transform", [eight], {"src_layout": "NCHW8c", "dst_layout": "NCHW4c",
+                                            "shape": (1, 3, 1, 2, 4)}, four, rtol=0, atol=0)
+    with pytest.raises(Error, match="not a NCHW4c shape"):
+        get_op("layout_transform").infer_type([TensorType((1, 6, 2, 3), "float32")],
+                                               {"src_layout": "NCHW", "dst_layout": "NCHW4c",
+                                                "shape": (1, 2, 2, 3, 8)})
 
 
 def test_layout_errors_name_the_problem():

@@ -11,8 +11,13 @@ once. The AlterOpLayout pass (``nnvm.passes.alter_layout``) inserts ``layout_tra
 layouts change; transforms of weights are folded at compile time, so only activations pay for them.
 
 ``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
-takes ``groups=1``, or depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
-block). Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
+takes ``groups=1``; depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, input block = output
+block); or grouped: output block ``co`` reads a window of input channels (the weight's ``I``) from
+where its first group starts. When ``o`` divides the output channels per group that window is one
+group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
+theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in the x86 plugin
+packs those), and ``out_channels`` names the real output count when the last block is part padding.
+Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
 blocked data (the block rides along like the batch), so a pool between two convolutions needs no
 transform. ``winograd_weight_transform`` and ``conv2d_winograd_nchwc`` compute a 3x3 stride-1
@@ -65,8 +70,9 @@ def _blocks(layout: str) -> dict:
     return {a.upper(): f for a, f in parse_layout(layout) if f is not None}
 
 
-def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
-    """The shape of a ``src``-layout tensor of ``shape`` once stored in layout ``dst``."""
+def transformed_shape(shape: tuple, src: str, dst: str, pad: bool = False) -> tuple:
+    """The shape of a ``src``-layout tensor of ``shape`` once stored in layout ``dst``; with ``pad`` an
+    axis that is not a whole number of blocks is rounded up to one (the rest zero-filled)."""
     sa, da = parse_layout(src), parse_layout(dst)
     if len(sa) != len(shape):
         raise Error(f"layout_transform: layout {src!r} has {len(sa)} axes but the data has shape {shape}")
@@ -81,6 +87,9 @@ def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
     for a, f in da:
         if f is None:
             b = blocks.get(a, 1)
+            if pad:
+                out.append(-(-full[a] // b))
+                continue
             if full[a] % b:
                 raise Error(f"layout_transform: axis {a} of size {full[a]} cannot be split into blocks of "
                             f"{b} ({src} -> {dst})")
@@ -90,9 +99,29 @@ def transformed_shape(shape: tuple, src: str, dst: str) -> tuple:
     return tuple(out)
 
 
+def full_sizes(shape: tuple, layout: str) -> dict:
+    """Primal axis -> its full size (outer x block) in a ``layout`` tensor of ``shape``."""
+    full: dict = {}
+    for (a, _), d in zip(parse_layout(layout), shape):
+        full[a.upper()] = full.get(a.upper(), 1) * d
+    return full
+
+
 def _lt_infer(in_types, attrs):
     (x,) = require_inputs("layout_transform", in_types, ("data",))
-    return [TensorType(transformed_shape(x.shape, attrs["src_layout"], attrs["dst_layout"]), x.dtype)]
+    src, dst = attrs["src_layout"], attrs["dst_layout"]
+    if not attrs.get("shape"):
+        return [TensorType(transformed_shape(x.shape, src, dst), x.dtype)]
+    # An explicit shape pads (zeros) or crops axes that are not whole blocks: channel counts such as
+    # 1000 stored as 63 blocks of 16, and back.
+    shape = tuple(int(d) for d in attrs["shape"])
+    rounded = transformed_shape(x.shape, src, dst, pad=True)
+    axes = parse_layout(dst)
+    if len(shape) != len(axes) or any(d < 1 for d in shape) or any(
+            f is not None and d != f for (_, f), d in zip(axes, shape)):
+        raise Error(f"layout_transform: shape {shape} is not a {dst} shape (rank {len(axes)}, block axes "
+                    f"{rounded})")
+    return [TensorType(shape, x.dtype)]
 
 
 def _lt_compute(inputs, attrs, out_types):
@@ -100,6 +129,9 @@ def _lt_compute(inputs, attrs, out_types):
     src, dst = parse_layout(attrs["src_layout"]), parse_layout(attrs["dst_layout"])
     src_blocks, dst_blocks = _blocks(attrs["src_layout"]), _blocks(attrs["dst_layout"])
     dpos = {a: k for k, (a, _) in enumerate(dst)}
+    have = full_sizes(shape_of(x), attrs["src_layout"])
+    want = full_sizes(out_types[0].shape, attrs["dst_layout"])
+    padded = [a for a in want if want[a] > have[a]]  # axes whose extra (padding) elements read as zero
 
     def body(*i):
         full = {}
@@ -114,6 +146,9 @@ def _lt_compute(inputs, attrs, out_types):
                 idx.append(full[a] // b if b else full[a])
             else:
                 idx.append(full[a.upper()] % f)
+        if padded:
+            inside = te.all_of(*(full[a] < have[a] for a in padded))
+            return te.if_then_else(inside, x[tuple(idx)], te.const(0, x.dtype))
         return x[tuple(idx)]
 
     return [te.compute(out_types[0].shape, body, name="layout_transform", tag="layout_transform")]
@@ -153,7 +188,13 @@ def from_primal(arr: np.ndarray, primal: str, layout: str) -> np.ndarray:
 
 def _lt_eval(xs, attrs):
     src, dst = attrs["src_layout"], attrs["dst_layout"]
-    return [from_primal(to_primal(xs[0], src), _primal(src), dst)]
+    arr = to_primal(xs[0], src)
+    if attrs.get("shape"):  # pad with zeros / crop each primal axis to the size the shape asks for
+        want = full_sizes(tuple(attrs["shape"]), dst)
+        names = _primal(src)
+        arr = arr[tuple(slice(0, want[a]) for a in names)]
+        arr = np.pad(arr, [(0, want[a] - d) for a, d in zip(names, arr.shape)])
+    return [from_primal(arr, _primal(src), dst)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -177,20 +218,47 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     o_outer, wi_outer, kh, kw, wi, oc = weight.shape
     channels = c_outer * ic
     groups = attrs["groups"]
-    depthwise = groups != 1
-    if depthwise:
-        if groups != channels or wi_outer != 1 or wi != 1 or oc != ic or o_outer != c_outer:
-            raise Error(f"conv2d_nchwc: groups={groups} is only supported as depthwise (groups = {channels} "
-                        f"channels, weight OIHW1i{ic}o of shape ({c_outer}, 1, KH, KW, 1, {ic})), got "
-                        f"weight {weight.shape}")
-    elif wi_outer * wi != channels or wi != ic:
+    out_channels = attrs.get("out_channels") or o_outer * oc
+    depthwise = (groups != 1 and groups == channels and wi_outer == 1 and wi == 1 and oc == ic
+                 and o_outer == c_outer and out_channels == o_outer * oc)
+    if groups < 1 or channels % groups or out_channels % groups or not 0 <= o_outer * oc - out_channels < oc:
+        raise Error(f"conv2d_nchwc: groups={groups} must divide both the {channels} input channels and the "
+                    f"{out_channels} output channels (in {o_outer} blocks of {oc})")
+    if groups == 1 and (wi_outer * wi != channels or wi != ic):
         raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in "
                     f"blocks of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
+    if not depthwise and groups != 1:
+        window, per_group = wi_outer * wi, channels // groups
+        need = max(group_window(co, oc, out_channels, groups, channels)[1] for co in range(o_outer))
+        if wi != ic or per_group % ic or window % ic or not need <= window <= channels:
+            raise Error(f"conv2d_nchwc: the grouped weight {weight.shape} reads windows of {window} input "
+                        f"channels in blocks of {wi}; the data {data.shape} has {channels} in blocks of {ic} "
+                        f"and the {groups} groups of {oc}-channel output blocks need windows of {need}")
     oh = (h + pt + pb - dh * (kh - 1) - 1) // strides[0] + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // strides[1] + 1
     if oh < 1 or ow < 1:
         raise Error(f"conv2d_nchwc: the {kh}x{kw} kernel is larger than the padded {h}x{w} input")
     return (n, o_outer, oh, ow, oc), ic, oc, depthwise
+
+
+def group_window(co: int, oc: int, out_channels: int, groups: int, channels: int) -> tuple[int, int]:
+    """(first group, channels read) of output block ``co`` of a grouped conv2d_nchwc: a block of ``oc``
+    output channels may straddle groups, and then reads every input channel of the groups it touches."""
+    per_out, per_in = out_channels // groups, channels // groups
+    first = co * oc // per_out
+    last = (min(co * oc + oc, out_channels) - 1) // per_out
+    return first, (last - first + 1) * per_in
+
+
+def window_start(co, oc: int, out_channels: int, groups: int, channels: int, window: int):
+    """The first input channel output block ``co`` reads (an expression of ``co``, or an int): its
+    first group's, moved back where the window would run past the last channel."""
+    start = (co * oc // (out_channels // groups)) * (channels // groups)
+    if window == channels // groups:  # blocks within one group: the window never runs past the end
+        return start
+    if isinstance(start, int):
+        return min(start, channels - window)
+    return te.minimum(start, channels - window)
 
 
 def _conv_nchwc_infer(in_types, attrs):
@@ -237,15 +305,22 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
         rci = te.reduce_axis((0, ic), name="rci")
+        # Grouped: output block ``co`` reads a window of ``ci_outer`` input blocks from where its first
+        # group starts (the weight holds zeros for the channels of other groups when it straddles two).
+        groups, channels = attrs["groups"], shape_of(data)[1] * ic
+        out_channels = attrs.get("out_channels") or shape[1] * oc
 
         def body(n, co, y, x, ci):
             yy, xx = y * sh + ry * dh, x * sw + rx * dw
-            pix = padded[n, rco, yy, xx, rci] if rank5 else padded[n, rco, yy, xx]
+            c = rco.var if groups == 1 else window_start(co, oc, out_channels, groups, channels,
+                                                           ci_outer * ic) // ic + rco.var
+            pix = padded[n, c, yy, xx, rci] if rank5 else padded[n, c, yy, xx]
             return te.sum(pix * weight[co, rco, ry, rx, rci, ci], axis=[rco, ry, rx, rci])
 
     workload = {
         "data_shape": shape_of(data), "kernel_shape": shape_of(weight), "strides": (sh, sw),
         "padding": tuple(attrs["padding"]), "dilation": (dh, dw), "groups": attrs["groups"],
+        "out_channels": attrs.get("out_channels", 0),
         "dtype": data.dtype, "layout": f"NCHW{ic}c" if rank5 else "NCHW", "out_layout": f"NCHW{oc}c",
         "depthwise": depthwise,
     }
@@ -261,7 +336,17 @@ def _conv_nchwc_eval(xs, attrs):
     oc = weight.shape[5]
     x = to_primal(data, f"NCHW{ic}c") if data.ndim == 5 else data
     w = to_primal(weight, f"OIHW{weight.shape[4]}i{oc}o")
-    (y,) = _conv2d_eval([x, w], attrs)
+    groups, channels = attrs["groups"], x.shape[1]
+    depthwise = _conv_nchwc_geometry(TensorType(data.shape, "float32"), TensorType(weight.shape, "float32"),
+                                     attrs)[3]
+    if groups == 1 or depthwise:
+        (y,) = _conv2d_eval([x, w], attrs)
+    else:  # grouped: each output block convolves its window of input channels with its weights
+        out_channels, window = attrs.get("out_channels") or w.shape[0], w.shape[1]
+        plain = {**attrs, "groups": 1}
+        y = np.concatenate([_conv2d_eval([x[:, s:s + window], w[co * oc:(co + 1) * oc]], plain)[0]
+                            for co in range(weight.shape[0])
+                            for s in [window_start(co, oc, out_channels, groups, channels, window)]], axis=1)
     return [from_primal(y, "NCHW", f"NCHW{oc}c")]
 
 
@@ -491,14 +576,18 @@ def ops() -> list[OpDef]:
     return [
         OpDef("layout_transform", _lt_infer, _lt_compute, OpPattern.INJECTIVE,
               attrs={"src_layout": Attr(str, doc="layout of the input, e.g. NCHW"),
-                     "dst_layout": Attr(str, doc="layout of the output, e.g. NCHW16c")},
+                     "dst_layout": Attr(str, doc="layout of the output, e.g. NCHW16c"),
+                     "shape": Attr(tuple, (), "the output shape when axes are padded to whole blocks "
+                                              "(zeros) or cropped back; () derives it")},
               num_inputs=(1, 1), evaluate=checked_evaluate(_lt_infer, _lt_eval),
               doc="the same tensor stored in another (blocked) layout"),
         OpDef("conv2d_nchwc", _conv_nchwc_infer, _conv_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
               attrs={"strides": Attr(tuple, (1, 1)),
                      "padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right"),
                      "dilation": Attr(tuple, (1, 1)),
-                     "groups": Attr(int, 1, "1, or the channels: depthwise")},
+                     "groups": Attr(int, 1, "1, grouped, or the channels: depthwise"),
+                     "out_channels": Attr(int, 0, "grouped: the output channels when the last block is "
+                                                  "part padding; 0: every channel of the blocks")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
               doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
         OpDef("max_pool2d_nchwc", _pool_nchwc_infer, _pool_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,

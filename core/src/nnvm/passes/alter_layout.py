@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import Error
 from nnvm.graph.ir import Graph, Node
+from nnvm.ops.layout import transformed_shape
 from nnvm.ops.registry import OpPattern, get_op
 from nnvm.passes.builtin import eliminate_dead_code, infer_types, rename_uses
 
@@ -38,6 +39,8 @@ class AlteredNode:
     it is. ``outputs`` has ``(original_layout, new_layout)`` per output. ``prepare`` optionally holds,
     per input, ``(op, attrs)`` of a node applied to the re-laid-out input before the new operator
     reads it (a Winograd weight transform, say: on a weight, ``fold_constants`` evaluates it).
+    ``constant_inputs`` lists inputs that must be computable from weights alone (so their transform is
+    folded at compile time, not paid per run); when one is not, the node is kept as it is.
     """
 
     op: str
@@ -45,6 +48,7 @@ class AlteredNode:
     inputs: tuple = ()
     outputs: tuple = ()
     prepare: tuple = ()
+    constant_inputs: tuple = ()
 
 
 class _Rewriter:
@@ -57,6 +61,10 @@ class _Rewriter:
         self.orig_layout: dict = {}  # value -> its original layout, for values in ``reps``
         self.taken = set(graph.types) | set(graph.params) | {o for n in graph.nodes for o in n.outputs}
         self.taken |= {n.name for n in graph.nodes}
+        self.constant = set(graph.params)  # values computed from weights alone
+        for node in graph.nodes:
+            if node.inputs and all(not v or v in self.constant for v in node.inputs):
+                self.constant.update(node.outputs)
 
     def fresh(self, hint: str) -> str:
         name, k = hint, 0
@@ -66,18 +74,31 @@ class _Rewriter:
         self.taken.add(name)
         return name
 
-    def transform(self, value: str, src: str, dst: str, out: str | None = None) -> str:
+    def transform(self, value: str, src: str, dst: str, out: str | None = None, shape=None) -> str:
         out = out or self.fresh(f"{value}_{dst}")
-        self.nodes.append(Node("layout_transform", self.fresh(f"{out}_transform"), (value,), (out,),
-                               {"src_layout": src, "dst_layout": dst}))
+        attrs = {"src_layout": src, "dst_layout": dst}
+        if shape is not None:
+            attrs["shape"] = tuple(shape)
+        self.nodes.append(Node("layout_transform", self.fresh(f"{out}_transform"), (value,), (out,), attrs))
         return out
+
+    def padded_shape(self, v: str, layout: str, orig: str | None = None):
+        """The shape of ``v`` in ``layout`` when some axis is not a whole number of blocks there (it is
+        then padded to whole blocks), else None. ``layout`` is the original one: ``v``'s own shape."""
+        orig = orig or self.orig_layout.get(v, "NCHW")
+        shape = tuple(self.graph.types[v].shape)
+        if layout == orig:
+            return shape
+        return padded_shape(shape, orig, layout)
 
     def original(self, v: str) -> str:
         """``v`` in its original layout, transformed back (once) if it only exists re-laid-out."""
         if not v or v in self.defined:
             return v
         layout, name = next(iter(self.reps[v].items()))
-        self.transform(name, layout, self.orig_layout[v], out=v)
+        crop = self.padded_shape(v, layout) is not None  # drop the padding of a partial last block
+        self.transform(name, layout, self.orig_layout[v], out=v,
+                       shape=self.graph.types[v].shape if crop else None)
         self.defined.add(v)
         return v
 
@@ -90,10 +111,13 @@ class _Rewriter:
             return have[dst]
         self.orig_layout.setdefault(v, src)
         if v in self.defined:
-            name = self.transform(v, src, dst)
+            name = self.transform(v, src, dst, shape=self.padded_shape(v, dst))
         else:
             layout, existing = next(iter(have.items()))
-            name = self.transform(existing, layout, dst)
+            padded = self.padded_shape(v, layout) is not None or self.padded_shape(v, dst) is not None
+            name = self.transform(existing, layout, dst,
+                                  shape=transformed_shape(self.graph.types[v].shape, src, dst, pad=True)
+                                  if padded else None)
         have[dst] = name
         return name
 
@@ -115,6 +139,8 @@ class _Rewriter:
     def visit(self, node: Node) -> None:
         types = self.graph.types
         spec = self.choose(node, [types.get(v) if v else None for v in node.inputs])
+        if spec is not None and any(node.inputs[k] not in self.constant for k in spec.constant_inputs):
+            spec = None
         if spec is not None:
             if len(spec.inputs) != len(node.inputs) or len(spec.outputs) != len(node.outputs):
                 raise Error(f"node {node.name} ({node.op}): the backend's layout choice names "
@@ -176,7 +202,7 @@ class _Rewriter:
                     return False
             else:
                 return False
-            if shape4[1] not in (1, channels) or (shape4[1] == channels and channels % block):
+            if shape4[1] not in (1, channels):
                 return False
             plan.append(("param", v, shape4))
         ins = []
@@ -213,7 +239,7 @@ class _Rewriter:
         else:
             if tuple(self.graph.types[v].shape) != shape4:
                 cur = self.reshape(cur, shape4)
-            cur = self.transform(cur, "NCHW", layout)
+            cur = self.transform(cur, "NCHW", layout, shape=padded_shape(shape4, "NCHW", layout))
         have[key] = cur
         return cur
 
@@ -224,17 +250,28 @@ class _Rewriter:
         return out
 
 
+def padded_shape(shape: tuple, src: str, dst: str):
+    """``shape`` (layout ``src``) in layout ``dst`` padded to whole blocks, or None when it needs no
+    padding (a channel count such as 1000 in ``NCHW16c`` is 63 blocks, the last one part padding)."""
+    try:
+        transformed_shape(tuple(shape), src, dst)
+        return None
+    except Error:
+        return transformed_shape(tuple(shape), src, dst, pad=True)
+
+
 def cancel_layout_transforms(graph: Graph) -> Graph:
     """A ``layout_transform`` whose input is the inverse transform reads the original value instead."""
     producers = graph.producers()
     rename = {}
     for node in graph.nodes:
-        if node.op != "layout_transform":
-            continue
+        if node.op != "layout_transform" or node.attrs.get("shape"):
+            continue  # (a padding transform is not undone by a cropping one: the padding is not zeros)
         prev = producers.get(node.inputs[0])
         if (prev is not None and prev.op == "layout_transform"
                 and prev.attrs.get("src_layout") == node.attrs.get("dst_layout")
-                and prev.attrs.get("dst_layout") == node.attrs.get("src_layout")):
+                and prev.attrs.get("dst_layout") == node.attrs.get("src_layout")
+                and not prev.attrs.get("shape")):
             rename[node.outputs[0]] = prev.inputs[0]
     if not rename:
         return graph

@@ -10,13 +10,22 @@ producer and every consumer agree without negotiation, and residual adds meet in
 Convolutions whose input has few channels (the 3-channel stem) read plain ``NCHW`` data: a block of
 one is the same memory, and no transform kernel is needed at the model input.
 
-3x3 stride-1 convolutions may run as Winograd F(2x2, 3x3) instead (``winograd.py`` decides).
+3x3 stride-1 convolutions may run as Winograd F(2x2, 3x3) instead (``winograd.py`` decides). Grouped
+convolutions (ShuffleNet, ResNeXt, RegNet) are blocked within each group (``grouped_blocks``).
 
 ``NNVM_X86_LAYOUT=0`` keeps every operator in NCHW (an A/B switch for benchmarks).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
+from nnvm import te
+from nnvm.errors import Error
+from nnvm.graph.ir import TensorType
+from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
+from nnvm.ops.layout import group_window, window_start
+from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_layout import AlteredNode
 from nnvm_backend_llvm_x86.switches import enabled
 from nnvm_backend_llvm_x86.winograd import alter_winograd
@@ -30,8 +39,126 @@ def channel_block(channels: int, lanes: int) -> int | None:
     return None
 
 
+def output_block(out_channels: int, lanes: int) -> int | None:
+    """The block of a plain convolution's output: its tensor's block (``channel_block``), or a whole
+    vector with a partial last block (zero weights, the padding cropped by the transform back to NCHW)
+    when no block divides the channels and the padding is under half of them (ShuffleNet's 60), or
+    when it costs under 2% (SqueezeNet's 1000 classes run in 63 blocks of 16 at twice the speed of
+    125 half-width blocks of 8). Only outputs are padded: a convolution never reads padded channels
+    (its input block divides its channels), so what elementwise followers leave in the padding is
+    never seen."""
+    block = channel_block(out_channels, lanes)
+    if block == lanes or out_channels < lanes:
+        return block
+    padding = -out_channels % lanes
+    if block is None:
+        return lanes if padding * 2 <= out_channels else None
+    return lanes if padding * 64 <= out_channels else block
+
+
+def grouped_blocks(channels: int, out_channels: int, groups: int, lanes: int) -> tuple | None:
+    """(input block, output block) of a grouped (not depthwise) convolution, or None to keep NCHW.
+
+    A block must not straddle two groups, so the output block divides the output channels per group:
+    the tensor's own block when it does, else the widest of lanes, lanes/2, lanes/4 (at least 4) that
+    does (the consumers then read the output through a transform). The input is read in its tensor's
+    block when that divides the input channels per group, else as plain NCHW (one channel, broadcast)."""
+    per_group_in, per_group_out = channels // groups, out_channels // groups
+    oc = channel_block(out_channels, lanes)
+    if oc is None or per_group_out % oc:
+        oc = next((b for b in (lanes, lanes // 2, lanes // 4) if b >= 4 and per_group_out % b == 0), None)
+    if oc is None:
+        return None
+    ic = channel_block(channels, lanes)
+    if ic is None or per_group_in % ic:
+        ic = 1
+    return ic, oc
+
+
+MAX_STRADDLE_WORK = 3.0  # multiply-adds of straddling blocks / useful ones, at most
+
+
+def straddling_plan(channels: int, out_channels: int, groups: int, lanes: int, aligned: int | None):
+    """(input block, output block, window) for a grouped convolution whose blocks straddle groups, when
+    that beats the aligned block ``aligned`` (or there is none), else None.
+
+    With few output channels per group (ShuffleNet's 240 -> 60 in 3 groups: 20 each) the aligned block
+    is 4 lanes, a quarter of an AVX-512 vector. Full-width blocks that straddle groups read every
+    input channel of the groups they touch (zero weights for the others): more multiply-adds, at four
+    times the width. Taken when the work per useful output lane is under 3/4 of the aligned block's,
+    and the extra work at most ``MAX_STRADDLE_WORK`` times the useful one."""
+    oc = lanes
+    blocks = -(-out_channels // oc)
+    window = max(group_window(co, oc, out_channels, groups, channels)[1] for co in range(blocks))
+    waste = blocks * oc * window / (out_channels * (channels // groups))
+    if waste > MAX_STRADDLE_WORK or (aligned is not None and waste * aligned / oc >= 0.75):
+        return None
+    ic = channel_block(channels, lanes)
+    if ic is None or (channels // groups) % ic:
+        ic = 1
+    return ic, oc, window
+
+
+def _pack_infer(in_types, attrs):
+    (w,) = require_inputs("grouped_weight_pack", in_types, ("weight",))
+    if len(w.shape) != 4 or w.shape[1] * attrs["groups"] != attrs["channels"] or w.shape[0] % attrs["groups"]:
+        raise Error(f"grouped_weight_pack: the weight must be OIHW with {attrs['channels']} // "
+                    f"{attrs['groups']} input channels per group, got shape {w.shape}")
+    oc, ic, window = attrs["out_block"], attrs["in_block"], attrs["window"]
+    return [TensorType((-(-w.shape[0] // oc), window // ic, w.shape[2], w.shape[3], ic, oc), w.dtype)]
+
+
+def _pack_source(co, lane, ro, ri, attrs, out_channels):
+    """(output channel, input channel within its group) that packed element [co, ro, .., .., ri, lane]
+    holds; it is a weight when the channel is below ``out_channels`` and the input one in [0, per group)."""
+    oc, ic, groups, channels = attrs["out_block"], attrs["in_block"], attrs["groups"], attrs["channels"]
+    o = co * oc + lane
+    c = window_start(co, oc, out_channels, groups, channels, attrs["window"]) + ro * ic + ri
+    local = c - (o // (out_channels // groups)) * (channels // groups)
+    return o, local
+
+
+def _pack_compute(inputs, attrs, out_types):
+    (w,) = inputs
+    out_channels, per_group = shape_of(w)[0], shape_of(w)[1]
+
+    def body(co, ro, ky, kx, ri, lane):
+        o, local = _pack_source(co, lane, ro, ri, attrs, out_channels)
+        valid = te.all_of(o < out_channels, local >= 0, local < per_group)
+        return te.if_then_else(valid, w[o, local, ky, kx], te.const(0, w.dtype))
+
+    return [te.compute(out_types[0].shape, body, name="grouped_weight_pack", tag="injective")]
+
+
+def _pack_eval(xs, attrs):
+    (w,) = xs
+    out_channels, per_group = w.shape[:2]
+    (shape,) = _pack_infer([TensorType(w.shape, str(w.dtype))], attrs)
+    blocks, _, kh, kw, ic, oc = shape.shape
+    out = np.zeros((blocks, oc, attrs["window"], kh, kw), w.dtype)  # [co, lane, r, ky, kx]
+    lanes, r = np.arange(oc)[:, None], np.arange(attrs["window"])[None, :]
+    for co in range(blocks):  # all lanes and window channels of a block at once
+        o, local = _pack_source(co, lanes, r // ic, r % ic, attrs, out_channels)
+        o = np.broadcast_to(o, local.shape)
+        valid = (o < out_channels) & (local >= 0) & (local < per_group)
+        out[co][valid] = w[o[valid], local[valid]]
+    # [co, lane, ro * ic + ri, ky, kx] -> [co, ro, ky, kx, ri, lane]
+    out = out.reshape(blocks, oc, -1, ic, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return [np.ascontiguousarray(out)]
+
+
+GROUPED_WEIGHT_PACK = OpDef(
+    "grouped_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE, num_inputs=(1, 1),
+    attrs={"groups": Attr(int), "channels": Attr(int, doc="input channels of the convolution"),
+           "in_block": Attr(int), "out_block": Attr(int),
+           "window": Attr(int, doc="input channels one output block reads")},
+    evaluate=checked_evaluate(_pack_infer, _pack_eval),
+    doc="an OIHW grouped-conv weight as conv2d_nchwc's OIHW[i]i[o]o over windows that straddle groups "
+        "(zeros for other groups' channels and for a padded last block)")
+
+
 def alter_conv2d(target, node, in_types) -> AlteredNode | None:
-    """conv2d (plain or depthwise, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
+    """conv2d (plain, depthwise or grouped, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
     from nnvm.ops.registry import get_op
     from nnvm_backend_llvm_x86.schedules import vector_lanes
 
@@ -45,8 +172,10 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
     channels, out_channels = data.shape[1], weight.shape[0]
     groups = attrs["groups"]
     oc = channel_block(out_channels, lanes)
-    if oc is None:
-        return None
+    if groups == 1:
+        oc = output_block(out_channels, lanes)
+        if oc is None:
+            return None
     new_attrs = {"strides": tuple(attrs["strides"]), "padding": tuple(attrs["padding"]),
                  "dilation": tuple(attrs["dilation"]), "groups": groups}
     if groups == 1:
@@ -57,11 +186,51 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
         data_layout = f"NCHW{ic}c" if ic else "NCHW"
         weight_layout = f"OIHW{ic or 1}i{oc}o"
     elif groups == channels == out_channels and weight.shape[1] == 1:
+        if oc is None:
+            return None
         data_layout, weight_layout = f"NCHW{oc}c", f"OIHW1i{oc}o"
     else:
-        return None
+        blocks = grouped_blocks(channels, out_channels, groups, lanes)
+        plan = straddling_plan(channels, out_channels, groups, lanes, blocks and blocks[1])
+        if plan is not None:
+            ic, oc, window = plan
+            pack = {"groups": groups, "channels": channels, "in_block": ic, "out_block": oc, "window": window}
+            return AlteredNode("conv2d_nchwc", {**new_attrs, "out_channels": out_channels},
+                               inputs=(("NCHW", f"NCHW{ic}c" if ic > 1 else "NCHW"), None),
+                               outputs=(("NCHW", f"NCHW{oc}c"),),
+                               prepare=(None, ("grouped_weight_pack", pack)), constant_inputs=(1,))
+        if blocks is None:
+            return None
+        ic, oc = blocks
+        data_layout, weight_layout = (f"NCHW{ic}c" if ic > 1 else "NCHW"), f"OIHW{ic}i{oc}o"
     return AlteredNode("conv2d_nchwc", new_attrs, inputs=(("NCHW", data_layout), ("OIHW", weight_layout)),
                        outputs=(("NCHW", f"NCHW{oc}c"),))
+
+
+MAX_PACKED_BATCH = 16  # dense_packed streams the weight once per this many rows at most: a GEMV's kernel
+
+
+def alter_dense(target, node, in_types) -> AlteredNode | None:
+    """dense (float32, small batch, constant weight) -> dense_packed over the weight packed ``NK{b}n``
+    (``b`` the widest of lanes, lanes/2, lanes/4 dividing the outputs), or None to keep it. A 2-D
+    ``matmul`` by a constant ``[K, N]`` is the same product: its weight is packed from ``KN``."""
+    from nnvm_backend_llvm_x86.schedules import vector_lanes
+
+    if len(in_types) != 2 or None in in_types:
+        return None
+    data, weight = in_types
+    if data.dtype != "float32" or len(data.shape) != 2 or len(weight.shape) != 2:
+        return None
+    if data.shape[0] > MAX_PACKED_BATCH:
+        return None
+    lanes = vector_lanes(target)
+    src = "NK" if node.op == "dense" else "KN"
+    n = weight.shape[src.index("N")]
+    block = next((b for b in (lanes, lanes // 2, lanes // 4) if b >= 4 and n % b == 0), None)
+    if block is None:
+        return None
+    return AlteredNode("dense_packed", {}, inputs=(None, (src, f"NK{block}n")), outputs=((None, None),),
+                       constant_inputs=(1,))
 
 
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
@@ -70,4 +239,6 @@ def alter_op_layout(target, node, in_types) -> AlteredNode | None:
         return None
     if node.op == "conv2d":
         return alter_conv2d(target, node, in_types)
+    if node.op in ("dense", "matmul"):
+        return alter_dense(target, node, in_types)
     return None

@@ -185,6 +185,17 @@ def nnvm_register_backends(register):
 
 
 @nnvm.hookimpl
+def nnvm_register_ops(register):
+    """``dense_packed`` (dense over a weight packed for streaming) and ``grouped_weight_pack`` (grouped
+    convolution weights for blocks that straddle groups), made by this plugin's layout pass."""
+    from nnvm_backend_llvm_x86.layout import GROUPED_WEIGHT_PACK
+    from nnvm_backend_llvm_x86.schedule_dense import DENSE_PACKED
+
+    register(DENSE_PACKED)
+    register(GROUPED_WEIGHT_PACK)
+
+
+@nnvm.hookimpl
 def nnvm_schedule_template(target, group):
     """The x86 schedule library: the first template of ``templates.TEMPLATE_BUILDERS`` that takes the
     group (conv2d, depthwise conv2d, dense ...) on ``llvm``; None lets the generic schedule serve it."""
@@ -194,8 +205,18 @@ def nnvm_schedule_template(target, group):
 
 
 @nnvm.hookimpl
+def nnvm_schedule_group(target, group):
+    """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
+    (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
+    from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
+
+    return schedule_index_remap(target, group)
+
+
+@nnvm.hookimpl
 def nnvm_alter_op_layout(target, node, in_types):
-    """conv2d on ``llvm`` runs in NCHW[x]c (``layout.py``); every other node keeps its layout."""
+    """conv2d on ``llvm`` runs in NCHW[x]c, dense with a constant weight packed (``layout.py``); every
+    other node keeps its layout."""
     if getattr(target, "kind", None) != "llvm":
         return None
     from nnvm_backend_llvm_x86.layout import alter_op_layout

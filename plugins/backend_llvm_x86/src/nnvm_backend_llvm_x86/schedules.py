@@ -21,9 +21,12 @@ so tiles need no guards), ``reduce_order`` (channels outside or inside the kerne
 ``unroll_kw`` (unroll the kernel-width loop). The fallback is the tile this schedule always used:
 8 channels x one row x one vector.
 
-Padding is materialized at root (as in the generic schedule), epilogue stages are inlined. Grouped
-and depthwise convolutions, and groups this schedule does not recognise, are declined (``None``) so
-the next template (or the generic schedule) serves them.
+Grouped convolutions (ResNeXt, RegNet, ShuffleNet) run the same program: the vector is along the
+output width, so it does not care how channels are grouped; a tile's output channels stay in one group
+(``oc_block`` divides the channels per group) so they share the input rows they read. Padding is
+materialized at root (as in the generic schedule), epilogue stages are inlined. Depthwise convolutions,
+and groups this schedule does not recognise, are declined (``None``) so the next template (or the
+generic schedule) serves them.
 """
 
 from __future__ import annotations
@@ -106,7 +109,7 @@ def inline_epilogue(sch, keep) -> None:
 
 def single_conv_stage(group, depthwise: bool):
     """(schedule, conv stage, padded stages) for a float32 NCHW conv2d group with one output and one
-    reduction, ``depthwise`` or plain (groups=1); None for anything else."""
+    reduction, ``depthwise`` or not (plain or grouped); None for anything else."""
     if group.anchor_op != "conv2d" or len(group.outputs) != 1:
         return None
     attrs = group.anchor_attrs
@@ -119,9 +122,8 @@ def single_conv_stage(group, depthwise: bool):
     conv = sole_anchor(sch, "conv2d")
     if conv is None:
         return None
-    groups = conv.op.attrs.get("groups", attrs.get("groups", 1))
     is_depthwise = bool(conv.op.attrs.get("depthwise"))
-    if (depthwise and not is_depthwise) or (not depthwise and groups != 1):
+    if depthwise != is_depthwise:
         return None
     return sch, conv, guarded_inputs_of_reductions(sch)
 
@@ -134,7 +136,7 @@ def reduction_flops(op) -> float:
 
 
 def conv2d_template(target, group) -> ScheduleTemplate | None:
-    """``x86.conv2d_nchw.direct``: the register-blocked schedule for a plain (groups=1) NCHW conv2d
+    """``x86.conv2d_nchw.direct``: the register-blocked schedule for a plain or grouped NCHW conv2d
     group as a template, or None to decline."""
     if not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None  # A/B switch for benchmarks: the generic schedule for conv2d
@@ -144,6 +146,8 @@ def conv2d_template(target, group) -> ScheduleTemplate | None:
     _, conv, _ = found
     _, oc, _, ow = conv.op.axis
     ext_oc, ext_ow = extent(oc), extent(ow)
+    if ext_oc is not None:  # grouped: a tile of output channels stays in one group (one input row)
+        ext_oc //= conv.op.attrs.get("groups", 1)
     if ext_oc is None or ext_ow is None:
         return None
     lanes = vector_lanes(target)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm_backend_llvm_x86.schedule_dense import dense_template
+from nnvm_backend_llvm_x86.schedule_dense import dense_packed_template, dense_template
 from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
 from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 from nnvm_backend_llvm_x86.schedules import conv2d_template
@@ -29,6 +29,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     winograd_template,      # x86.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
     conv2d_template,      # x86.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
     depthwise_template,   # x86.depthwise_conv2d_nchw.direct: one channel per group
+    dense_packed_template,  # x86.dense.packed: dense over a packed constant weight, streamed
     dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
 ]
 

@@ -1,0 +1,66 @@
+"""Groups that only move data (``schedule_injective.py``): a ShuffleNet channel shuffle between grouped
+convolutions, and layout transforms, against onnxruntime; which groups the schedule takes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import nnvm
+from nnvm.compiler import group_compute, optimized_graph
+from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap, unblocking_block
+
+
+def _shuffle_model(path, c=48, hw=7, g=3):
+    """grouped 1x1 c -> c/4 + relu, channel shuffle, depthwise 3x3, grouped 1x1 -> c, residual add."""
+    rng = np.random.default_rng(3)
+    m = c // 4
+    inits = {"w1": rng.standard_normal((m, c // g, 1, 1)).astype(np.float32) * 0.2,
+             "wd": rng.standard_normal((m, 1, 3, 3)).astype(np.float32) * 0.3,
+             "w2": rng.standard_normal((c, m // g, 1, 1)).astype(np.float32) * 0.2,
+             "s1": np.array([1, g, m // g, hw, hw], np.int64), "s2": np.array([1, m, hw, hw], np.int64)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], group=g), helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "s1"], ["a"]),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1, 3, 4]),
+             helper.make_node("Reshape", ["t", "s2"], ["b"]),
+             helper.make_node("Conv", ["b", "wd"], ["cd"], group=m, pads=[1] * 4),
+             helper.make_node("Conv", ["cd", "w2"], ["c2"], group=g),
+             helper.make_node("Add", ["c2", "x"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    weights = [numpy_helper.from_array(v, k) for k, v in inits.items()]
+    graph = helper.make_graph(nodes, "shuffle", [x], [y], weights)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+
+
+def test_channel_shuffle_matches_onnxruntime(tmp_path):
+    path = str(tmp_path / "shuffle.onnx")
+    _shuffle_model(path)
+    x = np.random.default_rng(4).standard_normal((1, 48, 7, 7)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = nnvm.compile(path, target="llvm", opt_level=3).run(x)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
+
+
+def test_only_data_movement_groups_are_taken(tmp_path):
+    path = str(tmp_path / "shuffle.onnx")
+    _shuffle_model(path)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    by_name = {n.name: n for n in graph.nodes}
+    taken = {}
+    for k, names in enumerate(graph.groups):
+        members = [by_name[n] for n in names]
+        ops = tuple(n.op for n in members)
+        taken[ops] = schedule_index_remap(tgt, group_compute(graph, k, members)) is not None
+    shuffle = next(ops for ops in taken if "transpose" in ops)
+    assert taken[shuffle], taken
+    assert not any(v for ops, v in taken.items() if {"conv2d", "conv2d_nchwc"} & set(ops)), taken
+    # The model's output leaves NCHW16c (48 channels, whole blocks): the block-walking transform.
+    back = [k for k, names in enumerate(graph.groups) if len(names) == 1
+            and by_name[names[0]].attrs.get("src_layout") == "NCHW16c"]
+    assert back, graph.groups
+    group = group_compute(graph, back[0], [by_name[graph.groups[back[0]][0]]])
+    assert unblocking_block(group, [1, 48, 7, 7]) == 16
