@@ -100,6 +100,19 @@ def alternate_ms(fns: list, repeat: int, warmup: int = WARMUP) -> list[float]:
     return [1e3 * statistics.median(t) for t in times]
 
 
+def blocks_ms(fns: list, repeat: int, rounds: int, pause: float = 0.2) -> list[float]:
+    """Median milliseconds of each callable timed in blocks of its own (``repeat`` runs after a warm-up),
+    the blocks alternated ``rounds`` times, so a drift in the machine's speed hits every callable alike
+    while none shares the cores or the cache with another during its block. ``pause`` lets the previous
+    block's idle threads (a spinning onnxruntime pool) go to sleep first."""
+    per_block: list[list[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            time.sleep(pause)
+            per_block[k].append(alternate_ms([fn], repeat)[0])
+    return [statistics.median(t) for t in per_block]
+
+
 def group_flops(graph, names: list) -> int:
     """Multiply-adds x 2 of the convolution and dense nodes among ``names`` (other ops count as 0)."""
     if graph is None:
