@@ -128,7 +128,7 @@ def blocks_ms(fns: list, repeat: int, rounds: int, pause: float = 0.2, warmup: i
 
 
 def group_flops(graph, names: list) -> int:
-    """Multiply-adds x 2 of the convolution and dense nodes among ``names`` (other ops count as 0)."""
+    """Multiply-adds x 2 of the convolution, dense and matmul nodes among ``names`` (other ops count as 0)."""
     if graph is None:
         return 0
     by_name = {n.name: n for n in graph.nodes}
@@ -158,6 +158,9 @@ def group_flops(graph, names: list) -> int:
             m, k = graph.type_of(node.inputs[0]).shape
             n = graph.type_of(node.inputs[1]).shape[0]
             total += 2 * m * n * k
+        elif node.op == "matmul":  # [..., M, K] x [..., K, N], numpy broadcasting
+            out = graph.type_of(node.outputs[0]).shape
+            total += 2 * math.prod(out) * graph.type_of(node.inputs[0]).shape[-1]
     return total
 
 
