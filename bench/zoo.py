@@ -230,6 +230,7 @@ def plot(rows: list, path: str, threads: int) -> None:
         xs = [i + (k - (len(batches) - 1) / 2) * width for i in range(len(models))]
         bars = ax.bar(xs, [by_model.get(m, 0) for m in models], width, label=f"batch {batch}")
         ax.bar_label(bars, fmt="%.2f", fontsize=6)
+    ax.set_yscale("log")  # ratios from 0.4 to 12
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.axhline(0.9, color="green", lw=0.8, ls="--", label="goal 0.9")
     ax.set_xticks(range(len(models)), [TITLES.get(m, m) for m in models], rotation=30, ha="right", fontsize=7)
