@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm.bench import relative_error, seeded_inputs
+from nnvm.bench import profile, relative_error, seeded_inputs
 from nnvm.testing.venvs import pytest_venv
 from nnvm_frontend_onnx.testing import torch_models
 
@@ -64,3 +64,10 @@ def test_zoo_export_runs_in_onnxruntime_and_nnvm_matches(name, ops):
     assert want[0].shape == (1, 1000) and np.isfinite(want[0]).all()
     err = relative_error(mod.run(**feeds), want)
     assert err < 1e-4, f"{name}: max relative error {err:.2e} against onnxruntime"
+    # bench/zoo.py's kernel lists give every convolution and matmul (transformer layer) a GFLOP/s figure
+    rows = profile(mod, feeds, 1)
+    ops = {n.name: n.op for n in mod.graph.nodes}
+    heavy = [r for r in rows
+             if any(ops.get(g, "").startswith(("conv2d", "matmul", "dense")) for g in r["group"])]
+    missing = [r["group"] for r in heavy if not r["gflops"]]
+    assert heavy and not missing, f"{name}: kernels without GFLOP/s: {missing[:3]}"
