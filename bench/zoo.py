@@ -69,7 +69,6 @@ def measure(path: str, threads: int, repeat: int, rounds: int, block_seconds: fl
 
     import nnvm
     from nnvm.bench import (
-        alternate_ms,
         alternate_times,
         blocks_times,
         onnxruntime_session,
@@ -100,7 +99,8 @@ def measure(path: str, threads: int, repeat: int, rounds: int, block_seconds: fl
     def ort_quiet():
         quiet.run(None, ort_feeds)
 
-    one = max(alternate_ms([ours, ort_default], 1, warmup=2))  # ms of the slower runtime, warm
+    # ms of one run of the slower runtime, warm: the faster of two, so one stalled run does not count
+    one = max(min(t) for t in alternate_times([ours, ort_default], 2, warmup=1))
     n = max(3, min(repeat, round(1e3 * block_seconds / max(one, 1e-3))))
     warm = 1 if one > 300 else 3  # a slow model is warm after one run; its runs are what costs time
     result = {"onnxruntime_version": version, "compile_s": compile_s, "max_rel_err": error,
