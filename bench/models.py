@@ -27,10 +27,8 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 from nnvm.bench import cpu_name
 
@@ -93,6 +91,7 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
     from nnvm.bench import (
         TOLERANCE,
         alternate_ms,
+        blocks_ms,
         onnxruntime_session,
         relative_error,
         seeded_inputs,
@@ -110,17 +109,12 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
     untuned_ms, tuned_ms, ort_ms = alternate_ms(
         [lambda: untuned.run(**feeds), lambda: tuned.run(**feeds), lambda: session.run(None, ort_feeds)],
         repeat)
-    tuned_alone, spinning_alone = [], []
-    blocks = ((lambda: tuned.run(**feeds), tuned_alone),
-              (lambda: spinning.run(None, ort_feeds), spinning_alone))
-    for _ in range(4):  # four blocks each, alternated, so a drift in the machine's speed hits both
-        for fn, times in blocks:
-            time.sleep(0.2)  # the other side's idle threads go to sleep
-            times.append(alternate_ms([fn], max(repeat // 4, 3))[0])
+    # four blocks each, alternated, so a drift in the machine's speed hits both
+    tuned_alone, spinning_alone = blocks_ms(
+        [lambda: tuned.run(**feeds), lambda: spinning.run(None, ort_feeds)], max(repeat // 4, 3), 4)
     result = {"untuned_ms": untuned_ms, "tuned_ms": tuned_ms, "onnxruntime_ms": ort_ms,
-              "onnxruntime_spinning_ms": statistics.median(spinning_alone),
-              "tuned_alone_ms": statistics.median(tuned_alone), "ratio": tuned_ms / ort_ms,
-              "max_rel_err": error,
+              "onnxruntime_spinning_ms": spinning_alone, "tuned_alone_ms": tuned_alone,
+              "ratio": tuned_ms / ort_ms, "max_rel_err": error,
               "match": bool(error < TOLERANCE), "kernels": len(tuned.plan["calls"]),
               "distinct_kernels": tuned.stats().get("distinct_kernels"),
               "tuned_kernels": tuned.stats().get("tuned_kernels", 0)}

@@ -22,17 +22,13 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import VenvUnavailable, build_venv, cache_dir, file_lock, pytest_venv, ready_venv
+from nnvm.testing.venvs import cache_dir, file_lock, pytest_venv
+from nnvm_frontend_onnx.testing.torch_models import torch_python
 
 REPO = Path(__file__).resolve().parents[1]
 EXPORT_SCRIPT = REPO / "scripts" / "torch_export.py"
 MODELS = ["resnet18", "mobilenet_v2"]
 VARIANTS = ["dynamo", "dynamo_unoptimized", "torchscript"]  # as in scripts/torch_export.py
-# Pinned to what was tested; torch comes from the local CPU wheel (PyPI's torch would pull CUDA).
-REQUIREMENTS = ["torch==2.13.0", "onnx==1.23.2", "onnxscript==0.7.2", "onnx-ir==1.1.0", "numpy==2.4.6"]
-PYTHON = "3.11"
-VENV = "torch-2.13"
-FIND_LINKS = os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
 
 
 def _run(cmd: list[str], what: str, timeout: float, cwd: Path) -> None:
@@ -40,17 +36,6 @@ def _run(cmd: list[str], what: str, timeout: float, cwd: Path) -> None:
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
         pytest.fail(f"{what} failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}", pytrace=False)
-
-
-def _build_torch_venv() -> Path:
-    """The torch venv's Python (``nnvm.testing.venvs``, shared with the MXNet reference venv)."""
-    ready = ready_venv(VENV, REQUIREMENTS, PYTHON)
-    if ready:
-        return ready
-    if not list(Path(FIND_LINKS).glob(f"torch-2.13.0*-cp{PYTHON.replace('.', '')}-*.whl")):
-        raise VenvUnavailable(f"no torch 2.13.0 CPU wheel for Python {PYTHON} in {FIND_LINKS} "
-                              "(NNVM_TORCH_FIND_LINKS)")
-    return build_venv(VENV, REQUIREMENTS, python=PYTHON, find_links=FIND_LINKS)
 
 
 def _export_stamp(python: Path) -> str:
@@ -73,7 +58,7 @@ def _export(python: Path, name: str, variant: str, path: Path) -> None:
 def torch_models() -> dict[tuple[str, str], Path]:
     """``{(model, variant): path}`` of every export, made (in parallel) only where missing or stale."""
     started = time.perf_counter()
-    python = pytest_venv(_build_torch_venv)
+    python = pytest_venv(torch_python)
     built = time.perf_counter()
     models_dir = cache_dir() / "models"
     models_dir.mkdir(parents=True, exist_ok=True)

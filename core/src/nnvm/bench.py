@@ -86,8 +86,9 @@ def relative_error(got: list, want: list) -> float:
     return worst
 
 
-def alternate_ms(fns: list, repeat: int, warmup: int = WARMUP) -> list[float]:
-    """Median milliseconds of each callable, timed in alternation after ``warmup`` untimed rounds."""
+def alternate_times(fns: list, repeat: int, warmup: int = WARMUP) -> list[list[float]]:
+    """Milliseconds of each of ``repeat`` runs of each callable, timed in alternation after ``warmup``
+    untimed rounds."""
     for _ in range(warmup):
         for fn in fns:
             fn()
@@ -96,12 +97,38 @@ def alternate_ms(fns: list, repeat: int, warmup: int = WARMUP) -> list[float]:
         for k, fn in enumerate(fns):
             start = time.perf_counter()
             fn()
-            times[k].append(time.perf_counter() - start)
-    return [1e3 * statistics.median(t) for t in times]
+            times[k].append(1e3 * (time.perf_counter() - start))
+    return times
+
+
+def alternate_ms(fns: list, repeat: int, warmup: int = WARMUP) -> list[float]:
+    """Median milliseconds of each callable, timed in alternation after ``warmup`` untimed rounds."""
+    return [statistics.median(t) for t in alternate_times(fns, repeat, warmup)]
+
+
+def blocks_times(fns: list, repeat: int, rounds: int, pause: float = 0.2,
+                 warmup: int = WARMUP) -> list[list[list[float]]]:
+    """Each callable timed in blocks of its own (``warmup`` untimed runs, then ``repeat`` timed ones), the
+    blocks alternated ``rounds`` times, so a drift in the machine's speed hits every callable alike while
+    none shares the cores or the cache with another during its block; ``pause`` lets the previous
+    block's idle threads (a spinning onnxruntime pool) go to sleep first. Per callable, per block, the
+    milliseconds of each run."""
+    per_block: list[list[list[float]]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for k, fn in enumerate(fns):
+            time.sleep(pause)
+            per_block[k].append(alternate_times([fn], repeat, warmup)[0])
+    return per_block
+
+
+def blocks_ms(fns: list, repeat: int, rounds: int, pause: float = 0.2, warmup: int = WARMUP) -> list[float]:
+    """``blocks_times`` reduced to one number per callable: the median of its blocks' medians."""
+    return [statistics.median(statistics.median(b) for b in blocks)
+            for blocks in blocks_times(fns, repeat, rounds, pause, warmup)]
 
 
 def group_flops(graph, names: list) -> int:
-    """Multiply-adds x 2 of the convolution and dense nodes among ``names`` (other ops count as 0)."""
+    """Multiply-adds x 2 of the convolution, dense and matmul nodes among ``names`` (other ops count as 0)."""
     if graph is None:
         return 0
     by_name = {n.name: n for n in graph.nodes}
@@ -131,6 +158,9 @@ def group_flops(graph, names: list) -> int:
             m, k = graph.type_of(node.inputs[0]).shape
             n = graph.type_of(node.inputs[1]).shape[0]
             total += 2 * m * n * k
+        elif node.op == "matmul":  # [..., M, K] x [..., K, N], numpy broadcasting
+            out = graph.type_of(node.outputs[0]).shape
+            total += 2 * math.prod(out) * graph.type_of(node.inputs[0]).shape[-1]
     return total
 
 
