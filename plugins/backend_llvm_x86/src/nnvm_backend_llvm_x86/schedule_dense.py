@@ -201,14 +201,15 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
     blocks = -(-n // b)
-    mb_space = divisors(m, 8)
+    rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
+    mb_space = divisors(rows, 8)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
     # Four to eight weight streams (independent accumulator chains): at batch 1, 4 blocks were 1.2x
     # faster than 1 or 2 and 1.7x faster than 16 (4096 x 4096 on the Zen 4 host, 58 GB/s); 5 blocks of
     # 8 were 2.9x faster than 1 for 1280 -> 1000 (latency-bound when the weight is in cache). Then as
     # many batch rows as fit 16 accumulators: (4 blocks, 4 rows) at batch 8 was 2x (4, 8) and (1, 8).
     jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
-    mb = largest_divisor(m, max(1, MAX_TILE_ACCUMULATORS // jb))
+    mb = largest_divisor(rows, max(1, MAX_TILE_ACCUMULATORS // jb))
     return ScheduleTemplate("x86.dense.packed", {"jb": jb_space, "mb": mb_space}, {"jb": jb, "mb": mb},
                             lambda config: build_dense_packed(group, config), flops=2.0 * m * n * k)
 
@@ -219,23 +220,23 @@ def build_dense_packed(group, config: dict):
     inline_epilogue(sch, {dense.op})
     out_stage = sch[group.outputs[0].op]
     b = dense.op.attrs["block"]
-    *lead, j = out_stage.op.axis
-    i = out_stage.fuse(*lead) if len(lead) > 1 else lead[0]  # [B, S, K] data: B x S rows
+    # [B, S, K] data: the rows of S are blocked, B is a loop around them (fusing B and S would leave
+    # the bounds of a tile's rows to a div/mod, which bound inference widens to every row)
+    *outer, i, j = out_stage.op.axis
     jo, ji = out_stage.split(j, factor=b)
     jt, jb = out_stage.split(jo, factor=config["jb"])
     it, ib = out_stage.split(i, factor=config["mb"])
     (k,) = dense.op.reduce_axis
     if out_stage is dense:
-        dense.reorder(jt, it, k, jb, ib, ji)
+        dense.reorder(jt, *outer, it, k, jb, ib, ji)
     else:
-        out_stage.reorder(jt, it, jb, ib, ji)
+        out_stage.reorder(jt, *outer, it, jb, ib, ji)
         out_stage.unroll(jb)
         out_stage.unroll(ib)
         out_stage.vectorize(ji)
         dense.compute_at(out_stage, it)
-        *dlead, dj = dense.op.axis
+        *_, ib, dj = dense.op.axis
         jb, ji = dense.split(dj, factor=b)
-        ib = dense.fuse(*dlead) if len(dlead) > 1 else dlead[0]
         dense.reorder(k, jb, ib, ji)
     dense.unroll(jb)
     dense.unroll(ib)
