@@ -83,3 +83,13 @@ def test_constant_folding_and_identities():
     assert simplify(x * 1.0) is x
     assert simplify(x + 0.0) is x
     assert str(simplify(E.select(E.const(True), x, x * 2.0))) == "x"
+
+
+def test_min_and_max_of_terms_a_constant_apart_pick_one():
+    """A region read twice at the same rows (GELU reads its input twice) unions to min(i, i) and
+    max(i, i): unsimplified, bound inference widened the rows to the whole axis (ViT: 197 rows unrolled)."""
+    i = E.Var("i")
+    ranges = {i: (0, 196)}
+    assert str(simplify(E.binop("min", i, i), ranges)) == "i"
+    assert str(simplify(E.binop("max", i * 2 + 3, i * 2 + 1), ranges)) == str(simplify(i * 2 + 3, ranges))
+    assert str(simplify(E.binop("max", i, i) - E.binop("min", i, i) + 1, ranges)) == "1"

@@ -196,6 +196,9 @@ class Simplifier:
         if op in ("floordiv", "floormod") and cb is not None and cb > 0:
             return self._divmod(op, a, int(cb), dt)
         if op in ("min", "max"):
+            diff = self.linear(E.BinOp("sub", a, b, a.dtype))
+            if diff is not None and not diff.terms:  # a and b differ by a constant (min(x, x) from a union)
+                return a if (diff.const <= 0) == (op == "min") else b
             ba, bb = self.bound(a), self.bound(b)
             if op == "min":
                 if ba[1] <= bb[0]:
