@@ -23,6 +23,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
+from nnvm.runtime import artifact
 from nnvm.runtime.crt import build_runtime, compiler_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,11 +162,15 @@ def _bad_copies(path: Path, tmp_path: Path) -> dict:
     newer = bytearray(data)
     struct.pack_into("<I", newer, len(data) - 64 + 8, 99)
     write("newer", bytes(newer))
+    unknown = bytearray(data)  # a footer feature bit this runtime does not know: it cannot check it
+    struct.pack_into("<I", unknown, len(data) - 64 + 28, 1 << 31)
+    write("unknown feature", bytes(unknown))
     return out
 
 
 EXPECTED = {"truncated": "no nnvm module footer", "corrupted": "checksum mismatch",
-            "newer": "module format v99 is newer than this runtime reads (v2)"}
+            "newer": "module format v99 is newer than this runtime reads (v2)",
+            "unknown feature": "compiled for a CPU with feature bit 31, which this CPU lacks"}
 
 
 def _one_sentence(proc: subprocess.CompletedProcess, expected: str, what: str) -> None:
@@ -186,6 +191,20 @@ def test_bad_modules_are_one_sentence_and_null(dense, tmp_path):
         _one_sentence(run([*example, str(path), *io]), EXPECTED[name], f"the {name} module")
     nnvm_run = build_runtime(*compiler_for("llvm"))["nnvm-run"]
     _one_sentence(run([nnvm_run, str(tmp_path / "corrupted.so"), "--info"]), "checksum mismatch", "nnvm-run")
+    # cpuid in C agrees with /proc/cpuinfo in Python: every extension this CPU has loads, each it lacks
+    # is refused by name
+    names = [name for name, _ in artifact.CPU_FEATURES]
+    has = [n for n in names if not artifact.host_lacks([n])]
+    data = files["llvm"].read_bytes()
+    for name, features in [("all it has", has), *((n, [*has, n]) for n in names if n not in has)]:
+        copy = bytearray(data)
+        struct.pack_into("<I", copy, len(data) - 64 + 28, artifact.feature_mask(features))
+        (tmp_path / "features.so").write_bytes(bytes(copy))
+        proc = run([nnvm_run, str(tmp_path / "features.so"), "--info"])
+        if features is has:
+            assert proc.returncode == 0, f"{name}: {proc.stderr!r}"
+        else:
+            _one_sentence(proc, f"compiled for a CPU with {name}, which this CPU lacks", name)
     ok = run([*example, str(files["llvm"]), *io])
     assert ok.returncode == 0, ok.stderr
 

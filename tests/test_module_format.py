@@ -33,6 +33,8 @@ def test_footer_fields_and_roundtrip(exported, tmp_path):
     path, x, want = exported
     footer = artifact.check(str(path))
     assert footer["version"] == artifact.FORMAT_VERSION and footer["target"] == "llvm"
+    # the default target is this machine's CPU: its extensions are recorded, and this CPU has them all
+    assert "sse4.2" in footer["features"] and not artifact.host_lacks(footer["features"]), footer
     assert footer["machine"] == 62 and footer["payload_bytes"] == path.stat().st_size - 64
     mod = nnvm.load(path)
     np.testing.assert_allclose(mod.run(x)[0], want, rtol=1e-4, atol=1e-4)
@@ -93,3 +95,42 @@ def test_cli_run_of_a_corrupted_file_exits_1(exported, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "checksum mismatch" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def _lacked_features() -> list:
+    """Extensions of the footer's table this CPU lacks (an AVX-512 FP16 or AMX one on most hosts), and
+    an unassigned bit, which no loader can check and so refuses on every host."""
+    lacked = [name for name, _ in artifact.CPU_FEATURES if artifact.host_lacks([name])]
+    return [*lacked[-1:], "feature bit 31"]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_module_for_a_cpu_with_more_extensions_is_refused_before_dlopen(exported, tmp_path, index):
+    """Exported on an AVX-512 machine, loaded on an AVX2 one: one sentence naming what this CPU lacks,
+    not SIGILL in the first kernel."""
+    wanted = _lacked_features()
+    if index >= len(wanted):
+        pytest.fail("no extension of artifact.CPU_FEATURES is missing here")
+    name = wanted[index]
+    bit = 31 if name == "feature bit 31" else [n for n, _ in artifact.CPU_FEATURES].index(name)
+    mask = struct.unpack_from("<I", exported[0].read_bytes(), exported[0].stat().st_size - 64 + 28)[0]
+    bad = _patched(exported[0], tmp_path, _set_footer(28, "<I", mask | 1 << bit))
+    with pytest.raises(nnvm.ModelLoadError, match=f"compiled for a CPU with {name}, which this CPU lacks"):
+        nnvm.load(bad)
+
+
+def test_in_process_run_of_code_for_missing_extensions_is_an_error(monkeypatch):
+    """Compiling for a CPU with extensions this one lacks is a cross compile: running it in process
+    is one sentence (never the JIT's SIGILL); exporting it still works."""
+    from nnvm_backend_llvm_x86.library import code_features
+
+    monkeypatch.setattr(artifact, "_cpuinfo_flags", lambda: frozenset({"sse4_1", "sse4_2", "avx", "avx2",
+                                                                       "fma", "f16c"}))
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 16])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    mod = nnvm.compile(model, target="llvm -mcpu=skylake-avx512")
+    assert "avx512f" in code_features(mod.library.target)
+    with pytest.raises(nnvm.Error, match="use avx512f.*which this CPU lacks"):
+        mod.run(np.ones((4, 16), np.float32))

@@ -108,7 +108,11 @@ class Module:
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
         """Code for another CPU (an Arm module on x86): export once, let the library run the file (under
-        an emulator), and say so on stderr once per process (per distinct note)."""
+        an emulator), and say so on stderr once per process (per distinct note). A library that no
+        process here can run (x86 code using extensions this CPU lacks) says why instead."""
+        reason = self.library.cannot_run_here() if hasattr(self.library, "cannot_run_here") else None
+        if reason:
+            raise Error(reason)
         with self._lock:  # one export and one note, whichever thread comes first; the runs need no lock
             if self._exported is None:
                 self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-module-")
@@ -164,7 +168,7 @@ class Module:
         path = os.fspath(path)
         self.library.export(path, blobs)
         if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
-            artifact.seal(path, str(self.target).split()[0])
+            artifact.seal(path, str(self.target).split()[0], getattr(self.library, "cpu_features", ()))
 
 
 def _check_plan(plan: dict, params: dict) -> None:
@@ -307,6 +311,11 @@ def _check_artifact(path: str) -> None:
     installed backend can run, one sentence saying which CPU it is for, before anything is loaded."""
     footer = artifact.check(path)
     if footer["machine"] == artifact.host_machine():
+        missing = artifact.host_lacks(footer["features"])
+        if missing:
+            raise ModelLoadError(f"{path}: compiled for a CPU with {', '.join(missing)}, which this CPU "
+                                 "lacks; compile it again here (target 'llvm'), or for the oldest CPU of the "
+                                 "fleet (e.g. 'llvm -mcpu=x86-64-v3')")
         return  # runs here with the core alone (plugins may not even be loaded)
     from nnvm.plugins import backends
 

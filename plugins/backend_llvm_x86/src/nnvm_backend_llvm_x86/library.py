@@ -38,6 +38,37 @@ from nnvm_backend_llvm_x86.glue import glue_source
 from nnvm_backend_llvm_x86.toolchain import LLVMTarget
 
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_X86 = ("x86_64", "i386", "i686")
+_BASE_AVX2 = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c")
+_BASE_AVX512 = (*_BASE_AVX2, "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
+
+
+def code_features(target: LLVMTarget) -> list:
+    """The x86 extensions (``artifact.CPU_FEATURES`` names) that code built for ``target`` may use:
+    its feature string read in order (``+avx2,-avx2`` ends off); for ``-mcpu`` alone, whose features
+    llvmlite does not list, the host's when it is the host's CPU, else those its vector width implies
+    (the names ``schedules`` knows). Empty for other architectures."""
+    from nnvm.runtime.artifact import CPU_FEATURES
+    from nnvm_backend_llvm_x86.toolchain import host_cpu, host_features
+
+    if not target.triple.startswith(_X86):
+        return []
+    features = target.features
+    if not features and target.cpu == host_cpu():
+        features = host_features()
+    if not features:
+        from nnvm_backend_llvm_x86.schedules import _AVX2_CPUS, _AVX512_CPUS
+
+        cpu = target.cpu.lower()
+        if "avx512" in cpu or cpu.startswith(_AVX512_CPUS):
+            return list(_BASE_AVX512)
+        return list(_BASE_AVX2) if cpu.startswith(_AVX2_CPUS) else []
+    on = {}
+    for item in features.split(","):
+        if item[:1] in "+-" and len(item) > 1:
+            on[item[1:]] = item[0] == "+"
+    known = [name for name, _ in CPU_FEATURES]
+    return [name for name in known if on.get(name)]
 _runtime_lock = threading.Lock()
 _runtime_loaded: set = set()
 POOL_SOURCE = Path(__file__).with_name("nnvm_pool.c")
@@ -127,6 +158,25 @@ class LLVMKernelLibrary(KernelLibrary):
                 load_pool()
             self._engine = llvm.create_mcjit_compiler(module, tm)
             self._engine.finalize_object()
+
+    @property
+    def cpu_features(self) -> list:
+        """Recorded in an exported module's footer, so a loader on a CPU without them refuses it."""
+        return code_features(self.target)
+
+    def runs_in_process(self) -> bool:
+        return self._engine is not None
+
+    def cannot_run_here(self) -> str | None:
+        """Nothing here runs x86 code built for another CPU (no emulator): say what this one lacks."""
+        if self._engine is not None or not self.target.triple.startswith(_X86):  # Arm: runs under qemu
+            return None
+        from nnvm.runtime.artifact import host_lacks
+
+        missing = host_lacks(self.cpu_features)
+        what = f"use {', '.join(missing)}, which this CPU lacks" if missing else "are for another platform"
+        return (f"kernels for {self.target.cpu or self.target.triple} {what}; export the module and run "
+                "it on such a CPU")
 
     def address(self, name: str) -> int:
         if self._engine is None:

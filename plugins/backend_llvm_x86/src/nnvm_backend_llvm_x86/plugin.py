@@ -83,7 +83,13 @@ class LLVMBackend(Backend):
         return dict(TENSOR_INTRINSICS)
 
     def host_can_run(self, target: Target) -> bool:
-        return _same_platform(self.resolve(target).triple, host_triple())
+        """This OS and architecture, and every extension the code may use (``-mcpu=sapphirerapids`` on
+        an AVX2 machine is a cross compile: run in process, its first kernel would die of SIGILL)."""
+        from nnvm.runtime.artifact import host_lacks
+        from nnvm_backend_llvm_x86.library import code_features
+
+        resolved = self.resolve(target)
+        return _same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
 
     def default_tuning_logs(self, target: Target) -> list:
         """Every shipped log, ``tuned/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
