@@ -15,8 +15,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.compiler import group_compute, optimized_graph
+from nnvm.compiler import group_compute, optimized_graph, schedule_template
 from nnvm.runtime.kernel import BuiltFunction
+from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
 from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 
@@ -116,3 +117,36 @@ def test_batch_fallback_parallelizes_images_and_channel_blocks(tmp_path, depthwi
     assert any(f"in range({8 * blocks})" in line for line in parallel), "\n".join(parallel)
     if depthwise:  # no second parallel loop padding the whole batch first
         assert len(parallel) == 1 and "pad = allocate(float32[8*" not in text, text[:3000]
+
+
+def test_winograd_every_config_at_batch_3(tmp_path, monkeypatch, group_of, every_config):
+    """Winograd F(2x2, 3x3) at batch 3 on an odd plane: one image at a time through its four stages
+    (the fallback) and the whole batch per stage, every tile width, against onnxruntime."""
+    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    path = _conv_model(str(tmp_path / "conv.onnx"), 3, 32, 11, 1, False)
+    graph, *_ = optimized_graph(path, "llvm")
+    group = group_of(graph, "conv2d_winograd_nchwc")
+    template = schedule_template(parse_target("llvm"), group)
+    assert template.name == "x86.conv2d_winograd_nchwc" and template.fallback["per_image"] is True
+    x = np.random.default_rng(7).standard_normal((3, 32, 11, 11)).astype(np.float32)
+    (_, data), = [(v, t) for v, t in group.inputs if v not in graph.params]
+    block = int(data.shape[-1].value)
+    xb = np.ascontiguousarray(x.reshape(3, 32 // block, block, 11, 11).transpose(0, 1, 3, 4, 2))
+    want = _reference(path, x)
+    ob = int(group.outputs[0].shape[-1].value)
+    want_b = np.ascontiguousarray(want.reshape(3, 32 // ob, ob, 11, 11).transpose(0, 1, 3, 4, 2))
+    every_config(template, group, graph.params, xb, want_b, "winograd at batch 3")
+
+
+def test_winograd_batch_fallback_keeps_one_image_of_transforms(tmp_path, monkeypatch, group_of):
+    """At batch 8 the transformed input and the products are one image's (4 x 4 x 1 x ...), not the
+    batch's: on ResNet-18's 64 x 56 x 56 layer the batch's are 26 MB each, streamed through memory."""
+    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    path = _conv_model(str(tmp_path / "conv.onnx"), 8, 32, 14, 1, False)
+    graph, *_ = optimized_graph(path, "llvm")
+    group = group_of(graph, "conv2d_winograd_nchwc")
+    template = schedule_template(parse_target("llvm"), group)
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    text = str(lower_schedule(template.apply(template.fallback), args, "k"))
+    allocs = [line.strip() for line in text.splitlines() if "winograd_" in line and "allocate(" in line]
+    assert len(allocs) == 2 and all("[4*4*1*" in a for a in allocs), "\n".join(allocs)
