@@ -22,15 +22,15 @@ from nnvm.te.lower import lower_schedule
 from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 
 
-def _conv_model(path, batch, channels, hw, stride, depthwise, out_channels=None):
-    """Conv 3x3 (padding 1, bias) -> Relu on a ``batch x channels x hw x hw`` input."""
+def _conv_model(path, batch, channels, hw, stride, depthwise, out_channels=None, kernel=3, pad=1):
+    """Conv ``kernel`` x ``kernel`` (bias) -> Relu on a ``batch x channels x hw x hw`` input."""
     rng = np.random.default_rng(0)
     oc = channels if depthwise else (out_channels or channels)
-    w = rng.standard_normal((oc, 1 if depthwise else channels, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((oc, 1 if depthwise else channels, kernel, kernel)).astype(np.float32)
     w /= np.sqrt(w[0].size)
     b = rng.standard_normal(oc).astype(np.float32)
     inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4, strides=[stride, stride],
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[pad] * 4, strides=[stride, stride],
                               group=channels if depthwise else 1),
              helper.make_node("Relu", ["c"], ["y"])]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, hw, hw])
@@ -52,7 +52,7 @@ def _rel_err(got, want):
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_batched_conv_matches_onnxruntime(tmp_path, batch, stride, depthwise):
-    hw = 13 if stride == 1 else 17  # odd planes: partial register tiles, an odd padded edge
+    hw = 19 if stride == 1 else 17  # odd planes (19: prime, a partial register tile), an odd padded edge
     path = _conv_model(str(tmp_path / "conv.onnx"), batch, 32, hw, stride, depthwise)
     graph, *_ = optimized_graph(path, "llvm")
     ops = {n.op for n in graph.nodes}
@@ -63,6 +63,19 @@ def test_batched_conv_matches_onnxruntime(tmp_path, batch, stride, depthwise):
     assert got.shape == want.shape
     err = _rel_err(got, want)
     assert err < 1e-5, f"batch {batch} stride {stride} depthwise={depthwise}: max relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_prime_row_width_gets_a_partial_register_tile(tmp_path, batch):
+    """A 7x7/2 stem of 3 -> 32 channels on 43x43 gives 19-pixel rows (prime, like SqueezeNet's 109):
+    the fallback takes a 10-pixel tile with a partial last one, not 1-pixel tiles (3x slower there)."""
+    path = _conv_model(str(tmp_path / "conv.onnx"), batch, 3, 43, 2, False, out_channels=32, kernel=7, pad=0)
+    _, _, _, template = _nchwc_group(path)
+    assert template.fallback["ow_block"] == 10 and 10 in template.space["ow_block"]
+    x = np.random.default_rng(9).standard_normal((batch, 3, 43, 43)).astype(np.float32)
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    err = _rel_err(got, _reference(path, x))
+    assert err < 1e-5, f"stem at batch {batch}: max relative error {err:.2e}"
 
 
 def _nchwc_group(path):

@@ -46,6 +46,17 @@ from nnvm_backend_llvm_x86.switches import enabled, switch
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
 
 
+def row_block(width: int, cap: int) -> int:
+    """Output pixels per register tile: the largest divisor of ``width`` up to ``cap``, unless that is
+    at most half of ``cap`` (a prime width such as SqueezeNet's 109-wide stem gets 1 accumulator, 3x
+    slower): then the block from ``cap / 2`` to ``cap`` that pads the row least (the last tile is
+    partial; lowering guards it), the larger one on a tie."""
+    best = largest_divisor(width, cap)
+    if width <= cap or 2 * best > cap:
+        return best
+    return min(range(-(-cap // 2), cap + 1), key=lambda b: (-(-width // b) * b, -b))
+
+
 def nchwc_stage(group):
     """(schedule, conv stage, padded stages) for a float32 conv2d_nchwc group, or None."""
     if group.anchor_op != "conv2d_nchwc" or len(group.outputs) != 1:
@@ -78,7 +89,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     fit = max(1, (registers - 4) // per_pixel)
     # At most 14 accumulators: tuning ResNet-18 on the Cascade Lake host found 7-14 best everywhere
     # (28 was up to 2.9x slower: the broadcasts and weight loads then crowd the register file).
-    ow_fallback = largest_divisor(ext_ow, min(fit, FALLBACK_ACCUMULATORS))
+    ow_fallback = row_block(ext_ow, min(fit, FALLBACK_ACCUMULATORS))
     ow_space = sorted(set(divisors(ext_ow, 32)) | {ow_fallback})
     depthwise = bool(conv.op.attrs.get("depthwise"))
     # A batch is one more parallel dimension: images x output channel blocks, fused into one loop of
