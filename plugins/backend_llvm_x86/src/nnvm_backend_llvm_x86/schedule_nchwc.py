@@ -9,7 +9,7 @@ channel block in the vector too, so it is a vector load instead of a broadcast. 
 conv -> bias -> relu (-> residual add) group::
 
     parallel for oc_outer:                          # output channel blocks on the thread pool
-      for n, oh, ow_outer:
+      for n, oh, ow_outer:                          # (batch > 1: parallel for n.oc_outer, for oh, ..)
         acc[ow_block, x] = 0                          # the conv stage, computed at ow_outer
         for rco, ry, rx, rci:                         # (ry, rx for depthwise)
           unrolled for owi in ow_block:
@@ -19,8 +19,11 @@ conv -> bias -> relu (-> residual add) group::
 
 Knobs: ``ow_block`` (accumulators: too few and the weight loads dominate, too many and they spill),
 ``unroll_kw`` (unroll the kernel-width loop) and ``reduce_order`` (input channels outside or inside
-the kernel window). The fallback takes the largest width divisor up to 14 accumulators (and two
-channel blocks for short rows).
+the kernel window), ``parallel`` (the loop on the pool: ``oc``, ``oh`` or, at batch > 1, ``n_oc``)
+and ``pad_at`` (``row``: the window one register tile reads, padded just before it; ``root``: one
+padded copy of the input). The fallback takes the largest width divisor up to 14 accumulators (and
+two channel blocks for short rows), images x channel blocks in parallel at batch > 1, and pads
+depthwise per row, plain convolutions at root.
 """
 
 from __future__ import annotations
@@ -43,6 +46,17 @@ from nnvm_backend_llvm_x86.switches import enabled, switch
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
 
 
+def row_block(width: int, cap: int) -> int:
+    """Output pixels per register tile: the largest divisor of ``width`` up to ``cap``, unless that is
+    at most half of ``cap`` (a prime width such as SqueezeNet's 109-wide stem gets 1 accumulator, 3x
+    slower): then the block from ``cap / 2`` to ``cap`` that pads the row least (the last tile is
+    partial; lowering guards it), the larger one on a tie."""
+    best = largest_divisor(width, cap)
+    if width <= cap or 2 * best > cap:
+        return best
+    return min(range(-(-cap // 2), cap + 1), key=lambda b: (-(-width // b) * b, -b))
+
+
 def nchwc_stage(group):
     """(schedule, conv stage, padded stages) for a float32 conv2d_nchwc group, or None."""
     if group.anchor_op != "conv2d_nchwc" or len(group.outputs) != 1:
@@ -63,9 +77,9 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     if found is None:
         return None
     _, conv, _ = found
-    _, oco, _, ow, oci = conv.op.axis
-    ext_ow, ext_oci, ext_oco = extent(ow), extent(oci), extent(oco)
-    if ext_ow is None or ext_oci is None or ext_oco is None:
+    n, oco, _, ow, oci = conv.op.axis
+    ext_ow, ext_oci, ext_oco, batch = extent(ow), extent(oci), extent(oco), extent(n)
+    if ext_ow is None or ext_oci is None or ext_oco is None or batch is None:
         return None
     lanes = vector_lanes(target)
     registers = 32 if lanes == 16 else 16
@@ -75,13 +89,22 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     fit = max(1, (registers - 4) // per_pixel)
     # At most 14 accumulators: tuning ResNet-18 on the Cascade Lake host found 7-14 best everywhere
     # (28 was up to 2.9x slower: the broadcasts and weight loads then crowd the register file).
-    ow_fallback = largest_divisor(ext_ow, min(fit, FALLBACK_ACCUMULATORS))
+    ow_fallback = row_block(ext_ow, min(fit, FALLBACK_ACCUMULATORS))
     ow_space = sorted(set(divisors(ext_ow, 32)) | {ow_fallback})
     depthwise = bool(conv.op.attrs.get("depthwise"))
-    space = {"ow_block": ow_space, "unroll_kw": [False, True], "parallel": ["oc", "oh"],
-             "pad_at": ["row", "root"]}
-    fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": "oc" if ext_oco >= 8 else "oh",
-                "pad_at": switch("NNVM_X86_PAD_AT")}
+    # A batch is one more parallel dimension: images x output channel blocks, fused into one loop of
+    # enough chunks for the pool, each image's rows walked in order by one thread.
+    space = {"ow_block": ow_space, "unroll_kw": [False, True],
+             "parallel": ["oc", "oh"] + (["n_oc"] if batch > 1 else []), "pad_at": ["row", "root"]}
+    # Depthwise pads per register row: its window is one channel block's 3 rows (recomputed 1.5x at
+    # stride 2, 3x at stride 1, in L1), where a padded copy of the whole input at root is a buffer of
+    # the size of the input: at batch 8 (MobileNetV2's 96 x 112 x 112) 40 MB, which the allocator maps
+    # and the kernel faults in on every call (the stride-2 one ran at 2 GFLOP/s, 8.6x slower than per
+    # row). Per row is also 1.5-2x faster at batch 1. A plain conv reads every input channel per row, so
+    # it would pad each input row once per output channel block: one copy at root.
+    pad_at = switch("NNVM_X86_PAD_AT") or ("row" if depthwise else "root")
+    parallel = "n_oc" if batch > 1 else "oc" if ext_oco >= 8 else "oh"
+    fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": parallel, "pad_at": pad_at}
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"
@@ -110,25 +133,27 @@ def build_conv2d_nchwc(group, config: dict):
         rx = reduce[1]
     ow_block = config["ow_block"]
     out_stage = sch[out.op]
-    # Outer loops stay unfused (bound inference cannot see through a fused index); the parallel loop
-    # is the outermost one: output channel blocks, or rows when there are few blocks.
+    # The parallel loop is the outermost one: output channel blocks, rows when there are few blocks,
+    # or images x channel blocks fused ("n_oc"; the loops under it stay unfused, and a fused index
+    # fixes both of its loops, so the attached stages' bounds stay one row tile).
     by_rows = config["parallel"] == "oh"
+    by_image = config["parallel"] == "n_oc"
     oc_blocks = config.get("oc_blocks", 1)
     if out_stage is conv:
         owo, owi = conv.split(ow, factor=ow_block)
         ocb = None
         if oc_blocks > 1:
             oco, ocb = conv.split(oco, factor=oc_blocks)
-        outer = [oh, oco, n] if by_rows else [oco, n, oh]
+        outer = [oh, oco, n] if by_rows else [n, oco, oh] if by_image else [oco, n, oh]
         conv.reorder(*outer, owo, *reduce, *([ocb] if ocb is not None else []), owi, oci)
-        parallel = outer[0]
+        parallel = conv.fuse(outer[0], outer[1]) if by_image else outer[0]
     else:
         on, ooco, ooh, oow, ooci = out_stage.op.axis
         owo, owi = out_stage.split(oow, factor=ow_block)
         ocb = None
         if oc_blocks > 1:
             ooco, ocb = out_stage.split(ooco, factor=oc_blocks)
-        outer = [ooh, ooco, on] if by_rows else [ooco, on, ooh]
+        outer = [ooh, ooco, on] if by_rows else [on, ooco, ooh] if by_image else [ooco, on, ooh]
         out_stage.reorder(*outer, owo, *([ocb] if ocb is not None else []), owi, ooci)
         if ocb is not None:
             out_stage.unroll(ocb)
@@ -138,7 +163,7 @@ def build_conv2d_nchwc(group, config: dict):
         conv.reorder(n, oh, *reduce, oco, ow, oci)
         ocb = oco if oc_blocks > 1 else None
         owi = ow
-        parallel = outer[0]
+        parallel = out_stage.fuse(outer[0], outer[1]) if by_image else outer[0]
     if ocb is not None:
         conv.unroll(ocb)
     conv.unroll(owi)
