@@ -140,3 +140,24 @@ def test_kernel_names_that_clash_with_runtime_functions():
     s, args = _scaled_add()
     with pytest.raises(nnvm.Error, match="taken by a runtime function"):
         nnvm.build(s, args, target="llvm", name="free")
+
+
+@pytest.mark.parametrize("text, lanes, has, lacks", [
+    ("llvm -mcpu=haswell", 8, "avx2", "avx512f"),
+    ("llvm -mcpu=x86-64-v4", 16, "avx512bw", "amx-tile"),
+    ("llvm -mattr=-avx512f", 8, "fma", "avx512bw"),  # after the host's +avx512f: off, and what needs it
+    ("llvm -mattr=-avx", 4, "sse4.2", "avx2"),
+])
+def test_feature_string_read_in_order_for_vector_width_and_recorded_extensions(text, lanes, has, lacks):
+    """The schedules' vector width and the extensions an export records (its footer) follow the last
+    word on a feature: ``-mattr=-avx512f`` on an AVX-512 host is AVX2 code, not AVX-512 schedules."""
+    from nnvm_backend_llvm_x86.library import code_features
+    from nnvm_backend_llvm_x86.schedules import vector_lanes
+
+    host = LLVMBackend().resolve(parse_target("llvm"))
+    if text.startswith("llvm -mattr") and "+avx2" not in host.features:
+        pytest.fail("this test needs an AVX2 host (the project's CI machines all have one)")
+    target = parse_target(text)
+    assert vector_lanes(target) == lanes
+    features = code_features(LLVMBackend().resolve(target))
+    assert has in features and lacks not in features, features

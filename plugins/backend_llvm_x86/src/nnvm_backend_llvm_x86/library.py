@@ -35,7 +35,7 @@ import llvmlite.binding as llvm
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error
 from nnvm_backend_llvm_x86.glue import glue_source
-from nnvm_backend_llvm_x86.toolchain import LLVMTarget
+from nnvm_backend_llvm_x86.toolchain import LLVMTarget, feature_switches
 
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _X86 = ("x86_64", "i386", "i686")
@@ -63,10 +63,7 @@ def code_features(target: LLVMTarget) -> list:
         if "avx512" in cpu or cpu.startswith(_AVX512_CPUS):
             return list(_BASE_AVX512)
         return list(_BASE_AVX2) if cpu.startswith(_AVX2_CPUS) else []
-    on = {}
-    for item in features.split(","):
-        if item[:1] in "+-" and len(item) > 1:
-            on[item[1:]] = item[0] == "+"
+    on = feature_switches(features)
     known = [name for name, _ in CPU_FEATURES]
     return [name for name in known if on.get(name)]
 _runtime_lock = threading.Lock()

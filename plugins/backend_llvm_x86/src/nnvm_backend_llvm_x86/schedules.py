@@ -40,6 +40,7 @@ from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
 from nnvm.tir.simplify import simplify
 from nnvm_backend_llvm_x86.switches import enabled
+from nnvm_backend_llvm_x86.toolchain import feature_switches
 
 OC_BLOCK = 8  # output channels per register tile (the fallback)
 MAX_ACCUMULATORS = 28  # vector registers a tile may hold (AVX-512 has 32; a few hold inputs, weights)
@@ -57,15 +58,15 @@ def vector_lanes(target) -> int:
     # already refused by ``check_target``; its ``TargetError`` names it, so it is not hidden here.
     backend = LLVMBackend() if target.kind == "llvm" else target.backend
     resolved = backend.resolve(target)
-    flags = set(resolved.features.split(","))
     if not resolved.features:  # ``-mcpu`` alone: the CPU's own features, known by name
         cpu = resolved.cpu.lower()
         if "avx512" in cpu or cpu.startswith(_AVX512_CPUS):
             return 16
         return 8 if cpu.startswith(_AVX2_CPUS) else 4
-    if "+avx512f" in flags:
+    on = feature_switches(resolved.features)  # ``-mattr=-avx512f`` after the host's ``+avx512f``: off
+    if on.get("avx512f"):
         return 16
-    if "+avx2" in flags or "+avx" in flags:
+    if on.get("avx2") or on.get("avx"):
         return 8
     return 4
 

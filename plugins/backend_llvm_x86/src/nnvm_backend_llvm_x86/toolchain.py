@@ -78,6 +78,21 @@ def optimize(module: llvm.ModuleRef, tm, level: int = 3) -> None:
 _FEATURE = re.compile(r"^[+-][A-Za-z0-9_.\-]+$")
 
 
+def feature_switches(features: str) -> dict:
+    """{feature: on} from an LLVM feature string read in order (``+avx512f,...,-avx512f`` ends off), with
+    what LLVM turns off along with a feature: every AVX-512 extension without ``avx512f``, every AVX one
+    (and FMA, F16C) without ``avx``."""
+    on = {}
+    for item in features.split(","):
+        if item[:1] in "+-" and len(item) > 1:
+            on[item[1:]] = item[0] == "+"
+    if not on.get("avx512f"):
+        on = {k: v for k, v in on.items() if not k.startswith("avx512")}
+    if not on.get("avx"):
+        on = {k: v for k, v in on.items() if not k.startswith(("avx", "fma", "f16c"))}
+    return on
+
+
 @lru_cache(maxsize=64)
 def llvm_warnings(triple: str, cpu: str, features: str) -> tuple[str, ...]:
     """What LLVM says about a CPU name and feature string (it only prints warnings, to stderr)."""
