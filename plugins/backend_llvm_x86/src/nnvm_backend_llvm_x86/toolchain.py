@@ -80,15 +80,15 @@ _FEATURE = re.compile(r"^[+-][A-Za-z0-9_.\-]+$")
 
 def feature_switches(features: str) -> dict:
     """{feature: on} from an LLVM feature string read in order (``+avx512f,...,-avx512f`` ends off), with
-    what LLVM turns off along with a feature: every AVX-512 extension without ``avx512f``, every AVX one
-    (and FMA, F16C) without ``avx``."""
+    what LLVM turns off along with a feature: every AVX-512 extension with ``-avx512f``, every AVX one
+    (and FMA, F16C) with ``-avx``."""
     on = {}
     for item in features.split(","):
         if item[:1] in "+-" and len(item) > 1:
             on[item[1:]] = item[0] == "+"
-    if not on.get("avx512f"):
+    if on.get("avx512f") is False:  # turned off (``+avx2`` alone says nothing of AVX-512)
         on = {k: v for k, v in on.items() if not k.startswith("avx512")}
-    if not on.get("avx"):
+    if on.get("avx") is False:
         on = {k: v for k, v in on.items() if not k.startswith(("avx", "fma", "f16c"))}
     return on
 
