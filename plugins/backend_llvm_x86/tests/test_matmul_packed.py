@@ -1,6 +1,7 @@
 """torch's ``nn.Linear`` on a [B, S, K] activation (``MatMul`` by a constant [K, N], then ``Add``) runs
 as ``dense_packed`` over the [..., K] data as it is: ranks 3 and 4, batches above one, output counts no
-block divides (a zero-padded last block, never read past), a constant weight behind a ``Transpose``
+block divides (a zero-padded last block, never read past), row counts no tile divides (padded rows
+that read the last row again, cropped), a constant weight behind a ``Transpose``
 (GPT-2's tied head) and a fused epilogue, against onnxruntime; an activation right side stays a matmul."""
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def _run(path, shapes):
     ((2, 3, 4, 16), 1000, "none", False),    # rank 4, 1000 outputs (blocks of 8)
     ((1, 9, 32), 1001, "none", True),        # x @ E^T, E [1001, 32] (a tied head): 63 blocks, 9 in the last
     ((3, 33, 20), 20, "gelu_like", False),   # 99 rows: no row block divides evenly into the accumulators
+    ((1, 197, 24), 37, "gelu_like", False),  # ViT's 197 tokens (prime): rows padded to 200, a partial block
+    ((2, 13, 16), 32, "add", False),         # 13 rows padded to 16 per batch, the pad rows cropped
 ])
 def test_linear_on_nd_activation_matches_onnxruntime(tmp_path, shape, n, epilogue, tied):
     rng = np.random.default_rng(0)

@@ -126,6 +126,7 @@ def build_dense(group, config: dict):
 # -- dense_packed ------------------------------------------------------------------------------------
 
 MAX_TILE_ACCUMULATORS = 16  # vector registers a packed dense tile holds (blocks x batch rows)
+ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -141,11 +142,22 @@ def _dense_packed_infer(in_types, attrs):
     return [TensorType((*data.shape[:-1], units), dtype)]
 
 
+def padded_rows(rows: int) -> int:
+    """The rows ``dense_packed`` computes for ``rows`` data rows: ``rows`` when a tile of 4 to 8 rows
+    divides it (or it is at most 8), else the next multiple of ``ROW_PAD``. ViT's 197 tokens (a prime)
+    left tiles of one row: 4 accumulator chains per tile, latency-bound at a third of the FMA rate."""
+    if rows <= 8 or divisors(rows, 8, 4):
+        return rows
+    return -(-rows // ROW_PAD) * ROW_PAD
+
+
 def _dense_packed_compute(inputs, attrs, out_types):
     """``[..., K] x [N/b, K, b] -> [..., N]``. With ``units`` under ``N`` the product is computed over
     every block (the padding columns are zeros in the packed weight) and cropped by an injective stage:
     the crop joins the epilogue, so only the output stores of the last block are guarded, never the
-    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256)."""
+    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Rows that no tile
+    divides are padded the same way (``padded_rows``): the extra rows read the last data row again
+    (a clamped index, hoisted out of the reduction) and are cropped."""
     data, weight = inputs
     *lead, k = shape_of(data)
     blocks, _, b = shape_of(weight)
@@ -153,12 +165,18 @@ def _dense_packed_compute(inputs, attrs, out_types):
     m = 1
     for d in lead:
         m *= d
+    rows = lead[-1]
+    padded = padded_rows(rows)
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
-    full = te.compute((*lead, blocks * b),
-                      lambda *i: te.sum(data[(*i[:-1], rk)] * weight[i[-1] // b, rk, i[-1] % b], axis=rk),
-                      name="dense_packed", tag="dense_packed", attrs={"workload": workload, **workload})
-    if units == blocks * b:
+
+    def body(*i):
+        row = i[-2] if padded == rows else te.minimum(i[-2], rows - 1)
+        return te.sum(data[(*i[:-2], row, rk)] * weight[i[-1] // b, rk, i[-1] % b], axis=rk)
+
+    full = te.compute((*lead[:-1], padded, blocks * b), body, name="dense_packed", tag="dense_packed",
+                      attrs={"workload": workload, **workload})
+    if units == blocks * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
 
@@ -200,9 +218,7 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
         return None
     _, dense = found
     *lead, n = (extent(iv) for iv in dense.op.axis)
-    m = 1
-    for d in lead:
-        m *= d
+    m, _ = dense.op.attrs["data_shape"]  # the rows before padding (``padded_rows``)
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
     blocks = -(-n // b)
