@@ -2,7 +2,8 @@
 as ``dense_packed`` over the [..., K] data as it is: ranks 3 and 4, batches above one, output counts no
 block divides (a zero-padded last block, never read past), row counts no tile divides (padded rows
 that read the last row again, cropped), a constant weight behind a ``Transpose``
-(GPT-2's tied head) and a fused epilogue, against onnxruntime; an activation right side stays a matmul."""
+(GPT-2's tied head) and a fused epilogue, against onnxruntime; attention's batched activation x activation
+products run packed too, a broadcast right side stays a matmul."""
 
 from __future__ import annotations
 
@@ -73,10 +74,34 @@ def test_linear_on_nd_activation_matches_onnxruntime(tmp_path, shape, n, epilogu
     assert "dense_packed" in ops and "matmul" not in ops, ops
 
 
-def test_activation_right_side_is_not_packed(tmp_path):
-    """Attention's Q @ K^T: both sides are activations, so the product stays a batched matmul."""
+@pytest.mark.parametrize("q, k, transposed, scale", [
+    ((2, 3, 8, 16), (2, 3, 16, 8), False, False),    # rank 4, every size a whole block
+    ((1, 3, 197, 64), (1, 3, 197, 64), True, True),  # ViT: Q @ K^T over 197 tokens (prime), scaled
+    ((4, 7, 13), (4, 13, 7), False, True),           # rank 3, S=7 and D=13: one padded block, odd K
+    ((2, 2, 7, 7), (2, 2, 7, 13), False, False),     # softmax @ V with D=13 (blocks of 4, last padded)
+])
+def test_attention_batched_matmul_matches_onnxruntime(tmp_path, q, k, transposed, scale):
+    """Attention's activation x activation products run as dense_packed over the right side packed per
+    batch and head (a Transpose in front of it read in the same packing kernel); a fused scale."""
     path = str(tmp_path / "qk.onnx")
-    shapes = {"q": (2, 3, 8, 16), "k": (2, 3, 16, 8)}
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2])] if transposed else []
+    nodes.append(helper.make_node("MatMul", ["q", "kt" if transposed else "k"], ["s"]))
+    inits = {}
+    if scale:
+        inits["c"] = np.array(0.125, np.float32)
+        nodes.append(helper.make_node("Mul", ["s", "c"], ["y"]))
+    else:
+        nodes[-1].output[0] = "y"
+    shapes = {"q": q, "k": k}
+    _model(path, None, nodes, inits, inputs=("q", "k"), shapes=shapes)
+    ops = _run(path, shapes)
+    assert "dense_packed" in ops and "matmul" not in ops, ops
+
+
+def test_broadcast_batch_matmul_stays_a_matmul(tmp_path):
+    """A right side broadcast over the batch (one [H, K, N] for every batch) is the generic matmul."""
+    path = str(tmp_path / "bc.onnx")
+    shapes = {"q": (2, 3, 8, 16), "k": (3, 16, 8)}
     _model(path, None, [helper.make_node("MatMul", ["q", "k"], ["y"])], {}, inputs=("q", "k"), shapes=shapes)
     ops = _run(path, shapes)
     assert "matmul" in ops and "dense_packed" not in ops, ops
