@@ -1,6 +1,7 @@
-"""The softmax template (``x86.softmax.rows``): attention's scores along the last axis, rows that a
-vector divides and rows that it does not (ViT's 197 tokens, 7, 33), a causal mask of -inf, log_softmax,
-and every config of the space, against onnxruntime; a softmax along another axis is not its business."""
+"""The row-statistics templates (``x86.softmax.rows``, ``x86.layer_norm.rows``): attention's scores and
+a transformer's LayerNorm along the last axis, rows that a vector divides and rows that it does not
+(ViT's 197 tokens, 7, 33), a causal mask of -inf, log_softmax, and every config of the space, against
+onnxruntime; a softmax along another axis, or a LayerNorm over two axes, is not their business."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, import_model, schedule_template
@@ -76,3 +77,32 @@ def test_other_axis_is_declined(tmp_path):
     x = _input((2, 9, 5))
     got = nnvm.compile(path, target="llvm").run(x)[0]
     assert np.abs(got - _reference(path, x)).max() < 1e-6
+
+
+def _layer_norm(path, shape, axis=-1):
+    rng = np.random.default_rng(0)
+    norm = shape[axis:] if axis != -1 else shape[-1:]
+    inits = [numpy_helper.from_array(rng.standard_normal(norm).astype(np.float32), n) for n in ("g", "b")]
+    graph = helper.make_graph([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], axis=axis,
+                                                epsilon=1e-5)], "ln",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+
+
+@pytest.mark.parametrize("shape, axis, name", [
+    ((1, 197, 192), -1, "x86.layer_norm.rows"),  # ViT-tiny: 12 whole vectors a row
+    ((2, 5, 37), -1, "x86.layer_norm.rows"),     # a guarded last vector
+    ((3, 6), -1, "x86.layer_norm.rows"),         # rows shorter than a vector
+    ((2, 4, 24), 1, None),                       # over the last two axes: the generic schedule
+])
+def test_layer_norm_matches_onnxruntime(tmp_path, shape, axis, name):
+    path = str(tmp_path / "ln.onnx")
+    _layer_norm(path, shape, axis)
+    template = _template(path)[2]
+    assert (template and template.name) == name
+    x = _input(shape) + 5  # an offset mean: the variance is of deviations, not of raw squares
+    want = _reference(path, x)
+    got = nnvm.compile(path, target="llvm").run(x)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"LayerNorm {shape}: max relative error {err:.2e} against onnxruntime"

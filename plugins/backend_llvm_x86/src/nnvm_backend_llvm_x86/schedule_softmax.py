@@ -1,4 +1,4 @@
-"""x86 schedule for softmax (and log_softmax) along the last, contiguous axis: attention's scores.
+"""x86 schedule for softmax (log_softmax, layer_norm) along the last, contiguous axis (attention).
 
 The core computes softmax in three stages: the row maximum, the sum of ``exp(x - max)``, and the
 output ``exp(x - max) / sum``. The generic schedule runs each at root with the innermost spatial axis
@@ -17,6 +17,9 @@ is computed, and the output row is vectorized along the same axis (12x128x128: 0
       s = sum(partial)
       for j.outer: vectorized for j.inner: y[row, j] = exp(x[row, j] - m) / s
 
+LayerNorm has the same shape of program (the row's sum, then the sum of squared deviations from its
+mean, then the output), and runs the same way.
+
 When no vector divides the row (ViT's 197 tokens), the widest of lanes/2, lanes/4 that does serves,
 else whole vectors with the last one guarded (``reduce_block``).
 """
@@ -33,9 +36,14 @@ from nnvm_backend_llvm_x86.schedules import extent, vector_lanes
 PARALLEL_MIN_WORK = 1 << 14  # elements below which a parallel region costs more than it saves
 
 
+ROW_OPS = {"softmax": ("max", "sum"), "log_softmax": ("max", "sum"), "layer_norm": ("sum", "sum")}
+
+
 def _softmax_stages(group):
-    """(schedule, output stage, [max stage, sum stage]) for a float32 softmax along the last axis."""
-    if group.anchor_op not in ("softmax", "log_softmax") or len(group.outputs) != 1:
+    """(schedule, output stage, [first statistic, second statistic]) for a float32 softmax,
+    log_softmax or layer_norm along the last axis alone, else None."""
+    tags = ROW_OPS.get(group.anchor_op)
+    if tags is None or len(group.outputs) != 1:
         return None
     out = group.outputs[0]
     if out.dtype != "float32" or not out.shape or (group.anchor_attrs.get("axis", -1) % len(out.shape)
@@ -45,7 +53,8 @@ def _softmax_stages(group):
     computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
     stats = [st for st in computes if st.op.reduce_axis]
     out_stage = sch[out.op]
-    if len(computes) != 3 or [st.op.tag for st in stats] != ["max", "sum"] or out_stage.op.reduce_axis:
+    if len(computes) != 3 or tuple(st.op.tag for st in stats) != tags or out_stage.op.reduce_axis or any(
+            len(st.op.reduce_axis) != 1 for st in stats):
         return None
     if any(extent(iv) is None for st in computes for iv in (*st.op.axis, *st.op.reduce_axis)):
         return None
@@ -62,7 +71,8 @@ def reduce_block(n: int, lanes: int) -> int:
 
 
 def softmax_template(target, group) -> ScheduleTemplate | None:
-    """``x86.softmax.rows``: statistics computed per row in vector partial results; None to decline."""
+    """``x86.softmax.rows`` (``x86.layer_norm.rows``): statistics computed per row in vector partial
+    results; None to decline."""
     found = _softmax_stages(group)
     if found is None:
         return None
@@ -71,7 +81,8 @@ def softmax_template(target, group) -> ScheduleTemplate | None:
     lanes = vector_lanes(target)
     kb = reduce_block(n, lanes)
     space = sorted({kb, 1, *(b for b in (lanes // 4, lanes // 2, lanes) if 4 <= b <= n)})
-    return ScheduleTemplate("x86.softmax.rows", {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes},
+    name = "x86.layer_norm.rows" if group.anchor_op == "layer_norm" else "x86.softmax.rows"
+    return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes},
                             lambda config: build_softmax(group, config))
 
 
@@ -98,18 +109,19 @@ def _vector_reduction(sch, stat, kb: int) -> None:
 
 
 def build_softmax(group, config: dict):
-    """The schedule of ``x86.softmax.rows`` for one config (see the module docstring). The maximum is
-    read by both the sum and the output, so it runs at root (one float a row; a compute_at stage may
-    have one reader) in a pass of its own over the rows; the sum is computed in the output's row."""
-    sch, out_stage, (row_max, row_sum) = _softmax_stages(group)
+    """The schedule of ``x86.softmax.rows`` for one config (see the module docstring). The first
+    statistic (softmax's maximum, LayerNorm's sum) is read by both the second and the output, so it
+    runs at root (one float a row; a compute_at stage may have one reader) in a pass of its own over
+    the rows; the second is computed in the output's row."""
+    sch, out_stage, (first, second) = _softmax_stages(group)
     *outer, j = out_stage.op.axis
     n = extent(j)
-    jo, ji = out_stage.split(j, factor=config["vb"])
+    _, ji = out_stage.split(j, factor=config["vb"])
     out_stage.vectorize(ji)
     _parallel_rows(out_stage, outer, n)
-    _parallel_rows(row_max, list(row_max.op.axis), n)
+    _parallel_rows(first, list(first.op.axis), n)
     if outer:
-        row_sum.compute_at(out_stage, outer[-1])
-    for stat in (row_max, row_sum):
+        second.compute_at(out_stage, outer[-1])
+    for stat in (first, second):
         _vector_reduction(sch, stat, config["kb"])
     return sch

@@ -32,7 +32,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     depthwise_template,   # x86.depthwise_conv2d_nchw.direct: one channel per group
     dense_packed_template,  # x86.dense.packed: dense over a packed constant weight, streamed
     dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
-    softmax_template,     # x86.softmax.rows: softmax along the last axis, row statistics in registers
+    softmax_template,     # x86.softmax.rows, x86.layer_norm.rows: along the last axis, row statistics
 ]
 
 
