@@ -228,10 +228,9 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
 
     A batched ``matmul`` of two activations with the same batch axes (attention's ``Q @ K^T`` and
     ``softmax @ V``, ``[B, H, S, D]``) runs the same way: its right side is packed per batch and head
-    (``ABKN`` -> ``ABNK{b}n``, a zero-padded last block when no block divides ``N``, as ViT's 197
-    tokens) by a ``layout_transform`` kernel that also takes in the ``Transpose`` before it, so
+    (``matmul_pack``: ``[..., K, N]`` -> ``[..., N/b, K, b]``, a partial last block when no block
+    divides ``N``, as ViT's 197 tokens) by a kernel that also takes in the ``Transpose`` before it, so
     ``K^T`` is read strided from ``K`` once rather than copied and then read again."""
-    from nnvm_backend_llvm_x86.schedule_dense import packed_layout
     from nnvm_backend_llvm_x86.schedules import vector_lanes
 
     if len(in_types) != 2 or None in in_types:
@@ -255,9 +254,11 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     if block is None:
         return None
     attrs = {"units": n} if n % block else {}
-    letters = packed_layout(batch, block)[:batch]
-    return AlteredNode("dense_packed", attrs, inputs=(None, (letters + src, packed_layout(batch, block))),
-                       outputs=((None, None),), constant_inputs=() if batch else (1,))
+    if batch:
+        return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=((None, None),),
+                           prepare=(None, ("matmul_pack", {"block": block})))
+    return AlteredNode("dense_packed", attrs, inputs=(None, (src, f"NK{block}n")), outputs=((None, None),),
+                       constant_inputs=(1,))
 
 
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
