@@ -108,10 +108,10 @@ def test_broadcast_batch_matmul_stays_a_matmul(tmp_path):
 
 
 def test_constant_batched_right_side_is_packed_at_compile_time(tmp_path):
-    """A batched right side made of weights is packed once by ``matmul_pack``'s numpy evaluation (13
+    """A batched right side made of weights is packed once by ``batched_weight_pack``'s numpy evaluation (13
     columns: blocks of 4, the last one repeating column 12), and matches onnxruntime."""
     path = str(tmp_path / "cb.onnx")
     w = np.random.default_rng(3).standard_normal((2, 16, 13)).astype(np.float32)
     _model(path, (2, 5, 16), [helper.make_node("MatMul", ["x", "w"], ["y"])], {"w": w})
     ops = _run(path, {"x": (2, 5, 16)})
-    assert "dense_packed" in ops and "matmul" not in ops and "matmul_pack" not in ops, ops
+    assert "dense_packed" in ops and "matmul" not in ops and "batched_weight_pack" not in ops, ops

@@ -228,7 +228,7 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
 
     A batched ``matmul`` of two activations with the same batch axes (attention's ``Q @ K^T`` and
     ``softmax @ V``, ``[B, H, S, D]``) runs the same way: its right side is packed per batch and head
-    (``matmul_pack``: ``[..., K, N]`` -> ``[..., N/b, K, b]``, a partial last block when no block
+    (``batched_weight_pack``: ``[..., K, N]`` -> ``[..., N/b, K, b]``, a partial last block when no block
     divides ``N``, as ViT's 197 tokens) by a kernel that also takes in the ``Transpose`` before it, so
     ``K^T`` is read strided from ``K`` once rather than copied and then read again."""
     from nnvm_backend_llvm_x86.schedules import vector_lanes
@@ -256,7 +256,7 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     attrs = {"units": n} if n % block else {}
     if batch:
         return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=((None, None),),
-                           prepare=(None, ("matmul_pack", {"block": block})))
+                           prepare=(None, ("batched_weight_pack", {"block": block})))
     return AlteredNode("dense_packed", attrs, inputs=(None, (src, f"NK{block}n")), outputs=((None, None),),
                        constant_inputs=(1,))
 

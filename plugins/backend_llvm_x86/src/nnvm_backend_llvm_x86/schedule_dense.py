@@ -211,16 +211,16 @@ DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                          "layout pass makes it from dense or matmul)")
 
 
-def _matmul_pack_infer(in_types, attrs):
-    (x,) = require_inputs("matmul_pack", in_types, ("data",))
+def _pack_infer(in_types, attrs):
+    (x,) = require_inputs("batched_weight_pack", in_types, ("data",))
     if len(x.shape) < 3:
-        raise Error(f"matmul_pack: the data must be [*batch, K, N], got shape {x.shape}")
+        raise Error(f"batched_weight_pack: the data must be [*batch, K, N], got shape {x.shape}")
     *batch, k, n = x.shape
     b = attrs["block"]
     return [TensorType((*batch, -(-n // b), k, b), x.dtype)]
 
 
-def _matmul_pack_compute(inputs, attrs, out_types):
+def _pack_compute(inputs, attrs, out_types):
     """``[*batch, K, N] -> [*batch, N/b, K, b]``; a partial last block repeats the last column (those
     outputs are cropped): a clamped index, where a zero padding's guard kept the packing kernel from
     vectorizing (ViT's 197 tokens: 7x slower per element than BERT's 128)."""
@@ -229,10 +229,10 @@ def _matmul_pack_compute(inputs, attrs, out_types):
     b = attrs["block"]
     return [te.compute(out_types[0].shape,
                        lambda *i: x[(*i[:-3], i[-2], te.minimum(i[-3] * b + i[-1], n - 1))],
-                       name="matmul_pack", tag="injective")]
+                       name="batched_weight_pack", tag="injective")]
 
 
-def _matmul_pack_eval(xs, attrs):
+def _pack_eval(xs, attrs):
     (x,) = xs
     b = attrs["block"]
     *batch, k, n = x.shape
@@ -240,11 +240,11 @@ def _matmul_pack_eval(xs, attrs):
     return [np.ascontiguousarray(np.swapaxes(padded.reshape(*batch, k, -1, b), -3, -2))]
 
 
-MATMUL_PACK = OpDef("matmul_pack", _matmul_pack_infer, _matmul_pack_compute, OpPattern.INJECTIVE,
-                    num_inputs=(1, 1), attrs={"block": Attr(int, doc="columns a block")},
-                    evaluate=checked_evaluate(_matmul_pack_infer, _matmul_pack_eval),
-                    doc="a batched matmul's right side [*batch, K, N] as dense_packed's weight "
-                        "[*batch, N/b, K, b], a partial last block filled with the last column")
+BATCHED_WEIGHT_PACK = OpDef("batched_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE,
+                            num_inputs=(1, 1), attrs={"block": Attr(int, doc="columns a block")},
+                            evaluate=checked_evaluate(_pack_infer, _pack_eval),
+                            doc="a batched matmul's right side [*batch, K, N] as dense_packed's weight "
+                                "[*batch, N/b, K, b], a partial last block filled with the last column")
 
 
 def _packed_stages(group):
