@@ -58,6 +58,7 @@ class _Rewriter:
         self.nodes: list = []
         self.defined = set(graph.inputs) | set(graph.params)  # values that exist in their original layout
         self.reps: dict = {}  # value -> {layout: value name}, for values that exist re-laid-out
+        self.altered = False  # a node was replaced (maybe with no value re-laid-out: a prepare alone)
         self.orig_layout: dict = {}  # value -> its original layout, for values in ``reps``
         self.taken = set(graph.types) | set(graph.params) | {o for n in graph.nodes for o in n.outputs}
         self.taken |= {n.name for n in graph.nodes}
@@ -155,6 +156,7 @@ class _Rewriter:
                                            dict(prep[1])))
                     ins[k] = out
             self.emit(node, ins, spec.outputs, spec.op, spec.attrs)
+            self.altered = True
             return
         if self.follow(node) or self.follow_pool(node):
             return
@@ -305,7 +307,7 @@ def alter_op_layout(graph: Graph, ctx=None, choose=None) -> Graph:
     rw = _Rewriter(graph, choose)
     for node in graph.nodes:
         rw.visit(node)
-    if not rw.reps:
+    if not rw.reps and not rw.altered:
         return graph
     outputs = tuple(rw.original(v) for v in graph.outputs)
     out = graph.replace(nodes=tuple(rw.nodes), outputs=outputs, groups=())

@@ -224,27 +224,39 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     (``b`` from ``packed_block``), or None to keep it. A ``matmul`` by a constant ``[K, N]`` is the same
     product whatever the rank of its left side (torch exports ``nn.Linear`` on ``[B, S, K]`` so) and
     however many rows it has (the generic matmul runs at a fifth of the packed speed): its weight is
-    packed from ``KN`` and ``dense_packed`` reads ``[..., K]`` data as it is."""
+    packed from ``KN`` and ``dense_packed`` reads ``[..., K]`` data as it is.
+
+    A batched ``matmul`` of two activations with the same batch axes (attention's ``Q @ K^T`` and
+    ``softmax @ V``, ``[B, H, S, D]``) runs the same way: its right side is packed per batch and head
+    (``batched_weight_pack``: ``[..., K, N]`` -> ``[..., N/b, K, b]``, a partial last block when no block
+    divides ``N``, as ViT's 197 tokens) by a kernel that also takes in the ``Transpose`` before it, so
+    ``K^T`` is read strided from ``K`` once rather than copied and then read again."""
     from nnvm_backend_llvm_x86.schedules import vector_lanes
 
     if len(in_types) != 2 or None in in_types:
         return None
     data, weight = in_types
-    if data.dtype != "float32" or len(weight.shape) != 2:
+    if data.dtype != "float32" or len(weight.shape) < 2:
         return None
+    batch = len(weight.shape) - 2
+    if batch and (node.op != "matmul" or tuple(data.shape[:-2]) != tuple(weight.shape[:-2])):
+        return None  # a broadcast batch axis: the generic matmul
     if node.op == "dense" and (len(data.shape) != 2 or data.shape[0] > MAX_PACKED_BATCH):
         return None
     if node.op == "matmul" and len(data.shape) < 2:
         return None
     lanes = vector_lanes(target)
     src = "NK" if node.op == "dense" else "KN"
-    n = weight.shape[src.index("N")]
+    n = weight.shape[-2 + src.index("N")]
     if node.op == "dense" and n % 4:  # a dense with a few odd outputs (7) stays on the rfactor schedule
         return None
     block = packed_block(n, lanes)
     if block is None:
         return None
     attrs = {"units": n} if n % block else {}
+    if batch:
+        return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=((None, None),),
+                           prepare=(None, ("batched_weight_pack", {"block": block})))
     return AlteredNode("dense_packed", attrs, inputs=(None, (src, f"NK{block}n")), outputs=((None, None),),
                        constant_inputs=(1,))
 

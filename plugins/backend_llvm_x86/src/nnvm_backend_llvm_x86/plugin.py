@@ -192,12 +192,14 @@ def nnvm_register_backends(register):
 
 @nnvm.hookimpl
 def nnvm_register_ops(register):
-    """``dense_packed`` (dense over a weight packed for streaming) and ``grouped_weight_pack`` (grouped
-    convolution weights for blocks that straddle groups), made by this plugin's layout pass."""
+    """``dense_packed`` (dense over a weight packed for streaming; ``batched_weight_pack`` packs a batched
+    matmul's right side for it) and ``grouped_weight_pack`` (grouped convolution weights for blocks
+    that straddle groups), made by this plugin's layout pass."""
     from nnvm_backend_llvm_x86.layout import GROUPED_WEIGHT_PACK
-    from nnvm_backend_llvm_x86.schedule_dense import DENSE_PACKED
+    from nnvm_backend_llvm_x86.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
 
     register(DENSE_PACKED)
+    register(BATCHED_WEIGHT_PACK)
     register(GROUPED_WEIGHT_PACK)
 
 

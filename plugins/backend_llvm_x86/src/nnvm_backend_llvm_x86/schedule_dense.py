@@ -39,6 +39,8 @@ around the batch-1 kernel); ``jb`` blocks keep independent accumulators and stre
 
 from __future__ import annotations
 
+import numpy as np
+
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.errors import Error
@@ -126,47 +128,77 @@ def build_dense(group, config: dict):
 # -- dense_packed ------------------------------------------------------------------------------------
 
 MAX_TILE_ACCUMULATORS = 16  # vector registers a packed dense tile holds (blocks x batch rows)
+MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
+ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
 
 
 def _dense_packed_infer(in_types, attrs):
     data, weight = require_inputs("dense_packed", in_types, ("data", "weight"))
     dtype = same_dtypes("dense_packed", [data, weight])
-    if len(data.shape) < 2 or len(weight.shape) != 3 or weight.shape[1] != data.shape[-1]:
-        raise Error(f"dense_packed: data must be [..., K] and the weight [N/b, K, b] with the same K, got "
-                    f"{data.shape} and {weight.shape}")
-    padded = weight.shape[0] * weight.shape[2]
+    batch = weight.shape[:-3]  # a batched weight (attention's K^T or V) pairs with the data's batch axes
+    if len(data.shape) < 2 or len(weight.shape) < 3 or weight.shape[-2] != data.shape[-1] or (
+            batch and tuple(batch) != tuple(data.shape[:-2])):
+        raise Error(f"dense_packed: data must be [..., K] and the weight [N/b, K, b] (or [*batch, N/b, K, b] "
+                    f"with the data's batch axes) with the same K, got {data.shape} and {weight.shape}")
+    padded = weight.shape[-3] * weight.shape[-1]
     units = attrs.get("units") or padded
-    if not padded - weight.shape[2] < units <= padded:
+    if not padded - weight.shape[-1] < units <= padded:
         raise Error(f"dense_packed: {units} outputs do not end in the last block of a {weight.shape} weight")
     return [TensorType((*data.shape[:-1], units), dtype)]
+
+
+def padded_rows(rows: int) -> int:
+    """The rows ``dense_packed`` computes for ``rows`` data rows: ``rows`` when a tile of 4 to 8 rows
+    divides it (or it is at most 8), else the next multiple of ``ROW_PAD``. ViT's 197 tokens (a prime)
+    left tiles of one row: 4 accumulator chains per tile, latency-bound at a third of the FMA rate."""
+    if rows <= 8 or divisors(rows, 8, 4):
+        return rows
+    return -(-rows // ROW_PAD) * ROW_PAD
 
 
 def _dense_packed_compute(inputs, attrs, out_types):
     """``[..., K] x [N/b, K, b] -> [..., N]``. With ``units`` under ``N`` the product is computed over
     every block (the padding columns are zeros in the packed weight) and cropped by an injective stage:
     the crop joins the epilogue, so only the output stores of the last block are guarded, never the
-    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256)."""
+    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Rows that no tile
+    divides are padded the same way (``padded_rows``): the extra rows read the last data row again
+    (a clamped index, hoisted out of the reduction) and are cropped."""
     data, weight = inputs
     *lead, k = shape_of(data)
-    blocks, _, b = shape_of(weight)
+    *batch, blocks, _, b = shape_of(weight)
     units = out_types[0].shape[-1]
     m = 1
     for d in lead:
         m *= d
+    rows = lead[-1]
+    padded = padded_rows(rows)
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
-    full = te.compute((*lead, blocks * b),
-                      lambda *i: te.sum(data[(*i[:-1], rk)] * weight[i[-1] // b, rk, i[-1] % b], axis=rk),
-                      name="dense_packed", tag="dense_packed", attrs={"workload": workload, **workload})
-    if units == blocks * b:
+    if batch:
+        workload["weight_batch"] = tuple(batch)
+
+    def body(*i):
+        row = i[-2] if padded == rows else te.minimum(i[-2], rows - 1)
+        w = weight[(*i[:len(batch)], i[-1] // b, rk, i[-1] % b)]
+        return te.sum(data[(*i[:-2], row, rk)] * w, axis=rk)
+
+    full = te.compute((*lead[:-1], padded, blocks * b), body, name="dense_packed", tag="dense_packed",
+                      attrs={"workload": workload, **workload})
+    if units == blocks * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
 
 
+def packed_layout(batch_axes: int, block: int) -> str:
+    """The layout of a packed weight with ``batch_axes`` leading batch axes: ``NK16n``, ``ABNK16n``."""
+    return "ABCDEFGHIJ"[:batch_axes] + f"NK{block}n"
+
+
 def _dense_packed_eval(xs, attrs):
     data, weight = xs
-    units = attrs.get("units") or weight.shape[0] * weight.shape[2]
-    return [data @ to_primal(weight, f"NK{weight.shape[2]}n")[:units].T]
+    units = attrs.get("units") or weight.shape[-3] * weight.shape[-1]
+    primal = to_primal(weight, packed_layout(weight.ndim - 3, weight.shape[-1]))  # [*batch, N, K]
+    return [np.matmul(data, np.swapaxes(primal[..., :units, :], -1, -2))]
 
 
 DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
@@ -174,8 +206,45 @@ DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                      attrs={"units": Attr(int, 0, "the outputs when the last weight block is part zero "
                                                   "padding; 0: every output of the blocks")},
                      evaluate=checked_evaluate(_dense_packed_infer, _dense_packed_eval),
-                     doc="dense over a weight packed NK[b]n ([N/b, K, b]) for streaming, data [..., K] "
-                         "(the x86 layout pass makes it from dense or matmul with a constant weight)")
+                     doc="dense over a weight packed NK[b]n ([N/b, K, b]) for streaming, data [..., K]; or "
+                         "a batched matmul, data [*batch, M, K] by a weight [*batch, N/b, K, b] (the x86 "
+                         "layout pass makes it from dense or matmul)")
+
+
+def _pack_infer(in_types, attrs):
+    (x,) = require_inputs("batched_weight_pack", in_types, ("data",))
+    if len(x.shape) < 3:
+        raise Error(f"batched_weight_pack: the data must be [*batch, K, N], got shape {x.shape}")
+    *batch, k, n = x.shape
+    b = attrs["block"]
+    return [TensorType((*batch, -(-n // b), k, b), x.dtype)]
+
+
+def _pack_compute(inputs, attrs, out_types):
+    """``[*batch, K, N] -> [*batch, N/b, K, b]``; a partial last block repeats the last column (those
+    outputs are cropped): a clamped index, where a zero padding's guard kept the packing kernel from
+    vectorizing (ViT's 197 tokens: 7x slower per element than BERT's 128)."""
+    (x,) = inputs
+    n = shape_of(x)[-1]
+    b = attrs["block"]
+    return [te.compute(out_types[0].shape,
+                       lambda *i: x[(*i[:-3], i[-2], te.minimum(i[-3] * b + i[-1], n - 1))],
+                       name="batched_weight_pack", tag="injective")]
+
+
+def _pack_eval(xs, attrs):
+    (x,) = xs
+    b = attrs["block"]
+    *batch, k, n = x.shape
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, -n % b)], mode="edge")
+    return [np.ascontiguousarray(np.swapaxes(padded.reshape(*batch, k, -1, b), -3, -2))]
+
+
+BATCHED_WEIGHT_PACK = OpDef("batched_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE,
+                            num_inputs=(1, 1), attrs={"block": Attr(int, doc="columns a block")},
+                            evaluate=checked_evaluate(_pack_infer, _pack_eval),
+                            doc="a batched matmul's right side [*batch, K, N] as dense_packed's weight "
+                                "[*batch, N/b, K, b], a partial last block filled with the last column")
 
 
 def _packed_stages(group):
@@ -200,23 +269,22 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
         return None
     _, dense = found
     *lead, n = (extent(iv) for iv in dense.op.axis)
-    m = 1
-    for d in lead:
-        m *= d
+    m, _ = dense.op.attrs["data_shape"]  # the rows before padding (``padded_rows``)
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
     blocks = -(-n // b)
     rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
-    mb_space = divisors(rows, 8)
+    mb_space = divisors(rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
     # Four to eight weight streams (independent accumulator chains): at batch 1, 4 blocks were 1.2x
     # faster than 1 or 2 and 1.7x faster than 16 (4096 x 4096 on the Zen 4 host, 58 GB/s); 5 blocks of
     # 8 were 2.9x faster than 1 for 1280 -> 1000 (latency-bound when the weight is in cache). Then as
     # many batch rows as fit 16 accumulators: (4 blocks, 4 rows) at batch 8 was 2x (4, 8) and (1, 8).
     jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
-    mb = largest_divisor(rows, max(1, MAX_TILE_ACCUMULATORS // jb))
+    mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
+    units = dense.op.attrs["weight_shape"][0]
     return ScheduleTemplate("x86.dense.packed", {"jb": jb_space, "mb": mb_space}, {"jb": jb, "mb": mb},
-                            lambda config: build_dense_packed(group, config), flops=2.0 * m * n * k)
+                            lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
 
 
 def build_dense_packed(group, config: dict):
@@ -232,10 +300,20 @@ def build_dense_packed(group, config: dict):
     jt, jb = out_stage.split(jo, factor=config["jb"])
     it, ib = out_stage.split(i, factor=config["mb"])
     (k,) = dense.op.reduce_axis
-    if out_stage is dense:
-        dense.reorder(jt, *outer, it, k, jb, ib, ji)
+    # A batched weight (attention: one per batch x head) is read only by its own batch, so the batch
+    # axes go outside the tiles and the widest of them (the heads) or the tiles run in parallel.
+    # Otherwise every batch reads the same weight: the tiles of it are the parallel loop, outermost.
+    parallel = jt
+    if "weight_batch" in dense.op.attrs:
+        order = [*outer, jt]
+        extents = [extent(iv) for iv in outer] + [-(-extent(j) // (b * config["jb"]))]
+        parallel = order[extents.index(max(extents))]
     else:
-        out_stage.reorder(jt, *outer, it, jb, ib, ji)
+        order = [jt, *outer]
+    if out_stage is dense:
+        dense.reorder(*order, it, k, jb, ib, ji)
+    else:
+        out_stage.reorder(*order, it, jb, ib, ji)
         out_stage.unroll(jb)
         out_stage.unroll(ib)
         out_stage.vectorize(ji)
@@ -246,5 +324,5 @@ def build_dense_packed(group, config: dict):
     dense.unroll(jb)
     dense.unroll(ib)
     dense.vectorize(ji)
-    out_stage.parallel(jt)
+    out_stage.parallel(parallel)
     return sch

@@ -17,6 +17,7 @@ from nnvm.autotune import ScheduleTemplate
 from nnvm_backend_llvm_x86.schedule_dense import dense_packed_template, dense_template
 from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
 from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
+from nnvm_backend_llvm_x86.schedule_softmax import softmax_template
 from nnvm_backend_llvm_x86.schedules import conv2d_template
 from nnvm_backend_llvm_x86.switches import enabled
 from nnvm_backend_llvm_x86.winograd import winograd_template
@@ -31,6 +32,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     depthwise_template,   # x86.depthwise_conv2d_nchw.direct: one channel per group
     dense_packed_template,  # x86.dense.packed: dense over a packed constant weight, streamed
     dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
+    softmax_template,     # x86.softmax.rows, x86.layer_norm.rows: along the last axis, row statistics
 ]
 
 
