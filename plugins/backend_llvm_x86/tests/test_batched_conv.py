@@ -16,10 +16,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph, schedule_template
+from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
-from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 
 
 def _conv_model(path, batch, channels, hw, stride, depthwise, out_channels=None, kernel=3, pad=1):

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
-from nnvm_backend_llvm_x86.schedule_dense import dense_packed_template
+from nnvm.cpu.schedule_dense import dense_packed_template
 
 
 def _save(path, nodes, inits, in_shape, inputs=("x",)):

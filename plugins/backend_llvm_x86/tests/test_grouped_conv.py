@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm_backend_llvm_x86.layout import grouped_blocks, straddling_plan
+from nnvm.cpu.layout import grouped_blocks, straddling_plan
 
 
 def _model(path, in_shape, convs, residual=False):
@@ -89,8 +89,8 @@ def test_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
     """``grouped_weight_pack`` is folded at compile time (its numpy evaluation, checked end to end
     above); its loop program must compute the same, for a window clamped at the last channel too."""
     from nnvm import te
+    from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
     from nnvm.graph.ir import TensorType
-    from nnvm_backend_llvm_x86.layout import GROUPED_WEIGHT_PACK
 
     attrs = {"groups": 3, "channels": 36, "in_block": 4, "out_block": 16, "window": 24}
     w = np.random.default_rng(4).standard_normal((36, 12, 3, 3)).astype(np.float32)

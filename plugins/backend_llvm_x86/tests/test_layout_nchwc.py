@@ -11,10 +11,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
+from nnvm.cpu.layout import channel_block
+from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.te.lower import lower_schedule
-from nnvm_backend_llvm_x86.layout import channel_block
-from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
 
 
 def _save(path, nodes, inits, in_shape, outputs=("y",)):

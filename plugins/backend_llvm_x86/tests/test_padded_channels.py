@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm_backend_llvm_x86.layout import output_block
+from nnvm.cpu.layout import output_block
 
 
 def _save(path, nodes, inits, in_shape):

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph
-from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap, unblocking_block
+from nnvm.cpu.schedule_injective import schedule_index_remap, unblocking_block
 
 
 def _shuffle_model(path, c=48, hw=7, g=3):

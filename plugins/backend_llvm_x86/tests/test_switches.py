@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
+from nnvm.cpu.switches import SWITCHES, enabled, switch
 from nnvm.errors import Error
-from nnvm_backend_llvm_x86.switches import SWITCHES, enabled, switch
 
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))

@@ -14,10 +14,10 @@ from nnvm.autotune import extract_tasks
 from nnvm.autotune import log as logmod
 from nnvm.autotune.signature import host_caches
 from nnvm.compiler import tuning_logs_for
+from nnvm.cpu.schedules import vector_lanes
 from nnvm.runtime.threads import team_size
 from nnvm.target import parse_target
 from nnvm_backend_llvm_x86 import plugin as x86_plugin
-from nnvm_backend_llvm_x86.schedules import vector_lanes
 
 
 def test_the_hosts_signature_has_its_vector_width_caches_and_team_size(monkeypatch):

@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
+from nnvm.cpu.winograd import use_winograd, winograd_template
 from nnvm.runtime.kernel import BuiltFunction
 from nnvm.te.lower import lower_schedule
-from nnvm_backend_llvm_x86.winograd import use_winograd, winograd_template
 
 
 def numpy_conv3x3(x, w):

@@ -10,9 +10,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, import_model, schedule_template
+from nnvm.cpu.schedules import schedule_conv2d, vector_lanes
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
-from nnvm_backend_llvm_x86.schedules import schedule_conv2d, vector_lanes
 
 # (in channels, out channels, height = width, kernel, stride, padding, groups, relu epilogue)
 CASES = [

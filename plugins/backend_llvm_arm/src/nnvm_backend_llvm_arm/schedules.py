@@ -15,10 +15,10 @@ Every other group gets the core's generic schedule, which LLVM vectorizes at the
 
 from __future__ import annotations
 
-from nnvm_backend_llvm_x86.schedule_dense import dense_template
-from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
-from nnvm_backend_llvm_x86.schedules import conv2d_template
-from nnvm_backend_llvm_x86.switches import enabled
+from nnvm.cpu.schedule_dense import dense_template
+from nnvm.cpu.schedule_depthwise import depthwise_template
+from nnvm.cpu.schedules import conv2d_template
+from nnvm.cpu.switches import enabled
 
 NEON_TEMPLATES = [conv2d_template, depthwise_template, dense_template]
 

@@ -57,7 +57,7 @@ def code_features(target: LLVMTarget) -> list:
     if not features and target.cpu == host_cpu():
         features = host_features()
     if not features:
-        from nnvm_backend_llvm_x86.schedules import _AVX2_CPUS, _AVX512_CPUS
+        from nnvm.cpu.schedules import _AVX2_CPUS, _AVX512_CPUS
 
         cpu = target.cpu.lower()
         if "avx512" in cpu or cpu.startswith(_AVX512_CPUS):

@@ -103,8 +103,8 @@ class LLVMBackend(Backend):
         string, and, when the target is the host's CPU, its cache sizes (sysfs) and the team size
         parallel kernels run on. For another CPU those are unknown (None)."""
         from nnvm.autotune.signature import CPUSignature, host_caches, parse_features
+        from nnvm.cpu.schedules import vector_lanes
         from nnvm.runtime.threads import team_size
-        from nnvm_backend_llvm_x86.schedules import vector_lanes
 
         resolved = self.resolve(target)
         lanes = vector_lanes(target)
@@ -195,8 +195,8 @@ def nnvm_register_ops(register):
     """``dense_packed`` (dense over a weight packed for streaming; ``batched_weight_pack`` packs a batched
     matmul's right side for it) and ``grouped_weight_pack`` (grouped convolution weights for blocks
     that straddle groups), made by this plugin's layout pass."""
-    from nnvm_backend_llvm_x86.layout import GROUPED_WEIGHT_PACK
-    from nnvm_backend_llvm_x86.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
+    from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
+    from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
 
     register(DENSE_PACKED)
     register(BATCHED_WEIGHT_PACK)
@@ -207,7 +207,7 @@ def nnvm_register_ops(register):
 def nnvm_schedule_template(target, group):
     """The x86 schedule library: the first template of ``templates.TEMPLATE_BUILDERS`` that takes the
     group (conv2d, depthwise conv2d, dense ...) on ``llvm``; None lets the generic schedule serve it."""
-    from nnvm_backend_llvm_x86.templates import schedule_template
+    from nnvm.cpu.templates import schedule_template
 
     return schedule_template(target, group)
 
@@ -216,7 +216,7 @@ def nnvm_schedule_template(target, group):
 def nnvm_schedule_group(target, group):
     """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
     (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
-    from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
+    from nnvm.cpu.schedule_injective import schedule_index_remap
 
     return schedule_index_remap(target, group)
 
@@ -227,6 +227,6 @@ def nnvm_alter_op_layout(target, node, in_types):
     other node keeps its layout."""
     if getattr(target, "kind", None) != "llvm":
         return None
-    from nnvm_backend_llvm_x86.layout import alter_op_layout
+    from nnvm.cpu.layout import alter_op_layout
 
     return alter_op_layout(target, node, in_types)

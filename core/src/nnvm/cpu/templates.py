@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm_backend_llvm_x86.schedule_dense import dense_packed_template, dense_template
-from nnvm_backend_llvm_x86.schedule_depthwise import depthwise_template
-from nnvm_backend_llvm_x86.schedule_nchwc import conv2d_nchwc_template
-from nnvm_backend_llvm_x86.schedule_softmax import softmax_template
-from nnvm_backend_llvm_x86.schedules import conv2d_template
-from nnvm_backend_llvm_x86.switches import enabled
-from nnvm_backend_llvm_x86.winograd import winograd_template
+from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
+from nnvm.cpu.schedule_depthwise import depthwise_template
+from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
+from nnvm.cpu.schedule_softmax import softmax_template
+from nnvm.cpu.schedules import conv2d_template
+from nnvm.cpu.switches import enabled
+from nnvm.cpu.winograd import winograd_template
 
 TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 

@@ -22,10 +22,10 @@ import math
 import re
 
 from nnvm import te
+from nnvm.cpu.schedules import extent
+from nnvm.cpu.switches import enabled
 from nnvm.schedules import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import extent
-from nnvm_backend_llvm_x86.switches import enabled
 
 INDEX_REMAPS = ("reshape", "transpose", "layout_transform")
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")

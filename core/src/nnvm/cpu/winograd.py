@@ -27,11 +27,11 @@ from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.schedules import divisors, extent, largest_divisor, reduction_flops
+from nnvm.cpu.switches import switch
 from nnvm.passes.alter_layout import AlteredNode
 from nnvm.schedules import schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import divisors, extent, largest_divisor, reduction_flops
-from nnvm_backend_llvm_x86.switches import switch
 
 
 def use_winograd(out_shape: tuple) -> bool:

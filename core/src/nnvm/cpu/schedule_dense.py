@@ -43,12 +43,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.errors import Error
-from nnvm.graph.ir import TensorType
-from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
-from nnvm.ops.layout import to_primal
-from nnvm.ops.registry import Attr, OpDef, OpPattern
-from nnvm_backend_llvm_x86.schedules import (
+from nnvm.cpu.schedules import (
     divisors,
     extent,
     inline_epilogue,
@@ -56,6 +51,11 @@ from nnvm_backend_llvm_x86.schedules import (
     sole_anchor,
     vector_lanes,
 )
+from nnvm.errors import Error
+from nnvm.graph.ir import TensorType
+from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
+from nnvm.ops.layout import to_primal
+from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency
 

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
-from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import (
+from nnvm.cpu.schedules import (
     divisors,
     extent,
     inline_epilogue,
@@ -41,7 +39,9 @@ from nnvm_backend_llvm_x86.schedules import (
     sole_anchor,
     vector_lanes,
 )
-from nnvm_backend_llvm_x86.switches import enabled, switch
+from nnvm.cpu.switches import enabled, switch
+from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
+from nnvm.te.tensor import ComputeOp
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
 

@@ -23,9 +23,7 @@ from __future__ import annotations
 import math
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm.schedules import schedule_loop_nest
-from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import (
+from nnvm.cpu.schedules import (
     divisors,
     extent,
     inline_epilogue,
@@ -34,6 +32,8 @@ from nnvm_backend_llvm_x86.schedules import (
     single_conv_stage,
     vector_lanes,
 )
+from nnvm.schedules import schedule_loop_nest
+from nnvm.te.tensor import ComputeOp
 
 MAX_TILE = 24  # accumulator vectors per tile: AVX-512 has 32 registers, some hold inputs and weights
 

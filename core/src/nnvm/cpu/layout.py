@@ -21,14 +21,14 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm import te
+from nnvm.cpu.switches import enabled
+from nnvm.cpu.winograd import alter_winograd
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.layout import group_window, window_start
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_layout import AlteredNode
-from nnvm_backend_llvm_x86.switches import enabled
-from nnvm_backend_llvm_x86.winograd import alter_winograd
 
 
 def channel_block(channels: int, lanes: int) -> int | None:
@@ -159,8 +159,8 @@ GROUPED_WEIGHT_PACK = OpDef(
 
 def alter_conv2d(target, node, in_types) -> AlteredNode | None:
     """conv2d (plain, depthwise or grouped, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
+    from nnvm.cpu.schedules import vector_lanes
     from nnvm.ops.registry import get_op
-    from nnvm_backend_llvm_x86.schedules import vector_lanes
 
     if node.op != "conv2d" or len(in_types) != 2 or None in in_types:
         return None
@@ -231,7 +231,7 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     (``batched_weight_pack``: ``[..., K, N]`` -> ``[..., N/b, K, b]``, a partial last block when no block
     divides ``N``, as ViT's 197 tokens) by a kernel that also takes in the ``Transpose`` before it, so
     ``K^T`` is read strided from ``K`` once rather than copied and then read again."""
-    from nnvm_backend_llvm_x86.schedules import vector_lanes
+    from nnvm.cpu.schedules import vector_lanes
 
     if len(in_types) != 2 or None in in_types:
         return None

@@ -35,11 +35,11 @@ import math
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.switches import enabled
 from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
 from nnvm.tir.simplify import simplify
-from nnvm_backend_llvm_x86.switches import enabled
 from nnvm_backend_llvm_x86.toolchain import feature_switches
 
 OC_BLOCK = 8  # output channels per register tile (the fallback)

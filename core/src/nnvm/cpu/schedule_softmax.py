@@ -30,8 +30,8 @@ import math
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.schedules import extent, vector_lanes
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import extent, vector_lanes
 
 PARALLEL_MIN_WORK = 1 << 14  # elements below which a parallel region costs more than it saves
 

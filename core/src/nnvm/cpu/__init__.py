@@ -1,0 +1,1 @@
+"""The CPU schedule layer shared by every CPU backend (registered for the target key ``cpu``)."""
