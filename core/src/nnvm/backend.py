@@ -96,6 +96,20 @@ class Backend:
         """Whether kernels for ``target`` execute in this process (False: an emulator is needed)."""
         return True
 
+    # -- what the CPU schedule layer (``nnvm.cpu``, target key ``cpu``) asks ------------------------------
+    def vector_lanes(self, target: Target) -> int | None:
+        """float32 lanes of the widest vector unit ``target`` has (16 with AVX-512, 8 with AVX2, 4 with
+        NEON or SSE): the CPU templates size register tiles and layout blocks with it. None (the
+        default): this backend does not take the CPU templates; answering a width is how a CPU backend
+        opts in, since the layer cannot guess an ISA it knows nothing about."""
+        return None
+
+    def blocked_layout(self, target: Target) -> bool:
+        """Whether the CPU layer's layout pass runs for ``target``: conv2d in ``NCHW[x]c`` (x the vector
+        lanes) and dense over a packed weight, which its blocked templates then schedule. Off by default:
+        it pays where those templates were measured faster than the plain NCHW ones (x86)."""
+        return False
+
     def open_foreign(self, path: str) -> KernelLibrary | None:
         """For ``nnvm.load`` of an exported file this host cannot load (another CPU's shared library): a
         ``KernelLibrary`` with ``blob(name)`` (the bytes of ``nnvm_blob_<name>``) that runs out of

@@ -23,6 +23,7 @@ BUILTIN_PLUGINS = {
     "nnvm-std-ops": "nnvm.ops.plugin",
     "nnvm-std-passes": "nnvm.passes.plugin",
     "nnvm-gpu-schedules": "nnvm.gpu.plugin",
+    "nnvm-cpu-schedules": "nnvm.cpu.plugin",
 }
 
 _lock = threading.RLock()

@@ -262,7 +262,7 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
 
 
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
-    """Entry point for ``nnvm_alter_op_layout`` on ``llvm`` targets."""
+    """What ``nnvm_alter_op_layout`` answers where the backend wants the blocked layout (``plugin.py``)."""
     if not enabled("NNVM_X86_LAYOUT"):
         return None
     if node.op == "conv2d":

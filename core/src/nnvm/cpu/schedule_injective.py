@@ -46,7 +46,7 @@ def unblocking_block(group, extents) -> int | None:
 def schedule_index_remap(target, group):
     """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
     tensor of rank 4 or more, else None."""
-    if getattr(target, "kind", None) != "llvm" or not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("NNVM_X86_TEMPLATES"):
         return None
     if len(group.outputs) != 1 or not any(n.op in INDEX_REMAPS for n in group.nodes):
         return None

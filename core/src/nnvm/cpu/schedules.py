@@ -40,35 +40,16 @@ from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
 from nnvm.tir.simplify import simplify
-from nnvm_backend_llvm_x86.toolchain import feature_switches
 
 OC_BLOCK = 8  # output channels per register tile (the fallback)
 MAX_ACCUMULATORS = 28  # vector registers a tile may hold (AVX-512 has 32; a few hold inputs, weights)
-_AVX512_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
-                "graniterapids", "rocketlake", "cannonlake", "znver4", "znver5", "x86-64-v4")
-_AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver",
-              "x86-64-v3")
 
 
 def vector_lanes(target) -> int:
-    """float32 lanes of the widest vector unit the target has: 16 with AVX-512, 8 with AVX2, else 4."""
-    from nnvm_backend_llvm_x86.plugin import LLVMBackend
-
-    # Another LLVM backend (Arm: NEON, 4 lanes) resolves its own target kinds. A target it refuses was
-    # already refused by ``check_target``; its ``TargetError`` names it, so it is not hidden here.
-    backend = LLVMBackend() if target.kind == "llvm" else target.backend
-    resolved = backend.resolve(target)
-    if not resolved.features:  # ``-mcpu`` alone: the CPU's own features, known by name
-        cpu = resolved.cpu.lower()
-        if "avx512" in cpu or cpu.startswith(_AVX512_CPUS):
-            return 16
-        return 8 if cpu.startswith(_AVX2_CPUS) else 4
-    on = feature_switches(resolved.features)  # ``-mattr=-avx512f`` after the host's ``+avx512f``: off
-    if on.get("avx512f"):
-        return 16
-    if on.get("avx2") or on.get("avx"):
-        return 8
-    return 4
+    """float32 lanes of the widest vector unit ``target`` has, as its backend answers
+    (``Backend.vector_lanes``: 16 with AVX-512, 8 with AVX2, 4 with NEON): the layer asks, never
+    guesses, so a new CPU backend sizes these templates by answering one method."""
+    return target.backend.vector_lanes(target)
 
 
 def extent(iv) -> int | None:

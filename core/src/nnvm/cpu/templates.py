@@ -38,7 +38,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
 
 def schedule_template(target, group) -> ScheduleTemplate | None:
     """The first template of ``TEMPLATE_BUILDERS`` that takes ``group`` on ``target``, or None."""
-    if getattr(target, "kind", None) != "llvm" or not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("NNVM_X86_TEMPLATES"):
         return None
     for builder in TEMPLATE_BUILDERS:
         template = builder(target, group)

@@ -18,7 +18,7 @@ from nnvm.errors import Error, ModelLoadError
 from nnvm_backend_llvm_arm.elf import ElfSymbols
 from nnvm_backend_llvm_arm.runner import run_artifact
 from nnvm_backend_llvm_arm.toolchain import ArmToolchain
-from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
+from nnvm_backend_llvm_x86 import LLVMKernelLibrary
 
 
 def _note(tc: ArmToolchain) -> str:

@@ -11,7 +11,13 @@ jit), its code generator and its export. What differs:
 - ``c_compiler``: the cross gcc links exports; ``ArmKernelLibrary`` adds the C entry point the
   device runtime calls.
 - ``host_can_run``: only on a matching Arm host; elsewhere ``mod.run`` goes through qemu-user.
-- schedules: the x86 templates at NEON width, 4 x float32 (``schedules.py``).
+- schedules: the core's CPU layer (``nnvm.cpu``, key ``cpu``) at NEON width: ``vector_lanes`` answers
+  4 x float32, so its templates come out sized for NEON: the register-blocked conv2d (up to 8 output
+  channels x 4 columns in registers, each input vector feeding 8 ``fmla``), depthwise conv2d, dense
+  (vector partial sums), softmax/layer-norm rows, and the rows-apart schedule of index remaps;
+  ``nnvm tune`` searches their knobs here too. ``blocked_layout`` answers no (the NCHW[x]c layout was
+  measured on x86 only), so the NCHW[x]c, Winograd and packed-dense templates, which take only what
+  that layout pass makes, decline; other groups get the generic schedule, vectorized by LLVM.
 """
 
 from __future__ import annotations
@@ -24,8 +30,7 @@ from nnvm.target import Target
 from nnvm_backend_llvm_arm.elf import elf_header
 from nnvm_backend_llvm_arm.library import ArmKernelLibrary, ForeignArtifact
 from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS, ArmToolchain, toolchain_for_machine
-from nnvm_backend_llvm_x86.plugin import LLVMBackend
-from nnvm_backend_llvm_x86.toolchain import LLVMTarget, resolve_target
+from nnvm_backend_llvm_x86 import LLVMBackend, LLVMTarget, resolve_target
 
 
 class ArmBackend(LLVMBackend):
@@ -54,6 +59,14 @@ class ArmBackend(LLVMBackend):
             raise TargetError(f"target {target}: -mtriple={triple} is not a {tc.kind} triple")
         return resolve_target(target, tc.triple, tc.cpu, tc.features)
 
+    def vector_lanes(self, target: Target) -> int:
+        """NEON: 128-bit vectors, 4 x float32, on both ``aarch64`` and ``armv7`` (SVE is not used)."""
+        return 4
+
+    def blocked_layout(self, target: Target) -> bool:
+        """No: the NCHW[x]c layout pass was measured on x86 only; Arm keeps NCHW (see the module)."""
+        return False
+
     def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
         return resolved.arch.startswith(("aarch64", "arm64")) or "vfp4" in features
@@ -79,13 +92,3 @@ class ArmBackend(LLVMBackend):
 @nnvm.hookimpl
 def nnvm_register_backends(register):
     register(ArmBackend())
-
-
-@nnvm.hookimpl
-def nnvm_schedule_template(target, group):
-    """NEON register-blocked conv2d, depthwise conv2d and dense on ``aarch64``/``armv7``; else None."""
-    if getattr(target, "kind", None) not in ARM_TARGETS:
-        return None
-    from nnvm_backend_llvm_arm.schedules import schedule_template
-
-    return schedule_template(target, group)

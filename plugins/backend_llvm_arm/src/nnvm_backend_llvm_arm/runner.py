@@ -18,7 +18,7 @@ import numpy as np
 from nnvm.errors import Error
 from nnvm.runtime.crt import build_runtime
 from nnvm_backend_llvm_arm.toolchain import ArmToolchain
-from nnvm_backend_llvm_x86.library import pool_build
+from nnvm_backend_llvm_x86 import pool_build
 
 RUN_TIMEOUT_S = 1800  # a large model under an emulator on a busy machine is slow, not hung
 

@@ -35,7 +35,7 @@ import llvmlite.binding as llvm
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error
 from nnvm_backend_llvm_x86.glue import glue_source
-from nnvm_backend_llvm_x86.toolchain import LLVMTarget, feature_switches
+from nnvm_backend_llvm_x86.toolchain import LLVMTarget, cpu_name_lanes, feature_switches
 
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _X86 = ("x86_64", "i386", "i686")
@@ -47,7 +47,7 @@ def code_features(target: LLVMTarget) -> list:
     """The x86 extensions (``artifact.CPU_FEATURES`` names) that code built for ``target`` may use:
     its feature string read in order (``+avx2,-avx2`` ends off); for ``-mcpu`` alone, whose features
     llvmlite does not list, the host's when it is the host's CPU, else those its vector width implies
-    (the names ``schedules`` knows). Empty for other architectures."""
+    (the names ``toolchain.cpu_name_lanes`` knows). Empty for other architectures."""
     from nnvm.runtime.artifact import CPU_FEATURES
     from nnvm_backend_llvm_x86.toolchain import host_cpu, host_features
 
@@ -57,12 +57,8 @@ def code_features(target: LLVMTarget) -> list:
     if not features and target.cpu == host_cpu():
         features = host_features()
     if not features:
-        from nnvm.cpu.schedules import _AVX2_CPUS, _AVX512_CPUS
-
-        cpu = target.cpu.lower()
-        if "avx512" in cpu or cpu.startswith(_AVX512_CPUS):
-            return list(_BASE_AVX512)
-        return list(_BASE_AVX2) if cpu.startswith(_AVX2_CPUS) else []
+        lanes = cpu_name_lanes(target.cpu)
+        return list(_BASE_AVX512) if lanes == 16 else list(_BASE_AVX2) if lanes == 8 else []
     on = feature_switches(features)
     known = [name for name, _ in CPU_FEATURES]
     return [name for name in known if on.get(name)]

@@ -42,6 +42,7 @@ from nnvm_backend_llvm_x86.toolchain import (
     host_triple,
     optimize,
     resolve_target,
+    x86_vector_lanes,
 )
 
 
@@ -97,17 +98,25 @@ class LLVMBackend(Backend):
         refuses the rest (another vector width, no FMA), so one log serves every CPU like its own."""
         return sorted(glob.glob(os.path.join(self.tuned_dir, "*.jsonl")))
 
+    def vector_lanes(self, target: Target) -> int:
+        """16 with AVX-512, 8 with AVX2, else 4, from the resolved features (or the ``-mcpu`` name alone):
+        the width the CPU layer's templates (``nnvm.cpu``) tile registers with."""
+        return x86_vector_lanes(self.resolve(target))
+
+    def blocked_layout(self, target: Target) -> bool:
+        """Yes: on x86, conv2d in ``NCHW16c``/``NCHW8c`` and dense over packed weights beat NCHW."""
+        return True
+
     def cpu_signature(self, target: Target):
-        """What decides a schedule on ``target``: vector width (``schedules.vector_lanes``, the width the
+        """What decides a schedule on ``target``: vector width (``vector_lanes``, the width the
         templates use), FMA, the ISA extensions of ``signature_features`` from the resolved feature
         string, and, when the target is the host's CPU, its cache sizes (sysfs) and the team size
         parallel kernels run on. For another CPU those are unknown (None)."""
         from nnvm.autotune.signature import CPUSignature, host_caches, parse_features
-        from nnvm.cpu.schedules import vector_lanes
         from nnvm.runtime.threads import team_size
 
         resolved = self.resolve(target)
-        lanes = vector_lanes(target)
+        lanes = self.vector_lanes(target)
         features = parse_features(resolved.features, self.signature_features) if resolved.features \
             else self._features_of_cpu_name(lanes)
         host = resolved.cpu == host_cpu() and self.host_can_run(target)
@@ -118,7 +127,7 @@ class LLVMBackend(Backend):
 
     def _features_of_cpu_name(self, lanes: int) -> frozenset:
         """``-mcpu`` alone: LLVM knows the CPU's features but llvmlite does not tell them; the vector
-        width (known by name in ``schedules``) implies the ones a schedule cares about."""
+        width (known by name in ``toolchain``) implies the ones a schedule cares about."""
         if lanes >= 16:
             return frozenset({"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
         return frozenset({"avx", "avx2", "fma", "f16c"}) if lanes == 8 else frozenset()
@@ -188,45 +197,3 @@ def _same_platform(a: str, b: str) -> bool:
 @nnvm.hookimpl
 def nnvm_register_backends(register):
     register(LLVMBackend())
-
-
-@nnvm.hookimpl
-def nnvm_register_ops(register):
-    """``dense_packed`` (dense over a weight packed for streaming; ``batched_weight_pack`` packs a batched
-    matmul's right side for it) and ``grouped_weight_pack`` (grouped convolution weights for blocks
-    that straddle groups), made by this plugin's layout pass."""
-    from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
-    from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
-
-    register(DENSE_PACKED)
-    register(BATCHED_WEIGHT_PACK)
-    register(GROUPED_WEIGHT_PACK)
-
-
-@nnvm.hookimpl
-def nnvm_schedule_template(target, group):
-    """The x86 schedule library: the first template of ``templates.TEMPLATE_BUILDERS`` that takes the
-    group (conv2d, depthwise conv2d, dense ...) on ``llvm``; None lets the generic schedule serve it."""
-    from nnvm.cpu.templates import schedule_template
-
-    return schedule_template(target, group)
-
-
-@nnvm.hookimpl
-def nnvm_schedule_group(target, group):
-    """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
-    (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
-    from nnvm.cpu.schedule_injective import schedule_index_remap
-
-    return schedule_index_remap(target, group)
-
-
-@nnvm.hookimpl
-def nnvm_alter_op_layout(target, node, in_types):
-    """conv2d on ``llvm`` runs in NCHW[x]c, dense with a constant weight packed (``layout.py``); every
-    other node keeps its layout."""
-    if getattr(target, "kind", None) != "llvm":
-        return None
-    from nnvm.cpu.layout import alter_op_layout
-
-    return alter_op_layout(target, node, in_types)

@@ -93,6 +93,35 @@ def feature_switches(features: str) -> dict:
     return on
 
 
+# x86 CPUs by LLVM name (prefixes), for ``-mcpu`` alone: llvmlite does not list a named CPU's features.
+AVX512_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
+               "graniterapids", "rocketlake", "cannonlake", "znver4", "znver5", "x86-64-v4")
+AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver",
+             "x86-64-v3")
+
+
+def cpu_name_lanes(cpu: str) -> int:
+    """float32 lanes of an x86 CPU known by its LLVM name alone: 16 (AVX-512), 8 (AVX2) or 4."""
+    cpu = cpu.lower()
+    if "avx512" in cpu or cpu.startswith(AVX512_CPUS):
+        return 16
+    return 8 if cpu.startswith(AVX2_CPUS) else 4
+
+
+def x86_vector_lanes(resolved: LLVMTarget) -> int:
+    """float32 lanes of the widest vector unit of a resolved x86 target: 16 with AVX-512, 8 with AVX2
+    (or AVX), else 4 (SSE). The feature string is read in order (``-mattr=-avx512f`` after the host's
+    ``+avx512f`` is off); ``-mcpu`` alone goes by the CPU's name."""
+    if not resolved.features:
+        return cpu_name_lanes(resolved.cpu)
+    on = feature_switches(resolved.features)
+    if on.get("avx512f"):
+        return 16
+    if on.get("avx2") or on.get("avx"):
+        return 8
+    return 4
+
+
 @lru_cache(maxsize=64)
 def llvm_warnings(triple: str, cpu: str, features: str) -> tuple[str, ...]:
     """What LLVM says about a CPU name and feature string (it only prints warnings, to stderr)."""
