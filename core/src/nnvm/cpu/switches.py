@@ -1,4 +1,8 @@
-"""The x86 backend's A/B switches (``NNVM_X86_*``, listed in the README), read in one place.
+"""The CPU layer's A/B switches (``NNVM_X86_*``, listed in the README), read in one place.
+
+They keep the ``X86`` in their names from when these schedules were the x86 plugin's own: the README
+documents them and the bench scripts set them, so renaming would break both for no gain. They now turn
+the shared CPU templates and layout pass on or off for every CPU backend (x86 and Arm).
 
 Each is read when it is needed, so a test or benchmark can flip it between two compiles in one
 process. A value outside the switch's choices is a user's mistake: one sentence naming the variable,

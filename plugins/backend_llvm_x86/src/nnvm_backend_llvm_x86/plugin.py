@@ -9,6 +9,10 @@ How a ``build`` call turns loop programs into running code, in the order of ``LL
 4. ``jit``: MCJIT turns it into machine code in this process (our thread pool, ``nnvm_pool.c``, and
    libm made resolvable).
 
+Schedules are the core's CPU layer (``nnvm.cpu``, key ``cpu``): this backend answers ``vector_lanes``
+(16 with AVX-512, 8 with AVX2, else 4, from the resolved features or the CPU's name) and asks for the
+blocked layout (``blocked_layout``).
+
 ``KernelLibrary.export`` later emits position-independent object code from the same optimized IR
 and links a shared library with the data blobs (see ``library.py``).
 
