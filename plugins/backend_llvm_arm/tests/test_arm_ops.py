@@ -126,8 +126,9 @@ def test_operators_match_numpy(arm_target, close):
 
 
 def test_neon_schedules_and_vector_fmas(arm_target, monkeypatch):
-    """conv2d, depthwise conv2d and dense get the register-blocked templates (at NEON's 4 lanes), and
-    the generated code multiplies-and-adds whole 128-bit vectors."""
+    """conv2d, depthwise conv2d and dense get the register-blocked templates (at NEON's 4 lanes), softmax
+    its row template (all from the core's CPU layer, key ``cpu``), and the generated code
+    multiplies-and-adds whole 128-bit vectors. Their outputs are checked by the test above."""
     import nnvm.compiler
 
     chosen = []
@@ -140,7 +141,8 @@ def test_neon_schedules_and_vector_fmas(arm_target, monkeypatch):
 
     monkeypatch.setattr(nnvm.compiler, "schedule_template", spy)
     asm = nnvm.compile(ops_model(_weights()), target=arm_target).library.assembly()
-    for name in ("x86.conv2d_nchw.direct", "x86.depthwise_conv2d_nchw.direct", "x86.dense.rfactor"):
+    for name in ("x86.conv2d_nchw.direct", "x86.depthwise_conv2d_nchw.direct", "x86.dense.rfactor",
+                 "x86.softmax.rows"):
         assert name in chosen, f"{arm_target}: no group got the {name} template (templates: {chosen})"
     # The conv kernels' machine code: every function (and outlined parallel body) named *_conv2d*.
     functions = re.split(r"\n\s*\.type\s+", asm)  # each piece starts "name,@function" ("%function" on arm)
