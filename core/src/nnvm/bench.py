@@ -158,7 +158,7 @@ def group_flops(graph, names: list) -> int:
             m, k = graph.type_of(node.inputs[0]).shape
             n = graph.type_of(node.inputs[1]).shape[0]
             total += 2 * m * n * k
-        elif node.op in ("matmul", "dense_packed"):  # [..., M, K] x [..., K, N] (dense_packed: x86 plugin)
+        elif node.op in ("matmul", "dense_packed"):  # [..., M, K] x [..., K, N] (dense_packed: nnvm.cpu)
             out = graph.type_of(node.outputs[0]).shape
             total += 2 * math.prod(out) * graph.type_of(node.inputs[0]).shape[-1]
     return total

@@ -15,7 +15,7 @@ takes ``groups=1``; depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, inp
 block); or grouped: output block ``co`` reads a window of input channels (the weight's ``I``) from
 where its first group starts. When ``o`` divides the output channels per group that window is one
 group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
-theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in the x86 plugin
+theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in ``nnvm.cpu.layout``
 packs those), and ``out_channels`` names the real output count when the last block is part padding.
 Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
