@@ -201,6 +201,20 @@ def nnvm_register_ops(register):
     register(DENSE_PACKED)
     register(BATCHED_WEIGHT_PACK)
     register(GROUPED_WEIGHT_PACK)
+    from nnvm_backend_llvm_x86.shuffle import CHANNEL_SHUFFLE_NCHWC
+
+    register(CHANNEL_SHUFFLE_NCHWC)
+
+
+@nnvm.hookimpl
+def nnvm_register_passes(register):
+    """``fuse_channel_shuffle``: a ShuffleNet channel shuffle and the layout transforms around it as one
+    ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``; runs after the layout pass, on ``llvm`` only)."""
+    from nnvm.passes.manager import Pass
+    from nnvm_backend_llvm_x86.shuffle import fuse_channel_shuffle
+
+    register(Pass("fuse_channel_shuffle", fuse_channel_shuffle, 3, ("infer_types",),
+                  "channel shuffles (reshape, transpose, reshape) in NCHW[x]c as channel_shuffle_nchwc"))
 
 
 @nnvm.hookimpl
@@ -217,8 +231,9 @@ def nnvm_schedule_group(target, group):
     """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
     (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
     from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
+    from nnvm_backend_llvm_x86.shuffle import schedule_channel_shuffle
 
-    return schedule_index_remap(target, group)
+    return schedule_channel_shuffle(target, group) or schedule_index_remap(target, group)
 
 
 @nnvm.hookimpl
