@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.errors import Error
-from nnvm_backend_llvm_x86.shuffle import CHANNEL_SHUFFLE_NCHWC, runs_fit
+from nnvm_backend_llvm_x86.shuffle import CHANNEL_SHUFFLE_NCHWC, runs_fit, schedule_channel_shuffle
 
 
 def _shuffle_model(path, c, g, n, hw=6):
@@ -105,7 +105,9 @@ KERNELS = [(64, 4, 16, 16), (112, 4, 16, 16), (136, 4, 16, 8), (64, 2, 4, 16), (
 @pytest.mark.parametrize(("c", "g", "a", "b"), KERNELS)
 def test_kernel_and_evaluation_match_numpy(build_all, c, g, a, b):
     from nnvm import te
-    from nnvm.graph.ir import TensorType
+    from nnvm.compiler import GroupCompute
+    from nnvm.graph.ir import Node, TensorType
+    from nnvm.target import parse_target
 
     attrs = {"groups": g, "channels": c, "in_block": a, "out_block": b}
     n, h, w = 2, 3, 5
@@ -117,13 +119,16 @@ def test_kernel_and_evaluation_match_numpy(build_all, c, g, a, b):
     placeholder = te.placeholder(shape, "float32", "x")
     out_types = CHANNEL_SHUFFLE_NCHWC.infer_type([TensorType(shape, "float32")], attrs)
     (out,) = CHANNEL_SHUFFLE_NCHWC.compute([placeholder], attrs, out_types)
-    sch = te.create_schedule([out.op])
-    stage = sch[out.op]
-    stage.vectorize(stage.op.axis[-1])
-    fn = build_all([("shuffle", sch, [placeholder, out])])["shuffle"]
-    got = np.full(want.shape, np.nan, np.float32)
-    fn(x, got)
-    np.testing.assert_array_equal(got, want)
+    plain = te.create_schedule([out.op])  # every stage at root, the last axis vectorized
+    plain[out.op].vectorize(plain[out.op].op.axis[-1])
+    node = Node("channel_shuffle_nchwc", "shuffle", ("x",), ("y",), attrs)
+    ours = schedule_channel_shuffle(parse_target("llvm"), GroupCompute(0, [node], node, [("x", placeholder)],
+                                                                       [out], ["y"]))
+    fns = build_all([("plain", plain, [placeholder, out]), ("ours", ours, [placeholder, out])])
+    for name, fn in fns.items():
+        got = np.full(want.shape, np.nan, np.float32)
+        fn(x, got)
+        np.testing.assert_array_equal(got, want, err_msg=name)
 
 
 def test_bad_attributes_are_one_sentence():
