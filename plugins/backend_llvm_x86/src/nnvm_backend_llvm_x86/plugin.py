@@ -229,11 +229,14 @@ def nnvm_schedule_template(target, group):
 @nnvm.hookimpl
 def nnvm_schedule_group(target, group):
     """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
-    (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
+    (``schedule_injective.py``, ``shuffle.py``), average pools a row at a time (``schedule_pool.py``);
+    None lets the generic schedule serve every other untemplated group."""
     from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
+    from nnvm_backend_llvm_x86.schedule_pool import schedule_pool_rows
     from nnvm_backend_llvm_x86.shuffle import schedule_channel_shuffle
 
-    return schedule_channel_shuffle(target, group) or schedule_index_remap(target, group)
+    return (schedule_channel_shuffle(target, group) or schedule_pool_rows(target, group)
+            or schedule_index_remap(target, group))
 
 
 @nnvm.hookimpl
