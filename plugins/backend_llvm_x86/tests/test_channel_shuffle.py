@@ -140,3 +140,28 @@ def test_bad_attributes_are_one_sentence():
     with pytest.raises(Error, match="is not 64 channels in blocks of 8"):
         CHANNEL_SHUFFLE_NCHWC.infer_type([TensorType((1, 4, 2, 2, 16), "float32")],
                                          {"groups": 4, "channels": 64, "in_block": 8, "out_block": 16})
+
+
+def test_plain_nchw_shuffle_and_a_shuffle_as_graph_output(tmp_path, monkeypatch):
+    """Without the layout pass the shuffle runs NCHW -> NCHW; a shuffle whose result is the graph's
+    output keeps the output's name and layout."""
+    path = str(tmp_path / "shuffle.onnx")
+    _shuffle_model(path, 48, 4, 2)
+    x = np.random.default_rng(6).standard_normal((2, 48, 6, 6)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    mod = nnvm.compile(path, target="llvm")
+    (node,) = [nd for nd in mod.graph.nodes if nd.op == "channel_shuffle_nchwc"]
+    assert (node.attrs["in_block"], node.attrs["out_block"]) == (1, 1)
+    np.testing.assert_allclose(mod.run(x)[0], want, rtol=1e-5, atol=1e-5)
+    monkeypatch.delenv("NNVM_X86_LAYOUT")
+
+    model = onnx.load(path)  # cut after the shuffle: its reshape's output is the graph output
+    del model.graph.node[5:]
+    model.graph.output[0].name = "s"
+    onnx.save(model, path)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mod = nnvm.compile(path, target="llvm")
+    (node,) = [nd for nd in mod.graph.nodes if nd.op == "channel_shuffle_nchwc"]
+    assert node.outputs == ("s",) and node.attrs["out_block"] == 1
+    np.testing.assert_allclose(mod.run(x)[0], want, rtol=1e-5, atol=1e-5)

@@ -172,20 +172,24 @@ def fuse_channel_shuffle(graph, ctx=None):
         if found is None:
             continue
         g, trans, last = found
+        n, channels, h, w = graph.types[node.inputs[0]].shape
         source, in_block = node.inputs[0], 1
         prev = producers.get(source)
         if prev is not None and prev.op == "layout_transform" and prev.attrs.get("dst_layout") == "NCHW":
             block = _block_of(str(prev.attrs.get("src_layout", "")))
-            if block and block > 1:
+            have = graph.types.get(prev.inputs[0])
+            if block and block > 1 and have is not None \
+                    and tuple(have.shape) == (n, -(-channels // block), h, w, block):
                 source, in_block = prev.inputs[0], block
         output, out_block, end = last.outputs[0], 1, last
         readers = consumers.get(output, [])
         if len(readers) == 1 and output not in graph.outputs and readers[0].op == "layout_transform" \
                 and readers[0].attrs.get("src_layout") == "NCHW":
             block = _block_of(str(readers[0].attrs.get("dst_layout", "")))
-            if block and block > 1:
+            want = graph.types.get(readers[0].outputs[0])
+            if block and block > 1 and want is not None \
+                    and tuple(want.shape) == (n, -(-channels // block), h, w, block):
                 output, out_block, end = readers[0].outputs[0], block, readers[0]
-        channels = graph.types[node.inputs[0]].shape[1]
         attrs = {"groups": g, "channels": channels, "in_block": in_block, "out_block": out_block}
         replace[end.name] = Node("channel_shuffle_nchwc", end.name, (source,), (output,), attrs)
         for dropped in {node.name, trans.name, last.name} - {end.name}:
