@@ -45,7 +45,10 @@ def test_channel_shuffle_matches_onnxruntime(tmp_path):
     assert err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
 
 
-def test_only_data_movement_groups_are_taken(tmp_path):
+def test_only_data_movement_groups_are_taken(tmp_path, monkeypatch):
+    # The shuffle chain as it is (not one channel_shuffle_nchwc, shuffle.py): what this schedule serves
+    # when the pattern does not fit.
+    monkeypatch.setenv("NNVM_X86_SHUFFLE", "0")
     path = str(tmp_path / "shuffle.onnx")
     _shuffle_model(path)
     graph, tgt, *_ = optimized_graph(path, "llvm")
@@ -64,3 +67,31 @@ def test_only_data_movement_groups_are_taken(tmp_path):
     assert back, graph.groups
     group = group_compute(graph, back[0], [by_name[graph.groups[back[0]][0]]])
     assert unblocking_block(group, [1, 48, 7, 7]) == 16
+
+
+def test_cropping_transform_walks_blocks(build_all):
+    """NCHW16c with a partial last block (136 channels in 9 blocks: ShuffleNet's) back to NCHW: the
+    block-walking schedule, the split guarding the last block's lanes, against numpy."""
+    from nnvm import te
+    from nnvm.compiler import GroupCompute
+    from nnvm.graph.ir import Node, TensorType
+    from nnvm.ops.registry import get_op
+    from nnvm.target import parse_target
+
+    op = get_op("layout_transform")
+    for c, n in ((136, 1), (136, 3), (68, 2)):
+        shape = (n, -(-c // 16), 5, 7, 16)
+        attrs = {"src_layout": "NCHW16c", "dst_layout": "NCHW", "shape": (n, c, 5, 7)}
+        attrs = op.normalize_attrs(attrs, "lt")
+        node = Node("layout_transform", "lt", ("x",), ("y",), attrs)
+        x = te.placeholder(shape, "float32", "x")
+        (out,) = op.compute([x], attrs, op.infer_type([TensorType(shape, "float32")], attrs))
+        group = GroupCompute(0, [node], node, [("x", x)], [out], ["y"])
+        assert unblocking_block(group, [n, c, 5, 7]) == 16
+        sch = schedule_index_remap(parse_target("llvm"), group)
+        fn = build_all([("crop", sch, [x, out])])["crop"]
+        data = np.random.default_rng(c + n).standard_normal(shape).astype(np.float32)
+        got = np.full((n, c, 5, 7), np.nan, np.float32)
+        fn(data, got)
+        want = np.concatenate([data[:, k] for k in range(shape[1])], axis=-1)[..., :c].transpose(0, 3, 1, 2)
+        np.testing.assert_array_equal(got, want)
