@@ -13,8 +13,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
+from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC, runs_fit, schedule_channel_shuffle
 from nnvm.errors import Error
-from nnvm_backend_llvm_x86.shuffle import CHANNEL_SHUFFLE_NCHWC, runs_fit, schedule_channel_shuffle
 
 
 def _shuffle_model(path, c, g, n, hw=6):

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph
-from nnvm_backend_llvm_x86.schedule_pool import schedule_pool_rows
+from nnvm.cpu.schedule_pool import schedule_pool_rows
 
 
 def _pool_model(path, n, c, hw, kernel, stride, pad, count_pad):

@@ -1,7 +1,8 @@
 """Registers the CPU layer for the target key ``cpu`` through the same hooks any plugin uses.
 
 It serves a target when the target has the key ``cpu`` and its backend answers ``Backend.vector_lanes``
-(x86: 16/8/4 from its features; Arm: 4); the blocked layout pass runs where the backend's
+(x86: 16/8/4 from its features; Arm: 4); the blocked layout pass (and the channel-shuffle pass that
+follows it) runs where the backend's
 ``blocked_layout`` says yes (x86). ``trylast``: a backend plugin's own answer for its target kind wins,
 as for the GPU layer (``nnvm.gpu.plugin``).
 """
@@ -28,10 +29,23 @@ def nnvm_register_ops(register):
     straddle groups), made by the layout pass (``layout.py``)."""
     from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
     from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
+    from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC
 
     register(DENSE_PACKED)
     register(BATCHED_WEIGHT_PACK)
     register(GROUPED_WEIGHT_PACK)
+    register(CHANNEL_SHUFFLE_NCHWC)
+
+
+@hookimpl
+def nnvm_register_passes(register):
+    """``fuse_channel_shuffle``: a ShuffleNet channel shuffle and the layout transforms around it as one
+    ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``; after the layout pass, where it runs)."""
+    from nnvm.cpu.shuffle import fuse_channel_shuffle
+    from nnvm.passes.manager import Pass
+
+    register(Pass("fuse_channel_shuffle", fuse_channel_shuffle, 3, ("infer_types",),
+                  "channel shuffles (reshape, transpose, reshape) in NCHW[x]c as channel_shuffle_nchwc"))
 
 
 @hookimpl(trylast=True)
@@ -48,12 +62,16 @@ def nnvm_schedule_template(target, group):
 @hookimpl(trylast=True)
 def nnvm_schedule_group(target, group):
     """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
-    (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
+    (``schedule_injective.py``, ``shuffle.py``), average pools a row at a time (``schedule_pool.py``);
+    None lets the generic schedule serve every other untemplated group."""
     if not serves(target):
         return None
     from nnvm.cpu.schedule_injective import schedule_index_remap
+    from nnvm.cpu.schedule_pool import schedule_pool_rows
+    from nnvm.cpu.shuffle import schedule_channel_shuffle
 
-    return schedule_index_remap(target, group)
+    return (schedule_channel_shuffle(target, group) or schedule_pool_rows(target, group)
+            or schedule_index_remap(target, group))
 
 
 @hookimpl(trylast=True)

@@ -1,4 +1,4 @@
-"""x86 schedule for NCHW average pooling: the window sums of one output row, not of the whole tensor.
+"""CPU schedule for NCHW average pooling: the window sums of one output row, not of the whole tensor.
 
 An average pool is two stages, the window sum (a reduction) and the division. The generic schedule
 gives the sum a buffer of the whole output at root and walks the tensor twice; at batch 8 that buffer
@@ -16,17 +16,17 @@ from __future__ import annotations
 import math
 
 from nnvm import te
+from nnvm.cpu.schedules import extent
+from nnvm.cpu.switches import enabled
 from nnvm.schedules import PARALLEL_MIN_WORK, guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import extent
-from nnvm_backend_llvm_x86.switches import enabled
 
 POOLS = ("avg_pool2d",)
 
 
 def schedule_pool_rows(target, group):
     """The row-at-a-time schedule for an NCHW average pool group (with elementwise followers), else None."""
-    if getattr(target, "kind", None) != "llvm" or not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("NNVM_X86_TEMPLATES"):
         return None
     if len(group.outputs) != 1 or group.anchor_op not in POOLS or len(group.outputs[0].shape) != 4:
         return None

@@ -1,4 +1,4 @@
-"""ShuffleNet's channel shuffle as one x86 operator that reads and writes NCHW[x]c: ``channel_shuffle_nchwc``.
+"""ShuffleNet's channel shuffle as one CPU operator that reads and writes NCHW[x]c: ``channel_shuffle_nchwc``.
 
 ONNX has no shuffle operator; exporters write ``reshape (N, g, C/g, H, W) -> transpose (0, 2, 1, 3, 4)
 -> reshape (N, C, H, W)``, and the layout pass puts a transform to NCHW before it and one back to
@@ -6,7 +6,7 @@ NCHW[x]c after it (the grouped convolutions around it run blocked). Fused, the f
 whose every output element divides a flat NCHW index back into its parts (the simplifier cannot split
 ``(t * H * W + h * W + w) // (C/g * H * W)``), one scalar load per lane: 28% of ShuffleNet's time.
 
-``fuse_channel_shuffle`` (a graph pass of this plugin, after the layout pass) replaces that chain by
+``fuse_channel_shuffle`` (a graph pass of the CPU layer, after the layout pass) replaces that chain by
 one node computing, for output channel ``c = j * g + i`` (``j < C/g``, ``i < g``), input channel
 ``i * C/g + j``, straight from the blocked input to the blocked output. In a block of ``B`` output lanes
 (``g`` dividing ``B``), lane ``t = q * g + i`` reads run ``i`` at offset ``q``: the block is ``g`` runs of
@@ -28,14 +28,14 @@ import re
 import numpy as np
 
 from nnvm import te
+from nnvm.cpu.schedules import extent
+from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.schedules import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
-from nnvm_backend_llvm_x86.schedules import extent
-from nnvm_backend_llvm_x86.switches import enabled
 
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
 RUNS = "channel_shuffle_runs"  # the stage of the vector-load form holding one output block's runs
@@ -158,10 +158,14 @@ def _shuffle_groups(graph, first: Node, consumers: dict) -> tuple | None:
 
 def fuse_channel_shuffle(graph, ctx=None):
     """Each channel shuffle chain, with the layout transforms around it, as one ``channel_shuffle_nchwc``
-    (on ``llvm`` targets, after ``alter_op_layout``; ``NNVM_X86_SHUFFLE=0`` keeps the chains)."""
+    (on CPU targets whose backend wants the blocked layout, after ``alter_op_layout``;
+    ``NNVM_X86_SHUFFLE=0`` keeps the chains)."""
+    from nnvm.cpu.plugin import serves
     from nnvm.passes.builtin import eliminate_dead_code, infer_types
 
-    if getattr(getattr(ctx, "target", None), "kind", None) != "llvm" or not enabled("NNVM_X86_SHUFFLE"):
+    target = getattr(ctx, "target", None)
+    if target is None or not serves(target) or not target.backend.blocked_layout(target) \
+            or not enabled("NNVM_X86_SHUFFLE"):
         return graph
     producers, consumers = graph.producers(), graph.consumers()
     replace: dict = {}  # node name -> the node taking its place (None: dropped)
@@ -212,7 +216,7 @@ def fuse_channel_shuffle(graph, ctx=None):
 def schedule_channel_shuffle(target, group):
     """A group computing ``channel_shuffle_nchwc``: (batch, channel block, row) parallel, then the row,
     the channel lanes vectorized (a plain NCHW output: the row's pixels vectorized); else None."""
-    if getattr(target, "kind", None) != "llvm" or not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("NNVM_X86_TEMPLATES"):
         return None
     if len(group.outputs) != 1 or not any(n.op == "channel_shuffle_nchwc" for n in group.nodes):
         return None
