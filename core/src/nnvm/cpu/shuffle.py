@@ -125,7 +125,7 @@ CHANNEL_SHUFFLE_NCHWC = OpDef(
            "out_block": Attr(int, doc="the output's channel block (1: NCHW; a partial last block is zeros)")},
     evaluate=checked_evaluate(_shuffle_infer, _shuffle_eval),
     doc="channel shuffle (reshape N,g,C/g,H,W -> transpose 0,2,1,3,4 -> reshape N,C,H,W) between "
-        "channel-blocked layouts, made by the x86 pass fuse_channel_shuffle")
+        "channel-blocked layouts, made by the CPU layer's pass fuse_channel_shuffle")
 
 
 # -- the graph pass --------------------------------------------------------------------------------
