@@ -6,6 +6,8 @@
 - ``schedule_injective``: the rows-apart schedule of groups that only move data;
 - ``layout``: the layout pass's answers (conv2d in ``NCHW[x]c`` or Winograd, dense over a packed weight)
   and the ops it makes;
+- ``shuffle``: channel shuffles in ``NCHW[x]c`` (an op, the pass that makes it, its schedule);
+- ``schedule_pool``: average pools a row at a time;
 - ``switches``: the ``NNVM_X86_*`` A/B switches.
 
 ``plugin`` registers them for the key ``cpu``. A backend is asked, never guessed at: its
@@ -13,3 +15,15 @@
 ``blocked_layout`` (whether the layout pass runs). The template names keep their ``x86.`` prefix: they
 are keys in the tuning logs the x86 plugin ships. Nothing here imports a plugin.
 """
+
+
+def serves(target) -> bool:
+    """Whether the CPU layer serves ``target``: the key ``cpu`` and an installed backend that answers
+    ``vector_lanes`` (one that does not, or no backend at all, leaves every group to the generic
+    schedule). Here, not in ``plugin``, so the passes of this layer can ask it without an import cycle."""
+    if "cpu" not in getattr(target, "keys", ()):
+        return False
+    from nnvm.plugins import backends
+
+    found = backends().get(target.kind)
+    return found is not None and found[1].vector_lanes(target) is not None

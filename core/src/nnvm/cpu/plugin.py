@@ -1,25 +1,14 @@
 """Registers the CPU layer for the target key ``cpu`` through the same hooks any plugin uses.
 
 It serves a target when the target has the key ``cpu`` and its backend answers ``Backend.vector_lanes``
-(x86: 16/8/4 from its features; Arm: 4); the blocked layout pass (and the channel-shuffle pass that
-follows it) runs where the backend's
-``blocked_layout`` says yes (x86). ``trylast``: a backend plugin's own answer for its target kind wins,
+(x86: 16/8/4 from its features; Arm: 4) (``nnvm.cpu.serves``); the blocked layout pass, and the
+channel-shuffle pass that follows it, run where the backend's ``blocked_layout`` says yes (x86).
+``trylast``: a backend plugin's own answer for its target kind wins,
 as for the GPU layer (``nnvm.gpu.plugin``).
 """
 
+from nnvm.cpu import serves
 from nnvm.hookspecs import hookimpl
-
-
-def serves(target) -> bool:
-    """Whether the CPU layer serves ``target``: the key ``cpu`` and an installed backend that answers
-    ``vector_lanes`` (one that does not, or no backend at all, leaves every group to the generic
-    schedule)."""
-    if "cpu" not in getattr(target, "keys", ()):
-        return False
-    from nnvm.plugins import backends
-
-    found = backends().get(target.kind)
-    return found is not None and found[1].vector_lanes(target) is not None
 
 
 @hookimpl

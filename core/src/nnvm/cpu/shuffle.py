@@ -160,7 +160,7 @@ def fuse_channel_shuffle(graph, ctx=None):
     """Each channel shuffle chain, with the layout transforms around it, as one ``channel_shuffle_nchwc``
     (on CPU targets whose backend wants the blocked layout, after ``alter_op_layout``;
     ``NNVM_X86_SHUFFLE=0`` keeps the chains)."""
-    from nnvm.cpu.plugin import serves
+    from nnvm.cpu import serves
     from nnvm.passes.builtin import eliminate_dead_code, infer_types
 
     target = getattr(ctx, "target", None)
