@@ -230,7 +230,7 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     if not depthwise and groups != 1:
         window, per_group = wi_outer * wi, channels // groups
         need = max(group_window(co, oc, out_channels, groups, channels)[1] for co in range(o_outer))
-        if wi != ic or per_group % ic or window % ic or not need <= window <= channels:
+        if ic % wi or per_group % wi or window % wi or not need <= window <= channels:
             raise Error(f"conv2d_nchwc: the grouped weight {weight.shape} reads windows of {window} input "
                         f"channels in blocks of {wi}; the data {data.shape} has {channels} in blocks of {ic} "
                         f"and the {groups} groups of {oc}-channel output blocks need windows of {need}")
@@ -286,6 +286,41 @@ def _pad_spatial(data: te.Tensor, top: int, left: int, bottom: int, right: int):
     return te.compute(tuple(shape), body, name="pad", tag="injective")
 
 
+def _conv_nchwc_workload(data, weight, attrs, ic: int, oc: int, depthwise: bool) -> dict:
+    """The ``workload`` attributes of a conv2d_nchwc reduction stage (the schedules' and tuning's key)."""
+    return {
+        "data_shape": shape_of(data), "kernel_shape": shape_of(weight), "strides": tuple(attrs["strides"]),
+        "padding": tuple(attrs["padding"]), "dilation": tuple(attrs["dilation"]), "groups": attrs["groups"],
+        "out_channels": attrs.get("out_channels", 0),
+        "dtype": data.dtype, "layout": f"NCHW{ic}c" if len(shape_of(data)) == 5 else "NCHW",
+        "out_layout": f"NCHW{oc}c", "depthwise": depthwise,
+    }
+
+
+def _conv_nchwc_subblock(padded, weight, attrs, shape, ic: int, oc: int, axes, data):
+    """A grouped conv2d_nchwc whose weight blocks (``wi`` input channels) are narrower than the data's
+    blocks (``ic``): ShuffleNet's 68 channels per group in a 272-channel ``NCHW16c`` tensor. Input
+    channel ``c`` of the window is read where the blocked tensor keeps it (block ``c // ic``, lane
+    ``c % ic``), so the tensor needs no transform back to NCHW; each one is a broadcast scalar either way."""
+    ry, rx = axes
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    _, ci_outer, _, _, wi, _ = shape_of(weight)
+    rco = te.reduce_axis((0, ci_outer), name="rco")
+    rci = te.reduce_axis((0, wi), name="rci")
+    groups, channels = attrs["groups"], shape_of(data)[1] * ic
+    out_channels = attrs.get("out_channels") or shape[1] * oc
+
+    def body(n, co, y, x, ci):
+        yy, xx = y * sh + ry * dh, x * sw + rx * dw
+        c = window_start(co, oc, out_channels, groups, channels, ci_outer * wi) + rco.var * wi + rci.var
+        return te.sum(padded[n, c // ic, yy, xx, c % ic] * weight[co, rco, ry, rx, rci, ci],
+                      axis=[rco, ry, rx, rci])
+
+    workload = _conv_nchwc_workload(data, weight, attrs, ic, oc, False)
+    return te.compute(shape, body, name="conv2d_nchwc", tag="conv2d_nchwc",
+                      attrs={"workload": workload, **workload})
+
+
 def _conv_nchwc_compute(inputs, attrs, out_types):
     data, weight = inputs
     dtype_in = TensorType(shape_of(data), data.dtype)
@@ -302,6 +337,8 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
             yy, xx = y * sh + ry * dh, x * sw + rx * dw
             pix = padded[n, co, yy, xx, ci] if rank5 else padded[n, co, yy, xx]
             return te.sum(pix * weight[co, 0, ry, rx, 0, ci], axis=[ry, rx])
+    elif shape_of(weight)[4] < ic:  # grouped, reading sub-blocks out of the data's blocks
+        return [_conv_nchwc_subblock(padded, weight, attrs, shape, ic, oc, (ry, rx), data)]
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
         rci = te.reduce_axis((0, ic), name="rci")
