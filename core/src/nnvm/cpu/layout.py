@@ -174,6 +174,7 @@ GROUPED_WEIGHT_PACK = OpDef(
 
 def alter_conv2d(target, node, in_types) -> AlteredNode | None:
     """conv2d (plain, depthwise or grouped, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
+    from nnvm.cpu.grouped import plan_cost, split_plan
     from nnvm.cpu.schedules import vector_lanes
     from nnvm.ops.registry import get_op
 
@@ -208,6 +209,13 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
         blocks = grouped_blocks(channels, out_channels, groups, lanes)
         plan = straddling_plan(channels, out_channels, groups, lanes, blocks and blocks[1])
         sub = subblock_read(channels, groups, lanes)
+        split = split_plan(attrs, weight.shape, channels, lanes,
+                           plan_cost(channels, out_channels, groups, blocks, plan))
+        if split is not None:
+            data_layout = f"NCHW{sub[0]}c" if sub else "NCHW"
+            return AlteredNode("conv2d_nchwc", {**new_attrs, "out_channels": out_channels, "split": 1},
+                               inputs=(("NCHW", data_layout), None), outputs=(("NCHW", f"NCHW{lanes}c"),),
+                               prepare=(None, ("split_weight_pack", split)), constant_inputs=(1,))
         if plan is not None:
             ic, oc, window = plan
             data_layout = f"NCHW{ic}c" if ic > 1 else f"NCHW{sub[0]}c" if sub else "NCHW"
