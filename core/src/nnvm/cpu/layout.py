@@ -11,7 +11,9 @@ Convolutions whose input has few channels (the 3-channel stem) read plain ``NCHW
 one is the same memory, and no transform kernel is needed at the model input.
 
 3x3 stride-1 convolutions may run as Winograd F(2x2, 3x3) instead (``winograd.py`` decides). Grouped
-convolutions (ShuffleNet, ResNeXt, RegNet) are blocked within each group (``grouped_blocks``).
+convolutions (ShuffleNet, ResNeXt, RegNet) are blocked within each group (``grouped_blocks``); where no
+block divides the channels per group they read sub-blocks of the blocked input (``subblock_read``), and
+1x1 ones may run split (``grouped.py``).
 
 ``NNVM_X86_LAYOUT=0`` keeps every operator in NCHW (an A/B switch for benchmarks).
 """
