@@ -133,3 +133,31 @@ def test_split_conv_evaluation_matches_a_grouped_reference():
                            for g in range(4)], axis=1)
     want = np.pad(want, [(0, 0), (0, 8), (0, 0), (0, 0)])
     np.testing.assert_allclose(got, from_primal(want, "NCHW", "NCHW16c"), rtol=1e-5, atol=1e-5)
+
+
+def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config):
+    """The conv2d_nchwc template on a split grouped conv (136 -> 136 in 4 groups of 34, padded last
+    block, data NCHW8c): every config of its space, batch 3, against onnxruntime."""
+    from nnvm.compiler import optimized_graph, schedule_template
+    from nnvm.ops.layout import from_primal
+    from nnvm.target import parse_target
+
+    rng = np.random.default_rng(9)
+    w = numpy_helper.from_array((rng.standard_normal((136, 34, 1, 1)) * 0.2).astype(np.float32), "w")
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 136, 3, 3])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=4)
+    graph = helper.make_graph([conv], "g", [x_info], [y_info], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = rng.standard_normal((3, 136, 3, 3)).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    g, *_ = optimized_graph(model, "llvm")
+    group = group_of(g, "conv2d_nchwc")
+    template = schedule_template(parse_target("llvm"), group)
+    assert template.name == "x86.conv2d_nchwc.direct" and len(list(template.configs())) >= 24
+    assert any(n.op == "conv2d_nchwc" and n.attrs.get("split") for n in g.nodes)
+    (_, data), = [(v, t) for v, t in group.inputs if v not in g.params]
+    block = int(data.shape[-1].value)
+    want = from_primal(np.pad(want, [(0, 0), (0, 8), (0, 0), (0, 0)]), "NCHW", "NCHW16c")
+    xb = np.ascontiguousarray(from_primal(x, "NCHW", f"NCHW{block}c"))
+    every_config(template, group, g.params, xb, np.ascontiguousarray(want), "split conv")
