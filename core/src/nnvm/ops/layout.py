@@ -17,6 +17,11 @@ where its first group starts. When ``o`` divides the output channels per group t
 group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
 theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in ``nnvm.cpu.layout``
 packs those), and ``out_channels`` names the real output count when the last block is part padding.
+The weight block ``i`` may be narrower than the data's (channel ``c`` read at block ``c // b``, lane
+``c % b``: 68 channels per group in ``NCHW16c``). With ``split=1`` (1x1 only) each output block reads just
+its first group, and the weight has one more block per group boundary for the next group's share of
+the block straddling it (a second stage, ``conv2d_nchwc_extra``; ``split_weight_pack`` in
+``nnvm.cpu.grouped`` packs it).
 Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
 blocked data (the block rides along like the batch), so a pool between two convolutions needs no
