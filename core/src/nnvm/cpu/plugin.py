@@ -14,8 +14,9 @@ from nnvm.hookspecs import hookimpl
 @hookimpl
 def nnvm_register_ops(register):
     """``dense_packed`` (dense over a weight packed for streaming; ``batched_weight_pack`` packs a batched
-    matmul's right side for it) and ``grouped_weight_pack`` (grouped convolution weights for blocks that
-    straddle groups), made by the layout pass (``layout.py``)."""
+    matmul's right side for it), ``grouped_weight_pack`` (grouped convolution weights for blocks that
+    straddle groups) and ``split_weight_pack`` (``grouped.py``), made by the layout pass (``layout.py``)."""
+    from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
     from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
     from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
     from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC
@@ -23,6 +24,7 @@ def nnvm_register_ops(register):
     register(DENSE_PACKED)
     register(BATCHED_WEIGHT_PACK)
     register(GROUPED_WEIGHT_PACK)
+    register(SPLIT_WEIGHT_PACK)
     register(CHANNEL_SHUFFLE_NCHWC)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -65,7 +66,7 @@ def nchwc_stage(group):
     if out.dtype != "float32" or len(out.shape) != 5:
         return None
     sch = te.create_schedule([out.op])
-    conv = sole_anchor(sch, "conv2d_nchwc")
+    conv = sole_anchor(sch, "conv2d_nchwc") or split_anchor(sch)
     return None if conv is None else (sch, conv, guarded_inputs_of_reductions(sch))
 
 
@@ -121,7 +122,8 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
 def build_conv2d_nchwc(group, config: dict):
     """The schedule of ``x86.conv2d_nchwc.direct`` for one config (see the module docstring)."""
     sch, conv, padded = nchwc_stage(group)
-    inline_epilogue(sch, {conv.op, *padded})
+    extra = extra_stage(sch)  # a split grouped convolution's boundary blocks (grouped.py)
+    inline_epilogue(sch, {conv.op, *padded, *([extra.op] if extra is not None else [])})
     out = group.outputs[0]
     n, oco, oh, ow, oci = conv.op.axis
     reduce = list(conv.op.reduce_axis)
@@ -181,4 +183,6 @@ def build_conv2d_nchwc(group, config: dict):
             stage.vectorize(stage.op.axis[-1])
         else:
             schedule_loop_nest(stage)
+    if extra is not None:
+        schedule_extra(extra, ow_block)
     return sch

@@ -24,6 +24,7 @@ SWITCHES = {
     "NNVM_X86_WINOGRAD_TILE": (("2", "4"), "2"),
     "NNVM_X86_PAD_AT": (("row", "root"), None),
     "NNVM_X86_SHUFFLE": (("0", "1"), "1"),
+    "NNVM_X86_GROUPED": (("0", "1"), "1"),
 }
 
 

@@ -17,6 +17,11 @@ where its first group starts. When ``o`` divides the output channels per group t
 group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
 theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in ``nnvm.cpu.layout``
 packs those), and ``out_channels`` names the real output count when the last block is part padding.
+The weight block ``i`` may be narrower than the data's (channel ``c`` read at block ``c // b``, lane
+``c % b``: 68 channels per group in ``NCHW16c``). With ``split=1`` (1x1 only) each output block reads just
+its first group, and the weight has one more block per group boundary for the next group's share of
+the block straddling it (a second stage, ``conv2d_nchwc_extra``; ``split_weight_pack`` in
+``nnvm.cpu.grouped`` packs it).
 Its reduction stage is tagged ``conv2d_nchwc`` with the workload in its ``attrs``, so a
 target's schedule recognizes it; the padding stage is tagged ``injective``. ``max_pool2d_nchwc`` pools
 blocked data (the block rides along like the batch), so a pool between two convolutions needs no
@@ -218,6 +223,8 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     o_outer, wi_outer, kh, kw, wi, oc = weight.shape
     channels = c_outer * ic
     groups = attrs["groups"]
+    if attrs.get("split"):
+        return _split_geometry(data, weight, attrs, (n, c_outer, h, w, ic))
     out_channels = attrs.get("out_channels") or o_outer * oc
     depthwise = (groups != 1 and groups == channels and wi_outer == 1 and wi == 1 and oc == ic
                  and o_outer == c_outer and out_channels == o_outer * oc)
@@ -230,7 +237,7 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     if not depthwise and groups != 1:
         window, per_group = wi_outer * wi, channels // groups
         need = max(group_window(co, oc, out_channels, groups, channels)[1] for co in range(o_outer))
-        if wi != ic or per_group % ic or window % ic or not need <= window <= channels:
+        if ic % wi or per_group % wi or window % wi or not need <= window <= channels:
             raise Error(f"conv2d_nchwc: the grouped weight {weight.shape} reads windows of {window} input "
                         f"channels in blocks of {wi}; the data {data.shape} has {channels} in blocks of {ic} "
                         f"and the {groups} groups of {oc}-channel output blocks need windows of {need}")
@@ -286,6 +293,131 @@ def _pad_spatial(data: te.Tensor, top: int, left: int, bottom: int, right: int):
     return te.compute(tuple(shape), body, name="pad", tag="injective")
 
 
+def _conv_nchwc_workload(data, weight, attrs, ic: int, oc: int, depthwise: bool) -> dict:
+    """The ``workload`` attributes of a conv2d_nchwc reduction stage (the schedules' and tuning's key)."""
+    return {
+        "data_shape": shape_of(data), "kernel_shape": shape_of(weight), "strides": tuple(attrs["strides"]),
+        "padding": tuple(attrs["padding"]), "dilation": tuple(attrs["dilation"]), "groups": attrs["groups"],
+        "out_channels": attrs.get("out_channels", 0),
+        "dtype": data.dtype, "layout": f"NCHW{ic}c" if len(shape_of(data)) == 5 else "NCHW",
+        "out_layout": f"NCHW{oc}c", "depthwise": depthwise,
+    }
+
+
+def _conv_nchwc_subblock(padded, weight, attrs, shape, ic: int, oc: int, axes, data):
+    """A grouped conv2d_nchwc whose weight blocks (``wi`` input channels) are narrower than the data's
+    blocks (``ic``): ShuffleNet's 68 channels per group in a 272-channel ``NCHW16c`` tensor. Input
+    channel ``c`` of the window is read where the blocked tensor keeps it (block ``c // ic``, lane
+    ``c % ic``), so the tensor needs no transform back to NCHW; each one is a broadcast scalar either way."""
+    ry, rx = axes
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    _, ci_outer, _, _, wi, _ = shape_of(weight)
+    rco = te.reduce_axis((0, ci_outer), name="rco")
+    rci = te.reduce_axis((0, wi), name="rci")
+    groups, channels = attrs["groups"], shape_of(data)[1] * ic
+    out_channels = attrs.get("out_channels") or shape[1] * oc
+
+    def body(n, co, y, x, ci):
+        yy, xx = y * sh + ry * dh, x * sw + rx * dw
+        c = window_start(co, oc, out_channels, groups, channels, ci_outer * wi) + rco.var * wi + rci.var
+        return te.sum(padded[n, c // ic, yy, xx, c % ic] * weight[co, rco, ry, rx, rci, ci],
+                      axis=[rco, ry, rx, rci])
+
+    workload = _conv_nchwc_workload(data, weight, attrs, ic, oc, False)
+    return te.compute(shape, body, name="conv2d_nchwc", tag="conv2d_nchwc",
+                      attrs={"workload": workload, **workload})
+
+
+def split_group_window(co, oc: int, out_channels: int, groups: int):
+    """(first group, whether it straddles into the next) of output block ``co`` (an int or an expression)
+    of a split grouped conv2d_nchwc."""
+    per_out = out_channels // groups
+    first = co * oc // per_out
+    if isinstance(co, int):
+        return first, (first + 1) * per_out < min(co * oc + oc, out_channels)
+    return first, (first + 1) * per_out < te.minimum(co * oc + oc, out_channels)
+
+
+def _split_geometry(data: TensorType, weight: TensorType, attrs: dict, dims):
+    """conv2d_nchwc's geometry in ``split`` mode: the weight holds the output blocks' own windows (their
+    first group's ``C / groups`` channels), then one block per group boundary for the next group."""
+    n, c_outer, h, w, ic = dims
+    segments, wi_outer, kh, kw, wi, oc = weight.shape
+    groups, channels = attrs["groups"], c_outer * ic
+    blocks = segments - (groups - 1)
+    out_channels = attrs.get("out_channels") or blocks * oc
+    per_group = channels // max(groups, 1)
+    if (groups < 2 or channels % groups or out_channels % groups or ic % wi or wi_outer * wi != per_group
+            or (kh, kw) != (1, 1) or any(attrs["padding"]) or out_channels // groups < oc
+            or not 0 <= blocks * oc - out_channels < oc):
+        raise Error(f"conv2d_nchwc: the split grouped weight {weight.shape} (output blocks, then one per "
+                    f"group boundary, of {per_group} input channels) does not fit {groups} groups of the "
+                    f"data {data.shape} (a 1x1 kernel, no padding, {oc} or more outputs per group)")
+    sh, sw = attrs["strides"]
+    return (n, blocks, (h - 1) // sh + 1, (w - 1) // sw + 1, oc), ic, oc, False
+
+
+def _conv_nchwc_split(data, weight, attrs, shape, ic: int, oc: int):
+    """A grouped 1x1 conv2d_nchwc in ``split`` mode. Output block ``co`` reads its first group's channels
+    only; the block straddling the boundary into group ``b + 1`` starts from a second stage
+    (``conv2d_nchwc_extra``, one block per boundary) that reads that group with weight block
+    ``blocks + b``. ShuffleNet's 68 channels per group in blocks of 16: 20 block windows of 68 where
+    straddling blocks read 17 windows of 136 (1.7x the multiply-adds)."""
+    sh, sw = attrs["strides"]
+    segments, ci_outer, _, _, wi, _ = shape_of(weight)
+    groups, channels, rank5 = attrs["groups"], shape_of(data)[1] * ic, len(shape_of(data)) == 5
+    blocks = shape[1]
+    out_channels = attrs.get("out_channels") or blocks * oc
+    per_in = channels // groups
+
+    def pixel(n, c, y, x):
+        return data[n, c // ic, y * sh, x * sw, c % ic] if rank5 else data[n, c, y * sh, x * sw]
+
+    def reduce_axes():
+        return te.reduce_axis((0, ci_outer), name="rco"), te.reduce_axis((0, wi), name="rci")
+
+    rco, rci = reduce_axes()
+
+    def extra_body(n, b, y, x, ci):
+        c = (b + 1) * per_in + rco.var * wi + rci.var
+        return te.sum(pixel(n, c, y, x) * weight[blocks + b, rco, 0, 0, rci, ci], axis=[rco, rci])
+
+    extra_shape = (shape[0], groups - 1, *shape[2:])
+    extra = te.compute(extra_shape, extra_body, name="conv2d_nchwc_extra", tag="conv2d_nchwc_extra")
+    mco, mci = reduce_axes()
+
+    def body(n, co, y, x, ci):
+        first, straddles = split_group_window(co, oc, out_channels, groups)
+        c = first * per_in + mco.var * wi + mci.var
+        init = te.if_then_else(straddles, extra[n, te.minimum(first, groups - 2), y, x, ci],
+                               te.const(0, data.dtype))
+        return te.sum(pixel(n, c, y, x) * weight[co, mco, 0, 0, mci, ci], axis=[mco, mci], init=init)
+
+    workload = {**_conv_nchwc_workload(data, weight, attrs, ic, oc, False), "split": 1}
+    return te.compute(shape, body, name="conv2d_nchwc", tag="conv2d_nchwc",
+                      attrs={"workload": workload, **workload})
+
+
+def _split_eval(x, w, attrs, oc: int):
+    """numpy reference of the split mode (x: NCHW, w: OIHW of the segments, [blocks + groups - 1] x oc)."""
+    groups, channels = attrs["groups"], x.shape[1]
+    blocks = w.shape[0] // oc - (groups - 1)
+    out_channels = attrs.get("out_channels") or blocks * oc
+    per_in = channels // groups
+    sh, sw = attrs["strides"]
+    xs = x[:, :, ::sh, ::sw]
+
+    def seg(s, g):
+        return np.einsum("nchw,oc->nohw", xs[:, g * per_in:(g + 1) * per_in], w[s * oc:(s + 1) * oc, :, 0, 0])
+
+    out = []
+    for co in range(blocks):
+        first, straddles = split_group_window(co, oc, out_channels, groups)
+        y = seg(co, first)
+        out.append(y + seg(blocks + first, first + 1) if straddles else y)
+    return np.concatenate(out, axis=1).astype(x.dtype)
+
+
 def _conv_nchwc_compute(inputs, attrs, out_types):
     data, weight = inputs
     dtype_in = TensorType(shape_of(data), data.dtype)
@@ -302,6 +434,10 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
             yy, xx = y * sh + ry * dh, x * sw + rx * dw
             pix = padded[n, co, yy, xx, ci] if rank5 else padded[n, co, yy, xx]
             return te.sum(pix * weight[co, 0, ry, rx, 0, ci], axis=[ry, rx])
+    elif attrs.get("split"):
+        return [_conv_nchwc_split(data, weight, attrs, shape, ic, oc)]
+    elif shape_of(weight)[4] < ic:  # grouped, reading sub-blocks out of the data's blocks
+        return [_conv_nchwc_subblock(padded, weight, attrs, shape, ic, oc, (ry, rx), data)]
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
         rci = te.reduce_axis((0, ic), name="rci")
@@ -339,7 +475,9 @@ def _conv_nchwc_eval(xs, attrs):
     groups, channels = attrs["groups"], x.shape[1]
     depthwise = _conv_nchwc_geometry(TensorType(data.shape, "float32"), TensorType(weight.shape, "float32"),
                                      attrs)[3]
-    if groups == 1 or depthwise:
+    if attrs.get("split"):
+        y = _split_eval(x, w, attrs, oc)
+    elif groups == 1 or depthwise:
         (y,) = _conv2d_eval([x, w], attrs)
     else:  # grouped: each output block convolves its window of input channels with its weights
         out_channels, window = attrs.get("out_channels") or w.shape[0], w.shape[1]
@@ -587,7 +725,10 @@ def ops() -> list[OpDef]:
                      "dilation": Attr(tuple, (1, 1)),
                      "groups": Attr(int, 1, "1, grouped, or the channels: depthwise"),
                      "out_channels": Attr(int, 0, "grouped: the output channels when the last block is "
-                                                  "part padding; 0: every channel of the blocks")},
+                                                  "part padding; 0: every channel of the blocks"),
+                     "split": Attr(int, 0, "grouped 1x1: 1 when every output block reads its first group "
+                                           "and one more weight block per group boundary adds the next "
+                                           "group to the block straddling it (split_group_window)")},
               num_inputs=(2, 2), evaluate=checked_evaluate(_conv_nchwc_infer, _conv_nchwc_eval),
               doc="2-D convolution over NCHW[x]c (or NCHW) data and OIHW[i]i[o]o weights, NCHW[o]c out"),
         OpDef("max_pool2d_nchwc", _pool_nchwc_infer, _pool_nchwc_compute, OpPattern.OUT_ELEMWISE_FUSABLE,

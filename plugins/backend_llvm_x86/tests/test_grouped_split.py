@@ -1,0 +1,163 @@
+"""Grouped convolutions between blocked ones (ShuffleNet's shape): channels per group that are and are
+not whole vector blocks, groups 2/3/4/8, batch 1 and 3, 1x1 and 3x3, every one against onnxruntime.
+
+Where no block divides the channels per group, the convolution reads sub-blocks of its blocked input
+(no transform back to NCHW in front of it) and a 1x1 one runs split (``nnvm.cpu.grouped``): each output
+block reads its first group, one more weight block per group boundary adds the next group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nnvm
+from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK, split_cost
+from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
+
+
+def _sandwich(batch: int, channels: int, mid: int, out: int, groups: int, kernel: int, hw: int):
+    """x -> Conv 3x3 (channels -> mid, blocked) -> Relu -> grouped Conv (kernel, groups) + bias -> Relu
+    -> Conv 1x1 (-> out, blocked): the grouped conv both reads and feeds a blocked tensor."""
+    rng = np.random.default_rng(channels * 100 + groups)
+    shapes = {"w0": (mid, channels, 3, 3), "w1": (mid, mid // groups, kernel, kernel), "w2": (out, mid, 1, 1)}
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32), n)
+             for n, s in shapes.items()]
+    inits.append(numpy_helper.from_array(rng.standard_normal(mid).astype(np.float32), "b1"))
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], pads=[1] * 4),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], group=groups, pads=[kernel // 2] * 4),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["y"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, hw, hw])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "sandwich", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _grouped_node(mod):
+    (node,) = [n for n in mod.graph.nodes if n.op == "conv2d_nchwc" and n.attrs.get("groups", 1) > 1]
+    return node
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("mid, groups, kernel, split", [
+    (272, 4, 1, True),     # ShuffleNet: 68 per group, 4 blocks and a quarter
+    (136, 4, 1, True),     # 34 per group: every boundary inside a block; 136 in NCHW8c, read by 16c
+    (96, 3, 1, False),     # 32 per group: whole blocks of 16, aligned
+    (64, 2, 1, False),     # 32 per group: aligned blocks of 16 need no split
+    (48, 3, 1, False),     # 16 per group: aligned
+    (144, 8, 1, True),     # 18 per group: 16 windows of 18 where straddling reads 9 of 36
+    (60, 3, 1, True),      # 20 per group, 60 channels have no block: split over plain NCHW input
+    (240, 3, 1, False),    # 80 per group: aligned
+    (272, 4, 3, False),    # 3x3: straddling windows, read as sub-blocks of the NCHW16c input
+    (96, 3, 3, False),     # 3x3, 32 per group: aligned
+])
+def test_grouped_between_blocked_convs_matches_onnxruntime(batch, mid, groups, kernel, split):
+    model = _sandwich(batch, 16, mid, 32, groups, kernel, 9)
+    x = np.random.default_rng(batch).standard_normal((batch, 16, 9, 9)).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    mod = nnvm.compile(model, target="llvm", opt_level=3)
+    (got,) = mod.run(x)
+    assert got.shape == want.shape
+    err = relative_error(got, want)
+    assert err < 1e-4, f"max relative error {err:.2e} against onnxruntime"
+    node = _grouped_node(mod)
+    if mid % groups == 0 and (mid // groups) % 16 == 0 and mid // groups >= 16:
+        return  # aligned: the plan of test_grouped_conv.py
+    assert bool(node.attrs.get("split")) == split, node.attrs
+    data = mod.graph.type_of(node.inputs[0]).shape
+    assert len(data) == (5 if mid % 8 == 0 else 4), f"the grouped conv reads {data}"
+
+
+def test_no_transform_to_nchw_in_front_of_a_grouped_conv():
+    """ShuffleNet's 68 channels per group: the blocked output of one conv is read as it is."""
+    mod = nnvm.compile(_sandwich(1, 16, 272, 32, 4, 1, 7), target="llvm", opt_level=3)
+    to_nchw = [n for n in mod.graph.nodes
+               if n.op == "layout_transform" and n.attrs.get("dst_layout") == "NCHW"]
+    assert len(to_nchw) == 1, to_nchw  # the model's output only
+
+
+def test_split_is_off_with_the_switch(monkeypatch):
+    monkeypatch.setenv("NNVM_X86_GROUPED", "0")
+    mod = nnvm.compile(_sandwich(1, 16, 272, 32, 4, 1, 7), target="llvm", opt_level=3)
+    node = _grouped_node(mod)
+    assert not node.attrs.get("split") and len(mod.graph.type_of(node.inputs[0]).shape) == 4
+
+
+def test_split_cost():
+    assert split_cost(272, 4, 68, 16) == (17 + 3) * 68   # straddling: 17 windows of 136
+    assert split_cost(136, 4, 34, 16) == (9 + 3) * 34
+    assert split_cost(60, 3, 80, 16) == (4 + 2) * 80      # 20 per group: a block touches at most 2
+    assert split_cost(48, 4, 12, 16) is None              # 12 per group: a block may touch 3 groups
+
+
+def test_split_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
+    """``split_weight_pack`` is folded at compile time (its numpy evaluation, checked end to end above);
+    its loop program must compute the same: first groups, boundary blocks, an aligned boundary's zeros."""
+    from nnvm import te
+    from nnvm.graph.ir import TensorType
+
+    attrs = {"groups": 3, "out_block": 16}
+    w = np.random.default_rng(4).standard_normal((120, 7, 1, 1)).astype(np.float32)  # 40 per group
+    (want,) = SPLIT_WEIGHT_PACK.evaluate([w], attrs)
+    assert want.shape == (8 + 2, 7, 1, 1, 1, 16)
+    np.testing.assert_array_equal(want[2, :, 0, 0, 0, :8], w[32:40, :, 0, 0].T)  # block 2: group 0 lanes
+    assert not want[2, :, :, :, :, 8:].any()
+    np.testing.assert_array_equal(want[8, :, 0, 0, 0, 8:], w[40:48, :, 0, 0].T)  # boundary 40: group 1
+    assert not want[9].any()                                                      # boundary 80: aligned
+    assert not want[7, :, :, :, :, 8:].any()                                      # 120 of 128: padding
+    placeholder = te.placeholder(w.shape, "float32", "w")
+    out_types = SPLIT_WEIGHT_PACK.infer_type([TensorType(w.shape, "float32")], attrs)
+    (packed,) = SPLIT_WEIGHT_PACK.compute([placeholder], attrs, out_types)
+    fn = build_all([("pack", te.create_schedule([packed.op]), [placeholder, packed])])["pack"]
+    got = np.full(want.shape, np.nan, np.float32)
+    fn(w, got)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_split_conv_evaluation_matches_a_grouped_reference():
+    """conv2d_nchwc's numpy evaluation in split mode (constant folding) against a plain grouped conv."""
+    from nnvm.ops.layout import from_primal
+    from nnvm.ops.registry import get_op
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 136, 3, 4)).astype(np.float32)
+    w = rng.standard_normal((136, 34, 1, 1)).astype(np.float32)
+    (packed,) = SPLIT_WEIGHT_PACK.evaluate([w], {"groups": 4, "out_block": 16})
+    attrs = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 4,
+             "out_channels": 136, "split": 1}
+    (got,) = get_op("conv2d_nchwc").evaluate([from_primal(x, "NCHW", "NCHW8c"), packed], attrs)
+    per = slice(0, 34)
+    want = np.concatenate([np.einsum("nchw,oc->nohw", x[:, g * 34:][:, per], w[g * 34:][per, :, 0, 0])
+                           for g in range(4)], axis=1)
+    want = np.pad(want, [(0, 0), (0, 8), (0, 0), (0, 0)])
+    np.testing.assert_allclose(got, from_primal(want, "NCHW", "NCHW16c"), rtol=1e-5, atol=1e-5)
+
+
+def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config):
+    """The conv2d_nchwc template on a split grouped conv (136 -> 136 in 4 groups of 34, padded last
+    block, data NCHW8c): every config of its space, batch 3, against onnxruntime."""
+    from nnvm.compiler import optimized_graph, schedule_template
+    from nnvm.ops.layout import from_primal
+    from nnvm.target import parse_target
+
+    rng = np.random.default_rng(9)
+    w = numpy_helper.from_array((rng.standard_normal((136, 34, 1, 1)) * 0.2).astype(np.float32), "w")
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 136, 3, 3])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], group=4)
+    graph = helper.make_graph([conv], "g", [x_info], [y_info], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    x = rng.standard_normal((3, 136, 3, 3)).astype(np.float32)
+    (want,) = run_onnxruntime(model, {"x": x})
+    g, *_ = optimized_graph(model, "llvm")
+    group = group_of(g, "conv2d_nchwc")
+    template = schedule_template(parse_target("llvm"), group)
+    assert template.name == "x86.conv2d_nchwc.direct" and len(list(template.configs())) >= 24
+    assert any(n.op == "conv2d_nchwc" and n.attrs.get("split") for n in g.nodes)
+    (_, data), = [(v, t) for v, t in group.inputs if v not in g.params]
+    block = int(data.shape[-1].value)
+    want = from_primal(np.pad(want, [(0, 0), (0, 8), (0, 0), (0, 0)]), "NCHW", "NCHW16c")
+    xb = np.ascontiguousarray(from_primal(x, "NCHW", f"NCHW{block}c"))
+    every_config(template, group, g.params, xb, np.ascontiguousarray(want), "split conv")
