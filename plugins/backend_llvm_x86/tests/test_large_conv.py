@@ -1,8 +1,13 @@
-"""Large-image convolutions on x86 (VGG-19, DenseNet-121, GoogLeNet; issue 19).
+"""Large-image convolutions and channel concatenations on x86 (VGG-19, DenseNet-121, GoogLeNet; issue 19).
 
 Winograd on large images runs its four stages per block of tile rows (knob ``row_tiles``): compared with
 onnxruntime at batch 1 and 3 on odd planes (a partial last tile), every ``row_tiles`` value, and the
 lowered program's transformed input holding one block of rows rather than a whole image.
+
+Channel concatenations of blocked tensors stay blocked (``layout.alter_concat``) and run unrolled over
+their channel blocks (``schedule_concat.py``): compared with onnxruntime with DenseNet's batch norm and
+ReLU and GoogLeNet's max pool after them, at batch 1 and 3, on odd planes, with the unrolled schedule
+and the one past its budget; no layout transform is left around them.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.compiler import optimized_graph, schedule_template
+from nnvm.compiler import optimized_graph, schedule_group, schedule_template
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
+from nnvm_backend_llvm_x86 import schedule_concat
 from nnvm_backend_llvm_x86.winograd import ROW_BLOCK_ABOVE
 
 
@@ -34,8 +40,16 @@ def _model(path, batch, channels, hw, convs, concat=False):
         nodes += [helper.make_node("Conv", ["x", f"w{k}", f"b{k}"], [f"c{k}"], pads=[kernel // 2] * 4),
                   helper.make_node("Relu", [f"c{k}"], [f"r{k}"])]
         outs.append(f"r{k}")
-    if concat:
-        nodes.append(helper.make_node("Concat", outs, ["y"], axis=1))
+    if concat:  # DenseNet's batch norm and ReLU, then GoogLeNet's 3x3/1 max pool
+        total = sum(oc for oc, _ in convs)
+        scale = rng.uniform(0.5, 1.5, (1, total, 1, 1)).astype(np.float32)
+        shift = rng.standard_normal((1, total, 1, 1)).astype(np.float32)
+        inits += [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(shift, "shift")]
+        nodes += [helper.make_node("Concat", outs, ["cat"], axis=1),
+                  helper.make_node("Mul", ["cat", "scale"], ["bn0"]),
+                  helper.make_node("Add", ["bn0", "shift"], ["bn"]),
+                  helper.make_node("Relu", ["bn"], ["act"]),
+                  helper.make_node("MaxPool", ["act"], ["y"], kernel_shape=[3, 3], pads=[1] * 4)]
         outs = ["y"]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, channels, hw, hw])
     ys = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs]
@@ -112,3 +126,47 @@ def test_row_blocks_keep_transforms_in_l2(tmp_path, monkeypatch, group_of):
     _, _, template = _winograd_template(small, group_of)
     assert "row_tiles" not in template.space
     assert 16 * 128 * 28 * 28 * 4 < ROW_BLOCK_ABOVE
+
+
+CONCAT_BRANCHES = [(16, 1), (32, 3), (16, 5), (48, 1)]  # GoogLeNet-like branches, blocks of 16 each
+
+
+@pytest.mark.parametrize("budget", [schedule_concat.UNROLL_BUDGET, 0], ids=["unrolled", "chain"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_blocked_concat_matches_onnxruntime(tmp_path, monkeypatch, batch, budget):
+    """Four convolution branches on 13 x 13, concatenated, batch norm, ReLU, 3x3/1 max pool: all of it
+    in ``NCHW16c`` (only the model's input and output are transformed) and right, with the channel
+    blocks unrolled and with the chain of ``if_then_else`` kept (past the budget)."""
+    monkeypatch.setattr(schedule_concat, "UNROLL_BUDGET", budget)
+    path = _model(str(tmp_path / "cat.onnx"), batch, 16, 13, CONCAT_BRANCHES, concat=True)
+    graph, *_ = optimized_graph(path, "llvm")
+    ops = [n.op for n in graph.nodes]
+    assert "concatenate" in ops and "max_pool2d_nchwc" in ops, ops
+    assert ops.count("layout_transform") == 2, ops  # the model's input and output only
+    x = np.random.default_rng(batch).standard_normal((batch, 16, 13, 13)).astype(np.float32)
+    _check(path, x, f"blocked concat at batch {batch}, budget {budget}")
+
+
+def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of):
+    """The lowered concatenation: no ``if_then_else`` left (each unrolled block reads its one input),
+    the row loops carry the pragma that keeps LLVM from unrolling them, and an input whose channels take
+    another block (24: blocks of 8, against 16) keeps the concatenation in NCHW, right."""
+    path = _model(str(tmp_path / "cat.onnx"), 1, 16, 13, CONCAT_BRANCHES, concat=True)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    group = group_of(graph, "concatenate")
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    func = lower_schedule(schedule_group(tgt, group), args, "k")
+    text = str(func)
+    assert "if_then_else" not in text and "# parallel" in text, text[:2000]
+    from nnvm.tir import stmt as S
+    from nnvm.tir.visit import walk
+
+    rolled = []
+    walk(func.body, lambda s: rolled.append(s) if isinstance(s, S.For) and ("unroll", False) in s.annotations
+         else None)
+    assert len(rolled) == sum(oc for oc, _ in CONCAT_BRANCHES) // 16, text[:2000]
+    mixed = _model(str(tmp_path / "mixed.onnx"), 3, 16, 11, [(24, 1), (16, 3)], concat=True)
+    graph, *_ = optimized_graph(mixed, "llvm")
+    assert "max_pool2d" in [n.op for n in graph.nodes]
+    x = np.random.default_rng(11).standard_normal((3, 16, 11, 11)).astype(np.float32)
+    _check(mixed, x, "concat of 24 + 16 channels (NCHW)")

@@ -215,10 +215,12 @@ def nnvm_schedule_template(target, group):
 @nnvm.hookimpl
 def nnvm_schedule_group(target, group):
     """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
-    (``schedule_injective.py``); None lets the generic schedule serve every other untemplated group."""
+    (``schedule_injective.py``), channel concatenations per channel block (``schedule_concat.py``);
+    None lets the generic schedule serve every other untemplated group."""
+    from nnvm_backend_llvm_x86.schedule_concat import schedule_channel_concat
     from nnvm_backend_llvm_x86.schedule_injective import schedule_index_remap
 
-    return schedule_index_remap(target, group)
+    return schedule_channel_concat(target, group) or schedule_index_remap(target, group)
 
 
 @nnvm.hookimpl
