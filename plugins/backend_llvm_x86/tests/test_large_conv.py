@@ -113,7 +113,8 @@ def test_every_row_block_at_batch_3(tmp_path, monkeypatch, group_of, build):
 
 def test_row_blocks_keep_transforms_in_l2(tmp_path, monkeypatch, group_of):
     """The lowered program allocates V and M for one block of tile rows (3 of 33 here: 0.4 MB each),
-    not for the image (8.9 MB together), and small layers keep the old space (the shipped tuning logs
+    not for the image (8.9 MB together); the padded input is one copy at root at batch 1 and none at
+    batch 3 (it would be the whole batch's); small layers keep the old space (the shipped tuning logs
     name no ``row_tiles``)."""
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
     path = _model(str(tmp_path / "conv.onnx"), 1, 64, 65, [(64, 3)])
@@ -122,6 +123,12 @@ def test_row_blocks_keep_transforms_in_l2(tmp_path, monkeypatch, group_of):
     text = str(lower_schedule(template.apply(template.fallback), args, "k"))
     allocs = [line.strip() for line in text.splitlines() if "winograd_" in line and "allocate(" in line]
     assert allocs and all("[4*4*1*4*3*33*16]" in a for a in allocs), "\n".join(allocs)
+    assert "pad = allocate(float32[1*4*68*68*16]" in text  # batch 1: one padded copy at root
+    path = _model(str(tmp_path / "conv3.onnx"), 3, 64, 65, [(64, 3)])
+    _, group, template = _winograd_template(path, group_of)
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    text = str(lower_schedule(template.apply(template.fallback), args, "k"))
+    assert "pad = allocate" not in text, text[:3000]  # batch 3: no copy of the batch, read through guards
     small = _model(str(tmp_path / "small.onnx"), 1, 64, 56, [(64, 3)])  # ResNet-18's 64 x 56 x 56
     _, _, template = _winograd_template(small, group_of)
     assert "row_tiles" not in template.space
