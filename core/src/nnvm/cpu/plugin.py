@@ -53,16 +53,18 @@ def nnvm_schedule_template(target, group):
 @hookimpl(trylast=True)
 def nnvm_schedule_group(target, group):
     """Groups that only move data (a channel shuffle, a layout transform) with their rows kept apart
-    (``schedule_injective.py``, ``shuffle.py``), average pools a row at a time (``schedule_pool.py``);
-    None lets the generic schedule serve every other untemplated group."""
+    (``schedule_injective.py``, ``shuffle.py``), average pools a row at a time (``schedule_pool.py``),
+    channel concatenations per channel block (``schedule_concat.py``); None lets the generic schedule
+    serve every other untemplated group."""
     if not serves(target):
         return None
+    from nnvm.cpu.schedule_concat import schedule_channel_concat
     from nnvm.cpu.schedule_injective import schedule_index_remap
     from nnvm.cpu.schedule_pool import schedule_pool_rows
     from nnvm.cpu.shuffle import schedule_channel_shuffle
 
     return (schedule_channel_shuffle(target, group) or schedule_pool_rows(target, group)
-            or schedule_index_remap(target, group))
+            or schedule_channel_concat(target, group) or schedule_index_remap(target, group))
 
 
 @hookimpl(trylast=True)

@@ -21,6 +21,11 @@ The loop program::
 At batch > 1 (knob ``per_image``, on in the fallback) the batch is the outer loop of the last three:
 ``for b: V, M of image b (parallel loops as above); parallel for o_outer.ty: out[b, ...]``, so V and M
 are one image's (as at batch 1) instead of 4x the whole batch's activations each.
+
+On large images (knob ``row_tiles``, where one image's V and M exceed ``ROW_BLOCK_ABOVE``: VGG-19's
+224/112/56-pixel layers, GoogLeNet's 56 x 56 x 192) the three stages run per block of tile rows of one
+image: ``for b, row block: V, M of the block (parallel loops as above); parallel for o_outer.ty: out``,
+so V and M stay in L2 instead of being written and read back through memory.
 """
 
 from __future__ import annotations
@@ -84,9 +89,32 @@ def _stages(group):
     return sch, by_tag
 
 
+ROW_BLOCK_ABOVE = 8 << 20  # bytes of one image's V and M over which the stages run per block of tile rows
+ROW_BLOCK_BYTES = 2 << 20  # V and M of one block of tile rows, at most
+
+
+def row_tiles(v, gemm) -> int:
+    """Tile rows per block for the ``row_tiles`` knob, or 0 for none: blocks when one image's V and M
+    exceed ``ROW_BLOCK_ABOVE`` (VGG's 224 x 224 x 64: 103 MB, 4.7x faster per block of 2 tile rows;
+    GoogLeNet's 56 x 56 x 64 -> 192: 13 MB), as many rows as keep a block's V and M within
+    ``ROW_BLOCK_BYTES`` (L2-sized). Smaller layers keep their space, so the shipped logs still apply
+    (ResNet-18's 56 x 56 x 64, 6.4 MB, measured 20% slower in blocks of 2, and each blocked kernel takes
+    0.5-1 s longer to lower)."""
+    sizes = [extent(ax) for ax in (*v.op.axis[:2], *v.op.axis[3:], *gemm.op.axis[3:5])]
+    if None in sizes:
+        return 0
+    e, nu, ci_o, ty, tx, ci, co_o, _ = sizes
+    co = co_o * extent(gemm.op.axis[6])
+    per_row = e * nu * (ci_o * ci + co) * tx * 4
+    if per_row * ty <= ROW_BLOCK_ABOVE:
+        return 0
+    return max([d for d in divisors(ty, ty) if d * per_row <= ROW_BLOCK_BYTES] or [1])
+
+
 def winograd_template(target, group) -> ScheduleTemplate | None:
-    """``x86.conv2d_winograd_nchwc``: knobs ``tw_block`` (tile columns per register tile) and, at batch
-    > 1, ``per_image`` (the batch 1 space is unchanged, so tuned batch-1 configs still apply)."""
+    """``x86.conv2d_winograd_nchwc``: knobs ``tw_block`` (tile columns per register tile), at batch
+    > 1 ``per_image``, and for large images ``row_tiles`` (``row_tiles``; the batch-1 space of other
+    layers is unchanged, so tuned batch-1 configs still apply)."""
     found = _stages(group)
     if found is None:
         return None
@@ -101,6 +129,10 @@ def winograd_template(target, group) -> ScheduleTemplate | None:
     if (extent(gemm.op.axis[2]) or 1) > 1:
         space["per_image"] = [True, False]
         config["per_image"] = True
+    rows = row_tiles(by_tag["winograd_input"][0], gemm)
+    if rows:
+        space["row_tiles"] = sorted({0, rows} | set(divisors(extent(gemm.op.axis[4]), 2 * rows)))
+        config["row_tiles"] = rows
     return ScheduleTemplate("x86.conv2d_winograd_nchwc", space, config,
                             lambda config: build_winograd(group, config), flops=reduction_flops(gemm.op))
 
@@ -109,13 +141,18 @@ def build_winograd(group, config: dict):
     sch, by_tag = _stages(group)
     v, m = by_tag["winograd_input"][0], by_tag["winograd_gemm"][0]
     out = sch[group.outputs[0].op]
-    per_image = config.get("per_image", False)
+    per_image = config.get("per_image", False) or bool(config.get("row_tiles"))
+    pads = []
     for st in sch.stages:
         if isinstance(st.op, ComputeOp) and st not in (v, m, out) and not st.is_output:
             if st.op.tag == "injective" and st.op.name == "pad":
-                schedule_loop_nest(st)  # padding at root, read 16 times per tile
+                pads.append(st)  # padding at root (or per row block), read 16 times per tile
             else:
                 st.compute_inline()
+    if not config.get("row_tiles") or extent(out.op.axis[0]) == 1:
+        for st in pads:
+            schedule_loop_nest(st)
+        pads = []
     # input transform
     e, nu, b, co, ty, tx, ci = v.op.axis
     v.reorder(b, co, ty, tx, e, nu, ci)
@@ -143,6 +180,9 @@ def build_winograd(group, config: dict):
     out.unroll(yi)
     out.unroll(xi)
     out.vectorize(oci)
+    if config.get("row_tiles"):
+        _by_row_blocks(out, m, v, yo, config["row_tiles"], pads)
+        return sch
     if not per_image:
         out.reorder(oco, n, yo, xo, yi, xi, oci)
         out.parallel(oco)
@@ -155,3 +195,22 @@ def build_winograd(group, config: dict):
     m.compute_at(out, n)
     v.compute_at(m, m.op.axis[2])
     return sch
+
+
+def _by_row_blocks(out, m, v, yo, rows: int, pads: list) -> None:
+    """Knob ``row_tiles``: all four stages per block of ``rows`` tile rows of one image, so V and M are
+    a block's (16 x channels x rows x tiles per row floats each) rather than a whole image's, which on
+    VGG's 224 x 224 x 64 layers are 51 MB each: written and read back through memory (71 GFLOP/s),
+    allocated and faulted in again on every call. A block's V and M stay in the core's L2."""
+    n, oco = out.op.axis[:2]
+    yb, yr = out.split(yo, factor=rows)
+    out.reorder(n, yb, oco, yr)
+    out.parallel(out.fuse(oco, yr))
+    m.compute_at(out, yb)
+    v.compute_at(m, m.op.axis[2])
+    # At batch > 1 the padded copy at root is the whole batch's (105 MB on VGG-19's first 3x3 layer at
+    # batch 8: mapped and faulted in on every call); read through the transform's guards instead
+    # (17 -> 11 ms an image there at batch 4; lowering takes 1.5 s longer). At batch 1 the copy at root
+    # is as fast and lowers faster. (Attached to a row block, bound inference gives it the whole batch.)
+    for pad in pads:
+        pad.compute_inline()

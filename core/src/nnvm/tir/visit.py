@@ -31,26 +31,33 @@ def _children_fields(node):
         yield name, getattr(node, name)
 
 
-def _rewrite_value(value, fn):
+def _rewrite_value(value, fn, pre=None):
     if isinstance(value, Expr | Stmt):
-        return rewrite(value, fn)
+        return rewrite(value, fn, pre)
     if isinstance(value, tuple):
-        new = tuple([_rewrite_value(v, fn) for v in value])
+        new = tuple([_rewrite_value(v, fn, pre) for v in value])
         for a, b in zip(new, value):
             if a is not b:
                 return new
     return value
 
 
-def rewrite(node, fn: Callable):
+def rewrite(node, fn: Callable, pre: Callable | None = None):
     """Post-order rewrite: children first, then ``fn(node)``; ``fn`` returns a replacement or None.
 
-    Unchanged subtrees keep their identity, so callers can detect "nothing happened" by ``is``.
+    ``pre(node)``, when given, is asked first: a result other than None replaces the whole subtree
+    without visiting it (the simplifier picks the side of an ``if_then_else`` whose condition is
+    constant before simplifying both). Unchanged subtrees keep their identity, so callers can detect
+    "nothing happened" by ``is``.
     """
+    if pre is not None:
+        early = pre(node)
+        if early is not None:
+            return early
     changes = None
     for name in _child_names(node):
         value = getattr(node, name)
-        new = _rewrite_value(value, fn)
+        new = _rewrite_value(value, fn, pre)
         if new is not value:
             if changes is None:
                 changes = {}

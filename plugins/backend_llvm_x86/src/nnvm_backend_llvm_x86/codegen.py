@@ -274,6 +274,7 @@ class CodeGenLLVM(ExprEmitter):
             props.append(("llvm.loop.vectorize.enable", True))
         elif s.kind == S.ForKind.UNROLLED:
             props.append(("llvm.loop.unroll.enable", None))
+        props += _pragma_props(s)
         ty = value_type(s.var.dtype)
         start = self.cast(self.expr(s.min), s.min.dtype, s.var.dtype)
         extent = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
@@ -313,7 +314,8 @@ class CodeGenLLVM(ExprEmitter):
         for key, value in props:
             ops = [ir.MetaDataString(m, key)]
             if value is not None:
-                ops.append(ir.Constant(I1, 1) if value is True else ir.Constant(I32, int(value)))
+                ty = I1 if isinstance(value, bool) else I32
+                ops.append(ir.Constant(ty, int(value)))
             items.append(m.add_metadata(ops))
         node = m.add_metadata([ir.MetaDataString(m, f"nnvm.loop.{len(m.metadata)}")])
         node.operands = (node, *items)
@@ -400,6 +402,18 @@ class CodeGenLLVM(ExprEmitter):
         bld = ir.IRBuilder(fn.append_basic_block("entry"))
         bld.ret(bld.call(self.declare(POOL_TEAM_FN, I32, [PTR]), [cache]))
         return fn
+
+
+UNROLL_PRAGMA = "unroll"  # stage.pragma(axis, "unroll", False): LLVM must not unroll the loop
+
+
+def _pragma_props(loop: S.For) -> list:
+    """Loop metadata asked for by a schedule's pragmas: ``("unroll", False)`` keeps a loop rolled (a
+    channel concatenation unrolled over its channel blocks holds one short loop per block, which LLVM
+    would otherwise unroll and re-vectorize: seconds of compile time per kernel, no speed)."""
+    if (UNROLL_PRAGMA, False) in tuple(loop.annotations):
+        return [("llvm.loop.unroll.disable", None), ("llvm.loop.vectorize.enable", False)]
+    return []
 
 
 def _is_const(e: E.Expr, value) -> bool:
