@@ -20,10 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph, schedule_group, schedule_template
+from nnvm.cpu import schedule_concat
 from nnvm.cpu.winograd import ROW_BLOCK_ABOVE
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
-from nnvm_backend_llvm_x86 import schedule_concat
 
 
 def _model(path, batch, channels, hw, convs, concat=False):
