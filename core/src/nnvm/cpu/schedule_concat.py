@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import math
 
-from nnvm import te
-from nnvm.cpu.schedules import extent
+from nnvm.cpu.schedule_injective import inlined_output_stage
 from nnvm.cpu.switches import enabled
 from nnvm.ops.common import shape_of
 from nnvm.schedules import PARALLEL_MIN_WORK
-from nnvm.te.tensor import ComputeOp
 
 UNROLL_BUDGET = 4096  # channel blocks x inputs of a concatenation unrolled over its blocks, at most
 
@@ -44,18 +42,10 @@ def schedule_channel_concat(target, group):
     out = group.outputs[0]
     if len(out.shape) not in (4, 5):
         return None
-    sch = te.create_schedule([out.op])
-    computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
-    if any(st.op.reduce_axis for st in computes):
+    found = inlined_output_stage(out)
+    if found is None:
         return None
-    stage = sch[out.op]
-    axes = list(stage.op.axis)
-    extents = [extent(iv) for iv in axes]
-    if None in extents:
-        return None
-    for st in computes:
-        if st is not stage:
-            st.compute_inline()
+    sch, stage, axes, extents, computes = found
     n, c, h = axes[:3]
     sources = next(st for st in computes if st.op.tag == "concatenate").op.input_tensors
     inputs = len(sources)

@@ -44,16 +44,11 @@ def unblocking_block(group, extents) -> int | None:
     return int(found.group(1))
 
 
-def schedule_index_remap(target, group):
-    """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
-    tensor of rank 4 or more, else None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
-        return None
-    if len(group.outputs) != 1 or not any(n.op in INDEX_REMAPS for n in group.nodes):
-        return None
-    out = group.outputs[0]
-    if len(out.shape) < 4:
-        return None
+def inlined_output_stage(out):
+    """(schedule, output stage, its axes, their constant extents, the compute stages) for a group that
+    only moves data: every other compute stage inlined into the output, so its schedule is the output's
+    loop nest alone. None when a stage reduces or an extent is symbolic. Shared by the data-movement
+    schedules (this one, ``schedule_concat``)."""
     sch = te.create_schedule([out.op])
     computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
     if any(st.op.reduce_axis for st in computes):
@@ -66,6 +61,23 @@ def schedule_index_remap(target, group):
     for st in computes:
         if st is not stage:
             st.compute_inline()
+    return sch, stage, axes, extents, computes
+
+
+def schedule_index_remap(target, group):
+    """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
+    tensor of rank 4 or more, else None."""
+    if not enabled("NNVM_X86_TEMPLATES"):
+        return None
+    if len(group.outputs) != 1 or not any(n.op in INDEX_REMAPS for n in group.nodes):
+        return None
+    out = group.outputs[0]
+    if len(out.shape) < 4:
+        return None
+    found = inlined_output_stage(out)
+    if found is None:
+        return None
+    sch, stage, axes, extents, _ = found
     block = unblocking_block(group, extents)
     if block:
         # NCHW{b}c -> NCHW: the b channels of one block row are written one after the other, so the
