@@ -1,4 +1,6 @@
-"""Which layout each operator runs in on x86: conv2d in NCHW[x]c, x the vector width in float32 lanes.
+"""Which layout each operator runs in where the backend wants blocked layouts (x86): conv2d in NCHW[x]c.
+
+x is the vector width in float32 lanes.
 
 In ``NCHW16c`` (AVX-512; ``NCHW8c`` with AVX2) sixteen output channels of one pixel are one vector
 register, so the convolution's inner step is a broadcast input scalar times a weight vector into a

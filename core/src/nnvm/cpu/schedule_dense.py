@@ -1,4 +1,4 @@
-"""x86 schedule for dense (``y[i, j] = sum_k x[i, k] * w[j, k]``, weight ``[out, in]``) and its epilogue.
+"""CPU schedule for dense (``y[i, j] = sum_k x[i, k] * w[j, k]``, weight ``[out, in]``) and its epilogue.
 
 The generic schedule vectorizes the output axis ``j``, which walks the weight across rows: every
 vector lane is a load from another row (a gather), so it runs near scalar speed. Here the reduction

@@ -1,4 +1,4 @@
-"""x86 schedule for depthwise conv2d (one input channel per output channel, NCHW) and its epilogue.
+"""CPU schedule for depthwise conv2d (one input channel per output channel, NCHW) and its epilogue.
 
 Depthwise convolution does few operations per byte (9 multiply-adds per output for 3x3), so what
 matters is touching each input and output once and keeping the accumulators in registers. The generic

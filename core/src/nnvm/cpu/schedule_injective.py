@@ -1,4 +1,4 @@
-"""x86 schedule for groups that only move data (reshape, transpose, layout_transform): rows kept apart.
+"""CPU schedule for groups that only move data (reshape, transpose, layout_transform): rows kept apart.
 
 The generic schedule fuses every axis but the innermost into one parallel loop. For an index-remapping
 group (ShuffleNet's channel shuffle: blocked -> NCHW -> reshape -> transpose -> reshape) each element's

@@ -1,4 +1,4 @@
-"""x86 schedules: register-blocked direct convolution for NCHW conv2d groups, as a tunable template.
+"""CPU schedules: register-blocked direct convolution for NCHW conv2d groups, as a tunable template.
 
 The generic schedule keeps one vector of outputs (the innermost width loop) in flight while it walks
 the whole reduction, so every weight is loaded once per output vector and every input row once per

@@ -1,4 +1,4 @@
-"""The x86 schedule library as one table: which template serves which fused group.
+"""The CPU schedule library as one table: which template serves which fused group.
 
 ``nnvm_schedule_template`` (``plugin.py``) asks each builder of ``TEMPLATE_BUILDERS`` in order; a
 builder returns an ``nnvm.autotune.ScheduleTemplate`` for the group or None ("not mine"), and the

@@ -1,4 +1,4 @@
-"""Winograd F(2x2, 3x3) on x86: when to use it, and the schedule of its four stages.
+"""Winograd F(2x2, 3x3) on CPUs: when to use it, and the schedule of its four stages.
 
 ``conv2d_winograd_nchwc`` (``nnvm.ops.layout``) is pad -> input transform ``V = B^T d B`` per 4x4
 tile -> 16 matrix products ``M[e, nu] = U[e, nu] V[e, nu]`` over input channels -> output transform
