@@ -33,14 +33,19 @@ def init_llvm() -> None:
             _initialized = True
 
 
+# The host does not change while the process runs; the CPU layer resolves the target for every group
+# it schedules (``vector_lanes``), and asking LLVM for the features each time cost ~250 us a call.
+@lru_cache(maxsize=1)
 def host_triple() -> str:
     return llvm.get_process_triple()
 
 
+@lru_cache(maxsize=1)
 def host_cpu() -> str:
     return llvm.get_host_cpu_name()
 
 
+@lru_cache(maxsize=1)
 def host_features() -> str:
     return llvm.get_host_cpu_features().flatten()
 
