@@ -214,3 +214,50 @@ def test_tune_signs_its_records_and_resumes_only_its_own_machines(tmp_path, monk
     assert other.measured == 4 and len(logmod.read(log)) == 8
     # and the log distills to one best record per machine
     assert logmod.distill([log], tmp_path / "best.jsonl") == 2
+
+
+# -- batch sizes ---------------------------------------------------------------------------------------
+
+def conv_workload(batch: int, out_channels: int = 4) -> str:
+    """A workload key as the compiler writes it: a blocked conv and its bias, batch ``batch``."""
+    return json.dumps([["conv2d_nchwc", [["in", [batch, 12, 14, 14, 16], "float32"],
+                                         ["in", [out_channels, 12, 1, 1, 16, 16], "float32"]], {"groups": 1}],
+                       ["add", ["0:0", ["in", [1, out_channels, 1, 1, 16], "float32"]], {}]], sort_keys=True)
+
+
+def test_the_batch_free_key_blanks_leading_sizes_and_a_change_is_one_batch_size():
+    key1, lead1 = logmod.batch_free(conv_workload(1))
+    key8, lead8 = logmod.batch_free(conv_workload(8))
+    assert key1 == key8 and lead1 == (1, 4, 1) and lead8 == (8, 4, 1)
+    assert logmod.batch_change(lead1, lead8) == (1, 8)
+    # another output channel count and batch: two sizes change, not one batch
+    _, other = logmod.batch_free(conv_workload(8, out_channels=8))
+    assert logmod.batch_change(lead1, other) is None
+    assert logmod.batch_change(lead1, lead1) is None  # the same workload is not "another batch"
+    assert logmod.batch_free("wl-1") is None and logmod.batch_free("[1, 2]") is None
+
+
+def test_an_untuned_batch_borrows_the_nearest_tuned_batch_and_its_own_record_wins(tmp_path):
+    log = tmp_path / "batches.jsonl"
+    logmod.append(log, [record({"tile": 2, "unroll": False}, 1e-3, FLEET_A, workload=conv_workload(1)),
+                        record({"tile": 4, "unroll": False}, 1e-3, FLEET_A, workload=conv_workload(4)),
+                        record({"tile": 16, "unroll": True}, 1e-3, FLEET_A, workload=conv_workload(32)),
+                        record({"tile": 8, "unroll": True}, 1e-3, FLEET_A, workload=conv_workload(64, 8))])
+    logs = TuningLogs([log], signature=FLEET_A)
+    config, choice = logs.choose(template(), conv_workload(8), "llvm")
+    assert config["tile"] == 4 and choice.batch == 4 and "tuned at batch 4" in choice.reason()
+    config, choice = logs.choose(template(), conv_workload(16), "llvm")  # 4 and 32 are twice off: the larger
+    assert config["tile"] == 16 and choice.batch == 32
+    config, choice = logs.choose(template(), conv_workload(4), "llvm")
+    assert config["tile"] == 4 and choice.batch is None and "tuned at" not in choice.reason()
+    # a workload that differs in more than its batch borrows nothing
+    assert logs.choose(template(), conv_workload(2, out_channels=16), "llvm") == (None, None)
+    # a borrowed config outside this template's space is passed over for the next batch
+    narrow = ScheduleTemplate("t", {"tile": [1, 2, 16], "unroll": [False, True]}, FALLBACK, build=lambda c: c)
+    config, choice = logs.choose(narrow, conv_workload(8), "llvm")
+    assert config["tile"] == 16 and choice.batch == 32  # batch 4's tile 4 is not in it; 32 is next
+    # a knob only the wanted batch size has (batch-parallel ...) takes the fallback's value
+    wide = ScheduleTemplate("t", {**SPACE, "per_image": [True, False]}, {**FALLBACK, "per_image": False},
+                            build=lambda c: c)
+    config, choice = logs.choose(wide, conv_workload(8), "llvm")
+    assert config == {"tile": 4, "unroll": False, "per_image": False} and choice.batch == 4

@@ -1,9 +1,10 @@
 """Tuning logs across x86 CPUs: the backend's CPU signature, the shipped logs serving a CPU they were
 not named after (nearest match) but never one of another vector width, and the batch being part of
-the workload key (a batch-8 kernel never takes a batch-1 config)."""
+the workload key (a batch-8 kernel prefers a batch-8 config and borrows a batch-1 one only without)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 
@@ -76,21 +77,27 @@ def conv_model(path: str, batch) -> str:
     return path
 
 
-def test_a_batch_8_kernel_never_takes_a_batch_1_config(tmp_path):
+def test_a_batch_8_kernel_borrows_a_batch_1_config_only_without_its_own(tmp_path):
     model = conv_model(str(tmp_path / "conv.onnx"), "N")
     (task,) = extract_tasks(model, target="llvm", shapes={"x": (1, 16, 14, 14)})
     (task8,) = extract_tasks(model, target="llvm", shapes={"x": (8, 16, 14, 14)})
     assert task.workload != task8.workload and task.template == task8.template
     target = parse_target("llvm")
+    signature = target.backend.cpu_signature(target)
+    # a batch-1 config other than the fallback (knobs only batch 8 has, per_image, keep the fallback's)
+    configs = [dict(zip(task.space, values)) for values in itertools.product(*task.space.values())]
+    config = next(c for c in configs if c != task.fallback
+                  and logmod.match_config(task8.space, {**task8.fallback, **c}) is not None)
     log = tmp_path / "batch1.jsonl"
-    logmod.append(log, [logmod.Record(task.target, task.template, task.workload, task.fallback, 1e-4,
-                                      signature=target.backend.cpu_signature(target))])
+    logmod.append(log, [logmod.Record(task.target, task.template, task.workload, config, 1e-4,
+                                      signature=signature)])
     one = nnvm.compile(model, target="llvm", shapes={"x": (1, 16, 14, 14)}, tuning_log=str(log))
     eight = nnvm.compile(model, target="llvm", shapes={"x": (8, 16, 14, 14)}, tuning_log=str(log))
-    assert one.stats()["tuned_kernels"] == 1 and eight.stats()["tuned_kernels"] == 0
+    assert one.stats()["tuned_kernels"] == 1 and eight.stats()["tuned_kernels"] == 1
     (why,) = one.stats()["tuning"]["kernels"].values()
-    assert str(log) in why and "exact" in why
-    assert eight.stats()["tuning"]["kernels"] == {}
+    assert str(log) in why and "exact" in why and "tuned at" not in why
+    (why8,) = eight.stats()["tuning"]["kernels"].values()
+    assert str(log) in why8 and "tuned at batch 1" in why8
     import onnxruntime as ort
 
     x = np.random.default_rng(1).standard_normal((8, 16, 14, 14)).astype(np.float32)
@@ -99,6 +106,13 @@ def test_a_batch_8_kernel_never_takes_a_batch_1_config(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     (got1,) = one.run(x[:1])
     np.testing.assert_allclose(got1, want[:1], rtol=1e-4, atol=1e-4)
+    # a batch-8 record of its own wins over the borrowed one
+    logmod.append(log, [logmod.Record(task8.target, task8.template, task8.workload, task8.fallback, 1e-3,
+                                      signature=signature)])
+    eight = nnvm.compile(model, target="llvm", shapes={"x": (8, 16, 14, 14)}, tuning_log=str(log))
+    (why8,) = eight.stats()["tuning"]["kernels"].values()
+    assert "tuned at" not in why8
+    np.testing.assert_allclose(eight.run(x)[0], want, rtol=1e-4, atol=1e-4)
 
 
 def test_compile_stats_say_which_log_served_each_kernel(tmp_path, monkeypatch, capsys):

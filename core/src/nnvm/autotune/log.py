@@ -11,13 +11,17 @@ reading it back.
 
 The compiler looks up the fastest error-free config of a (template, workload, target kind) among the
 records whose signature fits the target's (``TuningLogs``): an exact signature match beats a nearest
-one; among equals the first log decides, so a user's log overrides the logs the backend ships.
+one; among equals the first log decides, so a user's log overrides the logs the backend ships. A
+workload nobody tuned borrows the config of the same workload tuned at the nearest other batch size
+(logs are mostly tuned at batch 1, servers run batches), when the template's space holds it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
+import math
 import os
 from dataclasses import dataclass
 
@@ -186,11 +190,41 @@ class Choice:
     shipped: bool
     match: str
     distance: float = 0.0
+    batch: int | None = None  # the batch size the record was tuned at, when it is not the kernel's
 
     def reason(self) -> str:
         origin = "shipped" if self.shipped else "given"
         how = f"nearest, distance {self.distance:.2f}" if self.match == "nearest" else self.match
+        if self.batch is not None:
+            how += f"; tuned at batch {self.batch}"
         return f"{self.path} ({origin}; {how})"
+
+
+def batch_free(workload: str) -> tuple[str, tuple] | None:
+    """``(key, leading)``: the workload with the leading dimension of every input from outside the group
+    blanked, and those dimensions in order; None for a workload that is not the compiler's JSON."""
+    try:
+        items = json.loads(workload)
+        leading = []
+        for item in items:
+            for entry in item[1]:
+                if isinstance(entry, list) and len(entry) >= 2 and entry[0] == "in" and entry[1]:
+                    leading.append(entry[1][0])
+                    entry[1][0] = "?"
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return json.dumps(items, sort_keys=True), tuple(leading)
+
+
+def batch_change(stored: tuple, wanted: tuple) -> tuple[int, int] | None:
+    """``(stored batch, wanted batch)`` when two workloads of one ``batch_free`` key differ in exactly one
+    leading size (every input whose leading size differs goes from the same b to the same b'), else None.
+    Weights keep their leading size, so they drop out."""
+    changes = {(a, b) for a, b in zip(stored, wanted, strict=True) if a != b}
+    if len(changes) != 1:
+        return None
+    (a, b), = changes
+    return (a, b) if isinstance(a, int) and isinstance(b, int) and a > 0 and b > 0 else None
 
 
 class TuningLogs:
@@ -214,10 +248,16 @@ class TuningLogs:
         self._best: dict = {}
         self._fit: dict = {}  # (rank, signature or target text) -> (class, distance, match) or refusal text
         self.served: dict = {}  # path -> number of lookups it answered (for ``summary``)
+        # (template, batch-free key, target kind) -> {workload: its leading sizes}: the other batch sizes
+        self._batches: dict = {}
         for rank, path in enumerate(self.paths):
             for r in read(path):
                 if not r.ok:
                     continue
+                free = batch_free(r.workload)
+                if free is not None:
+                    same = self._batches.setdefault((r.template, free[0], _kind(r.target)), {})
+                    same[r.workload] = free[1]
                 per_log = self._best.setdefault((r.template, r.workload, _kind(r.target)), {})
                 slot = per_log.setdefault(rank, {})
                 key = (r.target, r.signature)
@@ -278,16 +318,40 @@ class TuningLogs:
         found = self.candidates(template, workload, target)
         return found[0].record if found else None
 
+    def other_batches(self, template: str, workload: str, target) -> list[tuple[str, int]]:
+        """``(workload, its batch)`` of the logged workloads that are ``workload`` at another batch size,
+        nearest batch first (by ratio; the larger of two equally near, whose schedule has the work to
+        split already)."""
+        free = batch_free(workload)
+        if free is None:
+            return []
+        key, wanted = free
+        found = []
+        for other, leading in self._batches.get((template, key, _kind(str(target))), {}).items():
+            change = batch_change(leading, wanted) if len(leading) == len(wanted) else None
+            if change is not None:
+                found.append((abs(math.log(change[0] / change[1])), -change[0], other, change[0]))
+        return [(other, batch) for *_, other, batch in sorted(found)]
+
     def choose(self, template, workload: str, target) -> tuple[dict | None, Choice | None]:
         """The config of ``template`` (a ``ScheduleTemplate``) from the most preferred fitting record
         whose config is in the template's space (a config the target cannot build, such as one sized
         for wider vectors, or a stale one whose knobs since changed, is passed over), and its ``Choice``;
-        ``(None, None)`` when no log has one."""
-        for choice in self.candidates(template.name, workload, target):
-            config = match_config(template.space, choice.record.config)
-            if config is not None:
-                self.served[choice.path] = self.served.get(choice.path, 0) + 1
-                return config, choice
+        else the same from the workload tuned at the nearest other batch size (``Choice.batch``; a knob
+        that only this batch size has takes the fallback's value); ``(None, None)`` when no log has one."""
+        def workloads():  # this workload, then (only if it has nothing in the space) its other batches
+            yield workload, None
+            yield from self.other_batches(template.name, workload, target)
+
+        for wanted, batch in workloads():
+            for choice in self.candidates(template.name, wanted, target):
+                config = choice.record.config
+                if batch is not None:  # knobs only this batch size has (batch-parallel ...): its fallback's
+                    config = {**{k: v for k, v in template.fallback.items() if k not in config}, **config}
+                config = match_config(template.space, config)
+                if config is not None:
+                    self.served[choice.path] = self.served.get(choice.path, 0) + 1
+                    return config, choice if batch is None else dataclasses.replace(choice, batch=batch)
         return None, None
 
     def config_for(self, template, workload: str, target) -> dict | None:
