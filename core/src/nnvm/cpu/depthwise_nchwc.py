@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_nchwc import nchwc_stage
+from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -68,17 +68,20 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
         return None
     batch, blocks, ext_oh, ext_ow, lanes_c, _, _ = sizes
     per_pixel = max(1, -(-lanes_c // vector_lanes(target)))
-    ow_fallback = largest_divisor(ext_ow, max(1, TILE_WIDTH // per_pixel))
+    width = max(1, TILE_WIDTH // per_pixel)
+    ow_fallback = largest_divisor(ext_ow, width)
     stride = conv.op.attrs.get("strides", (1, 1))[1]
     if ow_fallback == 1 and stride > 1 and ext_ow * per_pixel <= TILE_VECTORS:
         ow_fallback = ext_ow  # a 7-wide output at stride 2: whole rows (7 rows of a pixel: 1.7x slower)
+    elif 2 * ow_fallback <= width and ext_ow * per_pixel > TILE_VECTORS:
+        ow_fallback = row_block(ext_ow, width)  # a prime width (13): a guarded last tile, not 1 pixel
     rows_fallback = largest_divisor(ext_oh, max(1, TILE_VECTORS // (ow_fallback * per_pixel)))
     # The band: whole planes when images x channel blocks alone make MIN_CHUNKS chunks, else the most
     # rows (a multiple of the tile's) that do.
     bands = [b for b in divisors(ext_oh, ext_oh) if b % rows_fallback == 0]
     oh_fallback = max((b for b in bands if batch * blocks * (ext_oh // b) >= MIN_CHUNKS), default=bands[0])
     space = {"oh_block": divisors(ext_oh, ext_oh), "tile_rows": divisors(ext_oh, 8),
-             "ow_block": divisors(ext_ow, 16), "unroll_ry": [True, False]}
+             "ow_block": sorted(set(divisors(ext_ow, 16)) | {ow_fallback}), "unroll_ry": [True, False]}
     fallback = {"oh_block": oh_fallback, "tile_rows": rows_fallback, "ow_block": ow_fallback,
                 "unroll_ry": True}
     return ScheduleTemplate(NAME, space, fallback, lambda config: build_depthwise_nchwc(group, config),
