@@ -32,15 +32,15 @@ CASES = [
 ]
 
 
-def _save(path, n, c, hw, stride, epilogue, seed=0):
+def _save(path, n, c, hw, stride, epilogue, seed=0, kernel=3, pads=(1, 1, 1, 1), dilation=1):
     rng = np.random.default_rng(seed)
-    inits = [numpy_helper.from_array(rng.standard_normal((c, 1, 3, 3)).astype(np.float32), "w")]
+    inits = [numpy_helper.from_array(rng.standard_normal((c, 1, kernel, kernel)).astype(np.float32), "w")]
     conv_in = ["x", "w"]
     if epilogue.startswith("bias"):
         inits.append(numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"))
         conv_in.append("b")
-    nodes = [helper.make_node("Conv", conv_in, ["c" if epilogue != "none" else "y"], pads=[1] * 4,
-                              strides=[stride, stride], group=c)]
+    nodes = [helper.make_node("Conv", conv_in, ["c" if epilogue != "none" else "y"], pads=list(pads),
+                              strides=[stride, stride], group=c, dilations=[dilation, dilation])]
     last = "c"
     if epilogue.startswith("bn"):
         for name, value in (("scale", rng.uniform(0.5, 1.5, c)), ("shift", rng.standard_normal(c)),
@@ -69,6 +69,33 @@ def test_depthwise_nchwc_matches_onnxruntime(case, tmp_path, group_of):
     assert template is not None and template.name == NAME, "the depthwise group should get the tiles template"
     n, c, hw = case[:3]
     x = np.random.default_rng(1).standard_normal((n, c, hw, hw)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    assert got.shape == want.shape
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"depthwise {case}: max relative error {err:.2e}"
+
+
+# (batch, channels, height = width, stride, epilogue, kernel, pads (top, left, bottom, right), dilation)
+OTHER_WINDOWS = [
+    (1, 32, 14, 1, "bias_relu6", 5, (2, 2, 2, 2), 1),  # 5x5 (MnasNet, EfficientNet)
+    (3, 48, 15, 2, "bias_relu6", 5, (2, 2, 2, 2), 1),  # 5x5 at stride 2 on an odd plane
+    (1, 16, 12, 1, "bias", 3, (0, 0, 0, 0), 1),        # no padding: no padded window
+    (1, 16, 11, 2, "bias_relu6", 3, (0, 0, 1, 1), 1),  # TF-style asymmetric "same" padding
+    (2, 16, 12, 1, "bias_relu6", 3, (2, 2, 2, 2), 2),  # dilation 2
+]
+
+
+@pytest.mark.parametrize("case", OTHER_WINDOWS, ids=lambda c: "n{}_c{}_hw{}_s{}_{}_k{}_p{}_d{}".format(
+    *c[:6], "".join(map(str, c[6])), c[7]))
+def test_other_windows_match_onnxruntime(case, tmp_path, group_of):
+    n, c, hw, stride, epilogue, kernel, pads, dilation = case
+    path = _save(str(tmp_path / "dw.onnx"), n, c, hw, stride, epilogue, kernel=kernel, pads=pads,
+                 dilation=dilation)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    template = schedule_template(tgt, group_of(graph, "conv2d_nchwc"))
+    assert template is not None and template.name == NAME
+    x = np.random.default_rng(2).standard_normal((n, c, hw, hw)).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
     assert got.shape == want.shape
