@@ -25,6 +25,7 @@ SWITCHES = {
     "NNVM_X86_PAD_AT": (("row", "root"), None),
     "NNVM_X86_SHUFFLE": (("0", "1"), "1"),
     "NNVM_X86_GROUPED": (("0", "1"), "1"),
+    "NNVM_X86_DEPTHWISE_TILES": (("0", "1"), "1"),
 }
 
 

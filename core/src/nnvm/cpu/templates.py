@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.depthwise_nchwc import depthwise_nchwc_template
 from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
 from nnvm.cpu.schedule_depthwise import depthwise_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
@@ -26,6 +27,7 @@ TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 
 # (target, group) -> ScheduleTemplate | None, asked in this order.
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
+    depthwise_nchwc_template,  # x86.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
     conv2d_nchwc_template,  # x86.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
     winograd_template,      # x86.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
     conv2d_template,      # x86.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow

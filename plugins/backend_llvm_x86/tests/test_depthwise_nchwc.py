@@ -1,0 +1,171 @@
+"""``x86.depthwise_conv2d_nchwc.tiles``: depthwise 3x3 convolutions in NCHW[x]c (MobileNetV2's and
+ShuffleNet's shapes, odd planes, channels that are not a multiple of 16, stride 2, batch 1 and 3, bias,
+batch norm and ReLU6 epilogues) against onnxruntime, and every knob value against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nnvm
+from nnvm.compiler import optimized_graph
+from nnvm.cpu.depthwise_nchwc import NAME, depthwise_nchwc_template
+from nnvm.cpu.templates import schedule_template
+from nnvm.runtime.kernel import BuiltFunction
+from nnvm.te.lower import lower_schedule
+
+# (batch, channels, height = width, stride, epilogue)
+CASES = [
+    (1, 32, 28, 1, "bias_relu6"),    # MobileNetV2's first depthwise layer, a smaller plane
+    (1, 96, 30, 2, "bias_relu6"),    # its stride-2 expansion (96 channels: 6 blocks)
+    (3, 144, 14, 1, "bn_relu6"),     # batch 3, batch norm folded into the epilogue
+    (3, 144, 14, 2, "bias_relu6"),
+    (1, 960, 7, 1, "bias_relu6"),    # the 7x7 plane of the last blocks
+    (1, 576, 14, 2, "bias_relu6"),   # stride 2 to a 7x7 plane: whole rows
+    (1, 24, 13, 1, "bias_relu6"),    # 24 channels: blocks of 8; an odd plane
+    (3, 40, 13, 2, "bias"),          # stride 2 on an odd plane, bias only
+    (1, 136, 14, 2, "bias"),         # ShuffleNet (g=4): 136 channels, blocks of 8
+    (2, 16, 7, 1, "none"),           # the convolution is the group's output
+]
+
+
+def _save(path, n, c, hw, stride, epilogue, seed=0, kernel=3, pads=(1, 1, 1, 1), dilation=1):
+    rng = np.random.default_rng(seed)
+    inits = [numpy_helper.from_array(rng.standard_normal((c, 1, kernel, kernel)).astype(np.float32), "w")]
+    conv_in = ["x", "w"]
+    if epilogue.startswith("bias"):
+        inits.append(numpy_helper.from_array(rng.standard_normal(c).astype(np.float32), "b"))
+        conv_in.append("b")
+    nodes = [helper.make_node("Conv", conv_in, ["c" if epilogue != "none" else "y"], pads=list(pads),
+                              strides=[stride, stride], group=c, dilations=[dilation, dilation])]
+    last = "c"
+    if epilogue.startswith("bn"):
+        for name, value in (("scale", rng.uniform(0.5, 1.5, c)), ("shift", rng.standard_normal(c)),
+                            ("mean", rng.standard_normal(c)), ("var", rng.uniform(0.5, 2.0, c))):
+            inits.append(numpy_helper.from_array(value.astype(np.float32), name))
+        nodes.append(helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["bn"]))
+        last = "bn"
+    if epilogue.endswith("relu6"):
+        inits += [numpy_helper.from_array(np.array(0, np.float32), "lo"),
+                  numpy_helper.from_array(np.array(6, np.float32), "hi")]
+        nodes.append(helper.make_node("Clip", [last, "lo", "hi"], ["y"]))
+    elif epilogue != "none":
+        nodes.append(helper.make_node("Identity", [last], ["y"]))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, c, hw, hw])
+    graph = helper.make_graph(nodes, "dw", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return path
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "n{}_c{}_hw{}_s{}_{}".format(*c))
+def test_depthwise_nchwc_matches_onnxruntime(case, tmp_path, group_of):
+    path = _save(str(tmp_path / "dw.onnx"), *case)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    template = schedule_template(tgt, group_of(graph, "conv2d_nchwc"))
+    assert template is not None and template.name == NAME, "the depthwise group should get the tiles template"
+    n, c, hw = case[:3]
+    x = np.random.default_rng(1).standard_normal((n, c, hw, hw)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    assert got.shape == want.shape
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"depthwise {case}: max relative error {err:.2e}"
+
+
+# (batch, channels, height = width, stride, epilogue, kernel, pads (top, left, bottom, right), dilation)
+OTHER_WINDOWS = [
+    (1, 32, 14, 1, "bias_relu6", 5, (2, 2, 2, 2), 1),  # 5x5 (MnasNet, EfficientNet)
+    (3, 48, 15, 2, "bias_relu6", 5, (2, 2, 2, 2), 1),  # 5x5 at stride 2 on an odd plane
+    (1, 16, 12, 1, "bias", 3, (0, 0, 0, 0), 1),        # no padding: no padded window
+    (1, 16, 11, 2, "bias_relu6", 3, (0, 0, 1, 1), 1),  # TF-style asymmetric "same" padding
+    (2, 16, 12, 1, "bias_relu6", 3, (2, 2, 2, 2), 2),  # dilation 2
+]
+
+
+@pytest.mark.parametrize("case", OTHER_WINDOWS, ids=lambda c: "n{}_c{}_hw{}_s{}_{}_k{}_p{}_d{}".format(
+    *c[:6], "".join(map(str, c[6])), c[7]))
+def test_other_windows_match_onnxruntime(case, tmp_path, group_of):
+    n, c, hw, stride, epilogue, kernel, pads, dilation = case
+    path = _save(str(tmp_path / "dw.onnx"), n, c, hw, stride, epilogue, kernel=kernel, pads=pads,
+                 dilation=dilation)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    template = schedule_template(tgt, group_of(graph, "conv2d_nchwc"))
+    assert template is not None and template.name == NAME
+    x = np.random.default_rng(2).standard_normal((n, c, hw, hw)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    assert got.shape == want.shape
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"depthwise {case}: max relative error {err:.2e}"
+
+
+def _numpy_depthwise(x, w, b, stride):
+    n, c, hw, _ = x.shape
+    out = (hw + 2 - 3) // stride + 1
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))).astype(np.float64)
+    want = np.zeros((n, c, out, out)) + b.reshape(1, c, 1, 1)
+    for i in range(3):
+        for j in range(3):
+            patch = xp[:, :, i:i + stride * (out - 1) + 1:stride, j:j + stride * (out - 1) + 1:stride]
+            want += patch * w[:, 0, i, j].reshape(1, c, 1, 1)
+    return np.clip(want, 0, 6)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_every_knob_value_gives_numpy_numbers(tmp_path, stride, group_of):
+    """Each knob's values (one config per value, the rest at the fallback) on batch 3, a 13x13 plane and
+    24 channels (blocks of 8), against numpy in float64."""
+    n, c, hw = 3, 24, 13
+    path = _save(str(tmp_path / "dw.onnx"), n, c, hw, stride, "bias_relu6", seed=5)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    group = group_of(graph, "conv2d_nchwc")
+    template = depthwise_nchwc_template(tgt, group)
+    assert template is not None and template.size() >= 8
+    assert template.fallback["ow_block"] > 1, "a prime width gets a guarded tile, not one pixel a tile"
+    model = onnx.load(path)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    x = np.random.default_rng(6).standard_normal((n, c, hw, hw)).astype(np.float32)
+    want = _numpy_depthwise(x, inits["w"], inits["b"], stride)
+    configs = [None] + [{**template.fallback, knob: v} for knob, vals in template.space.items() for v in vals
+                        if v != template.fallback[knob]]
+    args = [t for _, t in group.inputs] + list(group.outputs)
+    funcs = [lower_schedule(template.apply(cfg), args, f"k{k}") for k, cfg in enumerate(configs)]
+    library = tgt.backend.build(funcs, tgt)
+    params = {v: np.array(graph.params[v]) for v, _ in group.inputs if v in graph.params}
+    block = int(group.outputs[0].shape[4].value)
+    xb = np.ascontiguousarray(x.reshape(n, c // block, block, hw, hw).transpose(0, 1, 3, 4, 2))
+    for k, cfg in enumerate(configs):
+        out = np.full([int(d.value) for d in group.outputs[0].shape], np.nan, np.float32)
+        BuiltFunction(funcs[k], library, f"k{k}")(*[params.get(v, xb) for v, _ in group.inputs], out)
+        got = out.transpose(0, 1, 4, 2, 3).reshape(want.shape)
+        err = np.abs(got - want).max() / np.abs(want).max()
+        assert err < 1e-5, f"config {cfg}: max relative error {err:.2e}"
+
+
+def test_switch_hands_depthwise_back_to_the_direct_template(tmp_path, monkeypatch, group_of):
+    """``NNVM_X86_DEPTHWISE_TILES=0``: the template declines and conv2d_nchwc's own one takes the group."""
+    path = _save(str(tmp_path / "dw.onnx"), 1, 32, 14, 1, "bias_relu6")
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    group = group_of(graph, "conv2d_nchwc")
+    monkeypatch.setenv("NNVM_X86_DEPTHWISE_TILES", "0")
+    assert depthwise_nchwc_template(tgt, group) is None
+    assert schedule_template(tgt, group).name == "x86.depthwise_conv2d_nchwc.direct"
+
+
+def test_plain_convolutions_are_declined(tmp_path, group_of):
+    """A groups=1 (1x1) convolution stays with conv2d_nchwc's template."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((32, 32, 1, 1)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "conv",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    path = str(tmp_path / "conv.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    group = group_of(graph, "conv2d_nchwc")
+    assert depthwise_nchwc_template(tgt, group) is None
+    assert schedule_template(tgt, group).name == "x86.conv2d_nchwc.direct"
