@@ -252,6 +252,8 @@ class CodeGenLLVM(ExprEmitter):
         else:
             size = bld.mul(self.index(count), ir.Constant(I64, esize))
         alloc = self.declare(SCRATCH_ALLOC_FN, PTR, [self.size_t])
+        if "noalias" not in alloc.return_value.attributes:
+            alloc.return_value.add_attribute("noalias")  # a fresh block, as malloc's: LLVM may vectorize
         if self.size_t is not I64:
             size = bld.trunc(size, self.size_t)
         ptr = bld.call(alloc, [size])
