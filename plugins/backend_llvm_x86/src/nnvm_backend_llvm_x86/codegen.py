@@ -24,8 +24,10 @@ The shape of the generated module, per kernel ``f`` of the calling convention ``
   (``nnvm.runtime.threads``), so in practice the CPU count only applies to exported libraries loaded
   outside nnvm.
 - ``Allocate``: constant sizes up to 64 KiB are ``alloca`` in the entry block of the function they are
-  used in (so inside a parallel body each thread has its own); larger or dynamic ones are
-  ``aligned_alloc(64, ...)`` and freed after their body.
+  used in (so inside a parallel body each thread has its own); larger or dynamic ones come from
+  ``nnvm_scratch_alloc`` and go back with ``nnvm_scratch_free`` after their body (``nnvm_pool.c``:
+  64-byte aligned, kept per thread for the next call, so a big pad or Winograd buffer is not mapped
+  and faulted in again on every call).
 """
 
 from __future__ import annotations
@@ -57,9 +59,12 @@ MAX_STACK_TOTAL = 256 * 1024  # per function, so worker threads' stacks stay sma
 NUM_THREADS_FN = "nnvm_llvm_num_threads"
 POOL_RUN_FN = "nnvm_pool_run"  # nnvm_pool.c
 POOL_TEAM_FN = "nnvm_pool_team"
+SCRATCH_ALLOC_FN = "nnvm_scratch_alloc"  # nnvm_pool.c: heap buffers, kept per thread for the next call
+SCRATCH_FREE_FN = "nnvm_scratch_free"
 # C and thread pool functions the generated code calls: a kernel may not take these names.
 RESERVED_NAMES = frozenset({
-    NUM_THREADS_FN, POOL_RUN_FN, POOL_TEAM_FN, "aligned_alloc", "free", "tanhf", "tanh", "erff", "erf",
+    NUM_THREADS_FN, POOL_RUN_FN, POOL_TEAM_FN, SCRATCH_ALLOC_FN, SCRATCH_FREE_FN, "aligned_alloc", "free",
+    "tanhf", "tanh", "erff", "erf",
 })
 
 
@@ -88,8 +93,9 @@ class CodeGenLLVM(ExprEmitter):
         self.builder: ir.IRBuilder | None = None
         self.frame: Frame | None = None
         self.uses_parallel = False
+        self.uses_scratch = False  # heap Allocates: the library needs nnvm_pool.c even without parallel loops
         self.kernel_names: list[str] = []
-        # C's size_t (aligned_alloc's arguments): 32 bits where the data layout says pointers are (armv7)
+        # C's size_t (nnvm_scratch_alloc's argument): 32 bits where the data layout says pointers are (armv7)
         self.size_t = ir.IntType(32) if "-p:32" in f"-{data_layout}" else I64
 
     def ir_text(self) -> str:
@@ -240,17 +246,17 @@ class CodeGenLLVM(ExprEmitter):
                 del self.frame.buffers[buf]
             return
         bld = self.builder
+        self.uses_scratch = True
         if nbytes is not None:
             size = ir.Constant(I64, nbytes)
         else:
             size = bld.mul(self.index(count), ir.Constant(I64, esize))
-        # aligned_alloc wants a multiple of the alignment
-        size = bld.and_(bld.add(size, ir.Constant(I64, 63)), ir.Constant(I64, -64))
-        size = bld.select(bld.icmp_unsigned("==", size, ir.Constant(I64, 0)), ir.Constant(I64, 64), size)
-        alloc = self.declare("aligned_alloc", PTR, [self.size_t, self.size_t])
+        alloc = self.declare(SCRATCH_ALLOC_FN, PTR, [self.size_t])
+        if "noalias" not in alloc.return_value.attributes:
+            alloc.return_value.add_attribute("noalias")  # a fresh block, as malloc's: LLVM may vectorize
         if self.size_t is not I64:
             size = bld.trunc(size, self.size_t)
-        ptr = bld.call(alloc, [ir.Constant(self.size_t, 64), size])
+        ptr = bld.call(alloc, [size])
         if not self.frame.in_parallel:
             with bld.if_then(bld.icmp_unsigned("==", ptr, ir.Constant(PTR, None)), likely=False):
                 bld.ret(ir.Constant(I32, -1))  # out of memory: the caller raises an error
@@ -259,7 +265,7 @@ class CodeGenLLVM(ExprEmitter):
             self.stmt(s.body)
         finally:
             del self.frame.buffers[buf]
-        bld.call(self.declare("free", ir.VoidType(), [PTR]), [ptr])
+        bld.call(self.declare(SCRATCH_FREE_FN, ir.VoidType(), [PTR]), [ptr])
 
     # -- loops ------------------------------------------------------------------------------------
     def stmt_For(self, s: S.For) -> None:

@@ -9,8 +9,8 @@ The export format is an ordinary ELF shared object linked by the system C compil
   a file copy, not an LLVM constant;
 - ``glue.py``'s C entry point ``nnvm_model_execute`` and the model's input/output metadata, so the C
   runtime (``nnvm/runtime/c``, ``nnvm_runtime.h``) runs it with no Python, on every CPU target;
-- for parallel loops, the thread pool ``nnvm_pool.c`` compiled in (hidden symbols: the module needs no
-  threading library beyond libc), and ``-lm``, the C math library.
+- for parallel loops and heap buffers, the thread pool ``nnvm_pool.c`` compiled in (hidden symbols: the
+  module needs no threading library beyond libc), and ``-lm``, the C math library.
 
 ``nnvm.runtime.module.load_module`` reads it back with ``ctypes`` alone. ``Module.export`` then appends
 the footer of ``nnvm.runtime.artifact`` (format version, target, checksum).
@@ -118,7 +118,8 @@ def pool_build(cc: str, kind: str, what: str) -> str:
 
 
 def load_pool() -> None:
-    """The thread pool's shared library, loaded once per process so JIT code resolves ``nnvm_pool_run``."""
+    """The thread pool's shared library, loaded once per process so JIT code resolves ``nnvm_pool_run``
+    and ``nnvm_scratch_alloc``."""
     with _runtime_lock:
         if "pool" in _runtime_loaded:
             return
@@ -136,18 +137,20 @@ class LLVMKernelLibrary(KernelLibrary):
 
     def __init__(self, optimized_ir: str, unoptimized_ir: str, target: LLVMTarget, kernel_names,
                  uses_parallel: bool, module: llvm.ModuleRef | None = None, tm=None,
-                 compile_seconds: dict | None = None, cc: str | None = None):
+                 compile_seconds: dict | None = None, cc: str | None = None, uses_scratch: bool = False):
         self.optimized_ir = optimized_ir
         self.unoptimized_ir = unoptimized_ir
         self.target = target
         self.kernel_names = list(kernel_names)
         self.uses_parallel = uses_parallel
+        # the kernels call nnvm_pool.c: parallel loops, or heap buffers (nnvm_scratch_alloc)
+        self.uses_pool = uses_parallel or uses_scratch
         self.cc = cc  # the C compiler that links exports (a cross compiler for another CPU); None: $CC or cc
         self.compile_seconds = compile_seconds if compile_seconds is not None else {}
         self._engine = None
         if module is not None:
             load_runtime_libraries()
-            if uses_parallel:
+            if self.uses_pool:
                 load_pool()
             self._engine = llvm.create_mcjit_compiler(module, tm)
             self._engine.finalize_object()
@@ -215,7 +218,7 @@ class LLVMKernelLibrary(KernelLibrary):
             os.close(fd)
             try:
                 extra = self._export_objects(cc, tmp, blobs, path)
-                if self.uses_parallel:
+                if self.uses_pool:
                     extra.append(pool_build(cc, "o", f"exporting {path}"))
                 self._link(cc, partial, [obj_path, asm_path, *extra], path)
                 os.replace(partial, path)  # a loaded copy of an older file stays intact
@@ -246,7 +249,7 @@ class LLVMKernelLibrary(KernelLibrary):
 
     def _link(self, cc: str, out: str, inputs: list, path: str) -> None:
         base = [cc, "-shared", "-o", out, *inputs, "-Wl,-z,noexecstack"]
-        libs = ["-lm", "-lpthread"] if self.uses_parallel else ["-lm"]
+        libs = ["-lm", "-lpthread"] if self.uses_pool else ["-lm"]
         proc = subprocess.run(base + libs, capture_output=True, text=True)
         if proc.returncode != 0:
             raise Error(f"exporting {path}: linking with {cc} failed: {proc.stderr.strip()}")

@@ -22,6 +22,17 @@
  *                      int32_t team): fn over [0, extent) in chunks, on at most `team` threads;
  *   int32_t nnvm_pool_team(int32_t *cache): the team size, computed once into *cache (NNVM_NUM_THREADS,
  *                      else OMP_NUM_THREADS, else the CPUs this process may use); 1 in a forked child.
+ *   void *nnvm_scratch_alloc(size_t bytes), void nnvm_scratch_free(void *): a kernel's buffers too big for
+ *                      its stack (codegen.py's Allocate), 64-byte aligned, NULL when out of memory.
+ *
+ * Scratch buffers are kept for the next call, per thread: a thread's freed buffers (SCRATCH_SLOTS of
+ * them, the largest) go to a cache of its own, and an allocation takes the smallest cached one that is
+ * big enough. Without it every call of a kernel with a big pad or Winograd buffer asks malloc again, and
+ * malloc maps fresh pages (each faulted in and zeroed) for a block above its mmap threshold: glibc's
+ * threshold follows the blocks freed up to 32 MiB, musl's and others' do not move. Per thread, so
+ * threads that call one module at once (or the pool's workers in one parallel loop) never share a
+ * buffer, with no lock on the way; a thread's cache is freed when it exits, every cache when the
+ * library is unloaded (dlclose of an exported module), the calling threads' kernels done.
  */
 #define _GNU_SOURCE
 #include <limits.h>
@@ -45,6 +56,11 @@
 #ifndef SPIN_NS
 #define SPIN_NS 50000 /* longer than the gap between two kernels' parallel loops (bench/RESULTS.md) */
 #endif
+#ifndef SCRATCH_SLOTS
+#define SCRATCH_SLOTS 4 /* buffers a thread keeps: a kernel has at most three big ones live at once */
+#endif
+#define SCRATCH_KEEP_MAX ((uint64_t)1 << 31) /* bigger buffers go back to malloc at once */
+#define SCRATCH_HEADER 64                   /* before each buffer: its capacity (keeps 64-byte alignment) */
 #define MAX_WORKERS 255
 #define CLOSED 0xffffffffu /* ticket's chunk field while a job is being written */
 
@@ -143,6 +159,121 @@ static void *worker_main(void *arg) {
   }
 }
 
+/* -- scratch buffers ------------------------------------------------------------------------------ */
+struct scratch_cache {
+  void *block[SCRATCH_SLOTS]; /* malloc'd blocks (header first), NULL: empty slot */
+  uint64_t size[SCRATCH_SLOTS];
+  struct scratch_cache *prev, *next; /* every thread's cache, so unloading frees them all */
+};
+
+static struct {
+  pthread_once_t once;
+  pthread_key_t key;
+  int key_ok;
+  pthread_mutex_t lock; /* the list of caches */
+  struct scratch_cache *all;
+} SC = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void scratch_drop(struct scratch_cache *c) { /* SC.lock held */
+  for (int k = 0; k < SCRATCH_SLOTS; k++) free(c->block[k]);
+  if (c->prev) c->prev->next = c->next; else SC.all = c->next;
+  if (c->next) c->next->prev = c->prev;
+  free(c);
+}
+
+static void scratch_thread_exit(void *c) {
+  pthread_mutex_lock(&SC.lock);
+  scratch_drop(c);
+  pthread_mutex_unlock(&SC.lock);
+}
+
+static void after_fork_in_child(void);
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void register_fork_handler(void);
+
+static void scratch_key_create(void) {
+  pthread_once(&fork_once, register_fork_handler);
+  SC.key_ok = pthread_key_create(&SC.key, scratch_thread_exit) == 0;
+}
+
+/* This thread's cache, made on first use; NULL if it cannot be (then buffers are not kept). */
+static struct scratch_cache *scratch_cache(void) {
+  pthread_once(&SC.once, scratch_key_create);
+  if (!SC.key_ok) return NULL;
+  struct scratch_cache *c = pthread_getspecific(SC.key);
+  if (c || !(c = calloc(1, sizeof *c))) return c;
+  if (pthread_setspecific(SC.key, c) != 0) {
+    free(c);
+    return NULL;
+  }
+  pthread_mutex_lock(&SC.lock);
+  c->next = SC.all;
+  if (SC.all) SC.all->prev = c;
+  SC.all = c;
+  pthread_mutex_unlock(&SC.lock);
+  return c;
+}
+
+NNVM_POOL_API void *nnvm_scratch_alloc(size_t bytes) {
+  uint64_t size = bytes ? ((uint64_t)bytes + 63) & ~(uint64_t)63 : 64;
+  struct scratch_cache *c = scratch_cache();
+  if (c) { /* the smallest kept buffer that is big enough */
+    int best = -1;
+    for (int k = 0; k < SCRATCH_SLOTS; k++)
+      if (c->block[k] && c->size[k] >= size && (best < 0 || c->size[k] < c->size[best])) best = k;
+    if (best >= 0) {
+      unsigned char *block = c->block[best];
+      c->block[best] = NULL;
+      return block + SCRATCH_HEADER;
+    }
+  }
+  if (size > SIZE_MAX - SCRATCH_HEADER) return NULL;
+  unsigned char *block = aligned_alloc(64, (size_t)(size + SCRATCH_HEADER));
+  if (!block) return NULL;
+  *(uint64_t *)block = size;
+  return block + SCRATCH_HEADER;
+}
+
+NNVM_POOL_API void nnvm_scratch_free(void *ptr) {
+  if (!ptr) return;
+  unsigned char *block = (unsigned char *)ptr - SCRATCH_HEADER;
+  uint64_t size = *(uint64_t *)block;
+  struct scratch_cache *c = size <= SCRATCH_KEEP_MAX ? scratch_cache() : NULL;
+  if (!c) {
+    free(block);
+    return;
+  }
+  int slot = 0; /* an empty slot, else the smallest kept buffer, replaced if this one is bigger */
+  for (int k = 0; k < SCRATCH_SLOTS; k++) {
+    if (!c->block[k]) {
+      slot = k;
+      break;
+    }
+    if (c->size[k] < c->size[slot]) slot = k;
+  }
+  if (c->block[slot]) {
+    if (c->size[slot] >= size) {
+      free(block);
+      return;
+    }
+    free(c->block[slot]);
+  }
+  c->block[slot] = block;
+  c->size[slot] = size;
+}
+
+/* Unloading: no thread may still call into the library; free every cache and the key, so no thread's
+ * exit calls a destructor that is gone. */
+static void scratch_unload(void) {
+  if (!SC.key_ok) return;
+  pthread_mutex_lock(&SC.lock);
+  while (SC.all) scratch_drop(SC.all);
+  pthread_mutex_unlock(&SC.lock);
+  pthread_key_delete(SC.key);
+  SC.key_ok = 0;
+}
+
+/* -- workers ---------------------------------------------------------------------------------------- */
 static void after_fork_in_child(void) {
   /* the workers did not come along: run serially (their state may be mid-job) */
   atomic_store(&P.forked, P.nworkers > 0 || atomic_load(&P.forked));
@@ -150,16 +281,16 @@ static void after_fork_in_child(void) {
   atomic_store(&P.busy, 0);
   atomic_store(&P.sleepers, 0);
   pthread_mutex_init(&P.lock, NULL);
+  pthread_mutex_init(&SC.lock, NULL); /* another thread may have held it at the fork */
 }
 
 static void register_fork_handler(void) { pthread_atfork(NULL, NULL, after_fork_in_child); }
 
 /* Workers 0..want-1 running (the caller holds `busy`); 0 if threads cannot be made. */
 static int start_workers(int want) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (want > MAX_WORKERS) want = MAX_WORKERS;
   if (P.nworkers >= want) return 1;
-  pthread_once(&once, register_fork_handler);
+  pthread_once(&fork_once, register_fork_handler);
   pthread_mutex_lock(&P.lock);
   atomic_store(&P.start_gen, atomic_load(&P.gen));
   P.owner = getpid();
@@ -175,6 +306,7 @@ static int start_workers(int want) {
 }
 
 __attribute__((destructor)) static void stop_workers(void) {
+  scratch_unload();
   pthread_mutex_lock(&P.lock);
   if (P.nworkers > 0 && P.owner == getpid()) {
     atomic_store(&P.stop, 1);
@@ -186,6 +318,28 @@ __attribute__((destructor)) static void stop_workers(void) {
   }
   pthread_mutex_unlock(&P.lock);
 }
+
+#ifdef NNVM_POOL_STATS
+/* bench/pool.py --stalls only (never in a build nnvm makes): how long callers wait, after their last
+ * chunk, for the chunks still on workers; a long wait is a worker descheduled while it held a chunk.
+ * out: regions run on the pool, waits over 100 us, the summed wait and the longest, in ns. */
+static _Atomic uint64_t stat_regions, stat_stalls, stat_wait_ns, stat_max_ns;
+NNVM_POOL_API void nnvm_pool_stats(uint64_t out[4]) {
+  out[0] = stat_regions, out[1] = stat_stalls, out[2] = stat_wait_ns, out[3] = stat_max_ns;
+}
+#define STATS_JOIN_BEGIN() uint64_t stats_from = now_ns()
+#define STATS_JOIN_END()                                                                         \
+  do {                                                                                           \
+    uint64_t w = now_ns() - stats_from;                                                          \
+    stat_regions++;                                                                              \
+    stat_wait_ns += w;                                                                           \
+    stat_stalls += w > 100000;                                                                   \
+    if (w > stat_max_ns) stat_max_ns = w;                                                        \
+  } while (0)
+#else
+#define STATS_JOIN_BEGIN() ((void)0)
+#define STATS_JOIN_END() ((void)0)
+#endif
 
 NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, int32_t team) {
   if (team > extent) team = (int32_t)extent;
@@ -215,6 +369,7 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
   atomic_store(&P.gen, g);
   if (atomic_load(&P.sleepers) > 0) futex_wake(&P.gen, INT_MAX);
   work(g, -1);
+  STATS_JOIN_BEGIN();
   /* the last chunks may still run on workers: spin a while, then sleep until the last one wakes us */
   uint64_t until = 0;
   unsigned spins = 0;
@@ -227,6 +382,7 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
     atomic_store(&P.caller_asleep, 1);
     if ((d = atomic_load(&P.done)) != n) futex_wait(&P.done, d);
   }
+  STATS_JOIN_END();
   atomic_store_explicit(&P.busy, 0, memory_order_release);
 }
 

@@ -179,7 +179,8 @@ class LLVMBackend(Backend):
         state["library"] = self.library_class(
             state["optimized_ir"], state["ir"], state["target"], cg.kernel_names, cg.uses_parallel,
             module=state["module"] if state["run"] else None, tm=state["tm"],
-            compile_seconds=state["seconds"], cc=self.c_compiler(state["parsed"]))
+            compile_seconds=state["seconds"], cc=self.c_compiler(state["parsed"]),
+            uses_scratch=cg.uses_scratch)
         return state
 
 
