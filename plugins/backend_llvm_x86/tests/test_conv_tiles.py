@@ -4,7 +4,8 @@ The NCHW[x]c template's fallback tile for a plain convolution is ``ow_block`` pi
 channel blocks, picked by ``nnvm.cpu.cost_model``; with two or more blocks the unrolled body walks
 pixels outside blocks (the weights stay in registers). These compile the shapes of the ResNet,
 MobileNetV2 and DenseNet layers it changes (1x1, 3x3 stride 2, the 7x7 stem), scaled down, at batch 1
-and 3, on odd planes, with bias -> relu and a residual add fused behind, and compare with onnxruntime.
+and 3, on odd planes, with bias -> relu and a residual add fused behind, and compare with onnxruntime;
+likewise Winograd's products, whose register tile spans channel blocks the same way.
 """
 
 from __future__ import annotations
@@ -87,3 +88,23 @@ def test_fallback_is_the_cost_models_tile(tmp_path, monkeypatch):
     assert (fallback["ow_block"], fallback["oc_blocks"]) == (tile.ow_block, tile.oc_blocks)
     if machine.lanes == 16:
         assert tile.oc_blocks >= 2 and pixel_major(tile.ow_block, tile.oc_blocks)
+
+
+# Winograd's products take the same tiles (tw_block tiles x channel blocks): ResNet's 3x3 stride-1
+# layers scaled down, an odd plane (a partial 2x2 tile) and 24 channels (8-lane blocks)
+WINOGRAD_SHAPES = [(64, 14, 64, 3, 1), (32, 11, 48, 3, 1), (24, 9, 24, 3, 1)]
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["relu", "relu_add"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("shape", WINOGRAD_SHAPES, ids=["x".join(map(str, s)) for s in WINOGRAD_SHAPES])
+def test_winograd_tiles_match_onnxruntime(tmp_path, monkeypatch, shape, batch, residual):
+    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    c, hw, oc, kernel, stride = shape
+    path, feeds = _model(str(tmp_path / "conv.onnx"), batch, c, hw, oc, kernel, stride, residual)
+    graph, *_ = optimized_graph(path, "llvm")
+    assert "conv2d_winograd_nchwc" in {n.op for n in graph.nodes}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(**feeds)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-5, f"winograd {shape} batch {batch}: max relative error {err:.2e}"

@@ -131,6 +131,15 @@ def register_tile(machine: Machine, width: int, oc_outer: int, max_ow: int | Non
     return best[1] if best is not None else Tile(1, 1, tile_cost(1, 1, width, oc_outer))
 
 
+def oc_blocks_for(machine: Machine, ow_block: int, oc_outer: int) -> int:
+    """The channel blocks per tile of ``register_tile``'s model for a tile width fixed by a config
+    (Winograd's products, whose ``tw_block`` knob a tuning log may set): the cheapest that fits."""
+    budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
+    fits = [b for b in range(1, min(MAX_OC_BLOCKS, oc_outer) + 1)
+            if oc_outer % b == 0 and registers_needed(ow_block, b) <= budget]
+    return min(fits or [1], key=lambda b: (round(tile_cost(ow_block, b, ow_block, oc_outer), 2), -b))
+
+
 def parallel_loop(machine: Machine, batch: int, oc_chunks: int) -> str:
     """The loop the pool splits: images x channel blocks at batch > 1 (``n_oc``), channel block groups
     when there are at least two per thread (``oc``; each thread then streams only its own weights),

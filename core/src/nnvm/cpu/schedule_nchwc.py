@@ -21,9 +21,14 @@ Knobs: ``ow_block`` (accumulators: too few and the weight loads dominate, too ma
 ``unroll_kw`` (unroll the kernel-width loop) and ``reduce_order`` (input channels outside or inside
 the kernel window), ``parallel`` (the loop on the pool: ``oc``, ``oh`` or, at batch > 1, ``n_oc``)
 and ``pad_at`` (``row``: the window one register tile reads, padded just before it; ``root``: one
-padded copy of the input). The fallback takes the largest width divisor up to 14 accumulators (and
-two channel blocks for short rows), images x channel blocks in parallel at batch > 1, and pads
-depthwise per row, plain convolutions at root.
+padded copy of the input), ``oc_blocks`` (output channel blocks per register tile: ``ow_block x
+oc_blocks`` accumulators; with two or more the unrolled body walks pixels outside blocks when the
+blocks are the fewer, so their weight vectors stay in registers and each broadcast is used at once,
+``cost_model.pixel_major``). The fallback of a plain convolution is the tile and parallel loop of
+``cost_model.py`` (fewest modelled cycles per multiply-add on this machine's registers: 7 x 2 on
+ResNet's 14-pixel rows); depthwise and grouped ones take the largest width divisor up to 14
+accumulators (and two channel blocks for short grouped rows). Images x channel blocks run in parallel
+at batch > 1; depthwise pads per row, plain convolutions at root.
 """
 
 from __future__ import annotations
