@@ -21,15 +21,21 @@ Knobs: ``ow_block`` (accumulators: too few and the weight loads dominate, too ma
 ``unroll_kw`` (unroll the kernel-width loop) and ``reduce_order`` (input channels outside or inside
 the kernel window), ``parallel`` (the loop on the pool: ``oc``, ``oh`` or, at batch > 1, ``n_oc``)
 and ``pad_at`` (``row``: the window one register tile reads, padded just before it; ``root``: one
-padded copy of the input). The fallback takes the largest width divisor up to 14 accumulators (and
-two channel blocks for short rows), images x channel blocks in parallel at batch > 1, and pads
-depthwise per row, plain convolutions at root.
+padded copy of the input), ``oc_blocks`` (output channel blocks per register tile: ``ow_block x
+oc_blocks`` accumulators; with two or more the unrolled body walks pixels outside blocks when the
+blocks are the fewer, so their weight vectors stay in registers and each broadcast is used at once,
+``cost_model.pixel_major``). The fallback of a plain convolution is the tile and parallel loop of
+``cost_model.py`` (fewest modelled cycles per multiply-add on this machine's registers: 7 x 2 on
+ResNet's 14-pixel rows); depthwise and grouped ones take the largest width divisor up to 14
+accumulators (and two channel blocks for short grouped rows). Images x channel blocks run in parallel
+at batch > 1; depthwise pads per row, plain convolutions at root.
 """
 
 from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.cost_model import MAX_OC_BLOCKS, machine_of, parallel_loop, pixel_major, register_tile
 from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
 from nnvm.cpu.schedules import (
     divisors,
@@ -109,11 +115,21 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"
-        # Two output-channel blocks per register tile when the row is too short to fill it alone.
-        space["oc_blocks"] = [1, 2] if ext_oco % 2 == 0 else [1]
-        # (Measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%.)
-        pair_fits = 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit)
-        fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
+        # Several output-channel blocks per register tile: each broadcast input feeds one multiply-add
+        # per block, so fewer loads per multiply-add (cost_model.py).
+        space["oc_blocks"] = [b for b in range(1, MAX_OC_BLOCKS + 1) if ext_oco % b == 0]
+        if conv.op.attrs.get("groups", 1) == 1 and not conv.op.attrs.get("split"):
+            # The tile and the parallel loop chosen by the cost model for this workload and machine.
+            machine = machine_of(target)
+            tile = register_tile(machine, ext_ow, ext_oco, max_ow=min(fit, FALLBACK_ACCUMULATORS))
+            space["ow_block"] = sorted(set(ow_space) | {tile.ow_block})
+            fallback["ow_block"], fallback["oc_blocks"] = tile.ow_block, tile.oc_blocks
+            fallback["parallel"] = parallel_loop(machine, batch, ext_oco // tile.oc_blocks)
+        else:
+            # Grouped: two output-channel blocks per tile when the row is too short to fill it alone
+            # (measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%).
+            pair_fits = 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit)
+            fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
     return ScheduleTemplate(name, space, fallback, lambda config: build_conv2d_nchwc(group, config),
                             flops=reduction_flops(conv.op))
@@ -141,13 +157,15 @@ def build_conv2d_nchwc(group, config: dict):
     by_rows = config["parallel"] == "oh"
     by_image = config["parallel"] == "n_oc"
     oc_blocks = config.get("oc_blocks", 1)
+    by_pixel = pixel_major(ow_block, oc_blocks)  # which operands stay in registers (cost_model.py)
     if out_stage is conv:
         owo, owi = conv.split(ow, factor=ow_block)
         ocb = None
         if oc_blocks > 1:
             oco, ocb = conv.split(oco, factor=oc_blocks)
         outer = [oh, oco, n] if by_rows else [n, oco, oh] if by_image else [oco, n, oh]
-        conv.reorder(*outer, owo, *reduce, *([ocb] if ocb is not None else []), owi, oci)
+        tile = [owi, ocb] if ocb is not None and by_pixel else [*([ocb] if ocb is not None else []), owi]
+        conv.reorder(*outer, owo, *reduce, *tile, oci)
         parallel = conv.fuse(outer[0], outer[1]) if by_image else outer[0]
     else:
         on, ooco, ooh, oow, ooci = out_stage.op.axis
@@ -162,7 +180,7 @@ def build_conv2d_nchwc(group, config: dict):
         out_stage.unroll(owi)
         out_stage.vectorize(ooci)
         conv.compute_at(out_stage, owo)
-        conv.reorder(n, oh, *reduce, oco, ow, oci)
+        conv.reorder(n, oh, *reduce, *([ow, oco] if by_pixel else [oco, ow]), oci)
         ocb = oco if oc_blocks > 1 else None
         owi = ow
         parallel = out_stage.fuse(outer[0], outer[1]) if by_image else outer[0]

@@ -1,0 +1,149 @@
+"""A small analytical cost model for the fallback configs of the CPU convolution templates.
+
+Untuned, a template runs its fallback config; fixed numbers ("14 accumulators, two channel blocks on
+short rows") fit the machine they were measured on and the shapes they were measured with. This model
+picks the register tile of ``x86.conv2d_nchwc.direct`` per workload from facts asked of the backend
+(``Backend.vector_lanes``; its ``cpu_signature``: cache sizes, team size), so a new CPU or a new shape
+gets a tile sized for it.
+
+The tile is ``ow_block`` output pixels x ``oc_blocks`` channel blocks of accumulators (one vector each).
+Each reduction step (one input channel at one kernel tap) loads ``oc_blocks`` weight vectors and
+broadcasts ``ow_block`` input scalars into ``ow_block * oc_blocks`` fused multiply-adds, so:
+
+- registers: accumulators + the operands held across the step <= the register file less
+  ``SPARE_REGISTERS``. The schedule
+  keeps the smaller of the two operand sets in registers (``pixel_major``): ``oc_blocks`` weights and
+  one broadcast at a time, or ``ow_block`` broadcasts and one weight at a time (a lone block's
+  broadcast is folded into the multiply-add as a memory operand);
+- time per step: ``max(FMAs / FMA_PER_CYCLE, loads / LOADS_PER_CYCLE) + STEP_OVERHEAD`` cycles; per
+  useful multiply-add that is the cost, times the padding of a partial last tile on the row and of a
+  partial last group of channel blocks.
+
+Measured on a Zen 5 core (1 thread, ResNet-50's 1x1 and stride-2 3x3 layers): tiles of 2-4 blocks
+(7 x 2, 4 x 4, 14 x 2: 9-16 loads per 14-28 FMAs) ran 1.1-1.3x faster than the former 14 x 1 (15 loads
+per 14 FMAs: the load ports, not the FMA pipes, were the limit); 7 x 4 (33 registers) spilled and ran
+1.2x slower, 14 x 2 (31) spilled on the 7x7 stem, and partial tiles (4 x 4 on 7-pixel rows) ran
+1.4x slower, more than their wasted lanes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+FMA_PER_CYCLE = 2.0  # vector FMAs issued per cycle: two FMA pipes (Zen 4/5, Skylake-SP and later servers)
+LOADS_PER_CYCLE = 2.0  # vector or broadcast loads per cycle
+STEP_OVERHEAD = 1.0  # cycles of loop control and address arithmetic per reduction step
+SPARE_REGISTERS = 4  # of 32 (2 of 16) left to LLVM: at 31 of 32 it hoisted loads and spilled (7x7 stem)
+PARTIAL_TILE = 1.1  # a row with a partial last tile runs guarded code besides the wasted lanes
+MAX_OC_BLOCKS = 4  # channel blocks one tile may span
+DEFAULT_L1D = 32 * 1024  # when the backend does not know the caches (another CPU than the host)
+DEFAULT_L2 = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the model needs of a CPU: float32 ``lanes`` per vector, vector ``registers``, ``l1d`` and
+    ``l2`` bytes per core, ``threads`` a parallel kernel runs on."""
+
+    lanes: int
+    registers: int
+    l1d: int = DEFAULT_L1D
+    l2: int = DEFAULT_L2
+    threads: int = 1
+
+
+def machine_of(target) -> Machine:
+    """The ``Machine`` of ``target``, asked of its backend (vector width; cache sizes and team size
+    from ``cpu_signature`` where the backend gives one; defaults where it does not know them)."""
+    from nnvm.cpu.schedules import vector_lanes
+
+    lanes = vector_lanes(target)
+    signature = getattr(target.backend, "cpu_signature", lambda _t: None)(target)
+    # 32 vector registers with AVX-512 (and on AArch64), 16 with AVX2
+    registers = 32 if lanes == 16 or (signature is not None and signature.arch == "aarch64") else 16
+    if signature is None:
+        return Machine(lanes, registers)
+    return Machine(lanes, registers, signature.l1d or DEFAULT_L1D, signature.l2 or DEFAULT_L2,
+                   signature.cores or 1)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """A register tile and its modelled cycles per useful multiply-add."""
+
+    ow_block: int
+    oc_blocks: int
+    cost: float
+
+    @property
+    def pixel_major(self) -> bool:
+        return pixel_major(self.ow_block, self.oc_blocks)
+
+
+def pixel_major(ow_block: int, oc_blocks: int) -> bool:
+    """Whether the tile's unrolled body walks pixels outside channel blocks: then the ``oc_blocks``
+    weight vectors stay in registers and each broadcast is used at once; otherwise the ``ow_block``
+    broadcasts stay and each weight is used at once. The smaller set is kept (LLVM keeps what the
+    inner loop reuses live across it)."""
+    return oc_blocks > 1 and ow_block >= oc_blocks
+
+
+def registers_needed(ow_block: int, oc_blocks: int) -> int:
+    """Accumulators plus the operands held across one reduction step (``pixel_major``)."""
+    if oc_blocks == 1:
+        return ow_block + 1  # one weight; the broadcast is a memory operand of the multiply-add
+    held = oc_blocks + 1 if pixel_major(ow_block, oc_blocks) else ow_block + 1
+    return ow_block * oc_blocks + held
+
+
+def tile_cost(ow_block: int, oc_blocks: int, width: int, oc_outer: int) -> float:
+    """Modelled cycles per useful multiply-add of a tile on rows of ``width`` pixels and ``oc_outer``
+    channel blocks (the module docstring's formula)."""
+    fmas = ow_block * oc_blocks
+    cycles = max(fmas / FMA_PER_CYCLE, (ow_block + oc_blocks) / LOADS_PER_CYCLE) + STEP_OVERHEAD
+    row_waste = math.ceil(width / ow_block) * ow_block / width
+    if width % ow_block:
+        row_waste *= PARTIAL_TILE
+    oc_waste = math.ceil(oc_outer / oc_blocks) * oc_blocks / oc_outer
+    return cycles / fmas * row_waste * oc_waste
+
+
+def register_tile(machine: Machine, width: int, oc_outer: int, max_ow: int | None = None) -> Tile:
+    """The cheapest tile that fits the register file for rows of ``width`` output pixels and
+    ``oc_outer`` channel blocks: channel blocks that divide ``oc_outer`` (no guarded partial group),
+    pixels up to ``max_ow``. Near ties go to the wider row (each pass of a tile over the reduction
+    streams its weights: 4 x 4 tiles ran 6% slower than 7 x 2 on 3x3 layers whose weights exceed L1),
+    then to the larger tile."""
+    best = None
+    limit = min(width, max_ow or width)
+    budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
+    for oc_blocks in range(1, min(MAX_OC_BLOCKS, oc_outer) + 1):
+        if oc_outer % oc_blocks:
+            continue
+        for ow_block in range(1, limit + 1):
+            if registers_needed(ow_block, oc_blocks) > budget:
+                break
+            cost = tile_cost(ow_block, oc_blocks, width, oc_outer)
+            key = (round(cost, 2), -ow_block, -ow_block * oc_blocks)
+            if best is None or key < best[0]:
+                best = (key, Tile(ow_block, oc_blocks, cost))
+    return best[1] if best is not None else Tile(1, 1, tile_cost(1, 1, width, oc_outer))
+
+
+def oc_blocks_for(machine: Machine, ow_block: int, oc_outer: int) -> int:
+    """The channel blocks per tile of ``register_tile``'s model for a tile width fixed by a config
+    (Winograd's products, whose ``tw_block`` knob a tuning log may set): the cheapest that fits."""
+    budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
+    fits = [b for b in range(1, min(MAX_OC_BLOCKS, oc_outer) + 1)
+            if oc_outer % b == 0 and registers_needed(ow_block, b) <= budget]
+    return min(fits or [1], key=lambda b: (round(tile_cost(ow_block, b, ow_block, oc_outer), 2), -b))
+
+
+def parallel_loop(machine: Machine, batch: int, oc_chunks: int) -> str:
+    """The loop the pool splits: images x channel blocks at batch > 1 (``n_oc``), channel block groups
+    when there are at least two per thread (``oc``; each thread then streams only its own weights),
+    else output rows (``oh``)."""
+    if batch > 1:
+        return "n_oc"
+    return "oc" if oc_chunks >= 2 * max(machine.threads, 2) else "oh"
