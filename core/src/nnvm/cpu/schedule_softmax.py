@@ -86,23 +86,30 @@ def softmax_template(target, group) -> ScheduleTemplate | None:
                             lambda config: build_softmax(group, config))
 
 
-def _parallel_rows(stage, axes, row_length: int) -> None:
-    """Parallel over the outer axis with the most iterations (the ones before it are loops around)."""
-    extents = [extent(iv) for iv in axes]
-    if extents and math.prod(extents) * row_length >= PARALLEL_MIN_WORK and max(extents) > 1:
-        stage.parallel(axes[extents.index(max(extents))])
+def _parallel_rows(stage, axes, row_length: int):
+    """The outer axes fused into one loop over the rows, parallel when there is enough work; the fused
+    axis (None when there are no outer axes). Parallel over one of several axes left the others as
+    serial loops around a parallel region: 24 regions a softmax for attention's [1, 12, 128, 128]."""
+    if not axes:
+        return None
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    rows = math.prod(extent(iv) for iv in axes)
+    if rows > 1 and rows * row_length >= PARALLEL_MIN_WORK:
+        stage.parallel(fused)
+    return fused
 
 
-def _vector_reduction(sch, stat, kb: int) -> None:
-    """``stat``'s reduction along the row in ``kb`` partial results, vectorized, added up once a row."""
+def _vector_reduction(sch, stat, kb: int, row) -> None:
+    """``stat``'s reduction along the row in ``kb`` partial results, vectorized, added up once a row
+    (``row``: the stat's loop over the rows, None when it has none)."""
     if kb == 1:
         return
     (k,) = stat.op.reduce_axis
     _, k_inner = stat.split(k, factor=kb)
     partial = sch.rfactor(stat.op.outputs[0], k_inner)
     rf = sch[partial]
-    if stat.op.axis:
-        rf.compute_at(stat, stat.op.axis[-1])
+    if row is not None:
+        rf.compute_at(stat, row)
     lane_axis, *spatial = rf.op.axis
     rf.reorder(*spatial, *rf.op.reduce_axis, lane_axis)
     rf.vectorize(lane_axis)
@@ -118,10 +125,12 @@ def build_softmax(group, config: dict):
     n = extent(j)
     _, ji = out_stage.split(j, factor=config["vb"])
     out_stage.vectorize(ji)
-    _parallel_rows(out_stage, outer, n)
-    _parallel_rows(first, list(first.op.axis), n)
-    if outer:
-        second.compute_at(out_stage, outer[-1])
-    for stat in (first, second):
-        _vector_reduction(sch, stat, config["kb"])
+    row = _parallel_rows(out_stage, outer, n)
+    first_row = _parallel_rows(first, list(first.op.axis), n)
+    second_row = None
+    if row is not None:
+        second.compute_at(out_stage, row)
+        second_row = second.op.axis[-1]
+    _vector_reduction(sch, first, config["kb"], first_row)
+    _vector_reduction(sch, second, config["kb"], second_row)
     return sch
