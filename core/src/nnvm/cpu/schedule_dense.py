@@ -39,6 +39,8 @@ around the batch-1 kernel); ``jb`` blocks keep independent accumulators and stre
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from nnvm import te
@@ -130,6 +132,7 @@ def build_dense(group, config: dict):
 MAX_TILE_ACCUMULATORS = 16  # vector registers a packed dense tile holds (blocks x batch rows)
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
+MIN_PARALLEL_TILES = 12  # fewer tiles of the weight (x batch axes) than this: parallel over rows too
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -303,21 +306,31 @@ def build_dense_packed(group, config: dict):
     # A batched weight (attention: one per batch x head) is read only by its own batch, so the batch
     # axes go outside the tiles. Otherwise every batch reads the same weight: the tiles of it outermost,
     # so a thread's tiles of rows read one panel of the weight in turn.
-    order = [*outer, jt] if "weight_batch" in dense.op.attrs else [jt, *outer]
-    # Every loop over tiles is fused into the one parallel loop: parallel over the weight's tiles alone
-    # left ViT's 192 outputs in 3 tiles for 2 threads (two thirds of the pair busy), and parallel over
-    # the heads of attention nested the other batch axes around it (a parallel region per head).
-    # Each fused iteration is one tile of rows and columns, so its bounds stay exact.
-    if out_stage is dense:
-        dense.reorder(*order, it, k, jb, ib, ji)
-        tiles = dense.fuse(*order, it)
+    # A batched weight (attention: one per batch x head, a few dozen KiB) is read only by its own batch:
+    # the batch axes and the tiles of rows are the parallel loop (fused: parallel over the heads alone
+    # nested the other axes around it, a parallel region per head, and left ViT's 3 heads to 2 threads)
+    # and each row tile runs every tile of its weight (a weight tile loop fused in instead made ViT's
+    # Q @ K^T, 197 outputs in 13 blocks, 1.2x slower on one thread; rows first, 0.95x).
+    # Otherwise every batch reads the same weight: its tiles are the parallel loop, outermost, so a
+    # thread's row tiles read one panel in turn; when there are fewer than MIN_PARALLEL_TILES of them,
+    # the rows join the parallel loop (ViT's 192 outputs were 3 tiles for 2 threads: two thirds busy).
+    # Each fused iteration is whole tiles, so its bounds stay exact.
+    if "weight_batch" in dense.op.attrs:
+        par, inner = [*outer, it], [jt]
     else:
-        out_stage.reorder(*order, it, jb, ib, ji)
-        tiles = out_stage.fuse(*order, it)
+        par, inner = [jt, *outer], [it]
+        if math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"])) < MIN_PARALLEL_TILES:
+            par, inner = [*par, it], []
+    if out_stage is dense:
+        dense.reorder(*par, *inner, k, jb, ib, ji)
+        tiles = dense.fuse(*par) if len(par) > 1 else par[0]
+    else:
+        out_stage.reorder(*par, *inner, jb, ib, ji)
+        tiles = out_stage.fuse(*par) if len(par) > 1 else par[0]
         out_stage.unroll(jb)
         out_stage.unroll(ib)
         out_stage.vectorize(ji)
-        dense.compute_at(out_stage, tiles)
+        dense.compute_at(out_stage, inner[-1] if inner else tiles)
         *_, ib, dj = dense.op.axis
         jb, ji = dense.split(dj, factor=b)
         dense.reorder(k, jb, ib, ji)
