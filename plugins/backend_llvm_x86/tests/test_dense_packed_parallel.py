@@ -1,8 +1,9 @@
-"""``dense_packed``'s one parallel loop (``build_dense_packed``): a shared weight with enough tiles of
-outputs is parallel over them alone (each thread's row tiles read one panel in turn); with fewer than
-``MIN_PARALLEL_TILES`` its tiles of rows join the parallel loop (ViT's 192 outputs: 3 tiles); attention's
-batched products are parallel over batch x heads x row tiles, never one region per head. Every case
-against onnxruntime too: S=7 and 197 (padded rows), D=13 and 64, ranks 3 and 4, fused epilogues."""
+"""``dense_packed``'s one parallel loop (``build_dense_packed``): a shared weight whose tiles of outputs
+the pool's chunks share evenly (a multiple of ``EVEN_CHUNKS``) is parallel over them alone (each
+thread's row tiles read one panel in turn); otherwise its tiles of rows join the parallel loop (ViT's
+192 outputs: 3 tiles; BERT's 768: 12). Attention's batched products are parallel over batch x heads x
+row tiles, never one region per head. Every case against onnxruntime too: S=7 and 197 (padded rows),
+D=13 and 64, ranks 3 and 4, fused epilogues."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.cpu.schedule_dense import MIN_PARALLEL_TILES
+from nnvm.cpu.schedule_dense import EVEN_CHUNKS
 
 
 def _save(path, nodes, inits, shapes):
@@ -51,7 +52,8 @@ def _compile_and_check(tmp_path, path, shapes):
 @pytest.mark.parametrize("shape, n, fused_rows", [
     ((1, 197, 64), 48, True),      # 3 blocks of 16: 1 tile of weight; rows 197 padded to 200 join in
     ((1, 7, 13), 192, True),       # S=7, K=13: 12 blocks in 3 tiles, its 7 rows (one tile) join in
-    ((2, 5, 64), 16 * 4 * 12, False),  # 12 tiles of 4 blocks: parallel over them, rows inside
+    ((2, 5, 64), 16 * 4 * 12, True),   # 12 tiles of 4 blocks x 2 batches: 24, rows join in
+    ((1, 9, 32), 16 * 4 * 16, False),  # 16 tiles of 4 blocks: parallel over them, rows inside
 ])
 def test_shared_weight_parallel_loop(tmp_path, shape, n, fused_rows):
     rng = np.random.default_rng(0)
@@ -67,7 +69,7 @@ def test_shared_weight_parallel_loop(tmp_path, shape, n, fused_rows):
     blocks = -(-n // 16)
     tiles = blocks // 4 if blocks % 4 == 0 else 1  # 4 blocks a tile where 4 divides them, else all 3
     if fused_rows:  # the row tiles multiply the weight tiles
-        assert tiles * shape[0] < MIN_PARALLEL_TILES and loops[0][1] > tiles * shape[0], loops
+        assert (tiles * shape[0]) % EVEN_CHUNKS and loops[0][1] > tiles * shape[0], loops
     else:
         assert loops[0][1] == tiles * shape[0], loops
 

@@ -132,7 +132,8 @@ def build_dense(group, config: dict):
 MAX_TILE_ACCUMULATORS = 16  # vector registers a packed dense tile holds (blocks x batch rows)
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
-MIN_PARALLEL_TILES = 12  # fewer tiles of the weight (x batch axes) than this: parallel over rows too
+EVEN_CHUNKS = 16  # the pool cuts a parallel loop into 4 chunks a thread: 8 for 2 threads, 16 for 4
+MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -312,14 +313,18 @@ def build_dense_packed(group, config: dict):
     # and each row tile runs every tile of its weight (a weight tile loop fused in instead made ViT's
     # Q @ K^T, 197 outputs in 13 blocks, 1.2x slower on one thread; rows first, 0.95x).
     # Otherwise every batch reads the same weight: its tiles are the parallel loop, outermost, so a
-    # thread's row tiles read one panel in turn; when there are fewer than MIN_PARALLEL_TILES of them,
-    # the rows join the parallel loop (ViT's 192 outputs were 3 tiles for 2 threads: two thirds busy).
+    # thread's row tiles read one panel in turn. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the
+    # same number of them: then the rows join the parallel loop, so every chunk is the same work. ViT's
+    # 192 outputs were 3 tiles for 2 threads (two thirds of the pair busy); BERT's and GPT-2's 768 outputs
+    # are 12 tiles, 8 chunks of 1 and 2 tiles, and the thread left with a 2 waits for it. One thread:
+    # 768-deep products level, ViT's 192-deep ones 1-2% slower (a tile's row index is a div/mod).
     # Each fused iteration is whole tiles, so its bounds stay exact.
     if "weight_batch" in dense.op.attrs:
         par, inner = [*outer, it], [jt]
     else:
         par, inner = [jt, *outer], [it]
-        if math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"])) < MIN_PARALLEL_TILES:
+        tiles = math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"]))
+        if tiles % EVEN_CHUNKS and tiles < MAX_ROW_FUSED_TILES:
             par, inner = [*par, it], []
     if out_stage is dense:
         dense.reorder(*par, *inner, k, jb, ib, ji)
