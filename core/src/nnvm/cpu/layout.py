@@ -317,6 +317,20 @@ def alter_concat(target, node, in_types) -> AlteredNode | None:
                        outputs=(("NCHW", layout),))
 
 
+def alter_softmax(target, node, in_types) -> AlteredNode | None:
+    """A float32 softmax along the last axis -> ``softmax_normalize(softmax_exp(x))`` (``softmax_rows.py``:
+    each ``exp`` computed once, a causal mask's underflow flushed to 0), or None to keep it."""
+    from nnvm.ops.registry import get_op
+
+    if len(in_types) != 1 or in_types[0] is None or in_types[0].dtype != "float32" or not in_types[0].shape:
+        return None
+    rank = len(in_types[0].shape)
+    if get_op("softmax").normalize_attrs(dict(node.attrs), node.name)["axis"] % rank != rank - 1:
+        return None
+    return AlteredNode("softmax_normalize", {}, inputs=(None,), outputs=((None, None),),
+                       prepare=(("softmax_exp", {}),))
+
+
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
     """What ``nnvm_alter_op_layout`` answers where the backend wants the blocked layout (``plugin.py``)."""
     if not enabled("NNVM_X86_LAYOUT"):
@@ -327,4 +341,6 @@ def alter_op_layout(target, node, in_types) -> AlteredNode | None:
         return alter_dense(target, node, in_types)
     if node.op == "concatenate":
         return alter_concat(target, node, in_types)
+    if node.op == "softmax":
+        return alter_softmax(target, node, in_types)
     return None

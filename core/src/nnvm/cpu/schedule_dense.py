@@ -39,6 +39,8 @@ around the batch-1 kernel); ``jb`` blocks keep independent accumulators and stre
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from nnvm import te
@@ -130,6 +132,8 @@ def build_dense(group, config: dict):
 MAX_TILE_ACCUMULATORS = 16  # vector registers a packed dense tile holds (blocks x batch rows)
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
+EVEN_CHUNKS = 16  # the pool cuts a parallel loop into 4 chunks a thread: 8 for 2 threads, 16 for 4
+MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -301,28 +305,42 @@ def build_dense_packed(group, config: dict):
     it, ib = out_stage.split(i, factor=config["mb"])
     (k,) = dense.op.reduce_axis
     # A batched weight (attention: one per batch x head) is read only by its own batch, so the batch
-    # axes go outside the tiles and the widest of them (the heads) or the tiles run in parallel.
-    # Otherwise every batch reads the same weight: the tiles of it are the parallel loop, outermost.
-    parallel = jt
+    # axes go outside the tiles. Otherwise every batch reads the same weight: the tiles of it outermost,
+    # so a thread's tiles of rows read one panel of the weight in turn.
+    # A batched weight (attention: one per batch x head, a few dozen KiB) is read only by its own batch:
+    # the batch axes and the tiles of rows are the parallel loop (fused: parallel over the heads alone
+    # nested the other axes around it, a parallel region per head, and left ViT's 3 heads to 2 threads)
+    # and each row tile runs every tile of its weight (a weight tile loop fused in instead made ViT's
+    # Q @ K^T, 197 outputs in 13 blocks, 1.2x slower on one thread; rows first, 0.95x).
+    # Otherwise every batch reads the same weight: its tiles are the parallel loop, outermost, so a
+    # thread's row tiles read one panel in turn. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the
+    # same number of them: then the rows join the parallel loop, so every chunk is the same work. ViT's
+    # 192 outputs were 3 tiles for 2 threads (two thirds of the pair busy); BERT's and GPT-2's 768 outputs
+    # are 12 tiles, 8 chunks of 1 and 2 tiles, and the thread left with a 2 waits for it. One thread:
+    # 768-deep products level, ViT's 192-deep ones 1-2% slower (a tile's row index is a div/mod).
+    # Each fused iteration is whole tiles, so its bounds stay exact.
     if "weight_batch" in dense.op.attrs:
-        order = [*outer, jt]
-        extents = [extent(iv) for iv in outer] + [-(-extent(j) // (b * config["jb"]))]
-        parallel = order[extents.index(max(extents))]
+        par, inner = [*outer, it], [jt]
     else:
-        order = [jt, *outer]
+        par, inner = [jt, *outer], [it]
+        tiles = math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"]))
+        if tiles % EVEN_CHUNKS and tiles < MAX_ROW_FUSED_TILES:
+            par, inner = [*par, it], []
     if out_stage is dense:
-        dense.reorder(*order, it, k, jb, ib, ji)
+        dense.reorder(*par, *inner, k, jb, ib, ji)
+        tiles = dense.fuse(*par) if len(par) > 1 else par[0]
     else:
-        out_stage.reorder(*order, it, jb, ib, ji)
+        out_stage.reorder(*par, *inner, jb, ib, ji)
+        tiles = out_stage.fuse(*par) if len(par) > 1 else par[0]
         out_stage.unroll(jb)
         out_stage.unroll(ib)
         out_stage.vectorize(ji)
-        dense.compute_at(out_stage, it)
+        dense.compute_at(out_stage, inner[-1] if inner else tiles)
         *_, ib, dj = dense.op.axis
         jb, ji = dense.split(dj, factor=b)
         dense.reorder(k, jb, ib, ji)
     dense.unroll(jb)
     dense.unroll(ib)
     dense.vectorize(ji)
-    out_stage.parallel(parallel)
+    out_stage.parallel(tiles)
     return sch

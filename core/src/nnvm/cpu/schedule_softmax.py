@@ -86,23 +86,30 @@ def softmax_template(target, group) -> ScheduleTemplate | None:
                             lambda config: build_softmax(group, config))
 
 
-def _parallel_rows(stage, axes, row_length: int) -> None:
-    """Parallel over the outer axis with the most iterations (the ones before it are loops around)."""
-    extents = [extent(iv) for iv in axes]
-    if extents and math.prod(extents) * row_length >= PARALLEL_MIN_WORK and max(extents) > 1:
-        stage.parallel(axes[extents.index(max(extents))])
+def _parallel_rows(stage, axes, row_length: int):
+    """The outer axes fused into one loop over the rows, parallel when there is enough work; the fused
+    axis (None when there are no outer axes). Parallel over one of several axes left the others as
+    serial loops around a parallel region: 24 regions a softmax for attention's [1, 12, 128, 128]."""
+    if not axes:
+        return None
+    fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+    rows = math.prod(extent(iv) for iv in axes)
+    if rows > 1 and rows * row_length >= PARALLEL_MIN_WORK:
+        stage.parallel(fused)
+    return fused
 
 
-def _vector_reduction(sch, stat, kb: int) -> None:
-    """``stat``'s reduction along the row in ``kb`` partial results, vectorized, added up once a row."""
+def _vector_reduction(sch, stat, kb: int, row) -> None:
+    """``stat``'s reduction along the row in ``kb`` partial results, vectorized, added up once a row
+    (``row``: the stat's loop over the rows, None when it has none)."""
     if kb == 1:
         return
     (k,) = stat.op.reduce_axis
     _, k_inner = stat.split(k, factor=kb)
     partial = sch.rfactor(stat.op.outputs[0], k_inner)
     rf = sch[partial]
-    if stat.op.axis:
-        rf.compute_at(stat, stat.op.axis[-1])
+    if row is not None:
+        rf.compute_at(stat, row)
     lane_axis, *spatial = rf.op.axis
     rf.reorder(*spatial, *rf.op.reduce_axis, lane_axis)
     rf.vectorize(lane_axis)
@@ -118,10 +125,66 @@ def build_softmax(group, config: dict):
     n = extent(j)
     _, ji = out_stage.split(j, factor=config["vb"])
     out_stage.vectorize(ji)
-    _parallel_rows(out_stage, outer, n)
-    _parallel_rows(first, list(first.op.axis), n)
-    if outer:
-        second.compute_at(out_stage, outer[-1])
-    for stat in (first, second):
-        _vector_reduction(sch, stat, config["kb"])
+    row = _parallel_rows(out_stage, outer, n)
+    first_row = _parallel_rows(first, list(first.op.axis), n)
+    second_row = None
+    if row is not None:
+        second.compute_at(out_stage, row)
+        second_row = second.op.axis[-1]
+    _vector_reduction(sch, first, config["kb"], first_row)
+    _vector_reduction(sch, second, config["kb"], second_row)
+    return sch
+
+
+# -- softmax as two row kernels (``softmax_rows.py``) ---------------------------------------------------
+
+ROW_KERNELS = {"softmax_exp": "max", "softmax_normalize": "sum"}
+
+
+def _row_kernel_stages(group):
+    """(schedule, output stage, statistic stage) for ``softmax_exp`` or ``softmax_normalize``, else None."""
+    tag = ROW_KERNELS.get(group.anchor_op)
+    if tag is None or len(group.outputs) != 1 or group.outputs[0].dtype != "float32":
+        return None
+    sch = te.create_schedule([group.outputs[0].op])
+    computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
+    out_stage = sch[group.outputs[0].op]
+    stats = [st for st in computes if st.op.reduce_axis]
+    if len(computes) != 2 or len(stats) != 1 or stats[0].op.tag != tag or out_stage.op.reduce_axis:
+        return None
+    if any(extent(iv) is None for st in computes for iv in (*st.op.axis, *st.op.reduce_axis)):
+        return None
+    return sch, out_stage, stats[0]
+
+
+def row_kernel_template(target, group) -> ScheduleTemplate | None:
+    """``x86.softmax.exp_rows`` / ``x86.softmax.normalize_rows``: one loop over the rows, each row's
+    statistic in vector partial results and its output vectorized along the row; None to decline."""
+    found = _row_kernel_stages(group)
+    if found is None:
+        return None
+    _, out_stage, _ = found
+    n = extent(out_stage.op.axis[-1])
+    lanes = vector_lanes(target)
+    kb = reduce_block(n, lanes)
+    space = sorted({kb, 1, *(b for b in (lanes // 4, lanes // 2, lanes) if 4 <= b <= n)})
+    name = "x86.softmax.exp_rows" if group.anchor_op == "softmax_exp" else "x86.softmax.normalize_rows"
+    return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes},
+                            lambda config: build_row_kernel(group, config))
+
+
+def build_row_kernel(group, config: dict):
+    """The schedule of a row kernel: the rows fused into one parallel loop, the statistic computed in
+    each row (its only reader is the row's output), the output vectorized along the row."""
+    sch, out_stage, stat = _row_kernel_stages(group)
+    *outer, j = out_stage.op.axis
+    n = extent(j)
+    _, ji = out_stage.split(j, factor=config["vb"])
+    out_stage.vectorize(ji)
+    row = _parallel_rows(out_stage, outer, n)
+    stat_row = None
+    if row is not None:
+        stat.compute_at(out_stage, row)
+        stat_row = stat.op.axis[-1]
+    _vector_reduction(sch, stat, config["kb"], stat_row)
     return sch

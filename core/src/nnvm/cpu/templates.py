@@ -18,7 +18,7 @@ from nnvm.cpu.depthwise_nchwc import depthwise_nchwc_template
 from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
 from nnvm.cpu.schedule_depthwise import depthwise_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.cpu.schedule_softmax import softmax_template
+from nnvm.cpu.schedule_softmax import row_kernel_template, softmax_template
 from nnvm.cpu.schedules import conv2d_template
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import winograd_template
@@ -35,6 +35,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     dense_packed_template,  # x86.dense.packed: dense over a packed constant weight, streamed
     dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
     softmax_template,     # x86.softmax.rows, x86.layer_norm.rows: along the last axis, row statistics
+    row_kernel_template,  # x86.softmax.exp_rows, x86.softmax.normalize_rows: softmax_rows.py's two kernels
 ]
 
 

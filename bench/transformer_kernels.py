@@ -1,0 +1,128 @@
+"""The zoo's transformers kernel by kernel against onnxruntime's own per-node profile, and the packed
+GEMM's rate per matmul shape: views that stay readable on a shared host, where whole-model times swing.
+
+    uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
+    uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
+
+Both runtimes use ``--threads`` threads (1 by default). Per model: nnvm compiled untuned, every kernel
+timed on the module's own arena (``nnvm.bench.profile``) ``--rounds`` times and its **minimum** kept; one
+onnxruntime run with profiling on between rounds, each node's minimum kept (its first run dropped). The
+sums are printed by kind of kernel (nnvm: by the ops of each fused group; onnxruntime: by op type). Per
+GEMM shape ``MxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on [1, M, K] data, the
+nnvm kernel and the onnxruntime session timed alternately, minimums in ms and GFLOP/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import tempfile
+import time
+
+KINDS = ("dense_packed", "softmax", "layer_norm", "batched_weight_pack", "transpose", "reshape")
+
+
+def _session(path, threads, profile_prefix=None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def per_kernel(name: str, threads: int, rounds: int) -> None:
+    import nnvm
+    from nnvm.bench import profile, seeded_inputs
+    from nnvm_frontend_onnx.testing import torch_models
+
+    path = torch_models.zoo_model_path(name, 1)  # cached; exported by the torch venv on first use
+    mod = nnvm.compile(path, target="llvm", tuning_log=False)
+    feeds = seeded_inputs(mod)
+    ops = {n.name: n.op for n in mod.graph.nodes}
+    sess = _session(path, threads, os.path.join(tempfile.gettempdir(), f"nnvm_ort_{name}"))
+    best: dict = {}
+    for _ in range(rounds):
+        for row in profile(mod, feeds, 1):
+            key = (tuple(row["group"]), row["kernel"])
+            best[key] = min(best.get(key, float("inf")), row["ms"])
+        sess.run(None, feeds)
+    with open(sess.end_profiling()) as f:
+        events = json.load(f)
+    nodes = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            nodes[(e["name"], e["args"].get("op_name"))].append(e["dur"] / 1e3)
+    ort_kinds = collections.Counter()
+    for (_, op), durs in nodes.items():
+        ort_kinds[op] += min(durs[1:] or durs)
+    kinds = collections.Counter()
+    for (group, _), ms in best.items():
+        group_ops = {ops.get(g, "?") for g in group}
+        kind = next((k for k in KINDS if any(o.startswith(k) for o in group_ops)), "other")
+        kinds[kind] += ms
+    total, ort_total = sum(kinds.values()), sum(ort_kinds.values())
+    print(f"{name}: nnvm {total:.2f} ms, onnxruntime {ort_total:.2f} ms (sums of per-kernel minimums, "
+          f"{threads} thread(s)): {total / ort_total:.2f}")
+    print("  nnvm:        " + ", ".join(f"{k} {v:.2f}" for k, v in kinds.most_common()))
+    print("  onnxruntime: " + ", ".join(f"{k} {v:.2f}" for k, v in ort_kinds.most_common()))
+
+
+def gemm(shape: str, threads: int, rounds: int) -> None:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    import nnvm
+    from nnvm.bench import profile
+
+    m, k, n = (int(v) for v in shape.split("x"))
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((0.05 * rng.standard_normal((k, n))).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "gemm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])], inits)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "gemm.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
+        mod = nnvm.compile(path, target="llvm", tuning_log=False)
+        sess = _session(path, threads)
+        x = rng.standard_normal((1, m, k)).astype(np.float32)
+        ours, theirs = [], []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            sess.run(None, {"x": x})
+            theirs.append(time.perf_counter() - start)
+            ours.append(sum(r["ms"] for r in profile(mod, {"x": x}, 1)) / 1e3)
+    flops, ours, theirs = 2.0 * m * k * n, min(ours), min(theirs)
+    print(f"{shape}: nnvm {ours * 1e3:.3f} ms ({flops / ours / 1e9:.0f} GFLOP/s), onnxruntime "
+          f"{theirs * 1e3:.3f} ms ({flops / theirs / 1e9:.0f} GFLOP/s): {ours / theirs:.2f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="", help="comma-separated zoo transformers (gpt2, vit, bert)")
+    parser.add_argument("--gemm", default="", help="comma-separated MxKxN shapes")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")
+    args = parser.parse_args()
+    os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # before any kernel runs
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    for name in filter(None, args.models.split(",")):
+        per_kernel(name, args.threads, args.rounds)
+    for shape in filter(None, args.gemm.split(",")):
+        gemm(shape, args.threads, args.rounds)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Softmax along the last axis as two row kernels (``nnvm.cpu.softmax_rows``: ``softmax_exp`` then
+``softmax_normalize``, each ``exp`` once, results under float32's smallest normal number flushed to 0),
+against onnxruntime: attention's ranks 3 and 4, rows a vector divides and rows it does not (7, 13, 197),
+GPT-2's causal mask (-1e9, and -inf), every config of both templates; a softmax along another axis and
+log_softmax keep the core's kernel."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import nnvm
+from nnvm.compiler import group_compute, import_model, schedule_template
+from nnvm.cpu.softmax_rows import EXP_FLOOR
+from nnvm.target import parse_target
+
+
+def _model(path, shape, op="Softmax", axis=-1, mask=None):
+    """x -> [x + mask] -> op(axis): torch's attention exports the mask as an Add of a constant."""
+    nodes, inits, src = [], [], "x"
+    if mask is not None:
+        inits.append(onnx.numpy_helper.from_array(mask.astype(np.float32), "mask"))
+        nodes.append(helper.make_node("Add", ["x", "mask"], ["xm"]))
+        src = "xm"
+    nodes.append(helper.make_node(op, [src], ["y"], axis=axis))
+    graph = helper.make_graph(nodes, "sm",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+
+
+def _causal(rows, cols, value):
+    return np.where(np.triu(np.ones((rows, cols), bool), 1), np.float32(value), np.float32(0))
+
+
+def _run(path, x):
+    mod = nnvm.compile(path, target="llvm", tuning_log=False)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    return mod, mod.run(x)[0], want
+
+
+@pytest.mark.parametrize("shape, mask", [
+    ((1, 3, 197, 197), None),      # ViT-tiny's scores: 12 whole vectors and a guarded one a row
+    ((1, 4, 128, 128), -1e9),      # GPT-2's causal scores (torch_zoo's mask value)
+    ((2, 3, 7, 7), -np.inf),       # rows shorter than a vector, an -inf mask
+    ((5, 13, 13), None),           # rank 3, 13 = no divisor of the vector
+    ((2, 64), None),               # rank 2
+])
+def test_two_row_kernels_match_onnxruntime(tmp_path, shape, mask):
+    path = str(tmp_path / "sm.onnx")
+    _model(path, shape, mask=None if mask is None else _causal(*shape[-2:], mask))
+    x = (3 * np.random.default_rng(1).standard_normal(shape)).astype(np.float32)
+    mod, got, want = _run(path, x)
+    kernels = " ".join(call["kernel"] for call in mod.plan["calls"])
+    assert "softmax_exp" in kernels and "softmax_normalize" in kernels, kernels
+    err = float(np.abs(got - want).max())
+    assert err < 1e-6, f"softmax {shape}: max abs error {err:.2e} against onnxruntime"
+    if mask is not None:  # masked probabilities are exactly 0, as onnxruntime's
+        hidden = np.broadcast_to(np.triu(np.ones(shape[-2:], bool), 1), shape)
+        assert not got[hidden].any() and not want[hidden].any()
+    assert np.allclose(got.sum(axis=-1), 1.0, atol=1e-5)
+
+
+def test_tiny_probabilities_are_flushed_not_denormal(tmp_path):
+    """A row whose other scores sit 80..100 below its maximum: those under exp(EXP_FLOOR) are exactly 0,
+    none of the outputs is a denormal number, the others match float64."""
+    path = str(tmp_path / "sm.onnx")
+    _model(path, (1, 21))
+    x = -np.linspace(0, 100, 21, dtype=np.float32)[None]
+    _, got, _ = _run(path, x)
+    z = x.astype(np.float64) - x.max()
+    want = np.exp(z) / np.exp(z).sum()
+    tiny = np.finfo(np.float32).tiny
+    assert not ((got != 0) & (np.abs(got) < tiny)).any(), got
+    assert (got[z < EXP_FLOOR] == 0).all()
+    normal = want > 1e3 * tiny
+    np.testing.assert_allclose(got[normal], want[normal], rtol=1e-6)
+
+
+def _row_group(path, op):
+    """The group of ``op`` (``softmax_exp`` or ``softmax_normalize``) standing for the model's softmax."""
+    graph = import_model(path)
+    (node,) = graph.nodes
+    graph = dataclasses.replace(graph, nodes=(dataclasses.replace(node, op=op, attrs={}),))
+    group = group_compute(graph, 0, list(graph.nodes))
+    return graph, group
+
+
+@pytest.mark.parametrize("op, name", [("softmax_exp", "x86.softmax.exp_rows"),
+                                      ("softmax_normalize", "x86.softmax.normalize_rows")])
+def test_every_config_of_both_templates(tmp_path, every_config, op, name):
+    """All partial-result widths on rows no vector divides (37: guarded last vectors, and scalar)."""
+    path = str(tmp_path / "sm.onnx")
+    shape = (2, 5, 37)
+    _model(path, shape)
+    graph, group = _row_group(path, op)
+    template = schedule_template(parse_target("llvm -mcpu=skylake-avx512"), group)
+    assert template.name == name and template.space["kb"] == [1, 4, 8, 16], (template.name, template.space)
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    if op == "softmax_exp":
+        want = np.exp(x - x.max(axis=-1, keepdims=True))
+    else:
+        x = np.abs(x)
+        want = x / x.sum(axis=-1, keepdims=True)
+    every_config(template, group, graph.params, x, want, op)
+
+
+@pytest.mark.parametrize("op, axis", [("Softmax", 1), ("LogSoftmax", -1)])
+def test_other_axes_and_log_softmax_keep_the_core_kernel(tmp_path, op, axis):
+    path = str(tmp_path / "sm.onnx")
+    shape = (2, 9, 5)
+    _model(path, shape, op=op, axis=axis)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    mod, got, want = _run(path, x)
+    assert not any("softmax_exp" in call["kernel"] for call in mod.plan["calls"])
+    assert np.abs(got - want).max() < 1e-5
