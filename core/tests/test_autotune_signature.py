@@ -261,3 +261,24 @@ def test_an_untuned_batch_borrows_the_nearest_tuned_batch_and_its_own_record_win
                             build=lambda c: c)
     config, choice = logs.choose(wide, conv_workload(8), "llvm")
     assert config == {"tile": 4, "unroll": False, "per_image": False} and choice.batch == 4
+
+
+# -- template revisions --------------------------------------------------------------------------------
+
+def test_a_record_keeps_its_template_revision_and_a_stale_one_is_passed_over(tmp_path):
+    log = tmp_path / "revisions.jsonl"
+    old = dataclasses.replace(record({"tile": 8, "unroll": True}, 1e-4, FLEET_A), revision=1)
+    new = dataclasses.replace(record({"tile": 2, "unroll": False}, 1e-3, FLEET_A), revision=2)
+    logmod.append(log, [old, new])
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert "revision" not in lines[0] and lines[1]["revision"] == 2  # revision 1 as logs always were
+    assert [r.revision for r in logmod.read(log)] == [1, 2]
+    revised = dataclasses.replace(template(), revision=2)
+    config, _ = TuningLogs([log], signature=FLEET_A).choose(revised, "wl-1", "llvm")
+    assert config == {"tile": 2, "unroll": False}  # the faster record is of the old code: passed over
+    config, _ = TuningLogs([log], signature=FLEET_A).choose(template(), "wl-1", "llvm")
+    assert config == {"tile": 8, "unroll": True}
+    lines[1]["revision"] = "two"
+    log.write_text("\n".join(json.dumps(d) for d in lines) + "\n")
+    with pytest.raises(nnvm.Error, match=r"line 2: not a tuning record \(revision must be a whole number"):
+        logmod.read(log)

@@ -90,7 +90,7 @@ def test_a_batch_8_kernel_borrows_a_batch_1_config_only_without_its_own(tmp_path
                   and logmod.match_config(task8.space, {**task8.fallback, **c}) is not None)
     log = tmp_path / "batch1.jsonl"
     logmod.append(log, [logmod.Record(task.target, task.template, task.workload, config, 1e-4,
-                                      signature=signature)])
+                                      signature=signature, revision=task.revision)])
     one = nnvm.compile(model, target="llvm", shapes={"x": (1, 16, 14, 14)}, tuning_log=str(log))
     eight = nnvm.compile(model, target="llvm", shapes={"x": (8, 16, 14, 14)}, tuning_log=str(log))
     assert one.stats()["tuned_kernels"] == 1 and eight.stats()["tuned_kernels"] == 1
@@ -108,7 +108,7 @@ def test_a_batch_8_kernel_borrows_a_batch_1_config_only_without_its_own(tmp_path
     np.testing.assert_allclose(got1, want[:1], rtol=1e-4, atol=1e-4)
     # a batch-8 record of its own wins over the borrowed one
     logmod.append(log, [logmod.Record(task8.target, task8.template, task8.workload, task8.fallback, 1e-3,
-                                      signature=signature)])
+                                      signature=signature, revision=task8.revision)])
     eight = nnvm.compile(model, target="llvm", shapes={"x": (8, 16, 14, 14)}, tuning_log=str(log))
     (why8,) = eight.stats()["tuning"]["kernels"].values()
     assert "tuned at" not in why8
@@ -123,7 +123,8 @@ def test_compile_stats_say_which_log_served_each_kernel(tmp_path, monkeypatch, c
     target = parse_target("llvm")
     log = tmp_path / "mine.jsonl"
     logmod.append(log, [logmod.Record(task.target, task.template, task.workload, task.fallback, 1e-4,
-                                      signature=target.backend.cpu_signature(target))])
+                                      signature=target.backend.cpu_signature(target),
+                                      revision=task.revision)])
     shipped = target.backend.default_tuning_logs(target)
     monkeypatch.setattr(type(target.backend), "default_tuning_logs", lambda self, t: [str(log), *shipped])
     assert main(["compile", model, "--target", "llvm", "-o", str(tmp_path / "conv.so"), "--stats"]) == 0
@@ -133,3 +134,24 @@ def test_compile_stats_say_which_log_served_each_kernel(tmp_path, monkeypatch, c
     assert f"tuning log {log} (shipped): 1 kernel(s)" in out and "    exact [" in out
     assert f"_conv2d_winograd_nchwc: {log} (shipped; exact)" in out
     assert "refused" not in out
+
+
+def test_a_record_of_an_older_revision_of_its_template_is_passed_over(tmp_path):
+    """A template whose code changed what a config means bumps its revision: the configs measured on
+    the old code (the shipped log's, tuned before) are stale and never applied."""
+    model = conv_model(str(tmp_path / "conv.onnx"), 1)
+    (task,) = extract_tasks(model, target="llvm")
+    assert task.revision >= 2  # the conv2d_nchwc / Winograd templates' register tiles changed
+    target = parse_target("llvm")
+    log = tmp_path / "old.jsonl"
+    logmod.append(log, [logmod.Record(task.target, task.template, task.workload, task.fallback, 1e-4,
+                                      signature=target.backend.cpu_signature(target),
+                                      revision=task.revision - 1)])
+    assert logmod.read(log)[0].revision == task.revision - 1
+    mod = nnvm.compile(model, target="llvm", tuning_log=str(log))
+    assert mod.stats()["tuned_kernels"] == 0 and mod.stats()["tuning"]["kernels"] == {}
+    # the tuner resumes only from records of the current revision: the old one is not "already tuned"
+    from nnvm.autotune.driver import _same_task
+
+    (old,) = logmod.read(log)
+    assert not _same_task(task, old, target.backend.cpu_signature(target))

@@ -75,6 +75,7 @@ def _gflops(task, seconds: float | None) -> float | None:
 def _same_task(task, r: logmod.Record, signature) -> bool:
     """A record of this task measured here (a record without signature: from before signatures)."""
     return (r.template == task.template and r.workload == task.workload and r.target == task.target
+            and r.revision == task.revision
             and (r.signature is None or signature is None or r.signature.key() == signature.key()))
 
 
@@ -151,7 +152,8 @@ def _tune_task(task, trials, log, tuner_kind, measurer, batch_size, seed, show, 
             break
         results = measurer.measure(task, batch)
         fresh = [logmod.Record(task.target, task.template, task.workload, c, res.seconds,
-                               _gflops(task, res.seconds), res.error, logmod.now(), task.label, signature)
+                               _gflops(task, res.seconds), res.error, logmod.now(), task.label, signature,
+                               task.revision)
                  for c, res in zip(batch, results)]
         logmod.append(log, fresh)
         tuner.update(batch, [1.0 / r.seconds if r.ok else 0.0 for r in fresh])

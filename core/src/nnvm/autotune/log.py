@@ -45,6 +45,7 @@ class Record:
     timestamp: str = ""
     label: str = ""
     signature: CPUSignature | None = None  # the measuring machine's; None in logs that predate it
+    revision: int = 1  # the template's revision the config was measured with (ScheduleTemplate.revision)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +57,8 @@ class Record:
              "error": self.error, "timestamp": self.timestamp or now(), "label": self.label}
         if self.signature is not None:
             d["signature"] = self.signature.to_dict()
+        if self.revision != 1:
+            d["revision"] = self.revision
         return json.dumps(d, sort_keys=True)
 
 
@@ -130,9 +133,13 @@ def _record(d) -> Record:
     if error is not None and not isinstance(error, str):
         raise TypeError("error must be text or null")
     signature = d.get("signature")
+    revision = d.get("revision", 1)
+    if isinstance(revision, bool) or not isinstance(revision, int):
+        raise TypeError(f"revision must be a whole number, not {type(revision).__name__}")
     return Record(str(d["target"]), str(d["template"]), str(d["workload"]), d["config"],
                   _number(d, "seconds"), _number(d, "gflops"), error, str(d.get("timestamp", "")),
-                  str(d.get("label", "")), None if signature is None else CPUSignature.from_dict(signature))
+                  str(d.get("label", "")), None if signature is None else CPUSignature.from_dict(signature),
+                  revision)
 
 
 def read(path: str | os.PathLike) -> list[Record]:
@@ -260,7 +267,7 @@ class TuningLogs:
                     same[r.workload] = free[1]
                 per_log = self._best.setdefault((r.template, r.workload, _kind(r.target)), {})
                 slot = per_log.setdefault(rank, {})
-                key = (r.target, r.signature)
+                key = (r.target, r.signature, r.revision)  # a stale revision never shadows a current one
                 old = slot.get(key)
                 if old is None or r.seconds < old.seconds:
                     slot[key] = r
@@ -335,8 +342,9 @@ class TuningLogs:
 
     def choose(self, template, workload: str, target) -> tuple[dict | None, Choice | None]:
         """The config of ``template`` (a ``ScheduleTemplate``) from the most preferred fitting record
-        whose config is in the template's space (a config the target cannot build, such as one sized
-        for wider vectors, or a stale one whose knobs since changed, is passed over), and its ``Choice``;
+        whose config is in the template's space and whose revision is the template's (a config the
+        target cannot build, such as one sized for wider vectors, or a stale one whose knobs or code
+        since changed, is passed over), and its ``Choice``;
         else the same from the workload tuned at the nearest other batch size (``Choice.batch``; a knob
         that only this batch size has takes the fallback's value); ``(None, None)`` when no log has one."""
         def workloads():  # this workload, then (only if it has nothing in the space) its other batches
@@ -345,6 +353,8 @@ class TuningLogs:
 
         for wanted, batch in workloads():
             for choice in self.candidates(template.name, wanted, target):
+                if choice.record.revision != getattr(template, "revision", 1):
+                    continue  # measured on another revision of the template's code: stale
                 config = choice.record.config
                 if batch is not None:  # knobs only this batch size has (batch-parallel ...): its fallback's
                     config = {**{k: v for k, v in template.fallback.items() if k not in config}, **config}
@@ -401,7 +411,7 @@ def distill(paths, out: str | os.PathLike) -> int:
     best: dict = {}
     for path in paths:
         for r in read(path):
-            key = (r.template, r.workload, r.target, r.signature)
+            key = (r.template, r.workload, r.target, r.signature, r.revision)
             if r.ok and (key not in best or r.seconds < best[key].seconds):
                 best[key] = r
     if os.path.exists(out):

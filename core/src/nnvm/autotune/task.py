@@ -36,6 +36,7 @@ class Task:
     label: str = ""
     recipe: tuple = ()  # ("group", graph json) or ("factory", "module:function", kwargs)
     extra_plugins: tuple = field(default=())  # plugin modules registered by hand in the parent
+    revision: int = 1  # the template's (``ScheduleTemplate.revision``), written into the log
 
     def size(self) -> int:
         """Number of configs in the space."""
@@ -76,7 +77,8 @@ def task_from_factory(where: str, target: str = "llvm", **kwargs) -> Task:
     key = json.dumps([where, kwargs], sort_keys=True, default=str)
     label = f"{name}({', '.join(f'{k}={v}' for k, v in sorted(kwargs.items()))})"
     return Task(template.name, key, target, dict(template.space), dict(template.fallback),
-                float(template.flops), 1, label, ("factory", where, kwargs), hand_registered_plugins())
+                float(template.flops), 1, label, ("factory", where, kwargs), hand_registered_plugins(),
+                template.revision)
 
 
 def hand_registered_plugins() -> tuple:
@@ -157,7 +159,8 @@ def extract_tasks(model, target="llvm", shapes: dict | None = None, opt_level: i
         sub = group_subgraph(graph, group)
         flops = float(template.flops) or float(group_flops(graph, list(names)))
         tasks[key] = Task(template.name, key, str(tgt), dict(template.space), dict(template.fallback), flops,
-                          1, group_label(graph, members), ("group", sub.to_json(include_params=False)), extra)
+                          1, group_label(graph, members), ("group", sub.to_json(include_params=False)), extra,
+                          template.revision)
     found = [t for t in tasks.values() if t is not None]
     found.sort(key=lambda t: -t.flops * t.weight)
     return found

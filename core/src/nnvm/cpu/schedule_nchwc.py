@@ -131,8 +131,10 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
             pair_fits = 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit)
             fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
+    # Revision 2 (plain convolutions): tiles over several channel blocks walk pixels outside blocks, so
+    # a config measured before (oc_blocks 2 in the other order) no longer means the same loop nest.
     return ScheduleTemplate(name, space, fallback, lambda config: build_conv2d_nchwc(group, config),
-                            flops=reduction_flops(conv.op))
+                            flops=reduction_flops(conv.op), revision=1 if depthwise else 2)
 
 
 def build_conv2d_nchwc(group, config: dict):

@@ -139,9 +139,10 @@ def winograd_template(target, group) -> ScheduleTemplate | None:
     if rows:
         space["row_tiles"] = sorted({0, rows} | set(divisors(extent(gemm.op.axis[4]), 2 * rows)))
         config["row_tiles"] = rows
+    # Revision 2: the products' register tile spans output channel blocks (cost_model.oc_blocks_for).
     return ScheduleTemplate("x86.conv2d_winograd_nchwc", space, config,
                             lambda config: build_winograd(group, config, machine),
-                            flops=reduction_flops(gemm.op))
+                            flops=reduction_flops(gemm.op), revision=2)
 
 
 def build_winograd(group, config: dict, machine=None):
