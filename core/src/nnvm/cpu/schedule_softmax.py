@@ -76,14 +76,18 @@ def softmax_template(target, group) -> ScheduleTemplate | None:
     found = _softmax_stages(group)
     if found is None:
         return None
-    _, out_stage, _ = found
+    name = "x86.layer_norm.rows" if group.anchor_op == "layer_norm" else "x86.softmax.rows"
+    return row_template(target, name, found[1], lambda config: build_softmax(group, config))
+
+
+def row_template(target, name: str, out_stage, build) -> ScheduleTemplate:
+    """A template over rows of ``out_stage``'s last axis: knob ``kb`` the partial-result vector of the
+    row's statistic (fallback ``reduce_block``), ``vb`` the output's vector (the target's lanes)."""
     n = extent(out_stage.op.axis[-1])
     lanes = vector_lanes(target)
     kb = reduce_block(n, lanes)
     space = sorted({kb, 1, *(b for b in (lanes // 4, lanes // 2, lanes) if 4 <= b <= n)})
-    name = "x86.layer_norm.rows" if group.anchor_op == "layer_norm" else "x86.softmax.rows"
-    return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes},
-                            lambda config: build_softmax(group, config))
+    return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes}, build)
 
 
 def _parallel_rows(stage, axes, row_length: int):
@@ -163,14 +167,8 @@ def row_kernel_template(target, group) -> ScheduleTemplate | None:
     found = _row_kernel_stages(group)
     if found is None:
         return None
-    _, out_stage, _ = found
-    n = extent(out_stage.op.axis[-1])
-    lanes = vector_lanes(target)
-    kb = reduce_block(n, lanes)
-    space = sorted({kb, 1, *(b for b in (lanes // 4, lanes // 2, lanes) if 4 <= b <= n)})
     name = "x86.softmax.exp_rows" if group.anchor_op == "softmax_exp" else "x86.softmax.normalize_rows"
-    return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes},
-                            lambda config: build_row_kernel(group, config))
+    return row_template(target, name, found[1], lambda config: build_row_kernel(group, config))
 
 
 def build_row_kernel(group, config: dict):
