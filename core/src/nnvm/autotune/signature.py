@@ -20,6 +20,7 @@ it with the target's (``distance``):
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, field
@@ -195,3 +196,10 @@ def host_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
             if value and value > 0:
                 found[name] = value
     return {name: found.get(name) for name in ("l1d", "l2", "l3")}
+
+
+@functools.cache
+def this_hosts_caches() -> dict:
+    """``host_caches()`` read once a process: the CPU layer's cost model asks the backend's signature for
+    every convolution it schedules, and the caches do not change while a process runs."""
+    return host_caches()

@@ -116,7 +116,7 @@ class LLVMBackend(Backend):
         templates use), FMA, the ISA extensions of ``signature_features`` from the resolved feature
         string, and, when the target is the host's CPU, its cache sizes (sysfs) and the team size
         parallel kernels run on. For another CPU those are unknown (None)."""
-        from nnvm.autotune.signature import CPUSignature, host_caches, parse_features
+        from nnvm.autotune.signature import CPUSignature, parse_features, this_hosts_caches
         from nnvm.runtime.threads import team_size
 
         resolved = self.resolve(target)
@@ -124,7 +124,7 @@ class LLVMBackend(Backend):
         features = parse_features(resolved.features, self.signature_features) if resolved.features \
             else self._features_of_cpu_name(lanes)
         host = resolved.cpu == host_cpu() and self.host_can_run(target)
-        caches = host_caches() if host else {}
+        caches = this_hosts_caches() if host else {}
         return CPUSignature(resolved.arch, 32 * lanes, self._has_fma(resolved, features), features,
                             team_size() if host else None, caches.get("l1d"), caches.get("l2"),
                             caches.get("l3"), resolved.cpu)
