@@ -1,8 +1,12 @@
 """What every CPU backend (target key ``cpu``: x86's ``llvm``, Arm's ``aarch64`` and ``armv7``) shares.
 
 - ``templates``: the table of tunable schedule templates (``schedules``: register-blocked NCHW conv2d;
-  ``schedule_depthwise``; ``schedule_nchwc``: conv2d in ``NCHW[x]c``; ``winograd``; ``schedule_dense``:
-  dense and packed dense; ``schedule_softmax``: softmax and layer-norm rows);
+  ``schedule_depthwise``; ``schedule_nchwc``: conv2d in ``NCHW[x]c``; ``depthwise_nchwc``: depthwise
+  conv2d in ``NCHW[x]c`` in 2-D register tiles; ``winograd``; ``schedule_dense``: dense and packed
+  dense; ``schedule_softmax``: softmax and layer-norm rows, and the two row kernels of ``softmax_rows``);
+- ``cost_model``: the convolution templates' fallback register tiles and parallel loops, from the
+  machine facts the backend gives;
+- ``softmax_rows``: softmax as two row kernels that compute each ``exp`` once (ops the layout pass makes);
 - ``schedule_injective``: the rows-apart schedule of groups that only move data;
 - ``layout``: the layout pass's answers (conv2d in ``NCHW[x]c`` or Winograd, dense over a packed weight)
   and the ops it makes;
