@@ -86,6 +86,15 @@ def template(space=SPACE, fallback=FALLBACK, name="test.template"):
     return ScheduleTemplate(name, space, fallback, build=lambda config: config)
 
 
+def test_one_knob_variants_change_one_knob_of_the_fallback_each():
+    variants = list(template().one_knob_variants())
+    assert variants[0] == FALLBACK
+    changed = [{k for k in FALLBACK if v[k] != FALLBACK[k]} for v in variants[1:]]
+    assert all(len(c) == 1 for c in changed)
+    assert len(variants) == 1 + sum(len(values) - 1 for values in SPACE.values())
+    assert all(v in list(template().configs()) for v in variants)
+
+
 def test_best_config_is_the_fastest_error_free_one_and_first_log_wins(tmp_path):
     fast, slow = dict(FALLBACK, tile_x=8), dict(FALLBACK, tile_x=2)
     user, shipped = tmp_path / "user.jsonl", tmp_path / "shipped.jsonl"

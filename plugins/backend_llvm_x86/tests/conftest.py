@@ -73,13 +73,15 @@ def group_with_op(graph, op: str):
     return group_compute(graph, k, [by_name[n] for n in graph.groups[k]])
 
 
-def check_every_config(template, group, params: dict, x, want, what: str, rtol: float = 1e-5) -> None:
-    """Every config of ``template`` lowered and built in one module, run on ``x`` (the group's input
-    that is not in ``params``) and compared with ``want`` by max relative error."""
+def check_every_config(template, group, params: dict, x, want, what: str, rtol: float = 1e-5,
+                       configs=None) -> None:
+    """Every config of ``template`` (or of ``configs``) lowered and built in one module, run on ``x`` (the
+    group's input that is not in ``params``, in the group's layout) and compared with ``want`` (the
+    group's output, in its layout) by max relative error."""
     from nnvm.te.lower import lower_schedule
 
     args = [t for _, t in group.inputs] + list(group.outputs)
-    configs = list(template.configs())
+    configs = list(template.configs() if configs is None else configs)
     funcs = build_funcs([lower_schedule(template.apply(c), args, f"cfg_{q}") for q, c in enumerate(configs)])
     ins = [np.array(params[v]) if v in params else x for v, _ in group.inputs]
     for q, config in enumerate(configs):

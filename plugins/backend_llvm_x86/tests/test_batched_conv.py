@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph, schedule_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.runtime.kernel import BuiltFunction
+from nnvm.ops.layout import from_primal
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
 
@@ -87,7 +87,7 @@ def _nchwc_group(path):
 
 
 @pytest.mark.parametrize("depthwise", [True, False], ids=["depthwise", "plain"])
-def test_every_knob_value_at_batch_3(tmp_path, monkeypatch, depthwise):
+def test_every_knob_value_at_batch_3(tmp_path, monkeypatch, depthwise, every_config):
     """Each knob value of the NCHW[x]c template (one config per value, the rest at the fallback) on
     3 images of an odd plane at stride 2 (rows of a prime width), against onnxruntime (in NCHW)."""
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")
@@ -95,23 +95,12 @@ def test_every_knob_value_at_batch_3(tmp_path, monkeypatch, depthwise):
     path = _conv_model(str(tmp_path / "conv.onnx"), batch, c, hw, 2, depthwise)
     graph, tgt, group, template = _nchwc_group(path)
     assert "n_oc" in template.space["parallel"] and template.fallback["ow_block"] == 10
-    configs = [template.fallback] + [{**template.fallback, knob: v} for knob, vals in template.space.items()
-                                     for v in vals if v != template.fallback[knob]]
-    args = [t for _, t in group.inputs] + list(group.outputs)
-    funcs = [lower_schedule(template.apply(cfg), args, f"k{k}") for k, cfg in enumerate(configs)]
-    library = tgt.backend.build(funcs, tgt)
     x = np.random.default_rng(5).standard_normal((batch, c, hw, hw)).astype(np.float32)
-    want = _reference(path, x)
     (_, data), = [(v, t) for v, t in group.inputs if v not in graph.params]
-    block = int(data.shape[-1].value)
-    xb = np.ascontiguousarray(x.reshape(batch, c // block, block, hw, hw).transpose(0, 1, 3, 4, 2))
-    params = {v: np.array(graph.params[v]) for v, _ in group.inputs if v in graph.params}
-    for k, cfg in enumerate(configs):
-        out = np.full([int(d.value) for d in group.outputs[0].shape], np.nan, np.float32)
-        BuiltFunction(funcs[k], library, f"k{k}")(*[params.get(v, xb) for v, _ in group.inputs], out)
-        got = out.transpose(0, 1, 4, 2, 3).reshape(want.shape)
-        err = _rel_err(got, want)
-        assert err < 1e-5, f"config {cfg}: max relative error {err:.2e}"
+    xb = np.ascontiguousarray(from_primal(x, "NCHW", f"NCHW{data.shape[-1].value}c"))
+    want = from_primal(_reference(path, x), "NCHW", f"NCHW{group.outputs[0].shape[-1].value}c")
+    every_config(template, group, graph.params, xb, want, "conv2d_nchwc at batch 3",
+                 configs=template.one_knob_variants())
 
 
 @pytest.mark.parametrize("depthwise", [True, False], ids=["depthwise", "plain"])

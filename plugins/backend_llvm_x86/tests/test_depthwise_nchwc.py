@@ -14,8 +14,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.depthwise_nchwc import NAME, depthwise_nchwc_template
 from nnvm.cpu.templates import schedule_template
-from nnvm.runtime.kernel import BuiltFunction
-from nnvm.te.lower import lower_schedule
+from nnvm.ops.layout import from_primal
 
 # (batch, channels, height = width, stride, epilogue)
 CASES = [
@@ -113,7 +112,7 @@ def _numpy_depthwise(x, w, b, stride):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
-def test_every_knob_value_gives_numpy_numbers(tmp_path, stride, group_of):
+def test_every_knob_value_gives_numpy_numbers(tmp_path, stride, group_of, every_config):
     """Each knob's values (one config per value, the rest at the fallback) on batch 3, a 13x13 plane and
     24 channels (blocks of 8), against numpy in float64."""
     n, c, hw = 3, 24, 13
@@ -127,20 +126,9 @@ def test_every_knob_value_gives_numpy_numbers(tmp_path, stride, group_of):
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     x = np.random.default_rng(6).standard_normal((n, c, hw, hw)).astype(np.float32)
     want = _numpy_depthwise(x, inits["w"], inits["b"], stride)
-    configs = [None] + [{**template.fallback, knob: v} for knob, vals in template.space.items() for v in vals
-                        if v != template.fallback[knob]]
-    args = [t for _, t in group.inputs] + list(group.outputs)
-    funcs = [lower_schedule(template.apply(cfg), args, f"k{k}") for k, cfg in enumerate(configs)]
-    library = tgt.backend.build(funcs, tgt)
-    params = {v: np.array(graph.params[v]) for v, _ in group.inputs if v in graph.params}
-    block = int(group.outputs[0].shape[4].value)
-    xb = np.ascontiguousarray(x.reshape(n, c // block, block, hw, hw).transpose(0, 1, 3, 4, 2))
-    for k, cfg in enumerate(configs):
-        out = np.full([int(d.value) for d in group.outputs[0].shape], np.nan, np.float32)
-        BuiltFunction(funcs[k], library, f"k{k}")(*[params.get(v, xb) for v, _ in group.inputs], out)
-        got = out.transpose(0, 1, 4, 2, 3).reshape(want.shape)
-        err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 1e-5, f"config {cfg}: max relative error {err:.2e}"
+    layout = f"NCHW{group.outputs[0].shape[4].value}c"
+    every_config(template, group, graph.params, np.ascontiguousarray(from_primal(x, "NCHW", layout)),
+                 from_primal(want, "NCHW", layout), "depthwise", configs=template.one_knob_variants())
 
 
 def test_switch_hands_depthwise_back_to_the_direct_template(tmp_path, monkeypatch, group_of):

@@ -13,8 +13,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.layout import channel_block
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.runtime.kernel import BuiltFunction
-from nnvm.te.lower import lower_schedule
+from nnvm.ops.layout import from_primal
 
 
 def _save(path, nodes, inits, in_shape, outputs=("y",)):
@@ -139,7 +138,7 @@ def test_thousand_channels_get_a_block_of_eight():
 
 
 @pytest.mark.parametrize("depthwise", [False, True])
-def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise, group_of):
+def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise, group_of, every_config):
     """Each knob's values (one config per value, the rest at the fallback) against a numpy conv."""
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")  # the direct schedule, not Winograd, for this 3x3
     rng = np.random.default_rng(3)
@@ -164,18 +163,6 @@ def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise, 
             else:
                 want += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j])
     want = np.maximum(want, 0)
-    block = group.outputs[0].shape[4].value
-    configs = [None] + [{**template.fallback, knob: v} for knob, vals in template.space.items() for v in vals
-                        if v != template.fallback[knob]]
-    lib_args = [t for _, t in group.inputs] + list(group.outputs)
-    funcs = [lower_schedule(template.apply(cfg), lib_args, f"k{k}") for k, cfg in enumerate(configs)]
-    library = tgt.backend.build(funcs, tgt)
-    params = {v: np.array(graph.params[v]) for v, _ in group.inputs if v in graph.params}
-    xb = np.ascontiguousarray(x.reshape(1, c // block, block, hw, hw).transpose(0, 1, 3, 4, 2))
-    for k, cfg in enumerate(configs):
-        out = np.zeros([int(d.value) for d in group.outputs[0].shape], np.float32)
-        args = [xb if v not in params else params[v] for v, _ in group.inputs] + [out]
-        BuiltFunction(funcs[k], library, f"k{k}")(*args)
-        got = out.transpose(0, 1, 4, 2, 3).reshape(1, c, hw, hw)
-        err = np.abs(got - want).max() / np.abs(want).max()
-        assert err < 1e-5, f"config {cfg}: max relative error {err:.2e}"
+    layout = f"NCHW{group.outputs[0].shape[4].value}c"
+    every_config(template, group, graph.params, np.ascontiguousarray(from_primal(x, "NCHW", layout)),
+                 from_primal(want, "NCHW", layout), "conv2d_nchwc", configs=template.one_knob_variants())

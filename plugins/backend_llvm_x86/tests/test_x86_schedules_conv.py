@@ -12,7 +12,6 @@ import nnvm
 from nnvm.compiler import group_compute, import_model, schedule_template
 from nnvm.cpu.schedules import schedule_conv2d, vector_lanes
 from nnvm.target import parse_target
-from nnvm.te.lower import lower_schedule
 
 # (in channels, out channels, height = width, kernel, stride, padding, groups, relu epilogue)
 CASES = [
@@ -74,7 +73,7 @@ def test_vector_lanes_follow_target_features():
     assert vector_lanes(parse_target("llvm -mcpu=skylake-avx512")) == 16
 
 
-def test_every_config_of_the_conv_template(tmp_path, build):
+def test_every_config_of_the_conv_template(tmp_path, every_config):
     """Every candidate of every knob of ``x86.conv2d_nchw.direct`` (one knob changed from the fallback at
     a time: the full product takes minutes to compile) on a stride-2, padded conv with batch 2."""
     path = str(tmp_path / "conv.onnx")
@@ -84,16 +83,7 @@ def test_every_config_of_the_conv_template(tmp_path, build):
     template = schedule_template(parse_target("llvm"), group)
     assert template is not None and template.name == "x86.conv2d_nchw.direct"
     assert template.size() > 8, f"a space of {template.size()} configs leaves the tuner nothing to search"
-    args = [t for _, t in group.inputs] + list(group.outputs)
-    configs = [template.fallback] + [{**template.fallback, knob: v} for knob, values in template.space.items()
-                                     for v in values if v != template.fallback[knob]]
-    funcs = build([lower_schedule(template.apply(c), args, f"conv_{q}") for q, c in enumerate(configs)])
     x = np.random.default_rng(2).standard_normal((2, 4, 16, 16)).astype(np.float32)
-    ins = [x if v == "x" else np.array(graph.params[v]) for v, _ in group.inputs]
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # a batch-1 model
     want = np.concatenate([session.run(None, {"x": x[n:n + 1]})[0] for n in range(2)])
-    for q, config in enumerate(configs):
-        got = np.full(want.shape, np.nan, np.float32)
-        funcs[f"conv_{q}"](*ins, got)
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        assert err < 1e-5, f"conv config {config}: max relative error {err:.2e}"
+    every_config(template, group, graph.params, x, want, "conv", configs=template.one_knob_variants())

@@ -54,6 +54,15 @@ class ScheduleTemplate:
         for values in itertools.product(*(self.space[k] for k in knobs)):
             yield dict(zip(knobs, values))
 
+    def one_knob_variants(self):
+        """The fallback, then every config that changes one knob of it: each candidate value built once,
+        where the whole product (``configs``) of a large space takes minutes to compile (tests' use)."""
+        yield dict(self.fallback)
+        for knob, values in self.space.items():
+            for value in values:
+                if value != self.fallback[knob]:
+                    yield {**self.fallback, knob: value}
+
     def apply(self, config: dict | None = None):
         """The schedule for ``config`` (the fallback when None); unknown or missing knobs are errors."""
         config = dict(self.fallback if config is None else config)
