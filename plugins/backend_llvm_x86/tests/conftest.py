@@ -91,6 +91,42 @@ def check_every_config(template, group, params: dict, x, want, what: str, rtol: 
         assert err < rtol, f"{what} config {config}: max relative error {err:.2e}"
 
 
+_C_CALLERS = r"""
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static int bad;
+%s
+int main(int argc, char **argv) {
+  int m = atoi(argv[1]);
+  pthread_t t[8];
+  for (int k = 0; k < m; k++) pthread_create(&t[k], 0, caller, (void *)(intptr_t)(k + 1));
+  for (int k = 0; k < m; k++) pthread_join(t[k], 0);
+  report();
+  return bad != 0;
+}
+"""
+
+
+def run_c_callers(tmp_path, body: str, callers: int):
+    """A C stress test of the runtime (``nnvm_pool.c``): ``body`` defines ``caller`` (a thread's work,
+    seeded by its argument; counts failures in ``bad``) and ``report`` (prints the counts); built
+    against the pool and run with ``callers`` threads. The finished process (its stdout, exit status)."""
+    import subprocess
+
+    from nnvm_backend_llvm_x86.library import pool_build
+
+    src = tmp_path / "callers.c"
+    src.write_text(_C_CALLERS % body)
+    exe = str(tmp_path / "callers")
+    subprocess.run(["cc", "-O2", "-std=c11", "-o", exe, str(src), pool_build("cc", "o", "test"), "-lpthread"],
+                   check=True)
+    return subprocess.run([exe, str(callers)], capture_output=True, text=True, timeout=300)
+
+
 # Fixtures hand the helpers to tests: with --import-mode=importlib test folders are not importable.
 @pytest.fixture
 def build():
@@ -130,3 +166,8 @@ def group_of():
 @pytest.fixture
 def every_config():
     return check_every_config
+
+
+@pytest.fixture
+def c_callers():
+    return run_c_callers

@@ -93,18 +93,11 @@ def test_unload_with_workers_alive(tmp_path):
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stdout + proc.stderr
 
 
-_STRESS = r"""
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+_POOL_CALLER = r"""
 void nnvm_pool_run(void (*)(void *, int64_t, int64_t), void *, int64_t, int32_t);
 static void body(void *hits, int64_t lo, int64_t hi) {
   for (int64_t i = lo; i < hi; i++) __atomic_fetch_add(&((int *)hits)[i], 1, __ATOMIC_RELAXED);
 }
-static int bad;
 static void *caller(void *arg) {  /* random extents and teams; every index run exactly once */
   unsigned seed = (unsigned)(intptr_t)arg;
   int hits[200];
@@ -117,29 +110,17 @@ static void *caller(void *arg) {  /* random extents and teams; every index run e
   }
   return 0;
 }
-int main(int argc, char **argv) {
-  int m = atoi(argv[1]);
-  pthread_t t[8];
-  for (int k = 0; k < m; k++) pthread_create(&t[k], 0, caller, (void *)(intptr_t)(k + 1));
-  for (int k = 0; k < m; k++) pthread_join(t[k], 0);
-  printf("bad %d\n", bad);
-  return bad != 0;
-}
+static void report(void) { printf("bad %d\n", bad); }
 """
 
 
 @pytest.mark.parametrize("callers", [1, 3])
-def test_every_chunk_runs_once(callers, tmp_path):
+def test_every_chunk_runs_once(callers, tmp_path, c_callers):
     """The pool in C, 20000 regions per calling thread with random extents and team sizes, run next to a
     busy process: every iteration runs exactly once (no chunk lost to, or taken twice by, a late worker)."""
-    src = tmp_path / "stress.c"
-    src.write_text(_STRESS)
-    exe = str(tmp_path / "stress")
-    subprocess.run(["cc", "-O2", "-std=c11", "-o", exe, str(src), pool_build("cc", "o", "test"), "-lpthread"],
-                   check=True)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        proc = subprocess.run([exe, str(callers)], capture_output=True, text=True, timeout=300)
+        proc = c_callers(tmp_path, _POOL_CALLER, callers)
     finally:
         busy.kill()
         busy.wait()

@@ -17,18 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm import te
-from nnvm_backend_llvm_x86.library import pool_build
 
-_STRESS = r"""
-#define _GNU_SOURCE
-#include <pthread.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+_SCRATCH_CALLER = r"""
 void *nnvm_scratch_alloc(size_t);
 void nnvm_scratch_free(void *);
-static int bad, reused;
+static int reused;
 static void *caller(void *arg) {  /* up to 3 live buffers of random sizes, each filled with its own byte */
   unsigned seed = (unsigned)(intptr_t)arg;
   for (int r = 0; r < 3000; r++) {
@@ -53,27 +46,15 @@ static void *caller(void *arg) {  /* up to 3 live buffers of random sizes, each 
   if (nnvm_scratch_alloc(1 << 20) == a) __atomic_fetch_add(&reused, 1, __ATOMIC_RELAXED);
   return 0;
 }
-int main(int argc, char **argv) {
-  int m = atoi(argv[1]);
-  pthread_t t[8];
-  for (int k = 0; k < m; k++) pthread_create(&t[k], 0, caller, (void *)(intptr_t)(k + 1));
-  for (int k = 0; k < m; k++) pthread_join(t[k], 0);
-  printf("bad %d reused %d\n", bad, reused);
-  return bad != 0;
-}
+static void report(void) { printf("bad %d reused %d\n", bad, reused); }
 """
 
 
-def test_scratch_buffers_per_thread(tmp_path):
+def test_scratch_buffers_per_thread(tmp_path, c_callers):
     """4 threads, 3000 rounds of up to 3 live buffers each (some above glibc's mmap threshold), every byte
     pattern intact (no buffer handed to two owners), 64-byte aligned, and a freed buffer comes back to
     its thread's next allocation of the same size."""
-    src = tmp_path / "scratch.c"
-    src.write_text(_STRESS)
-    exe = str(tmp_path / "scratch")
-    subprocess.run(["cc", "-O2", "-std=c11", "-o", exe, str(src), pool_build("cc", "o", "test"), "-lpthread"],
-                   check=True)
-    proc = subprocess.run([exe, "4"], capture_output=True, text=True, timeout=300)
+    proc = c_callers(tmp_path, _SCRATCH_CALLER, 4)
     assert proc.returncode == 0 and "bad 0 reused 4" in proc.stdout, proc.stdout + proc.stderr
 
 
