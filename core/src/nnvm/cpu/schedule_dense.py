@@ -34,7 +34,9 @@ contiguous vector: no horizontal sums, and each block is read front to back exac
         unrolled for jb, mb: vectorized for b: y[i, j] = epilogue(acc[..])
 
 The batch rows ``mb`` of a tile share each weight vector loaded (batch > 1 is blocked over, not a loop
-around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight.
+around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight. The
+untuned tile is sized by the backend's vector register file (``packed_tile``: 2 x 8 with AVX-512's 32
+registers, 2 x 4 with AVX2's 16), not a fixed count.
 """
 
 from __future__ import annotations
