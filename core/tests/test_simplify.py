@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 
 from hypothesis import given, settings
@@ -93,3 +94,40 @@ def test_min_and_max_of_terms_a_constant_apart_pick_one():
     assert str(simplify(E.binop("min", i, i), ranges)) == "i"
     assert str(simplify(E.binop("max", i * 2 + 3, i * 2 + 1), ranges)) == str(simplify(i * 2 + 3, ranges))
     assert str(simplify(E.binop("max", i, i) - E.binop("min", i, i) + 1, ranges)) == "1"
+
+
+# -- (c*x + r) // k with c dividing k and 0 <= r < c: a slice of a flattened tensor read through a reshape
+
+
+def test_slice_of_a_reshape_is_contiguous_in_its_lane():
+    """ViT's query copy: rows of 64 at a stride of 12608 in [3, 8, 3, 197, 64], the first third."""
+    f, i, j = E.Var("f"), E.Var("i"), E.Var("j")
+    ranges = {f: (0, 23), i: (0, 196), j: (0, 63)}
+    flat = f * 12608 + i * 64 + j
+    index = (flat // 37824) * 37824 + (f % 3) * 12608 + i * 64 + j
+    assert str(simplify(index, ranges)) == str(simplify(flat, ranges))
+    assert str(simplify(flat % 37824, ranges)) == str(simplify((f % 3) * 12608 + i * 64 + j, ranges))
+
+
+def test_a_rest_that_reaches_c_is_left_alone():
+    """r up to c (not below it): the rule must not apply, and the value is kept."""
+    f, j = E.Var("f"), E.Var("j")
+    ranges = {f: (0, 5), j: (0, 4)}
+    expr = (f * 4 + j) // 8  # j reaches 4 == c
+    simple = simplify(expr, ranges)
+    for fv, jv in itertools.product(range(6), range(5)):
+        assert _eval(simple, {f: fv, j: jv}) == (fv * 4 + jv) // 8
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.integers(2, 12), st.integers(2, 6), st.integers(-3, 3), st.integers(-20, 20),
+       st.integers(0, 11), st.integers(-6, 6), st.sampled_from(["floordiv", "floormod"]))
+def test_factored_forms_keep_their_values(c, m, a, const, rest_hi, x_lo, op):
+    """(c*(a*x + y) + const + r) op (c*m) over every point of small ranges, x possibly negative."""
+    x, y, r = E.Var("x"), E.Var("y"), E.Var("r")
+    ranges = {x: (x_lo, x_lo + 7), y: (0, 3), r: (0, rest_hi)}
+    expr = E.binop(op, (x * a + y) * c + r + const, E.const(c * m))
+    simple = simplify(expr, ranges)
+    for env in itertools.product(range(x_lo, x_lo + 8), range(4), range(rest_hi + 1)):
+        env = dict(zip((x, y, r), env))
+        assert _eval(simple, env) == _eval(expr, env), f"{expr} -> {simple} at {env}"

@@ -34,7 +34,9 @@ contiguous vector: no horizontal sums, and each block is read front to back exac
         unrolled for jb, mb: vectorized for b: y[i, j] = epilogue(acc[..])
 
 The batch rows ``mb`` of a tile share each weight vector loaded (batch > 1 is blocked over, not a loop
-around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight.
+around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight. The
+untuned tile is sized by the backend's vector register file (``packed_tile``: 2 x 8 with AVX-512's 32
+registers, 2 x 4 with AVX2's 16), not a fixed count.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.cost_model import SPARE_REGISTERS, machine_of, registers_needed
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -53,6 +56,7 @@ from nnvm.cpu.schedules import (
     sole_anchor,
     vector_lanes,
 )
+from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
@@ -129,7 +133,7 @@ def build_dense(group, config: dict):
 
 # -- dense_packed ------------------------------------------------------------------------------------
 
-MAX_TILE_ACCUMULATORS = 16  # vector registers a packed dense tile holds (blocks x batch rows)
+MAX_TILE_ACCUMULATORS = 16  # the space's largest block count; the fallback sizes tiles by the registers
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
 EVEN_CHUNKS = 16  # the pool cuts a parallel loop into 4 chunks a thread: 8 for 2 threads, 16 for 4
@@ -280,15 +284,51 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
     mb_space = divisors(rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
-    # Four to eight weight streams (independent accumulator chains): at batch 1, 4 blocks were 1.2x
-    # faster than 1 or 2 and 1.7x faster than 16 (4096 x 4096 on the Zen 4 host, 58 GB/s); 5 blocks of
-    # 8 were 2.9x faster than 1 for 1280 -> 1000 (latency-bound when the weight is in cache). Then as
-    # many batch rows as fit 16 accumulators: (4 blocks, 4 rows) at batch 8 was 2x (4, 8) and (1, 8).
-    jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
-    mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
+    if enabled("NNVM_X86_DENSE_TILES"):
+        jb, mb = packed_tile(machine_of(target), blocks, rows)
+    else:  # the fixed tile of session 9, for A/B benchmarks
+        jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
+        mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
     units = dense.op.attrs["weight_shape"][0]
     return ScheduleTemplate("x86.dense.packed", {"jb": jb_space, "mb": mb_space}, {"jb": jb, "mb": mb},
                             lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
+
+
+def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
+    """The fallback tile ``(jb, mb)`` of ``x86.dense.packed`` for ``blocks`` weight blocks and ``rows``
+    data rows on ``machine`` (``cost_model.Machine``): accumulators up to half the vector registers, and
+    with the operands held across a step (``cost_model.registers_needed``) within the register budget.
+
+    - Many rows (a sequence or a batch, ``rows >= 2 * MAX_TILE_ROWS``): tiles of 4 to 8 rows, the most
+      accumulators (independent chains), then two or more weight streams, then the most rows: each
+      weight vector loaded serves ``mb`` rows, so the weight bytes a multiply-add reads from L2 fall
+      with ``mb``. Zen 5, one thread, packed weights of 768-3072 x 768-3072 at 1024 rows:
+      2 x 8 (16 zmm accumulators) 1-5% faster than 4 x 4, level at 128 rows; 24 accumulators
+      (3 x 8) spilled (0.75x), 6 x 4 was 0.83x on 3072-deep panels (1.2 MiB, over L2); 1 x 8 (8 chains)
+      was 0.85x.
+    - Few rows (a GEMV at batch 1-8): bound by reading the weight once, so four to eight weight
+      streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
+      2.9x faster than 1 for 1280 -> 1000), then the rows that fit.
+
+    With AVX2's 16 registers the tile is 8 accumulators: the former fixed 16 (4 x 4 and 4 blocks of
+    ymm weights) spilled and ran at 86 GFLOP/s on Zen 5 against 122-124 for 2 x 4 and 4 x 2.
+    """
+    budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
+    cap = machine.registers // 2
+
+    def fits(jb: int, mb: int) -> bool:
+        return jb * mb <= cap and registers_needed(mb, jb) <= budget
+
+    if rows >= 2 * MAX_TILE_ROWS:  # padded_rows leaves such rows a divisor of 4 to 8
+        tiles = [(jb, mb) for jb in divisors(blocks, cap) for mb in divisors(rows, MAX_TILE_ROWS, 4)
+                 if fits(jb, mb)]
+        if tiles:
+            return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, t[1]))
+    jb = next((d for d in divisors(blocks, 8, 4) if fits(d, 1)), None)
+    if jb is None:
+        jb = max(d for d in divisors(blocks, 4) if d == 1 or fits(d, 1))
+    mb = max(d for d in divisors(rows, MAX_TILE_ROWS) if d == 1 or fits(jb, d))
+    return jb, mb
 
 
 def build_dense_packed(group, config: dict):

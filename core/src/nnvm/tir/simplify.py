@@ -267,6 +267,9 @@ class Simplifier:
             if op == "floordiv":
                 return Linear(dt, whole.const // k, {t: c // k for t, c in whole.terms.items()}).to_expr()
             return rest_expr
+        factored = self._factored_divmod(op, lin, k, dt)
+        if factored is not None:
+            return factored
         if whole.terms or whole.const:
             # (k*w + r) // k == w + r // k and (k*w + r) % k == r % k for floor semantics
             if op == "floormod":
@@ -278,6 +281,24 @@ class Simplifier:
             return E.const(0, dt)
         if op == "floormod" and la[0] >= 0 and la[1] < k:
             return a
+        return None
+
+    def _factored_divmod(self, op: str, lin: Linear, k: int, dt: str):
+        """(c*x + r) // k == x // (k/c) and (c*x + r) % k == c*(x % (k/c)) + r when c divides k and
+        0 <= r < c. A slice of a flattened tensor read through a reshape: ViT's query is rows of 64
+        at a stride of 12608 inside [3 x 8 x 3 x 197 x 64], so its copy's index divided
+        ``(12608*f + 64*i + j) // 37824`` with the vectorized ``j`` inside: a gather, not a vector load."""
+        for c in sorted({v for v in lin.terms.values() if 1 < v < k and k % v == 0}, reverse=True):
+            rest = Linear(dt, lin.const % c, {t: v for t, v in lin.terms.items() if v % c})
+            lo, hi = self.bound(rest.to_expr())
+            if not (0 <= lo and hi < c):
+                continue
+            x = Linear(dt, lin.const // c, {t: v // c for t, v in lin.terms.items() if v % c == 0}).to_expr()
+            m = k // c
+            q = self._divmod(op, x, m, dt)
+            if q is None:
+                q = E.BinOp(op, x, E.const(m, dt), dt)
+            return q if op == "floordiv" else self.linear(q).scaled(c).plus(rest).to_expr()
         return None
 
     def _float_identities(self, e, ca, cb):

@@ -1,0 +1,107 @@
+"""``x86.dense.packed``'s fallback tile sized by the vector register file (``packed_tile``): the tiles it
+picks for AVX-512 (32 registers) and AVX2 (16), and transformer-shaped products compiled with them for
+both, against onnxruntime: rows no tile divides (7, 197, 8 x 197), outputs in partial blocks (1000, a
+50257-like 1571 * 16 + 1), a prime depth (13), bias, residual-add and GELU epilogues."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import nnvm
+from nnvm.compiler import optimized_graph
+from nnvm.cpu.cost_model import SPARE_REGISTERS, Machine, registers_needed
+from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile
+
+AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
+
+
+@pytest.mark.parametrize("machine", [AVX512, AVX2], ids=["avx512", "avx2"])
+@pytest.mark.parametrize("blocks, rows", [(48, 128), (144, 128), (3142, 128), (13, 200), (63, 128),
+                                          (63, 8), (48, 1), (256, 1), (125, 2), (3, 4)])
+def test_tile_fits_the_register_file(machine, blocks, rows):
+    jb, mb = packed_tile(machine, blocks, rows)
+    assert blocks % jb == 0 and rows % mb == 0, (jb, mb)
+    assert jb * mb <= machine.registers // 2, (jb, mb)
+    assert registers_needed(mb, jb) <= machine.registers - SPARE_REGISTERS * machine.registers // 32
+
+
+def test_tiles_chosen_for_each_register_file():
+    """Many rows: two weight blocks by as many rows as fit (2 x 8 zmm, 2 x 4 ymm); a GEMV keeps four
+    to eight weight streams; a prime block count keeps 8 rows."""
+    assert packed_tile(AVX512, 144, 128) == (2, 8)
+    assert packed_tile(AVX2, 144, 128) == (2, 4)
+    assert packed_tile(AVX512, 3142, 128) == (2, 8)  # GPT-2's head: 2 x 1571 blocks
+    assert packed_tile(AVX512, 13, 200) == packed_tile(AVX2, 13, 200) == (1, 8)  # ViT's 197 keys
+    assert packed_tile(AVX512, 48, 1) == packed_tile(AVX2, 48, 1) == (4, 1)
+    assert packed_tile(AVX512, 63, 8) == (7, 2)
+    assert packed_tile(AVX2, 63, 8) == (7, 1)
+
+
+def _model(path, batch, rows, k, n, epilogue):
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Add", ["mm", "b"], ["g"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, rows, k])]
+    if epilogue == "gelu":  # as PyTorch exports it: x * 0.5 * (1 + erf(x / sqrt(2)))
+        inits += [numpy_helper.from_array(np.array(v, np.float32), name)
+                  for name, v in (("s", 1 / np.sqrt(2)), ("h", 0.5), ("one", 1.0))]
+        nodes += [helper.make_node("Mul", ["g", "s"], ["gs"]), helper.make_node("Erf", ["gs"], ["e"]),
+                  helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["g", "e1"], ["ge"]),
+                  helper.make_node("Mul", ["ge", "h"], ["y"])]
+    elif epilogue == "residual":
+        inputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, [batch, rows, n]))
+        nodes.append(helper.make_node("Add", ["g", "r"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["g"], ["y"]))
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph(nodes, "gemm", inputs, [out], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+@pytest.mark.parametrize("batch, rows, k, n, epilogue", [
+    (1, 7, 768, 1000, "residual"),      # 7 rows (padded to 8), 1000 outputs: blocks of 8
+    (1, 197, 13, 25137, "gelu"),        # ViT's 197 tokens, a prime depth, 1571 * 16 + 1 outputs
+    (8, 197, 192, 768, "gelu"),         # ViT fc1 at batch 8: 1576 rows
+    (8, 128, 768, 768, "residual"),     # BERT/GPT-2 attention output at batch 8
+    (2, 128, 768, 2304, "bias"),        # QKV
+])
+def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, batch, rows, k, n, epilogue)
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((batch, rows, k)).astype(np.float32)}
+    if epilogue == "residual":
+        feeds["r"] = rng.standard_normal((batch, rows, n)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    mod = nnvm.compile(path, target=target, tuning_log=False)
+    assert "dense_packed" in {node.op for node in mod.graph.nodes}
+    got = mod.run(*feeds.values())[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert got.shape == want.shape and err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
+
+
+@pytest.mark.parametrize("target, lanes, tile", [("llvm -mcpu=skylake-avx512", 16, (2, 8)),
+                                                 ("llvm -mcpu=haswell", 8, (2, 4))])
+def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
+    """The tile is asked of the target's backend (vector width, register count), not fixed."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, 1, 128, 64, 768, "bias")
+    graph, tgt, *_ = optimized_graph(path, target)
+    template = dense_packed_template(tgt, group_of(graph, "dense_packed"))
+    assert template.fallback == {"jb": tile[0], "mb": tile[1]}, template.fallback
+    assert graph.types[[n for n in graph.nodes if n.op == "dense_packed"][0].inputs[1]].shape[-1] == lanes
+
+
+def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
+    """``NNVM_X86_DENSE_TILES=0``: the former 4 blocks x 4 rows, for A/B benchmarks."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, 1, 128, 64, 768, "bias")
+    monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
+    graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
+    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4}
