@@ -5,6 +5,8 @@ a 3x3 conv on an odd plane, stride 2."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -56,3 +58,32 @@ def test_fused_parallel_loop_matches_onnxruntime(tmp_path, monkeypatch, in_ch, o
     assert err < 1e-4, f"max relative error {err:.2e} against onnxruntime"
     if (in_ch, plane) in ((960, 7), (96, 14)):  # 5 and 12 channel block groups: the fused loop
         assert chosen == ["oc_oh"]
+
+
+@pytest.mark.parametrize("pad_at", ["row", "root"])
+@pytest.mark.parametrize("oc_blocks", [1, 2])
+def test_fused_loop_with_each_padding_and_tile(tmp_path, monkeypatch, pad_at, oc_blocks):
+    """Configs a tuner may pick: ``oc_oh`` with the padded window made per row or once at root, one or
+    two channel blocks a tile, on a padded 3x3 conv (with and without an epilogue stage)."""
+    original = templates.schedule_template
+    applied = []
+
+    def forced(target, group):
+        template = original(target, group)
+        if isinstance(template, ScheduleTemplate) and template.name == "x86.conv2d_nchwc.direct":
+            applied.append(template.name)
+            config = {**template.fallback, "parallel": "oc_oh", "pad_at": pad_at, "oc_blocks": oc_blocks}
+            template = dataclasses.replace(template, fallback=config)
+        return template
+
+    monkeypatch.setattr(templates, "schedule_template", forced)
+    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")  # the direct template, not Winograd's
+    for residual in (False, True):
+        path = str(tmp_path / f"m{residual}.onnx")
+        _model(path, 32, 32, 3, 1, 11, residual)
+        x = np.random.default_rng(4).standard_normal((1, 32, 11, 11)).astype(np.float32)
+        want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+        got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < 1e-4, f"pad_at={pad_at}, residual={residual}: max relative error {err:.2e}"
+    assert len(applied) == 2
