@@ -86,6 +86,8 @@ def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, switch, batch):
     p1_out, e2_in = shapes["p1"][1], shapes["e2"][0]
     if switch == "1":  # 24 channels in 2 blocks of 16 (8 padded), read as such by the expand conv
         assert p1_out[1:2] + p1_out[4:] == (2, 16) and e2_in[1:2] + e2_in[4:] == (2, 16)
+        winograd = [n for n in mod.graph.nodes if n.op == "conv2d_winograd_nchwc"]
+        assert len(winograd) == 1 and mod.graph.types[winograd[0].outputs[0]].shape[1::3] == (2, 16)
     else:
         assert p1_out[1:2] + p1_out[4:] == (3, 8) and e2_in[1:2] + e2_in[4:] == (3, 8)
 
