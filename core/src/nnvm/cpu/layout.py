@@ -7,8 +7,9 @@ register, so the convolution's inner step is a broadcast input scalar times a we
 vector accumulator, with no gathers and no horizontal sums; the weights are pre-transformed to
 ``OIHW{i}i{o}o`` so the vector of 16 output channels for one input channel is contiguous.
 
-A tensor's block depends only on its channel count (the widest of lanes, lanes/2 dividing it), so a
-producer and every consumer agree without negotiation, and residual adds meet in one layout.
+A tensor's block depends only on its channel count (the widest of lanes, lanes/2 dividing it; whole
+vectors with a padded last block where lanes/2 divides it, ``padded_block``), so a producer and every
+consumer agree without negotiation, and residual adds meet in one layout.
 Convolutions whose input has few channels (the 3-channel stem) read plain ``NCHW`` data: a block of
 one is the same memory, and no transform kernel is needed at the model input.
 
@@ -48,9 +49,9 @@ def output_block(out_channels: int, lanes: int) -> int | None:
     vector with a partial last block (zero weights, the padding cropped by the transform back to NCHW)
     when no block divides the channels and the padding is under half of them (ShuffleNet's 60), or
     when it costs under 2% (SqueezeNet's 1000 classes run in 63 blocks of 16 at twice the speed of
-    125 half-width blocks of 8). Only outputs are padded: a convolution never reads padded channels
-    (its input block divides its channels), so what elementwise followers leave in the padding is
-    never seen."""
+    125 half-width blocks of 8). A convolution never reads padded channels (its input block divides
+    its channels, or it reads sub-blocks of a ``padded_block`` tensor), so what elementwise followers
+    leave in the padding is never seen."""
     block = channel_block(out_channels, lanes)
     if block == lanes or out_channels < lanes:
         return block
