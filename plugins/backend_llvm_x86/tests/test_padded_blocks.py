@@ -118,3 +118,25 @@ def test_which_channel_counts_pad(monkeypatch):
     assert padded_block(12, 8) and not padded_block(4, 8)  # AVX2: 4-lane halves
     monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "0")
     assert not padded_block(24, 16)
+
+
+@pytest.mark.parametrize("channels", [12, 20])
+def test_avx2_pads_half_vectors_of_four(tmp_path, monkeypatch, channels):
+    """With AVX2 (8 lanes) 12 and 20 channels are half-vector multiples: written in 8-lane blocks with a
+    padded last block, read in sub-blocks of 4; against onnxruntime, through a sigmoid."""
+    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+    rng = np.random.default_rng(channels + 1)
+    inits = {}
+    nodes = [_conv(rng, inits, "a", "x", channels, 8), helper.make_node("Sigmoid", ["a"], ["s"]),
+             _conv(rng, inits, "b", "s", 16, channels), helper.make_node("Add", ["b", "x2"], ["y"])]
+    inits["x2"] = rng.standard_normal((1, 16, 1, 1)).astype(np.float32)
+    path = str(tmp_path / f"avx2_{channels}.onnx")
+    _save(path, nodes, inits, (1, 8, 9, 9))
+    x = np.random.default_rng(5).standard_normal((1, 8, 9, 9)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mod = nnvm.compile(path, target="llvm -mcpu=haswell", tuning_log=False)
+    got = mod.run(x)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-4, f"max relative error {err:.2e} against onnxruntime"
+    a_out, b_in = _blocks(mod)["a"][1], _blocks(mod)["b"][0]
+    assert a_out[1::3] == (-(-channels // 8), 8) and b_in[1::3] == (-(-channels // 8), 8)
