@@ -57,3 +57,15 @@ def test_parallel_loop_has_chunks_for_every_thread():
     assert parallel_loop(AVX512, 1, 16) == "oc"
     assert parallel_loop(AVX512, 1, 2) == "oh"
     assert parallel_loop(Machine(16, 32, threads=16), 1, 16) == "oh"
+
+
+def test_parallel_loop_fuses_rows_where_the_pool_would_split_unevenly():
+    """The pool cuts a loop into 4 chunks a thread: 5 groups of channel blocks (MobileNetV2's 160
+    channels in pairs of blocks, 7x7) or 14 rows do not split evenly over 2 threads; 16 groups and 112
+    rows do."""
+    assert parallel_loop(AVX512, 1, 5, rows=7) == "oc_oh"
+    assert parallel_loop(AVX512, 1, 12, rows=14) == "oc_oh"
+    assert parallel_loop(AVX512, 1, 2, rows=14) == "oc_oh"
+    assert parallel_loop(AVX512, 1, 16, rows=7) == "oc"
+    assert parallel_loop(AVX512, 1, 2, rows=112) == "oh"
+    assert parallel_loop(AVX512, 8, 5, rows=7) == "n_oc"

@@ -19,7 +19,8 @@ conv -> bias -> relu (-> residual add) group::
 
 Knobs: ``ow_block`` (accumulators: too few and the weight loads dominate, too many and they spill),
 ``unroll_kw`` (unroll the kernel-width loop) and ``reduce_order`` (input channels outside or inside
-the kernel window), ``parallel`` (the loop on the pool: ``oc``, ``oh`` or, at batch > 1, ``n_oc``)
+the kernel window), ``parallel`` (the loop on the pool: ``oc``, ``oh``, both fused (``oc_oh``) or, at
+batch > 1, ``n_oc``)
 and ``pad_at`` (``row``: the window one register tile reads, padded just before it; ``root``: one
 padded copy of the input), ``oc_blocks`` (output channel blocks per register tile: ``ow_block x
 oc_blocks`` accumulators; with two or more the unrolled body walks pixels outside blocks when the
@@ -84,7 +85,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     if found is None:
         return None
     _, conv, _ = found
-    n, oco, _, ow, oci = conv.op.axis
+    n, oco, oh, ow, oci = conv.op.axis
     ext_ow, ext_oci, ext_oco, batch = extent(ow), extent(oci), extent(oco), extent(n)
     if ext_ow is None or ext_oci is None or ext_oco is None or batch is None:
         return None
@@ -102,7 +103,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     # A batch is one more parallel dimension: images x output channel blocks, fused into one loop of
     # enough chunks for the pool, each image's rows walked in order by one thread.
     space = {"ow_block": ow_space, "unroll_kw": [False, True],
-             "parallel": ["oc", "oh"] + (["n_oc"] if batch > 1 else []), "pad_at": ["row", "root"]}
+             "parallel": ["oc", "oh"] + (["n_oc"] if batch > 1 else ["oc_oh"]), "pad_at": ["row", "root"]}
     # Depthwise pads per register row: its window is one channel block's 3 rows (recomputed 1.5x at
     # stride 2, 3x at stride 1, in L1), where a padded copy of the whole input at root is a buffer of
     # the size of the input: at batch 8 (MobileNetV2's 96 x 112 x 112) 40 MB, which the allocator maps
@@ -124,7 +125,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
             tile = register_tile(machine, ext_ow, ext_oco, max_ow=min(fit, FALLBACK_ACCUMULATORS))
             space["ow_block"] = sorted(set(ow_space) | {tile.ow_block})
             fallback["ow_block"], fallback["oc_blocks"] = tile.ow_block, tile.oc_blocks
-            fallback["parallel"] = parallel_loop(machine, batch, ext_oco // tile.oc_blocks)
+            fallback["parallel"] = parallel_loop(machine, batch, ext_oco // tile.oc_blocks, extent(oh))
         else:
             # Grouped: two output-channel blocks per tile when the row is too short to fill it alone
             # (measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%).
@@ -158,6 +159,7 @@ def build_conv2d_nchwc(group, config: dict):
     # fixes both of its loops, so the attached stages' bounds stay one row tile).
     by_rows = config["parallel"] == "oh"
     by_image = config["parallel"] == "n_oc"
+    by_tile = config["parallel"] == "oc_oh"  # channel block groups x rows, fused (batch 1)
     oc_blocks = config.get("oc_blocks", 1)
     by_pixel = pixel_major(ow_block, oc_blocks)  # which operands stay in registers (cost_model.py)
     if out_stage is conv:
@@ -165,17 +167,19 @@ def build_conv2d_nchwc(group, config: dict):
         ocb = None
         if oc_blocks > 1:
             oco, ocb = conv.split(oco, factor=oc_blocks)
-        outer = [oh, oco, n] if by_rows else [n, oco, oh] if by_image else [oco, n, oh]
+        outer = ([oh, oco, n] if by_rows else [n, oco, oh] if by_image else [oco, oh, n] if by_tile
+                 else [oco, n, oh])
         tile = [owi, ocb] if ocb is not None and by_pixel else [*([ocb] if ocb is not None else []), owi]
         conv.reorder(*outer, owo, *reduce, *tile, oci)
-        parallel = conv.fuse(outer[0], outer[1]) if by_image else outer[0]
+        parallel = conv.fuse(outer[0], outer[1]) if by_image or by_tile else outer[0]
     else:
         on, ooco, ooh, oow, ooci = out_stage.op.axis
         owo, owi = out_stage.split(oow, factor=ow_block)
         ocb = None
         if oc_blocks > 1:
             ooco, ocb = out_stage.split(ooco, factor=oc_blocks)
-        outer = [ooh, ooco, on] if by_rows else [on, ooco, ooh] if by_image else [ooco, on, ooh]
+        outer = ([ooh, ooco, on] if by_rows else [on, ooco, ooh] if by_image else [ooco, ooh, on] if by_tile
+                 else [ooco, on, ooh])
         out_stage.reorder(*outer, owo, *([ocb] if ocb is not None else []), owi, ooci)
         if ocb is not None:
             out_stage.unroll(ocb)
@@ -185,7 +189,7 @@ def build_conv2d_nchwc(group, config: dict):
         conv.reorder(n, oh, *reduce, *([ow, oco] if by_pixel else [oco, ow]), oci)
         ocb = oco if oc_blocks > 1 else None
         owi = ow
-        parallel = out_stage.fuse(outer[0], outer[1]) if by_image else outer[0]
+        parallel = out_stage.fuse(outer[0], outer[1]) if by_image or by_tile else outer[0]
     if ocb is not None:
         conv.unroll(ocb)
     conv.unroll(owi)

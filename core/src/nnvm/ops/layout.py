@@ -231,7 +231,10 @@ def _conv_nchwc_geometry(data: TensorType, weight: TensorType, attrs: dict):
     if groups < 1 or channels % groups or out_channels % groups or not 0 <= o_outer * oc - out_channels < oc:
         raise Error(f"conv2d_nchwc: groups={groups} must divide both the {channels} input channels and the "
                     f"{out_channels} output channels (in {o_outer} blocks of {oc})")
-    if groups == 1 and (wi_outer * wi != channels or wi != ic):
+    # groups=1 may read sub-blocks of data padded to whole blocks (a 24-channel tensor in NCHW16c: the
+    # weight's 24 channels in blocks of 8; the 8 padded lanes are never read)
+    padded_read = groups == 1 and wi < ic and ic % wi == 0 and channels - ic < wi_outer * wi <= channels
+    if groups == 1 and not padded_read and (wi_outer * wi != channels or wi != ic):
         raise Error(f"conv2d_nchwc: the weight {weight.shape} expects {wi_outer * wi} input channels in "
                     f"blocks of {wi}, the data {data.shape} has {channels} in blocks of {ic}")
     if not depthwise and groups != 1:
@@ -308,7 +311,9 @@ def _conv_nchwc_subblock(padded, weight, attrs, shape, ic: int, oc: int, axes, d
     """A grouped conv2d_nchwc whose weight blocks (``wi`` input channels) are narrower than the data's
     blocks (``ic``): ShuffleNet's 68 channels per group in a 272-channel ``NCHW16c`` tensor. Input
     channel ``c`` of the window is read where the blocked tensor keeps it (block ``c // ic``, lane
-    ``c % ic``), so the tensor needs no transform back to NCHW; each one is a broadcast scalar either way."""
+    ``c % ic``), so the tensor needs no transform back to NCHW; each one is a broadcast scalar either way.
+    With ``groups=1`` the data is a tensor padded to whole blocks (24 channels in ``NCHW16c``, read in
+    blocks of 8): its padded lanes are never read."""
     ry, rx = axes
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     _, ci_outer, _, _, wi, _ = shape_of(weight)
@@ -319,7 +324,8 @@ def _conv_nchwc_subblock(padded, weight, attrs, shape, ic: int, oc: int, axes, d
 
     def body(n, co, y, x, ci):
         yy, xx = y * sh + ry * dh, x * sw + rx * dw
-        c = window_start(co, oc, out_channels, groups, channels, ci_outer * wi) + rco.var * wi + rci.var
+        start = 0 if groups == 1 else window_start(co, oc, out_channels, groups, channels, ci_outer * wi)
+        c = start + rco.var * wi + rci.var
         return te.sum(padded[n, c // ic, yy, xx, c % ic] * weight[co, rco, ry, rx, rci, ci],
                       axis=[rco, ry, rx, rci])
 
@@ -436,7 +442,7 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
             return te.sum(pix * weight[co, 0, ry, rx, 0, ci], axis=[ry, rx])
     elif attrs.get("split"):
         return [_conv_nchwc_split(data, weight, attrs, shape, ic, oc)]
-    elif shape_of(weight)[4] < ic:  # grouped, reading sub-blocks out of the data's blocks
+    elif shape_of(weight)[4] < ic:  # grouped, or padded data: reading sub-blocks out of the data's blocks
         return [_conv_nchwc_subblock(padded, weight, attrs, shape, ic, oc, (ry, rx), data)]
     else:
         rco = te.reduce_axis((0, ci_outer), name="rco")
@@ -478,7 +484,8 @@ def _conv_nchwc_eval(xs, attrs):
     if attrs.get("split"):
         y = _split_eval(x, w, attrs, oc)
     elif groups == 1 or depthwise:
-        (y,) = _conv2d_eval([x, w], attrs)
+        # (groups=1 may read data padded past the weight's channels: the padding is not read)
+        (y,) = _conv2d_eval([x[:, :w.shape[1] * groups], w], attrs)
     else:  # grouped: each output block convolves its window of input channels with its weights
         out_channels, window = attrs.get("out_channels") or w.shape[0], w.shape[1]
         plain = {**attrs, "groups": 1}
