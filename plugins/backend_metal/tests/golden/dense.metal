@@ -22,10 +22,10 @@ kernel void dense_k0(device float* a [[buffer(0)]], device float* b [[buffer(1)]
   for (long k_outer = 0L; k_outer < 2L; ++k_outer) {
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (long ax0_ax1_fused_outer_outer = 0L; ax0_ax1_fused_outer_outer < 2L; ++ax0_ax1_fused_outer_outer) {
-      a_shared[(((ax0_ax1_fused_outer_outer * 64L) + (threadIdx_y * 16L)) + threadIdx_x)] = a[(((((blockIdx_y * 256L) + (ax0_ax1_fused_outer_outer * 128L)) + ((((threadIdx_y * 16L) + threadIdx_x) / 32L) * 64L)) + (k_outer * 32L)) + (((threadIdx_y * 16L) + threadIdx_x) % 32L))];
+      a_shared[(((ax0_ax1_fused_outer_outer * 64L) + (threadIdx_y * 16L)) + threadIdx_x)] = a[((((((blockIdx_y * 256L) + (ax0_ax1_fused_outer_outer * 128L)) + ((threadIdx_y / 2L) * 64L)) + (k_outer * 32L)) + ((threadIdx_y % 2L) * 16L)) + threadIdx_x)];
     }
     for (long ax0_ax1_fused_outer_outer_1 = 0L; ax0_ax1_fused_outer_outer_1 < 8L; ++ax0_ax1_fused_outer_outer_1) {
-      b_shared[(((ax0_ax1_fused_outer_outer_1 * 64L) + (threadIdx_y * 16L)) + threadIdx_x)] = b[(((((blockIdx_x * 1024L) + (ax0_ax1_fused_outer_outer_1 * 128L)) + ((((threadIdx_y * 16L) + threadIdx_x) / 32L) * 64L)) + (k_outer * 32L)) + (((threadIdx_y * 16L) + threadIdx_x) % 32L))];
+      b_shared[(((ax0_ax1_fused_outer_outer_1 * 64L) + (threadIdx_y * 16L)) + threadIdx_x)] = b[((((((blockIdx_x * 1024L) + (ax0_ax1_fused_outer_outer_1 * 128L)) + ((threadIdx_y / 2L) * 64L)) + (k_outer * 32L)) + ((threadIdx_y % 2L) * 16L)) + threadIdx_x)];
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);
     for (long k_inner = 0L; k_inner < 32L; ++k_inner) {

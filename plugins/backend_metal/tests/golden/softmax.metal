@@ -29,9 +29,7 @@ kernel void softmax_k1(device float* a [[buffer(0)]], device float* softmax [[bu
 kernel void softmax_k2(device float* a [[buffer(0)]], device float* softmax [[buffer(1)]], device float* softmax_max [[buffer(2)]], device float* softmax_expsum [[buffer(3)]], uint3 nnvm_tid [[thread_position_in_threadgroup]], uint3 nnvm_gid [[threadgroup_position_in_grid]]) {
   const long blockIdx_x = (long)nnvm_gid.x;
   const long threadIdx_x = (long)nnvm_tid.x;
-  for (long i0_i1_fused_inner = 0L; i0_i1_fused_inner < 4L; ++i0_i1_fused_inner) {
-    if ((((blockIdx_x * 64L) + threadIdx_x) < 200L)) {
-      softmax[(((blockIdx_x * 256L) + (threadIdx_x * 4L)) + i0_i1_fused_inner)] = (exp((a[(((blockIdx_x * 256L) + (threadIdx_x * 4L)) + i0_i1_fused_inner)] - softmax_max[((((blockIdx_x * 256L) + (threadIdx_x * 4L)) + i0_i1_fused_inner) / 100L)])) / softmax_expsum[((((blockIdx_x * 256L) + (threadIdx_x * 4L)) + i0_i1_fused_inner) / 100L)]);
-    }
+  if ((((blockIdx_x * 64L) + threadIdx_x) < 200L)) {
+    *(device packed_float4*)(softmax + ((blockIdx_x * 256L) + (threadIdx_x * 4L))) = packed_float4((exp((float4(*(device packed_float4*)(a + ((blockIdx_x * 256L) + (threadIdx_x * 4L)))) - float4(softmax_max[(((blockIdx_x * 64L) + threadIdx_x) / 25L)]))) / float4(softmax_expsum[(((blockIdx_x * 64L) + threadIdx_x) / 25L)])));
   }
 }
