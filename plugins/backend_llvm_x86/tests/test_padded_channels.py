@@ -1,7 +1,13 @@
 """Convolution outputs whose channel count is not a whole number of vectors (SqueezeNet's 1000 classes,
 ShuffleNet's 60) run in full-width blocks with a partial last block: zero weights in the padding, the
 padding cropped where the tensor leaves the blocked layout. Every case against onnxruntime, with
-followers that put non-zeros into the padding (bias, sigmoid, a residual add) before the crop."""
+followers that put non-zeros into the padding (bias, sigmoid, a residual add) before the crop.
+
+Tensors whose channel count half a vector divides (24, 40, 72 with AVX-512's 16 lanes) are stored in whole
+vectors too (``nnvm.cpu.layout.padded_block``, ``NNVM_X86_PADDED_BLOCKS``): the convolution writing them
+runs full-width, plain convolutions read them in sub-blocks of 8 (the padded lanes never read), other
+readers through a transform; sigmoid followers put 0.5 into the padding before each kind of reader, and
+every such case runs with the switch on and off."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.cpu.layout import output_block
+from nnvm.cpu.layout import output_block, padded_block
 
 
 def _save(path, nodes, inits, in_shape):
@@ -33,7 +39,7 @@ def _conv(rng, inits, name, src, o, c, k=1, group=1, stride=1):
 def _check(path, in_shape):
     x = np.random.default_rng(5).standard_normal(in_shape).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    mod = nnvm.compile(path, target="llvm", opt_level=3)
+    mod = nnvm.compile(path, target="llvm", opt_level=3, tuning_log=False)
     got = mod.run(x)[0]
     assert got.shape == want.shape
     err = float(np.abs(got - want).max() / np.abs(want).max())
@@ -83,3 +89,102 @@ def test_output_block_pads_only_when_cheap():
     assert output_block(1000, 16) == 16 and output_block(60, 16) == 16  # 1008 and 64 channels
     assert output_block(20, 16) is None and output_block(3, 16) is None  # too much padding: NCHW
     assert output_block(72, 16) == 8                                      # 8 divides, 11% padding
+
+
+def _blocks(mod):
+    """The data and output shapes of every conv2d_nchwc, by the name of its ONNX weight."""
+    types = mod.graph.types
+    return {n.inputs[1].split("_w")[0]: (types[n.inputs[0]].shape, types[n.outputs[0]].shape)
+            for n in mod.graph.nodes if n.op == "conv2d_nchwc"}
+
+
+@pytest.mark.parametrize("switch", ["0", "1"])
+@pytest.mark.parametrize("batch", [1, 8])
+def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, switch, batch):
+    """MobileNetV2's second stage: expand 16 -> 96, depthwise stride 2, project to 24; expand 24 -> 144,
+    depthwise, project to 24 + residual add; then a 24-channel reader of every other kind: a sigmoid
+    (non-zeros in the padding) into a plain 3x3 (Winograd-sized), a depthwise and a grouped conv, a
+    max pool and a 1x1 conv to 40 channels, stride 2."""
+    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", switch)
+    rng = np.random.default_rng(batch)
+    inits = {}
+    relu6 = [np.float32(0), np.float32(6)]
+    inits["lo"], inits["hi"] = np.array(relu6[0]), np.array(relu6[1])
+    nodes = [
+        _conv(rng, inits, "e1", "x", 96, 16), helper.make_node("Clip", ["e1", "lo", "hi"], ["e1r"]),
+        _conv(rng, inits, "d1", "e1r", 96, 96, k=3, group=96, stride=2),
+        helper.make_node("Clip", ["d1", "lo", "hi"], ["d1r"]),
+        _conv(rng, inits, "p1", "d1r", 24, 96),
+        _conv(rng, inits, "e2", "p1", 144, 24), helper.make_node("Clip", ["e2", "lo", "hi"], ["e2r"]),
+        _conv(rng, inits, "d2", "e2r", 144, 144, k=3, group=144),
+        helper.make_node("Clip", ["d2", "lo", "hi"], ["d2r"]),
+        _conv(rng, inits, "p2", "d2r", 24, 144), helper.make_node("Add", ["p2", "p1"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["s"]),
+        _conv(rng, inits, "w3", "s", 24, 24, k=3), _conv(rng, inits, "dw", "s", 24, 24, k=3, group=24),
+        _conv(rng, inits, "g", "s", 24, 24, group=3), helper.make_node("MaxPool", ["s"], ["mp"],
+                                                                        kernel_shape=[1, 1]),
+        helper.make_node("Add", ["w3", "dw"], ["a1"]), helper.make_node("Add", ["a1", "g"], ["a2"]),
+        helper.make_node("Add", ["a2", "mp"], ["a3"]),
+        _conv(rng, inits, "o", "a3", 40, 24, stride=2), helper.make_node("Sigmoid", ["o"], ["os"]),
+        _conv(rng, inits, "y", "os", 20, 40, k=3)]
+    path = str(tmp_path / "inverted.onnx")
+    _save(path, nodes, inits, (batch, 16, 18, 14))
+    mod = _check(path, (batch, 16, 18, 14))
+    shapes = _blocks(mod)
+    p1_out, e2_in = shapes["p1"][1], shapes["e2"][0]
+    if switch == "1":  # 24 channels in 2 blocks of 16 (8 padded), read as such by the expand conv
+        assert p1_out[1:2] + p1_out[4:] == (2, 16) and e2_in[1:2] + e2_in[4:] == (2, 16)
+        winograd = [n for n in mod.graph.nodes if n.op == "conv2d_winograd_nchwc"]
+        assert len(winograd) == 1 and mod.graph.types[winograd[0].outputs[0]].shape[1::3] == (2, 16)
+    else:
+        assert p1_out[1:2] + p1_out[4:] == (3, 8) and e2_in[1:2] + e2_in[4:] == (3, 8)
+
+
+@pytest.mark.parametrize("channels", [3, 20, 24, 40, 72, 1000])
+def test_odd_channel_counts_in_and_out(tmp_path, monkeypatch, channels):
+    """A conv to ``channels`` + sigmoid, then a 1x1 and a 3x3 stride-2 conv reading them, both to
+    ``channels`` again; the switch on."""
+    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+    rng = np.random.default_rng(channels)
+    inits = {}
+    nodes = [_conv(rng, inits, "a", "x", channels, 8), helper.make_node("Sigmoid", ["a"], ["s"]),
+             _conv(rng, inits, "b", "s", channels, channels),
+             _conv(rng, inits, "c", "s", channels, channels, k=3, stride=2),
+             helper.make_node("Relu", ["b"], ["br"]),
+             helper.make_node("MaxPool", ["br"], ["bp"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("Add", ["bp", "c"], ["y"])]
+    path = str(tmp_path / f"odd{channels}.onnx")
+    _save(path, nodes, inits, (2, 8, 10, 10))
+    _check(path, (2, 8, 10, 10))
+
+
+def test_which_channel_counts_pad(monkeypatch):
+    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+    assert padded_block(24, 16) and padded_block(40, 16) and padded_block(72, 16)
+    assert not padded_block(8, 16) and not padded_block(32, 16) and not padded_block(20, 16)
+    assert padded_block(1000, 16)      # 62.5 vectors: 63, so a conv reading them needs no transform
+    assert padded_block(12, 8) and not padded_block(4, 8)  # AVX2: 4-lane halves
+    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "0")
+    assert not padded_block(24, 16)
+
+
+@pytest.mark.parametrize("channels", [12, 20])
+def test_avx2_pads_half_vectors_of_four(tmp_path, monkeypatch, channels):
+    """With AVX2 (8 lanes) 12 and 20 channels are half-vector multiples: written in 8-lane blocks with a
+    padded last block, read in sub-blocks of 4; against onnxruntime, through a sigmoid."""
+    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+    rng = np.random.default_rng(channels + 1)
+    inits = {}
+    nodes = [_conv(rng, inits, "a", "x", channels, 8), helper.make_node("Sigmoid", ["a"], ["s"]),
+             _conv(rng, inits, "b", "s", 16, channels), helper.make_node("Add", ["b", "x2"], ["y"])]
+    inits["x2"] = rng.standard_normal((1, 16, 1, 1)).astype(np.float32)
+    path = str(tmp_path / f"avx2_{channels}.onnx")
+    _save(path, nodes, inits, (1, 8, 9, 9))
+    x = np.random.default_rng(5).standard_normal((1, 8, 9, 9)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    mod = nnvm.compile(path, target="llvm -mcpu=haswell", tuning_log=False)
+    got = mod.run(x)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert err < 1e-4, f"max relative error {err:.2e} against onnxruntime"
+    a_out, b_in = _blocks(mod)["a"][1], _blocks(mod)["b"][0]
+    assert a_out[1::3] == (-(-channels // 8), 8) and b_in[1::3] == (-(-channels // 8), 8)
