@@ -47,7 +47,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import SPARE_REGISTERS, machine_of, registers_needed
+from nnvm.cpu.cost_model import POOL_CHUNKS_PER_THREAD, SPARE_REGISTERS, machine_of, registers_needed
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -136,7 +136,7 @@ def build_dense(group, config: dict):
 MAX_TILE_ACCUMULATORS = 16  # the space's largest block count; the fallback sizes tiles by the registers
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
-EVEN_CHUNKS = 16  # the pool cuts a parallel loop into 4 chunks a thread: 8 for 2 threads, 16 for 4
+EVEN_CHUNKS = 4 * POOL_CHUNKS_PER_THREAD  # a count the pool's chunks at 2 and 4 threads share evenly (8, 16)
 MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
 
 
