@@ -189,3 +189,26 @@ def test_partitioned_splits_compute_the_same(n, factor, inner):
     a = np.random.default_rng(n * 31 + factor).standard_normal((n, inner + 1)).astype("float32")
     _, b = _run(func, [a, np.full_like(a, np.nan)])
     np.testing.assert_allclose(b, a - 3.0, err_msg=f"n={n} factor={factor} inner={inner}\n{func}")
+
+
+def test_an_unrolled_copy_leaves_out_the_untaken_sides_of_selects():
+    """Unrolling substitutes the loop index; a select chain on it (Winograd's transform rows) keeps only
+    the side its now constant condition takes, in selects and ``if_then_else`` calls alike."""
+    from nnvm.tir.lower import unrolled_copy
+    from nnvm.tir.printer import stmt_str
+
+    i, j = E.Var("i"), E.Var("j")
+    src = S.Buffer("src", (E.const(64),), "float32")
+    dst = S.Buffer("dst", (E.const(4),), "float32")
+    load = [E.Load(src, j * 4 + k, "float32") for k in range(3)]
+    inner = E.Call("if_then_else", (E.BinOp("eq", i, E.const(1), "bool"), load[1], load[2]), "float32")
+    chain = E.Select(E.BinOp("eq", i, E.const(0), "bool"), load[0], inner, "float32")
+    body = S.Store(dst, i, chain)
+    for value in range(3):
+        kept = f"((j * 4) + {value})]"
+        text = stmt_str(unrolled_copy(body, i, value))
+        assert "select" not in text and "if_then_else" not in text and text.count("src[") == 1, text
+        assert f"dst[{value}]" in text and kept in text, text
+    # a condition that stays symbolic keeps its select, with the index substituted
+    other = S.Store(dst, i, E.Select(E.BinOp("lt", j, i, "bool"), load[0], load[1], "float32"))
+    assert "select((j < 2)" in stmt_str(unrolled_copy(other, i, 2))

@@ -46,11 +46,39 @@ def unroll_loops(body):
             mn = simplify(node.min)
             if not isinstance(ext, E.Const) or not isinstance(mn, E.Const):
                 return replace(node, kind=S.ForKind.SERIAL)
-            copies = [substitute(node.body, {node.var: E.const(mn.value + k)}) for k in range(ext.value)]
+            copies = [unrolled_copy(node.body, node.var, mn.value + k) for k in range(ext.value)]
             return S.seq(*copies) if copies else S.Seq(())
         return None
 
     return rewrite(body, fn)
+
+
+def unrolled_copy(body, var: E.Var, value: int):
+    """``body`` with ``var`` replaced by ``value``, leaving out the sides of selects and
+    ``if_then_else`` calls whose condition becomes constant: Winograd's transforms pick their matrix
+    rows by select chains on the unrolled tile index, and copying every side of each made most of the
+    copy thrown away by the simplifier right after."""
+    vmap = {var: E.const(value)}
+    folder = Simplifier()
+
+    def var_fn(n):
+        return vmap.get(n) if isinstance(n, E.Var) else None
+
+    def chosen_side(n):
+        if isinstance(n, E.Select):
+            cond, sides = n.cond, (n.true_value, n.false_value)
+        elif isinstance(n, E.Call) and n.name == "if_then_else":
+            cond, sides = n.args[0], n.args[1:]
+        else:
+            return None
+        if var not in free_vars(cond):
+            return None
+        c = folder.expr(substitute(cond, vmap))
+        if not isinstance(c, E.Const):
+            return None
+        return rewrite(sides[0] if c.value else sides[1], var_fn, chosen_side)
+
+    return rewrite(body, var_fn, chosen_side)
 
 
 # Loops that may be cut in two: serial ones. A vectorized loop stays one vector, a thread binding one
