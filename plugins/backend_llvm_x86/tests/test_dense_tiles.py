@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.cost_model import SPARE_REGISTERS, Machine, registers_needed
-from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile
+from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks
 
 AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
 
@@ -70,6 +70,8 @@ def _model(path, batch, rows, k, n, epilogue):
     (8, 197, 192, 768, "gelu"),         # ViT fc1 at batch 8: 1576 rows
     (8, 128, 768, 768, "residual"),     # BERT/GPT-2 attention output at batch 8
     (2, 128, 768, 2304, "bias"),        # QKV
+    (1, 128, 64, 293, "gelu"),          # 37 blocks of 8 (a prime): padded to 40, the last 3 re-read block 36
+    (1, 12, 32, 296, "residual"),       # 37 whole blocks padded (a crop only for the padding), 12 rows
 ])
 def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
     path = str(tmp_path / "gemm.onnx")
@@ -105,3 +107,14 @@ def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
     monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
     assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4}
+
+
+def test_blocks_no_tile_divides_are_padded(monkeypatch):
+    """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks: padded to 6284 for tiles of 2 and 4
+    blocks; in blocks of 16 (AVX-512) it is 2 x 1571 and stays; few blocks (ViT's 25 key blocks) stay."""
+    assert padded_blocks(6283) == 6284 and padded_blocks(37) == 40
+    assert padded_blocks(3142) == 3142 and padded_blocks(25) == 25 and padded_blocks(13) == 13
+    assert padded_blocks(96) == 96 and padded_blocks(1) == 1
+    assert packed_tile(AVX2, padded_blocks(6283), 128) == (2, 4)
+    monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")
+    assert padded_blocks(6283) == 6283

@@ -137,6 +137,8 @@ MAX_TILE_ACCUMULATORS = 16  # the space's largest block count; the fallback size
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
 EVEN_CHUNKS = 4 * POOL_CHUNKS_PER_THREAD  # a count the pool's chunks at 2 and 4 threads share evenly (8, 16)
+BLOCK_PAD = 4  # weight blocks that no tile divides are padded to a multiple of this (``padded_blocks``)
+MIN_PADDED_BLOCKS = 2 * MAX_TILE_ACCUMULATORS  # fewer blocks (attention's K^T over 197 tokens) stay as they are
 MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
 
 
@@ -164,11 +166,24 @@ def padded_rows(rows: int) -> int:
     return -(-rows // ROW_PAD) * ROW_PAD
 
 
+def padded_blocks(blocks: int) -> int:
+    """The weight blocks ``dense_packed`` computes for a weight of ``blocks`` blocks: ``blocks`` when a
+    tile of 2 to 8 blocks divides it (or there are few), else the next multiple of ``BLOCK_PAD``. GPT-2's
+    50257-token head is 6283 blocks of 8 with AVX2 (61 x 103): tiles of one block, one weight stream
+    and 8 rows, load-bound at 0.79 of the FMA rate. The extra blocks read the last block again (a
+    clamped block index, constant along the reduction) and are cropped. ``NNVM_X86_DENSE_PAD_BLOCKS=0``:
+    never padded, for A/B benchmarks."""
+    if blocks < MIN_PADDED_BLOCKS or divisors(blocks, 8, 2) or not enabled("NNVM_X86_DENSE_PAD_BLOCKS"):
+        return blocks
+    return -(-blocks // BLOCK_PAD) * BLOCK_PAD
+
+
 def _dense_packed_compute(inputs, attrs, out_types):
     """``[..., K] x [N/b, K, b] -> [..., N]``. With ``units`` under ``N`` the product is computed over
     every block (the padding columns are zeros in the packed weight) and cropped by an injective stage:
     the crop joins the epilogue, so only the output stores of the last block are guarded, never the
-    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Rows that no tile
+    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Weight blocks that
+    no tile divides are padded too (``padded_blocks``). Rows that no tile
     divides are padded the same way (``padded_rows``): the extra rows read the last data row again
     (a clamped index, hoisted out of the reduction) and are cropped."""
     data, weight = inputs
@@ -180,6 +195,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
         m *= d
     rows = lead[-1]
     padded = padded_rows(rows)
+    padded_b = padded_blocks(blocks)
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
     if batch:
@@ -187,12 +203,13 @@ def _dense_packed_compute(inputs, attrs, out_types):
 
     def body(*i):
         row = i[-2] if padded == rows else te.minimum(i[-2], rows - 1)
-        w = weight[(*i[:len(batch)], i[-1] // b, rk, i[-1] % b)]
+        block = i[-1] // b if padded_b == blocks else te.minimum(i[-1] // b, blocks - 1)
+        w = weight[(*i[:len(batch)], block, rk, i[-1] % b)]
         return te.sum(data[(*i[:-2], row, rk)] * w, axis=rk)
 
-    full = te.compute((*lead[:-1], padded, blocks * b), body, name="dense_packed", tag="dense_packed",
+    full = te.compute((*lead[:-1], padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
                       attrs={"workload": workload, **workload})
-    if units == blocks * b and padded == rows:
+    if units == padded_b * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
 
