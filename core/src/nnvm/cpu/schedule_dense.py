@@ -186,10 +186,10 @@ def _dense_packed_compute(inputs, attrs, out_types):
     """``[..., K] x [N/b, K, b] -> [..., N]``. With ``units`` under ``N`` the product is computed over
     every block (the padding columns are zeros in the packed weight) and cropped by an injective stage:
     the crop joins the epilogue, so only the output stores of the last block are guarded, never the
-    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Weight blocks that
-    no tile divides are padded too (``padded_blocks``). Rows that no tile
+    reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Rows that no tile
     divides are padded the same way (``padded_rows``): the extra rows read the last data row again
-    (a clamped index, hoisted out of the reduction) and are cropped."""
+    (a clamped index, hoisted out of the reduction) and are cropped; so is an odd block count with many
+    rows (``padded_blocks``: the extra block re-reads the last one)."""
     data, weight = inputs
     *lead, k = shape_of(data)
     *batch, blocks, _, b = shape_of(weight)
