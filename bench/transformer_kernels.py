@@ -3,13 +3,16 @@ GEMM's rate per matmul shape: views that stay readable on a shared host, where w
 
     uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
     uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
+    uv run python bench/transformer_kernels.py --gemm 128x768x768 --tiles 2x4,6x2,4x2 --rounds 7
 
 Both runtimes use ``--threads`` threads (1 by default). Per model: nnvm compiled untuned, every kernel
 timed on the module's own arena (``nnvm.bench.profile``) ``--rounds`` times and its **minimum** kept; one
 onnxruntime run with profiling on between rounds, each node's minimum kept (its first run dropped). The
 sums are printed by kind of kernel (nnvm: by the ops of each fused group; onnxruntime: by op type). Per
 GEMM shape ``MxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on [1, M, K] data, the
-nnvm kernel and the onnxruntime session timed alternately, minimums in ms and GFLOP/s.
+nnvm kernel and the onnxruntime session timed alternately, minimums in ms and GFLOP/s; with ``--tiles``
+(``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``x86.dense.packed`` (``fallback``:
+the untuned tile), all alternated in the same rounds.
 """
 
 from __future__ import annotations
@@ -74,12 +77,28 @@ def per_kernel(name: str, threads: int, rounds: int) -> None:
     print("  onnxruntime: " + ", ".join(f"{k} {v:.2f}" for k, v in ort_kinds.most_common()))
 
 
-def gemm(shape: str, threads: int, rounds: int) -> None:
+def _compile_with_tile(path, tile: str):
+    """``path`` compiled untuned, with ``x86.dense.packed``'s fallback tile replaced by ``tile``
+    (``JBxMB``), or as it is for ``fallback``."""
+    import nnvm
+    from nnvm.cpu import schedule_dense
+
+    if tile == "fallback":
+        return nnvm.compile(path, target="llvm", tuning_log=False)
+    jb, mb = (int(v) for v in tile.split("x"))
+    chosen = schedule_dense.packed_tile
+    schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)
+    try:
+        return nnvm.compile(path, target="llvm", tuning_log=False)
+    finally:
+        schedule_dense.packed_tile = chosen
+
+
+def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) -> None:
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    import nnvm
     from nnvm.bench import profile
 
     m, k, n = (int(v) for v in shape.split("x"))
@@ -93,24 +112,30 @@ def gemm(shape: str, threads: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "gemm.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
-        mod = nnvm.compile(path, target="llvm", tuning_log=False)
+        mods = {tile: _compile_with_tile(path, tile) for tile in tiles}
         sess = _session(path, threads)
         x = rng.standard_normal((1, m, k)).astype(np.float32)
-        ours, theirs = [], []
+        ours, theirs = {tile: [] for tile in tiles}, []
         for _ in range(rounds):
             start = time.perf_counter()
             sess.run(None, {"x": x})
             theirs.append(time.perf_counter() - start)
-            ours.append(sum(r["ms"] for r in profile(mod, {"x": x}, 1)) / 1e3)
-    flops, ours, theirs = 2.0 * m * k * n, min(ours), min(theirs)
-    print(f"{shape}: nnvm {ours * 1e3:.3f} ms ({flops / ours / 1e9:.0f} GFLOP/s), onnxruntime "
-          f"{theirs * 1e3:.3f} ms ({flops / theirs / 1e9:.0f} GFLOP/s): {ours / theirs:.2f}")
+            for tile, mod in mods.items():
+                ours[tile].append(sum(r["ms"] for r in profile(mod, {"x": x}, 1)) / 1e3)
+    flops, theirs = 2.0 * m * k * n, min(theirs)
+    for tile, times in ours.items():
+        t = min(times)
+        name = "" if tiles == ("fallback",) else f" {tile}"
+        print(f"{shape}{name}: nnvm {t * 1e3:.3f} ms ({flops / t / 1e9:.0f} GFLOP/s), onnxruntime "
+              f"{theirs * 1e3:.3f} ms ({flops / theirs / 1e9:.0f} GFLOP/s): {t / theirs:.2f}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="", help="comma-separated zoo transformers (gpt2, vit, bert)")
     parser.add_argument("--gemm", default="", help="comma-separated MxKxN shapes")
+    parser.add_argument("--tiles", default="fallback",
+                        help="comma-separated x86.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")
     args = parser.parse_args()
@@ -119,7 +144,7 @@ def main() -> int:
     for name in filter(None, args.models.split(",")):
         per_kernel(name, args.threads, args.rounds)
     for shape in filter(None, args.gemm.split(",")):
-        gemm(shape, args.threads, args.rounds)
+        gemm(shape, args.threads, args.rounds, tuple(args.tiles.split(",")))
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

@@ -17,6 +17,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.schedule_dense import EVEN_CHUNKS
+from nnvm.cpu.schedules import vector_lanes
+from nnvm.target import parse_target
 
 
 def _save(path, nodes, inits, shapes):
@@ -49,14 +51,16 @@ def _compile_and_check(tmp_path, path, shapes):
     return loops
 
 
-@pytest.mark.parametrize("shape, n, fused_rows", [
-    ((1, 197, 64), 48, True),      # 3 blocks of 16: 1 tile of weight; rows 197 padded to 200 join in
-    ((1, 7, 13), 192, True),       # S=7, K=13: 12 blocks in 3 tiles, its 7 rows (one tile) join in
-    ((2, 5, 64), 16 * 4 * 12, True),   # 12 tiles of 4 blocks x 2 batches: 24, rows join in
-    ((1, 9, 32), 16 * 4 * 16, False),  # 16 tiles of 4 blocks: parallel over them, rows inside
+@pytest.mark.parametrize("shape, blocks, fused_rows", [
+    ((1, 197, 64), 3, True),       # 3 blocks: 1 tile of weight; rows 197 padded to 200 join in
+    ((1, 7, 13), 12, True),        # S=7, K=13: 12 blocks in 3 tiles, its 7 rows (one tile) join in
+    ((2, 5, 64), 4 * 12, True),    # 12 tiles of 4 blocks x 2 batches: 24, rows join in
+    ((1, 9, 32), 4 * 16, False),   # 16 tiles of 4 blocks: parallel over them, rows inside
 ])
-def test_shared_weight_parallel_loop(tmp_path, shape, n, fused_rows):
+def test_shared_weight_parallel_loop(tmp_path, shape, blocks, fused_rows):
+    """``blocks`` blocks of the host's vector width (16 lanes with AVX-512, 8 with AVX2)."""
     rng = np.random.default_rng(0)
+    n = blocks * vector_lanes(parse_target("llvm"))
     k = shape[-1]
     path = str(tmp_path / "mm.onnx")
     inits = {"w": rng.standard_normal((k, n)).astype(np.float32),
@@ -66,7 +70,6 @@ def test_shared_weight_parallel_loop(tmp_path, shape, n, fused_rows):
     _save(path, nodes, inits, {"x": shape})
     loops = _compile_and_check(tmp_path, path, {"x": shape})
     assert len(loops) == 1 and loops[0][2] == 2, loops  # one parallel loop, outermost
-    blocks = -(-n // 16)
     tiles = blocks // 4 if blocks % 4 == 0 else 1  # 4 blocks a tile where 4 divides them, else all 3
     if fused_rows:  # the row tiles multiply the weight tiles
         assert (tiles * shape[0]) % EVEN_CHUNKS and loops[0][1] > tiles * shape[0], loops

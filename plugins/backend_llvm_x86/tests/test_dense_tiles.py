@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.cost_model import SPARE_REGISTERS, Machine, registers_needed
-from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile
+from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks
 
 AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
 
@@ -70,6 +70,8 @@ def _model(path, batch, rows, k, n, epilogue):
     (8, 197, 192, 768, "gelu"),         # ViT fc1 at batch 8: 1576 rows
     (8, 128, 768, 768, "residual"),     # BERT/GPT-2 attention output at batch 8
     (2, 128, 768, 2304, "bias"),        # QKV
+    (1, 128, 64, 293, "gelu"),          # 37 blocks of 8 (AVX2): padded to 38, the last re-reads block 36
+    (2, 16, 32, 296, "residual"),       # 37 whole blocks padded (a crop only for the padding)
 ])
 def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
     path = str(tmp_path / "gemm.onnx")
@@ -105,3 +107,17 @@ def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
     monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
     assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4}
+
+
+def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
+    """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks, ViT's keys 25: one more block each,
+    for tiles of 2 blocks x 4 rows; in blocks of 16 (AVX-512) the head is 2 x 1571 and ViT's keys 13:
+    unchanged, and so are few rows (a GEMV's 125 blocks) and even counts."""
+    assert padded_blocks(6283, 128) == 6284 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
+    assert padded_blocks(3142, 128) == 3142 and padded_blocks(13, 200) == 13
+    assert padded_blocks(125, 8) == 125 and padded_blocks(125, 1) == 125 and padded_blocks(96, 128) == 96
+    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == packed_tile(AVX2, 26, 200) == (2, 4)
+    assert packed_tile(AVX512, padded_blocks(3142, 128), 128) == (2, 8)
+    assert packed_tile(AVX512, padded_blocks(13, 200), 200) == (1, 8)
+    monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")
+    assert padded_blocks(6283, 128) == 6283

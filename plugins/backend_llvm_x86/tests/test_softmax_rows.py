@@ -119,3 +119,22 @@ def test_other_axes_and_log_softmax_keep_the_core_kernel(tmp_path, op, axis):
     mod, got, want = _run(path, x)
     assert not any("softmax_exp" in call["kernel"] for call in mod.plan["calls"])
     assert np.abs(got - want).max() < 1e-5
+
+
+def test_floor_as_one_select_gives_the_same_results(tmp_path, monkeypatch):
+    """``softmax_exp``'s floor as a select on its own compare (``NNVM_X86_SOFTMAX_SELECT``, default) and as
+    ``maximum`` (off) agree bit for bit: values below the floor (-1e9, -inf), at it, a NaN row and an
+    all -inf row (NaN either way)."""
+    path = str(tmp_path / "sm.onnx")
+    shape = (4, 37)
+    _model(path, shape)
+    x = (3 * np.random.default_rng(2).standard_normal(shape)).astype(np.float32)
+    x[0, :5] = [-1e9, -np.inf, EXP_FLOOR, EXP_FLOOR - 1e-3, -100.0]
+    x[1, 3] = np.nan
+    x[2, :] = -np.inf
+    outs = []
+    for value in ("0", "1"):
+        monkeypatch.setenv("NNVM_X86_SOFTMAX_SELECT", value)
+        outs.append(nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0])
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert np.isnan(outs[1][1]).all() and np.isnan(outs[1][2]).all() and not np.isnan(outs[1][[0, 3]]).any()

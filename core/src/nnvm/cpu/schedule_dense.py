@@ -137,6 +137,7 @@ MAX_TILE_ACCUMULATORS = 16  # the space's largest block count; the fallback size
 MAX_TILE_ROWS = 8  # data rows of a tile (each one broadcast per k)
 ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``padded_rows``)
 EVEN_CHUNKS = 4 * POOL_CHUNKS_PER_THREAD  # a count the pool's chunks at 2 and 4 threads share evenly (8, 16)
+MIN_PADDED_BLOCKS = 20  # an odd block count from this up gets one more block (``padded_blocks``): <= 5% work
 MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
 
 
@@ -164,13 +165,31 @@ def padded_rows(rows: int) -> int:
     return -(-rows // ROW_PAD) * ROW_PAD
 
 
+def padded_blocks(blocks: int, rows: int) -> int:
+    """The weight blocks ``dense_packed`` computes for a weight of ``blocks`` blocks and ``rows`` data
+    rows: one more when the rows are many (``packed_tile``'s tiles of 4 to 8 rows and two or more
+    blocks) and an odd count of at least ``MIN_PADDED_BLOCKS`` would leave tiles of one block, else
+    ``blocks``. The extra block reads the last one again (a clamped block index, constant along the
+    reduction) and is cropped: at most 1/``MIN_PADDED_BLOCKS`` more work for twice the blocks a tile.
+    With AVX2 (8 lanes, 2 x 4 tiles) GPT-2's 50257-token head was 6283 blocks (61 x 103) and ViT's
+    ``Q @ K^T`` 25 (197 tokens) in tiles of 1 block x 8 rows: one weight load and 8 broadcasts per
+    8 multiply-adds, load-bound; padded, one thread: the head 211 -> 175 ms, Q @ K^T 4.18 -> 2.3 ms a
+    run. With AVX-512 (16 lanes) the head is 2 x 1571 blocks and ViT's keys 13 blocks: unchanged.
+    ``NNVM_X86_DENSE_PAD_BLOCKS=0``: never padded, for A/B benchmarks."""
+    if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
+            or not enabled("NNVM_X86_DENSE_PAD_BLOCKS")):
+        return blocks
+    return blocks + 1
+
+
 def _dense_packed_compute(inputs, attrs, out_types):
     """``[..., K] x [N/b, K, b] -> [..., N]``. With ``units`` under ``N`` the product is computed over
     every block (the padding columns are zeros in the packed weight) and cropped by an injective stage:
     the crop joins the epilogue, so only the output stores of the last block are guarded, never the
     reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Rows that no tile
     divides are padded the same way (``padded_rows``): the extra rows read the last data row again
-    (a clamped index, hoisted out of the reduction) and are cropped."""
+    (a clamped index, hoisted out of the reduction) and are cropped; so is an odd block count with many
+    rows (``padded_blocks``: the extra block re-reads the last one)."""
     data, weight = inputs
     *lead, k = shape_of(data)
     *batch, blocks, _, b = shape_of(weight)
@@ -180,6 +199,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
         m *= d
     rows = lead[-1]
     padded = padded_rows(rows)
+    padded_b = padded_blocks(blocks, padded)
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
     if batch:
@@ -187,12 +207,13 @@ def _dense_packed_compute(inputs, attrs, out_types):
 
     def body(*i):
         row = i[-2] if padded == rows else te.minimum(i[-2], rows - 1)
-        w = weight[(*i[:len(batch)], i[-1] // b, rk, i[-1] % b)]
+        block = i[-1] // b if padded_b == blocks else te.minimum(i[-1] // b, blocks - 1)
+        w = weight[(*i[:len(batch)], block, rk, i[-1] % b)]
         return te.sum(data[(*i[:-2], row, rk)] * w, axis=rk)
 
-    full = te.compute((*lead[:-1], padded, blocks * b), body, name="dense_packed", tag="dense_packed",
+    full = te.compute((*lead[:-1], padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
                       attrs={"workload": workload, **workload})
-    if units == blocks * b and padded == rows:
+    if units == padded_b * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
 
