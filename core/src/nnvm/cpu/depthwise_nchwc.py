@@ -29,7 +29,9 @@ from memory: MobileNetV2's 144 channels on 56 x 56 and 32 on 112 x 112 at batch 
 accumulators and 3x3 weights do not fit the register file (16 vector registers, AVX2), the fallback
 tile is one row: measured on a 2-core Zen 4 without AVX-512 (1 thread, batch 6-8), 2 x 4 and 2 x 2
 tiles ran 1.4-3.4x slower than 1 x 4 there and swung from run to run, where at batch 1 (in cache) the
-2 x 4 tile is 5-10% faster. Not measured on a 32-register machine, which keeps its tile.
+2 x 4 tile is 5-10% faster. At stride 2 (ShuffleNet's 136 and MobileNetV2's 96 and 144 channels at
+batch 8) tall 4 x 2 tiles ran 1-18% faster than 2 x 4 there, one-row tiles no faster; at batch 1
+level (7% slower on 96 channels 112 -> 56). Not measured on a 32-register machine, which keeps its tile.
 ``NNVM_X86_DEPTHWISE_STREAM=0`` keeps the 2-D tile, for A/B benchmarks.
 
 Knobs: ``oh_block`` (rows a parallel chunk), ``tile_rows`` x ``ow_block`` (the register tile),
@@ -94,11 +96,14 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     elif 2 * ow_fallback <= width and ext_ow * per_pixel > TILE_VECTORS:
         ow_fallback = row_block(ext_ow, width)  # a prime width (13): a guarded last tile, not 1 pixel
     rows_fallback = largest_divisor(ext_oh, max(1, TILE_VECTORS // (ow_fallback * per_pixel)))
-    if rows_fallback > 1 and stride == 1 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
+    if rows_fallback > 1 and stride <= 2 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
             and machine_of(target).registers < TILE_VECTORS + ext_ry * ext_rx * per_pixel:
         out_bytes = 4 * batch * blocks * ext_oh * ext_ow * lanes_c
-        if streams_from_memory(target, 2 * out_bytes):  # stride 1: the input is the output's size
-            rows_fallback = 1  # one-row tiles (see the module docstring)
+        if streams_from_memory(target, (1 + stride * stride) * out_bytes):  # input + output
+            if stride == 1:
+                rows_fallback = 1  # one-row tiles (see the module docstring)
+            elif ext_ow % 2 == 0 and ext_oh % (TILE_VECTORS // 2) == 0:
+                ow_fallback, rows_fallback = 2, TILE_VECTORS // 2  # tall tiles at stride 2
     # The band: whole planes when images x channel blocks alone make MIN_CHUNKS chunks, else the most
     # rows (a multiple of the tile's) that do.
     bands = [b for b in divisors(ext_oh, ext_oh) if b % rows_fallback == 0]
