@@ -32,8 +32,8 @@ tiles ran 1.4-3.4x slower than 1 x 4 there and swung from run to run, where at b
 2 x 4 tile is 5-10% faster. At stride 2 (ShuffleNet's 136 and MobileNetV2's 96 and 144 channels at
 batch 8) tall 4 x 2 tiles ran 1-18% faster than 2 x 4 alone, one-row tiles no faster; at batch 1
 level (7% slower on 96 channels 112 -> 56). In the models only the 48 MB layer (96 channels 112 -> 56)
-gained (25%); the 17-18 MB ones ran level or 5% slower, so at stride 2 the data must exceed the whole
-last-level cache. Not measured on a 32-register machine, which keeps its tile.
+gained (9-25%); the 17-18 MB ones ran level (within the 5% that identical kernels swing by in these
+runs), so at stride 2 the data must exceed the whole last-level cache. Not measured on a 32-register machine, which keeps its tile.
 ``NNVM_X86_DEPTHWISE_STREAM=0`` keeps the 2-D tile, for A/B benchmarks.
 
 Knobs: ``oh_block`` (rows a parallel chunk), ``tile_rows`` x ``ow_block`` (the register tile),
@@ -101,7 +101,7 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     if rows_fallback > 1 and stride <= 2 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
             and machine_of(target).registers < TILE_VECTORS + ext_ry * ext_rx * per_pixel:
         out_bytes = 4 * batch * blocks * ext_oh * ext_ow * lanes_c
-        # input + output; at stride 2 twice the threshold (layers of 17-18 MB gained nothing, see above)
+        # input + output; at stride 2 twice the threshold (17-18 MB layers gained nothing, see above)
         if streams_from_memory(target, (1 + stride * stride) * out_bytes // stride):
             if stride == 1:
                 rows_fallback = 1  # one-row tiles (see the module docstring)
