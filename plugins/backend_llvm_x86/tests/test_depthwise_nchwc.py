@@ -154,3 +154,71 @@ def test_plain_convolutions_are_declined(tmp_path, group_of):
     group = group_of(graph, "conv2d_nchwc")
     assert depthwise_nchwc_template(tgt, group) is None
     assert schedule_template(tgt, group).name == "x86.conv2d_nchwc.direct"
+
+
+def _with_l3(monkeypatch, tgt, l3: int):
+    """``tgt``'s backend answering ``cpu_signature`` with a last-level cache of ``l3`` bytes."""
+    import dataclasses
+
+    from nnvm.autotune.signature import CPUSignature
+
+    backend = tgt.backend
+    real = backend.cpu_signature
+
+    def signature(target):
+        found = real(target) or CPUSignature("x86_64", 32 * 8, True, frozenset())
+        return dataclasses.replace(found, l3=l3)
+
+    monkeypatch.setattr(backend, "cpu_signature", signature)
+
+
+@pytest.mark.parametrize("target, registers", [("llvm -mcpu=haswell", 16), ("llvm -mcpu=skylake-avx512", 32)],
+                         ids=["avx2", "avx512"])
+@pytest.mark.parametrize("layer, streaming_tile", [((144, 56, 1), {"tile_rows": 1}),
+                                                   ((96, 112, 2), {"tile_rows": 4, "ow_block": 2})],
+                         ids=["c144_hw56_s1", "c96_hw112_s2"])
+def test_streaming_layers_get_other_tiles_on_16_registers(tmp_path, monkeypatch, group_of, target, registers,
+                                                          layer, streaming_tile):
+    """MobileNetV2's 144 channels on 56 x 56 (14.4 MB in, 14.4 out) and 96 channels 112 -> 56 at batch 8,
+    past half a 32 MB last-level cache: one-row tiles at stride 1 and tall ones at stride 2 with 16
+    registers; a 32-register machine keeps the 2-D tile, the config it had before
+    (``NNVM_X86_DEPTHWISE_STREAM=0``); batch 1 (in cache) keeps it everywhere."""
+    fallbacks = {}
+    for batch in (8, 1):
+        path = _save(str(tmp_path / f"dw{batch}.onnx"), batch, *layer, "bias_relu6")
+        graph, tgt, *_ = optimized_graph(path, target)
+        _with_l3(monkeypatch, tgt, 32 << 20)
+        group = group_of(graph, "conv2d_nchwc")
+        for switch in ("1", "0"):
+            monkeypatch.setenv("NNVM_X86_DEPTHWISE_STREAM", switch)
+            fallbacks[batch, switch] = depthwise_nchwc_template(tgt, group).fallback
+    before = fallbacks[8, "0"]
+    assert before["tile_rows"] > 1
+    if registers == 16:
+        assert fallbacks[8, "1"] == {**before, **streaming_tile}
+        assert fallbacks[8, "1"] != before
+    else:
+        assert fallbacks[8, "1"] == before
+    assert fallbacks[1, "1"] == fallbacks[1, "0"]
+
+
+def test_unknown_last_level_cache_keeps_the_2d_tile(tmp_path, group_of):
+    """Another CPU than the host (caches unknown): no streaming rule."""
+    from nnvm.cpu.depthwise_nchwc import streams_from_memory
+
+    path = _save(str(tmp_path / "dw.onnx"), 8, 144, 56, 1, "bias_relu6")
+    graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=haswell")
+    assert not streams_from_memory(tgt, 1 << 40)
+    assert depthwise_nchwc_template(tgt, group_of(graph, "conv2d_nchwc")).fallback["tile_rows"] > 1
+
+
+@pytest.mark.parametrize("case", [(8, 48, 28, 1, "bias_relu6"), (3, 40, 14, 1, "bn_relu6"),
+                                  (8, 32, 28, 2, "bias_relu6"), (3, 24, 16, 2, "bias")],
+                         ids=lambda c: "n{}_c{}_hw{}_s{}_{}".format(*c))
+def test_one_row_tiles_match_onnxruntime(case, tmp_path, monkeypatch, group_of):
+    """The streaming rule forced on small layers (any size streams): the host's fallback (one-row tiles at
+    stride 1, 4 x 2 at stride 2 on an AVX2 host) against onnxruntime, batch 8 and 3."""
+    monkeypatch.setattr("nnvm.cpu.depthwise_nchwc.STREAM_SHARE", 1e-9)
+    n, c, hw = case[:3]
+    path = _save(str(tmp_path / "dw.onnx"), *case)
+    _check_tiles_against_onnxruntime(path, (n, c, hw, hw), case, group_of, 3)

@@ -24,6 +24,19 @@ The parallel loop is images x channel blocks x bands of rows, fused: at batch 1 
             acc[rows, cols, oci] += pad[rows * s + ry, cols * s + rx, oci] * w[oco, ry, rx, oci]
         unrolled for rows, cols: vectorized for oci: out[...] = epilogue(acc[rows, cols, oci])
 
+Where a stride-1 layer's input and output together exceed half the last-level cache (they stream
+from memory: MobileNetV2's 144 channels on 56 x 56 and 32 on 112 x 112 at batch 8) and the tile's
+accumulators and 3x3 weights do not fit the register file (16 vector registers, AVX2), the fallback
+tile is one row: measured on a 2-core Zen 4 without AVX-512 (1 thread, batch 6-8), 2 x 4 and 2 x 2
+tiles ran 1.4-3.4x slower than 1 x 4 there and swung from run to run, where at batch 1 (in cache) the
+2 x 4 tile is 5-10% faster. At stride 2 (ShuffleNet's 136 and MobileNetV2's 96 and 144 channels at
+batch 8) tall 4 x 2 tiles ran 1-18% faster than 2 x 4 alone, one-row tiles no faster; at batch 1
+level (7% slower on 96 channels 112 -> 56). In the models only the 48 MB layer (96 channels 112 -> 56)
+gained (9-25%); the 17-18 MB ones ran level (within the 5% that identical kernels swing by in these
+runs), so at stride 2 the data must exceed the whole last-level cache. Not measured on a 32-register
+machine, which keeps its tile.
+``NNVM_X86_DEPTHWISE_STREAM=0`` keeps the 2-D tile, for A/B benchmarks.
+
 Knobs: ``oh_block`` (rows a parallel chunk), ``tile_rows`` x ``ow_block`` (the register tile),
 ``unroll_ry`` (unroll the kernel rows too; rolled it ran 1.2x slower). ``NNVM_X86_DEPTHWISE_TILES=0``
 declines every group (``conv2d_nchwc_template`` then takes them), for A/B benchmarks.
@@ -34,6 +47,7 @@ from __future__ import annotations
 import math
 
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.cost_model import machine_of
 from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
 from nnvm.cpu.schedules import (
     divisors,
@@ -50,6 +64,15 @@ NAME = "x86.depthwise_conv2d_nchwc.tiles"
 TILE_VECTORS = 8  # output vectors of one register tile (fallback)
 TILE_WIDTH = 4  # of which along a row, at most (fallback)
 MIN_CHUNKS = 16  # parallel chunks the fallback keeps at least, where the plane has rows enough
+STREAM_SHARE = 0.5  # of the last-level cache: a layer whose input + output exceed it streams from memory
+
+
+def streams_from_memory(target, nbytes: int) -> bool:
+    """Whether ``nbytes`` of a layer's input and output exceed ``STREAM_SHARE`` of ``target``'s
+    last-level cache (asked of the backend's ``cpu_signature``; unknown: no)."""
+    signature = getattr(target.backend, "cpu_signature", lambda _t: None)(target)
+    l3 = getattr(signature, "l3", None)
+    return bool(l3) and nbytes > STREAM_SHARE * l3
 
 
 def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
@@ -66,7 +89,7 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     sizes = [extent(iv) for iv in (n, oco, oh, ow, oci, *conv.op.reduce_axis)]
     if None in sizes:
         return None
-    batch, blocks, ext_oh, ext_ow, lanes_c, _, _ = sizes
+    batch, blocks, ext_oh, ext_ow, lanes_c, ext_ry, ext_rx = sizes
     per_pixel = max(1, -(-lanes_c // vector_lanes(target)))
     width = max(1, TILE_WIDTH // per_pixel)
     ow_fallback = largest_divisor(ext_ow, width)
@@ -76,6 +99,15 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     elif 2 * ow_fallback <= width and ext_ow * per_pixel > TILE_VECTORS:
         ow_fallback = row_block(ext_ow, width)  # a prime width (13): a guarded last tile, not 1 pixel
     rows_fallback = largest_divisor(ext_oh, max(1, TILE_VECTORS // (ow_fallback * per_pixel)))
+    if rows_fallback > 1 and stride <= 2 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
+            and machine_of(target).registers < TILE_VECTORS + ext_ry * ext_rx * per_pixel:
+        out_bytes = 4 * batch * blocks * ext_oh * ext_ow * lanes_c
+        # input + output; at stride 2 twice the threshold (17-18 MB layers gained nothing, see above)
+        if streams_from_memory(target, (1 + stride * stride) * out_bytes // stride):
+            if stride == 1:
+                rows_fallback = 1  # one-row tiles (see the module docstring)
+            elif ext_ow % 2 == 0 and ext_oh % (TILE_VECTORS // 2) == 0:
+                ow_fallback, rows_fallback = 2, TILE_VECTORS // 2  # tall tiles at stride 2
     # The band: whole planes when images x channel blocks alone make MIN_CHUNKS chunks, else the most
     # rows (a multiple of the tile's) that do.
     bands = [b for b in divisors(ext_oh, ext_oh) if b % rows_fallback == 0]

@@ -26,6 +26,7 @@ SWITCHES = {
     "NNVM_X86_SHUFFLE": (("0", "1"), "1"),
     "NNVM_X86_GROUPED": (("0", "1"), "1"),
     "NNVM_X86_DEPTHWISE_TILES": (("0", "1"), "1"),
+    "NNVM_X86_DEPTHWISE_STREAM": (("0", "1"), "1"),  # one-row depthwise tiles where data streams (AVX2)
     "NNVM_X86_DENSE_TILES": (("0", "1"), "1"),  # x86.dense.packed's fallback tile from the register file
     "NNVM_X86_DENSE_PAD_BLOCKS": (("0", "1"), "1"),  # x86.dense.packed: an odd block count padded by one
     "NNVM_X86_SOFTMAX_SELECT": (("0", "1"), "1"),  # softmax_exp's floor as a select on one compare
