@@ -19,6 +19,7 @@ from nnvm_backend_cuda.compiler import (
     kernel_names,
     launch_bounds,
     min_blocks,
+    nvrtc_options,
     occupancy,
     parse_ptxas_log,
     with_min_blocks,
@@ -35,6 +36,18 @@ def test_cubin_ptx_and_ptxas_report(arch):
     assert c.usage["reverse"].shared_bytes == 64 * 4 and c.usage["reverse"].barriers == 1
     assert c.usage["saxpy"].shared_bytes == 0 and c.usage["saxpy"].registers > 0
     assert all(u.spill_stores == 0 and u.spill_loads == 0 for u in c.usage.values())
+
+
+def test_nvrtcs_own_cache_is_off_so_ptxas_always_reports():
+    # NVRTC >= 12.9 caches programs on disk where a driver is installed; a hit has no ptxas report
+    for version in ((12, 9), (13, 0)):
+        assert b"--no-cache" in nvrtc_options("sm_90", version)
+    assert b"--no-cache" not in nvrtc_options("sm_90", (12, 8))  # an option older NVRTCs reject
+    assert nvrtc_options("sm_80", (12, 9), "/inc")[-1] == b"--include-path=/inc"
+    # the option is accepted, and two compiles of one source in a row both carry the report
+    for _ in range(2):
+        compiler._cache.clear()
+        assert set(compile_cuda(REVERSE, "sm_90").usage) == {"reverse"}
 
 
 def test_spills_are_read_from_the_log():

@@ -21,7 +21,7 @@ from nnvm.runtime.module import Module
 from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.native import open_device
 from nnvm_backend_cuda.testing import FakeDriver
-from nnvm_frontend_onnx.testing.shape_models import depthwise_net
+from nnvm_frontend_onnx.testing.shape_models import _model, depthwise_net
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +50,24 @@ def test_native_path_uploads_weights_once_and_matches_onnxruntime(model):
     assert sum(n for kind, n in fake.calls if kind == "HtoD") == x.nbytes
     for got in (first, second):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_native_path_runs_a_model_without_weights():
+    # no weight to upload: the device module's first driver call is a synchronize, on a thread that has
+    # made no context current (each conformance operator on a real GPU)
+    from onnx import helper
+
+    n = helper.make_node
+    nodes = [n("Relu", ["x"], ["r"]), n("Exp", ["r"], ["y"])]
+    onnx_model = _model(nodes, {}, [("x", [4, 64])], [("y", [4, 64])], opset=13)
+    mod = nnvm.compile(onnx_model, target="cuda -arch=sm_80")
+    lib = mod.library
+    fake = FakeDriver(lib.source_text(), arch=(8, 0))
+    native_lib = CUDAKernelLibrary(list(lib.tables.values()), lib.compiled, lib.source_text(),
+                                   device=open_device(fake))
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype("float32")
+    got = Module(mod.plan, mod.params, native_lib, mod.target, mod.stats()).run(x)[0]
+    np.testing.assert_allclose(got, np.exp(np.maximum(x, 0)), rtol=1e-6)
 
 
 def test_export_is_one_file_that_a_fresh_process_runs(model, tmp_path):

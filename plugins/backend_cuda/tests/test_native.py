@@ -8,6 +8,7 @@ loaded, launched and copied back through ``CUDADevice`` is checked against numpy
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 import pytest
@@ -74,6 +75,30 @@ def test_missing_kernel_is_named():
     module = dev.load(b"", b"", "sm_80")
     with pytest.raises(Error, match=r"kernel nope"):
         dev.function(module, "nope")
+
+
+def test_every_call_makes_the_context_current_on_its_own_thread():
+    # the driver's current context is per thread; a run's first call on a thread may be any of these
+    fake = FakeDriver(REVERSE)
+    dev = open_device(fake)
+    module = dev.load(b"", b"", "sm_80")
+    ptr = dev.alloc(256)
+    x = np.ones(64, dtype="float32")
+    calls = {"synchronize": lambda: dev.synchronize("reverse"),
+             "function": lambda: dev.function(module, "reverse"),
+             "alloc": lambda: dev.free(dev.alloc(64)), "upload": lambda: dev.upload(ptr, x.ctypes.data, 256),
+             "download": lambda: dev.download(x.ctypes.data, ptr, 256), "free": lambda: dev.free(ptr)}
+    failed = {}
+    for name, call in calls.items():
+        def run(name=name, call=call):
+            try:
+                call()
+            except Error as exc:
+                failed[name] = str(exc)
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    assert not failed, failed
 
 
 @pytest.mark.parametrize("failure", [OSError("libcuda.so.1 not found"), driver.CUresult.CUDA_ERROR_NO_DEVICE])

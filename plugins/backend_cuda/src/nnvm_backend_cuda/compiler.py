@@ -230,18 +230,33 @@ def _check(result, what: str):
     return rest[0] if len(rest) == 1 else rest
 
 
+def nvrtc_options(arch: str, version: tuple, include: str | None = None) -> list[bytes]:
+    """NVRTC's options for ``arch`` under NVRTC ``version`` (major, minor), ``include``: where
+    ``cuda_fp16.h`` is.
+
+    From 12.9 NVRTC keeps a cache of compiled programs on disk (where a CUDA driver is installed) and a
+    hit skips ptxas, so its ``-v`` report is missing and every kernel's registers, shared memory and
+    spills with it: seen on an H200, where the second compile of a model in a fresh process gave no
+    usage at all (no register caps, no limit checks, empty ``cuda_kernels``). ``--no-cache`` turns it
+    off; compiles within a process are cached here (``compile_cuda``) with their report."""
+    opts = [f"--gpu-architecture={arch}".encode(), b"-Xptxas=-v", b"--std=c++17", b"-default-device"]
+    if tuple(version) >= (12, 9):
+        opts.append(b"--no-cache")
+    if include:
+        opts.append(f"--include-path={include}".encode())
+    return opts
+
+
 def _nvrtc(source: str, arch: str, name: str) -> CompiledCUDA:
     try:
         from cuda.bindings import nvrtc
     except ImportError:
         raise Error("compiling for cuda needs NVRTC: pip install nvidia-cuda-nvrtc-cu12 cuda-bindings"
                     ) from None
+    version = tuple(_check(nvrtc.nvrtcVersion(), "version"))
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "program creation")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), b"-Xptxas=-v", b"--std=c++17", b"-default-device"]
-        inc = _fp16_include()
-        if inc:
-            opts.append(f"--include-path={inc}".encode())
+        opts = nvrtc_options(arch, version, _fp16_include())
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "log size")
         buf = b" " * size

@@ -39,7 +39,13 @@ def open_device(driver=None):
 
 class CUDADevice:
     """One CUDA device with its primary context. Errors are ``nnvm.Error`` naming the call and, for
-    launches, the kernel."""
+    launches, the kernel.
+
+    The driver keeps the current context per OS thread, and a run may come from any thread (a device
+    module's runs, ``nnvm.build``'s functions called back from C), so every call that needs a context
+    makes the primary one current first: a thread whose first call is ``synchronize`` or ``free`` would
+    otherwise get ``CUDA_ERROR_INVALID_CONTEXT``.
+    """
 
     def __init__(self, driver, device, context, arch: str):
         self.driver = driver
@@ -91,6 +97,7 @@ class CUDADevice:
         return self._ok(self.driver.cuModuleLoadData(image), "cuModuleLoadData")
 
     def function(self, module, kernel: str):
+        self._current()
         return self._ok(self.driver.cuModuleGetFunction(module, kernel.encode()), "cuModuleGetFunction",
                         kernel)
 
@@ -101,6 +108,7 @@ class CUDADevice:
         return int(self._ok(self.driver.cuMemAlloc(max(int(nbytes), 4)), "cuMemAlloc"))
 
     def free(self, ptr: int) -> None:
+        self._current()
         self._ok(self.driver.cuMemFree(ptr), "cuMemFree")
 
     def upload(self, ptr: int, host: int, nbytes: int) -> None:
@@ -122,4 +130,5 @@ class CUDADevice:
     def synchronize(self, kernel: str | None = None) -> None:
         """Wait for the launches so far; a fault in a kernel surfaces here, named by ``kernel`` (the
         last one launched)."""
+        self._current()
         self._ok(self.driver.cuCtxSynchronize(), "cuCtxSynchronize", kernel)

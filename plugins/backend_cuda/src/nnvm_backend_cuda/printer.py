@@ -24,6 +24,12 @@ _VECTOR_NAMES = {"float": "float", "double": "double", "int": "int", "unsigned i
                  "signed char": "char", "unsigned char": "uchar", "short": "short",
                  "unsigned short": "ushort", "long long": "longlong", "unsigned long long": "ulonglong"}
 _LANES = "xyzw"
+# Integer a ** b by squaring, wrapping as numpy does (in 64-bit unsigned arithmetic, then narrowed); a
+# negative exponent truncates toward zero: 1 for a == 1, +-1 for a == -1, else 0 (0 ** -n too).
+IPOW = ("template <typename T, typename B> static __device__ __forceinline__ T nnvm_ipow(T a, B b) { "
+        "if (b < 0) return a == 1 ? T(1) : (a == T(-1) ? T((b & 1) ? -1 : 1) : T(0)); "
+        "unsigned long long r = 1, x = (unsigned long long)a; "
+        "for (; b > 0; b >>= 1) { if (b & 1) r *= x; x *= x; } return (T)r; }")
 _OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
 
 
@@ -66,6 +72,14 @@ class CUDAPrinter(CPrinter):
 
     def thread_index(self, tag: str) -> str:
         return tag  # threadIdx.x, blockIdx.y: CUDA's own spelling
+
+    def _binop(self, e: E.BinOp) -> str:
+        if e.op == "pow" and not E.is_float(e.a.dtype) and E.split_lanes(e.dtype)[1] == 1:
+            # the base's pow((double)a, (double)b) truncated is exact only where pow is correctly rounded;
+            # CUDA's is within 2 ulp (3 ** 1 came out as 2 on an H200): square and multiply instead
+            self._helpers.setdefault("nnvm_ipow", IPOW)
+            return f"nnvm_ipow<{self.type_name(e.dtype)}>({self.expr(e.a)}, {self.expr(e.b)})"
+        return super()._binop(e)
 
     def barrier(self) -> str:
         return "__syncthreads();"

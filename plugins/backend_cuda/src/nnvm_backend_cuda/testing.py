@@ -4,6 +4,7 @@ array ``cuLaunchKernel`` takes (``args[i]`` points at the i-th argument's value)
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import numpy as np
 
@@ -78,7 +79,9 @@ class Args:
 class FakeDriver:
     """The driver API calls ``native.CUDADevice`` makes, with the real ``CUresult`` codes: "device memory"
     in host buffers, launches run by the CPU runner on ``source``, host-to-device copies recorded in
-    ``calls`` (so a test can count what a run uploads)."""
+    ``calls`` (so a test can count what a run uploads). Like the driver, it keeps the current context
+    per thread: a call that needs one, on a thread where none was made current, is
+    ``CUDA_ERROR_INVALID_CONTEXT``."""
 
     def __init__(self, source: str, arch=(8, 0), init_error=None, launch_error=None):
         from cuda.bindings import driver
@@ -90,6 +93,13 @@ class FakeDriver:
         self.buffers: dict = {}
         self.calls: list = []
         self.loaded = None
+        self._thread = threading.local()  # .context: the context current on this thread
+
+    def _no_context(self):
+        """The error of a call made on a thread with no current context, else None."""
+        if getattr(self._thread, "context", None) is None:
+            return (self.CUresult.CUDA_ERROR_INVALID_CONTEXT,)
+        return None
 
     def cuInit(self, flags):
         if isinstance(self.init_error, Exception):
@@ -110,38 +120,53 @@ class FakeDriver:
         return self.CUresult.CUDA_SUCCESS, "ctx"
 
     def cuCtxSetCurrent(self, ctx):
+        self._thread.context = ctx
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuModuleLoadData(self, image):
         from nnvm_backend_cuda.cpu import HostCUDA
 
+        if error := self._no_context():
+            return error
         self.loaded = bytes(image)
         return self.CUresult.CUDA_SUCCESS, HostCUDA(self.source)
 
     def cuModuleGetFunction(self, module, name):
+        if error := self._no_context():
+            return error
         if name.decode() not in module.names:
             return (self.CUresult.CUDA_ERROR_NOT_FOUND, None)
         return self.CUresult.CUDA_SUCCESS, (module, name.decode())
 
     def cuMemAlloc(self, n):
+        if error := self._no_context():
+            return error
         buf = np.zeros(n, dtype=np.uint8)
         self.buffers[buf.ctypes.data] = buf
         return self.CUresult.CUDA_SUCCESS, buf.ctypes.data
 
     def cuMemFree(self, ptr):
+        if error := self._no_context():
+            return error
         del self.buffers[int(ptr)]
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuMemcpyHtoD(self, dst, src, n):
+        if error := self._no_context():
+            return error
         self.calls.append(("HtoD", n))
         ctypes.memmove(dst, src, n)
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuMemcpyDtoH(self, dst, src, n):
+        if error := self._no_context():
+            return error
         ctypes.memmove(dst, src, n)
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        if error := self._no_context():
+            return error
         if self.launch_error:
             return (self.launch_error,)
         module, name = f
@@ -149,6 +174,8 @@ class FakeDriver:
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuCtxSynchronize(self):
+        if error := self._no_context():
+            return error
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuGetErrorName(self, err):

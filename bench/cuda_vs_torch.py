@@ -1,6 +1,6 @@
 """ResNet-18 and MobileNetV2 on an NVIDIA GPU: nnvm's ``cuda`` target against PyTorch eager (cuDNN).
 
-    uv run python bench/cuda.py [--repeat 50] [--torch-python /path/to/python-with-cuda-torch]
+    uv run python bench/cuda_vs_torch.py [--repeat 50] [--torch-python /path/to/python-with-cuda-torch]
 
 Needs an NVIDIA GPU and driver; without one it says so and exits 0 (``bench/cuda_static.py`` is the
 report that needs no GPU). nnvm runs the seeded ONNX builds of ``nnvm_frontend_onnx.testing.models``
@@ -8,6 +8,11 @@ natively (weights on the device, a run copies the input in and the output out, b
 PyTorch runs torchvision's same architecture with random weights, ``cudnn.benchmark`` on, in its own
 interpreter (``--torch-python``: torch is not in nnvm's environment), input already on the device.
 Median of ``--repeat`` runs after a warm-up, batch 1, float32.
+
+Not named ``cuda.py``: ``python bench/cuda.py`` puts ``bench/`` first on ``sys.path``, where the script
+itself shadowed the ``cuda`` namespace of ``cuda-bindings`` wherever nothing imported ``cuda`` at start-up
+(cuda-bindings 12.x's ``.pth`` does; an install on ``PYTHONPATH`` does not), so ``open_device`` found
+"no GPU" on a GPU.
 """
 
 from __future__ import annotations
