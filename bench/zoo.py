@@ -24,7 +24,8 @@ its own unloaded blocks. A block is ``--repeat`` runs at most, fewer for slow mo
 ``--block-seconds`` of work, at least 3 runs). Prints the ratios nnvm / onnxruntime, their geometric
 means over the CNNs and the transformers, the models above 1.2x, the slowdowns under load, ResNet-18's
 compile time and each model's slowest kernels; writes everything to ``bench/zoo.json``, a Markdown table
-to ``--markdown`` and a plot to ``bench/zoo.png`` (both json and png are not committed).
+to ``--markdown`` (with a Mermaid bar chart per batch size: the plot kept in RESULTS.md) and a plot to
+``bench/zoo.png`` (both json and png are not committed).
 """
 
 from __future__ import annotations
@@ -214,6 +215,27 @@ def markdown(rows: list) -> list[str]:
     return out
 
 
+SHORT = {"alexnet": "AlexNet", "densenet121": "DenseNet", "googlenet": "GoogLeNet", "inception_v2": "IncV2",
+         "resnet50": "RN50", "shufflenet": "Shuffle", "squeezenet": "Squeeze", "vgg19": "VGG19",
+         "zfnet512": "ZFNet", "resnet18": "RN18", "mobilenet_v2": "MNv2", "bert": "BERT", "gpt2": "GPT-2",
+         "vit": "ViT"}
+
+
+def mermaid_chart(rows: list, batch: int) -> list[str]:
+    """The blocks ratios of one batch size as a Mermaid bar chart: a plot that lives in RESULTS.md as
+    text (GitHub draws it), where the PNG of ``plot`` is not committed. The line is the 0.9 goal."""
+    done = [r for r in rows if "error" not in r and r["batch"] == batch]
+    if not done:
+        return []
+    names = ", ".join(f'"{SHORT.get(r["model"], r["model"])}"' for r in done)
+    values = ", ".join(f"{r['ratios']['blocks']:.2f}" for r in done)
+    top = max(1.2, max(r["ratios"]["blocks"] for r in done) + 0.05)
+    return ["```mermaid", "xychart-beta",
+            f'    title "nnvm / onnxruntime, batch {batch} (blocks; lower is better; line: goal 0.9)"',
+            f"    x-axis [{names}]", f'    y-axis "ratio" 0 --> {top:.1f}', f"    bar [{values}]",
+            f"    line [{', '.join(['0.9'] * len(done))}]", "```"]
+
+
 def plot(rows: list, path: str, threads: int, shipped_logs: bool = False) -> None:
     """Bars of nnvm / onnxruntime (blocks) per model and batch size, with the 1.0 and 0.9 lines."""
     try:
@@ -319,8 +341,9 @@ def main(argv=None) -> int:
     table = markdown(rows)
     print("\n".join(table))
     if args.markdown:
+        charts = [line for b in batches for line in ["", *mermaid_chart(rows, b)]]
         with open(args.markdown, "w") as f:
-            f.write("\n".join(table + [""] + [f"- {s}" for s in summary]) + "\n")
+            f.write("\n".join(table + [""] + [f"- {s}" for s in summary] + charts) + "\n")
     print(f"wrote {args.json}", file=sys.stderr)
     if args.plot:
         plot(rows, args.plot, args.threads, args.shipped_logs)
