@@ -71,3 +71,21 @@ def test_zoo_export_runs_in_onnxruntime_and_nnvm_matches(name, ops):
              if any(ops.get(g, "").startswith(("conv2d", "matmul", "dense")) for g in r["group"])]
     missing = [r["group"] for r in heavy if not r["gflops"]]
     assert heavy and not missing, f"{name}: kernels without GFLOP/s: {missing[:3]}"
+
+
+def test_results_chart_draws_each_models_blocks_ratio():
+    """``bench/zoo.py --markdown`` ends with a Mermaid bar chart per batch size (RESULTS.md's plot)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo", Path(__file__).parents[1] / "bench" / "zoo.py")
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    rows = [{"model": "resnet18", "batch": 1, "ratios": {"blocks": 0.85}},
+            {"model": "vit", "batch": 1, "ratios": {"blocks": 1.31}},
+            {"model": "vit", "batch": 8, "ratios": {"blocks": 0.5}},
+            {"model": "bert", "batch": 1, "error": "failed"}]
+    chart = zoo.mermaid_chart(rows, 1)
+    assert chart[0] == "```mermaid" and chart[-1] == "```"
+    assert '    x-axis ["RN18", "ViT"]' in chart and "    bar [0.85, 1.31]" in chart
+    assert "    line [0.9, 0.9]" in chart and any("1.4" in line for line in chart if "y-axis" in line)
+    assert zoo.mermaid_chart(rows, 4) == []
