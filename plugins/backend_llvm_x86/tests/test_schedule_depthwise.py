@@ -72,3 +72,16 @@ def test_every_config_of_the_space(tmp_path, every_config):
     assert template.size() > 2, f"a space of {template.size()} configs leaves the tuner nothing to search"
     x = np.random.default_rng(2).standard_normal((2, 6, 13, 13)).astype(np.float32)
     every_config(template, group, graph.params, x, _reference(path, x), "depthwise")
+
+
+@pytest.mark.parametrize("mattr", ["+avx512f", "-avx512f", "-avx2,-avx"])
+@pytest.mark.parametrize("width,stride", [(14, 2), (28, 2), (13, 1), (7, 1), (56, 2)])
+def test_the_fallback_is_in_the_space_at_every_vector_width(tmp_path, mattr, width, stride):
+    """With AVX2's 8 lanes a 14-wide stride-2 plane's fallback width (2) was under the space's smallest
+    (4): compiling MobileNetV2 and ShuffleNet in NCHW failed on an AVX2 host."""
+    path = str(tmp_path / "dw.onnx")
+    _conv(path, 1, 8, 8, width * stride, 3, stride, 1, False)
+    _, group = _group(path)
+    template = schedule_template(parse_target(f"llvm -mcpu=x86-64-v3 -mattr={mattr}"), group)
+    for knob, value in template.fallback.items():
+        assert value in template.space[knob], (knob, value, template.space[knob])

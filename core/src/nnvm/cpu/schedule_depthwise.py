@@ -49,13 +49,16 @@ def depthwise_template(target, group) -> ScheduleTemplate | None:
     if ext_oh is None or ext_ow is None or any(extent(iv) is None for iv in conv.op.reduce_axis):
         return None
     lanes = vector_lanes(target)
-    ow_space = sorted(set(divisors(ext_ow, 2 * lanes, min(4, ext_ow))) | {largest_divisor(ext_ow, lanes)})
-    oh_space = divisors(ext_oh, 8)
     # Measured on MobileNetV2's layers: two vectors wide, 8 rows high at stride 1; at stride 2 every
     # lane is a load of its own (a gather), which makes wide tiles slow to compile for little gain:
     # half a vector, 4 rows. A small plane (7x7) in one tile.
     stride = conv.op.attrs.get("strides", (1, 1))[1]
     ow_fallback = largest_divisor(ext_ow, 2 * lanes if stride == 1 else max(4, lanes // 2))
+    # the fallback is always in the space: with 8 lanes a 14-wide stride-2 plane's 2 is under the
+    # space's smallest width (4), and compiling MobileNetV2 in NCHW failed with AVX2
+    ow_space = sorted(set(divisors(ext_ow, 2 * lanes, min(4, ext_ow)))
+                      | {largest_divisor(ext_ow, lanes), ow_fallback})
+    oh_space = divisors(ext_oh, 8)
     oh_fallback = largest_divisor(ext_oh, max(1, min(8 if stride == 1 else 4, MAX_TILE // math.ceil(
         ow_fallback / lanes))))
     if oh_fallback == 1 and ext_oh <= 8:
