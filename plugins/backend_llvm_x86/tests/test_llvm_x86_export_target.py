@@ -161,3 +161,15 @@ def test_feature_string_read_in_order_for_vector_width_and_recorded_extensions(t
     assert vector_lanes(target) == lanes
     features = code_features(LLVMBackend().resolve(target))
     assert has in features and lacks not in features, features
+
+
+@pytest.mark.parametrize("cpu,mattr,lanes", [
+    ("x86-64-v3", "-avx512f", 8), ("x86-64-v3", "+avx512f", 16), ("x86-64-v3", "-avx2,-avx", 4),
+    ("skylake-avx512", "-avx512f", 8), ("skylake-avx512", "", 16), ("haswell", "", 8), ("x86-64", "", 4),
+    ("x86-64", "+avx2", 8), ("cascadelake", "+avx512f,-avx512f", 8)])
+def test_vector_lanes_of_a_named_cpu_with_features_added_or_removed(cpu, mattr, lanes):
+    """``-mcpu=NAME -mattr=...``: what ``-mattr`` does not say is the named CPU's (x86-64-v3 with
+    -avx512f was read as SSE's 4 lanes)."""
+    from nnvm_backend_llvm_x86.toolchain import LLVMTarget, x86_vector_lanes
+
+    assert x86_vector_lanes(LLVMTarget("x86_64-unknown-linux-gnu", cpu, mattr)) == lanes

@@ -116,13 +116,19 @@ def cpu_name_lanes(cpu: str) -> int:
 def x86_vector_lanes(resolved: LLVMTarget) -> int:
     """float32 lanes of the widest vector unit of a resolved x86 target: 16 with AVX-512, 8 with AVX2
     (or AVX), else 4 (SSE). The feature string is read in order (``-mattr=-avx512f`` after the host's
-    ``+avx512f`` is off); ``-mcpu`` alone goes by the CPU's name."""
+    ``+avx512f`` is off); ``-mcpu`` goes by the CPU's name for what ``-mattr`` does not say
+    (``-mcpu=x86-64-v3 -mattr=-avx512f`` is AVX2's 8 lanes, not SSE's 4)."""
+    named = cpu_name_lanes(resolved.cpu)
     if not resolved.features:
-        return cpu_name_lanes(resolved.cpu)
+        return named
     on = feature_switches(resolved.features)
-    if on.get("avx512f"):
+    said = {item[1:] for item in resolved.features.split(",") if item[:1] in "+-"}
+    # ``-mcpu=NAME -mattr=...``: the features are the user's alone, the rest is the named CPU's own
+    if on.get("avx") is False:
+        return 4
+    if on.get("avx512f") if "avx512f" in said else named == 16:
         return 16
-    if on.get("avx2") or on.get("avx"):
+    if on.get("avx2") or on.get("avx") if said & {"avx2", "avx"} else named >= 8:
         return 8
     return 4
 
