@@ -29,6 +29,7 @@ SWITCHES = {
     "NNVM_X86_DENSE_TILES": (("0", "1"), "1"),  # x86.dense.packed's fallback tile from the register file
     "NNVM_X86_PADDED_BLOCKS": (("0", "1"), "1"),
     "NNVM_X86_FUSED_PARALLEL": (("0", "1"), "1"),
+    "NNVM_X86_AVX2_TILES": (("0", "1"), "1"),  # conv register tiles for AVX2's broadcasts (cost_model)
 }
 
 
