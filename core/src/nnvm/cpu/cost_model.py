@@ -19,6 +19,13 @@ broadcasts ``ow_block`` input scalars into ``ow_block * oc_blocks`` fused multip
   useful multiply-add that is the cost, times the padding of a partial last tile on the row and of a
   partial last group of channel blocks.
 
+Without a broadcast operand (``Machine.broadcast_operand``: AVX2) every broadcast is a register, the
+count is exact and takes the whole file (``register_budget``), and a step costs at least
+``FMA_LATENCY`` cycles (``step_latency``): each accumulator's multiply-add waits for its previous one,
+so a tile of 7-8 accumulators leaves the two pipes idle. Measured on the AVX2 Zen 4 host (1 thread,
+ResNet-50/AlexNet/SqueezeNet layers): 12-accumulator tiles (3 x 4, 6 x 2; 5 x 2 with 10) ran 5-30%
+faster than the 7-8 of the AVX-512 accounting (2 x 4, 4 x 2, 7 x 1), partial last tiles included.
+
 Measured on a Zen 5 core (1 thread, ResNet-50's 1x1 and stride-2 3x3 layers): tiles of 2-4 blocks
 (7 x 2, 4 x 4, 14 x 2: 9-16 loads per 14-28 FMAs) ran 1.1-1.3x faster than the former 14 x 1 (15 loads
 per 14 FMAs: the load ports, not the FMA pipes, were the limit); 7 x 4 (33 registers) spilled and ran
