@@ -7,14 +7,17 @@ import pytest
 from nnvm.cpu.cost_model import (
     Machine,
     parallel_loop,
+    oc_blocks_for,
     pixel_major,
+    register_budget,
     register_tile,
     registers_needed,
+    step_latency,
     tile_cost,
 )
 
 AVX512 = Machine(lanes=16, registers=32, threads=2)
-AVX2 = Machine(lanes=8, registers=16, threads=2)
+AVX2 = Machine(lanes=8, registers=16, threads=2, broadcast_operand=False)
 
 
 @pytest.mark.parametrize("machine", [AVX512, AVX2], ids=["avx512", "avx2"])
@@ -24,13 +27,13 @@ def test_tiles_fit_the_registers_and_divide_the_blocks(machine, width, oc_outer)
     tile = register_tile(machine, width, oc_outer, max_ow=14)
     assert 1 <= tile.ow_block <= min(width, 14)
     assert oc_outer % tile.oc_blocks == 0
-    spare = 4 * machine.registers // 32
-    assert registers_needed(tile.ow_block, tile.oc_blocks) <= machine.registers - spare
+    fold = machine.broadcast_operand
+    assert registers_needed(tile.ow_block, tile.oc_blocks, fold) <= register_budget(machine)
     # no other fitting tile is cheaper by more than the tie margin (costs equal to 2 decimals)
     for ocb in range(1, min(4, oc_outer) + 1):
         for ow in range(1, min(width, 14) + 1):
-            if oc_outer % ocb == 0 and registers_needed(ow, ocb) <= machine.registers - spare:
-                assert tile.cost <= tile_cost(ow, ocb, width, oc_outer) + 0.01
+            if oc_outer % ocb == 0 and registers_needed(ow, ocb, fold) <= register_budget(machine):
+                assert tile.cost <= tile_cost(ow, ocb, width, oc_outer, step_latency(machine)) + 0.01
 
 
 def test_avx512_spans_channel_blocks_on_resnet_rows():
@@ -69,3 +72,36 @@ def test_parallel_loop_fuses_rows_where_the_pool_would_split_unevenly():
     assert parallel_loop(AVX512, 1, 16, rows=7) == "oc"
     assert parallel_loop(AVX512, 1, 2, rows=112) == "oh"
     assert parallel_loop(AVX512, 8, 5, rows=7) == "n_oc"
+
+
+# What the model picked for a 16-lane, 32-register machine (AVX-512) before the AVX2 accounting
+# (session 11): (width, output channel blocks) -> (ow_block, oc_blocks). AVX-512 keeps these.
+AVX512_TILES = {
+    (7, 4): (7, 2), (7, 8): (7, 2), (7, 32): (7, 2), (14, 4): (7, 2), (14, 8): (7, 2), (14, 16): (7, 2),
+    (28, 2): (7, 2), (28, 4): (4, 4), (28, 8): (4, 4), (56, 4): (8, 2), (56, 2): (8, 2), (56, 8): (8, 2),
+    (112, 2): (8, 2), (109, 4): (11, 2), (55, 6): (11, 2), (27, 12): (9, 2), (13, 8): (13, 1), (13, 3): (13, 1),
+}
+AVX512_WINOGRAD_BLOCKS = [4, 4, 4, 2, 2]  # oc_blocks_for tile widths 2, 3, 4, 7, 8 over 32 blocks
+
+
+def test_avx512_tiles_are_unchanged_by_the_avx2_accounting():
+    """Embedded broadcast (``broadcast_operand``): the budget keeps its spare registers and the step no
+    latency floor, so every tile and Winograd block count is the one it was."""
+    got = {key: (lambda t: (t.ow_block, t.oc_blocks))(register_tile(AVX512, *key, max_ow=14))
+           for key in AVX512_TILES}
+    assert got == AVX512_TILES
+    assert register_budget(AVX512) == 28 and step_latency(AVX512) == 0
+    assert [oc_blocks_for(AVX512, w, 32) for w in (2, 3, 4, 7, 8)] == AVX512_WINOGRAD_BLOCKS
+
+
+def test_avx2_counts_every_broadcast_and_fills_the_file():
+    """No embedded broadcast: a lone block's broadcast takes a register; all 16 may be used, and a step
+    is no shorter than a multiply-add's latency, so ResNet rows get 10-12 accumulators, not 7-8."""
+    assert registers_needed(14, 1, broadcast_operand=False) == 16
+    assert registers_needed(3, 4, broadcast_operand=False) == 16 and registers_needed(7, 2, False) == 17
+    assert register_budget(AVX2) == 16
+    for width in (7, 14, 28, 56):
+        tile = register_tile(AVX2, width, 8, max_ow=12)
+        assert 10 <= tile.ow_block * tile.oc_blocks <= 12, (width, tile)
+        assert registers_needed(tile.ow_block, tile.oc_blocks, False) <= 16
+    assert oc_blocks_for(AVX2, 3, 32) == 4 and oc_blocks_for(AVX2, 7, 32) == 1

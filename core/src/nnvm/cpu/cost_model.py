@@ -19,6 +19,13 @@ broadcasts ``ow_block`` input scalars into ``ow_block * oc_blocks`` fused multip
   useful multiply-add that is the cost, times the padding of a partial last tile on the row and of a
   partial last group of channel blocks.
 
+Without a broadcast operand (``Machine.broadcast_operand``: AVX2) every broadcast is a register, the
+count is exact and takes the whole file (``register_budget``), and a step costs at least
+``FMA_LATENCY`` cycles (``step_latency``): each accumulator's multiply-add waits for its previous one,
+so a tile of 7-8 accumulators leaves the two pipes idle. Measured on the AVX2 Zen 4 host (1 thread,
+ResNet-50/AlexNet/SqueezeNet layers): 12-accumulator tiles (3 x 4, 6 x 2; 5 x 2 with 10) ran 5-30%
+faster than the 7-8 of the AVX-512 accounting (2 x 4, 4 x 2, 7 x 1), partial last tiles included.
+
 Measured on a Zen 5 core (1 thread, ResNet-50's 1x1 and stride-2 3x3 layers): tiles of 2-4 blocks
 (7 x 2, 4 x 4, 14 x 2: 9-16 loads per 14-28 FMAs) ran 1.1-1.3x faster than the former 14 x 1 (15 loads
 per 14 FMAs: the load ports, not the FMA pipes, were the limit); 7 x 4 (33 registers) spilled and ran
@@ -36,6 +43,7 @@ from nnvm.cpu.switches import enabled
 FMA_PER_CYCLE = 2.0  # vector FMAs issued per cycle: two FMA pipes (Zen 4/5, Skylake-SP and later servers)
 LOADS_PER_CYCLE = 2.0  # vector or broadcast loads per cycle
 STEP_OVERHEAD = 1.0  # cycles of loop control and address arithmetic per reduction step
+FMA_LATENCY = 5.0  # cycles a step takes at least: each accumulator's multiply-add waits for its last
 SPARE_REGISTERS = 4  # of 32 (2 of 16) left to LLVM: at 31 of 32 it hoisted loads and spilled (7x7 stem)
 PARTIAL_TILE = 1.1  # a row with a partial last tile runs guarded code besides the wasted lanes
 MAX_OC_BLOCKS = 4  # channel blocks one tile may span
@@ -47,13 +55,17 @@ POOL_CHUNKS_PER_THREAD = 4  # a parallel loop's chunks per thread (the LLVM back
 @dataclass(frozen=True)
 class Machine:
     """What the model needs of a CPU: float32 ``lanes`` per vector, vector ``registers``, ``l1d`` and
-    ``l2`` bytes per core, ``threads`` a parallel kernel runs on."""
+    ``l2`` bytes per core, ``threads`` a parallel kernel runs on; ``broadcast_operand``: whether a
+    multiply-add takes its broadcast input as a memory operand (AVX-512's embedded broadcast; AArch64's
+    by-element form reads it from one register of four scalars). AVX2 has none: each broadcast is a
+    ``vbroadcastss`` into a register of its own."""
 
     lanes: int
     registers: int
     l1d: int = DEFAULT_L1D
     l2: int = DEFAULT_L2
     threads: int = 1
+    broadcast_operand: bool = True
 
 
 def machine_of(target) -> Machine:
@@ -62,13 +74,16 @@ def machine_of(target) -> Machine:
     from nnvm.cpu.schedules import vector_lanes
 
     lanes = vector_lanes(target)
+    # 8 float32 lanes is x86's AVX2 (NEON has 4): no embedded broadcast (NNVM_X86_AVX2_TILES=0: model
+    # it as if it had one, the tiles before session 11, for A/B benchmarks)
+    operand = lanes != 8 or not enabled("NNVM_X86_AVX2_TILES")
     signature = getattr(target.backend, "cpu_signature", lambda _t: None)(target)
     # 32 vector registers with AVX-512 (and on AArch64), 16 with AVX2
     registers = 32 if lanes == 16 or (signature is not None and signature.arch == "aarch64") else 16
     if signature is None:
-        return Machine(lanes, registers)
+        return Machine(lanes, registers, broadcast_operand=operand)
     return Machine(lanes, registers, signature.l1d or DEFAULT_L1D, signature.l2 or DEFAULT_L2,
-                   signature.cores or 1)
+                   signature.cores or 1, operand)
 
 
 @dataclass(frozen=True)
@@ -92,19 +107,32 @@ def pixel_major(ow_block: int, oc_blocks: int) -> bool:
     return oc_blocks > 1 and ow_block >= oc_blocks
 
 
-def registers_needed(ow_block: int, oc_blocks: int) -> int:
-    """Accumulators plus the operands held across one reduction step (``pixel_major``)."""
+def registers_needed(ow_block: int, oc_blocks: int, broadcast_operand: bool = True) -> int:
+    """Accumulators plus the operands held across one reduction step (``pixel_major``). Without a
+    broadcast operand (``Machine.broadcast_operand``) a lone block's broadcast takes a register too."""
     if oc_blocks == 1:
-        return ow_block + 1  # one weight; the broadcast is a memory operand of the multiply-add
+        # one weight; the broadcast is a memory operand of the multiply-add, or a register of its own
+        return ow_block + (1 if broadcast_operand else 2)
     held = oc_blocks + 1 if pixel_major(ow_block, oc_blocks) else ow_block + 1
     return ow_block * oc_blocks + held
 
 
-def tile_cost(ow_block: int, oc_blocks: int, width: int, oc_outer: int) -> float:
+def register_budget(machine: Machine) -> int:
+    """Registers a tile may take (``registers_needed``): the register file less ``SPARE_REGISTERS``
+    where a broadcast folds into the multiply-add. Without that (AVX2) the count is exact, every
+    broadcast in a register: all 16 (on the AVX2 Zen 4 host 3 x 4 blocks, 16, ran without spills and
+    fastest on ResNet-50's 1x1 and 3x3 layers; 7 x 2, 17, spilled and ran 1.7x slower; MLAS's AVX2
+    SGEMM takes 15)."""
+    if not machine.broadcast_operand:
+        return machine.registers
+    return machine.registers - SPARE_REGISTERS * machine.registers // 32
+
+
+def tile_cost(ow_block: int, oc_blocks: int, width: int, oc_outer: int, latency: float = 0.0) -> float:
     """Modelled cycles per useful multiply-add of a tile on rows of ``width`` pixels and ``oc_outer``
-    channel blocks (the module docstring's formula)."""
+    channel blocks (the module docstring's formula); a step takes at least ``latency`` cycles."""
     fmas = ow_block * oc_blocks
-    cycles = max(fmas / FMA_PER_CYCLE, (ow_block + oc_blocks) / LOADS_PER_CYCLE) + STEP_OVERHEAD
+    cycles = max(fmas / FMA_PER_CYCLE, (ow_block + oc_blocks) / LOADS_PER_CYCLE, latency) + STEP_OVERHEAD
     row_waste = math.ceil(width / ow_block) * ow_block / width
     if width % ow_block:
         row_waste *= PARTIAL_TILE
@@ -112,35 +140,47 @@ def tile_cost(ow_block: int, oc_blocks: int, width: int, oc_outer: int) -> float
     return cycles / fmas * row_waste * oc_waste
 
 
-def register_tile(machine: Machine, width: int, oc_outer: int, max_ow: int | None = None) -> Tile:
+def step_latency(machine: Machine) -> float:
+    """The shortest reduction step ``tile_cost`` models on ``machine``: ``FMA_LATENCY`` without a
+    broadcast operand, else none (the AVX-512 tiles were chosen without it, and kept)."""
+    return 0.0 if machine.broadcast_operand else FMA_LATENCY
+
+
+def register_tile(machine: Machine, width: int, oc_outer: int, max_ow: int | None = None,
+                  fewer_loads: bool = True) -> Tile:
     """The cheapest tile that fits the register file for rows of ``width`` output pixels and
     ``oc_outer`` channel blocks: channel blocks that divide ``oc_outer`` (no guarded partial group),
     pixels up to ``max_ow``. Near ties go to the wider row (each pass of a tile over the reduction
     streams its weights: 4 x 4 tiles ran 6% slower than 7 x 2 on 3x3 layers whose weights exceed L1),
-    then to the larger tile."""
+    then to the larger tile; without a broadcast operand, to fewer loads first (``fewer_loads``:
+    Winograd's products, whose 6 x 2 ran 3-7% faster than 3 x 4 on ResNet-18's 56 x 56 layers, say no)."""
     best = None
     limit = min(width, max_ow or width)
-    budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
+    budget, latency = register_budget(machine), step_latency(machine)
     for oc_blocks in range(1, min(MAX_OC_BLOCKS, oc_outer) + 1):
         if oc_outer % oc_blocks:
             continue
         for ow_block in range(1, limit + 1):
-            if registers_needed(ow_block, oc_blocks) > budget:
+            if registers_needed(ow_block, oc_blocks, machine.broadcast_operand) > budget:
                 break
-            cost = tile_cost(ow_block, oc_blocks, width, oc_outer)
-            key = (round(cost, 2), -ow_block, -ow_block * oc_blocks)
+            cost = tile_cost(ow_block, oc_blocks, width, oc_outer, latency)
+            # AVX2: among equal costs, fewer loads (each broadcast its own instruction): 3 x 4 (7 loads)
+            # ran 4-15% faster than 6 x 2 (8) on ResNet's stem and 28/56-pixel rows, AlexNet's 5x5
+            loads = 0 if machine.broadcast_operand or not fewer_loads else ow_block + oc_blocks
+            key = (round(cost, 2), loads, -ow_block, -ow_block * oc_blocks)
             if best is None or key < best[0]:
                 best = (key, Tile(ow_block, oc_blocks, cost))
-    return best[1] if best is not None else Tile(1, 1, tile_cost(1, 1, width, oc_outer))
+    return best[1] if best is not None else Tile(1, 1, tile_cost(1, 1, width, oc_outer, latency))
 
 
 def oc_blocks_for(machine: Machine, ow_block: int, oc_outer: int) -> int:
     """The channel blocks per tile of ``register_tile``'s model for a tile width fixed by a config
     (Winograd's products, whose ``tw_block`` knob a tuning log may set): the cheapest that fits."""
-    budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
+    budget, latency = register_budget(machine), step_latency(machine)
     fits = [b for b in range(1, min(MAX_OC_BLOCKS, oc_outer) + 1)
-            if oc_outer % b == 0 and registers_needed(ow_block, b) <= budget]
-    return min(fits or [1], key=lambda b: (round(tile_cost(ow_block, b, ow_block, oc_outer), 2), -b))
+            if oc_outer % b == 0 and registers_needed(ow_block, b, machine.broadcast_operand) <= budget]
+    return min(fits or [1],
+               key=lambda b: (round(tile_cost(ow_block, b, ow_block, oc_outer, latency), 2), -b))
 
 
 def parallel_loop(machine: Machine, batch: int, oc_chunks: int, rows: int | None = None) -> str:

@@ -32,6 +32,7 @@ SWITCHES = {
     "NNVM_X86_SOFTMAX_SELECT": (("0", "1"), "1"),  # softmax_exp's floor as a select on one compare
     "NNVM_X86_PADDED_BLOCKS": (("0", "1"), "1"),
     "NNVM_X86_FUSED_PARALLEL": (("0", "1"), "1"),
+    "NNVM_X86_AVX2_TILES": (("0", "1"), "1"),  # conv register tiles for AVX2's broadcasts (cost_model)
 }
 
 

@@ -19,6 +19,8 @@ The loop program::
 The products' register tile is ``tw_block`` tiles x ``o_block`` output channel blocks, the blocks
 chosen by ``cost_model.oc_blocks_for`` for the tile width (a tuned ``tw_block`` too): one block loads
 a weight vector per multiply-add, two or three share each broadcast (ResNet-18 1 thread: 10% faster).
+The fallback ``tw_block`` is the largest divisor of a row's tiles up to 8, or, without a broadcast
+operand (AVX2's 16 registers), ``cost_model.register_tile``'s width.
     parallel for o_outer:  for b, ty, tx:  unrolled for yi, xi (2x2):  vectorized oci:
         out[...] = epilogue(A^T M A)
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import machine_of, oc_blocks_for, pixel_major
+from nnvm.cpu.cost_model import machine_of, oc_blocks_for, pixel_major, register_tile
 from nnvm.cpu.schedules import divisors, extent, largest_divisor, reduction_flops
 from nnvm.cpu.switches import switch
 from nnvm.passes.alter_layout import AlteredNode
@@ -130,6 +132,10 @@ def winograd_template(target, group) -> ScheduleTemplate | None:
     if tw is None:
         return None
     fallback = largest_divisor(tw, 8)  # 7 tiles beat 14 by up to 1.6x when tuned on the Cascade Lake host
+    if not machine.broadcast_operand:
+        # AVX2: 7 tiles take one channel block (7 x 2 needs 17 of 16 registers), 7 accumulators, too
+        # few to cover the multiply-add's latency; the cost model's tile (3 x 4, 4 x 3, 6 x 2: 12) instead
+        fallback = register_tile(machine, tw, extent(gemm.op.axis[3]) or 1, max_ow=8, fewer_loads=False).ow_block
     space = {"tw_block": sorted(set(divisors(tw, 28)) | {fallback})}
     config = {"tw_block": fallback}
     if (extent(gemm.op.axis[2]) or 1) > 1:
