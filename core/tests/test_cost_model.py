@@ -6,8 +6,8 @@ import pytest
 
 from nnvm.cpu.cost_model import (
     Machine,
-    parallel_loop,
     oc_blocks_for,
+    parallel_loop,
     pixel_major,
     register_budget,
     register_tile,
@@ -79,7 +79,8 @@ def test_parallel_loop_fuses_rows_where_the_pool_would_split_unevenly():
 AVX512_TILES = {
     (7, 4): (7, 2), (7, 8): (7, 2), (7, 32): (7, 2), (14, 4): (7, 2), (14, 8): (7, 2), (14, 16): (7, 2),
     (28, 2): (7, 2), (28, 4): (4, 4), (28, 8): (4, 4), (56, 4): (8, 2), (56, 2): (8, 2), (56, 8): (8, 2),
-    (112, 2): (8, 2), (109, 4): (11, 2), (55, 6): (11, 2), (27, 12): (9, 2), (13, 8): (13, 1), (13, 3): (13, 1),
+    (112, 2): (8, 2), (109, 4): (11, 2), (55, 6): (11, 2), (27, 12): (9, 2), (13, 8): (13, 1),
+    (13, 3): (13, 1),
 }
 AVX512_WINOGRAD_BLOCKS = [4, 4, 4, 2, 2]  # oc_blocks_for tile widths 2, 3, 4, 7, 8 over 32 blocks
 

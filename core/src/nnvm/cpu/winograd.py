@@ -135,7 +135,8 @@ def winograd_template(target, group) -> ScheduleTemplate | None:
     if not machine.broadcast_operand:
         # AVX2: 7 tiles take one channel block (7 x 2 needs 17 of 16 registers), 7 accumulators, too
         # few to cover the multiply-add's latency; the cost model's tile (3 x 4, 4 x 3, 6 x 2: 12) instead
-        fallback = register_tile(machine, tw, extent(gemm.op.axis[3]) or 1, max_ow=8, fewer_loads=False).ow_block
+        fallback = register_tile(machine, tw, extent(gemm.op.axis[3]) or 1, max_ow=8,
+                                 fewer_loads=False).ow_block
     space = {"tw_block": sorted(set(divisors(tw, 28)) | {fallback})}
     config = {"tw_block": fallback}
     if (extent(gemm.op.axis[2]) or 1) > 1:
