@@ -19,6 +19,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.layout import output_block, padded_block
+from nnvm.cpu.schedules import vector_lanes
+from nnvm.target import parse_target
+
+LANES = vector_lanes(parse_target("llvm"))  # the host's: 16 with AVX-512, 8 with AVX2
 
 
 def _save(path, nodes, inits, in_shape):
@@ -53,17 +57,20 @@ def _padded_transforms(mod):
 
 @pytest.mark.parametrize("batch", [1, 2])
 def test_squeezenet_classifier_in_padded_blocks(tmp_path, batch):
-    """conv 1x1 -> 1000 channels + relu -> global average pool -> softmax, as SqueezeNet ends."""
+    """conv 1x1 -> 1000 classes + relu -> global average pool -> softmax, as SqueezeNet ends. 1000 is
+    62.5 vectors of 16; where 8 lanes make it whole vectors, 1004 classes keep the half-vector tail."""
+    classes = 1000 if 1000 % LANES else 1000 + LANES // 2
     rng = np.random.default_rng(0)
     inits = {}
-    nodes = [_conv(rng, inits, "c", "x", 1000, 32), helper.make_node("Relu", ["c"], ["r"]),
+    nodes = [_conv(rng, inits, "c", "x", classes, 32), helper.make_node("Relu", ["c"], ["r"]),
              helper.make_node("GlobalAveragePool", ["r"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
              helper.make_node("Softmax", ["f"], ["y"])]
     path = str(tmp_path / "squeeze.onnx")
     _save(path, nodes, inits, (batch, 32, 5, 5))
     mod = _check(path, (batch, 32, 5, 5))
     convs = [n for n in mod.graph.nodes if n.op == "conv2d_nchwc"]
-    assert len(convs) == 1 and mod.graph.types[convs[0].outputs[0]].shape[1:] == (63, 5, 5, 16)
+    blocks = -(-classes // LANES)  # 63 of 16 or 126 of 8, the last half padding
+    assert len(convs) == 1 and mod.graph.types[convs[0].outputs[0]].shape[1:] == (blocks, 5, 5, LANES)
     assert _padded_transforms(mod)
 
 
@@ -104,40 +111,47 @@ def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, switch, batch):
     """MobileNetV2's second stage: expand 16 -> 96, depthwise stride 2, project to 24; expand 24 -> 144,
     depthwise, project to 24 + residual add; then a 24-channel reader of every other kind: a sigmoid
     (non-zeros in the padding) into a plain 3x3 (Winograd-sized), a depthwise and a grouped conv, a
-    max pool and a 1x1 conv to 40 channels, stride 2."""
+    max pool and a 1x1 conv to 40 channels, stride 2. Channel counts are for 16 lanes and scale with
+    the host's (AVX2: 8 -> 48, 12 -> 72, ...), so 24 stays one and a half vectors."""
     monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", switch)
+
+    def ch(n):
+        return n * LANES // 16
+
     rng = np.random.default_rng(batch)
     inits = {}
     relu6 = [np.float32(0), np.float32(6)]
     inits["lo"], inits["hi"] = np.array(relu6[0]), np.array(relu6[1])
     nodes = [
-        _conv(rng, inits, "e1", "x", 96, 16), helper.make_node("Clip", ["e1", "lo", "hi"], ["e1r"]),
-        _conv(rng, inits, "d1", "e1r", 96, 96, k=3, group=96, stride=2),
+        _conv(rng, inits, "e1", "x", ch(96), ch(16)), helper.make_node("Clip", ["e1", "lo", "hi"], ["e1r"]),
+        _conv(rng, inits, "d1", "e1r", ch(96), ch(96), k=3, group=ch(96), stride=2),
         helper.make_node("Clip", ["d1", "lo", "hi"], ["d1r"]),
-        _conv(rng, inits, "p1", "d1r", 24, 96),
-        _conv(rng, inits, "e2", "p1", 144, 24), helper.make_node("Clip", ["e2", "lo", "hi"], ["e2r"]),
-        _conv(rng, inits, "d2", "e2r", 144, 144, k=3, group=144),
+        _conv(rng, inits, "p1", "d1r", ch(24), ch(96)),
+        _conv(rng, inits, "e2", "p1", ch(144), ch(24)), helper.make_node("Clip", ["e2", "lo", "hi"], ["e2r"]),
+        _conv(rng, inits, "d2", "e2r", ch(144), ch(144), k=3, group=ch(144)),
         helper.make_node("Clip", ["d2", "lo", "hi"], ["d2r"]),
-        _conv(rng, inits, "p2", "d2r", 24, 144), helper.make_node("Add", ["p2", "p1"], ["r"]),
+        _conv(rng, inits, "p2", "d2r", ch(24), ch(144)), helper.make_node("Add", ["p2", "p1"], ["r"]),
         helper.make_node("Sigmoid", ["r"], ["s"]),
-        _conv(rng, inits, "w3", "s", 24, 24, k=3), _conv(rng, inits, "dw", "s", 24, 24, k=3, group=24),
-        _conv(rng, inits, "g", "s", 24, 24, group=3), helper.make_node("MaxPool", ["s"], ["mp"],
-                                                                        kernel_shape=[1, 1]),
+        _conv(rng, inits, "w3", "s", ch(24), ch(24), k=3),
+        _conv(rng, inits, "dw", "s", ch(24), ch(24), k=3, group=ch(24)),
+        _conv(rng, inits, "g", "s", ch(24), ch(24), group=3), helper.make_node("MaxPool", ["s"], ["mp"],
+                                                                              kernel_shape=[1, 1]),
         helper.make_node("Add", ["w3", "dw"], ["a1"]), helper.make_node("Add", ["a1", "g"], ["a2"]),
         helper.make_node("Add", ["a2", "mp"], ["a3"]),
-        _conv(rng, inits, "o", "a3", 40, 24, stride=2), helper.make_node("Sigmoid", ["o"], ["os"]),
-        _conv(rng, inits, "y", "os", 20, 40, k=3)]
+        _conv(rng, inits, "o", "a3", ch(40), ch(24), stride=2), helper.make_node("Sigmoid", ["o"], ["os"]),
+        _conv(rng, inits, "y", "os", ch(20), ch(40), k=3)]
     path = str(tmp_path / "inverted.onnx")
-    _save(path, nodes, inits, (batch, 16, 18, 14))
-    mod = _check(path, (batch, 16, 18, 14))
+    _save(path, nodes, inits, (batch, ch(16), 18, 14))
+    mod = _check(path, (batch, ch(16), 18, 14))
     shapes = _blocks(mod)
     p1_out, e2_in = shapes["p1"][1], shapes["e2"][0]
+    padded, halves = (2, LANES), (3, LANES // 2)
     if switch == "1":  # 24 channels in 2 blocks of 16 (8 padded), read as such by the expand conv
-        assert p1_out[1:2] + p1_out[4:] == (2, 16) and e2_in[1:2] + e2_in[4:] == (2, 16)
+        assert p1_out[1:2] + p1_out[4:] == padded and e2_in[1:2] + e2_in[4:] == padded
         winograd = [n for n in mod.graph.nodes if n.op == "conv2d_winograd_nchwc"]
-        assert len(winograd) == 1 and mod.graph.types[winograd[0].outputs[0]].shape[1::3] == (2, 16)
+        assert len(winograd) == 1 and mod.graph.types[winograd[0].outputs[0]].shape[1::3] == padded
     else:
-        assert p1_out[1:2] + p1_out[4:] == (3, 8) and e2_in[1:2] + e2_in[4:] == (3, 8)
+        assert p1_out[1:2] + p1_out[4:] == halves and e2_in[1:2] + e2_in[4:] == halves
 
 
 @pytest.mark.parametrize("channels", [3, 20, 24, 40, 72, 1000])
