@@ -19,6 +19,7 @@ from nnvm.cpu.schedules import vector_lanes
 from nnvm.runtime.threads import team_size
 from nnvm.target import parse_target
 from nnvm_backend_llvm_x86 import plugin as x86_plugin
+from nnvm_backend_llvm_x86.toolchain import host_features
 
 
 def test_the_hosts_signature_has_its_vector_width_caches_and_team_size(monkeypatch):
@@ -45,12 +46,16 @@ def shipped_log() -> str:
 
 
 def test_the_shipped_log_serves_a_cpu_of_another_name_by_nearest_match(monkeypatch):
-    """The issue's machine: an AVX-512 CPU LLVM calls ``rocketlake``, for which nothing is shipped."""
+    """The issue's machine: an AVX-512 CPU LLVM calls ``rocketlake``, for which nothing is shipped. Its
+    features are faked with its name (the host's with AVX-512 on), so the plain ``llvm`` target means
+    that machine on an AVX2 host too (nothing runs); the real AVX2 host is the Haswell case below."""
+    features = host_features() + ",+avx512f,+avx512bw,+avx512dq,+avx512vl"
     monkeypatch.setattr(x86_plugin, "host_cpu", lambda: "rocketlake")
+    monkeypatch.setattr(x86_plugin, "host_features", lambda: features)
     record = logmod.read(shipped_log())[0]
     target = parse_target("llvm")
     logs = tuning_logs_for(target)
-    assert logs.signature.cpu == "rocketlake"
+    assert logs.signature.cpu == "rocketlake" and logs.signature.vector_bits == 512
     (choice, *_) = logs.candidates(record.template, record.workload, target)
     assert choice.path == shipped_log() and choice.shipped and choice.match == "nearest"
     assert choice.record.config == record.config and choice.distance > 0
@@ -133,7 +138,16 @@ def test_compile_stats_say_which_log_served_each_kernel(tmp_path, monkeypatch, c
     assert f"cpu signature: {target.backend.cpu_signature(target).describe()}" in out
     assert f"tuning log {log} (shipped): 1 kernel(s)" in out and "    exact [" in out
     assert f"_conv2d_winograd_nchwc: {log} (shipped; exact)" in out
-    assert "refused" not in out
+    # each log's matches, as the lines under its "tuning log" line: ours exact; the shipped one's
+    # machine (512-bit) refused only on a host of another vector width (AVX2), and said so
+    blocks = {m[0]: m[1] for m in re.findall(r"  tuning log (\S+) .*\n((?:    .*\n)*)", out)}
+    assert blocks[str(log)].startswith("    exact [") and "refused" not in blocks[str(log)]
+    bits = target.backend.cpu_signature(target).vector_bits
+    machines = {r.signature for r in logmod.read(shipped_log())}
+    refused = re.findall(r"    refused: (.*)\n", blocks[shipped_log()])
+    want = [f"tuned with {m.vector_bits}-bit vectors, not {bits}-bit [{m.describe()}]"
+            for m in machines if m.vector_bits != bits]
+    assert sorted(refused) == sorted(want), blocks[shipped_log()]
 
 
 def test_a_record_of_an_older_revision_of_its_template_is_passed_over(tmp_path):
