@@ -12,6 +12,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.layout import grouped_blocks, straddling_plan
+from nnvm.cpu.schedules import vector_lanes
+from nnvm.target import parse_target
+
+LANES = vector_lanes(parse_target("llvm"))  # the host's: 16 with AVX-512, 8 with AVX2
 
 
 def _model(path, in_shape, convs, residual=False):
@@ -58,13 +62,17 @@ def _check(path, in_shape):
     ((1, 16, 8, 8), [(32, 3, 16, 1)], False, 0),               # channel multiplier 2: not depthwise
     ((2, 48, 6, 5), [(36, 1, 3, 1), (48, 1, 3, 1)], False, 2),  # 12 out per group: blocks of 16 straddle
     ((1, 36, 5, 5), [(36, 3, 3, 2)], False, 1),                # 12 per group, 3x3 s2, last block padded
-    ((1, 64, 7, 7), [(40, 1, 4, 1), (64, 1, 8, 1)], False, 1),  # 10 per group: 3.6x work, NCHW; then 5 in
+    # 10 per group: blocks of 16 straddle at 3.6x the work, NCHW (blocks of 8 at 2x: blocked); then 5 in
+    ((1, 64, 7, 7), [(40, 1, 4, 1), (64, 1, 8, 1)], False, {16: 1, 8: 2}),
+    ((1, 64, 7, 7), [(24, 1, 8, 1), (64, 1, 8, 1)], False, 1),  # 3 per group: 8x work (4x at 8), NCHW
 ])
 def test_grouped_conv_matches_onnxruntime(tmp_path, in_shape, convs, residual, blocked):
+    """``blocked``: how many convs run blocked, per vector width where it depends on the host's."""
     path = str(tmp_path / "grouped.onnx")
     _model(path, in_shape, convs, residual)
     mod = _check(path, in_shape)
-    assert sum(n.op == "conv2d_nchwc" for n in mod.graph.nodes) == blocked
+    want = blocked[LANES] if isinstance(blocked, dict) else blocked
+    assert sum(n.op == "conv2d_nchwc" for n in mod.graph.nodes) == want
 
 
 def test_grouped_blocks_never_straddle_a_group():
@@ -83,6 +91,9 @@ def test_blocks_straddle_groups_only_when_it_pays():
     assert straddling_plan(128, 128, 32, 16, 4) is None
     assert straddling_plan(51, 51, 3, 16, None) == (1, 16, 34)  # 17 per group: no aligned block at all
     assert straddling_plan(16, 32, 16, 16, None) is None        # channel multiplier 2: 8x the work
+    assert straddling_plan(64, 40, 4, 16, None) is None          # 10 per group: 3.6x with 16 lanes,
+    assert straddling_plan(64, 40, 4, 8, None) == (8, 8, 32)     # 2x with AVX2's 8
+    assert straddling_plan(64, 24, 8, 8, None) is None           # 3 per group: 4x even with 8
 
 
 def test_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
