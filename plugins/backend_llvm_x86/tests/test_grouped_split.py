@@ -13,7 +13,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK, split_cost
+from nnvm.cpu.layout import channel_block
+from nnvm.cpu.schedules import vector_lanes
+from nnvm.target import parse_target
 from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
+
+LANES = vector_lanes(parse_target("llvm"))  # the host's: 16 with AVX-512, 8 with AVX2
 
 
 def _sandwich(batch: int, channels: int, mid: int, out: int, groups: int, kernel: int, hw: int):
@@ -48,7 +53,8 @@ def _grouped_node(mod):
     (64, 2, 1, False),     # 32 per group: aligned blocks of 16 need no split
     (48, 3, 1, False),     # 16 per group: aligned
     (144, 8, 1, True),     # 18 per group: 16 windows of 18 where straddling reads 9 of 36
-    (60, 3, 1, True),      # 20 per group, 60 channels have no block: split over plain NCHW input
+    (60, 3, 1, True),      # 20 per group, 60 channels have no block of 8 (AVX2: blocks of 4)
+    (90, 3, 1, True),      # 30 per group, 90 channels have no block at any width: split over NCHW input
     (240, 3, 1, False),    # 80 per group: aligned
     (272, 4, 3, False),    # 3x3: straddling windows, read as sub-blocks of the NCHW16c input
     (96, 3, 3, False),     # 3x3, 32 per group: aligned
@@ -63,11 +69,12 @@ def test_grouped_between_blocked_convs_matches_onnxruntime(batch, mid, groups, k
     err = relative_error(got, want)
     assert err < 1e-4, f"max relative error {err:.2e} against onnxruntime"
     node = _grouped_node(mod)
-    if mid % groups == 0 and (mid // groups) % 16 == 0 and mid // groups >= 16:
+    if mid % groups == 0 and (mid // groups) % LANES == 0:
         return  # aligned: the plan of test_grouped_conv.py
     assert bool(node.attrs.get("split")) == split, node.attrs
     data = mod.graph.type_of(node.inputs[0]).shape
-    assert len(data) == (5 if mid % 8 == 0 else 4), f"the grouped conv reads {data}"
+    blocked = channel_block(mid, LANES) is not None  # the tensor's own block: read as it is, no transform
+    assert len(data) == (5 if blocked else 4), f"the grouped conv reads {data}"
 
 
 def test_no_transform_to_nchw_in_front_of_a_grouped_conv():
@@ -137,19 +144,20 @@ def test_split_conv_evaluation_matches_a_grouped_reference():
 
 def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config):
     """The conv2d_nchwc template on a split grouped conv (136 -> 136 in 4 groups of 34, padded last
-    block, data NCHW8c): every config of its space, batch 3, against onnxruntime."""
+    block, data NCHW8c; with AVX2's 8 lanes 68 in groups of 17, data NCHW4c): every config of its
+    space, batch 3, against onnxruntime."""
     from nnvm.compiler import optimized_graph, schedule_template
     from nnvm.ops.layout import from_primal
-    from nnvm.target import parse_target
 
+    c = 136 * LANES // 16  # eight and a half vectors
     rng = np.random.default_rng(9)
-    w = numpy_helper.from_array((rng.standard_normal((136, 34, 1, 1)) * 0.2).astype(np.float32), "w")
-    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 136, 3, 3])
+    w = numpy_helper.from_array((rng.standard_normal((c, c // 4, 1, 1)) * 0.2).astype(np.float32), "w")
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, c, 3, 3])
     y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     conv = helper.make_node("Conv", ["x", "w"], ["y"], group=4)
     graph = helper.make_graph([conv], "g", [x_info], [y_info], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    x = rng.standard_normal((3, 136, 3, 3)).astype(np.float32)
+    x = rng.standard_normal((3, c, 3, 3)).astype(np.float32)
     (want,) = run_onnxruntime(model, {"x": x})
     g, *_ = optimized_graph(model, "llvm")
     group = group_of(g, "conv2d_nchwc")
@@ -158,6 +166,7 @@ def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config):
     assert any(n.op == "conv2d_nchwc" and n.attrs.get("split") for n in g.nodes)
     (_, data), = [(v, t) for v, t in group.inputs if v not in g.params]
     block = int(data.shape[-1].value)
-    want = from_primal(np.pad(want, [(0, 0), (0, 8), (0, 0), (0, 0)]), "NCHW", "NCHW16c")
+    assert block == LANES // 2
+    want = from_primal(np.pad(want, [(0, 0), (0, -c % LANES), (0, 0), (0, 0)]), "NCHW", f"NCHW{LANES}c")
     xb = np.ascontiguousarray(from_primal(x, "NCHW", f"NCHW{block}c"))
     every_config(template, group, g.params, xb, np.ascontiguousarray(want), "split conv")
