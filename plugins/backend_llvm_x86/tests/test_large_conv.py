@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph, schedule_group, schedule_template
 from nnvm.cpu import schedule_concat
+from nnvm.cpu.schedules import vector_lanes
 from nnvm.cpu.winograd import ROW_BLOCK_ABOVE
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
@@ -67,10 +68,10 @@ def _check(path, x, what):
         assert err < 1e-5, f"{what}: max relative error {err:.2e}"
 
 
-def _winograd_template(path, group_of):
-    graph, *_ = optimized_graph(path, "llvm")
+def _winograd_template(path, group_of, target="llvm"):
+    graph, *_ = optimized_graph(path, target)
     group = group_of(graph, "conv2d_winograd_nchwc")
-    return graph, group, schedule_template(parse_target("llvm"), group)
+    return graph, group, schedule_template(parse_target(target), group)
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -111,26 +112,28 @@ def test_every_row_block_at_batch_3(tmp_path, monkeypatch, group_of, build):
         assert err < 1e-5, f"config {cfg} (output block {ob}): max relative error {err:.2e}"
 
 
-def test_row_blocks_keep_transforms_in_l2(tmp_path, monkeypatch, group_of):
+@pytest.mark.parametrize("target", ["llvm -mcpu=skylake-avx512", "llvm -mcpu=haswell"])
+def test_row_blocks_keep_transforms_in_l2(tmp_path, monkeypatch, group_of, target):
     """The lowered program allocates V and M for one block of tile rows (3 of 33 here: 0.4 MB each),
     not for the image (8.9 MB together); the padded input is one copy at root at batch 1 and none at
     batch 3 (it would be the whole batch's); small layers keep the old space (the shipped tuning logs
-    name no ``row_tiles``)."""
+    name no ``row_tiles``). Lowered only, for AVX-512 (4 blocks of 16 channels) and AVX2 (8 of 8)."""
     monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    lanes = vector_lanes(parse_target(target))
     path = _model(str(tmp_path / "conv.onnx"), 1, 64, 65, [(64, 3)])
-    _, group, template = _winograd_template(path, group_of)
+    _, group, template = _winograd_template(path, group_of, target)
     args = [t for _, t in group.inputs] + list(group.outputs)
     text = str(lower_schedule(template.apply(template.fallback), args, "k"))
     allocs = [line.strip() for line in text.splitlines() if "winograd_" in line and "allocate(" in line]
-    assert allocs and all("[4*4*1*4*3*33*16]" in a for a in allocs), "\n".join(allocs)
-    assert "pad = allocate(float32[1*4*68*68*16]" in text  # batch 1: one padded copy at root
+    assert allocs and all(f"[4*4*1*{64 // lanes}*3*33*{lanes}]" in a for a in allocs), "\n".join(allocs)
+    assert f"pad = allocate(float32[1*{64 // lanes}*68*68*{lanes}]" in text  # batch 1: one copy at root
     path = _model(str(tmp_path / "conv3.onnx"), 3, 64, 65, [(64, 3)])
-    _, group, template = _winograd_template(path, group_of)
+    _, group, template = _winograd_template(path, group_of, target)
     args = [t for _, t in group.inputs] + list(group.outputs)
     text = str(lower_schedule(template.apply(template.fallback), args, "k"))
     assert "pad = allocate" not in text, text[:3000]  # batch 3: no copy of the batch, read through guards
     small = _model(str(tmp_path / "small.onnx"), 1, 64, 56, [(64, 3)])  # ResNet-18's 64 x 56 x 56
-    _, _, template = _winograd_template(small, group_of)
+    _, _, template = _winograd_template(small, group_of, target)
     assert "row_tiles" not in template.space
     assert 16 * 128 * 28 * 28 * 4 < ROW_BLOCK_ABOVE
 
@@ -157,8 +160,8 @@ def test_blocked_concat_matches_onnxruntime(tmp_path, monkeypatch, batch, budget
 def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of):
     """The lowered concatenation: no ``if_then_else`` left (each unrolled block reads its one input),
     the row loop holding the blocks carries the pragma that keeps LLVM from unrolling it, and an input
-    whose channels take another block (24: blocks of 8, against 16) keeps the concatenation in NCHW,
-    right."""
+    whose channels take another block (24: blocks of 8 or padded ones, against 16; with AVX2's 8 lanes
+    12 against 8) keeps the concatenation in NCHW, right."""
     path = _model(str(tmp_path / "cat.onnx"), 1, 16, 13, CONCAT_BRANCHES, concat=True)
     graph, tgt, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "concatenate")
@@ -173,8 +176,9 @@ def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of):
     walk(func.body, lambda s: rolled.append(s) if isinstance(s, S.For) and ("unroll", False) in s.annotations
          else None)
     assert len(rolled) == 1 and "for i3 in range(13)" in text, text[:2000]  # one row loop, blocks inside
-    mixed = _model(str(tmp_path / "mixed.onnx"), 3, 16, 11, [(24, 1), (16, 3)], concat=True)
+    lanes = vector_lanes(tgt)
+    mixed = _model(str(tmp_path / "mixed.onnx"), 3, 16, 11, [(24 * lanes // 16, 1), (lanes, 3)], concat=True)
     graph, *_ = optimized_graph(mixed, "llvm")
     assert "max_pool2d" in [n.op for n in graph.nodes]
     x = np.random.default_rng(11).standard_normal((3, 16, 11, 11)).astype(np.float32)
-    _check(mixed, x, "concat of 24 + 16 channels (NCHW)")
+    _check(mixed, x, f"concat of {24 * lanes // 16} + {lanes} channels (NCHW)")
