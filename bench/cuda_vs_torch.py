@@ -21,11 +21,11 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 
 import numpy as np
 
 import nnvm
+from nnvm.bench import alternate_ms
 from nnvm_backend_cuda.native import open_device
 from nnvm_frontend_onnx.testing.models import cached_model_path
 
@@ -49,14 +49,7 @@ print(json.dumps(out))
 def time_nnvm(model: str, arch: str, repeat: int) -> float:
     mod = nnvm.compile(cached_model_path(model), target=f"cuda -arch={arch}")
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype("float32")
-    for _ in range(5):
-        mod.run(x)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        mod.run(x)
-        times.append((time.perf_counter() - t) * 1e3)
-    return sorted(times)[len(times) // 2]
+    return alternate_ms([lambda: mod.run(x)], repeat, warmup=5)[0]
 
 
 def main(argv=None) -> int:

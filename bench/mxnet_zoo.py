@@ -19,7 +19,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -27,7 +26,7 @@ import time
 import numpy as np
 
 import nnvm
-from nnvm.bench import cpu_name
+from nnvm.bench import alternate_ms, cpu_name
 from nnvm_frontend_mxnet import testing
 
 BEGIN = "<!-- BEGIN bench/mxnet_zoo.py -->"
@@ -54,14 +53,7 @@ print(json.dumps({"ms": 1e3 * statistics.median(times), "version": mx.__version_
 
 
 def time_nnvm(mod, x, repeat: int) -> float:
-    for _ in range(3):
-        mod.run(x)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        mod.run(x)
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return alternate_ms([lambda: mod.run(x)], repeat, warmup=3)[0]
 
 
 def time_mxnet(python: str, model, repeat: int, threads: int) -> dict:
