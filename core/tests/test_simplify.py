@@ -153,3 +153,27 @@ def test_a_select_on_a_constant_condition_simplifies_only_the_chosen_side(monkey
         expected = expected + 1 if depth % 3 == 1 else expected * 2
     assert _eval(out, env) == expected
     assert len(visits) < 400
+
+
+def test_does_nothing_agrees_with_simplifying_to_nothing():
+    """Loop partitioning asks whether a tail runs anything without simplifying its whole body."""
+    from nnvm.tir import stmt as S
+    from nnvm.tir.simplify import Simplifier
+
+    i, j = E.Var("i"), E.Var("j")
+    buf = S.Buffer("out", (E.const(64),), "float32")
+    store = S.Store(buf, i * 4 + j, E.const(1.0, "float32"))
+    cases = [
+        S.IfThenElse(E.BinOp("lt", i, E.const(4), "bool"), store, None),
+        S.IfThenElse(E.BinOp("lt", i, E.const(4), "bool"), store, store),
+        S.For(j, E.const(0), E.const(4), S.ForKind.SERIAL,
+              S.IfThenElse(E.BinOp("lt", i + j, E.const(6), "bool"), store, None)),
+        S.For(j, E.const(0), E.const(0), S.ForKind.SERIAL, store),
+        S.seq(S.IfThenElse(E.BinOp("ge", i, E.const(9), "bool"), store, None),
+              S.IfThenElse(E.BinOp("lt", i, E.const(2), "bool"), store, None)),
+        S.IfThenElse(E.BinOp("lt", j, E.const(2), "bool"), store, None),
+    ]
+    for lo, hi in ((0, 3), (4, 7), (2, 8), (9, 12)):
+        for case in cases:
+            expected = Simplifier({i: (lo, hi), j: (0, 3)}).stmt(case) is None
+            assert Simplifier({i: (lo, hi), j: (0, 3)}).does_nothing(case) == expected, (lo, hi, case)

@@ -157,7 +157,7 @@ def _split_loop(loop: S.For, lo: int, ext: int, ranges: dict):
     if main_body is None or _count_guards_on(loop.var, main_body) >= _count_guards_on(loop.var, loop.body):
         return None
     tail_range = (lo + main_ext, lo + ext - 1)
-    if Simplifier({**ranges, loop.var: tail_range}).stmt(loop.body) is None:
+    if Simplifier({**ranges, loop.var: tail_range}).does_nothing(loop.body):
         # Nothing runs in the tail: that is trimming the loop (``for i in range(4): if i < 2``), which
         # is left to the guard, so the program keeps saying where the domain ends.
         return None

@@ -379,6 +379,35 @@ class Simplifier:
             return S.Evaluate(self.expr(s.value))
         return s
 
+    def does_nothing(self, s) -> bool:
+        """Whether ``stmt(s)`` would be None (nothing runs), found by simplifying only loop bounds and
+        guard conditions: loop partitioning asks it of a whole unrolled tile body per split loop."""
+        if isinstance(s, S.For):
+            mn, ext = self.expr(s.min), self.expr(s.extent)
+            if isinstance(ext, E.Const) and ext.value <= 0:
+                return True
+            lo, hi = self.bound(mn), self.bound(ext)
+            saved = self.ranges.get(s.var)
+            self.ranges[s.var] = (lo[0], lo[1] + hi[1] - 1)
+            try:
+                return self.does_nothing(s.body)
+            finally:
+                if saved is None:
+                    self.ranges.pop(s.var, None)
+                else:
+                    self.ranges[s.var] = saved
+        if isinstance(s, S.Seq):
+            return all(self.does_nothing(x) for x in s.stmts)
+        if isinstance(s, S.IfThenElse):
+            c = _c(self.expr(s.cond))
+            if c is True:
+                return self.does_nothing(s.then_body)
+            other = s.else_body is None or self.does_nothing(s.else_body)
+            return other if c is False else other and self.does_nothing(s.then_body)
+        if isinstance(s, (S.Allocate, S.LetStmt, S.AttrStmt)):
+            return self.does_nothing(s.body)
+        return False
+
 
 def _rewrite_expr(e, fn, pre=None):
     from nnvm.tir.visit import rewrite
