@@ -327,19 +327,26 @@ class Simplifier:
         return None
 
     # -- statements ---------------------------------------------------------------------------------
-    def stmt(self, s):
-        if isinstance(s, S.For):
-            mn, ext = self.expr(s.min), self.expr(s.extent)
-            if isinstance(ext, E.Const) and ext.value <= 0:
-                return None
-            lo, hi = self.bound(mn), self.bound(ext)
-            saved = self.ranges.get(s.var)
-            self.ranges[s.var] = (lo[0], lo[1] + hi[1] - 1)
-            body = self.stmt(s.body)
+    def _in_loop(self, s, visit):
+        """(min, extent, ``visit(body)``) of loop ``s``, simplified, with its variable's range set while
+        ``visit`` runs; the visit is None for a loop of no iterations."""
+        mn, ext = self.expr(s.min), self.expr(s.extent)
+        if isinstance(ext, E.Const) and ext.value <= 0:
+            return mn, ext, None
+        lo, hi = self.bound(mn), self.bound(ext)
+        saved = self.ranges.get(s.var)
+        self.ranges[s.var] = (lo[0], lo[1] + hi[1] - 1)
+        try:
+            return mn, ext, visit(s.body)
+        finally:
             if saved is None:
                 self.ranges.pop(s.var, None)
             else:
                 self.ranges[s.var] = saved
+
+    def stmt(self, s):
+        if isinstance(s, S.For):
+            mn, ext, body = self._in_loop(s, self.stmt)
             if body is None:
                 return None
             return replace(s, min=mn, extent=ext, body=body)
@@ -383,19 +390,8 @@ class Simplifier:
         """Whether ``stmt(s)`` would be None (nothing runs), found by simplifying only loop bounds and
         guard conditions: loop partitioning asks it of a whole unrolled tile body per split loop."""
         if isinstance(s, S.For):
-            mn, ext = self.expr(s.min), self.expr(s.extent)
-            if isinstance(ext, E.Const) and ext.value <= 0:
-                return True
-            lo, hi = self.bound(mn), self.bound(ext)
-            saved = self.ranges.get(s.var)
-            self.ranges[s.var] = (lo[0], lo[1] + hi[1] - 1)
-            try:
-                return self.does_nothing(s.body)
-            finally:
-                if saved is None:
-                    self.ranges.pop(s.var, None)
-                else:
-                    self.ranges[s.var] = saved
+            _, _, runs = self._in_loop(s, lambda body: not self.does_nothing(body))
+            return not runs  # None: no iterations
         if isinstance(s, S.Seq):
             return all(self.does_nothing(x) for x in s.stmts)
         if isinstance(s, S.IfThenElse):
