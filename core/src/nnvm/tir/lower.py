@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.simplify import Linear, Simplifier, simplify
+from nnvm.tir.simplify import Linear, Simplifier, conditional_parts, simplify
 from nnvm.tir.visit import free_vars, rewrite, substitute, walk
 
 
@@ -65,18 +65,13 @@ def unrolled_copy(body, var: E.Var, value: int):
         return vmap.get(n) if isinstance(n, E.Var) else None
 
     def chosen_side(n):
-        if isinstance(n, E.Select):
-            cond, sides = n.cond, (n.true_value, n.false_value)
-        elif isinstance(n, E.Call) and n.name == "if_then_else":
-            cond, sides = n.args[0], n.args[1:]
-        else:
+        parts = conditional_parts(n)
+        if parts is None or var not in free_vars(parts[0]):
             return None
-        if var not in free_vars(cond):
-            return None
-        c = folder.expr(substitute(cond, vmap))
+        c = folder.expr(substitute(parts[0], vmap))
         if not isinstance(c, E.Const):
             return None
-        return rewrite(sides[0] if c.value else sides[1], var_fn, chosen_side)
+        return rewrite(parts[1] if c.value else parts[2], var_fn, chosen_side)
 
     return rewrite(body, var_fn, chosen_side)
 

@@ -78,6 +78,16 @@ def _atom_key(e) -> str:
     return e.name if isinstance(e, E.Var) else repr(e)
 
 
+def conditional_parts(e) -> tuple | None:
+    """(condition, value if true, value if false) of a ``select`` or an ``if_then_else`` call, else None:
+    the two spellings of a conditional value, for the passes that pick a side of one."""
+    if isinstance(e, E.Select):
+        return e.cond, e.true_value, e.false_value
+    if isinstance(e, E.Call) and e.name == "if_then_else":
+        return tuple(e.args)
+    return None
+
+
 class Simplifier:
     """Simplifies expressions given integer ranges of variables (``ranges``: Var -> (lo, hi))."""
 
@@ -159,15 +169,12 @@ class Simplifier:
         over its channel blocks is k nested ones per block, and Winograd's transforms pick their
         matrix row by a chain of selects on the unrolled tile index; simplifying every side of each
         cost seconds a kernel (ResNet-18's eight Winograd kernels: 7 of its 11 s to compile)."""
-        if isinstance(e, E.Call) and e.name == "if_then_else":
-            cond, sides = e.args[0], e.args[1:]
-        elif isinstance(e, E.Select):
-            cond, sides = e.cond, (e.true_value, e.false_value)
-        else:
+        parts = conditional_parts(e)
+        if parts is None:
             return None
-        c = self.expr(cond)
+        c = self.expr(parts[0])
         if isinstance(c, E.Const):
-            return self.expr(sides[0] if c.value else sides[1])
+            return self.expr(parts[1] if c.value else parts[2])
         return None
 
     def _node(self, e):
