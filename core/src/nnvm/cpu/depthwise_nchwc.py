@@ -101,9 +101,10 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     rows_fallback = largest_divisor(ext_oh, max(1, TILE_VECTORS // (ow_fallback * per_pixel)))
     if rows_fallback > 1 and stride <= 2 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
             and machine_of(target).registers < TILE_VECTORS + ext_ry * ext_rx * per_pixel:
-        out_bytes = 4 * batch * blocks * ext_oh * ext_ow * lanes_c
-        # input + output; at stride 2 twice the threshold (17-18 MB layers gained nothing, see above)
-        if streams_from_memory(target, (1 + stride * stride) * out_bytes // stride):
+        data_bytes = (1 + stride * stride) * 4 * batch * blocks * ext_oh * ext_ow * lanes_c  # input + output
+        # at stride 2 the data must exceed twice the threshold: the whole cache (17-18 MB layers gained
+        # nothing, see above)
+        if streams_from_memory(target, data_bytes // stride):
             if stride == 1:
                 rows_fallback = 1  # one-row tiles (see the module docstring)
             elif ext_ow % 2 == 0 and ext_oh % (TILE_VECTORS // 2) == 0:
