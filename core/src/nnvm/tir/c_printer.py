@@ -79,9 +79,33 @@ class CPrinter:
     inf_literal = "INFINITY"
     nan_literal = "NAN"
 
+    helper_qualifier = "static inline"  # how a helper function the kernels call is declared
+
     def preamble(self, source: str) -> str:
-        """Lines before the kernels (extension pragmas, helper macros) given the kernels' text."""
-        return FLOOR_MACROS
+        """Lines before the kernels (extension pragmas, helper macros and functions) given the kernels'
+        text; printed after the kernels, so it holds every helper they used."""
+        return FLOOR_MACROS + self.helper_text()
+
+    def helper(self, name: str, definition: str) -> str:
+        """``name``, with its ``definition`` printed once in the preamble, in first-use order."""
+        self._helpers.setdefault(name, definition)
+        return name
+
+    def helper_text(self) -> str:
+        return "".join(d + "\n" for d in self._helpers.values())
+
+    def integer_pow(self, dtype: str, exp_dtype: str) -> str:
+        """The helper computing ``a ** b`` for scalar integers exactly. ``pow`` through a float type is
+        exact only where the language's pow is correctly rounded: CUDA's (within 2 ulp) gave 3 ** 1 = 2,
+        and Metal has no double. Squaring, wrapping as numpy does (unsigned 64-bit, then narrowed); a
+        negative exponent truncates toward zero: 1 for a == 1, +-1 for a == -1, else 0 (0 ** -n too)."""
+        t, e, wide = self.type_name(dtype), self.type_name(exp_dtype), self.scalar_types["uint64"]
+        name = f"nnvm_ipow_{dtype}_{exp_dtype}"
+        return self.helper(name, " ".join(filter(None, [
+            self.helper_qualifier, f"{t} {name}({t} a, {e} b) {{",
+            "if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);",
+            f"{wide} r = 1, x = ({wide})a;",
+            f"for (; b > 0; b >>= 1) {{ if (b & 1) r *= x; x *= x; }} return ({t})r; }}"])))
 
     def param(self, buffer, name: str) -> str:
         """One kernel parameter: a pointer to the buffer's storage type, with the language's qualifiers."""
@@ -186,6 +210,7 @@ class CPrinter:
         self._ranges: dict = {}  # loop variable -> (lo, hi), so provably non-negative divisions print as /
         self._kernel = ""  # the kernel being printed, named by every error
         self._index = self.index_type  # the index type of the kernel being printed
+        self._helpers: dict = {}  # helper function name -> definition (``helper``)
 
     def name_of(self, obj) -> str:
         """A C identifier for a Var or Buffer, unique within the kernel."""
@@ -382,6 +407,8 @@ class CPrinter:
         if e.op == "pow":
             if flt:
                 return self.call("pow", [a, b], dtype)
+            if E.split_lanes(e.dtype)[1] == 1:
+                return f"{self.integer_pow(e.a.dtype, e.b.dtype)}({a}, {b})"
             t = self.type_name(e.dtype)
             return f"(({t})pow((double)({a}), (double)({b})))"
         return self._arith(e.op, a, b, dtype)

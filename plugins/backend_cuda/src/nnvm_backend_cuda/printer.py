@@ -24,12 +24,6 @@ _VECTOR_NAMES = {"float": "float", "double": "double", "int": "int", "unsigned i
                  "signed char": "char", "unsigned char": "uchar", "short": "short",
                  "unsigned short": "ushort", "long long": "longlong", "unsigned long long": "ulonglong"}
 _LANES = "xyzw"
-# Integer a ** b by squaring, wrapping as numpy does (in 64-bit unsigned arithmetic, then narrowed); a
-# negative exponent truncates toward zero: 1 for a == 1, +-1 for a == -1, else 0 (0 ** -n too).
-IPOW = ("template <typename T, typename B> static __device__ __forceinline__ T nnvm_ipow(T a, B b) { "
-        "if (b < 0) return a == 1 ? T(1) : (a == T(-1) ? T((b & 1) ? -1 : 1) : T(0)); "
-        "unsigned long long r = 1, x = (unsigned long long)a; "
-        "for (; b > 0; b >>= 1) { if (b & 1) r *= x; x *= x; } return (T)r; }")
 _OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
 
 
@@ -43,12 +37,12 @@ class CUDAPrinter(CPrinter):
     index32_type = "int"
     reserved = CPrinter.reserved | CUDA_RESERVED
     reserved_prefixes = ("nnvm_", "__")
+    helper_qualifier = "static __device__ __forceinline__"
     inf_literal = "__int_as_float(0x7f800000)"
     nan_literal = "__int_as_float(0x7fffffff)"
 
     def __init__(self):
         super().__init__()
-        self._helpers: dict = {}  # name -> definition, in first-use order
         self._threads = 1
 
     def kernel(self, func) -> str:
@@ -61,25 +55,19 @@ class CUDAPrinter(CPrinter):
         return f'extern "C" __global__ void __launch_bounds__({self._threads})'
 
     def preamble(self, source: str) -> str:
-        head = "#include <cuda_fp16.h>\n" if "half" in source else ""
-        # the base negates any value as ``-(x)``: vectors need the operator
+        return ("#include <cuda_fp16.h>\n" if "half" in source else "") + super().preamble(source)
+
+    def helper_text(self) -> str:
+        # the base negates any value as ``-(x)``: the vectors the helpers use need the operator first
         helpers = list(self._helpers.values())
         used = set(re.findall(r"\b(float|double|int|char|short|longlong)([234])\b", "".join(helpers)))
-        negs = [f"static __device__ __forceinline__ {t}{n} operator-({t}{n} a) "
+        negs = [f"{self.helper_qualifier} {t}{n} operator-({t}{n} a) "
                 f"{{ return make_{t}{n}({', '.join(f'-a.{c}' for c in _LANES[:int(n)])}); }}"
                 for t, n in sorted(used)]
-        return head + super().preamble(source) + "".join(d + "\n" for d in [*negs, *helpers])
+        return "".join(d + "\n" for d in [*negs, *helpers])
 
     def thread_index(self, tag: str) -> str:
         return tag  # threadIdx.x, blockIdx.y: CUDA's own spelling
-
-    def _binop(self, e: E.BinOp) -> str:
-        if e.op == "pow" and not E.is_float(e.a.dtype) and E.split_lanes(e.dtype)[1] == 1:
-            # the base's pow((double)a, (double)b) truncated is exact only where pow is correctly rounded;
-            # CUDA's is within 2 ulp (3 ** 1 came out as 2 on an H200): square and multiply instead
-            self._helpers.setdefault("nnvm_ipow", IPOW)
-            return f"nnvm_ipow<{self.type_name(e.dtype)}>({self.expr(e.a)}, {self.expr(e.b)})"
-        return super()._binop(e)
 
     def barrier(self) -> str:
         return "__syncthreads();"

@@ -65,7 +65,6 @@ class MetalPrinter(CPrinter):
 
     def __init__(self):
         super().__init__()
-        self._helpers: dict = {}  # name -> definition, in first-use order
         self._n_buffers = 0
         self._hoisted: list = []
 
@@ -112,7 +111,7 @@ class MetalPrinter(CPrinter):
 
     def preamble(self, source: str) -> str:
         head = "#include <metal_stdlib>\nusing namespace metal;\n"
-        return head + super().preamble(source) + "".join(d + "\n" for d in self._helpers.values())
+        return head + super().preamble(source)
 
     # -- types -----------------------------------------------------------------------------------
     def type_name(self, dtype: str) -> str:
@@ -140,8 +139,8 @@ class MetalPrinter(CPrinter):
         return super().call(fn, args, dtype)
 
     def _binop(self, e: E.BinOp) -> str:
-        if e.op == "pow" and not E.is_float(e.a.dtype):
-            t = self.type_name(e.dtype)  # no double to compute an integer power in: float
+        if e.op == "pow" and not E.is_float(e.a.dtype) and E.split_lanes(e.dtype)[1] > 1:
+            t = self.type_name(e.dtype)  # vectors: no double to compute an integer power in, float
             return f"(({t})pow((float)({self.expr(e.a)}), (float)({self.expr(e.b)})))"
         return super()._binop(e)
 

@@ -36,7 +36,8 @@ class OpenCLPrinter(CPrinter):
     scalar_types = {**C_SCALAR_TYPES, "int8": "char", "int64": "long", "uint8": "uchar", "uint16": "ushort",
                     "uint32": "uint", "uint64": "ulong"}
     reserved = CPrinter.reserved | OPENCL_RESERVED
-    reserved_prefixes = ("get_", "convert_", "vload", "vstore", "as_", "atomic_")
+    reserved_prefixes = ("get_", "convert_", "vload", "vstore", "as_", "atomic_", "nnvm_")
+    helper_qualifier = ""  # a plain function, like nnvm_round_half
 
     def preamble(self, source: str) -> str:
         lines = []
