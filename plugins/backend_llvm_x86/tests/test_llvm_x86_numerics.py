@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from nnvm import te
+from nnvm.tir.expr import EXP_BOUNDED_RANGE
 
 N = 37  # not a multiple of any vector width: exercises the guarded tails too
 _erf = np.vectorize(math.erf)
@@ -305,6 +306,36 @@ def test_reductions(build_all, close, rng):
     col = np.zeros(m, "float32")
     funcs["colmin"](a, col)
     close("column min", col, a.min(axis=0))
+
+
+def test_bounded_exp_accuracy(build_all):
+    """exp_bounded (no clamps, one scaling) in ulps against float64 over its whole range, vector and scalar
+    (the 2**n scaling read from float bits must agree in both), NaN passed through; float64 uses exp."""
+    lo, hi = EXP_BOUNDED_RANGE
+    x = np.concatenate([np.linspace(lo, hi, 200001), np.linspace(-1, 1, 20001), [lo, hi, 0.0, -0.0],
+                        -np.geomspace(1e-8, 87, 20001)]).astype("float32")
+    x = np.concatenate([x, [np.nan]])
+    n = len(x)
+    items = []
+    for dtype, lanes in (("float32", 8), ("float32", 1), ("float64", 4)):
+        A = te.placeholder((n,), dtype, name="A")
+        B = te.compute((n,), lambda i: te.exp_bounded(A[i]), name="B")
+        s = te.create_schedule(B.op)
+        if lanes > 1:
+            _, inner = s[B].split(B.op.axis[0], factor=lanes)
+            s[B].vectorize(inner)
+        items.append((f"k_{dtype}_{lanes}", s, [A, B]))
+    funcs = build_all(items)
+    ref = np.exp(x.astype("float64"))
+    for dtype, lanes in (("float32", 8), ("float32", 1), ("float64", 4)):
+        out = np.zeros(n, dtype)
+        funcs[f"k_{dtype}_{lanes}"](x.astype(dtype), out)
+        assert np.isnan(out[-1]), f"{dtype} x{lanes}: exp_bounded(NaN) = {out[-1]}"
+        spacing = np.spacing(ref[:-1].astype(dtype)).astype("float64")
+        ulps = np.abs(out[:-1] - ref[:-1]) / spacing
+        worst = int(np.argmax(ulps))
+        assert ulps[worst] <= 1.5, (f"{dtype} x{lanes}: {ulps[worst]:.2f} ulp at x={x[worst]!r} "
+                                    f"(got {out[worst]!r}, want {ref[worst]!r})")
 
 
 def test_inline_exp_tanh_erf_accuracy(build_all):

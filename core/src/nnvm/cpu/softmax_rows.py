@@ -47,6 +47,9 @@ def _exp_compute(inputs, attrs, out_types):
 
     def body(*i):
         z = x[i] - m[i[:-1]]
+        if enabled("NNVM_X86_SOFTMAX_BOUNDED_EXP"):
+            # z is in [floor, 0] or NaN where the select keeps exp's value: the short exp, no clamp
+            return te.select(z < floor, te.const(0.0, "float32"), te.exp_bounded(z))
         if not enabled("NNVM_X86_SOFTMAX_SELECT"):
             return te.select(z < floor, te.const(0.0, "float32"), te.exp(te.maximum(z, floor)))
         # one compare for both selects; maximum() also orders NaN (4 vector instructions with AVX2)
