@@ -30,7 +30,7 @@ LN2_HI, LN2_LO = 0.693359375, -2.12194440e-4
 EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
             5.0000001201e-1)
 
-# x / ln 2 + this, rounded to float32, has n + 127 in its low mantissa bits, n = round(x / ln 2), for |n| < 2**22
+# x / ln 2 + this, rounded to float32, has n + 127 in its low mantissa bits (n = round(x / ln 2), |n| < 2**22)
 EXP_ROUND_BIAS = 1.5 * 2 ** 23 + 127
 assert -126 <= round(EXP_BOUNDED_RANGE[0] * LOG2E) and round(EXP_BOUNDED_RANGE[1] * LOG2E) <= 127
 
