@@ -319,7 +319,7 @@ def test_bounded_exp_accuracy(build_all):
     items = []
     for dtype, lanes in (("float32", 8), ("float32", 1), ("float64", 4)):
         A = te.placeholder((n,), dtype, name="A")
-        B = te.compute((n,), lambda i: te.exp_bounded(A[i]), name="B")
+        B = te.compute((n,), _bind1(te.exp_bounded, A), name="B")
         s = te.create_schedule(B.op)
         if lanes > 1:
             _, inner = s[B].split(B.op.axis[0], factor=lanes)
