@@ -141,26 +141,32 @@ def test_floor_as_one_select_gives_the_same_results(tmp_path, monkeypatch):
     assert np.isnan(outs[1][1]).all() and np.isnan(outs[1][2]).all() and not np.isnan(outs[1][[0, 3]]).any()
 
 
-def test_bounded_exp_matches_onnxruntime_on_special_rows(tmp_path, monkeypatch):
-    """``softmax_exp``'s exp without clamps (``exp_bounded``, ``NNVM_X86_SOFTMAX_BOUNDED_EXP``, default) on
-    arguments below its range (-1e9, -inf: flushed to 0 by the select, whatever exp gave), at the floor,
-    a NaN row and an all -inf row (NaN, as onnxruntime's), rows of 37 (vector and scalar tails); within
-    1e-6 of onnxruntime and of the clamped exp."""
+@pytest.mark.parametrize("bounded_exp, max_skips_nan", [("1", "1"), ("1", "0"), ("0", "1")])
+def test_short_forms_match_onnxruntime_on_special_rows(tmp_path, monkeypatch, bounded_exp, max_skips_nan):
+    """``softmax_exp``'s exp without clamps (``exp_bounded``, ``NNVM_X86_SOFTMAX_BOUNDED_EXP``) and row
+    maximum skipping NaN (``NNVM_X86_SOFTMAX_MAX_SKIPS_NAN``), both default, against onnxruntime and the
+    full forms: arguments below exp's range (-1e9, -inf: flushed to 0 by the select, whatever exp gave),
+    at the floor; rows with a NaN, all NaN, all -inf and with +inf (NaN, as onnxruntime's), rows of 37
+    (vector and scalar tails); within 1e-6 of onnxruntime and of the full forms."""
     path = str(tmp_path / "sm.onnx")
-    shape = (5, 37)
+    shape = (8, 37)
     _model(path, shape)
     x = (10 * np.random.default_rng(4).standard_normal(shape)).astype(np.float32)
     x[0, :6] = [-1e9, -np.inf, EXP_FLOOR, EXP_FLOOR - 1e-3, -100.0, 3e38]
     x[1, 3] = np.nan
     x[2, :] = -np.inf
     x[3, :] = np.linspace(-87.5, 0, 37)
+    x[5, :] = np.nan
+    x[6, 36] = np.nan
+    x[7, 20] = np.inf
     outs = {}
     for value in ("0", "1"):
-        monkeypatch.setenv("NNVM_X86_SOFTMAX_BOUNDED_EXP", value)
+        monkeypatch.setenv("NNVM_X86_SOFTMAX_BOUNDED_EXP", value if bounded_exp == "1" else "0")
+        monkeypatch.setenv("NNVM_X86_SOFTMAX_MAX_SKIPS_NAN", value if max_skips_nan == "1" else "0")
         mod, outs[value], want = _run(path, x)
     got = outs["1"]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
-    assert np.isnan(got[[1, 2]]).all() and not np.isnan(got[[0, 3, 4]]).any()
+    assert np.isnan(got[[1, 2, 5, 6, 7]]).all() and not np.isnan(got[[0, 3, 4]]).any()
     rows = [0, 3, 4]
     assert np.abs(got[rows] - want[rows]).max() < 1e-6
     assert np.abs(got[rows] - outs["0"][rows]).max() < 1e-6
