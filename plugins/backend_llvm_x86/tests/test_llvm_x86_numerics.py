@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from nnvm import te
 from nnvm.tir.expr import EXP_BOUNDED_RANGE
@@ -374,3 +375,32 @@ def test_inline_exp_tanh_erf_accuracy(build_all):
         worst = int(np.argmax(ulps))
         assert ulps[worst] <= limits[name], (f"{name}: {ulps[worst]:.1f} ulp at x={x[finite][worst]!r} "
                                              f"(got {out[finite][worst]!r}, want {want[finite][worst]!r})")
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_accuracy_against_float64(tmp_path, approximate):
+    """GELU (x/2 + x/2 * erf(x / sqrt 2), or tanh's form) compiled, vectorized and not, against float64
+    over [-12, 12] and NaN: within erf's 5e-7 (tanh's 1e-6) of 1 + f, times |x| / 2."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import nnvm
+
+    path = str(tmp_path / "gelu.onnx")
+    x = np.concatenate([np.linspace(-12, 12, 240001), [np.nan]]).astype("float32")
+    graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(x)])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9), path)
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    x64 = x[:-1].astype("float64")
+    if approximate == "tanh":
+        want = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    else:
+        want = 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)))
+    assert np.isnan(got[-1])
+    err = np.abs(got[:-1] - want) / np.maximum(0.5 * np.abs(x64), 1e-30)
+    limit = 1e-6 if approximate == "tanh" else 5e-7
+    worst = int(np.argmax(err))
+    assert err[worst] <= limit, (f"{approximate}: {err[worst]:.2e} at x={x64[worst]}: got {got[worst]}, "
+                                 f"want {want[worst]}")

@@ -94,6 +94,14 @@ class FastMath:
         x = b.select(b.fcmp_ordered(">", x, lo_c), x, lo_c)
         return b.select(b.fcmp_ordered("<", x, hi_c), x, hi_c)
 
+    def _clamp_passing_nan(self, x, lo: float, hi: float):
+        """min(max(x, lo), hi) with a NaN passed through, as cheap as ``_clamp`` (one maxps and one minps on
+        x86: they return their second operand when either is NaN), so a NaN needs no select at the end."""
+        b = self.builder
+        lo_c, hi_c = self.const_of(x.type, lo), self.const_of(x.type, hi)
+        x = b.select(b.fcmp_ordered("<", x, lo_c), lo_c, x)
+        return b.select(b.fcmp_ordered(">", x, hi_c), hi_c, x)
+
     def _horner(self, x, coefs):
         b = self.builder
         acc = self.const_of(x.type, coefs[0])
@@ -138,21 +146,19 @@ class FastMath:
 
     def fast_tanh(self, x):
         b, ty = self.builder, x.type
-        xc = self._clamp(x, -TANH_CLAMP, TANH_CLAMP)
+        xc = self._clamp_passing_nan(x, -TANH_CLAMP, TANH_CLAMP)
         x2 = b.fmul(xc, xc)
         p = b.fmul(xc, self._horner(x2, TANH_P))
         q = self._horner(x2, TANH_Q)
-        y = b.fdiv(p, q)
+        y = b.fdiv(p, q)  # NaN for a NaN x
         tiny = b.fcmp_ordered("<", self.call_intrinsic("fabs", x), self.const_of(ty, TANH_TINY))
-        y = b.select(tiny, x, y)
-        return b.select(b.fcmp_unordered("uno", x, x), x, y)
+        return b.select(tiny, x, y)
 
     def fast_erf(self, x):
         b = self.builder
-        xc = self._clamp(x, -ERF_CLAMP, ERF_CLAMP)
+        xc = self._clamp_passing_nan(x, -ERF_CLAMP, ERF_CLAMP)
         x2 = b.fmul(xc, xc)
-        y = b.fdiv(b.fmul(xc, self._horner(x2, ERF_P)), self._horner(x2, ERF_Q))
-        return b.select(b.fcmp_unordered("uno", x, x), x, y)
+        return b.fdiv(b.fmul(xc, self._horner(x2, ERF_P)), self._horner(x2, ERF_Q))  # NaN for a NaN x
 
     def _floor(self, x):
         return self.call_intrinsic("floor", x)
