@@ -110,6 +110,28 @@ def test_every_config_of_both_templates(tmp_path, every_config, op, name):
     every_config(template, group, graph.params, x, want, op)
 
 
+@pytest.mark.parametrize("op", ["softmax_exp", "softmax_normalize"])
+def test_two_chains_of_partial_results_on_8_lanes(tmp_path, every_config, op):
+    """With 8 lanes (AVX2) the fallback keeps two vectors of partial results (16), one where a row is
+    shorter than two vectors; every config of the space right on rows of 37 (guarded) and 197."""
+    for shape in ((2, 5, 37), (3, 197)):
+        path = str(tmp_path / "sm.onnx")
+        _model(path, shape)
+        graph, group = _row_group(path, op)
+        template = schedule_template(parse_target("llvm -mcpu=haswell"), group)
+        assert template.fallback["kb"] == 16 and template.space["kb"] == [1, 4, 8, 16], template.space
+        x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+        if op == "softmax_exp":
+            want = np.exp(x - x.max(axis=-1, keepdims=True))
+        else:
+            x = np.abs(x)
+            want = x / x.sum(axis=-1, keepdims=True)
+        every_config(template, group, graph.params, x, want, op)
+    _model(path, (4, 12))
+    graph, group = _row_group(path, op)
+    assert schedule_template(parse_target("llvm -mcpu=haswell"), group).fallback["kb"] == 4
+
+
 @pytest.mark.parametrize("op, axis", [("Softmax", 1), ("LogSoftmax", -1)])
 def test_other_axes_and_log_softmax_keep_the_core_kernel(tmp_path, op, axis):
     path = str(tmp_path / "sm.onnx")
