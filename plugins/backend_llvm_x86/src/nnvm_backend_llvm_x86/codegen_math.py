@@ -9,13 +9,13 @@ ulp (relative error below 5e-7). float64 keeps the LLVM intrinsics and the C lib
 
 - exp: Cephes' ``expf`` (range reduction by ln 2 in two parts, degree-5 polynomial), scaled by 2**n
   in two halves so both overflow to inf and gradual underflow to denormals come out right.
-- exp_bounded (an argument known to lie in ``EXP_BOUNDED_RANGE``, where exp is a normal float32): the same
-  polynomial, n = round(x / ln 2) read from the bits of x / ln 2 + 1.5 * 2**23 + 127 (the float's low
-  mantissa bits hold n + 127, shifted into an exponent as they are): no clamps, no selects, one scaling,
-  a polynomial of one degree less: 12 instructions and 10 constants against exp's ~35 and 16 (softmax's
-  loop spilled them).
+- exp_bounded (an argument known to lie in ``EXP_BOUNDED_RANGE``, where exp is a normal float32): exp's
+  range reduction with n = round(x / ln 2) read from the bits of x / ln 2 + 1.5 * 2**23 + 127 (the float's
+  low mantissa bits hold n + 127, shifted into an exponent as they are), a polynomial one degree lower
+  (``EXP_BOUNDED_POLY``), no clamps, no selects, one scaling: 12 instructions and 10 constants against
+  exp's ~35 and 16 (softmax's loop spilled them).
 - tanh, erf: the rational approximations of Eigen (``generic_fast_tanh_float``, ``generic_fast_erf_float``),
-  odd polynomial over even polynomial on a clamped input.
+  odd polynomial over even polynomial on an input clamped so that a NaN passes through.
 """
 
 from __future__ import annotations
