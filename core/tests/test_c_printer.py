@@ -222,3 +222,17 @@ def test_languages_supply_vector_operators_calls_literals_and_parameters():
     assert "uint3 tid) {" in src
     assert "v_fmax(" in src and "v_exp(" in src and "vop<'/'>(((float4)(1.0f))" in src
     assert "(-__int_as_float(0x7f800000))" in src and "INFINITY" not in src
+
+
+def test_bounded_exp_prints_as_exp():
+    """``exp_bounded``'s range only shortens a CPU's inline exp: a C-family language prints exp, scalar
+    and vector."""
+    A = te.placeholder((8, 4), name="A")
+    B = te.compute((8, 4), lambda i, j: te.exp_bounded(A[i, j]), name="B")
+    C = te.compute((8, 4), lambda i, j: te.exp_bounded(A[i, j]), name="C")
+    s = te.create_schedule([B.op, C.op])
+    s[B].vectorize(B.op.axis[1])
+    func = lower_schedule(s, [A, B, C], "bexp")
+    src = ToyPrinter().kernel(replace(func, body=vectorize_loops(func.body)))
+    assert "exp_bounded" not in src
+    assert "= exp(*((float4*)(A + (i * 4L))));" in src and "= exp(A[" in src

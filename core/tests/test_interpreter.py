@@ -102,7 +102,7 @@ INTRINSICS = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1 / np.sqrt(x), "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)), "erf": _np_erf, "abs": np.abs, "floor": np.floor,
     "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos, "trunc": np.trunc,
-    "log2": np.log2, "exp2": np.exp2, "sign": np.sign,
+    "log2": np.log2, "exp2": np.exp2, "sign": np.sign, "exp_bounded": np.exp,
 }
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from nnvm import te
+from nnvm.tir.expr import EXP_BOUNDED_RANGE
 
 N = 37  # not a multiple of any vector width: exercises the guarded tails too
 _erf = np.vectorize(math.erf)
@@ -307,6 +309,36 @@ def test_reductions(build_all, close, rng):
     close("column min", col, a.min(axis=0))
 
 
+def test_bounded_exp_accuracy(build_all):
+    """exp_bounded (no clamps, one scaling) in ulps against float64 over its whole range, vector and scalar
+    (the 2**n scaling read from float bits must agree in both), NaN passed through; float64 uses exp."""
+    lo, hi = EXP_BOUNDED_RANGE
+    x = np.concatenate([np.linspace(lo, hi, 200001), np.linspace(-1, 1, 20001), [lo, hi, 0.0, -0.0],
+                        -np.geomspace(1e-8, 87, 20001)]).astype("float32")
+    x = np.concatenate([x, [np.nan]])
+    n = len(x)
+    items = []
+    for dtype, lanes in (("float32", 8), ("float32", 1), ("float64", 4)):
+        A = te.placeholder((n,), dtype, name="A")
+        B = te.compute((n,), _bind1(te.exp_bounded, A), name="B")
+        s = te.create_schedule(B.op)
+        if lanes > 1:
+            _, inner = s[B].split(B.op.axis[0], factor=lanes)
+            s[B].vectorize(inner)
+        items.append((f"k_{dtype}_{lanes}", s, [A, B]))
+    funcs = build_all(items)
+    ref = np.exp(x.astype("float64"))
+    for dtype, lanes in (("float32", 8), ("float32", 1), ("float64", 4)):
+        out = np.zeros(n, dtype)
+        funcs[f"k_{dtype}_{lanes}"](x.astype(dtype), out)
+        assert np.isnan(out[-1]), f"{dtype} x{lanes}: exp_bounded(NaN) = {out[-1]}"
+        spacing = np.spacing(ref[:-1].astype(dtype)).astype("float64")
+        ulps = np.abs(out[:-1] - ref[:-1]) / spacing
+        worst = int(np.argmax(ulps))
+        assert ulps[worst] <= 1.5, (f"{dtype} x{lanes}: {ulps[worst]:.2f} ulp at x={x[worst]!r} "
+                                    f"(got {out[worst]!r}, want {ref[worst]!r})")
+
+
 def test_inline_exp_tanh_erf_accuracy(build_all):
     """float32 exp / tanh / erf are inline polynomials (so they vectorize): check them in ulps against
     float64 over the whole useful range, overflow, denormal results and special values included."""
@@ -343,3 +375,32 @@ def test_inline_exp_tanh_erf_accuracy(build_all):
         worst = int(np.argmax(ulps))
         assert ulps[worst] <= limits[name], (f"{name}: {ulps[worst]:.1f} ulp at x={x[finite][worst]!r} "
                                              f"(got {out[finite][worst]!r}, want {want[finite][worst]!r})")
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_accuracy_against_float64(tmp_path, approximate):
+    """GELU (x/2 + x/2 * erf(x / sqrt 2), or tanh's form) compiled, vectorized and not, against float64
+    over [-12, 12] and NaN: within erf's 5e-7 (tanh's 1e-6) of 1 + f, times |x| / 2."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import nnvm
+
+    path = str(tmp_path / "gelu.onnx")
+    x = np.concatenate([np.linspace(-12, 12, 240001), [np.nan]]).astype("float32")
+    graph = helper.make_graph([helper.make_node("Gelu", ["x"], ["y"], approximate=approximate)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(x)])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9), path)
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    x64 = x[:-1].astype("float64")
+    if approximate == "tanh":
+        want = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    else:
+        want = 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)))
+    assert np.isnan(got[-1])
+    err = np.abs(got[:-1] - want) / np.maximum(0.5 * np.abs(x64), 1e-30)
+    limit = 1e-6 if approximate == "tanh" else 5e-7
+    worst = int(np.argmax(err))
+    assert err[worst] <= limit, (f"{approximate}: {err[worst]:.2e} at x={x64[worst]}: got {got[worst]}, "
+                                 f"want {want[worst]}")

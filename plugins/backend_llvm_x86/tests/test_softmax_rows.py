@@ -110,6 +110,28 @@ def test_every_config_of_both_templates(tmp_path, every_config, op, name):
     every_config(template, group, graph.params, x, want, op)
 
 
+@pytest.mark.parametrize("op", ["softmax_exp", "softmax_normalize"])
+def test_two_chains_of_partial_results_on_8_lanes(tmp_path, every_config, op):
+    """With 8 lanes (AVX2) the fallback keeps two vectors of partial results (16), one where a row is
+    shorter than two vectors; every config of the space right on rows of 37 (guarded) and 197."""
+    for shape in ((2, 5, 37), (3, 197)):
+        path = str(tmp_path / "sm.onnx")
+        _model(path, shape)
+        graph, group = _row_group(path, op)
+        template = schedule_template(parse_target("llvm -mcpu=haswell"), group)
+        assert template.fallback["kb"] == 16 and template.space["kb"] == [1, 4, 8, 16], template.space
+        x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+        if op == "softmax_exp":
+            want = np.exp(x - x.max(axis=-1, keepdims=True))
+        else:
+            x = np.abs(x)
+            want = x / x.sum(axis=-1, keepdims=True)
+        every_config(template, group, graph.params, x, want, op)
+    _model(path, (4, 12))
+    graph, group = _row_group(path, op)
+    assert schedule_template(parse_target("llvm -mcpu=haswell"), group).fallback["kb"] == 4
+
+
 @pytest.mark.parametrize("op, axis", [("Softmax", 1), ("LogSoftmax", -1)])
 def test_other_axes_and_log_softmax_keep_the_core_kernel(tmp_path, op, axis):
     path = str(tmp_path / "sm.onnx")
@@ -133,8 +155,41 @@ def test_floor_as_one_select_gives_the_same_results(tmp_path, monkeypatch):
     x[1, 3] = np.nan
     x[2, :] = -np.inf
     outs = []
+    monkeypatch.setenv("NNVM_X86_SOFTMAX_BOUNDED_EXP", "0")  # the clamped exp, where the select is used
     for value in ("0", "1"):
         monkeypatch.setenv("NNVM_X86_SOFTMAX_SELECT", value)
         outs.append(nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0])
     np.testing.assert_array_equal(outs[0], outs[1])
     assert np.isnan(outs[1][1]).all() and np.isnan(outs[1][2]).all() and not np.isnan(outs[1][[0, 3]]).any()
+
+
+@pytest.mark.parametrize("bounded_exp, max_skips_nan", [("1", "1"), ("1", "0"), ("0", "1")])
+def test_short_forms_match_onnxruntime_on_special_rows(tmp_path, monkeypatch, bounded_exp, max_skips_nan):
+    """``softmax_exp``'s exp without clamps (``exp_bounded``, ``NNVM_X86_SOFTMAX_BOUNDED_EXP``) and row
+    maximum skipping NaN (``NNVM_X86_SOFTMAX_MAX_SKIPS_NAN``), both default, against onnxruntime and the
+    full forms: arguments below exp's range (-1e9, -inf: flushed to 0 by the select, whatever exp gave),
+    at the floor; rows with a NaN, all NaN, all -inf and with +inf (NaN, as onnxruntime's), rows of 37
+    (vector and scalar tails); within 1e-6 of onnxruntime and of the full forms."""
+    path = str(tmp_path / "sm.onnx")
+    shape = (8, 37)
+    _model(path, shape)
+    x = (10 * np.random.default_rng(4).standard_normal(shape)).astype(np.float32)
+    x[0, :6] = [-1e9, -np.inf, EXP_FLOOR, EXP_FLOOR - 1e-3, -100.0, 3e38]
+    x[1, 3] = np.nan
+    x[2, :] = -np.inf
+    x[3, :] = np.linspace(-87.5, 0, 37)
+    x[5, :] = np.nan
+    x[6, 36] = np.nan
+    x[7, 20] = np.inf
+    outs = {}
+    for value in ("0", "1"):
+        monkeypatch.setenv("NNVM_X86_SOFTMAX_BOUNDED_EXP", value if bounded_exp == "1" else "0")
+        monkeypatch.setenv("NNVM_X86_SOFTMAX_MAX_SKIPS_NAN", value if max_skips_nan == "1" else "0")
+        mod, outs[value], want = _run(path, x)
+    got = outs["1"]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[[1, 2, 5, 6, 7]]).all() and not np.isnan(got[[0, 3, 4]]).any()
+    rows = [0, 3, 4]
+    assert np.abs(got[rows] - want[rows]).max() < 1e-6
+    assert np.abs(got[rows] - outs["0"][rows]).max() < 1e-6
+    assert (got[0, :2] == 0).all() and (got[3, :1] == 0).all()

@@ -5,7 +5,8 @@ and a row's output is computed in the same loop as its sum, which is the sum's o
 element's ``exp`` is computed twice, once for the sum and once for the output (a stage computed inside a
 row's loop may have one reader, and the exponentials have two). Here softmax is::
 
-    softmax_exp:        e[.., j] = exp(x[.., j] - max_j x[.., :])      # one exp a element, stored
+    softmax_exp:        e[.., j] = exp(x[.., j] - max_j x[.., :])      # one exp a element, stored (the
+                                                                       # maximum skips NaN: one instruction)
     softmax_normalize:  y[.., j] = e[.., j] * (1 / sum_j e[.., :])     # the row read twice from cache
 
 two kernels of one row loop each (``schedule_softmax.py``), the rows in between small enough to stay in
@@ -28,6 +29,11 @@ from nnvm.ops.registry import OpDef, OpPattern
 
 EXP_FLOOR = -87.0  # exp below this is under float32's smallest normal number (exp(-87.34))
 
+# The row's largest number, NaN skipped: select(v > m, v, m) is one vmaxps where a maximum that propagates
+# NaN takes four instructions a vector, in the row's one dependent chain. A row with a NaN still comes out
+# NaN from softmax: that element's exp is NaN, and so is the row's sum.
+_largest = te.comm_reducer(lambda m, v: te.select(v > m, v, m), lambda dt: -np.inf, name="max_skipping_nan")
+
 
 def _rows_infer(op: str):
     def infer(in_types, attrs):
@@ -42,11 +48,15 @@ def _exp_compute(inputs, attrs, out_types):
     (x,) = inputs
     *lead, n = shape_of(x)
     k = te.reduce_axis((0, n), name="k")
-    m = te.compute(tuple(lead), lambda *i: te.max(x[(*i, k)], axis=k), name="softmax_exp_max", tag="max")
+    row_max = _largest if enabled("NNVM_X86_SOFTMAX_MAX_SKIPS_NAN") else te.max
+    m = te.compute(tuple(lead), lambda *i: row_max(x[(*i, k)], axis=k), name="softmax_exp_max", tag="max")
     floor = te.const(EXP_FLOOR, "float32")
 
     def body(*i):
         z = x[i] - m[i[:-1]]
+        if enabled("NNVM_X86_SOFTMAX_BOUNDED_EXP"):
+            # z is in [floor, 0] or NaN where the select keeps exp's value: the short exp, no clamp
+            return te.select(z < floor, te.const(0.0, "float32"), te.exp_bounded(z))
         if not enabled("NNVM_X86_SOFTMAX_SELECT"):
             return te.select(z < floor, te.const(0.0, "float32"), te.exp(te.maximum(z, floor)))
         # one compare for both selects; maximum() also orders NaN (4 vector instructions with AVX2)
@@ -58,7 +68,7 @@ def _exp_compute(inputs, attrs, out_types):
 
 def _exp_eval(xs, attrs):
     (x,) = xs
-    z = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+    z = x.astype(np.float64) - np.where(np.isnan(x), -np.inf, x).max(axis=-1, keepdims=True)
     return [np.where(z < EXP_FLOOR, 0.0, np.exp(np.maximum(z, EXP_FLOOR)))]
 
 
@@ -81,8 +91,8 @@ def _normalize_eval(xs, attrs):
 
 SOFTMAX_EXP = OpDef("softmax_exp", _rows_infer("softmax_exp"), _exp_compute, OpPattern.OPAQUE,
                     num_inputs=(1, 1), evaluate=checked_evaluate(_rows_infer("softmax_exp"), _exp_eval),
-                    doc="exp(x - max(x)) along the last axis, 0 below float32's smallest normal number "
-                        "(the first half of softmax as the x86 layout pass splits it)")
+                    doc="exp(x - max(x)) along the last axis (the maximum skips NaN), 0 below float32's "
+                        "smallest normal number (the first half of softmax as the x86 layout pass splits it)")
 SOFTMAX_NORMALIZE = OpDef("softmax_normalize", _rows_infer("softmax_normalize"), _normalize_compute,
                           OpPattern.OPAQUE, num_inputs=(1, 1),
                           evaluate=checked_evaluate(_rows_infer("softmax_normalize"), _normalize_eval),

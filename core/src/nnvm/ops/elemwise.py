@@ -112,10 +112,13 @@ def _hard_swish(x, a, dt):
 
 
 def _gelu(x, a, dt):
+    # x/2 + x/2 * f(x) rather than x/2 * (1 + f(x)): one FMA, and f near -1 loses nothing to 1 + f's rounding;
+    # tanh's argument as x * (c + c * 0.044715 * x**2): three operations instead of five
+    half_x = x * _c(0.5, dt)
     if a["approximate"] == "tanh":
-        inner = (x + x * x * x * _c(0.044715, dt)) * _c(SQRT_2_OVER_PI, dt)
-        return x * _c(0.5, dt) * (_c(1, dt) + te.tanh(inner))
-    return x * _c(0.5, dt) * (_c(1, dt) + te.erf(x * _c(1.0 / math.sqrt(2.0), dt)))
+        inner = x * (_c(SQRT_2_OVER_PI, dt) + x * x * _c(SQRT_2_OVER_PI * 0.044715, dt))
+        return half_x + half_x * te.tanh(inner)
+    return half_x + half_x * te.erf(x * _c(1.0 / math.sqrt(2.0), dt))
 
 
 def _np_erf(x):

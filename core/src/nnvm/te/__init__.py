@@ -68,6 +68,9 @@ round = _unary("round")  # noqa: A001
 trunc = _unary("trunc")
 sin = _unary("sin")
 cos = _unary("cos")
+exp_bounded = _unary("exp_bounded")
+exp_bounded.__doc__ = ("Elementwise exp of an argument known to lie in ``tir.expr.EXP_BOUNDED_RANGE`` "
+                       "(or NaN): a CPU's short form, exp elsewhere.")
 
 
 def isnan(x):

@@ -215,8 +215,14 @@ LAZY_INTRINSICS = ("if_then_else",)
 # Intrinsic math functions every backend must implement (for float dtypes unless noted).
 MATH_INTRINSICS = (
     "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "floor", "ceil", "round",
-    "sin", "cos", "not", "isnan", "trunc", "log2", "exp2", "sign",
+    "sin", "cos", "not", "isnan", "trunc", "log2", "exp2", "sign", "exp_bounded",
 )
+
+# ``exp_bounded(x)`` is exp(x) for an x its producer knows to lie in this range (or to be NaN), where
+# float32's exp is a normal number: a CPU backend then needs no clamps, no overflow or underflow handling
+# and one 2**n scaling (softmax's ``x - max``, floored, is in [-87, 0]). Another x gives some number
+# (never undefined behaviour: a select may discard it). Backends without a short form print exp.
+EXP_BOUNDED_RANGE = (-87.3, 88.3)
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -172,8 +172,8 @@ def _same_dtype(fn):
 
 
 _INTRINSICS = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs, "floor": np.floor,
-    "ceil": np.ceil, "round": np.rint, "sin": np.sin, "cos": np.cos, "trunc": np.trunc,
+    "exp": np.exp, "exp_bounded": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh, "abs": np.abs,
+    "floor": np.floor, "ceil": np.ceil, "round": np.rint, "sin": np.sin, "cos": np.cos, "trunc": np.trunc,
     "log2": np.log2, "exp2": np.exp2, "sign": np.sign, "erf": _erf, "not": np.logical_not,
     "isnan": np.isnan,
     "rsqrt": _same_dtype(lambda x: x.dtype.type(1) / np.sqrt(x)),

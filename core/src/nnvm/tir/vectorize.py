@@ -56,7 +56,7 @@ C_FAMILY = VectorTarget(
     lanes=(2, 3, 4, 8, 16),
     dtypes=("float32", "float64"),  # half vectors need extensions many drivers lack
     calls=("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "floor", "ceil", "round", "sin", "cos",
-           "trunc", "log2", "exp2", "erf"),
+           "trunc", "log2", "exp2", "erf", "exp_bounded"),
     binops=("add", "sub", "mul", "div", "min", "max"),
     strided=False,
     selects=False,

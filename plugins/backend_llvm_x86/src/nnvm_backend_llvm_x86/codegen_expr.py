@@ -25,8 +25,9 @@ FAST = ("contract",)  # lets LLVM fuse a*b+c into FMA, nothing that changes resu
 
 # Intrinsics with an LLVM counterpart taking and returning the operand type.
 LLVM_UNARY = {
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil", "round": "roundeven",
-    "trunc": "trunc", "sin": "sin", "cos": "cos", "log2": "log2", "exp2": "exp2", "abs": "fabs",
+    "exp": "exp", "exp_bounded": "exp", "log": "log", "sqrt": "sqrt", "floor": "floor", "ceil": "ceil",
+    "round": "roundeven", "trunc": "trunc", "sin": "sin", "cos": "cos", "log2": "log2", "exp2": "exp2",
+    "abs": "fabs",
 }
 # Intrinsics computed by the C math library (float, double), one lane at a time.
 LIBM_UNARY = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
