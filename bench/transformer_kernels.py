@@ -2,6 +2,7 @@
 GEMM's rate per matmul shape: views that stay readable on a shared host, where whole-model times swing.
 
     uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
+    uv run python bench/transformer_kernels.py --models gpt2 --batch 1,8
     uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
     uv run python bench/transformer_kernels.py --gemm 128x768x768 --tiles 2x4,6x2,4x2 --rounds 7
 
@@ -40,12 +41,12 @@ def _session(path, threads, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def per_kernel(name: str, threads: int, rounds: int) -> None:
+def per_kernel(name: str, threads: int, rounds: int, batch: int = 1) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
     from nnvm_frontend_onnx.testing import torch_models
 
-    path = torch_models.zoo_model_path(name, 1)  # cached; exported by the torch venv on first use
+    path = torch_models.zoo_model_path(name, batch)  # cached; exported by the torch venv on first use
     mod = nnvm.compile(path, target="llvm", tuning_log=False)
     feeds = seeded_inputs(mod)
     ops = {n.name: n.op for n in mod.graph.nodes}
@@ -71,27 +72,39 @@ def per_kernel(name: str, threads: int, rounds: int) -> None:
         kind = next((k for k in KINDS if any(o.startswith(k) for o in group_ops)), "other")
         kinds[kind] += ms
     total, ort_total = sum(kinds.values()), sum(ort_kinds.values())
-    print(f"{name}: nnvm {total:.2f} ms, onnxruntime {ort_total:.2f} ms (sums of per-kernel minimums, "
-          f"{threads} thread(s)): {total / ort_total:.2f}")
+    print(f"{name} b{batch}: nnvm {total:.2f} ms, onnxruntime {ort_total:.2f} ms (sums of per-kernel "
+          f"minimums, {threads} thread(s)): {total / ort_total:.2f}")
     print("  nnvm:        " + ", ".join(f"{k} {v:.2f}" for k, v in kinds.most_common()))
     print("  onnxruntime: " + ", ".join(f"{k} {v:.2f}" for k, v in ort_kinds.most_common()))
 
 
 def _compile_with_tile(path, tile: str):
     """``path`` compiled untuned, with ``x86.dense.packed``'s fallback tile replaced by ``tile``
-    (``JBxMB``), or as it is for ``fallback``."""
+    (``JBxMB``, ``JBxMBkKC`` or ``kKC``: weight blocks x rows, a reduction panel ``KC`` deep, 0: the
+    whole depth), or as it is for ``fallback``; ``NAME=VALUE``: as it is with the switch ``NAME`` set."""
     import nnvm
     from nnvm.cpu import schedule_dense
 
     if tile == "fallback":
         return nnvm.compile(path, target="llvm", tuning_log=False)
-    jb, mb = (int(v) for v in tile.split("x"))
-    chosen = schedule_dense.packed_tile
-    schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)
+    if "=" in tile:
+        name, value = tile.split("=")
+        os.environ[name] = value
+        try:
+            return nnvm.compile(path, target="llvm", tuning_log=False)
+        finally:
+            os.environ.pop(name)
+    shape, _, depth = tile.partition("k")
+    chosen, build = schedule_dense.packed_tile, schedule_dense.build_dense_packed
+    if shape:
+        jb, mb = (int(v) for v in shape.split("x"))
+        schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)
+    if depth:
+        schedule_dense.build_dense_packed = lambda group, config: build(group, {**config, "kc": int(depth)})
     try:
         return nnvm.compile(path, target="llvm", tuning_log=False)
     finally:
-        schedule_dense.packed_tile = chosen
+        schedule_dense.packed_tile, schedule_dense.build_dense_packed = chosen, build
 
 
 def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) -> None:
@@ -136,13 +149,15 @@ def main() -> int:
     parser.add_argument("--gemm", default="", help="comma-separated MxKxN shapes")
     parser.add_argument("--tiles", default="fallback",
                         help="comma-separated x86.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
+    parser.add_argument("--batch", default="1", help="comma-separated batch sizes for --models")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")
     args = parser.parse_args()
     os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # before any kernel runs
     print(f"load average {os.getloadavg()[0]:.2f}")
     for name in filter(None, args.models.split(",")):
-        per_kernel(name, args.threads, args.rounds)
+        for batch in args.batch.split(","):
+            per_kernel(name, args.threads, args.rounds, int(batch))
     for shape in filter(None, args.gemm.split(",")):
         gemm(shape, args.threads, args.rounds, tuple(args.tiles.split(",")))
     print(f"load average {os.getloadavg()[0]:.2f}")

@@ -13,10 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
-from nnvm.cpu.cost_model import SPARE_REGISTERS, Machine, registers_needed
-from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks
+from nnvm.cpu.cost_model import Machine, register_budget, registers_needed
+from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks, rows_first
 
-AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
+AVX512, AVX2 = Machine(16, 32), Machine(8, 16, broadcast_operand=False)
 
 
 @pytest.mark.parametrize("machine", [AVX512, AVX2], ids=["avx512", "avx2"])
@@ -25,20 +25,26 @@ AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
 def test_tile_fits_the_register_file(machine, blocks, rows):
     jb, mb = packed_tile(machine, blocks, rows)
     assert blocks % jb == 0 and rows % mb == 0, (jb, mb)
-    assert jb * mb <= machine.registers // 2, (jb, mb)
-    assert registers_needed(mb, jb) <= machine.registers - SPARE_REGISTERS * machine.registers // 32
+    assert jb * mb <= machine.registers * 3 // 4, (jb, mb)
+    assert registers_needed(mb, jb, machine.broadcast_operand) <= register_budget(machine), (jb, mb)
 
 
-def test_tiles_chosen_for_each_register_file():
-    """Many rows: two weight blocks by as many rows as fit (2 x 8 zmm, 2 x 4 ymm); a GEMV keeps four
-    to eight weight streams; a prime block count keeps 8 rows."""
-    assert packed_tile(AVX512, 144, 128) == (2, 8)
-    assert packed_tile(AVX2, 144, 128) == (2, 4)
+def test_tiles_chosen_for_each_register_file(monkeypatch):
+    """Many rows: two weight blocks by as many rows as fit with AVX-512 (2 x 8 zmm), with AVX2 the 12
+    accumulators whose step loads the fewest operands (3 x 4 ymm, rows outside blocks; 2 x 4 where 3
+    does not divide the blocks); a GEMV keeps four to eight weight streams; a prime block count keeps
+    8 rows."""
+    assert packed_tile(AVX512, 144, 128) == (2, 8) and not rows_first(AVX512, 2, 8)
+    assert packed_tile(AVX2, 144, 128) == (3, 4) and rows_first(AVX2, 3, 4)
+    assert packed_tile(AVX2, 96, 1024) == (3, 4)  # BERT / GPT-2 at batch 8
+    assert packed_tile(AVX2, 6284, 1024) == (2, 4)  # GPT-2's head (padded_blocks): 4 x 1571 blocks
     assert packed_tile(AVX512, 3142, 128) == (2, 8)  # GPT-2's head: 2 x 1571 blocks
     assert packed_tile(AVX512, 13, 200) == packed_tile(AVX2, 13, 200) == (1, 8)  # ViT's 197 keys
     assert packed_tile(AVX512, 48, 1) == packed_tile(AVX2, 48, 1) == (4, 1)
     assert packed_tile(AVX512, 63, 8) == (7, 2)
     assert packed_tile(AVX2, 63, 8) == (7, 1)
+    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")
+    assert packed_tile(AVX2, 144, 128) == (2, 4) and not rows_first(AVX2, 2, 4)
 
 
 def _model(path, batch, rows, k, n, epilogue):
@@ -88,15 +94,15 @@ def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogu
     assert got.shape == want.shape and err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
 
 
-@pytest.mark.parametrize("target, lanes, tile", [("llvm -mcpu=skylake-avx512", 16, (2, 8)),
-                                                 ("llvm -mcpu=haswell", 8, (2, 4))])
+@pytest.mark.parametrize("target, lanes, tile", [("llvm -mcpu=skylake-avx512", 16, (2, 8, 0)),
+                                                 ("llvm -mcpu=haswell", 8, (3, 4, 1))])
 def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
     """The tile is asked of the target's backend (vector width, register count), not fixed."""
     path = str(tmp_path / "gemm.onnx")
     _model(path, 1, 128, 64, 768, "bias")
     graph, tgt, *_ = optimized_graph(path, target)
     template = dense_packed_template(tgt, group_of(graph, "dense_packed"))
-    assert template.fallback == {"jb": tile[0], "mb": tile[1]}, template.fallback
+    assert template.fallback == {"jb": tile[0], "mb": tile[1], "rows_first": tile[2]}, template.fallback
     assert graph.types[[n for n in graph.nodes if n.op == "dense_packed"][0].inputs[1]].shape[-1] == lanes
 
 
@@ -106,7 +112,8 @@ def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
     _model(path, 1, 128, 64, 768, "bias")
     monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
-    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4}
+    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4,
+                                                                                    "rows_first": 0}
 
 
 def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
@@ -116,7 +123,8 @@ def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
     assert padded_blocks(6283, 128) == 6284 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
     assert padded_blocks(3142, 128) == 3142 and padded_blocks(13, 200) == 13
     assert padded_blocks(125, 8) == 125 and padded_blocks(125, 1) == 125 and padded_blocks(96, 128) == 96
-    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == packed_tile(AVX2, 26, 200) == (2, 4)
+    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == (2, 4)
+    assert packed_tile(AVX2, 26, 200) == (2, 5)
     assert packed_tile(AVX512, padded_blocks(3142, 128), 128) == (2, 8)
     assert packed_tile(AVX512, padded_blocks(13, 200), 200) == (1, 8)
     monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")

@@ -47,7 +47,14 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import POOL_CHUNKS_PER_THREAD, SPARE_REGISTERS, machine_of, registers_needed
+from nnvm.cpu.cost_model import (
+    POOL_CHUNKS_PER_THREAD,
+    SPARE_REGISTERS,
+    machine_of,
+    pixel_major,
+    register_budget,
+    registers_needed,
+)
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -305,14 +312,28 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
     mb_space = divisors(rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
+    machine = machine_of(target)
     if enabled("NNVM_X86_DENSE_TILES"):
-        jb, mb = packed_tile(machine_of(target), blocks, rows)
+        jb, mb = packed_tile(machine, blocks, rows)
     else:  # the fixed tile of session 9, for A/B benchmarks
         jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
         mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
     units = dense.op.attrs["weight_shape"][0]
-    return ScheduleTemplate("x86.dense.packed", {"jb": jb_space, "mb": mb_space}, {"jb": jb, "mb": mb},
-                            lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
+    fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb))}
+    return ScheduleTemplate("x86.dense.packed", {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1]},
+                            fallback, lambda config: build_dense_packed(group, config),
+                            flops=2.0 * m * units * k)
+
+
+def rows_first(machine, jb: int, mb: int) -> bool:
+    """Whether a tile's unrolled step walks its ``mb`` rows outside its ``jb`` weight blocks: then the
+    ``jb`` weight vectors stay in registers and each row's broadcast is used at once, else the ``mb``
+    broadcasts stay and each weight vector is used at once (``cost_model.pixel_major``: the smaller set
+    is kept). Only where a broadcast takes a register of its own (AVX2): there 3 x 4 blocks first held
+    12 accumulators, 4 broadcasts and a weight, one over the 16 registers, and LLVM spilled (68 against
+    89 GFLOP/s rows first). With a broadcast operand (AVX-512's 32 registers) the step is as it was."""
+    return (not machine.broadcast_operand and enabled("NNVM_X86_DENSE_WIDE_TILES")
+            and pixel_major(mb, jb))
 
 
 def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
@@ -331,8 +352,14 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
       2.9x faster than 1 for 1280 -> 1000), then the rows that fit.
 
-    With AVX2's 16 registers the tile is 8 accumulators: the former fixed 16 (4 x 4 and 4 blocks of
-    ymm weights) spilled and ran at 86 GFLOP/s on Zen 5 against 122-124 for 2 x 4 and 4 x 2.
+    With AVX2's 16 registers (no broadcast operand: each broadcast is a register of its own, so the
+    register count is exact, ``cost_model.register_budget``) many rows take 12 accumulators, the tile
+    whose step loads the fewest operands (``jb + mb``): 3 x 4 (3 weights held, one broadcast at a time,
+    16 registers; ``rows_first``), 7 loads per 12 multiply-adds against 2 x 4's 6 per 8. Zen 4, one
+    thread, 132 x 768 x 768 and 132 x 768 x 3072: 89 and 84 GFLOP/s against 80 and 74 for 2 x 4
+    (2 x 6, 8 loads, 88 and 81). ``NNVM_X86_DENSE_WIDE_TILES=0``: 8 accumulators (2 x 4), the former
+    AVX2 tile (the fixed 16 before it, 4 x 4 with 4 weights, spilled: 86 GFLOP/s on Zen 5 against
+    122-124 for 2 x 4).
     """
     budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
     cap = machine.registers // 2
@@ -341,6 +368,12 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
         return jb * mb <= cap and registers_needed(mb, jb) <= budget
 
     if rows >= 2 * MAX_TILE_ROWS:  # padded_rows leaves such rows a divisor of 4 to 8
+        if not machine.broadcast_operand and enabled("NNVM_X86_DENSE_WIDE_TILES"):
+            tiles = [(jb, mb) for jb in divisors(blocks, machine.registers)
+                     for mb in divisors(rows, MAX_TILE_ROWS, 4)
+                     if registers_needed(mb, jb, False) <= register_budget(machine)]
+            if tiles:
+                return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, -t[0] - t[1]))
         tiles = [(jb, mb) for jb in divisors(blocks, cap) for mb in divisors(rows, MAX_TILE_ROWS, 4)
                  if fits(jb, mb)]
         if tiles:
@@ -387,8 +420,11 @@ def build_dense_packed(group, config: dict):
         tiles = math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"]))
         if tiles % EVEN_CHUNKS and tiles < MAX_ROW_FUSED_TILES:
             par, inner = [*par, it], []
+    kc = config.get("kc", 0)
+    if kc and inner == [it] and kc < extent(k):
+        return _k_blocked(sch, dense, out_stage, par, (it, jb, ib, ji), config, kc)
     if out_stage is dense:
-        dense.reorder(*par, *inner, k, jb, ib, ji)
+        dense.reorder(*par, *inner, k, *_step(jb, ib, config), ji)
         tiles = dense.fuse(*par) if len(par) > 1 else par[0]
     else:
         out_stage.reorder(*par, *inner, jb, ib, ji)
@@ -399,9 +435,43 @@ def build_dense_packed(group, config: dict):
         dense.compute_at(out_stage, inner[-1] if inner else tiles)
         *_, ib, dj = dense.op.axis
         jb, ji = dense.split(dj, factor=b)
-        dense.reorder(k, jb, ib, ji)
+        dense.reorder(k, *_step(jb, ib, config), ji)
     dense.unroll(jb)
     dense.unroll(ib)
     dense.vectorize(ji)
     out_stage.parallel(tiles)
     return sch
+
+
+def _k_blocked(sch, dense, out_stage, par, tile_axes, config, kc):
+    """The shared-weight schedule with the reduction split in panels ``kc`` deep, outside the row tiles."""
+    b = dense.op.attrs["block"]
+    (k,) = dense.op.reduce_axis
+    if out_stage is dense:
+        it, jb, ib, ji = tile_axes
+        ko, ki = dense.split(k, factor=kc)
+        dense.reorder(*par, ko, it, ki, *_step(jb, ib, config), ji)
+        tiles = dense.fuse(*par) if len(par) > 1 else par[0]
+    else:
+        it_o, jb_o, ib_o, ji_o = tile_axes
+        out_stage.reorder(*par, it_o, jb_o, ib_o, ji_o)
+        tiles = out_stage.fuse(*par) if len(par) > 1 else par[0]
+        out_stage.unroll(jb_o)
+        out_stage.unroll(ib_o)
+        out_stage.vectorize(ji_o)
+        dense.compute_at(out_stage, tiles)
+        *_, i, j = dense.op.axis
+        it, ib = dense.split(i, factor=config["mb"])
+        jb, ji = dense.split(j, factor=b)
+        ko, ki = dense.split(k, factor=kc)
+        dense.reorder(ko, it, ki, *_step(jb, ib, config), ji)
+    dense.unroll(jb)
+    dense.unroll(ib)
+    dense.vectorize(ji)
+    out_stage.parallel(tiles)
+    return sch
+
+
+def _step(jb, ib, config):
+    """The tile's two unrolled loops in a step, outer first (``rows_first``)."""
+    return (ib, jb) if config.get("rows_first") else (jb, ib)
