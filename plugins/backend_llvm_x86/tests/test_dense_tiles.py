@@ -37,7 +37,7 @@ def test_tiles_chosen_for_each_register_file(monkeypatch):
     assert packed_tile(AVX512, 144, 128) == (2, 8) and not rows_first(AVX512, 2, 8)
     assert packed_tile(AVX2, 144, 128) == (3, 4) and rows_first(AVX2, 3, 4)
     assert packed_tile(AVX2, 96, 1024) == (3, 4)  # BERT / GPT-2 at batch 8
-    assert packed_tile(AVX2, 6284, 1024) == (2, 4)  # GPT-2's head (padded_blocks): 4 x 1571 blocks
+    assert packed_tile(AVX2, 6284, 1024) == (2, 4)  # 4 x 1571 blocks: no 3-block tile
     assert packed_tile(AVX512, 3142, 128) == (2, 8)  # GPT-2's head: 2 x 1571 blocks
     assert packed_tile(AVX512, 13, 200) == packed_tile(AVX2, 13, 200) == (1, 8)  # ViT's 197 keys
     assert packed_tile(AVX512, 48, 1) == packed_tile(AVX2, 48, 1) == (4, 1)
@@ -78,6 +78,7 @@ def _model(path, batch, rows, k, n, epilogue):
     (2, 128, 768, 2304, "bias"),        # QKV
     (1, 128, 64, 293, "gelu"),          # 37 blocks of 8 (AVX2): padded to 38, the last re-reads block 36
     (2, 16, 32, 296, "residual"),       # 37 whole blocks padded (a crop only for the padding)
+    (1, 128, 64, 821, "residual"),      # 103 blocks of 8 (AVX2) padded to 108 for 3 x 4 tiles
 ])
 def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
     path = str(tmp_path / "gemm.onnx")
@@ -120,12 +121,14 @@ def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
     """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks, ViT's keys 25: one more block each,
     for tiles of 2 blocks x 4 rows; in blocks of 16 (AVX-512) the head is 2 x 1571 and ViT's keys 13:
     unchanged, and so are few rows (a GEMV's 125 blocks) and even counts."""
-    assert padded_blocks(6283, 128) == 6284 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
+    assert padded_blocks(6283, 128) == 6288 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
     assert padded_blocks(3142, 128) == 3142 and padded_blocks(13, 200) == 13
     assert padded_blocks(125, 8) == 125 and padded_blocks(125, 1) == 125 and padded_blocks(96, 128) == 96
-    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == (2, 4)
+    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == (3, 4)  # a multiple of 6: 3-block tiles
     assert packed_tile(AVX2, 26, 200) == (2, 5)
     assert packed_tile(AVX512, padded_blocks(3142, 128), 128) == (2, 8)
     assert packed_tile(AVX512, padded_blocks(13, 200), 200) == (1, 8)
+    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")
+    assert padded_blocks(6283, 128) == 6284
     monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")
     assert padded_blocks(6283, 128) == 6283

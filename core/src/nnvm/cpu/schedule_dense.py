@@ -182,10 +182,16 @@ def padded_blocks(blocks: int, rows: int) -> int:
     ``Q @ K^T`` 25 (197 tokens) in tiles of 1 block x 8 rows: one weight load and 8 broadcasts per
     8 multiply-adds, load-bound; padded, one thread: the head 211 -> 175 ms, Q @ K^T 4.18 -> 2.3 ms a
     run. With AVX-512 (16 lanes) the head is 2 x 1571 blocks and ViT's keys 13 blocks: unchanged.
+    An odd count goes up to the next multiple of 6 instead where that is at most 1/``MIN_PADDED_BLOCKS``
+    more work, so AVX2's 3-block tiles divide it too (GPT-2's head: 6288 blocks, 3 x 4 tiles of 12
+    accumulators; ``NNVM_X86_DENSE_WIDE_TILES=0``: one more block, as before).
     ``NNVM_X86_DENSE_PAD_BLOCKS=0``: never padded, for A/B benchmarks."""
     if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
             or not enabled("NNVM_X86_DENSE_PAD_BLOCKS")):
         return blocks
+    sixes = -(-blocks // 6) * 6
+    if (sixes - blocks) * MIN_PADDED_BLOCKS <= blocks and enabled("NNVM_X86_DENSE_WIDE_TILES"):
+        return sixes
     return blocks + 1
 
 
