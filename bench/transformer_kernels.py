@@ -10,10 +10,12 @@ Both runtimes use ``--threads`` threads (1 by default). Per model: nnvm compiled
 timed on the module's own arena (``nnvm.bench.profile``) ``--rounds`` times and its **minimum** kept; one
 onnxruntime run with profiling on between rounds, each node's minimum kept (its first run dropped). The
 sums are printed by kind of kernel (nnvm: by the ops of each fused group; onnxruntime: by op type). Per
-GEMM shape ``MxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on [1, M, K] data, the
-nnvm kernel and the onnxruntime session timed alternately, minimums in ms and GFLOP/s; with ``--tiles``
+GEMM shape ``MxKxN`` or ``BxMxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on
+[B, M, K] data, the nnvm kernel and the onnxruntime session timed alternately, minimums in ms and
+GFLOP/s; with ``--tiles``
 (``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``x86.dense.packed`` (``fallback``:
-the untuned tile), all alternated in the same rounds.
+the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``NNVM_X86_DENSE_WIDE_TILES=0``), all
+alternated in the same rounds.
 """
 
 from __future__ import annotations
@@ -80,8 +82,7 @@ def per_kernel(name: str, threads: int, rounds: int, batch: int = 1) -> None:
 
 def _compile_with_tile(path, tile: str):
     """``path`` compiled untuned, with ``x86.dense.packed``'s fallback tile replaced by ``tile``
-    (``JBxMB``, ``JBxMBkKC`` or ``kKC``: weight blocks x rows, a reduction panel ``KC`` deep, 0: the
-    whole depth), or as it is for ``fallback``; ``NAME=VALUE``: as it is with the switch ``NAME`` set."""
+    (``JBxMB``), or as it is for ``fallback``; ``NAME=VALUE``: as it is with the switch ``NAME`` set."""
     import nnvm
     from nnvm.cpu import schedule_dense
 
@@ -94,17 +95,13 @@ def _compile_with_tile(path, tile: str):
             return nnvm.compile(path, target="llvm", tuning_log=False)
         finally:
             os.environ.pop(name)
-    shape, _, depth = tile.partition("k")
-    chosen, build = schedule_dense.packed_tile, schedule_dense.build_dense_packed
-    if shape:
-        jb, mb = (int(v) for v in shape.split("x"))
-        schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)
-    if depth:
-        schedule_dense.build_dense_packed = lambda group, config: build(group, {**config, "kc": int(depth)})
+    jb, mb = (int(v) for v in tile.split("x"))
+    chosen = schedule_dense.packed_tile
+    schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)
     try:
         return nnvm.compile(path, target="llvm", tuning_log=False)
     finally:
-        schedule_dense.packed_tile, schedule_dense.build_dense_packed = chosen, build
+        schedule_dense.packed_tile = chosen
 
 
 def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) -> None:
@@ -114,20 +111,21 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
 
     from nnvm.bench import profile
 
-    m, k, n = (int(v) for v in shape.split("x"))
+    *lead, k, n = (int(v) for v in shape.split("x"))
+    batch, m = lead if len(lead) == 2 else (1, lead[0])
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((0.05 * rng.standard_normal((k, n))).astype(np.float32), "w"),
              numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
     nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
     graph = helper.make_graph(nodes, "gemm",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])], inits)
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, m, n])], inits)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "gemm.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
         mods = {tile: _compile_with_tile(path, tile) for tile in tiles}
         sess = _session(path, threads)
-        x = rng.standard_normal((1, m, k)).astype(np.float32)
+        x = rng.standard_normal((batch, m, k)).astype(np.float32)
         ours, theirs = {tile: [] for tile in tiles}, []
         for _ in range(rounds):
             start = time.perf_counter()
@@ -135,7 +133,7 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
             theirs.append(time.perf_counter() - start)
             for tile, mod in mods.items():
                 ours[tile].append(sum(r["ms"] for r in profile(mod, {"x": x}, 1)) / 1e3)
-    flops, theirs = 2.0 * m * k * n, min(theirs)
+    flops, theirs = 2.0 * batch * m * k * n, min(theirs)
     for tile, times in ours.items():
         t = min(times)
         name = "" if tiles == ("fallback",) else f" {tile}"

@@ -103,8 +103,21 @@ def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
     _model(path, 1, 128, 64, 768, "bias")
     graph, tgt, *_ = optimized_graph(path, target)
     template = dense_packed_template(tgt, group_of(graph, "dense_packed"))
-    assert template.fallback == {"jb": tile[0], "mb": tile[1], "rows_first": tile[2]}, template.fallback
+    want = {"jb": tile[0], "mb": tile[1], "rows_first": tile[2], "batch_outer": 0}
+    assert template.fallback == want, template.fallback
     assert graph.types[[n for n in graph.nodes if n.op == "dense_packed"][0].inputs[1]].shape[-1] == lanes
+
+
+@pytest.mark.parametrize("batch, batch_outer", [(1, 0), (8, 1)])
+def test_batches_outside_weight_tiles_over_l2(tmp_path, group_of, monkeypatch, batch, batch_outer):
+    """[8, 128, 768] data (3 MiB, over any L2 of these hosts) runs the weight's tiles inside the batch
+    axes, one batch's rows kept in L2; a single batch keeps the tiles outermost; the switch restores it."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, batch, 128, 768, 768, "bias")
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback["batch_outer"] == batch_outer
+    monkeypatch.setenv("NNVM_X86_DENSE_BATCH_OUTER", "0")
+    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback["batch_outer"] == 0
 
 
 def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
@@ -113,8 +126,8 @@ def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
     _model(path, 1, 128, 64, 768, "bias")
     monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
-    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4,
-                                                                                    "rows_first": 0}
+    fallback = dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback
+    assert fallback == {"jb": 4, "mb": 4, "rows_first": 0, "batch_outer": 0}
 
 
 def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
