@@ -36,7 +36,9 @@ contiguous vector: no horizontal sums, and each block is read front to back exac
 The batch rows ``mb`` of a tile share each weight vector loaded (batch > 1 is blocked over, not a loop
 around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight. The
 untuned tile is sized by the backend's vector register file (``packed_tile``: 2 x 8 with AVX-512's 32
-registers, 2 x 4 with AVX2's 16), not a fixed count.
+registers, 3 x 4 with AVX2's 16), not a fixed count; with AVX2 the unrolled step walks rows outside
+blocks (``rows_first``: the 3 weight vectors held, one broadcast at a time). Data ``[B, S, K]`` over
+the L2 runs the tiles inside its batch axes (``batch_outer``), so one batch's rows stay in L2.
 """
 
 from __future__ import annotations
