@@ -109,9 +109,14 @@ def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
 
 
 @pytest.mark.parametrize("batch, batch_outer", [(1, 0), (8, 1)])
-def test_batches_outside_weight_tiles_over_l2(tmp_path, group_of, monkeypatch, batch, batch_outer):
-    """[8, 128, 768] data (3 MiB, over any L2 of these hosts) runs the weight's tiles inside the batch
-    axes, one batch's rows kept in L2; a single batch keeps the tiles outermost; the switch restores it."""
+def test_batches_outside_weight_tiles_past_l3(tmp_path, group_of, monkeypatch, batch, batch_outer):
+    """Where the weight and the data stream from memory (``streams_from_memory``, here forced for anything
+    over 4 MiB: GPT-2's 154 MB head on the 32 MiB L3 host), [8, 128, 768] data (3 MiB) and a 768 x 768
+    weight run the weight's tiles inside the batch axes; a single batch keeps the tiles outermost, and so
+    does the switch set to 0."""
+    from nnvm.cpu import schedule_dense
+
+    monkeypatch.setattr(schedule_dense, "streams_from_memory", lambda _target, nbytes: nbytes > 4 << 20)
     path = str(tmp_path / "gemm.onnx")
     _model(path, batch, 128, 768, 768, "bias")
     graph, tgt, *_ = optimized_graph(path, "llvm")

@@ -37,8 +37,8 @@ The batch rows ``mb`` of a tile share each weight vector loaded (batch > 1 is bl
 around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight. The
 untuned tile is sized by the backend's vector register file (``packed_tile``: 2 x 8 with AVX-512's 32
 registers, 3 x 4 with AVX2's 16), not a fixed count; with AVX2 the unrolled step walks rows outside
-blocks (``rows_first``: the 3 weight vectors held, one broadcast at a time). Data ``[B, S, K]`` over
-the L2 runs the tiles inside its batch axes (``batch_outer``), so one batch's rows stay in L2.
+blocks (``rows_first``: the 3 weight vectors held, one broadcast at a time). A weight and ``[B, S, K]``
+data too big for the L3 run the tiles inside the batch axes (``batch_outer``): one batch's rows in L2.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ from nnvm.cpu.cost_model import (
     register_budget,
     registers_needed,
 )
+from nnvm.cpu.depthwise_nchwc import streams_from_memory
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -328,22 +329,26 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
         mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
     units = dense.op.attrs["weight_shape"][0]
     fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
-                "batch_outer": int(batch_outer(machine, dense, m, k))}
+                "batch_outer": int(batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
     return ScheduleTemplate("x86.dense.packed", space, fallback,
                             lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
 
 
-def batch_outer(machine, dense, rows: int, depth: int) -> bool:
+def batch_outer(target, dense, rows: int, depth: int) -> bool:
     """Whether a shared weight's tiles run inside the data's batch axes (``[B, S, K]`` data, ``rows``
-    = B x S of them, ``depth`` K) rather than outside: where the data of all batches is over the L2, so
-    each tile of the weight would stream it from L3 again, while one batch's S rows stay in L2 as the
-    weight's tiles pass (the weight is read once per batch, in the stream it was packed in). Zen 4,
-    one thread, CPU time, [8, 128, 768] data: GPT-2's head (768 x 50257, 154 MB) 1350 -> 1133 ms
-    (onnxruntime 1096), 3072 -> 768 61.0 -> 58.2 ms, 768 -> 3072 level."""
+    = B x S of them, ``depth`` K) rather than outside: where the weight and the data stream from memory
+    (``depthwise_nchwc.streams_from_memory``: over half the last-level cache), the weight passing through
+    the L3 evicts the rows every weight tile reads again, so each tile would fetch all of them from
+    memory; inside the batches, one batch's S rows stay in L2 while the tiles pass, and the weight is
+    read once per batch in the stream it was packed in. Zen 4 (32 MiB L3), one thread, CPU time,
+    [8, 128, 768] data: GPT-2's head (768 x 50257, 154 MB) 1350 -> 1133 ms (onnxruntime 1096);
+    3072 -> 768 (21 MB) 61.0 -> 58.2 ms. Where both fit, the tiles stay outermost: BERT b8's 768 -> 3072
+    and QKV (10-12 MB) ran 1-2% slower inside the batches."""
     batches = math.prod(extent(iv) for iv in dense.op.axis[:-2])
-    return ("weight_batch" not in dense.op.attrs and batches > 1
-            and enabled("NNVM_X86_DENSE_BATCH_OUTER") and rows * depth * 4 > machine.l2)
+    weight_bytes = extent(dense.op.axis[-1]) * depth * 4
+    return ("weight_batch" not in dense.op.attrs and batches > 1 and enabled("NNVM_X86_DENSE_BATCH_OUTER")
+            and streams_from_memory(target, (rows * depth) * 4 + weight_bytes))
 
 
 def rows_first(machine, jb: int, mb: int) -> bool:
@@ -428,7 +433,7 @@ def build_dense_packed(group, config: dict):
     # and each row tile runs every tile of its weight (a weight tile loop fused in instead made ViT's
     # Q @ K^T, 197 outputs in 13 blocks, 1.2x slower on one thread; rows first, 0.95x).
     # Otherwise every batch reads the same weight: its tiles are the parallel loop, outermost, so a
-    # thread's row tiles read one panel in turn; or, where the data of all batches is over the L2
+    # thread's row tiles read one panel in turn; or, where the weight and the data stream from memory
     # (``batch_outer``), inside the batch axes, so one batch's rows stay in L2 while the weight's tiles
     # pass. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the
     # same number of them: then the rows join the parallel loop, so every chunk is the same work. ViT's
