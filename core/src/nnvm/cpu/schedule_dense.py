@@ -435,8 +435,8 @@ def build_dense_packed(group, config: dict):
     # Otherwise every batch reads the same weight: its tiles are the parallel loop, outermost, so a
     # thread's row tiles read one panel in turn; or, where the weight and the data stream from memory
     # (``batch_outer``), inside the batch axes, so one batch's rows stay in L2 while the weight's tiles
-    # pass. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the
-    # same number of them: then the rows join the parallel loop, so every chunk is the same work. ViT's
+    # pass. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the same number of them: then the rows
+    # join the parallel loop, so every chunk is the same work. ViT's
     # 192 outputs were 3 tiles for 2 threads (two thirds of the pair busy); BERT's and GPT-2's 768 outputs
     # are 12 tiles, 8 chunks of 1 and 2 tiles, and the thread left with a 2 waits for it. One thread:
     # 768-deep products level, ViT's 192-deep ones 1-2% slower (a tile's row index is a div/mod).
