@@ -2,6 +2,7 @@
 GEMM's rate per matmul shape: views that stay readable on a shared host, where whole-model times swing.
 
     uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
+    uv run python bench/transformer_kernels.py --models gpt2 --batch 1,8
     uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
     uv run python bench/transformer_kernels.py --gemm 128x768x768 --tiles 2x4,6x2,4x2 --rounds 7
 
@@ -9,10 +10,12 @@ Both runtimes use ``--threads`` threads (1 by default). Per model: nnvm compiled
 timed on the module's own arena (``nnvm.bench.profile``) ``--rounds`` times and its **minimum** kept; one
 onnxruntime run with profiling on between rounds, each node's minimum kept (its first run dropped). The
 sums are printed by kind of kernel (nnvm: by the ops of each fused group; onnxruntime: by op type). Per
-GEMM shape ``MxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on [1, M, K] data, the
-nnvm kernel and the onnxruntime session timed alternately, minimums in ms and GFLOP/s; with ``--tiles``
+GEMM shape ``MxKxN`` or ``BxMxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on
+[B, M, K] data, the nnvm kernel and the onnxruntime session timed alternately, minimums in ms and
+GFLOP/s; with ``--tiles``
 (``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``x86.dense.packed`` (``fallback``:
-the untuned tile), all alternated in the same rounds.
+the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``NNVM_X86_DENSE_WIDE_TILES=0``), all
+alternated in the same rounds.
 """
 
 from __future__ import annotations
@@ -40,12 +43,12 @@ def _session(path, threads, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def per_kernel(name: str, threads: int, rounds: int) -> None:
+def per_kernel(name: str, threads: int, rounds: int, batch: int = 1) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
     from nnvm_frontend_onnx.testing import torch_models
 
-    path = torch_models.zoo_model_path(name, 1)  # cached; exported by the torch venv on first use
+    path = torch_models.zoo_model_path(name, batch)  # cached; exported by the torch venv on first use
     mod = nnvm.compile(path, target="llvm", tuning_log=False)
     feeds = seeded_inputs(mod)
     ops = {n.name: n.op for n in mod.graph.nodes}
@@ -71,20 +74,27 @@ def per_kernel(name: str, threads: int, rounds: int) -> None:
         kind = next((k for k in KINDS if any(o.startswith(k) for o in group_ops)), "other")
         kinds[kind] += ms
     total, ort_total = sum(kinds.values()), sum(ort_kinds.values())
-    print(f"{name}: nnvm {total:.2f} ms, onnxruntime {ort_total:.2f} ms (sums of per-kernel minimums, "
-          f"{threads} thread(s)): {total / ort_total:.2f}")
+    print(f"{name} b{batch}: nnvm {total:.2f} ms, onnxruntime {ort_total:.2f} ms (sums of per-kernel "
+          f"minimums, {threads} thread(s)): {total / ort_total:.2f}")
     print("  nnvm:        " + ", ".join(f"{k} {v:.2f}" for k, v in kinds.most_common()))
     print("  onnxruntime: " + ", ".join(f"{k} {v:.2f}" for k, v in ort_kinds.most_common()))
 
 
 def _compile_with_tile(path, tile: str):
     """``path`` compiled untuned, with ``x86.dense.packed``'s fallback tile replaced by ``tile``
-    (``JBxMB``), or as it is for ``fallback``."""
+    (``JBxMB``), or as it is for ``fallback``; ``NAME=VALUE``: as it is with the switch ``NAME`` set."""
     import nnvm
     from nnvm.cpu import schedule_dense
 
     if tile == "fallback":
         return nnvm.compile(path, target="llvm", tuning_log=False)
+    if "=" in tile:
+        name, value = tile.split("=")
+        os.environ[name] = value
+        try:
+            return nnvm.compile(path, target="llvm", tuning_log=False)
+        finally:
+            os.environ.pop(name)
     jb, mb = (int(v) for v in tile.split("x"))
     chosen = schedule_dense.packed_tile
     schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)
@@ -101,20 +111,21 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
 
     from nnvm.bench import profile
 
-    m, k, n = (int(v) for v in shape.split("x"))
+    *lead, k, n = (int(v) for v in shape.split("x"))
+    batch, m = lead if len(lead) == 2 else (1, lead[0])
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array((0.05 * rng.standard_normal((k, n))).astype(np.float32), "w"),
              numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")]
     nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
     graph = helper.make_graph(nodes, "gemm",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, m, k])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, m, n])], inits)
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, m, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, m, n])], inits)
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "gemm.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
         mods = {tile: _compile_with_tile(path, tile) for tile in tiles}
         sess = _session(path, threads)
-        x = rng.standard_normal((1, m, k)).astype(np.float32)
+        x = rng.standard_normal((batch, m, k)).astype(np.float32)
         ours, theirs = {tile: [] for tile in tiles}, []
         for _ in range(rounds):
             start = time.perf_counter()
@@ -122,7 +133,7 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
             theirs.append(time.perf_counter() - start)
             for tile, mod in mods.items():
                 ours[tile].append(sum(r["ms"] for r in profile(mod, {"x": x}, 1)) / 1e3)
-    flops, theirs = 2.0 * m * k * n, min(theirs)
+    flops, theirs = 2.0 * batch * m * k * n, min(theirs)
     for tile, times in ours.items():
         t = min(times)
         name = "" if tiles == ("fallback",) else f" {tile}"
@@ -136,13 +147,15 @@ def main() -> int:
     parser.add_argument("--gemm", default="", help="comma-separated MxKxN shapes")
     parser.add_argument("--tiles", default="fallback",
                         help="comma-separated x86.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
+    parser.add_argument("--batch", default="1", help="comma-separated batch sizes for --models")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")
     args = parser.parse_args()
     os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # before any kernel runs
     print(f"load average {os.getloadavg()[0]:.2f}")
     for name in filter(None, args.models.split(",")):
-        per_kernel(name, args.threads, args.rounds)
+        for batch in args.batch.split(","):
+            per_kernel(name, args.threads, args.rounds, int(batch))
     for shape in filter(None, args.gemm.split(",")):
         gemm(shape, args.threads, args.rounds, tuple(args.tiles.split(",")))
     print(f"load average {os.getloadavg()[0]:.2f}")

@@ -13,10 +13,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
-from nnvm.cpu.cost_model import SPARE_REGISTERS, Machine, registers_needed
-from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks
+from nnvm.cpu.cost_model import Machine, register_budget, registers_needed
+from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks, rows_first
 
-AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
+AVX512, AVX2 = Machine(16, 32), Machine(8, 16, broadcast_operand=False)
 
 
 @pytest.mark.parametrize("machine", [AVX512, AVX2], ids=["avx512", "avx2"])
@@ -25,20 +25,26 @@ AVX512, AVX2 = Machine(16, 32), Machine(8, 16)
 def test_tile_fits_the_register_file(machine, blocks, rows):
     jb, mb = packed_tile(machine, blocks, rows)
     assert blocks % jb == 0 and rows % mb == 0, (jb, mb)
-    assert jb * mb <= machine.registers // 2, (jb, mb)
-    assert registers_needed(mb, jb) <= machine.registers - SPARE_REGISTERS * machine.registers // 32
+    assert jb * mb <= machine.registers * 3 // 4, (jb, mb)
+    assert registers_needed(mb, jb, machine.broadcast_operand) <= register_budget(machine), (jb, mb)
 
 
-def test_tiles_chosen_for_each_register_file():
-    """Many rows: two weight blocks by as many rows as fit (2 x 8 zmm, 2 x 4 ymm); a GEMV keeps four
-    to eight weight streams; a prime block count keeps 8 rows."""
-    assert packed_tile(AVX512, 144, 128) == (2, 8)
-    assert packed_tile(AVX2, 144, 128) == (2, 4)
+def test_tiles_chosen_for_each_register_file(monkeypatch):
+    """Many rows: two weight blocks by as many rows as fit with AVX-512 (2 x 8 zmm), with AVX2 the 12
+    accumulators whose step loads the fewest operands (3 x 4 ymm, rows outside blocks; 2 x 4 where 3
+    does not divide the blocks); a GEMV keeps four to eight weight streams; a prime block count keeps
+    8 rows."""
+    assert packed_tile(AVX512, 144, 128) == (2, 8) and not rows_first(AVX512, 2, 8)
+    assert packed_tile(AVX2, 144, 128) == (3, 4) and rows_first(AVX2, 3, 4)
+    assert packed_tile(AVX2, 96, 1024) == (3, 4)  # BERT / GPT-2 at batch 8
+    assert packed_tile(AVX2, 6284, 1024) == (2, 4)  # 4 x 1571 blocks: no 3-block tile
     assert packed_tile(AVX512, 3142, 128) == (2, 8)  # GPT-2's head: 2 x 1571 blocks
     assert packed_tile(AVX512, 13, 200) == packed_tile(AVX2, 13, 200) == (1, 8)  # ViT's 197 keys
     assert packed_tile(AVX512, 48, 1) == packed_tile(AVX2, 48, 1) == (4, 1)
     assert packed_tile(AVX512, 63, 8) == (7, 2)
     assert packed_tile(AVX2, 63, 8) == (7, 1)
+    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")
+    assert packed_tile(AVX2, 144, 128) == (2, 4) and not rows_first(AVX2, 2, 4)
 
 
 def _model(path, batch, rows, k, n, epilogue):
@@ -72,6 +78,7 @@ def _model(path, batch, rows, k, n, epilogue):
     (2, 128, 768, 2304, "bias"),        # QKV
     (1, 128, 64, 293, "gelu"),          # 37 blocks of 8 (AVX2): padded to 38, the last re-reads block 36
     (2, 16, 32, 296, "residual"),       # 37 whole blocks padded (a crop only for the padding)
+    (1, 128, 64, 821, "residual"),      # 103 blocks of 8 (AVX2) padded to 108 for 3 x 4 tiles
 ])
 def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
     path = str(tmp_path / "gemm.onnx")
@@ -88,16 +95,34 @@ def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogu
     assert got.shape == want.shape and err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
 
 
-@pytest.mark.parametrize("target, lanes, tile", [("llvm -mcpu=skylake-avx512", 16, (2, 8)),
-                                                 ("llvm -mcpu=haswell", 8, (2, 4))])
+@pytest.mark.parametrize("target, lanes, tile", [("llvm -mcpu=skylake-avx512", 16, (2, 8, 0)),
+                                                 ("llvm -mcpu=haswell", 8, (3, 4, 1))])
 def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
     """The tile is asked of the target's backend (vector width, register count), not fixed."""
     path = str(tmp_path / "gemm.onnx")
     _model(path, 1, 128, 64, 768, "bias")
     graph, tgt, *_ = optimized_graph(path, target)
     template = dense_packed_template(tgt, group_of(graph, "dense_packed"))
-    assert template.fallback == {"jb": tile[0], "mb": tile[1]}, template.fallback
+    want = {"jb": tile[0], "mb": tile[1], "rows_first": tile[2], "batch_outer": 0}
+    assert template.fallback == want, template.fallback
     assert graph.types[[n for n in graph.nodes if n.op == "dense_packed"][0].inputs[1]].shape[-1] == lanes
+
+
+@pytest.mark.parametrize("batch, batch_outer", [(1, 0), (8, 1)])
+def test_batches_outside_weight_tiles_past_l3(tmp_path, group_of, monkeypatch, batch, batch_outer):
+    """Where the weight and the data stream from memory (``streams_from_memory``, here forced for anything
+    over 4 MiB: GPT-2's 154 MB head on the 32 MiB L3 host), [8, 128, 768] data (3 MiB) and a 768 x 768
+    weight run the weight's tiles inside the batch axes; a single batch keeps the tiles outermost, and so
+    does the switch set to 0."""
+    from nnvm.cpu import schedule_dense
+
+    monkeypatch.setattr(schedule_dense, "streams_from_memory", lambda _target, nbytes: nbytes > 4 << 20)
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, batch, 128, 768, 768, "bias")
+    graph, tgt, *_ = optimized_graph(path, "llvm")
+    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback["batch_outer"] == batch_outer
+    monkeypatch.setenv("NNVM_X86_DENSE_BATCH_OUTER", "0")
+    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback["batch_outer"] == 0
 
 
 def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
@@ -106,18 +131,22 @@ def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
     _model(path, 1, 128, 64, 768, "bias")
     monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
-    assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback == {"jb": 4, "mb": 4}
+    fallback = dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback
+    assert fallback == {"jb": 4, "mb": 4, "rows_first": 0, "batch_outer": 0}
 
 
 def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
     """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks, ViT's keys 25: one more block each,
     for tiles of 2 blocks x 4 rows; in blocks of 16 (AVX-512) the head is 2 x 1571 and ViT's keys 13:
     unchanged, and so are few rows (a GEMV's 125 blocks) and even counts."""
-    assert padded_blocks(6283, 128) == 6284 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
+    assert padded_blocks(6283, 128) == 6288 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
     assert padded_blocks(3142, 128) == 3142 and padded_blocks(13, 200) == 13
     assert padded_blocks(125, 8) == 125 and padded_blocks(125, 1) == 125 and padded_blocks(96, 128) == 96
-    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == packed_tile(AVX2, 26, 200) == (2, 4)
+    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == (3, 4)  # a multiple of 6: 3-block tiles
+    assert packed_tile(AVX2, 26, 200) == (2, 5)
     assert packed_tile(AVX512, padded_blocks(3142, 128), 128) == (2, 8)
     assert packed_tile(AVX512, padded_blocks(13, 200), 200) == (1, 8)
+    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")
+    assert padded_blocks(6283, 128) == 6284
     monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")
     assert padded_blocks(6283, 128) == 6283

@@ -36,7 +36,9 @@ contiguous vector: no horizontal sums, and each block is read front to back exac
 The batch rows ``mb`` of a tile share each weight vector loaded (batch > 1 is blocked over, not a loop
 around the batch-1 kernel); ``jb`` blocks keep independent accumulators and streams in flight. The
 untuned tile is sized by the backend's vector register file (``packed_tile``: 2 x 8 with AVX-512's 32
-registers, 2 x 4 with AVX2's 16), not a fixed count.
+registers, 3 x 4 with AVX2's 16), not a fixed count; with AVX2 the unrolled step walks rows outside
+blocks (``rows_first``: the 3 weight vectors held, one broadcast at a time). A weight and ``[B, S, K]``
+data too big for the L3 run the tiles inside the batch axes (``batch_outer``): one batch's rows in L2.
 """
 
 from __future__ import annotations
@@ -47,7 +49,15 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import POOL_CHUNKS_PER_THREAD, SPARE_REGISTERS, machine_of, registers_needed
+from nnvm.cpu.cost_model import (
+    POOL_CHUNKS_PER_THREAD,
+    SPARE_REGISTERS,
+    machine_of,
+    pixel_major,
+    register_budget,
+    registers_needed,
+)
+from nnvm.cpu.depthwise_nchwc import streams_from_memory
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -175,10 +185,16 @@ def padded_blocks(blocks: int, rows: int) -> int:
     ``Q @ K^T`` 25 (197 tokens) in tiles of 1 block x 8 rows: one weight load and 8 broadcasts per
     8 multiply-adds, load-bound; padded, one thread: the head 211 -> 175 ms, Q @ K^T 4.18 -> 2.3 ms a
     run. With AVX-512 (16 lanes) the head is 2 x 1571 blocks and ViT's keys 13 blocks: unchanged.
+    An odd count goes up to the next multiple of 6 instead where that is at most 1/``MIN_PADDED_BLOCKS``
+    more work, so AVX2's 3-block tiles divide it too (GPT-2's head: 6288 blocks, 3 x 4 tiles of 12
+    accumulators; ``NNVM_X86_DENSE_WIDE_TILES=0``: one more block, as before).
     ``NNVM_X86_DENSE_PAD_BLOCKS=0``: never padded, for A/B benchmarks."""
     if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
             or not enabled("NNVM_X86_DENSE_PAD_BLOCKS")):
         return blocks
+    sixes = -(-blocks // 6) * 6
+    if (sixes - blocks) * MIN_PADDED_BLOCKS <= blocks and enabled("NNVM_X86_DENSE_WIDE_TILES"):
+        return sixes
     return blocks + 1
 
 
@@ -305,14 +321,45 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
     mb_space = divisors(rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
+    machine = machine_of(target)
     if enabled("NNVM_X86_DENSE_TILES"):
-        jb, mb = packed_tile(machine_of(target), blocks, rows)
+        jb, mb = packed_tile(machine, blocks, rows)
     else:  # the fixed tile of session 9, for A/B benchmarks
         jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
         mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
     units = dense.op.attrs["weight_shape"][0]
-    return ScheduleTemplate("x86.dense.packed", {"jb": jb_space, "mb": mb_space}, {"jb": jb, "mb": mb},
+    fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
+                "batch_outer": int(batch_outer(target, dense, m, k))}
+    space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
+    return ScheduleTemplate("x86.dense.packed", space, fallback,
                             lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
+
+
+def batch_outer(target, dense, rows: int, depth: int) -> bool:
+    """Whether a shared weight's tiles run inside the data's batch axes (``[B, S, K]`` data, ``rows``
+    = B x S of them, ``depth`` K) rather than outside: where the weight and the data stream from memory
+    (``depthwise_nchwc.streams_from_memory``: over half the last-level cache), the weight passing through
+    the L3 evicts the rows every weight tile reads again, so each tile would fetch all of them from
+    memory; inside the batches, one batch's S rows stay in L2 while the tiles pass, and the weight is
+    read once per batch in the stream it was packed in. Zen 4 (32 MiB L3), one thread, CPU time,
+    [8, 128, 768] data: GPT-2's head (768 x 50257, 154 MB) 1350 -> 1133 ms (onnxruntime 1096);
+    3072 -> 768 (21 MB) 61.0 -> 58.2 ms. Where both fit, the tiles stay outermost: BERT b8's 768 -> 3072
+    and QKV (10-12 MB) ran 1-2% slower inside the batches."""
+    batches = math.prod(extent(iv) for iv in dense.op.axis[:-2])
+    weight_bytes = extent(dense.op.axis[-1]) * depth * 4
+    return ("weight_batch" not in dense.op.attrs and batches > 1 and enabled("NNVM_X86_DENSE_BATCH_OUTER")
+            and streams_from_memory(target, (rows * depth) * 4 + weight_bytes))
+
+
+def rows_first(machine, jb: int, mb: int) -> bool:
+    """Whether a tile's unrolled step walks its ``mb`` rows outside its ``jb`` weight blocks: then the
+    ``jb`` weight vectors stay in registers and each row's broadcast is used at once, else the ``mb``
+    broadcasts stay and each weight vector is used at once (``cost_model.pixel_major``: the smaller set
+    is kept). Only where a broadcast takes a register of its own (AVX2): there 3 x 4 blocks first held
+    12 accumulators, 4 broadcasts and a weight, one over the 16 registers, and LLVM spilled (68 against
+    89 GFLOP/s rows first). With a broadcast operand (AVX-512's 32 registers) the step is as it was."""
+    return (not machine.broadcast_operand and enabled("NNVM_X86_DENSE_WIDE_TILES")
+            and pixel_major(mb, jb))
 
 
 def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
@@ -331,8 +378,14 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
       2.9x faster than 1 for 1280 -> 1000), then the rows that fit.
 
-    With AVX2's 16 registers the tile is 8 accumulators: the former fixed 16 (4 x 4 and 4 blocks of
-    ymm weights) spilled and ran at 86 GFLOP/s on Zen 5 against 122-124 for 2 x 4 and 4 x 2.
+    With AVX2's 16 registers (no broadcast operand: each broadcast is a register of its own, so the
+    register count is exact, ``cost_model.register_budget``) many rows take 12 accumulators, the tile
+    whose step loads the fewest operands (``jb + mb``): 3 x 4 (3 weights held, one broadcast at a time,
+    16 registers; ``rows_first``), 7 loads per 12 multiply-adds against 2 x 4's 6 per 8. Zen 4, one
+    thread, 132 x 768 x 768 and 132 x 768 x 3072: 89 and 84 GFLOP/s against 80 and 74 for 2 x 4
+    (2 x 6, 8 loads, 88 and 81). ``NNVM_X86_DENSE_WIDE_TILES=0``: 8 accumulators (2 x 4), the former
+    AVX2 tile (the fixed 16 before it, 4 x 4 with 4 weights, spilled: 86 GFLOP/s on Zen 5 against
+    122-124 for 2 x 4).
     """
     budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
     cap = machine.registers // 2
@@ -341,6 +394,12 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
         return jb * mb <= cap and registers_needed(mb, jb) <= budget
 
     if rows >= 2 * MAX_TILE_ROWS:  # padded_rows leaves such rows a divisor of 4 to 8
+        if not machine.broadcast_operand and enabled("NNVM_X86_DENSE_WIDE_TILES"):
+            tiles = [(jb, mb) for jb in divisors(blocks, machine.registers)
+                     for mb in divisors(rows, MAX_TILE_ROWS, 4)
+                     if registers_needed(mb, jb, False) <= register_budget(machine)]
+            if tiles:
+                return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, -t[0] - t[1]))
         tiles = [(jb, mb) for jb in divisors(blocks, cap) for mb in divisors(rows, MAX_TILE_ROWS, 4)
                  if fits(jb, mb)]
         if tiles:
@@ -374,8 +433,10 @@ def build_dense_packed(group, config: dict):
     # and each row tile runs every tile of its weight (a weight tile loop fused in instead made ViT's
     # Q @ K^T, 197 outputs in 13 blocks, 1.2x slower on one thread; rows first, 0.95x).
     # Otherwise every batch reads the same weight: its tiles are the parallel loop, outermost, so a
-    # thread's row tiles read one panel in turn. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the
-    # same number of them: then the rows join the parallel loop, so every chunk is the same work. ViT's
+    # thread's row tiles read one panel in turn; or, where the weight and the data stream from memory
+    # (``batch_outer``), inside the batch axes, so one batch's rows stay in L2 while the weight's tiles
+    # pass. Unless the pool's chunks (EVEN_CHUNKS) cannot hold the same number of them: then the rows
+    # join the parallel loop, so every chunk is the same work. ViT's
     # 192 outputs were 3 tiles for 2 threads (two thirds of the pair busy); BERT's and GPT-2's 768 outputs
     # are 12 tiles, 8 chunks of 1 and 2 tiles, and the thread left with a 2 waits for it. One thread:
     # 768-deep products level, ViT's 192-deep ones 1-2% slower (a tile's row index is a div/mod).
@@ -383,12 +444,12 @@ def build_dense_packed(group, config: dict):
     if "weight_batch" in dense.op.attrs:
         par, inner = [*outer, it], [jt]
     else:
-        par, inner = [jt, *outer], [it]
+        par, inner = ([*outer, jt] if config.get("batch_outer") else [jt, *outer]), [it]
         tiles = math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"]))
         if tiles % EVEN_CHUNKS and tiles < MAX_ROW_FUSED_TILES:
             par, inner = [*par, it], []
     if out_stage is dense:
-        dense.reorder(*par, *inner, k, jb, ib, ji)
+        dense.reorder(*par, *inner, k, *_step(jb, ib, config), ji)
         tiles = dense.fuse(*par) if len(par) > 1 else par[0]
     else:
         out_stage.reorder(*par, *inner, jb, ib, ji)
@@ -399,9 +460,14 @@ def build_dense_packed(group, config: dict):
         dense.compute_at(out_stage, inner[-1] if inner else tiles)
         *_, ib, dj = dense.op.axis
         jb, ji = dense.split(dj, factor=b)
-        dense.reorder(k, jb, ib, ji)
+        dense.reorder(k, *_step(jb, ib, config), ji)
     dense.unroll(jb)
     dense.unroll(ib)
     dense.vectorize(ji)
     out_stage.parallel(tiles)
     return sch
+
+
+def _step(jb, ib, config):
+    """The tile's two unrolled loops in a step, outer first (``rows_first``)."""
+    return (ib, jb) if config.get("rows_first") else (jb, ib)
