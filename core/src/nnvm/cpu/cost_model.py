@@ -199,3 +199,16 @@ def parallel_loop(machine: Machine, batch: int, oc_chunks: int, rows: int | None
         return loop
     units = oc_chunks if loop == "oc" else rows
     return loop if units % (max(machine.threads, 1) * POOL_CHUNKS_PER_THREAD) == 0 else "oc_oh"
+
+
+FLAT_PLANE_GAIN = 0.83  # flatten a plane only where the model says its tile is this much cheaper
+
+
+def flat_plane_pays(machine: Machine, rows: Tile, flat: Tile, batch: int, oc_outer: int) -> bool:
+    """Whether a 1x1 convolution should walk its plane as one row (``flat``, schedule_nchwc.py) instead
+    of row by row (``rows``): where the model's tile over the flattened plane is cheaper by
+    ``FLAT_PLANE_GAIN``, and, at batch 1, its channel-block groups alone feed the pool (a flat plane is
+    one row: nothing to split by rows)."""
+    if flat.cost > FLAT_PLANE_GAIN * rows.cost:
+        return False
+    return batch > 1 or oc_outer // flat.oc_blocks >= 2 * max(machine.threads, 2)

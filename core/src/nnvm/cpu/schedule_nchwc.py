@@ -25,18 +25,28 @@ and ``pad_at`` (``row``: the window one register tile reads, padded just before 
 padded copy of the input), ``oc_blocks`` (output channel blocks per register tile: ``ow_block x
 oc_blocks`` accumulators; with two or more the unrolled body walks pixels outside blocks when the
 blocks are the fewer, so their weight vectors stay in registers and each broadcast is used at once,
-``cost_model.pixel_major``). The fallback of a plain convolution is the tile and parallel loop of
-``cost_model.py`` (fewest modelled cycles per multiply-add on this machine's registers: 7 x 2 on
-ResNet's 14-pixel rows); depthwise and grouped ones take the largest width divisor up to 14
-accumulators (and two channel blocks for short grouped rows). Images x channel blocks run in parallel
-at batch > 1; depthwise pads per row, plain convolutions at root.
+``cost_model.pixel_major``), ``flat_plane`` (a 1x1 stride-1 unpadded convolution walks its H x W
+plane as one row of H * W pixels, so a tile may span rows: ``_flat_plane``). The fallback of a plain
+convolution is the tile and parallel loop of ``cost_model.py`` (fewest modelled cycles per multiply-add
+on this machine's registers: 7 x 2 on ResNet's 14-pixel rows), over the flattened plane where the
+model's tile there is much cheaper than over rows (``cost_model.flat_plane_pays``: AVX2's 7-pixel rows);
+depthwise and grouped ones take the largest width divisor up to 14 accumulators (and two channel blocks
+for short grouped rows). Images x channel blocks run in parallel at batch > 1; depthwise pads per row,
+plain convolutions at root.
 """
 
 from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import MAX_OC_BLOCKS, machine_of, parallel_loop, pixel_major, register_tile
+from nnvm.cpu.cost_model import (
+    MAX_OC_BLOCKS,
+    flat_plane_pays,
+    machine_of,
+    parallel_loop,
+    pixel_major,
+    register_tile,
+)
 from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
 from nnvm.cpu.schedules import (
     divisors,
@@ -84,7 +94,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     found = nchwc_stage(group)
     if found is None:
         return None
-    _, conv, _ = found
+    _, conv, padded = found
     n, oco, oh, ow, oci = conv.op.axis
     ext_ow, ext_oci, ext_oco, batch = extent(ow), extent(oci), extent(oco), extent(n)
     if ext_ow is None or ext_oci is None or ext_oco is None or batch is None:
@@ -126,6 +136,15 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
             space["ow_block"] = sorted(set(ow_space) | {tile.ow_block})
             fallback["ow_block"], fallback["oc_blocks"] = tile.ow_block, tile.oc_blocks
             fallback["parallel"] = parallel_loop(machine, batch, ext_oco // tile.oc_blocks, extent(oh))
+            if flat_plane_fits(conv) and not padded and extent(oh) is not None:
+                space["flat_plane"] = [False, True]
+                flat = register_tile(machine, extent(oh) * ext_ow, ext_oco,
+                                     max_ow=min(fit, FALLBACK_ACCUMULATORS))
+                space["ow_block"] = sorted(set(space["ow_block"]) | {flat.ow_block})
+                fallback["flat_plane"] = False
+                if enabled("NNVM_X86_FLAT_PLANE") and flat_plane_pays(machine, tile, flat, batch, ext_oco):
+                    fallback.update(flat_plane=True, ow_block=flat.ow_block, oc_blocks=flat.oc_blocks,
+                                    parallel="n_oc" if batch > 1 else "oc")
         else:
             # Grouped: two output-channel blocks per tile when the row is too short to fill it alone
             # (measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%).
@@ -162,7 +181,9 @@ def build_conv2d_nchwc(group, config: dict):
     by_tile = config["parallel"] == "oc_oh"  # channel block groups x rows, fused (batch 1)
     oc_blocks = config.get("oc_blocks", 1)
     by_pixel = pixel_major(ow_block, oc_blocks)  # which operands stay in registers (cost_model.py)
-    if out_stage is conv:
+    if config.get("flat_plane"):
+        parallel, ocb, owi = _flat_plane(conv, out_stage, reduce, ow_block, oc_blocks, by_image, by_pixel)
+    elif out_stage is conv:
         owo, owi = conv.split(ow, factor=ow_block)
         ocb = None
         if oc_blocks > 1:
@@ -210,3 +231,56 @@ def build_conv2d_nchwc(group, config: dict):
     if extra is not None:
         schedule_extra(extra, ow_block)
     return sch
+
+
+def flat_plane_fits(conv) -> bool:
+    """Whether ``conv`` may walk its output plane as one row (``_flat_plane``): a 1x1, stride-1, unpadded
+    plain convolution, whose input pixel ``(y, x)`` is pixel ``y * W + x`` of a contiguous plane in
+    every channel block, so the input index stays affine in the flattened pixel."""
+    attrs = conv.op.attrs
+    return (attrs.get("groups", 1) == 1 and not attrs.get("split") and not attrs.get("depthwise")
+            and tuple(attrs.get("kernel_shape", ())[2:4]) == (1, 1)
+            and tuple(attrs.get("strides", ())) == (1, 1) and not any(attrs.get("padding", (1,))))
+
+
+def _flat_plane(conv, out_stage, reduce, ow_block: int, oc_blocks: int, by_image: bool, by_pixel: bool):
+    """Schedule ``conv`` over its H x W output plane as one row of H * W pixels (MobileNetV2's 7x7
+    planes: 49 pixels in tiles of 5 instead of 7-pixel rows in tiles of 3, 3 and 1); returns the loop to
+    run in parallel. A register tile then spans rows, so a tile's pixels are no box of (row, column),
+    which is all bound inference knows: an epilogue stage computes the conv's whole plane of
+    ``oc_blocks`` channel blocks (a few KiB, in L1) at its channel-block loop, then walks it. Returns
+    (the loop to run in parallel, the unrolled channel-block loop or None, the unrolled pixel loop)::
+
+        parallel for oc_outer (n.oc_outer at batch > 1):
+          for pixel_outer:                           # conv[oc_blocks, H * W, x], a buffer in L1
+            acc[ow_block, oc_blocks, x] = 0
+            for rco, rci: unrolled for pixel_inner, ocb: vectorized for oci: acc += in * w
+          for ocb, pixel: vectorized for oci: out[...] = epilogue(conv[...])
+    """
+    n, oco, oh, ow, oci = conv.op.axis
+    plane = conv.fuse(oh, ow)
+    po, pi = conv.split(plane, factor=ow_block)
+    ocb = None
+    if out_stage is conv:
+        if oc_blocks > 1:
+            oco, ocb = conv.split(oco, factor=oc_blocks)
+        outer = [n, oco] if by_image else [oco, n]
+    else:
+        on, ooco, ooh, oow, ooci = out_stage.op.axis
+        oplane = out_stage.fuse(ooh, oow)
+        oocb = None
+        if oc_blocks > 1:
+            ooco, oocb = out_stage.split(ooco, factor=oc_blocks)
+        outer = [on, ooco] if by_image else [ooco, on]
+        out_stage.reorder(*outer, *([oocb] if oocb is not None else []), oplane, ooci)
+        out_stage.vectorize(ooci)
+        ocb = oco if oc_blocks > 1 else None
+    tile = [pi, ocb] if ocb is not None and by_pixel else [*([ocb] if ocb is not None else []), pi]
+    if out_stage is conv:
+        conv.reorder(*outer, po, *reduce, *tile, oci)
+        parallel = conv.fuse(*outer) if by_image else outer[0]
+    else:
+        parallel = out_stage.fuse(*outer) if by_image else outer[0]
+        conv.compute_at(out_stage, parallel if by_image else outer[-1])
+        conv.reorder(n, po, *reduce, *tile, oci)
+    return parallel, ocb, pi
