@@ -173,6 +173,14 @@ def register_tile(machine: Machine, width: int, oc_outer: int, max_ow: int | Non
     return best[1] if best is not None else Tile(1, 1, tile_cost(1, 1, width, oc_outer, latency))
 
 
+def widest_row(machine: Machine, cap: int) -> int:
+    """The most pixels (up to ``cap``) a one-block tile may hold in ``machine``'s register budget:
+    14 with AVX2 (14 accumulators, the weight, the broadcast)."""
+    budget = register_budget(machine)
+    fits = [w for w in range(1, cap + 1) if registers_needed(w, 1, machine.broadcast_operand) <= budget]
+    return max(fits or [1])
+
+
 def oc_blocks_for(machine: Machine, ow_block: int, oc_outer: int) -> int:
     """The channel blocks per tile of ``register_tile``'s model for a tile width fixed by a config
     (Winograd's products, whose ``tw_block`` knob a tuning log may set): the cheapest that fits."""

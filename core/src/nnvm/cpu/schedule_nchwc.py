@@ -45,7 +45,10 @@ from nnvm.cpu.cost_model import (
     machine_of,
     parallel_loop,
     pixel_major,
+    register_budget,
     register_tile,
+    registers_needed,
+    widest_row,
 )
 from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
 from nnvm.cpu.schedules import (
@@ -62,6 +65,7 @@ from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
+WIDE_ROW_MIN_REDUCTION = 16  # multiply-adds per output a grouped conv needs for AVX2's widest one-block tile
 
 
 def row_block(width: int, cap: int) -> int:
@@ -73,6 +77,14 @@ def row_block(width: int, cap: int) -> int:
     if width <= cap or 2 * best > cap:
         return best
     return min(range(-(-cap // 2), cap + 1), key=lambda b: (-(-width // b) * b, -b))
+
+
+def reduction_steps(op) -> int:
+    """Multiply-adds into each output element: the product of the reduction axes' extents."""
+    steps = 1
+    for axis in op.reduce_axis:
+        steps *= extent(axis) or 1
+    return steps
 
 
 def nchwc_stage(group):
@@ -148,7 +160,17 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
         else:
             # Grouped: two output-channel blocks per tile when the row is too short to fill it alone
             # (measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%).
+            machine = machine_of(target)
             pair_fits = 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit)
+            if not machine.broadcast_operand and reduction_steps(conv.op) >= WIDE_ROW_MIN_REDUCTION:
+                # AVX2: a one-block tile as wide as the registers hold (14 pixels, not 16 - 4 = 12's 7 on
+                # 14- and 28-pixel rows): ShuffleNet's 272 -> 272 g=4 on 14x14 (68 steps) b1 111 -> 103
+                # us, b8 892 -> 809 (onnxruntime 106 / 831); 136 -> 136 on 28x28 (34) level. A 6-step
+                # reduction (24 -> 112 g=4 on 56x56) ran 1.15-1.4x slower with 14 than with 8: kept.
+                ow_fallback = row_block(ext_ow, widest_row(machine, FALLBACK_ACCUMULATORS))
+                fallback["ow_block"] = ow_fallback
+                space["ow_block"] = sorted(set(space["ow_block"]) | {ow_fallback})
+                pair_fits = registers_needed(ow_fallback, 2, False) <= register_budget(machine)
             fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
     # Revision 2 (plain convolutions): tiles over several channel blocks walk pixels outside blocks, so
