@@ -96,6 +96,8 @@ def window_outside_channels(op) -> bool:
     MobileNetV2's 3x3/2 stem b1 556 -> 302 us, onnxruntime 341; b8 8836 -> 2940, ort 2939; a 7x7/2 to
     96 channels 18.5 -> 4.2 ms; ResNet's 7x7/2 3153 -> 2740; AlexNet's 11x11/4 level). Not measured
     with AVX-512: there the order stays."""
+    if len(op.reduce_axis) != 4:  # a split grouped convolution's main stage: (rco, rci)
+        return False
     _, ry, rx, rci = op.reduce_axis
     return extent(rci) == 1 and (extent(ry) or 1) * (extent(rx) or 1) > 1
 
