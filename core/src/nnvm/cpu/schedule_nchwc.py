@@ -33,8 +33,7 @@ model's tile there is much cheaper than over rows (``cost_model.flat_plane_pays`
 depthwise and grouped ones take the largest width divisor up to 14 accumulators (and two channel blocks
 for short grouped rows; on AVX2 one-block tiles as wide as the registers hold). On AVX2 a stem reading
 plain NCHW walks its kernel window outside the input channels (``window_outside_channels``). Images x
-channel blocks run in parallel at batch > 1; depthwise pads per row,
-plain convolutions at root.
+channel blocks run in parallel at batch > 1; depthwise pads per row, plain convolutions at root.
 """
 
 from __future__ import annotations
@@ -284,11 +283,12 @@ def flat_plane_fits(conv) -> bool:
 
 def _flat_plane(conv, out_stage, reduce, ow_block: int, oc_blocks: int, by_image: bool, by_pixel: bool):
     """Schedule ``conv`` over its H x W output plane as one row of H * W pixels (MobileNetV2's 7x7
-    planes: 49 pixels in tiles of 5 instead of 7-pixel rows in tiles of 3, 3 and 1); returns the loop to
-    run in parallel. A register tile then spans rows, so a tile's pixels are no box of (row, column),
-    which is all bound inference knows: an epilogue stage computes the conv's whole plane of
-    ``oc_blocks`` channel blocks (a few KiB, in L1) at its channel-block loop, then walks it. Returns
-    (the loop to run in parallel, the unrolled channel-block loop or None, the unrolled pixel loop)::
+    planes: 49 pixels in tiles of 5 instead of 7-pixel rows in tiles of 3, 3 and 1). A register tile
+    then spans rows, so a tile's pixels are no box of (row, column), which is all bound inference
+    knows: an epilogue stage computes the conv's whole plane of ``oc_blocks`` channel blocks (a few KiB,
+    in L1) at its channel-group loop, then walks it. The pool runs channel groups (images x groups at
+    ``n_oc``; the row choices ``oh`` and ``oc_oh`` have no rows to split here). Returns (the loop to run
+    in parallel, the unrolled channel-block loop or None, the unrolled pixel loop)::
 
         parallel for oc_outer (n.oc_outer at batch > 1):
           for pixel_outer:                           # conv[oc_blocks, H * W, x], a buffer in L1
