@@ -6,6 +6,7 @@ import pytest
 
 from nnvm.cpu.cost_model import (
     Machine,
+    flat_plane_pays,
     oc_blocks_for,
     parallel_loop,
     pixel_major,
@@ -106,3 +107,29 @@ def test_avx2_counts_every_broadcast_and_fills_the_file():
         assert 10 <= tile.ow_block * tile.oc_blocks <= 12, (width, tile)
         assert registers_needed(tile.ow_block, tile.oc_blocks, False) <= 16
     assert oc_blocks_for(AVX2, 3, 32) == 4 and oc_blocks_for(AVX2, 7, 32) == 1
+
+
+def _flattens(machine, width, oc_outer, batch=1):
+    rows = register_tile(machine, width, oc_outer, max_ow=12 if machine.registers == 16 else 14)
+    flat = register_tile(machine, width * width, oc_outer, max_ow=12 if machine.registers == 16 else 14)
+    return flat_plane_pays(machine, rows, flat, batch, oc_outer)
+
+
+def test_flat_plane_only_where_a_row_ends_in_a_poor_tile():
+    """AVX2: 7-pixel rows in 3 x 4 tiles (3, 3 and a lone pixel) flatten (MobileNetV2's 960 -> 160 and
+    320 -> 1280, ResNet-50's 7x7 1x1s: measured 1.10-1.13x faster); 4 x 3 on 7 pixels (measured level) and
+    14-pixel rows (mixed) do not; batch 1 needs channel-block groups for both threads."""
+    assert _flattens(AVX2, 7, 20) and _flattens(AVX2, 7, 160) and _flattens(AVX2, 7, 64)
+    assert not _flattens(AVX2, 7, 120)  # 4 x 3 tiles
+    assert not any(_flattens(AVX2, 14, blocks) for blocks in (8, 12, 16, 72))
+    assert not any(_flattens(AVX2, w, 8) for w in (28, 56, 112))
+    assert not _flattens(AVX2, 7, 4) and _flattens(AVX2, 7, 4, batch=8)  # 2 groups of 2 blocks at batch 1
+
+
+def test_avx512_and_neon_never_flatten():
+    """32 registers fill 7- and 14-pixel rows without a poor tile; nothing measured there: no change."""
+    neon = Machine(lanes=4, registers=32, threads=2)
+    for machine in (AVX512, neon):
+        for width in (7, 13, 14, 27, 28, 55, 56, 112):
+            assert not any(_flattens(machine, width, b, batch) for b in (2, 3, 4, 8, 10, 20, 64, 125, 160)
+                           for batch in (1, 8)), (machine, width)

@@ -173,6 +173,14 @@ def register_tile(machine: Machine, width: int, oc_outer: int, max_ow: int | Non
     return best[1] if best is not None else Tile(1, 1, tile_cost(1, 1, width, oc_outer, latency))
 
 
+def widest_row(machine: Machine, cap: int) -> int:
+    """The most pixels (up to ``cap``) a one-block tile may hold in ``machine``'s register budget:
+    14 with AVX2 (14 accumulators, the weight, the broadcast)."""
+    budget = register_budget(machine)
+    fits = [w for w in range(1, cap + 1) if registers_needed(w, 1, machine.broadcast_operand) <= budget]
+    return max(fits or [1])
+
+
 def oc_blocks_for(machine: Machine, ow_block: int, oc_outer: int) -> int:
     """The channel blocks per tile of ``register_tile``'s model for a tile width fixed by a config
     (Winograd's products, whose ``tw_block`` knob a tuning log may set): the cheapest that fits."""
@@ -199,3 +207,16 @@ def parallel_loop(machine: Machine, batch: int, oc_chunks: int, rows: int | None
         return loop
     units = oc_chunks if loop == "oc" else rows
     return loop if units % (max(machine.threads, 1) * POOL_CHUNKS_PER_THREAD) == 0 else "oc_oh"
+
+
+FLAT_PLANE_GAIN = 0.83  # flatten a plane only where the model says its tile is this much cheaper
+
+
+def flat_plane_pays(machine: Machine, rows: Tile, flat: Tile, batch: int, oc_outer: int) -> bool:
+    """Whether a 1x1 convolution should walk its plane as one row (``flat``, schedule_nchwc.py) instead
+    of row by row (``rows``): where the model's tile over the flattened plane is cheaper by
+    ``FLAT_PLANE_GAIN``, and, at batch 1, its channel-block groups alone feed the pool (a flat plane is
+    one row: nothing to split by rows)."""
+    if flat.cost > FLAT_PLANE_GAIN * rows.cost:
+        return False
+    return batch > 1 or oc_outer // flat.oc_blocks >= 2 * max(machine.threads, 2)

@@ -25,18 +25,32 @@ and ``pad_at`` (``row``: the window one register tile reads, padded just before 
 padded copy of the input), ``oc_blocks`` (output channel blocks per register tile: ``ow_block x
 oc_blocks`` accumulators; with two or more the unrolled body walks pixels outside blocks when the
 blocks are the fewer, so their weight vectors stay in registers and each broadcast is used at once,
-``cost_model.pixel_major``). The fallback of a plain convolution is the tile and parallel loop of
-``cost_model.py`` (fewest modelled cycles per multiply-add on this machine's registers: 7 x 2 on
-ResNet's 14-pixel rows); depthwise and grouped ones take the largest width divisor up to 14
-accumulators (and two channel blocks for short grouped rows). Images x channel blocks run in parallel
-at batch > 1; depthwise pads per row, plain convolutions at root.
+``cost_model.pixel_major``), ``flat_plane`` (a 1x1 stride-1 unpadded convolution walks its H x W
+plane as one row of H * W pixels, so a tile may span rows: ``_flat_plane``). The fallback of a plain
+convolution is the tile and parallel loop of ``cost_model.py`` (fewest modelled cycles per multiply-add
+on this machine's registers: 7 x 2 on ResNet's 14-pixel rows), over the flattened plane where the
+model's tile there is much cheaper than over rows (``cost_model.flat_plane_pays``: AVX2's 7-pixel rows);
+depthwise and grouped ones take the largest width divisor up to 14 accumulators (and two channel blocks
+for short grouped rows; on AVX2 one-block tiles as wide as the registers hold). On AVX2 a stem reading
+plain NCHW walks its kernel window outside the input channels (``window_outside_channels``). Images x
+channel blocks run in parallel at batch > 1; depthwise pads per row, plain convolutions at root.
 """
 
 from __future__ import annotations
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import MAX_OC_BLOCKS, machine_of, parallel_loop, pixel_major, register_tile
+from nnvm.cpu.cost_model import (
+    MAX_OC_BLOCKS,
+    flat_plane_pays,
+    machine_of,
+    parallel_loop,
+    pixel_major,
+    register_budget,
+    register_tile,
+    registers_needed,
+    widest_row,
+)
 from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
 from nnvm.cpu.schedules import (
     divisors,
@@ -52,6 +66,7 @@ from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
+WIDE_ROW_MIN_REDUCTION = 16  # multiply-adds per output a grouped conv needs for AVX2's widest one-block tile
 
 
 def row_block(width: int, cap: int) -> int:
@@ -63,6 +78,27 @@ def row_block(width: int, cap: int) -> int:
     if width <= cap or 2 * best > cap:
         return best
     return min(range(-(-cap // 2), cap + 1), key=lambda b: (-(-width // b) * b, -b))
+
+
+def reduction_steps(op) -> int:
+    """Multiply-adds into each output element: the product of the reduction axes' extents."""
+    steps = 1
+    for axis in op.reduce_axis:
+        steps *= extent(axis) or 1
+    return steps
+
+
+def window_outside_channels(op) -> bool:
+    """Whether a plain convolution's AVX2 fallback walks the kernel window outside the input channels:
+    where its input is plain NCHW (one channel per block: a stem's 3 channels). With the channels
+    outside, AVX2's 12-accumulator tiles (3 x 4, 4 x 3) ran 1.1-4.4x slower (1 thread, single layers:
+    MobileNetV2's 3x3/2 stem b1 556 -> 302 us, onnxruntime 341; b8 8836 -> 2940, ort 2939; a 7x7/2 to
+    96 channels 18.5 -> 4.2 ms; ResNet's 7x7/2 3153 -> 2740; AlexNet's 11x11/4 level). Not measured
+    with AVX-512: there the order stays."""
+    if len(op.reduce_axis) != 4:  # a split grouped convolution's main stage: (rco, rci)
+        return False
+    _, ry, rx, rci = op.reduce_axis
+    return extent(rci) == 1 and (extent(ry) or 1) * (extent(rx) or 1) > 1
 
 
 def nchwc_stage(group):
@@ -84,7 +120,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     found = nchwc_stage(group)
     if found is None:
         return None
-    _, conv, _ = found
+    _, conv, padded = found
     n, oco, oh, ow, oci = conv.op.axis
     ext_ow, ext_oci, ext_oco, batch = extent(ow), extent(oci), extent(oco), extent(n)
     if ext_ow is None or ext_oci is None or ext_oco is None or batch is None:
@@ -116,6 +152,8 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     if not depthwise:
         space["reduce_order"] = ["rco_ry_rx_rci", "ry_rx_rco_rci"]
         fallback["reduce_order"] = "rco_ry_rx_rci"
+        if window_outside_channels(conv.op) and not machine_of(target).broadcast_operand:
+            fallback["reduce_order"] = "ry_rx_rco_rci"
         # Several output-channel blocks per register tile: each broadcast input feeds one multiply-add
         # per block, so fewer loads per multiply-add (cost_model.py).
         space["oc_blocks"] = [b for b in range(1, MAX_OC_BLOCKS + 1) if ext_oco % b == 0]
@@ -126,10 +164,29 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
             space["ow_block"] = sorted(set(ow_space) | {tile.ow_block})
             fallback["ow_block"], fallback["oc_blocks"] = tile.ow_block, tile.oc_blocks
             fallback["parallel"] = parallel_loop(machine, batch, ext_oco // tile.oc_blocks, extent(oh))
+            if flat_plane_fits(conv) and not padded and extent(oh) is not None:
+                space["flat_plane"] = [False, True]
+                flat = register_tile(machine, extent(oh) * ext_ow, ext_oco,
+                                     max_ow=min(fit, FALLBACK_ACCUMULATORS))
+                space["ow_block"] = sorted(set(space["ow_block"]) | {flat.ow_block})
+                fallback["flat_plane"] = False
+                if enabled("NNVM_X86_FLAT_PLANE") and flat_plane_pays(machine, tile, flat, batch, ext_oco):
+                    fallback.update(flat_plane=True, ow_block=flat.ow_block, oc_blocks=flat.oc_blocks,
+                                    parallel="n_oc" if batch > 1 else "oc")
         else:
             # Grouped: two output-channel blocks per tile when the row is too short to fill it alone
             # (measured on Zen 4: 7-wide rows gain 1.5x from two blocks, 14-wide rows lose 15%).
+            machine = machine_of(target)
             pair_fits = 2 * ow_fallback <= min(FALLBACK_ACCUMULATORS, fit)
+            if not machine.broadcast_operand and reduction_steps(conv.op) >= WIDE_ROW_MIN_REDUCTION:
+                # AVX2: a one-block tile as wide as the registers hold (14 pixels, not 16 - 4 = 12's 7 on
+                # 14- and 28-pixel rows): ShuffleNet's 272 -> 272 g=4 on 14x14 (68 steps) b1 111 -> 103
+                # us, b8 892 -> 809 (onnxruntime 106 / 831); 136 -> 136 on 28x28 (34) level. A 6-step
+                # reduction (24 -> 112 g=4 on 56x56) ran 1.15-1.4x slower with 14 than with 8: kept.
+                ow_fallback = row_block(ext_ow, widest_row(machine, FALLBACK_ACCUMULATORS))
+                fallback["ow_block"] = ow_fallback
+                space["ow_block"] = sorted(set(space["ow_block"]) | {ow_fallback})
+                pair_fits = registers_needed(ow_fallback, 2, False) <= register_budget(machine)
             fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
     name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
     # Revision 2 (plain convolutions): tiles over several channel blocks walk pixels outside blocks, so
@@ -162,7 +219,9 @@ def build_conv2d_nchwc(group, config: dict):
     by_tile = config["parallel"] == "oc_oh"  # channel block groups x rows, fused (batch 1)
     oc_blocks = config.get("oc_blocks", 1)
     by_pixel = pixel_major(ow_block, oc_blocks)  # which operands stay in registers (cost_model.py)
-    if out_stage is conv:
+    if config.get("flat_plane"):
+        parallel, ocb, owi = _flat_plane(conv, out_stage, reduce, ow_block, oc_blocks, by_image, by_pixel)
+    elif out_stage is conv:
         owo, owi = conv.split(ow, factor=ow_block)
         ocb = None
         if oc_blocks > 1:
@@ -210,3 +269,57 @@ def build_conv2d_nchwc(group, config: dict):
     if extra is not None:
         schedule_extra(extra, ow_block)
     return sch
+
+
+def flat_plane_fits(conv) -> bool:
+    """Whether ``conv`` may walk its output plane as one row (``_flat_plane``): a 1x1, stride-1, unpadded
+    plain convolution, whose input pixel ``(y, x)`` is pixel ``y * W + x`` of a contiguous plane in
+    every channel block, so the input index stays affine in the flattened pixel."""
+    attrs = conv.op.attrs
+    return (attrs.get("groups", 1) == 1 and not attrs.get("split") and not attrs.get("depthwise")
+            and tuple(attrs.get("kernel_shape", ())[2:4]) == (1, 1)
+            and tuple(attrs.get("strides", ())) == (1, 1) and not any(attrs.get("padding", (1,))))
+
+
+def _flat_plane(conv, out_stage, reduce, ow_block: int, oc_blocks: int, by_image: bool, by_pixel: bool):
+    """Schedule ``conv`` over its H x W output plane as one row of H * W pixels (MobileNetV2's 7x7
+    planes: 49 pixels in tiles of 5 instead of 7-pixel rows in tiles of 3, 3 and 1). A register tile
+    then spans rows, so a tile's pixels are no box of (row, column), which is all bound inference
+    knows: an epilogue stage computes the conv's whole plane of ``oc_blocks`` channel blocks (a few KiB,
+    in L1) at its channel-group loop, then walks it. The pool runs channel groups (images x groups at
+    ``n_oc``; the row choices ``oh`` and ``oc_oh`` have no rows to split here). Returns (the loop to run
+    in parallel, the unrolled channel-block loop or None, the unrolled pixel loop)::
+
+        parallel for oc_outer (n.oc_outer at batch > 1):
+          for pixel_outer:                           # conv[oc_blocks, H * W, x], a buffer in L1
+            acc[ow_block, oc_blocks, x] = 0
+            for rco, rci: unrolled for pixel_inner, ocb: vectorized for oci: acc += in * w
+          for ocb, pixel: vectorized for oci: out[...] = epilogue(conv[...])
+    """
+    n, oco, oh, ow, oci = conv.op.axis
+    plane = conv.fuse(oh, ow)
+    po, pi = conv.split(plane, factor=ow_block)
+    ocb = None
+    if out_stage is conv:
+        if oc_blocks > 1:
+            oco, ocb = conv.split(oco, factor=oc_blocks)
+        outer = [n, oco] if by_image else [oco, n]
+    else:
+        on, ooco, ooh, oow, ooci = out_stage.op.axis
+        oplane = out_stage.fuse(ooh, oow)
+        oocb = None
+        if oc_blocks > 1:
+            ooco, oocb = out_stage.split(ooco, factor=oc_blocks)
+        outer = [on, ooco] if by_image else [ooco, on]
+        out_stage.reorder(*outer, *([oocb] if oocb is not None else []), oplane, ooci)
+        out_stage.vectorize(ooci)
+        ocb = oco if oc_blocks > 1 else None
+    tile = [pi, ocb] if ocb is not None and by_pixel else [*([ocb] if ocb is not None else []), pi]
+    if out_stage is conv:
+        conv.reorder(*outer, po, *reduce, *tile, oci)
+        parallel = conv.fuse(*outer) if by_image else outer[0]
+    else:
+        parallel = out_stage.fuse(*outer) if by_image else outer[0]
+        conv.compute_at(out_stage, parallel if by_image else outer[-1])
+        conv.reorder(n, po, *reduce, *tile, oci)
+    return parallel, ocb, pi
