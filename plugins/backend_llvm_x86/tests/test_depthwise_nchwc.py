@@ -204,7 +204,7 @@ def test_streaming_layers_get_other_tiles_on_16_registers(tmp_path, monkeypatch,
 
 def test_unknown_last_level_cache_keeps_the_2d_tile(tmp_path, group_of):
     """Another CPU than the host (caches unknown): no streaming rule."""
-    from nnvm.cpu.depthwise_nchwc import streams_from_memory
+    from nnvm.cpu.cost_model import streams_from_memory
 
     path = _save(str(tmp_path / "dw.onnx"), 8, 144, 56, 1, "bias_relu6")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=haswell")
@@ -218,7 +218,7 @@ def test_unknown_last_level_cache_keeps_the_2d_tile(tmp_path, group_of):
 def test_one_row_tiles_match_onnxruntime(case, tmp_path, monkeypatch, group_of):
     """The streaming rule forced on small layers (any size streams): the host's fallback (one-row tiles at
     stride 1, 4 x 2 at stride 2 on an AVX2 host) against onnxruntime, batch 8 and 3."""
-    monkeypatch.setattr("nnvm.cpu.depthwise_nchwc.STREAM_SHARE", 1e-9)
+    monkeypatch.setattr("nnvm.cpu.cost_model.STREAM_SHARE", 1e-9)
     n, c, hw = case[:3]
     path = _save(str(tmp_path / "dw.onnx"), *case)
     _check_tiles_against_onnxruntime(path, (n, c, hw, hw), case, group_of, 3)

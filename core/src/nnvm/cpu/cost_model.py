@@ -86,6 +86,18 @@ def machine_of(target) -> Machine:
                    signature.cores or 1, operand)
 
 
+STREAM_SHARE = 0.5  # of the last-level cache: a layer whose input + output exceed it streams from memory
+
+
+def streams_from_memory(target, nbytes: int) -> bool:
+    """Whether ``nbytes`` of a layer's operands exceed ``STREAM_SHARE`` of ``target``'s last-level cache
+    (asked of the backend's ``cpu_signature``; unknown: no). Depthwise layers take one-row tiles there,
+    packed products run their weight's tiles inside the batches."""
+    signature = getattr(target.backend, "cpu_signature", lambda _t: None)(target)
+    l3 = getattr(signature, "l3", None)
+    return bool(l3) and nbytes > STREAM_SHARE * l3
+
+
 @dataclass(frozen=True)
 class Tile:
     """A register tile and its modelled cycles per useful multiply-add."""

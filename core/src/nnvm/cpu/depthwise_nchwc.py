@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.cost_model import machine_of
+from nnvm.cpu.cost_model import machine_of, streams_from_memory
 from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
 from nnvm.cpu.schedules import (
     divisors,
@@ -64,17 +64,6 @@ NAME = "x86.depthwise_conv2d_nchwc.tiles"
 TILE_VECTORS = 8  # output vectors of one register tile (fallback)
 TILE_WIDTH = 4  # of which along a row, at most (fallback)
 MIN_CHUNKS = 16  # parallel chunks the fallback keeps at least, where the plane has rows enough
-STREAM_SHARE = 0.5  # of the last-level cache: a layer whose input + output exceed it streams from memory
-
-
-def streams_from_memory(target, nbytes: int) -> bool:
-    """Whether ``nbytes`` of a layer's input and output exceed ``STREAM_SHARE`` of ``target``'s
-    last-level cache (asked of the backend's ``cpu_signature``; unknown: no)."""
-    signature = getattr(target.backend, "cpu_signature", lambda _t: None)(target)
-    l3 = getattr(signature, "l3", None)
-    return bool(l3) and nbytes > STREAM_SHARE * l3
-
-
 def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     """``x86.depthwise_conv2d_nchwc.tiles`` for a depthwise conv2d_nchwc group, or None to decline."""
     if not enabled("NNVM_X86_DEPTHWISE_TILES") or not enabled("NNVM_X86_CONV_SCHEDULE"):

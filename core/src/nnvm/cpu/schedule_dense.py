@@ -56,8 +56,8 @@ from nnvm.cpu.cost_model import (
     pixel_major,
     register_budget,
     registers_needed,
+    streams_from_memory,
 )
-from nnvm.cpu.depthwise_nchwc import streams_from_memory
 from nnvm.cpu.schedules import (
     divisors,
     extent,
@@ -338,7 +338,7 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
 def batch_outer(target, dense, rows: int, depth: int) -> bool:
     """Whether a shared weight's tiles run inside the data's batch axes (``[B, S, K]`` data, ``rows``
     = B x S of them, ``depth`` K) rather than outside: where the weight and the data stream from memory
-    (``depthwise_nchwc.streams_from_memory``: over half the last-level cache), the weight passing through
+    (``cost_model.streams_from_memory``: over half the last-level cache), the weight passing through
     the L3 evicts the rows every weight tile reads again, so each tile would fetch all of them from
     memory; inside the batches, one batch's S rows stay in L2 while the tiles pass, and the weight is
     read once per batch in the stream it was packed in. Zen 4 (32 MiB L3), one thread, CPU time,
