@@ -58,6 +58,7 @@ from nnvm.cpu.schedules import (
     inline_epilogue,
     largest_divisor,
     reduction_flops,
+    reduction_steps,
     sole_anchor,
     vector_lanes,
 )
@@ -78,14 +79,6 @@ def row_block(width: int, cap: int) -> int:
     if width <= cap or 2 * best > cap:
         return best
     return min(range(-(-cap // 2), cap + 1), key=lambda b: (-(-width // b) * b, -b))
-
-
-def reduction_steps(op) -> int:
-    """Multiply-adds into each output element: the product of the reduction axes' extents."""
-    steps = 1
-    for axis in op.reduce_axis:
-        steps *= extent(axis) or 1
-    return steps
 
 
 def window_outside_channels(op) -> bool:

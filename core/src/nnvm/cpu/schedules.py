@@ -110,11 +110,15 @@ def single_conv_stage(group, depthwise: bool):
     return sch, conv, guarded_inputs_of_reductions(sch)
 
 
+def reduction_steps(op) -> int:
+    """Multiply-adds into each output element of a reduction stage: the product of its reduce axes."""
+    return math.prod(extent(iv) or 1 for iv in op.reduce_axis)
+
+
 def reduction_flops(op) -> float:
     """Multiply-adds x 2 of a reduction stage (conv2d, a Winograd product): its output size times its
     reduction size."""
-    spatial = math.prod(extent(iv) or 1 for iv in op.axis)
-    return 2.0 * spatial * math.prod(extent(iv) or 1 for iv in op.reduce_axis)
+    return 2.0 * math.prod(extent(iv) or 1 for iv in op.axis) * reduction_steps(op)
 
 
 def conv2d_template(target, group) -> ScheduleTemplate | None:
