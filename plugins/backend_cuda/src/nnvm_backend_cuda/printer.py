@@ -84,8 +84,8 @@ class CUDAPrinter(CPrinter):
             params = "T a" if fn == "sign" else "A a, B b"
             tpl = "typename T" if fn == "sign" else "typename A, typename B"
             ret = "T" if fn == "sign" else "decltype(a + b)"
-            self._helpers.setdefault(f"nnvm_{fn}", f"template <{tpl}> static __device__ __forceinline__ auto "
-                                                   f"nnvm_{fn}({params}) -> {ret} {{ return {body}; }}")
+            self.helper(f"nnvm_{fn}", f"template <{tpl}> {self.helper_qualifier} auto "
+                        f"nnvm_{fn}({params}) -> {ret} {{ return {body}; }}")
             return f"nnvm_{fn}({', '.join(args)})"
         if base == "float32" and fn not in ("isnan", "isinf", "isfinite", "signbit"):
             fn += "f"
@@ -104,7 +104,7 @@ class CUDAPrinter(CPrinter):
         sig = f"{name}({', '.join(params)})"
         parts = [lane(k, c) for k, c in enumerate(_LANES[:E.split_lanes(dtype)[1]])]
         body = " ".join(parts) if ret == "void" else f"return make_{vt}({', '.join(parts)});"
-        self._helpers.setdefault(sig, f"static __device__ __forceinline__ {ret or vt} {sig} {{ {body} }}")
+        self.helper(sig, f"{self.helper_qualifier} {ret or vt} {sig} {{ {body} }}")
         return name
 
     def vector_binary(self, op: str, a: str, b: str, dtype: str) -> str:
