@@ -127,6 +127,37 @@ def test_every_chunk_runs_once(callers, tmp_path, c_callers):
     assert proc.returncode == 0 and "bad 0" in proc.stdout, proc.stdout + proc.stderr
 
 
+_CHUNK_SIZES = r"""
+void nnvm_pool_run(void (*)(void *, int64_t, int64_t), void *, int64_t, int32_t);
+static void widest(void *most, int64_t lo, int64_t hi) {
+  int64_t w = hi - lo, seen = __atomic_load_n((int64_t *)most, __ATOMIC_RELAXED);
+  while (w > seen && !__atomic_compare_exchange_n((int64_t *)most, &seen, w, 0, __ATOMIC_RELAXED,
+                                                  __ATOMIC_RELAXED)) {}
+}
+static int64_t widest_chunk(int64_t extent) {
+  int64_t most = 0;
+  for (int r = 0; r < 50; r++) nnvm_pool_run(widest, &most, extent, 2);
+  return most;
+}
+static void *caller(void *arg) {
+  (void)arg;
+  printf("%ld %ld %ld %ld %ld\n", (long)widest_chunk(10), (long)widest_chunk(18), (long)widest_chunk(32),
+         (long)widest_chunk(40), (long)widest_chunk(66));
+  return 0;
+}
+static void report(void) {}
+"""
+
+
+def test_short_uneven_loops_run_one_iteration_a_chunk(tmp_path, c_callers):
+    """Two threads cut a loop into 8 chunks; a short loop 8 does not divide (10, 18 iterations: MobileNetV2's
+    7x7 channel-block groups) runs one iteration a chunk, so the threads end within one iteration of each
+    other; 32 and 40 still run in 8 chunks (4 and 5 each), and 66 (over 4 x 8) in chunks of 8-9."""
+    proc = c_callers(tmp_path, _CHUNK_SIZES, 1)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["1", "1", "4", "5", "9"], proc.stdout
+
+
 def test_no_c_compiler_is_one_sentence():
     with pytest.raises(Error, match=r"running parallel kernels needs a C compiler .*'no-such-cc' was not"):
         pool_build("no-such-cc", "so", "running parallel kernels")

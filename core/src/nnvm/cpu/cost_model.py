@@ -49,7 +49,8 @@ PARTIAL_TILE = 1.1  # a row with a partial last tile runs guarded code besides t
 MAX_OC_BLOCKS = 4  # channel blocks one tile may span
 DEFAULT_L1D = 32 * 1024  # when the backend does not know the caches (another CPU than the host)
 DEFAULT_L2 = 1024 * 1024
-POOL_CHUNKS_PER_THREAD = 4  # a parallel loop's chunks per thread (the LLVM backends' CHUNKS_PER_THREAD)
+POOL_CHUNKS_PER_THREAD = 4  # a parallel loop's chunks per thread (the LLVM backends' CHUNKS_PER_THREAD;
+# a short loop they would not divide evenly runs one iteration a chunk)
 
 
 @dataclass(frozen=True)
