@@ -141,21 +141,22 @@ static int64_t widest_chunk(int64_t extent) {
 }
 static void *caller(void *arg) {
   (void)arg;
-  printf("%ld %ld %ld %ld %ld\n", (long)widest_chunk(10), (long)widest_chunk(18), (long)widest_chunk(32),
-         (long)widest_chunk(40), (long)widest_chunk(66));
+  printf("%ld %ld %ld %ld %ld %ld\n", (long)widest_chunk(10), (long)widest_chunk(18), (long)widest_chunk(40),
+         (long)widest_chunk(42), (long)widest_chunk(66), (long)widest_chunk(678));
   return 0;
 }
 static void report(void) {}
 """
 
 
-def test_short_uneven_loops_run_one_iteration_a_chunk(tmp_path, c_callers):
-    """Two threads cut a loop into 8 chunks; a short loop 8 does not divide (10, 18 iterations: MobileNetV2's
-    7x7 channel-block groups) runs one iteration a chunk, so the threads end within one iteration of each
-    other; 32 and 40 still run in 8 chunks (4 and 5 each), and 66 (over 4 x 8) in chunks of 8-9."""
+def test_chunks_are_the_same_size_where_a_few_more_make_it_so(tmp_path, c_callers):
+    """Two threads cut a loop into 8 chunks where 8 divide it (40: chunks of 5); otherwise into the fewest
+    even count up to 32 that divides it (42 rows: 14 chunks of 3; 66: 22 of 3), so neither thread is left
+    a whole iteration's work; a short loop no such count divides runs one iteration a chunk (10 and 18:
+    MobileNetV2's 7x7 channel-block groups), a long one keeps 8 (678: chunks of 84-85)."""
     proc = c_callers(tmp_path, _CHUNK_SIZES, 1)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.split() == ["1", "1", "4", "5", "9"], proc.stdout
+    assert proc.stdout.split() == ["1", "1", "5", "3", "3", "85"], proc.stdout
 
 
 def test_no_c_compiler_is_one_sentence():

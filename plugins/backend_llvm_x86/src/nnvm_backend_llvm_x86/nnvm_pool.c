@@ -7,10 +7,8 @@
  * thread, so on a loaded machine each parallel region waits for the worker the OS descheduled. Here:
  * - a loop is cut into more chunks than threads (CHUNKS_PER_THREAD), taken from an atomic counter by the
  *   caller and the workers alike; the region ends when every chunk is *done*, so a worker that wakes
- *   late finds nothing left and goes back to waiting. A short loop whose extent the chunks do not divide
- *   (up to EVEN_SPLIT_MAX times the chunks) is cut one iteration a chunk instead: MobileNetV2's 960 -> 160
- *   on 7x7 is 10 channel-block groups, which 8 chunks cut 1,1,1,2,1,1,1,2, so one thread could end a whole
- *   group after the other; one a chunk, they end within one (2 threads: 116 -> 99 us; bench/RESULTS.md).
+ *   late finds nothing left and goes back to waiting. Chunks are the same size where a few more of them
+ *   make it so (even_chunks).
  *   A worker can never take a chunk of a later job: the counter carries the job's generation (`ticket` =
  *   generation << 32 | next chunk), and the job's fields are read like a seqlock (checked against the
  *   ticket after reading);
@@ -58,7 +56,7 @@
 #define CHUNKS_PER_THREAD 4 /* 1 is libgomp's split; 4: a descheduled thread holds an eighth of 2 threads' work */
 #endif
 #ifndef EVEN_SPLIT_MAX
-#define EVEN_SPLIT_MAX 4 /* uneven loops up to 4x the chunks: one iteration a chunk (0: never) */
+#define EVEN_SPLIT_MAX 4 /* even_chunks: up to 4x CHUNKS_PER_THREAD chunks (1: never more) */
 #endif
 #ifndef SPIN_NS
 #define SPIN_NS 50000 /* longer than the gap between two kernels' parallel loops (bench/RESULTS.md) */
@@ -348,6 +346,22 @@ NNVM_POOL_API void nnvm_pool_stats(uint64_t out[4]) {
 #define STATS_JOIN_END() ((void)0)
 #endif
 
+/* How many chunks a loop of `extent` iterations is cut into for `team` threads: CHUNKS_PER_THREAD a
+ * thread, or, where those would not be the same size, the fewest (up to EVEN_SPLIT_MAX times as many)
+ * that are and that the team shares evenly, else one iteration a chunk for a loop that short. Chunks of
+ * unequal size leave one thread a whole iteration's work after the other is done: MobileNetV2's 960 ->
+ * 160 on 7x7 is 10 channel-block groups, which 8 chunks cut 1,1,1,2,1,1,1,2 (2 threads: 116 -> 99 us
+ * cut in 10); 42 rows go in 14 chunks of 3, not 8 of 5-6. A long loop keeps its CHUNKS_PER_THREAD: one
+ * iteration more in a chunk is little there, and every chunk is a compare-and-swap on a shared line. */
+static uint32_t even_chunks(int64_t extent, int32_t team) {
+  int64_t chunks = (int64_t)team * CHUNKS_PER_THREAD;
+  if (extent <= chunks) return (uint32_t)extent;
+  if (extent % chunks == 0) return (uint32_t)chunks;
+  for (int64_t n = chunks + team; n <= EVEN_SPLIT_MAX * chunks && n <= extent; n += team)
+    if (extent % n == 0) return (uint32_t)n;
+  return (uint32_t)(extent <= EVEN_SPLIT_MAX * chunks ? extent : chunks);
+}
+
 NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, int32_t team) {
   if (team > extent) team = (int32_t)extent;
   if (team <= 1 || atomic_load_explicit(&P.forked, memory_order_relaxed) || atomic_exchange(&P.busy, 1)) {
@@ -359,9 +373,7 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
     fn(closure, 0, extent);
     return;
   }
-  int64_t chunks = (int64_t)team * CHUNKS_PER_THREAD;
-  uint32_t n = (uint32_t)(extent < chunks ? extent : chunks);
-  if (extent % n && extent <= EVEN_SPLIT_MAX * chunks) n = (uint32_t)extent;
+  uint32_t n = even_chunks(extent, team);
   uint32_t g = atomic_load_explicit(&P.gen, memory_order_relaxed) + 1;
   /* seqlock write: close the ticket, write the job, open the ticket at chunk 0 */
   atomic_store_explicit(&P.ticket, (uint64_t)g << 32 | CLOSED, memory_order_relaxed);
