@@ -35,7 +35,7 @@ LIMITS = {"buffers": 31, "threadgroup_bytes": 32 * 1024, "threads": 1024}
 # erf to float precision: a Taylor series near zero, Numerical Recipes' erfc (fractional error
 # < 1.2e-7) elsewhere.
 ERF = """\
-inline float nnvm_erf(float x) {
+float nnvm_erf(float x) {
   float a = fabs(x);
   if (a < 0.5f) {
     float z = x * x;
@@ -56,6 +56,7 @@ class MetalPrinter(CPrinter):
     kernel_prefix = "kernel void"
     global_qualifier = "device"
     shared_qualifier = "threadgroup"
+    helper_qualifier = "inline"  # Metal's C++: file-scope functions need no ``static``
     scalar_types = {**C_SCALAR_TYPES, "int8": "char", "int64": "long", "uint8": "uchar", "uint16": "ushort",
                     "uint32": "uint", "uint64": "ulong"}
     reserved = CPrinter.reserved | METAL_RESERVED
@@ -132,8 +133,7 @@ class MetalPrinter(CPrinter):
             t = self.type_name(dtype)
             args = [f"(({t})({a}))" for a in args]
         if fn == "erf":
-            self._helpers.setdefault("nnvm_erf", ERF)
-            fn = "nnvm_erf"
+            fn = self.helper("nnvm_erf", f"{self.helper_qualifier} {ERF}")
             if E.split_lanes(dtype)[1] > 1:
                 return self._lanewise("nnvm_erf", args, dtype)
         return super().call(fn, args, dtype)
@@ -151,8 +151,8 @@ class MetalPrinter(CPrinter):
         params = ", ".join(f"{vt} a{i}" for i in range(len(args)))
         body = " ".join(f"r.{c} = {fn}({', '.join(f'a{i}.{c}' for i in range(len(args)))});"
                         for c in _LANES[:lanes])
-        self._helpers.setdefault(f"{name}({params})",
-                                 f"inline {vt} {name}({params}) {{ {vt} r; {body} return r; }}")
+        self.helper(f"{name}({params})",
+                    f"{self.helper_qualifier} {vt} {name}({params}) {{ {vt} r; {body} return r; }}")
         return f"{name}({', '.join(args)})"
 
     # -- vectors: operators and overloads as in OpenCL, packed loads and stores -------------------
@@ -173,8 +173,8 @@ class MetalPrinter(CPrinter):
         vt, ft = self.type_name(dtype), self.type_name(from_dtype)
         st = self.type_name(E.split_lanes(dtype)[0])
         body = " ".join(f"r.{c} = ({st})v.{c};" for c in _LANES[:E.split_lanes(dtype)[1]])
-        self._helpers.setdefault(f"nnvm_to_{vt}({ft})",
-                                 f"inline {vt} nnvm_to_{vt}({ft} v) {{ {vt} r; {body} return r; }}")
+        self.helper(f"nnvm_to_{vt}({ft})",
+                    f"{self.helper_qualifier} {vt} nnvm_to_{vt}({ft} v) {{ {vt} r; {body} return r; }}")
         return f"nnvm_to_{vt}({value})"
 
 
