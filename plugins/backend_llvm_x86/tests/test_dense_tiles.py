@@ -85,6 +85,7 @@ def _model(path, batch, rows, k, n, epilogue):
     (1, 128, 64, 293, "gelu"),          # 37 blocks of 8 (AVX2): padded to 38, the last re-reads block 36
     (2, 16, 32, 296, "residual"),       # 37 whole blocks padded (a crop only for the padding)
     (1, 128, 64, 821, "residual"),      # 103 blocks of 8 (AVX2) padded to 108 for 3 x 4 tiles
+    (1, 128, 64, 488, "bias"),          # 61 blocks of 8 (AVX2): 62 (66 is over the bound)
 ])
 def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
     path = str(tmp_path / "gemm.onnx")
@@ -112,6 +113,19 @@ def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
     want = {"jb": tile[0], "mb": tile[1], "rows_first": tile[2], "batch_outer": 0}
     assert template.fallback == want, template.fallback
     assert graph.types[[n for n in graph.nodes if n.op == "dense_packed"][0].inputs[1]].shape[-1] == lanes
+
+
+@pytest.mark.parametrize("target, blocks", [("llvm -mcpu=haswell", 62), ("llvm -mcpu=skylake-avx512", 64)])
+def test_the_layout_pass_pads_blocks_for_the_targets_tiles(tmp_path, target, blocks):
+    """488 outputs are 61 blocks of 8 on either ISA (16 does not divide them); with 128 rows the layout
+    pass gives ``dense_packed`` the count of ``padded_blocks`` for the target's machine: AVX2 one more
+    (a multiple of 6 would be 5 more, over 1/20), AVX-512 a multiple of 8 (its 4 x 4 tiles, 3 more)."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, 1, 128, 64, 488, "bias")
+    graph, *_ = optimized_graph(path, target)
+    (node,) = [n for n in graph.nodes if n.op == "dense_packed"]
+    assert graph.types[node.inputs[1]].shape[-3:] == (61, 64, 8)
+    assert node.attrs["blocks"] == blocks
 
 
 @pytest.mark.parametrize("batch, batch_outer", [(1, 0), (8, 1)])
