@@ -133,3 +133,11 @@ def test_avx512_and_neon_never_flatten():
         for width in (7, 13, 14, 27, 28, 55, 56, 112):
             assert not any(_flattens(machine, width, b, batch) for b in (2, 3, 4, 8, 10, 20, 64, 125, 160)
                            for batch in (1, 8)), (machine, width)
+
+
+def test_a_backend_that_does_not_say_gets_the_avx2_accounting():
+    """``Backend.vector_registers`` and ``broadcast_operand`` unanswered: 16 registers and every broadcast
+    in a register of its own, the accounting that never overfills a register file."""
+    from nnvm.backend import Backend
+
+    assert Backend().vector_registers(None) == 16 and Backend().broadcast_operand(None) is False

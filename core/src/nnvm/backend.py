@@ -104,6 +104,21 @@ class Backend:
         opts in, since the layer cannot guess an ISA it knows nothing about."""
         return None
 
+    def vector_registers(self, target: Target) -> int:
+        """Vector registers ``target`` has (16 ymm with AVX2, 32 zmm with AVX-512, v0-v31 on AArch64):
+        the CPU templates' register tiles (accumulators and the operands held across a step) must fit
+        in them or LLVM spills. 16 by default: a tile sized for 16 runs on a larger file, one sized for
+        32 spills on a smaller one."""
+        return 16
+
+    def broadcast_operand(self, target: Target) -> bool:
+        """Whether a vector multiply-add on ``target`` takes its broadcast input from memory or from a
+        lane (AVX-512's embedded broadcast, ``{1to16}``; AArch64's by-element ``fmla``), so a broadcast
+        holds no register of its own: the CPU layer's cost model counts registers and the latency
+        floor of a step by it. False by default (AVX2's accounting: each broadcast a ``vbroadcastss``
+        into a register), which never overfills the register file."""
+        return False
+
     def blocked_layout(self, target: Target) -> bool:
         """Whether the CPU layer's layout pass runs for ``target``: conv2d in ``NCHW[x]c`` (x the vector
         lanes) and dense over a packed weight, which its blocked templates then schedule. Off by default:

@@ -14,7 +14,13 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.cost_model import Machine, register_budget, registers_needed
-from nnvm.cpu.schedule_dense import dense_packed_template, packed_tile, padded_blocks, rows_first
+from nnvm.cpu.schedule_dense import (
+    dense_packed_template,
+    packed_tile,
+    padded_blocks,
+    rows_first,
+    widest_tile_blocks,
+)
 
 AVX512, AVX2 = Machine(16, 32), Machine(8, 16, broadcast_operand=False)
 
@@ -79,6 +85,7 @@ def _model(path, batch, rows, k, n, epilogue):
     (1, 128, 64, 293, "gelu"),          # 37 blocks of 8 (AVX2): padded to 38, the last re-reads block 36
     (2, 16, 32, 296, "residual"),       # 37 whole blocks padded (a crop only for the padding)
     (1, 128, 64, 821, "residual"),      # 103 blocks of 8 (AVX2) padded to 108 for 3 x 4 tiles
+    (1, 128, 64, 488, "bias"),          # 61 blocks of 8 (AVX2): 62 (66 is over the bound)
 ])
 def test_products_match_onnxruntime(tmp_path, target, batch, rows, k, n, epilogue):
     path = str(tmp_path / "gemm.onnx")
@@ -106,6 +113,19 @@ def test_fallback_follows_the_backend(tmp_path, group_of, target, lanes, tile):
     want = {"jb": tile[0], "mb": tile[1], "rows_first": tile[2], "batch_outer": 0}
     assert template.fallback == want, template.fallback
     assert graph.types[[n for n in graph.nodes if n.op == "dense_packed"][0].inputs[1]].shape[-1] == lanes
+
+
+@pytest.mark.parametrize("target, blocks", [("llvm -mcpu=haswell", 62), ("llvm -mcpu=skylake-avx512", 64)])
+def test_the_layout_pass_pads_blocks_for_the_targets_tiles(tmp_path, target, blocks):
+    """488 outputs are 61 blocks of 8 on either ISA (16 does not divide them); with 128 rows the layout
+    pass gives ``dense_packed`` the count of ``padded_blocks`` for the target's machine: AVX2 one more
+    (a multiple of 6 would be 5 more, over 1/20), AVX-512 a multiple of 8 (its 4 x 4 tiles, 3 more)."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, 1, 128, 64, 488, "bias")
+    graph, *_ = optimized_graph(path, target)
+    (node,) = [n for n in graph.nodes if n.op == "dense_packed"]
+    assert graph.types[node.inputs[1]].shape[-3:] == (61, 64, 8)
+    assert node.attrs["blocks"] == blocks
 
 
 @pytest.mark.parametrize("batch, batch_outer", [(1, 0), (8, 1)])
@@ -136,17 +156,23 @@ def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
 
 
 def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
-    """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks, ViT's keys 25: one more block each,
-    for tiles of 2 blocks x 4 rows; in blocks of 16 (AVX-512) the head is 2 x 1571 and ViT's keys 13:
-    unchanged, and so are few rows (a GEMV's 125 blocks) and even counts."""
-    assert padded_blocks(6283, 128) == 6288 and padded_blocks(25, 200) == 26 and padded_blocks(37, 128) == 38
-    assert padded_blocks(3142, 128) == 3142 and padded_blocks(13, 200) == 13
-    assert padded_blocks(125, 8) == 125 and padded_blocks(125, 1) == 125 and padded_blocks(96, 128) == 96
-    assert packed_tile(AVX2, padded_blocks(6283, 128), 128) == (3, 4)  # a multiple of 6: 3-block tiles
+    """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks, ViT's keys 25: padded for tiles of
+    two or more blocks, to a multiple of twice the widest tile (AVX2's 3 x 4: 6) within 1/20 more work,
+    else one more block; in blocks of 16 (AVX-512) the head is 2 x 1571 and ViT's keys 13: unchanged, an
+    odd 63 goes to a multiple of 8 (4 x 4); few rows (a GEMV's 125 blocks) and even counts never."""
+    assert widest_tile_blocks(AVX2) == 3 and widest_tile_blocks(AVX512) == 4
+    assert padded_blocks(AVX2, 6283, 128) == 6288 and padded_blocks(AVX2, 25, 200) == 26
+    assert padded_blocks(AVX2, 37, 128) == 38
+    assert padded_blocks(AVX512, 3142, 128) == 3142 and padded_blocks(AVX512, 13, 200) == 13
+    assert padded_blocks(AVX512, 63, 128) == 64 and padded_blocks(AVX512, 25, 200) == 26
+    for machine in (AVX2, AVX512):
+        assert padded_blocks(machine, 125, 8) == 125 and padded_blocks(machine, 125, 1) == 125
+        assert padded_blocks(machine, 96, 128) == 96
+    assert packed_tile(AVX2, padded_blocks(AVX2, 6283, 128), 128) == (3, 4)  # a multiple of 6: 3-block tiles
     assert packed_tile(AVX2, 26, 200) == (2, 5)
-    assert packed_tile(AVX512, padded_blocks(3142, 128), 128) == (2, 8)
-    assert packed_tile(AVX512, padded_blocks(13, 200), 200) == (1, 8)
-    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")
-    assert padded_blocks(6283, 128) == 6284
+    assert packed_tile(AVX512, padded_blocks(AVX512, 3142, 128), 128) == (2, 8)
+    assert packed_tile(AVX512, padded_blocks(AVX512, 13, 200), 200) == (1, 8)
+    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")  # AVX2's widest tile 2 x 4: a multiple of 4
+    assert widest_tile_blocks(AVX2) == 2 and padded_blocks(AVX2, 6283, 128) == 6284
     monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")
-    assert padded_blocks(6283, 128) == 6283
+    assert padded_blocks(AVX2, 6283, 128) == 6283

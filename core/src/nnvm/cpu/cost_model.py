@@ -3,8 +3,8 @@
 Untuned, a template runs its fallback config; fixed numbers ("14 accumulators, two channel blocks on
 short rows") fit the machine they were measured on and the shapes they were measured with. This model
 picks the register tile of ``x86.conv2d_nchwc.direct`` per workload from facts asked of the backend
-(``Backend.vector_lanes``; its ``cpu_signature``: cache sizes, team size), so a new CPU or a new shape
-gets a tile sized for it.
+(``Backend.vector_lanes``, ``vector_registers``, ``broadcast_operand``; its ``cpu_signature``: cache
+sizes, team size), so a new CPU or a new shape gets a tile sized for it.
 
 The tile is ``ow_block`` output pixels x ``oc_blocks`` channel blocks of accumulators (one vector each).
 Each reduction step (one input channel at one kernel tap) loads ``oc_blocks`` weight vectors and
@@ -70,17 +70,16 @@ class Machine:
 
 
 def machine_of(target) -> Machine:
-    """The ``Machine`` of ``target``, asked of its backend (vector width; cache sizes and team size
-    from ``cpu_signature`` where the backend gives one; defaults where it does not know them)."""
+    """The ``Machine`` of ``target``, asked of its backend (vector width, registers and broadcast
+    operand; cache sizes and team size from ``cpu_signature`` where the backend gives one; defaults
+    where it does not know them)."""
     from nnvm.cpu.schedules import vector_lanes
 
+    backend = target.backend
     lanes = vector_lanes(target)
-    # 8 float32 lanes is x86's AVX2 (NEON has 4): no embedded broadcast (NNVM_X86_AVX2_TILES=0: model
-    # it as if it had one, the tiles before session 11, for A/B benchmarks)
-    operand = lanes != 8 or not enabled("NNVM_X86_AVX2_TILES")
-    signature = getattr(target.backend, "cpu_signature", lambda _t: None)(target)
-    # 32 vector registers with AVX-512 (and on AArch64), 16 with AVX2
-    registers = 32 if lanes == 16 or (signature is not None and signature.arch == "aarch64") else 16
+    registers = backend.vector_registers(target)
+    operand = backend.broadcast_operand(target)
+    signature = getattr(backend, "cpu_signature", lambda _t: None)(target)
     if signature is None:
         return Machine(lanes, registers, broadcast_operand=operand)
     return Machine(lanes, registers, signature.l1d or DEFAULT_L1D, signature.l2 or DEFAULT_L2,

@@ -279,7 +279,12 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     ``softmax @ V``, ``[B, H, S, D]``) runs the same way: its right side is packed per batch and head
     (``batched_weight_pack``: ``[..., K, N]`` -> ``[..., N/b, K, b]``, a partial last block when no block
     divides ``N``, as ViT's 197 tokens) by a kernel that also takes in the ``Transpose`` before it, so
-    ``K^T`` is read strided from ``K`` once rather than copied and then read again."""
+    ``K^T`` is read strided from ``K`` once rather than copied and then read again.
+
+    Where a product with many rows would leave tiles of one weight block, it computes more blocks than
+    the weight has (``padded_blocks``, for this target's tiles: the op's ``blocks``)."""
+    from nnvm.cpu.cost_model import machine_of
+    from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
     from nnvm.cpu.schedules import vector_lanes
 
     if len(in_types) != 2 or None in in_types:
@@ -303,6 +308,12 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     if block is None:
         return None
     attrs = {"units": n} if n % block else {}
+    rows = data.shape[-2]
+    if isinstance(rows, int):  # more blocks than the weight's where tiles of one block would be left
+        blocks = -(-n // block)
+        computed = padded_blocks(machine_of(target), blocks, padded_rows(rows))
+        if computed != blocks:
+            attrs["blocks"] = computed
     if batch:
         return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=((None, None),),
                            prepare=(None, ("batched_weight_pack", {"block": block})))

@@ -163,6 +163,8 @@ def _dense_packed_infer(in_types, attrs):
     units = attrs.get("units") or padded
     if not padded - weight.shape[-1] < units <= padded:
         raise Error(f"dense_packed: {units} outputs do not end in the last block of a {weight.shape} weight")
+    if 0 < attrs.get("blocks", 0) < weight.shape[-3]:
+        raise Error(f"dense_packed: {attrs['blocks']} blocks computed, fewer than a {weight.shape} weight's")
     return [TensorType((*data.shape[:-1], units), dtype)]
 
 
@@ -175,27 +177,41 @@ def padded_rows(rows: int) -> int:
     return -(-rows // ROW_PAD) * ROW_PAD
 
 
-def padded_blocks(blocks: int, rows: int) -> int:
-    """The weight blocks ``dense_packed`` computes for a weight of ``blocks`` blocks and ``rows`` data
-    rows: one more when the rows are many (``packed_tile``'s tiles of 4 to 8 rows and two or more
-    blocks) and an odd count of at least ``MIN_PADDED_BLOCKS`` would leave tiles of one block, else
-    ``blocks``. The extra block reads the last one again (a clamped block index, constant along the
-    reduction) and is cropped: at most 1/``MIN_PADDED_BLOCKS`` more work for twice the blocks a tile.
-    With AVX2 (8 lanes, 2 x 4 tiles) GPT-2's 50257-token head was 6283 blocks (61 x 103) and ViT's
-    ``Q @ K^T`` 25 (197 tokens) in tiles of 1 block x 8 rows: one weight load and 8 broadcasts per
-    8 multiply-adds, load-bound; padded, one thread: the head 211 -> 175 ms, Q @ K^T 4.18 -> 2.3 ms a
-    run. With AVX-512 (16 lanes) the head is 2 x 1571 blocks and ViT's keys 13 blocks: unchanged.
-    An odd count goes up to the next multiple of 6 instead where that is at most 1/``MIN_PADDED_BLOCKS``
-    more work, so AVX2's 3-block tiles divide it too (GPT-2's head: 6288 blocks, 3 x 4 tiles of 12
-    accumulators; ``NNVM_X86_DENSE_WIDE_TILES=0``: one more block, as before).
-    ``NNVM_X86_DENSE_PAD_BLOCKS=0``: never padded, for A/B benchmarks."""
+def padded_blocks(machine, blocks: int, rows: int) -> int:
+    """The weight blocks ``dense_packed`` computes on ``machine`` (``cost_model.Machine``) for a weight of
+    ``blocks`` blocks and ``rows`` data rows (``padded_rows``'s count): more when the rows are many
+    (``packed_tile``'s tiles of 4 to 8 rows and two or more blocks) and an odd count of at least
+    ``MIN_PADDED_BLOCKS`` would leave tiles of one block, else ``blocks``. The extra blocks read the
+    last one again (a clamped block index, constant along the reduction) and are cropped: at most
+    1/``MIN_PADDED_BLOCKS`` more work for tiles of two or more blocks. The count goes up to a multiple
+    of twice the widest tile (``widest_tile_blocks``) where that is within the bound, so the widest
+    tiles divide it too, else one block more. The layout pass asks (``layout.alter_dense``) and gives
+    the count to the op (its ``blocks`` attribute), whose compute knows no target.
+
+    With AVX2 (8 lanes, widest tile 3 x 4) GPT-2's 50257-token head was 6283 blocks (61 x 103) and
+    ViT's ``Q @ K^T`` 25 (197 tokens) in tiles of 1 block x 8 rows: one weight load and 8 broadcasts
+    per 8 multiply-adds, load-bound; one more block, one thread: the head 211 -> 175 ms, Q @ K^T 4.18
+    -> 2.3 ms a run; a multiple of 6: the head 6288 blocks in 3 x 4 tiles of 12 accumulators (ViT's
+    25 to 26: 30 is over the bound). ``NNVM_X86_DENSE_WIDE_TILES=0`` (2 x 4): a multiple of 4, the head
+    6284 as before. With AVX-512 (16 lanes, widest 4 x 4: a multiple of 8) the head is 2 x 1571 blocks
+    and ViT's keys 13 blocks: unchanged. ``NNVM_X86_DENSE_PAD_BLOCKS=0``: never padded, for A/B
+    benchmarks."""
     if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
             or not enabled("NNVM_X86_DENSE_PAD_BLOCKS")):
         return blocks
-    sixes = -(-blocks // 6) * 6
-    if (sixes - blocks) * MIN_PADDED_BLOCKS <= blocks and enabled("NNVM_X86_DENSE_WIDE_TILES"):
-        return sixes
-    return blocks + 1
+    multiple = 2 * widest_tile_blocks(machine)
+    rounded = -(-blocks // multiple) * multiple
+    return rounded if (rounded - blocks) * MIN_PADDED_BLOCKS <= blocks else blocks + 1
+
+
+def widest_tile_blocks(machine) -> int:
+    """The most weight blocks a tile of ``packed_tile`` takes on ``machine`` with many rows, over every
+    block count and every row count ``padded_rows`` leaves (840 rows cover each set of tile rows 4 to 8
+    dividing them): 3 with AVX2 (3 x 4), 4 with AVX-512 (4 x 4 where 8 rows do not divide)."""
+    blocks = math.lcm(*range(1, machine.registers + 1))
+    first = 2 * MAX_TILE_ROWS
+    many = range(first, first + math.lcm(*range(4, MAX_TILE_ROWS + 1)))
+    return max(packed_tile(machine, blocks, rows)[0] for rows in many if padded_rows(rows) == rows)
 
 
 def _dense_packed_compute(inputs, attrs, out_types):
@@ -205,7 +221,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
     reduction (a guard there made GPT-2's 50257-token head 3.5x slower than 50256). Rows that no tile
     divides are padded the same way (``padded_rows``): the extra rows read the last data row again
     (a clamped index, hoisted out of the reduction) and are cropped; so is an odd block count with many
-    rows (``padded_blocks``: the extra block re-reads the last one)."""
+    rows (``padded_blocks``, the ``blocks`` attribute: the extra blocks re-read the last one)."""
     data, weight = inputs
     *lead, k = shape_of(data)
     *batch, blocks, _, b = shape_of(weight)
@@ -215,7 +231,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
         m *= d
     rows = lead[-1]
     padded = padded_rows(rows)
-    padded_b = padded_blocks(blocks, padded)
+    padded_b = attrs.get("blocks") or blocks  # ``padded_blocks``, asked by the layout pass
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
     if batch:
@@ -249,7 +265,10 @@ def _dense_packed_eval(xs, attrs):
 DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                      OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 2),
                      attrs={"units": Attr(int, 0, "the outputs when the last weight block is part zero "
-                                                  "padding; 0: every output of the blocks")},
+                                                  "padding; 0: every output of the blocks"),
+                            "blocks": Attr(int, 0, "the weight blocks computed where more than the weight "
+                                                   "has (padded_blocks: the last one re-read, cropped); "
+                                                   "0: the weight's")},
                      evaluate=checked_evaluate(_dense_packed_infer, _dense_packed_eval),
                      doc="dense over a weight packed NK[b]n ([N/b, K, b]) for streaming, data [..., K]; or "
                          "a batched matmul, data [*batch, M, K] by a weight [*batch, N/b, K, b] (the x86 "

@@ -119,7 +119,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     if ext_ow is None or ext_oci is None or ext_oco is None or batch is None:
         return None
     lanes = vector_lanes(target)
-    registers = 32 if lanes == 16 else 16
+    registers = machine_of(target).registers
     # Accumulators: one vector per pixel per lane-width of the block; leave room for the weight and
     # the broadcast input.
     per_pixel = max(1, -(-ext_oci // lanes))

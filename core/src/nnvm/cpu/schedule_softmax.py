@@ -34,6 +34,7 @@ from nnvm.cpu.schedules import extent, vector_lanes
 from nnvm.te.tensor import ComputeOp
 
 SCALAR_LANES = 4  # partial results a row's statistic adds up one by one, after halving them in vector steps
+STATISTIC_STEP_FLOATS = 16  # floats a dependent step of a row kernel's statistic covers (row_kernel_template)
 PARALLEL_MIN_WORK = 1 << 14  # elements below which a parallel region costs more than it saves
 
 
@@ -185,16 +186,21 @@ def _row_kernel_stages(group):
 
 def row_kernel_template(target, group) -> ScheduleTemplate | None:
     """``x86.softmax.exp_rows`` / ``x86.softmax.normalize_rows``: one loop over the rows, each row's
-    statistic in vector partial results and its output vectorized along the row; None to decline."""
+    statistic in vector partial results and its output vectorized along the row; None to decline.
+
+    The statistic's partial results span ``STATISTIC_STEP_FLOATS`` floats whatever the vector width: a
+    row's statistic is one chain of dependent vector steps (vmaxps, vaddps), bound by their latency, not
+    by the pipes, once softmax_exp's exp was short, so its time is the row's floats over the floats one
+    step covers. Two vectors of 8 (AVX2) against one, one thread: 3x197x197 exp 0.0525 -> 0.0497 ms,
+    normalize 0.0204 -> 0.0170; 12x128x128 0.081 -> 0.075, 0.0265 -> 0.0233. AVX-512's one vector of
+    16 covers as much (as before; not measured with two). SSE's four vectors of 4 against one (ViT-B/16,
+    ``-mcpu=x86-64``, 12 kernels each): exp 1.84 -> 1.73 ms, normalize 0.49 -> 0.27. NEON would take
+    four too, but Arm makes no row kernels (they come from the layout pass, off there)."""
     found = _row_kernel_stages(group)
     if found is None:
         return None
     name = "x86.softmax.exp_rows" if group.anchor_op == "softmax_exp" else "x86.softmax.normalize_rows"
-    # Two vectors of partial results where the vector is 8 lanes (AVX2): a row's statistic is one chain of
-    # dependent vector steps (vmaxps, vaddps), and once softmax_exp's exp was short, that chain was what
-    # was left: 3x197x197 exp 0.0525 -> 0.0497 ms, normalize 0.0204 -> 0.0170; 12x128x128 0.081 -> 0.075,
-    # 0.0265 -> 0.0233 (one thread). Not measured with AVX-512's 16 lanes: one vector there, as before.
-    chains = 2 if vector_lanes(target) == 8 else 1
+    chains = max(1, STATISTIC_STEP_FLOATS // vector_lanes(target))
     return row_template(target, name, found[1], lambda config: build_row_kernel(group, config), chains)
 
 

@@ -36,7 +36,7 @@ SWITCHES = {
     "NNVM_X86_SOFTMAX_MAX_SKIPS_NAN": (("0", "1"), "1"),  # softmax_exp's row maximum as one vmaxps a vector
     "NNVM_X86_PADDED_BLOCKS": (("0", "1"), "1"),
     "NNVM_X86_FUSED_PARALLEL": (("0", "1"), "1"),
-    "NNVM_X86_AVX2_TILES": (("0", "1"), "1"),  # conv register tiles for AVX2's broadcasts (cost_model)
+    "NNVM_X86_AVX2_TILES": (("0", "1"), "1"),  # AVX2 without a broadcast operand (the x86 plugin's answer)
     "NNVM_X86_FLAT_PLANE": (("0", "1"), "1"),  # 1x1 convs on small planes tiled as one row (schedule_nchwc)
 }
 

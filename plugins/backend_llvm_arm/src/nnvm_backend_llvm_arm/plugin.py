@@ -12,7 +12,8 @@ jit), its code generator and its export. What differs:
   device runtime calls.
 - ``host_can_run``: only on a matching Arm host; elsewhere ``mod.run`` goes through qemu-user.
 - schedules: the core's CPU layer (``nnvm.cpu``, key ``cpu``) at NEON width: ``vector_lanes`` answers
-  4 x float32, so its templates come out sized for NEON: the register-blocked conv2d (up to 8 output
+  4 x float32 (and ``vector_registers``, ``broadcast_operand``: 32 on AArch64, by-element ``fmla``),
+  so its templates come out sized for NEON: the register-blocked conv2d (up to 8 output
   channels x 4 columns in registers, each input vector feeding 8 ``fmla``), depthwise conv2d, dense
   (vector partial sums), softmax/layer-norm rows, and the rows-apart schedule of index remaps;
   ``nnvm tune`` searches their knobs here too. ``blocked_layout`` answers no (the NCHW[x]c layout was
@@ -62,6 +63,16 @@ class ArmBackend(LLVMBackend):
     def vector_lanes(self, target: Target) -> int:
         """NEON: 128-bit vectors, 4 x float32, on both ``aarch64`` and ``armv7`` (SVE is not used)."""
         return 4
+
+    def vector_registers(self, target: Target) -> int:
+        """AArch64: 32 (v0-v31); ARMv7: 16 quad registers (q0-q15)."""
+        return 32 if self.resolve(target).arch.startswith(("aarch64", "arm64")) else 16
+
+    def broadcast_operand(self, target: Target) -> bool:
+        """Yes: the by-element multiply-add (``fmla v0.4s, v1.4s, v2.s[1]`` on AArch64, ``vmla.f32 q0,
+        q1, d4[1]`` on ARMv7) reads its scalar from a lane, so four broadcasts share one register
+        loaded once, not a register each."""
+        return True
 
     def blocked_layout(self, target: Target) -> bool:
         """No: Arm keeps NCHW. Turned on, the NCHW[x]c, Winograd and packed-dense path computes right here

@@ -10,8 +10,9 @@ How a ``build`` call turns loop programs into running code, in the order of ``LL
    libm made resolvable).
 
 Schedules are the core's CPU layer (``nnvm.cpu``, key ``cpu``): this backend answers ``vector_lanes``
-(16 with AVX-512, 8 with AVX2, else 4, from the resolved features or the CPU's name) and asks for the
-blocked layout (``blocked_layout``).
+(16 with AVX-512, 8 with AVX2, else 4, from the resolved features or the CPU's name), the vector unit
+the cost model counts with (``vector_registers``, ``broadcast_operand``: 32 and an embedded broadcast
+with AVX-512, 16 and none with AVX2) and asks for the blocked layout (``blocked_layout``).
 
 ``KernelLibrary.export`` later emits position-independent object code from the same optimized IR
 and links a shared library with the data blobs (see ``library.py``).
@@ -35,6 +36,7 @@ import llvmlite.binding as llvm
 
 import nnvm
 from nnvm.backend import Backend
+from nnvm.cpu.switches import enabled
 from nnvm.errors import Error, TargetError
 from nnvm.target import Target
 from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
@@ -106,6 +108,21 @@ class LLVMBackend(Backend):
         """16 with AVX-512, 8 with AVX2, else 4, from the resolved features (or the ``-mcpu`` name alone):
         the width the CPU layer's templates (``nnvm.cpu``) tile registers with."""
         return x86_vector_lanes(self.resolve(target))
+
+    def vector_registers(self, target: Target) -> int:
+        """32 with AVX-512 (zmm0-31), else 16 (ymm or xmm 0-15)."""
+        return 32 if self.vector_lanes(target) == 16 else 16
+
+    def broadcast_operand(self, target: Target) -> bool:
+        """With AVX-512: ``vfmadd231ps zmm, zmm, [mem]{1to16}`` broadcasts inside the multiply-add. Not
+        with AVX2 (a ``vbroadcastss`` into a register first); ``NNVM_X86_AVX2_TILES=0`` answers yes
+        there too: the cost model's tiles before session 11, for A/B benchmarks. SSE (4 lanes) is
+        answered yes, as before, although its broadcast takes a register: it has no FMA either (a
+        product takes a register too), and the exact count of no measured mixed there. Zen 4, one
+        thread, ``-mcpu=x86-64``, kernel sums: ResNet-18 90 -> 81 ms, SqueezeNet 47 -> 45, but ViT-B/16
+        93 -> 114 (its packed dense tiles and the patch convolution slower)."""
+        lanes = self.vector_lanes(target)
+        return lanes != 8 or not enabled("NNVM_X86_AVX2_TILES")
 
     def blocked_layout(self, target: Target) -> bool:
         """Yes: on x86, conv2d in ``NCHW16c``/``NCHW8c`` and dense over packed weights beat NCHW."""
