@@ -43,6 +43,7 @@ data too big for the L3 run the tiles inside the batch axes (``batch_outer``): o
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -208,6 +209,13 @@ def widest_tile_blocks(machine) -> int:
     """The most weight blocks a tile of ``packed_tile`` takes on ``machine`` with many rows, over every
     block count and every row count ``padded_rows`` leaves (840 rows cover each set of tile rows 4 to 8
     dividing them): 3 with AVX2 (3 x 4), 4 with AVX-512 (4 x 4 where 8 rows do not divide)."""
+    return _widest_tile_blocks(machine, enabled("NNVM_X86_DENSE_WIDE_TILES"))
+
+
+@functools.cache
+def _widest_tile_blocks(machine, wide_tiles: bool) -> int:
+    """``widest_tile_blocks``, searched once per machine and switch state (840 ``packed_tile`` calls,
+    ~12 ms: a model's odd block counts would each search again)."""
     blocks = math.lcm(*range(1, machine.registers + 1))
     first = 2 * MAX_TILE_ROWS
     many = range(first, first + math.lcm(*range(4, MAX_TILE_ROWS + 1)))
