@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm import te
+from nnvm.cpu.patches import is_patch_embedding
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import alter_winograd
 from nnvm.errors import Error
@@ -215,6 +216,9 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
                  "dilation": tuple(attrs["dilation"]), "groups": groups}
     if groups == 1:
         ic = channel_block(channels, lanes)
+        patch = alter_patch_embedding(target, attrs, data, weight, lanes) if ic is None else None
+        if patch is not None:
+            return patch
         winograd = alter_winograd(node, attrs, data, weight, ic, oc)
         if winograd is not None:
             return winograd
@@ -254,6 +258,29 @@ def alter_conv2d(target, node, in_types) -> AlteredNode | None:
         weight_layout = f"OIHW{ic}i{oc}o"
     return AlteredNode("conv2d_nchwc", new_attrs, inputs=(("NCHW", data_layout), ("OIHW", weight_layout)),
                        outputs=(("NCHW", f"NCHW{oc}c"),))
+
+
+def alter_patch_embedding(target, attrs, data, weight, lanes: int) -> AlteredNode | None:
+    """A convolution with non-overlapping windows over few channels (``patches.py``) -> ``dense_packed``
+    of its input's windows as rows by its weight packed ``NK{b}n``, its output leaving in ``NHWC``; None
+    for any other convolution."""
+    from nnvm.cpu.cost_model import machine_of
+    from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
+
+    if not is_patch_embedding(attrs, weight.shape) or not enabled("NNVM_X86_PATCH_DENSE"):
+        return None
+    out_channels, kernel = weight.shape[0], tuple(weight.shape[2:])
+    block = packed_block(out_channels, lanes)
+    if block is None:
+        return None
+    attrs = {"units": out_channels} if out_channels % block else {}
+    blocks = -(-out_channels // block)
+    computed = padded_blocks(machine_of(target), blocks, padded_rows(data.shape[3] // kernel[1]))
+    if computed != blocks:
+        attrs["blocks"] = computed
+    return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=(("NCHW", "NHWC"),),
+                       prepare=(("patches", {"kernel": kernel}), ("patch_weight_pack", {"block": block})),
+                       constant_inputs=(1,))
 
 
 MAX_PACKED_BATCH = 16  # dense_packed streams the weight once per this many rows at most: a GEMV's kernel

@@ -15,10 +15,12 @@ from nnvm.hookspecs import hookimpl
 def nnvm_register_ops(register):
     """``dense_packed`` (dense over a weight packed for streaming; ``batched_weight_pack`` packs a batched
     matmul's right side for it), ``grouped_weight_pack`` (grouped convolution weights for blocks that
-    straddle groups), ``split_weight_pack`` (``grouped.py``) and softmax's two row kernels
+    straddle groups), ``split_weight_pack`` (``grouped.py``), ``patches`` and ``patch_weight_pack`` (a patch
+    embedding as a product, ``patches.py``) and softmax's two row kernels
     (``softmax_rows.py``), made by the layout pass (``layout.py``)."""
     from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
     from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
+    from nnvm.cpu.patches import PATCH_WEIGHT_PACK, PATCHES
     from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
     from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC
     from nnvm.cpu.softmax_rows import SOFTMAX_EXP, SOFTMAX_NORMALIZE
@@ -28,6 +30,8 @@ def nnvm_register_ops(register):
     register(GROUPED_WEIGHT_PACK)
     register(SPLIT_WEIGHT_PACK)
     register(CHANNEL_SHUFFLE_NCHWC)
+    register(PATCHES)
+    register(PATCH_WEIGHT_PACK)
     register(SOFTMAX_EXP)
     register(SOFTMAX_NORMALIZE)
 
