@@ -39,16 +39,12 @@ def nnvm_register_ops(register):
 @hookimpl
 def nnvm_register_passes(register):
     """``fuse_channel_shuffle``: a ShuffleNet channel shuffle and the layout transforms around it as one
-    ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``; after the layout pass, where it runs);
-    ``slice_batch``: a batch's first layers one image at a time (``batch_slices.py``), after it."""
-    from nnvm.cpu.batch_slices import slice_batch
+    ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``; after the layout pass, where it runs)."""
     from nnvm.cpu.shuffle import fuse_channel_shuffle
     from nnvm.passes.manager import Pass
 
     register(Pass("fuse_channel_shuffle", fuse_channel_shuffle, 3, ("infer_types",),
                   "channel shuffles (reshape, transpose, reshape) in NCHW[x]c as channel_shuffle_nchwc"))
-    register(Pass("slice_batch", slice_batch, 3, ("infer_types",),
-                  "a batch's first layers, whose activations overflow the caches, run one image at a time"))
 
 
 @hookimpl(trylast=True)
