@@ -264,21 +264,14 @@ def alter_patch_embedding(target, attrs, data, weight, lanes: int) -> AlteredNod
     """A convolution with non-overlapping windows over few channels (``patches.py``) -> ``dense_packed``
     of its input's windows as rows by its weight packed ``NK{b}n``, its output leaving in ``NHWC``; None
     for any other convolution."""
-    from nnvm.cpu.cost_model import machine_of
-    from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
-
     if not is_patch_embedding(attrs, weight.shape) or not enabled("NNVM_X86_PATCH_DENSE"):
         return None
     out_channels, kernel = weight.shape[0], tuple(weight.shape[2:])
     block = packed_block(out_channels, lanes)
     if block is None:
         return None
-    attrs = {"units": out_channels} if out_channels % block else {}
-    blocks = -(-out_channels // block)
-    computed = padded_blocks(machine_of(target), blocks, padded_rows(data.shape[3] // kernel[1]))
-    if computed != blocks:
-        attrs["blocks"] = computed
-    return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=(("NCHW", "NHWC"),),
+    product = packed_attrs(target, out_channels, block, data.shape[3] // kernel[1])  # rows: a patch row
+    return AlteredNode("dense_packed", product, inputs=(None, None), outputs=(("NCHW", "NHWC"),),
                        prepare=(("patches", {"kernel": kernel}), ("patch_weight_pack", {"block": block})),
                        constant_inputs=(1,))
 
@@ -293,6 +286,22 @@ def packed_block(n: int, lanes: int) -> int | None:
     widths = [b for b in (lanes, lanes // 2, lanes // 4) if b >= 4]
     return next((b for b in widths if n % b == 0), None) or next(
         (b for b in widths if b <= n and (-n % b) * 2 <= n), None)
+
+
+def packed_attrs(target, n: int, block: int, rows: int | None) -> dict:
+    """``dense_packed``'s attributes for ``n`` outputs in blocks of ``block`` over ``rows`` data rows (None:
+    not known): ``units`` where the last block is part padding, ``blocks`` where the product computes
+    more blocks than the weight has (``padded_blocks``, for this target's tiles)."""
+    from nnvm.cpu.cost_model import machine_of
+    from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
+
+    attrs = {"units": n} if n % block else {}
+    blocks = -(-n // block)
+    if rows is not None:
+        computed = padded_blocks(machine_of(target), blocks, padded_rows(rows))
+        if computed != blocks:
+            attrs["blocks"] = computed
+    return attrs
 
 
 def alter_dense(target, node, in_types) -> AlteredNode | None:
@@ -310,8 +319,6 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
 
     Where a product with many rows would leave tiles of one weight block, it computes more blocks than
     the weight has (``padded_blocks``, for this target's tiles: the op's ``blocks``)."""
-    from nnvm.cpu.cost_model import machine_of
-    from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
     from nnvm.cpu.schedules import vector_lanes
 
     if len(in_types) != 2 or None in in_types:
@@ -334,13 +341,8 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     block = packed_block(n, lanes)
     if block is None:
         return None
-    attrs = {"units": n} if n % block else {}
     rows = data.shape[-2]
-    if isinstance(rows, int):  # more blocks than the weight's where tiles of one block would be left
-        blocks = -(-n // block)
-        computed = padded_blocks(machine_of(target), blocks, padded_rows(rows))
-        if computed != blocks:
-            attrs["blocks"] = computed
+    attrs = packed_attrs(target, n, block, rows if isinstance(rows, int) else None)
     if batch:
         return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=((None, None),),
                            prepare=(None, ("batched_weight_pack", {"block": block})))
