@@ -21,7 +21,7 @@ from nnvm.compiler import optimized_graph
 
 def _model(path, batch, c, hw, oc, kernel, stride=None, bias=True, tokens=False, pads=(0, 0, 0, 0)):
     """A Conv of ``batch x c x hw`` to ``oc`` channels; with ``tokens`` its output flattened and
-    transposed to ``[batch, pixels, oc]`` as ViT does, then a GELU-free ``+ 1`` so it is not a copy."""
+    transposed to ``[batch, pixels, oc]`` as ViT does, then ``+ 1`` so the graph's output is computed."""
     rng = np.random.default_rng(c * 31 + oc)
     weight = (rng.standard_normal((oc, c, *kernel)) / np.sqrt(c * kernel[0] * kernel[1])).astype(np.float32)
     inits = [numpy_helper.from_array(weight, "w")]

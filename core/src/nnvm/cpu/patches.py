@@ -18,6 +18,7 @@ from nnvm import te
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
+from nnvm.ops.layout import from_primal
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 
@@ -90,9 +91,8 @@ def _weight_compute(inputs, attrs, out_types):
 def _weight_eval(xs, attrs):
     (w,) = xs
     b = attrs["block"]
-    o = w.shape[0]
-    flat = np.pad(w.reshape(o, -1), [(0, -o % b), (0, 0)])  # [O padded, K]
-    return [np.ascontiguousarray(flat.reshape(-1, b, flat.shape[1]).transpose(0, 2, 1))]
+    flat = np.pad(w.reshape(w.shape[0], -1), [(0, -w.shape[0] % b), (0, 0)])  # [O padded, K]
+    return [np.ascontiguousarray(from_primal(flat, "NK", f"NK{b}n"))]  # dense's own weight packing
 
 
 PATCH_WEIGHT_PACK = OpDef(
