@@ -167,3 +167,17 @@ def test_no_c_compiler_is_one_sentence():
 def test_pool_build_is_cached():
     first = pool_build("cc", "o", "test")
     assert os.path.exists(first) and pool_build("cc", "o", "test") == first
+
+
+def test_cost_model_counts_the_pools_chunks():
+    """The CPU layer's cost model plans parallel loops for ``POOL_CHUNKS_PER_THREAD`` chunks a thread: the
+    number the pool's C source cuts loops by (a change to one must reach the other)."""
+    import re
+    from pathlib import Path
+
+    import nnvm_backend_llvm_x86
+    from nnvm.cpu.cost_model import POOL_CHUNKS_PER_THREAD
+
+    source = (Path(nnvm_backend_llvm_x86.__file__).parent / "nnvm_pool.c").read_text()
+    (chunks,) = re.findall(r"#define CHUNKS_PER_THREAD (\d+)", source)
+    assert int(chunks) == POOL_CHUNKS_PER_THREAD

@@ -207,11 +207,13 @@ def parallel_loop(machine: Machine, batch: int, oc_chunks: int, rows: int | None
     """The loop the pool splits: images x channel blocks at batch > 1 (``n_oc``), channel block groups
     when there are at least two per thread (``oc``; each thread then streams only its own weights),
     else output rows (``oh``). Given the ``rows`` of the output, a choice whose units do not split into
-    the pool's chunks evenly becomes channel block groups x rows fused (``oc_oh``): the pool cuts a loop
-    into ``POOL_CHUNKS_PER_THREAD`` chunks a thread, so MobileNetV2's 960 -> 160 on 7x7 (5 groups of two
-    blocks) ran 3 groups on one thread and 2 on the other, and its 7x7 and 14x14 layers ran 1.4-1.6x
-    faster on 2 threads than on one; fused, 1.1-1.2x faster than that. ``NNVM_X86_FUSED_PARALLEL=0``:
-    never fused, for A/B benchmarks."""
+    the pool's chunks evenly becomes channel block groups x rows fused (``oc_oh``). Measured when the pool
+    cut every loop into ``POOL_CHUNKS_PER_THREAD`` chunks a thread: MobileNetV2's 960 -> 160 on 7x7 (5
+    groups of two blocks) ran 3 groups on one thread and 2 on the other, and its 7x7 and 14x14 layers ran
+    1.4-1.6x faster on 2 threads than on one; fused, 1.1-1.2x faster than that. The pool now cuts such
+    loops into chunks of one size (``even_chunks`` in the x86 plugin's ``nnvm_pool.c``), and the rule,
+    still counting 4 a thread, measured level against ``NNVM_X86_FUSED_PARALLEL=0`` (never fused, for
+    A/B benchmarks) on MobileNetV2 at batch 1: kept, not re-derived."""
     if batch > 1:
         return "n_oc"
     loop = "oc" if oc_chunks >= 2 * max(machine.threads, 2) else "oh"
