@@ -31,12 +31,16 @@ import time
 KINDS = ("dense_packed", "softmax", "layer_norm", "batched_weight_pack", "transpose", "reshape")
 
 
-def _session(path, threads, profile_prefix=None):
+def _session(path, threads, profile_prefix=None, spinning=True):
+    """An onnxruntime session; ``spinning=False`` where an nnvm kernel is timed right after each of its
+    runs (its spinning workers would hold the other cores then: a 2-thread GEMM read 1.8x slower)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    if not spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
@@ -59,6 +63,7 @@ def per_kernel(name: str, threads: int, rounds: int, batch: int = 1) -> None:
             key = (tuple(row["group"]), row["kernel"])
             best[key] = min(best.get(key, float("inf")), row["ms"])
         sess.run(None, feeds)
+        time.sleep(0.05)  # its spinning workers let go of the cores before nnvm's next round
     with open(sess.end_profiling()) as f:
         events = json.load(f)
     nodes = collections.defaultdict(list)
@@ -124,7 +129,7 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
         path = os.path.join(tmp, "gemm.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
         mods = {tile: _compile_with_tile(path, tile) for tile in tiles}
-        sess = _session(path, threads)
+        sess = _session(path, threads, spinning=False)
         x = rng.standard_normal((batch, m, k)).astype(np.float32)
         ours, theirs = {tile: [] for tile in tiles}, []
         for _ in range(rounds):
