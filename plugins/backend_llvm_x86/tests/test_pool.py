@@ -159,6 +159,55 @@ def test_chunks_are_the_same_size_where_a_few_more_make_it_so(tmp_path, c_caller
     assert proc.stdout.split() == ["1", "1", "5", "3", "3", "85"], proc.stdout
 
 
+_OWN_CHUNKS_FIRST = r"""
+void nnvm_pool_run(void (*)(void *, int64_t, int64_t), void *, int64_t, int32_t);
+struct seen { pthread_t caller; int order[2][64], count[2]; };
+static void record(void *arg, int64_t lo, int64_t hi) {  /* a chunk: who ran it, in that thread's order */
+  struct seen *s = arg;
+  int who = pthread_equal(pthread_self(), s->caller) ? 0 : 1;
+  s->order[who][s->count[who]++] = (int)lo;  /* one thread appends to each list */
+  for (volatile int spin = 0; spin < 20000; spin++) {}
+  (void)hi;
+}
+static void *caller(void *arg) {
+  (void)arg;
+  for (int r = 0; r < 300; r++) {
+    struct seen s = {.caller = pthread_self()};
+    nnvm_pool_run(record, &s, 16, 2);  /* 8 chunks of 2: the caller owns 0-6, the worker 8-14 */
+    for (int who = 0; who < 2; who++) {
+      int own = 1;  /* a thread's own chunks, then the other's: never back to its own */
+      for (int k = 0; k < s.count[who]; k++) {
+        int mine = (s.order[who][k] < 8) == (who == 0);
+        if (mine && !own) { __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED); break; }
+        if (!mine) own = 0;
+        int before = k > 0 && (s.order[who][k - 1] < 8) == (who == 0);
+        if (k > 0 && mine == before && s.order[who][k] <= s.order[who][k - 1]) {
+          __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED);  /* each run front first */
+          break;
+        }
+      }
+    }
+    if (s.count[0] + s.count[1] != 8) __atomic_fetch_add(&bad, 1, __ATOMIC_RELAXED);
+  }
+  return 0;
+}
+static void report(void) { printf("bad %d\n", bad); }
+"""
+
+
+def test_each_thread_runs_its_own_chunks_first(tmp_path, c_callers):
+    """Two threads: the caller owns the first half of a loop's chunks and the worker the second; each
+    runs its own front first and only then what is left of the other's (so consecutive kernels keep a
+    thread on the same part of the data), whatever the timing: 300 regions next to a busy process."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        proc = c_callers(tmp_path, _OWN_CHUNKS_FIRST, 1)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert proc.returncode == 0 and "bad 0" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_no_c_compiler_is_one_sentence():
     with pytest.raises(Error, match=r"running parallel kernels needs a C compiler .*'no-such-cc' was not"):
         pool_build("no-such-cc", "so", "running parallel kernels")

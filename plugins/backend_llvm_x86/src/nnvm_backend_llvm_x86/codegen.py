@@ -16,13 +16,13 @@ The shape of the generated module, per kernel ``f`` of the calling convention ``
 - ``parallel`` loops (the outermost one of a nest; inner ones run serially) are outlined into
   ``f.parN(closure, lo, hi)`` which unpacks a struct of captured values (buffers, variables, the loop's
   start) and runs iterations ``[lo, hi)``. The caller hands it to ``nnvm_pool_run`` (``nnvm_pool.c``,
-  our own thread pool: the range cut into several chunks per thread, taken dynamically, so a
-  descheduled worker never holds up the loop). The team size is ``nnvm_llvm_num_threads()``:
-  ``NNVM_NUM_THREADS`` read once per library at run time, else ``OMP_NUM_THREADS``, else the CPUs
-  this process may use (``nnvm_pool_team``). The Python runtime sets ``NNVM_NUM_THREADS`` to the number
-  of physical cores before it hands out the first kernel unless the user set either variable
-  (``nnvm.runtime.threads``), so in practice the CPU count only applies to exported libraries loaded
-  outside nnvm.
+  our own thread pool: the range cut into several chunks per thread, each thread's own run first,
+  then the others' leftovers, so a descheduled worker never holds up the loop). The team size is
+  ``nnvm_llvm_num_threads()``: ``NNVM_NUM_THREADS`` read once per library at run time, else
+  ``OMP_NUM_THREADS``, else the CPUs this process may use (``nnvm_pool_team``). The Python runtime
+  sets ``NNVM_NUM_THREADS`` to the number of physical cores before it hands out the first kernel
+  unless the user set either variable (``nnvm.runtime.threads``), so in practice the CPU count only
+  applies to exported libraries loaded outside nnvm.
 - ``Allocate``: constant sizes up to 64 KiB are ``alloca`` in the entry block of the function they are
   used in (so inside a parallel body each thread has its own); larger or dynamic ones come from
   ``nnvm_scratch_alloc`` and go back with ``nnvm_scratch_free`` after their body (``nnvm_pool.c``:

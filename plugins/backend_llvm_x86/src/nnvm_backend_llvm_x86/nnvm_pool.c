@@ -5,13 +5,17 @@
  *
  * Why not libgomp: GOMP_parallel gives each thread one static chunk and its join waits for every team
  * thread, so on a loaded machine each parallel region waits for the worker the OS descheduled. Here:
- * - a loop is cut into more chunks than threads (CHUNKS_PER_THREAD), taken from an atomic counter by the
- *   caller and the workers alike; the region ends when every chunk is *done*, so a worker that wakes
- *   late finds nothing left and goes back to waiting. Chunks are the same size where a few more of them
- *   make it so (even_chunks).
- *   A worker can never take a chunk of a later job: the counter carries the job's generation (`ticket` =
- *   generation << 32 | next chunk), and the job's fields are read like a seqlock (checked against the
- *   ticket after reading);
+ * - a loop is cut into more chunks than threads (CHUNKS_PER_THREAD); each team thread owns a contiguous
+ *   run of them (the caller the first), takes its own front first from an atomic counter of its own,
+ *   then takes what is left of the others' the same way; the region ends when every chunk is *done*, so
+ *   a worker that wakes late finds nothing left and goes back to waiting. Owning a run keeps a thread on
+ *   the same part of every loop, so the next kernel finds in its own L2 what this one wrote there
+ *   (the same channel blocks, rows, images): ShuffleNet b1 2.86 against 3.25 ms with one shared
+ *   counter, whose chunks alternate between the threads (bench/RESULTS.md, session 15). Chunks are the
+ *   same size where a few more of them make it so (even_chunks).
+ *   A worker can never take a chunk of a later job: each counter carries the job's generation
+ *   (generation << 32 | next chunk), and the job's fields are read like a seqlock (checked against
+ *   `ticket`, generation << 32 | open, after reading);
  * - spinning is bounded: workers spin SPIN_NS after a job before sleeping on a futex, the caller spins
  *   SPIN_NS for the last chunks before sleeping; a sleeper is woken only when someone sleeps;
  * - one job at a time: a second thread calling while a job is in flight runs its loop on its own
@@ -45,6 +49,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -82,12 +87,13 @@ static struct {
   atomic_uint gen;          /* job generation; idle workers sleep on it */
   atomic_int sleepers;      /* workers asleep on gen */
   atomic_uint start_gen;    /* gen when the newest workers started */
-  _Atomic uint64_t ticket;  /* gen << 32 | next chunk */
+  _Atomic uint64_t ticket;  /* gen << 32 | 0 once the job is open (CLOSED while it is written) */
   _Atomic(nnvm_task) fn;    /* the job: written between closing and opening the ticket */
   _Atomic(void *) closure;
   _Atomic int64_t extent;
   atomic_uint nchunks;
   atomic_int team;
+  atomic_int slots;          /* chunk ranges: the team, or 1 (one counter, first come first served) */
   atomic_uint done;         /* chunks finished; the caller sleeps on it */
   atomic_int caller_asleep;
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -116,6 +122,27 @@ static inline void relax(void) {
 
 /* Run chunks of job `g` until none is left. `index` is a worker's number (-1: the caller); workers
  * beyond the job's team stay out. */
+/* Each team slot's chunks: slot v (the caller 0, worker k k+1) owns chunks [n*v/slots, n*(v+1)/slots),
+ * taken front first through its own counter (gen << 32 | next chunk), by itself first and by the others
+ * once theirs are done. */
+static struct {
+  _Alignas(64) _Atomic uint64_t next;
+} SLOT[MAX_WORKERS + 1];
+
+static atomic_int affinity = 1; /* NNVM_POOL_AFFINITY=0: one counter for all (slots = 1), read with the workers */
+
+static int take(uint32_t g, int v, uint32_t hi, uint32_t *k) {
+  uint64_t t = atomic_load_explicit(&SLOT[v].next, memory_order_relaxed);
+  while ((uint32_t)(t >> 32) == g && (uint32_t)t < hi) {
+    if (atomic_compare_exchange_weak_explicit(&SLOT[v].next, &t, t + 1, memory_order_acq_rel,
+                                              memory_order_relaxed)) {
+      *k = (uint32_t)t;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void work(uint32_t g, int index) {
   uint64_t t = atomic_load_explicit(&P.ticket, memory_order_acquire);
   if ((uint32_t)(t >> 32) != g || (uint32_t)t == CLOSED) return;
@@ -124,18 +151,20 @@ static void work(uint32_t g, int index) {
   int64_t extent = atomic_load_explicit(&P.extent, memory_order_relaxed);
   uint32_t n = atomic_load_explicit(&P.nchunks, memory_order_relaxed);
   int team = atomic_load_explicit(&P.team, memory_order_relaxed);
+  int slots = atomic_load_explicit(&P.slots, memory_order_relaxed);
   atomic_thread_fence(memory_order_acquire);
   t = atomic_load_explicit(&P.ticket, memory_order_relaxed);
   if ((uint32_t)(t >> 32) != g || (uint32_t)t == CLOSED) return; /* a later job overwrote what we read */
   if (index >= team - 1) return;
-  while ((uint32_t)(t >> 32) == g && (uint32_t)t < n) {
-    if (!atomic_compare_exchange_weak_explicit(&P.ticket, &t, t + 1, memory_order_acq_rel,
-                                               memory_order_relaxed))
-      continue; /* t now holds the current ticket */
-    uint32_t k = (uint32_t)t;
-    fn(closure, extent * k / n, extent * (k + 1) / n);
-    if (atomic_fetch_add(&P.done, 1) + 1 == n && atomic_load(&P.caller_asleep)) futex_wake(&P.done, 1);
-    t = atomic_load_explicit(&P.ticket, memory_order_relaxed);
+  int self = (index + 1) % slots;
+  for (int d = 0; d < slots; d++) {
+    int v = (self + d) % slots;
+    uint32_t hi = (uint32_t)((uint64_t)n * (uint32_t)(v + 1) / (uint32_t)slots);
+    uint32_t k;
+    while (take(g, v, hi, &k)) {
+      fn(closure, extent * k / n, extent * (k + 1) / n);
+      if (atomic_fetch_add(&P.done, 1) + 1 == n && atomic_load(&P.caller_asleep)) futex_wake(&P.done, 1);
+    }
   }
 }
 
@@ -297,6 +326,8 @@ static int start_workers(int want) {
   if (P.nworkers >= want) return 1;
   pthread_once(&fork_once, register_fork_handler);
   pthread_mutex_lock(&P.lock);
+  const char *aff = getenv("NNVM_POOL_AFFINITY");
+  atomic_store(&affinity, !(aff && strcmp(aff, "0") == 0));
   atomic_store(&P.start_gen, atomic_load(&P.gen));
   P.owner = getpid();
   sigset_t all, old; /* signals go to the application's threads, never to ours */
@@ -375,7 +406,7 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
   }
   uint32_t n = even_chunks(extent, team);
   uint32_t g = atomic_load_explicit(&P.gen, memory_order_relaxed) + 1;
-  /* seqlock write: close the ticket, write the job, open the ticket at chunk 0 */
+  /* seqlock write: close the ticket, write the job and the slots' counters, open the ticket */
   atomic_store_explicit(&P.ticket, (uint64_t)g << 32 | CLOSED, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&P.fn, fn, memory_order_relaxed);
@@ -383,6 +414,11 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
   atomic_store_explicit(&P.extent, extent, memory_order_relaxed);
   atomic_store_explicit(&P.nchunks, n, memory_order_relaxed);
   atomic_store_explicit(&P.team, team, memory_order_relaxed);
+  int slots = atomic_load_explicit(&affinity, memory_order_relaxed) ? team : 1;
+  atomic_store_explicit(&P.slots, slots, memory_order_relaxed);
+  for (int v = 0; v < slots; v++)
+    atomic_store_explicit(&SLOT[v].next, (uint64_t)g << 32 | (uint32_t)((uint64_t)n * (uint32_t)v / (uint32_t)slots),
+                          memory_order_relaxed);
   atomic_store_explicit(&P.done, 0, memory_order_relaxed);
   atomic_store_explicit(&P.caller_asleep, 0, memory_order_relaxed);
   atomic_store_explicit(&P.ticket, (uint64_t)g << 32, memory_order_release);
