@@ -93,7 +93,7 @@ static struct {
   _Atomic int64_t extent;
   atomic_uint nchunks;
   atomic_int team;
-  atomic_int slots;          /* chunk ranges: the team, or 1 (one counter, first come first served) */
+  atomic_int slots;         /* chunk runs: one a team thread, or 1 (NNVM_POOL_AFFINITY=0) */
   atomic_uint done;         /* chunks finished; the caller sleeps on it */
   atomic_int caller_asleep;
 } P = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -120,8 +120,6 @@ static inline void relax(void) {
 #endif
 }
 
-/* Run chunks of job `g` until none is left. `index` is a worker's number (-1: the caller); workers
- * beyond the job's team stay out. */
 /* Each team slot's chunks: slot v (the caller 0, worker k k+1) owns chunks [n*v/slots, n*(v+1)/slots),
  * taken front first through its own counter (gen << 32 | next chunk), by itself first and by the others
  * once theirs are done. */
@@ -129,7 +127,9 @@ static struct {
   _Alignas(64) _Atomic uint64_t next;
 } SLOT[MAX_WORKERS + 1];
 
-static atomic_int affinity = 1; /* NNVM_POOL_AFFINITY=0: one counter for all (slots = 1), read with the workers */
+/* NNVM_POOL_AFFINITY=0: one counter for all (slots = 1), chunks first come first served; read when the
+ * workers start */
+static atomic_int affinity = 1;
 
 static int take(uint32_t g, int v, uint32_t hi, uint32_t *k) {
   uint64_t t = atomic_load_explicit(&SLOT[v].next, memory_order_relaxed);
@@ -143,6 +143,8 @@ static int take(uint32_t g, int v, uint32_t hi, uint32_t *k) {
   return 0;
 }
 
+/* Run chunks of job `g` until none is left. `index` is a worker's number (-1: the caller); workers
+ * beyond the job's team stay out. */
 static void work(uint32_t g, int index) {
   uint64_t t = atomic_load_explicit(&P.ticket, memory_order_acquire);
   if ((uint32_t)(t >> 32) != g || (uint32_t)t == CLOSED) return;
@@ -416,9 +418,10 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
   atomic_store_explicit(&P.team, team, memory_order_relaxed);
   int slots = atomic_load_explicit(&affinity, memory_order_relaxed) ? team : 1;
   atomic_store_explicit(&P.slots, slots, memory_order_relaxed);
-  for (int v = 0; v < slots; v++)
-    atomic_store_explicit(&SLOT[v].next, (uint64_t)g << 32 | (uint32_t)((uint64_t)n * (uint32_t)v / (uint32_t)slots),
-                          memory_order_relaxed);
+  for (int v = 0; v < slots; v++) {
+    uint32_t first = (uint32_t)((uint64_t)n * (uint32_t)v / (uint32_t)slots);
+    atomic_store_explicit(&SLOT[v].next, (uint64_t)g << 32 | first, memory_order_relaxed);
+  }
   atomic_store_explicit(&P.done, 0, memory_order_relaxed);
   atomic_store_explicit(&P.caller_asleep, 0, memory_order_relaxed);
   atomic_store_explicit(&P.ticket, (uint64_t)g << 32, memory_order_release);
