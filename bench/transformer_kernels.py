@@ -31,16 +31,12 @@ import time
 KINDS = ("dense_packed", "softmax", "layer_norm", "batched_weight_pack", "transpose", "reshape")
 
 
-def _session(path, threads, profile_prefix=None, spinning=True):
-    """An onnxruntime session; ``spinning=False`` where an nnvm kernel is timed right after each of its
-    runs (its spinning workers would hold the other cores then: a 2-thread GEMM read 1.8x slower)."""
+def _session(path, threads, profile_prefix=None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    if not spinning:
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
@@ -114,7 +110,7 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from nnvm.bench import profile
+    from nnvm.bench import onnxruntime_session, profile
 
     *lead, k, n = (int(v) for v in shape.split("x"))
     batch, m = lead if len(lead) == 2 else (1, lead[0])
@@ -129,7 +125,9 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
         path = os.path.join(tmp, "gemm.onnx")
         onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
         mods = {tile: _compile_with_tile(path, tile) for tile in tiles}
-        sess = _session(path, threads, spinning=False)
+        # not spinning: its workers would hold the other cores while the nnvm kernel timed next runs
+        # (2-thread GEMMs read 1.8x slower)
+        sess = onnxruntime_session(path, threads)
         x = rng.standard_normal((batch, m, k)).astype(np.float32)
         ours, theirs = {tile: [] for tile in tiles}, []
         for _ in range(rounds):
