@@ -127,7 +127,7 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
         mods = {tile: _compile_with_tile(path, tile) for tile in tiles}
         # not spinning: its workers would hold the other cores while the nnvm kernel timed next runs
         # (2-thread GEMMs read 1.8x slower)
-        sess = onnxruntime_session(path, threads)
+        sess, _ = onnxruntime_session(path, threads)
         x = rng.standard_normal((batch, m, k)).astype(np.float32)
         ours, theirs = {tile: [] for tile in tiles}, []
         for _ in range(rounds):
