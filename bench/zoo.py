@@ -122,8 +122,7 @@ def measure(path: str, threads: int, repeat: int, rounds: int, block_seconds: fl
 
     blocks = blocks_times([ours, ort_default], n, rounds, warmup=warm)
     keep("block", *blocks)
-    steady = steady_rounds([[list(b) for b in fn_blocks] for fn_blocks in blocks],
-                           lambda: blocks_times([ours, ort_default], n, 1, warmup=warm), rounds)
+    steady = steady_rounds(blocks, lambda: blocks_times([ours, ort_default], n, 1, warmup=warm), rounds)
     keep("steady", *steady)
     result["steady_rounds"] = len(steady[0])
     keep("alt_quiet", *alternate_times([ours, ort_quiet], n, warm))
@@ -148,7 +147,9 @@ def steady_rounds(blocks: list, one_more, rounds: int) -> list:
     rounds are measured again (``one_more()``: one round, as ``blocks_times`` gives it), at most ``rounds``
     more. Both runtimes' rounds are kept or dropped together, so a period in which the host ran slow (this
     2-vCPU host: one runtime's blocks 1.5-3x its best for minutes, ShuffleNet b1 read 1.34 in blocks with
-    its best runs 0.97) does not decide the median; all rounds where none is steady."""
+    its best runs 0.97) does not decide the median; all rounds where none is steady. ``blocks`` is left as
+    it was."""
+    blocks = [list(per) for per in blocks]
 
     def steady() -> list:
         best = [min(min(b) for b in per) for per in blocks]

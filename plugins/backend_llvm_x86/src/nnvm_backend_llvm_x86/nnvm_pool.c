@@ -131,6 +131,11 @@ static struct {
  * workers start */
 static atomic_int affinity = 1;
 
+/* The first chunk slot v owns of n (slot `slots` is n: one past the last slot's run). */
+static uint32_t slot_first(uint32_t n, int v, int slots) {
+  return (uint32_t)((uint64_t)n * (uint32_t)v / (uint32_t)slots);
+}
+
 static int take(uint32_t g, int v, uint32_t hi, uint32_t *k) {
   uint64_t t = atomic_load_explicit(&SLOT[v].next, memory_order_relaxed);
   while ((uint32_t)(t >> 32) == g && (uint32_t)t < hi) {
@@ -161,7 +166,7 @@ static void work(uint32_t g, int index) {
   int self = (index + 1) % slots;
   for (int d = 0; d < slots; d++) {
     int v = (self + d) % slots;
-    uint32_t hi = (uint32_t)((uint64_t)n * (uint32_t)(v + 1) / (uint32_t)slots);
+    uint32_t hi = slot_first(n, v + 1, slots);
     uint32_t k;
     while (take(g, v, hi, &k)) {
       fn(closure, extent * k / n, extent * (k + 1) / n);
@@ -418,10 +423,8 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
   atomic_store_explicit(&P.team, team, memory_order_relaxed);
   int slots = atomic_load_explicit(&affinity, memory_order_relaxed) ? team : 1;
   atomic_store_explicit(&P.slots, slots, memory_order_relaxed);
-  for (int v = 0; v < slots; v++) {
-    uint32_t first = (uint32_t)((uint64_t)n * (uint32_t)v / (uint32_t)slots);
-    atomic_store_explicit(&SLOT[v].next, (uint64_t)g << 32 | first, memory_order_relaxed);
-  }
+  for (int v = 0; v < slots; v++)
+    atomic_store_explicit(&SLOT[v].next, (uint64_t)g << 32 | slot_first(n, v, slots), memory_order_relaxed);
   atomic_store_explicit(&P.done, 0, memory_order_relaxed);
   atomic_store_explicit(&P.caller_asleep, 0, memory_order_relaxed);
   atomic_store_explicit(&P.ticket, (uint64_t)g << 32, memory_order_release);
