@@ -4,6 +4,7 @@ sentence when no C compiler can build it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,6 +18,17 @@ import nnvm
 from nnvm import te
 from nnvm.errors import Error
 from nnvm_backend_llvm_x86.library import pool_build
+
+
+@contextlib.contextmanager
+def _busy_process():
+    """One other process spinning on a core while the block runs, so workers get descheduled."""
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        busy.kill()
+        busy.wait()
 
 
 def _parallel_affine(rows: int, name: str = "affine"):
@@ -118,12 +130,8 @@ static void report(void) { printf("bad %d\n", bad); }
 def test_every_chunk_runs_once(callers, tmp_path, c_callers):
     """The pool in C, 20000 regions per calling thread with random extents and team sizes, run next to a
     busy process: every iteration runs exactly once (no chunk lost to, or taken twice by, a late worker)."""
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+    with _busy_process():
         proc = c_callers(tmp_path, _POOL_CALLER, callers)
-    finally:
-        busy.kill()
-        busy.wait()
     assert proc.returncode == 0 and "bad 0" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -199,12 +207,8 @@ def test_each_thread_runs_its_own_chunks_first(tmp_path, c_callers):
     """Two threads: the caller owns the first half of a loop's chunks and the worker the second; each
     runs its own front first and only then what is left of the other's (so consecutive kernels keep a
     thread on the same part of the data), whatever the timing: 300 regions next to a busy process."""
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
+    with _busy_process():
         proc = c_callers(tmp_path, _OWN_CHUNKS_FIRST, 1)
-    finally:
-        busy.kill()
-        busy.wait()
     assert proc.returncode == 0 and "bad 0" in proc.stdout, proc.stdout + proc.stderr
 
 
