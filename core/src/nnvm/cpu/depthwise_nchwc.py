@@ -64,6 +64,19 @@ NAME = "x86.depthwise_conv2d_nchwc.tiles"
 TILE_VECTORS = 8  # output vectors of one register tile (fallback)
 TILE_WIDTH = 4  # of which along a row, at most (fallback)
 MIN_CHUNKS = 16  # parallel chunks the fallback keeps at least, where the plane has rows enough
+def depthwise_tile(target, rows: int, cols: int, lanes_c: int, stride: int) -> tuple[int, int]:
+    """(tile rows, tile columns) of the register tile over an output of ``rows`` x ``cols`` pixels whose
+    input is in cache: about ``TILE_VECTORS`` output vectors, up to ``TILE_WIDTH`` pixels along a row."""
+    per_pixel = max(1, -(-lanes_c // vector_lanes(target)))
+    width = max(1, TILE_WIDTH // per_pixel)
+    ow_block = largest_divisor(cols, width)
+    if ow_block == 1 and stride > 1 and cols * per_pixel <= TILE_VECTORS:
+        ow_block = cols  # a 7-wide output at stride 2: whole rows (7 rows of a pixel: 1.7x slower)
+    elif 2 * ow_block <= width and cols * per_pixel > TILE_VECTORS:
+        ow_block = row_block(cols, width)  # a prime width (13): a guarded last tile, not 1 pixel
+    return largest_divisor(rows, max(1, TILE_VECTORS // (ow_block * per_pixel))), ow_block
+
+
 def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     """``x86.depthwise_conv2d_nchwc.tiles`` for a depthwise conv2d_nchwc group, or None to decline."""
     if not enabled("NNVM_X86_DEPTHWISE_TILES") or not enabled("NNVM_X86_CONV_SCHEDULE"):
@@ -80,14 +93,8 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
         return None
     batch, blocks, ext_oh, ext_ow, lanes_c, ext_ry, ext_rx = sizes
     per_pixel = max(1, -(-lanes_c // vector_lanes(target)))
-    width = max(1, TILE_WIDTH // per_pixel)
-    ow_fallback = largest_divisor(ext_ow, width)
     stride = conv.op.attrs.get("strides", (1, 1))[1]
-    if ow_fallback == 1 and stride > 1 and ext_ow * per_pixel <= TILE_VECTORS:
-        ow_fallback = ext_ow  # a 7-wide output at stride 2: whole rows (7 rows of a pixel: 1.7x slower)
-    elif 2 * ow_fallback <= width and ext_ow * per_pixel > TILE_VECTORS:
-        ow_fallback = row_block(ext_ow, width)  # a prime width (13): a guarded last tile, not 1 pixel
-    rows_fallback = largest_divisor(ext_oh, max(1, TILE_VECTORS // (ow_fallback * per_pixel)))
+    rows_fallback, ow_fallback = depthwise_tile(target, ext_oh, ext_ow, lanes_c, stride)
     if rows_fallback > 1 and stride <= 2 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
             and machine_of(target).registers < TILE_VECTORS + ext_ry * ext_rx * per_pixel:
         data_bytes = (1 + stride * stride) * 4 * batch * blocks * ext_oh * ext_ow * lanes_c  # input + output

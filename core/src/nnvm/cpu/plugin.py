@@ -17,7 +17,9 @@ def nnvm_register_ops(register):
     matmul's right side for it), ``grouped_weight_pack`` (grouped convolution weights for blocks that
     straddle groups), ``split_weight_pack`` (``grouped.py``), ``patches`` and ``patch_weight_pack`` (a patch
     embedding as a product, ``patches.py``) and softmax's two row kernels
-    (``softmax_rows.py``), made by the layout pass (``layout.py``)."""
+    (``softmax_rows.py``), made by the layout pass (``layout.py``); ``channel_shuffle_nchwc`` and
+    ``expand_depthwise_nchwc``, made by the passes below."""
+    from nnvm.cpu.expand_depthwise import EXPAND_DEPTHWISE_NCHWC
     from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
     from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
     from nnvm.cpu.patches import PATCH_WEIGHT_PACK, PATCHES
@@ -30,6 +32,7 @@ def nnvm_register_ops(register):
     register(GROUPED_WEIGHT_PACK)
     register(SPLIT_WEIGHT_PACK)
     register(CHANNEL_SHUFFLE_NCHWC)
+    register(EXPAND_DEPTHWISE_NCHWC)
     register(PATCHES)
     register(PATCH_WEIGHT_PACK)
     register(SOFTMAX_EXP)
@@ -39,12 +42,17 @@ def nnvm_register_ops(register):
 @hookimpl
 def nnvm_register_passes(register):
     """``fuse_channel_shuffle``: a ShuffleNet channel shuffle and the layout transforms around it as one
-    ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``; after the layout pass, where it runs)."""
+    ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``); ``fuse_expand_depthwise``: a 1x1 expansion
+    and the depthwise convolution reading it as one ``expand_depthwise_nchwc`` (``expand_depthwise.py``).
+    Both after the layout pass, where they run."""
+    from nnvm.cpu.expand_depthwise import fuse_expand_depthwise
     from nnvm.cpu.shuffle import fuse_channel_shuffle
     from nnvm.passes.manager import Pass
 
     register(Pass("fuse_channel_shuffle", fuse_channel_shuffle, 3, ("infer_types",),
                   "channel shuffles (reshape, transpose, reshape) in NCHW[x]c as channel_shuffle_nchwc"))
+    register(Pass("fuse_expand_depthwise", fuse_expand_depthwise, 3, ("infer_types",),
+                  "a 1x1 expansion read only by a depthwise convolution, with it, as expand_depthwise_nchwc"))
 
 
 @hookimpl(trylast=True)

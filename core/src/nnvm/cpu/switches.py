@@ -39,6 +39,7 @@ SWITCHES = {
     "NNVM_X86_AVX2_TILES": (("0", "1"), "1"),  # AVX2 without a broadcast operand (the x86 plugin's answer)
     "NNVM_X86_FLAT_PLANE": (("0", "1"), "1"),  # 1x1 convs on small planes tiled as one row (schedule_nchwc)
     "NNVM_X86_PATCH_DENSE": (("0", "1"), "1"),  # stride == kernel convs on few channels as products
+    "NNVM_X86_EXPAND_DEPTHWISE": (("0", "1"), "1"),  # a 1x1 expansion + depthwise conv as one kernel
 }
 
 

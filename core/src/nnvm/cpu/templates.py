@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.depthwise_nchwc import depthwise_nchwc_template
+from nnvm.cpu.expand_depthwise import expand_depthwise_template
 from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
 from nnvm.cpu.schedule_depthwise import depthwise_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
@@ -27,6 +28,7 @@ TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 
 # (target, group) -> ScheduleTemplate | None, asked in this order.
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
+    expand_depthwise_template,  # x86.expand_depthwise_nchwc.bands: 1x1 expansion + depthwise, per band
     depthwise_nchwc_template,  # x86.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
     conv2d_nchwc_template,  # x86.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
     winograd_template,      # x86.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it

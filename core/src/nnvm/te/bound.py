@@ -93,24 +93,45 @@ def _thread_loops(stage, stage_ranges) -> dict:
     return out
 
 
+def nested_in(reader, consumer, pos: int) -> bool:
+    """Whether ``reader`` is computed inside loop ``pos`` (or a loop within it) of ``consumer``: attached
+    there directly, or to a stage that is."""
+    while reader.attach_type == "scope":
+        if reader.attach_stage is consumer:
+            return consumer.leaf_iter_vars.index(reader.attach_ivar) >= pos
+        reader = reader.attach_stage
+    return False
+
+
+def _axis_values(stage, ranges) -> dict:
+    """Each axis variable of ``stage`` as an expression of its leaf loop variables, offset by its region's
+    start (which names the loops of the stages it is computed in)."""
+    leaves = stage.leaf_iter_vars
+    values, _ = root_values(stage, ranges, {iv: iv.var for iv in leaves})
+    vmap = {}
+    for iv in list(stage.op.axis) + list(stage.op.reduce_axis):
+        mn = ranges[iv][0]
+        vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
+    return vmap
+
+
 def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``, and
-    the domain end of each axis whose region may overhang the domain (lowering guards those)."""
+    the domain end of each axis whose region may overhang the domain (lowering guards those).
+
+    Its readers are the stage it is computed in, or stages computed inside that loop (a band of an
+    intermediate tensor filled once for the register tiles of a band that read it): their loops, and
+    those of the stages between, range over their whole extent within one iteration."""
     consumer = stage.attach_stage
+    leaves = consumer.leaf_iter_vars
+    pos = leaves.index(stage.attach_ivar)
     readers = [st for st in stage_ranges
                if any(_reads_of(b, t) for b in bodies[st.op] for t in stage.op.outputs)]
-    if readers != [consumer]:
+    if not readers or any(st is not consumer and not nested_in(st, consumer, pos + 1) for st in readers):
         names = ", ".join(st.name for st in readers) or "none"
         raise ScheduleError(f"stage {stage.name}: compute_at needs {consumer.name} to be its only consumer "
                             f"(consumers: {names})")
     c_ranges = stage_ranges[consumer]
-    leaves = consumer.leaf_iter_vars
-    pos = leaves.index(stage.attach_ivar)
-    values, _ = root_values(consumer, c_ranges, {iv: iv.var for iv in leaves})
-    vmap = {}
-    for iv in list(consumer.op.axis) + list(consumer.op.reduce_axis):
-        mn = c_ranges[iv][0]
-        vmap[iv.var] = values[iv] + mn if not (isinstance(mn, int) and mn == 0) else values[iv]
     relax = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[pos + 1:]}
     if stage.scope == "shared":
         relax.update(_thread_loops(consumer, stage_ranges))
@@ -119,9 +140,15 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     simp = Simplifier(outer_ranges)
 
     accesses = []
-    for body in bodies[consumer.op]:
-        for t in stage.op.outputs:
-            accesses.extend(_reads_of(body, t))
+    for reader in readers:
+        vmap = _axis_values(reader, stage_ranges[reader])
+        inner = reader
+        while inner is not consumer:  # every loop of a reader inside the attach loop ranges fully
+            relax.update({iv.var: (0, stage_ranges[inner][iv][1] - 1) for iv in inner.leaf_iter_vars})
+            inner = inner.attach_stage
+        for body in bodies[reader.op]:
+            for t in stage.op.outputs:
+                accesses.extend([substitute(i, vmap) for i in idx] for idx in _reads_of(body, t))
     out: dict = {}
     limits: dict = {}
     for d, iv in enumerate(stage.op.axis):
@@ -130,7 +157,7 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
         los, his, raw = [], [], []
         try:
             for idx in accesses:
-                lo, hi = _sym_bound(substitute(idx[d], vmap), relax, simp)
+                lo, hi = _sym_bound(idx[d], relax, simp)
                 raw.append((lo, hi))
                 los.append(simp.expr(lo))
                 his.append(simp.expr(hi))

@@ -16,7 +16,7 @@ The steps, each a function below or in the module named:
 from __future__ import annotations
 
 from nnvm.errors import ScheduleError
-from nnvm.te.bound import attach_ranges
+from nnvm.te.bound import attach_ranges, nested_in
 from nnvm.te.nest import reduction_nest, wrap_loops
 from nnvm.te.relations import axis_values, infer_bounds, root_ranges
 from nnvm.te.schedule import Schedule, Stage
@@ -192,16 +192,19 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
 
 
 def _check_attach_dominates(stage: Stage, bodies: dict, lowered, at: str) -> None:
-    """A stage computed inside a loop must be read only inside that loop, by the stage owning it."""
+    """A stage computed inside a loop must be read only inside that loop: by the stage owning it, or by
+    stages computed inside that loop."""
     outs = set(stage.op.outputs)
     readers = [st for st in lowered if any(t in outs for b in bodies[st.op] for t in tensors_read(b))]
-    if readers == [stage.attach_stage]:
+    owner = stage.attach_stage
+    pos = owner.leaf_iter_vars.index(stage.attach_ivar)
+    outside = [st.name for st in readers if st is not owner and not nested_in(st, owner, pos + 1)]
+    if readers and not outside:
         return
-    others = [st.name for st in readers if st is not stage.attach_stage]
-    why = f"{', '.join(others)} read{'s' if len(others) == 1 else ''} it outside that loop" if others else \
-        "nothing reads it"
-    if stage.attach_stage not in readers:
-        why += f", and {stage.attach_stage.name} does not read it"
+    why = f"{', '.join(outside)} read{'s' if len(outside) == 1 else ''} it outside that loop" if outside \
+        else "nothing reads it"
+    if outside and owner not in readers:
+        why += f", and {owner.name} does not read it"
     raise ScheduleError(f"stage {stage.name}: {at} does not dominate every read of {stage.name}: {why}")
 
 
