@@ -180,3 +180,33 @@ def test_primitives_on_sizes_the_factors_do_not_divide(m, n, kk, bi, bj, kf):
     ko, _ = s[C].split(C.op.reduce_axis[0], factor=kf)
     s.rfactor(C, ko)
     _run(s, [A, B, C], [a, b], a @ b)
+
+
+def test_compute_at_a_loop_enclosing_the_readers():
+    """B is read only by C, which is computed at D's inner loop: B may be computed once at D's outer
+    loop (a band of rows for all the tiles inside it), its region the union of what C reads there."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((12, 8)).astype(np.float32)
+    A = te.placeholder((12, 8), name="A")
+    B = te.compute((12, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((10, 8), lambda i, j: B[i, j] + B[i + 2, j], name="C")
+    D = te.compute((10, 8), lambda i, j: C[i, j] + 1.0, name="D")
+    s = te.create_schedule(D.op)
+    io, ii = s[D].split(D.op.axis[0], factor=5)
+    s[C].compute_at(s[D], ii)
+    s[B].compute_at(s[D], io)
+    text = _run(s, [A, D], [a], 2 * a[:10] + 2 * a[2:] + 1)
+    assert "B = allocate(float32[7*8]" in text  # rows i .. i + 6 of a band of 5, once per band
+
+
+def test_compute_at_outside_the_readers_loop_is_an_error():
+    """Computed at D's inner loop, B cannot serve C computed at D's outer loop (before B exists)."""
+    A = te.placeholder((8, 8), name="A")
+    B = te.compute((8, 8), lambda i, j: A[i, j] * 2.0, name="B")
+    C = te.compute((8, 8), lambda i, j: B[i, j] + 1.0, name="C")
+    D = te.compute((8, 8), lambda i, j: C[i, j] + 1.0, name="D")
+    s = te.create_schedule(D.op)
+    s[C].compute_at(s[D], D.op.axis[0])
+    s[B].compute_at(s[D], D.op.axis[1])
+    with pytest.raises(nnvm.ScheduleError, match="C reads it outside that loop"):
+        nnvm.lower(s, [A, D])

@@ -34,7 +34,6 @@ import numpy as np
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import (
-    POOL_CHUNKS_PER_THREAD,
     machine_of,
     oc_blocks_for,
     register_budget,
