@@ -22,7 +22,18 @@ that stays in the core's L2, then the depthwise tiles over it::
 
 Each stage's code is the one the two convolutions have alone (``conv2d_nchwc``'s compute, the register
 tiles of ``cost_model.py`` and ``depthwise_nchwc.py``); what changes is where the wide tensor lives.
-``NNVM_X86_EXPAND_DEPTHWISE=0`` keeps the two convolutions, for A/B benchmarks.
+
+Where it pays (``_pays``): measured on the 2-core AVX2 Zen 4 host (MobileNetV2, kernels timed in model
+order, fused against the two), at batch 8 the stride-2 pairs whose wide tensor streams from memory
+gained: 96 x 112 x 112 -> 56 3.75 -> 3.17 ms, 144 x 56 x 56 -> 28 1.82 -> 1.36 ms; the whole model
+0.95-0.96 of the two-kernel build (one process, alternated). Everywhere else the pair ran as fast or
+faster apart: stride 1 (its output as large as the wide tensor, still written) 1.03-1.24, the same
+pairs at batch 1 (the wide tensor in cache) 1.1-1.6. There the separate kernels have what this one
+lacks: the 1x1 convolution's parallel loop and flat planes chosen for its shape, and a depthwise tile
+whose 9 weight vectors and 8 accumulators do not exceed AVX2's 16 registers (here they spill).
+So the pass fuses a pair only where the depthwise convolution strides and the wide tensor, written
+and read back, exceeds ``cost_model.streams_from_memory``'s share of the last-level cache.
+``NNVM_X86_EXPAND_DEPTHWISE=0`` keeps the two convolutions everywhere, for A/B benchmarks.
 """
 
 from __future__ import annotations

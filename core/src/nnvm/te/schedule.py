@@ -201,7 +201,9 @@ class Stage:
         self.attach_ivar = None
 
     def compute_at(self, parent: Stage, ivar):
-        """Compute the part of this stage that ``parent`` needs inside ``parent``'s loop ``ivar``."""
+        """Compute the part of this stage that ``parent`` needs inside ``parent``'s loop ``ivar``; or, where
+        the stages reading it are computed inside that loop (a band of rows for the tiles within it),
+        the part they need there."""
         self._check_compute("compute_at")
         if not isinstance(parent, Stage):
             raise ScheduleError(f"stage {self.name}: compute_at takes a stage, e.g. s[C]")
