@@ -185,3 +185,15 @@ def test_either_vector_width(tmp_path, always_pays, target):
     path, _ = _model(str(tmp_path / "m.onnx"), 1, 16, 28, 96, 2)
     assert "expand_depthwise_nchwc" in _ops(path, target)
     assert nnvm.compile(path, target=target, tuning_log=False) is not None
+
+
+def test_exported_module_runs_the_fused_kernel(tmp_path, always_pays):
+    """The fused kernel is compiled code like any other: an exported module loads and gives the same
+    numbers without the op (or the pass) on the loading side."""
+    path, x = _model(str(tmp_path / "m.onnx"), 2, 16, 28, 96, 2)
+    mod = nnvm.compile(path, target="llvm", tuning_log=False)
+    assert any(nd.op == "expand_depthwise_nchwc" for nd in mod.graph.nodes)
+    mod.export(str(tmp_path / "m.nnvm"))
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = nnvm.load(str(tmp_path / "m.nnvm")).run(x)[0]
+    assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5
