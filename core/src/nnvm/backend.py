@@ -42,6 +42,13 @@ class KernelLibrary:
         pointers. ``nnvm.gpu.library.GPUKernelLibrary`` implements it for every GPU backend."""
         return None
 
+    def sequence_runner(self) -> int | None:
+        """The address of a C function ``int32_t run(int64_t n, void *const *kernels, void *const *args,
+        int64_t *failed)`` that calls ``kernels[k](args[k])`` in order and returns the first nonzero status
+        (its index in ``*failed``), or 0: ``Module.run`` then makes one foreign call a run instead of one a
+        kernel. None (the default): the runtime calls each kernel itself."""
+        return None
+
     def runs_in_process(self) -> bool:
         """False when this process cannot execute the code (built for another CPU). ``Module.run`` then
         exports the module once to a temporary file and hands it to ``run_exported``."""

@@ -234,3 +234,35 @@ def test_cost_model_counts_the_pools_chunks():
     source = (Path(nnvm_backend_llvm_x86.__file__).parent / "nnvm_pool.c").read_text()
     (chunks,) = re.findall(r"#define CHUNKS_PER_THREAD (\d+)", source)
     assert int(chunks) == POOL_CHUNKS_PER_THREAD
+
+
+def test_one_foreign_call_runs_every_kernel_in_order(tmp_path, conv_model):
+    """``nnvm_run_kernels`` (the library's sequence runner): kernels in order, each with its own argument
+    array, stopping at the first nonzero status with its index; a compiled module's runs go through it
+    and give the same numbers as calling each kernel."""
+    import ctypes
+
+    from nnvm.runtime.kernel import SEQUENCE_TYPE
+    from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
+
+    seen = []
+    kernel_type = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+    kernels = [kernel_type(lambda arg, k=k: seen.append((k, arg)) or (7 if k == 2 else 0)) for k in range(4)]
+    table = (ctypes.c_void_p * 4)(*[ctypes.cast(fn, ctypes.c_void_p).value for fn in kernels])
+    args = (ctypes.c_void_p * 4)(11, 12, 13, 14)
+    library = LLVMKernelLibrary.__new__(LLVMKernelLibrary)
+    library._engine = object()  # runs in process: the runner comes from the pool's shared library
+    run = SEQUENCE_TYPE(library.sequence_runner())
+    failed = ctypes.c_int64(-1)
+    assert run(4, table, args, ctypes.byref(failed)) == 7
+    assert seen == [(0, 11), (1, 12), (2, 13)] and failed.value == 2
+    seen.clear()
+    assert run(2, table, args, ctypes.byref(failed)) == 0 and seen == [(0, 11), (1, 12)]
+
+    mod = nnvm.compile(conv_model(str(tmp_path / "c.onnx"), 8, 12), target="llvm", tuning_log=False)
+    workspace = mod._free[0]
+    assert workspace.sequence is not None
+    x = np.random.default_rng(0).standard_normal((1, 8, 12, 12)).astype(np.float32)
+    got = mod.run(x)[0]
+    workspace.sequence = None  # each kernel through ctypes
+    np.testing.assert_array_equal(mod.run(x)[0], got)

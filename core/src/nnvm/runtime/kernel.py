@@ -10,6 +10,9 @@ from nnvm.errors import Error, InputError
 from nnvm.runtime.threads import set_default_threads
 
 KERNEL_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
+# KernelLibrary.sequence_runner: (kernel count, kernels, their argument arrays, the failed one's index)
+SEQUENCE_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                 ctypes.POINTER(ctypes.c_int64))
 
 
 def kernel_from_address(address: int):

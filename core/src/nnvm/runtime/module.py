@@ -22,7 +22,7 @@ from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.graph.ir import load_params, save_params
 from nnvm.limits import check_allocation
 from nnvm.runtime import artifact
-from nnvm.runtime.kernel import kernel_from_address
+from nnvm.runtime.kernel import SEQUENCE_TYPE, kernel_from_address
 from nnvm.runtime.threads import run_kernels
 
 ARTIFACT_FORMAT = "nnvm-module"
@@ -43,6 +43,10 @@ class Module:
         self._stats = stats
         self.graph = graph
         self._in_process = library.runs_in_process()
+        # one foreign call a run where the library has a C loop over its kernels (else one a kernel)
+        has_runner = self._in_process and hasattr(library, "sequence_runner")
+        runner = library.sequence_runner() if has_runner else None
+        self._sequence = SEQUENCE_TYPE(runner) if runner else None
         self._lock = threading.Lock()  # guards the pool of free workspaces and the one-time export
         _check_plan(plan, self.params)
         check_allocation(plan["arena_bytes"], "the model's activations")
@@ -64,6 +68,13 @@ class Module:
         for k, ref in enumerate(call["args"]):
             ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
         return fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]
+
+    def _call_tables(self, calls: list) -> tuple:
+        """``calls``' kernels and argument arrays as two C arrays, for the library's sequence runner."""
+        n = max(len(calls), 1)
+        kernels = (ctypes.c_void_p * n)(*[ctypes.cast(fn, ctypes.c_void_p).value for fn, *_ in calls])
+        args = (ctypes.c_void_p * n)(*[arg.value for _fn, arg, *_ in calls])
+        return kernels, args
 
     def _view(self, d: dict, arena: np.ndarray) -> np.ndarray:
         ref = d["ref"]
@@ -226,14 +237,22 @@ class _Workspace:
         base = self.arena.ctypes.data
         # (kernel, its argument array as void*, the array kept alive, kernel name)
         self.calls = [mod._prepared_call(call, base) for call in plan["calls"]] if mod._in_process else []
+        self.sequence = mod._sequence
+        self.tables = mod._call_tables(self.calls) if self.sequence is not None else None
 
     def run(self, values: list) -> list[np.ndarray]:
         for view, value in zip(self.inputs, values):
             view[...] = value
-        for fn, arg, _keep, kernel in self.calls:
-            rc = fn(arg)
+        if self.sequence is not None:
+            failed = ctypes.c_int64(-1)
+            rc = self.sequence(len(self.calls), *self.tables, ctypes.byref(failed))
             if rc != 0:
-                raise Error(f"kernel {kernel} failed with status {rc}")
+                raise Error(f"kernel {self.calls[failed.value][3]} failed with status {rc}")
+        else:
+            for fn, arg, _keep, kernel in self.calls:
+                rc = fn(arg)
+                if rc != 0:
+                    raise Error(f"kernel {kernel} failed with status {rc}")
         return [self._copy_out(i, view) for i, view in enumerate(self.outputs)]
 
     def _copy_out(self, i: int, view: np.ndarray) -> np.ndarray:

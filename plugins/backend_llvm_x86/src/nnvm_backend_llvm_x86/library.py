@@ -181,6 +181,13 @@ class LLVMKernelLibrary(KernelLibrary):
             raise Error(f"no kernel named {name!r} in this library (kernels: {', '.join(self.kernel_names)})")
         return self._engine.get_function_address(name)
 
+    def sequence_runner(self) -> int | None:
+        """``nnvm_run_kernels`` of the thread pool's shared library (``nnvm_pool.c``), loaded for it."""
+        if self._engine is None:
+            return None
+        load_pool()
+        return llvm.address_of_symbol("nnvm_run_kernels") or None
+
     def num_threads(self) -> int:
         """The team size parallel loops use (``nnvm_pool_team``); 1 without any."""
         if not self.uses_parallel or self._engine is None:

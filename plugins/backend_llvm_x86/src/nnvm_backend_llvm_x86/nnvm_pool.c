@@ -30,6 +30,9 @@
  *                      else OMP_NUM_THREADS, else the CPUs this process may use); 1 in a forked child.
  *   void *nnvm_scratch_alloc(size_t bytes), void nnvm_scratch_free(void *): a kernel's buffers too big for
  *                      its stack (codegen.py's Allocate), 64-byte aligned, NULL when out of memory.
+ *   int32_t nnvm_run_kernels(int64_t n, void *const *kernels, void *const *args, int64_t *failed): what the
+ *                      Python runtime calls once a run (KernelLibrary.sequence_runner) instead of each
+ *                      kernel through ctypes (~0.5 us a call: 30 us of MobileNetV2's 4.4 ms at batch 1).
  *
  * Scratch buffers are kept for the next call, per thread: a thread's freed buffers (SCRATCH_SLOTS of
  * them, the largest) go to a cache of its own, and an allocation takes the smallest cached one that is
@@ -446,6 +449,19 @@ NNVM_POOL_API void nnvm_pool_run(nnvm_task fn, void *closure, int64_t extent, in
   }
   STATS_JOIN_END();
   atomic_store_explicit(&P.busy, 0, memory_order_release);
+}
+
+NNVM_POOL_API int32_t nnvm_run_kernels(int64_t n, void *const *kernels, void *const *args, int64_t *failed) {
+  /* kernels[k](args[k]) in order; the first nonzero status stops the run, its index in *failed */
+  for (int64_t k = 0; k < n; k++) {
+    int32_t (*kernel)(void *) = (int32_t (*)(void *))kernels[k];
+    int32_t rc = kernel(args[k]);
+    if (rc != 0) {
+      *failed = k;
+      return rc;
+    }
+  }
+  return 0;
 }
 
 NNVM_POOL_API int32_t nnvm_pool_team(int32_t *cache) {
