@@ -19,7 +19,7 @@ from nnvm.compiler import optimized_graph
 from nnvm.ops.registry import get_op
 
 
-def _model(path, n, c, hw, wide, stride, act="relu6", bias=True, residual=False, seed=0, pads=1):
+def _model(path, n, c, hw, wide, stride, act="relu6", bias=True, residual=False, seed=0, pads=1, dilation=1):
     """x -> Conv 1x1 c -> wide (+ bias) -> act -> depthwise 3x3 (stride) -> + bias -> ReLU6 [-> + shift]."""
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array((rng.standard_normal((wide, c, 1, 1)) * 0.4).astype(np.float32), "w1"),
@@ -39,7 +39,7 @@ def _model(path, n, c, hw, wide, stride, act="relu6", bias=True, residual=False,
     else:
         nodes.append(helper.make_node("Identity", ["e"], ["a"]))
     nodes += [helper.make_node("Conv", ["a", "w2", "b2"], ["d"], kernel_shape=[3, 3], strides=[stride] * 2,
-                               pads=[pads] * 4, group=wide),
+                               pads=[pads] * 4, group=wide, dilations=[dilation] * 2),
               helper.make_node("Clip", ["d", "lo", "hi"], ["r" if residual else "y"])]
     if residual:
         inits.append(numpy_helper.from_array(rng.standard_normal((wide, 1, 1)).astype(np.float32), "shift"))
@@ -103,6 +103,15 @@ def test_configs_match_onnxruntime(tmp_path, always_pays, monkeypatch, config):
     got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
     assert used, "the template did not serve the group"
     assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5, used[-1]
+
+
+def test_dilated_depthwise(tmp_path, always_pays):
+    """A dilated depthwise window (DeepLab's MobileNetV2 backbone: dilation 2, padding 2)."""
+    path, x = _model(str(tmp_path / "m.onnx"), 1, 16, 21, 96, 2, pads=2, dilation=2)
+    assert "expand_depthwise_nchwc" in _ops(path)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
+    assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5
 
 
 def test_residual_after_it_and_groups(tmp_path, always_pays):

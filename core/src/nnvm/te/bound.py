@@ -129,8 +129,8 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
                if any(_reads_of(b, t) for b in bodies[st.op] for t in stage.op.outputs)]
     if not readers or any(st is not consumer and not nested_in(st, consumer, pos + 1) for st in readers):
         names = ", ".join(st.name for st in readers) or "none"
-        raise ScheduleError(f"stage {stage.name}: compute_at needs {consumer.name} to be its only consumer "
-                            f"(consumers: {names})")
+        raise ScheduleError(f"stage {stage.name}: compute_at needs every stage reading it to be "
+                            f"{consumer.name} or computed inside that loop (readers: {names})")
     c_ranges = stage_ranges[consumer]
     relax = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[pos + 1:]}
     if stage.scope == "shared":
