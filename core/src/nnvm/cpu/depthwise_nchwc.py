@@ -122,34 +122,41 @@ def build_depthwise_nchwc(group, config: dict):
     sch, conv, padded = nchwc_stage(group)
     inline_epilogue(sch, {conv.op, *padded})
     out_stage = sch[group.outputs[0].op]
-    ry, rx = conv.op.reduce_axis
     on, ooco, ooh, oow, ooci = out_stage.op.axis
     oho, ohi = out_stage.split(ooh, factor=config["oh_block"])
     ohm, oht = out_stage.split(ohi, factor=math.gcd(config["tile_rows"], config["oh_block"]))
     owo, owi = out_stage.split(oow, factor=config["ow_block"])
     out_stage.reorder(on, ooco, oho, ohm, owo, oht, owi, ooci)
     band = out_stage.fuse(on, ooco, oho)
-    pad_stage = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op in padded), None)
+    schedule_tiles(sch, out_stage, conv, padded, (band, ohm, owo), oht, owi, ooci, config["unroll_ry"])
+    out_stage.parallel(band)
+    return sch
+
+
+def schedule_tiles(sch, out_stage, conv, padded, outer, rows, cols, lanes, unroll_ry: bool = True) -> None:
+    """The register tile of a depthwise ``conv`` whose output stage's loops end in ``outer`` (the last
+    one walks the tiles) then the tile's ``rows``, ``cols`` and vector ``lanes``: the tile accumulates in
+    registers over the unrolled window (the conv computed at that loop, unless it is the output itself),
+    each weight vector loaded once, its padded input window copied right before it (``padded``)."""
+    ry, rx = conv.op.reduce_axis
     if out_stage is conv:
-        conv.reorder(band, ohm, owo, ry, rx, oht, owi, ooci)
-        rows, cols, oci = oht, owi, ooci
-        pad_loop = owo
+        conv.reorder(*outer, ry, rx, rows, cols, lanes)
+        pad_loop = outer[-1]
     else:
-        out_stage.unroll(oht)
-        out_stage.unroll(owi)
-        out_stage.vectorize(ooci)
-        conv.compute_at(out_stage, owo)
-        n, oco, rows, cols, oci = conv.op.axis
-        conv.reorder(n, oco, ry, rx, rows, cols, oci)
+        out_stage.unroll(rows)
+        out_stage.unroll(cols)
+        out_stage.vectorize(lanes)
+        conv.compute_at(out_stage, outer[-1])
+        n, oco, rows, cols, lanes = conv.op.axis
+        conv.reorder(n, oco, ry, rx, rows, cols, lanes)
         pad_loop = oco
     conv.unroll(rows)
     conv.unroll(cols)
     conv.unroll(rx)
-    if config["unroll_ry"]:
+    if unroll_ry:
         conv.unroll(ry)
-    conv.vectorize(oci)
-    out_stage.parallel(band)
-    if pad_stage is not None:
-        pad_stage.compute_at(conv, pad_loop)
-        pad_stage.vectorize(pad_stage.op.axis[-1])
-    return sch
+    conv.vectorize(lanes)
+    for stage in sch.stages:
+        if isinstance(stage.op, ComputeOp) and stage.op in padded:
+            stage.compute_at(conv, pad_loop)
+            stage.vectorize(stage.op.axis[-1])

@@ -53,6 +53,7 @@ from nnvm.cpu.cost_model import (
     streams_from_memory,
     tile_cost,
 )
+from nnvm.cpu.depthwise_nchwc import depthwise_tile, schedule_tiles
 from nnvm.cpu.schedules import divisors, extent, inline_epilogue, reduction_flops
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
@@ -279,8 +280,6 @@ def band_rows(target, batch: int, groups: int, out_rows: int, tile_rows: int, st
 
 def expand_depthwise_template(target, group) -> ScheduleTemplate | None:
     """``x86.expand_depthwise_nchwc.bands`` for an expand_depthwise_nchwc group, or None to decline."""
-    from nnvm.cpu.depthwise_nchwc import depthwise_tile
-
     if not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None
     found = _stages(group)
@@ -322,25 +321,8 @@ def build_expand_depthwise(group, config: dict):
     out.reorder(n, c_outer, band, c_inner, row_tiles, col_tiles, tile_rows, tile_cols, lane)
     chunk = out.fuse(n, c_outer, band)
     out.parallel(chunk)
-    ry, rx = depthwise.op.reduce_axis
-    if out is depthwise:
-        depthwise.reorder(chunk, c_inner, row_tiles, col_tiles, ry, rx, tile_rows, tile_cols, lane)
-        tile_rows_, tile_cols_, lane_, pad_loop = tile_rows, tile_cols, lane, col_tiles
-    else:
-        out.unroll(tile_rows)
-        out.unroll(tile_cols)
-        out.vectorize(lane)
-        depthwise.compute_at(out, col_tiles)
-        dn, dc, tile_rows_, tile_cols_, lane_ = depthwise.op.axis
-        depthwise.reorder(dn, dc, ry, rx, tile_rows_, tile_cols_, lane_)
-        pad_loop = dc
-    for iv in (ry, rx, tile_rows_, tile_cols_):
-        depthwise.unroll(iv)
-    depthwise.vectorize(lane_)
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and stage.op in padded:
-            stage.compute_at(depthwise, pad_loop)
-            stage.vectorize(stage.op.axis[-1])
+    schedule_tiles(sch, out, depthwise, padded, (chunk, c_inner, row_tiles, col_tiles), tile_rows, tile_cols,
+                   lane)
     # The band's expanded rows, in register tiles of expand_ow pixels x expand_blocks channel blocks.
     act.compute_at(out, chunk)
     an, ac, ah, aw, al = act.op.axis
