@@ -266,3 +266,15 @@ def test_one_foreign_call_runs_every_kernel_in_order(tmp_path, conv_model):
     got = mod.run(x)[0]
     workspace.sequence = None  # each kernel through ctypes
     np.testing.assert_array_equal(mod.run(x)[0], got)
+
+
+def test_affinity_switch_takes_0_or_1(monkeypatch, conv_model, tmp_path):
+    """``NNVM_POOL_AFFINITY`` is read by the C pool, which would take ``off`` as on: the runtime refuses
+    anything but 0 and 1 in one sentence before a kernel runs."""
+    path = conv_model(str(tmp_path / "c.onnx"), 8, 6)
+    monkeypatch.setenv("NNVM_POOL_AFFINITY", "off")
+    with pytest.raises(Error, match=r"NNVM_POOL_AFFINITY='off': must be 0 .* or 1"):
+        nnvm.compile(path, target="llvm", tuning_log=False)
+    for value in ("0", "1"):
+        monkeypatch.setenv("NNVM_POOL_AFFINITY", value)
+        assert nnvm.compile(path, target="llvm", tuning_log=False) is not None

@@ -17,6 +17,8 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from nnvm.errors import Error
+
 ENV = "NNVM_NUM_THREADS"
 
 
@@ -46,8 +48,16 @@ def physical_cores() -> int:
     return len(allowed) if allowed else (os.cpu_count() or 1)
 
 
+AFFINITY = "NNVM_POOL_AFFINITY"  # the LLVM backends' pool reads it (C getenv); checked here first
+
+
 def set_default_threads() -> None:
-    """Set ``NNVM_NUM_THREADS`` to the physical core count unless the user chose a team size."""
+    """Set ``NNVM_NUM_THREADS`` to the physical core count unless the user chose a team size; refuse a
+    ``NNVM_POOL_AFFINITY`` other than 0 or 1, which the thread pool would read as on without a word."""
+    affinity = os.environ.get(AFFINITY, "")
+    if affinity not in ("", "0", "1"):
+        raise Error(f"{AFFINITY}={affinity!r}: must be 0 (one shared counter) or 1 (unset: each thread "
+                    "its own run of a loop's chunks first)")
     if not os.environ.get(ENV) and not os.environ.get("OMP_NUM_THREADS"):
         os.environ[ENV] = str(physical_cores())
 
