@@ -263,6 +263,11 @@ def expand_tile(target, width: int, blocks: int) -> tuple[int, int]:
     return best[1] if best is not None else (1, 1)
 
 
+def band_candidates(out_rows: int, tile_rows: int) -> list:
+    """Bands a chunk may take: divisors of the output rows that are whole register tiles."""
+    return [b for b in divisors(out_rows, out_rows) if b % tile_rows == 0] or [out_rows]
+
+
 def band_rows(target, batch: int, groups: int, out_rows: int, tile_rows: int, stride: int, kernel: int,
               row_bytes: int) -> int:
     """Output rows of a parallel chunk: the most (a multiple of ``tile_rows`` dividing ``out_rows``) whose
@@ -270,7 +275,7 @@ def band_rows(target, batch: int, groups: int, out_rows: int, tile_rows: int, st
     cut thinner while the chunks are fewer than ``MIN_CHUNKS_PER_THREAD`` a thread (the halo rows the
     two bands beside a cut both compute are the price)."""
     machine = machine_of(target)
-    bands = [b for b in divisors(out_rows, out_rows) if b % tile_rows == 0] or [out_rows]
+    bands = band_candidates(out_rows, tile_rows)
     fits = [b for b in bands if ((b - 1) * stride + kernel) * row_bytes <= BAND_L2_SHARE * machine.l2]
     fits = fits or bands[:1]
     want = MIN_CHUNKS_PER_THREAD * max(machine.threads, 1)
@@ -293,11 +298,12 @@ def expand_depthwise_template(target, group) -> ScheduleTemplate | None:
         return None
     batch, blocks, out_rows, out_cols, lanes, kh, kw, _, _, _, width, _ = sizes
     stride = depthwise.op.attrs.get("strides", (1, 1))[0]
+    window = (kh - 1) * depthwise.op.attrs.get("dilation", (1, 1))[0] + 1  # input rows one output row reads
     tile_rows, ow_block = depthwise_tile(target, out_rows, out_cols, lanes, stride)
     expand_ow, expand_blocks = expand_tile(target, width, blocks)
     row_bytes = width * expand_blocks * lanes * 4
-    band = band_rows(target, batch, blocks // expand_blocks, out_rows, tile_rows, stride, kh, row_bytes)
-    space = {"band": [b for b in divisors(out_rows, out_rows) if b % tile_rows == 0] or [out_rows],
+    band = band_rows(target, batch, blocks // expand_blocks, out_rows, tile_rows, stride, window, row_bytes)
+    space = {"band": band_candidates(out_rows, tile_rows),
              "tile_rows": [tile_rows], "ow_block": sorted(set(divisors(out_cols, 8)) | {ow_block}),
              "expand_ow": sorted(set(divisors(width, 14)) | {expand_ow}),
              "expand_blocks": [b for b in range(1, 5) if blocks % b == 0]}
