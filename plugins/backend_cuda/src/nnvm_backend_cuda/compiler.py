@@ -75,12 +75,15 @@ def check_arch(arch: str, target=None) -> str:
 
 
 def _fp16_include() -> str | None:
-    """The include directory of the ``nvidia-cuda-runtime-cu12`` wheel (``cuda_fp16.h``), if installed."""
+    """The include directory holding ``cuda_fp16.h``: the CUDA 12 runtime wheel's (``nvidia/cuda_runtime``),
+    the CUDA 13 wheels' (``nvidia/cu13``), else an installed toolkit's; None when there is none."""
     try:
-        import nvidia.cuda_runtime as rt
+        import nvidia
     except ImportError:
-        return None
-    for base in rt.__path__:
+        bases = []
+    else:
+        bases = [os.path.join(b, sub) for b in nvidia.__path__ for sub in ("cuda_runtime", "cu13")]
+    for base in [*bases, os.environ.get("CUDA_HOME", "/usr/local/cuda")]:
         inc = os.path.join(base, "include")
         if os.path.exists(os.path.join(inc, "cuda_fp16.h")):
             return inc
@@ -247,13 +250,23 @@ def nvrtc_options(arch: str, version: tuple, include: str | None = None) -> list
     return opts
 
 
-def _nvrtc(source: str, arch: str, name: str) -> CompiledCUDA:
+def _nvrtc_module():
     try:
         from cuda.bindings import nvrtc
     except ImportError:
         raise Error("compiling for cuda needs NVRTC: pip install nvidia-cuda-nvrtc-cu12 cuda-bindings"
                     ) from None
-    version = tuple(_check(nvrtc.nvrtcVersion(), "version"))
+    return nvrtc
+
+
+def nvrtc_version() -> tuple:
+    """(major, minor) of the NVRTC that compiles: the loaded library, whichever wheel brought it."""
+    return tuple(_check(_nvrtc_module().nvrtcVersion(), "version"))
+
+
+def _nvrtc(source: str, arch: str, name: str) -> CompiledCUDA:
+    nvrtc = _nvrtc_module()
+    version = nvrtc_version()
     prog = _check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []), "program creation")
     try:
         opts = nvrtc_options(arch, version, _fp16_include())
