@@ -108,9 +108,9 @@ def _convert(ctype, value):
 
 def pack_arguments(kernel: str, types: list, values: list) -> tuple:
     """``(array, keep)``: the ``void *[]`` for ``cuLaunchKernel`` whose i-th entry points at ``values[i]``
-    converted to the kernel's i-th parameter type (``types``, from ``kernel_parameters``); keep ``keep``
-    alive as long as the array. A count, type or value that does not fit is an ``Error`` naming the
-    kernel and the parameter."""
+    converted to the kernel's i-th parameter type (``types``, from ``kernel_parameters``), 16-byte
+    aligned; keep ``keep`` (the storage and the converted ctypes values) alive as long as the array.
+    A count, type or value that does not fit is an ``Error`` naming the kernel and the parameter."""
     if len(types) != len(values):
         raise Error(f"CUDA kernel {kernel} takes {len(types)} arguments ({', '.join(types)}), the launch "
                     f"gives {len(values)}")
@@ -124,5 +124,24 @@ def pack_arguments(kernel: str, types: list, values: list) -> tuple:
         except (TypeError, ValueError, OverflowError) as exc:
             raise Error(f"CUDA kernel {kernel}: argument {i} ({value!r}) does not fit parameter type "
                         f"{type_name} ({exc})") from None
-    array = (ctypes.c_void_p * max(len(keep), 1))(*[ctypes.addressof(v) for v in keep])
-    return array, keep
+    array, storage = argument_array([bytes(v) for v in keep])
+    return array, (storage, keep)
+
+
+ALIGN = 16  # bytes: every value starts at a multiple (a float4 or double2 loaded whole needs it)
+
+
+def argument_array(values: list) -> tuple:
+    """``(array, storage)``: a ``void *[]`` whose i-th entry points at a copy of the bytes ``values[i]``,
+    each copy ``ALIGN``-aligned in one ``storage`` buffer (keep it alive as long as the array)."""
+    offsets, end = [], 0
+    for v in values:
+        offsets.append(end)
+        end += -(-max(len(v), 1) // ALIGN) * ALIGN
+    storage = (ctypes.c_uint8 * (end + ALIGN))()
+    base = ctypes.addressof(storage)
+    base += -base % ALIGN
+    for v, off in zip(values, offsets):
+        ctypes.memmove(base + off, v, len(v))
+    array = (ctypes.c_void_p * max(len(values), 1))(*[base + off for off in offsets])
+    return array, storage

@@ -109,10 +109,10 @@ class FakeDriver:
     when it is made, ``sizeof`` each kernel parameter (the types read from ``source``), as the driver
     does. Streams, events and pinned host memory are tracked (``streams``, ``events``, ``pinned``), so
     a test can prove they are freed; ``async_copies`` says of each asynchronous copy whether its host
-    side was pinned."""
+    side was pinned. ``fail`` (call name -> ``CUresult``) makes those calls return that error."""
 
     def __init__(self, source: str, arch=(8, 0), init_error=None, launch_error=None, limits=None,
-                 function_max_threads: int = 1024):
+                 function_max_threads: int = 1024, fail: dict | None = None):
         from cuda.bindings import driver
 
         from nnvm_backend_cuda.arguments import kernel_parameters
@@ -125,6 +125,7 @@ class FakeDriver:
         self.init_error, self.launch_error = init_error, launch_error
         self.limits = {**FAKE_LIMITS, **(limits or {})}
         self.function_max_threads = function_max_threads
+        self.fail = dict(fail or {})
         self.buffers: dict = {}
         self.pinned: dict = {}  # address -> host buffer from cuMemHostAlloc
         self.streams: dict = {}  # stream number -> queued work (callables)
@@ -135,6 +136,12 @@ class FakeDriver:
         self.loaded = None
         self._next = 0
         self._thread = threading.local()  # .context: the context current on this thread
+
+    def __getattribute__(self, name: str):
+        fail = object.__getattribute__(self, "__dict__").get("fail") or {}
+        if name in fail:
+            return lambda *args: (fail[name], None)
+        return object.__getattribute__(self, name)
 
     def _no_context(self):
         """The error of a call made on a thread with no current context, else None."""
@@ -275,7 +282,7 @@ class FakeDriver:
             self.CUresult.CUDA_SUCCESS,)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        from nnvm_backend_cuda.arguments import c_type
+        from nnvm_backend_cuda.arguments import argument_array, c_type
 
         if error := self._no_context():
             return error
@@ -286,9 +293,8 @@ class FakeDriver:
             return (self.CUresult.CUDA_ERROR_INVALID_VALUE,)
         # the driver copies sizeof(parameter) bytes from each kernelParams[i] now
         pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
-        copies = [ctypes.create_string_buffer(ctypes.string_at(pointers[i], ctypes.sizeof(c_type(t))))
-                  for i, t in enumerate(self.parameters[name])]
-        array = (ctypes.c_void_p * max(len(copies), 1))(*[ctypes.addressof(c) for c in copies])
+        array, copies = argument_array([ctypes.string_at(pointers[i], ctypes.sizeof(c_type(t)))
+                                        for i, t in enumerate(self.parameters[name])])
         self.launches.append((name, (gx, gy, gz), (bx, by, bz), int(stream or 0)))
 
         def run(array=array, copies=copies):
