@@ -201,18 +201,22 @@ def device_times(mod, feeds: dict, repeat: int) -> dict:
     """Median milliseconds of ``repeat`` runs as the device itself measures them, where the module runs on
     a GPU library that can time its own work (CUDA events around the run on its stream, ``record`` /
     ``elapsed_ms``): ``device_ms`` (the run on the device, copies included) and ``kernels_ms`` (the
-    launches alone). Empty where there is no such device (the CPU, a GPU backend's CPU runner)."""
+    launches alone). Empty where there is no such device (the CPU, a GPU backend's CPU runner);
+    ``device_error`` where the device's timing failed."""
     device = getattr(mod, "_device", None)
     if not isinstance(device, DeviceModule):
         return {}
     values = mod._bind((), feeds)
     runs = []
-    for _ in range(repeat):
-        timings: dict = {}
-        device.run(values, timings=timings)
-        if not timings:
-            return {}
-        runs.append(timings)
+    try:
+        for _ in range(repeat):
+            timings: dict = {}
+            device.run(values, timings=timings)
+            if not timings:
+                return {}
+            runs.append(timings)
+    except Error as exc:  # the wall times stand; say why the device's own are missing
+        return {"device_error": str(exc)}
     return {key: statistics.median(r[key] for r in runs) for key in runs[0]}
 
 
@@ -276,6 +280,8 @@ def format_result(r: dict) -> str:
              f"target       {r['target']}, {r['kernels']} kernels ({r.get('tuned_kernels', 0)} distinct ones "
              f"tuned), compiled in {r['compile_seconds']:.2f} s",
              f"nnvm         {r['nnvm_ms']:.3f} ms (median of {r['repeat']}, threads {threads})"]
+    if "device_error" in r:
+        lines.append(f"device       not timed: {r['device_error']}")
     if "device_ms" in r:
         lines.append(f"device       {r['device_ms']:.3f} ms measured by the device, copies included "
                      f"(kernels alone {r['kernels_ms']:.3f} ms; wall {r['nnvm_ms']:.3f} ms)")

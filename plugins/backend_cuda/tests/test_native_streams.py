@@ -208,6 +208,14 @@ def test_bench_reports_device_time_beside_wall_time():
     assert "measured by the device" in format_result(r)
 
 
+def test_a_failing_timer_leaves_the_wall_times_and_says_why():
+    native, fake, x = _model_module()
+    fake.fail["cuEventElapsedTime"] = R.CUDA_ERROR_INVALID_HANDLE
+    times = device_times(native, {"x": x}, repeat=2)
+    assert "cuEventElapsedTime(start, done) failed" in times["device_error"]
+    np.testing.assert_allclose(native.run(x)[0], np.exp(np.maximum(x, 0)), rtol=1e-6)  # runs go on
+
+
 def test_no_device_time_on_the_cpu_runner():
     onnx_model = _model([helper.make_node("Relu", ["x"], ["y"])], {}, [("x", [4, 64])],
                         [("y", [4, 64])], opset=13)
@@ -231,6 +239,14 @@ def test_a_launch_beyond_the_devices_limits_is_refused_naming_kernel_launch_and_
     with pytest.raises(Error, match=r"CUDA kernel reverse: launch grid .* block .* exceeds the device's "
                                     + message):
         dev.check_launch("reverse", grid, block, shared)
+
+
+def test_unreadable_limits_leave_the_checks_to_the_driver():
+    fake = FakeDriver(REVERSE)
+    del fake.limits["MAX_GRID_DIM_Y"]
+    dev = open_device(fake)
+    assert dev.limits is None
+    dev.check_launch("reverse", (1, 1, 1), (64, 1, 1))  # nothing to check against, nothing refused
 
 
 def test_the_kernels_own_thread_limit_is_checked():

@@ -16,6 +16,7 @@ import weakref
 from dataclasses import dataclass
 
 from nnvm.errors import Error
+from nnvm.gpu.host import say_once
 
 _lock = threading.Lock()
 _device: dict = {}  # "device" -> CUDADevice or None, probed once per process
@@ -91,9 +92,14 @@ class CUDADevice:
         dev = probe._ok(driver.cuDeviceGet(0), "cuDeviceGet")
         major = probe._attribute(dev, "COMPUTE_CAPABILITY_MAJOR")
         minor = probe._attribute(dev, "COMPUTE_CAPABILITY_MINOR")
-        limits = DeviceLimits(**{field: tuple(probe._attribute(dev, a) for a in names) if len(names) > 1
-                                 else probe._attribute(dev, names[0])
-                                 for field, names in DeviceLimits.ATTRIBUTES.items()})
+        try:
+            limits = DeviceLimits(**{field: tuple(probe._attribute(dev, a) for a in names) if len(names) > 1
+                                     else probe._attribute(dev, names[0])
+                                     for field, names in DeviceLimits.ATTRIBUTES.items()})
+        except (AttributeError, Error) as exc:  # a run is still possible: the driver checks launches itself
+            limits = None
+            say_once(f"could not read the CUDA device's launch limits ({exc}): launches are checked by the "
+                     f"driver only")
         ctx = probe._ok(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
         return cls(driver, dev, ctx, f"sm_{major}{minor}", limits)
 
@@ -165,7 +171,7 @@ class CUDADevice:
                     refuse(f"maximum grid size {most} along {axis} ({size})")
             if shared_bytes > lim.shared_per_block:
                 refuse(f"maximum of {lim.shared_per_block} bytes of shared memory per block ({shared_bytes})")
-        if function is not None:
+        if function is not None and hasattr(self.driver, "cuFuncGetAttribute"):
             self._current()
             attr = self.driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
             most = int(self._ok(self.driver.cuFuncGetAttribute(attr, function),
@@ -308,7 +314,9 @@ class CUDAStream:
         """Device milliseconds between two recorded events, after ``synchronize``."""
         dev = self.device
         dev._current()
-        return float(dev._ok(dev.driver.cuEventElapsedTime(self.events[start], self.events[stop]),
+        # CUDA 13 headers map the name to cuEventElapsedTime_v2; a binding may spell either
+        elapsed = getattr(dev.driver, "cuEventElapsedTime", None) or dev.driver.cuEventElapsedTime_v2
+        return float(dev._ok(elapsed(self.events[start], self.events[stop]),
                              f"cuEventElapsedTime({start}, {stop})"))
 
     def synchronize(self) -> None:
