@@ -300,3 +300,35 @@ def test_each_failing_driver_call_is_named(call, error, message):
     fake.fail[call] = error
     with pytest.raises(Error, match=message + f".*{error.name}"):
         run()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(open_device() is None, reason="no NVIDIA GPU and driver here")
+def test_real_gpu_stream_pinned_copies_events_and_limits():
+    from nnvm_backend_cuda.testing import SAXPY
+
+    dev = open_device()
+    compiled = compile_cuda(SAXPY, dev.arch if dev.arch in ("sm_80", "sm_90") else "sm_80")
+    fn = dev.function(dev.load(compiled.cubin, compiled.ptx, compiled.arch), "saxpy")
+    dev.check_launch("saxpy", (16, 1, 1), (64, 1, 1), 0, fn)
+    with pytest.raises(Error, match="refused before launch"):
+        dev.check_launch("saxpy", (1, 1, 1), (2048, 1, 1), 0, fn)
+    a = np.random.default_rng(0).standard_normal(1000).astype("float32")
+    d_a, d_b = dev.alloc(a.nbytes), dev.alloc(a.nbytes)
+    stream = dev.new_stream()
+    try:
+        array, _keep = pack_arguments("saxpy", kernel_parameters(SAXPY)["saxpy"], [d_b, d_a, 1000])
+        b = np.zeros_like(a)
+        for _ in range(3):  # the staging is reused after each synchronize
+            stream.record("start")
+            stream.copy_in(d_a, a)
+            stream.launch(fn, "saxpy", (16, 1, 1), (64, 1, 1), ctypes.addressof(array))
+            stream.copy_out(b, d_b)
+            stream.record("stop")
+            stream.synchronize()
+            np.testing.assert_allclose(b, 2 * a + 1, rtol=1e-6)
+            assert stream.elapsed_ms("start", "stop") > 0.0
+    finally:
+        stream.close()
+        dev.free(d_a)
+        dev.free(d_b)
