@@ -10,6 +10,8 @@ A language plugin subclasses ``GPUKernelLibrary`` and implements the device in s
   uploads the weights once and keeps the activation arena on the device; a run copies the inputs in and
   the outputs out, nothing else. Concurrent runs each take a device arena (buffer, stream, prepared
   launches) from a pool, so threads never share one;
+- ``record`` / ``elapsed_ms`` (optional): marks a device can time itself with (CUDA events), asked for by
+  ``DeviceModule.run(values, timings)`` and so by ``nnvm bench``, which reports device time beside wall time;
 - ``address(name)``: the core's ``int32_t f(void **args)`` convention for ``nnvm.build``'s single
   functions, a C callback that copies the arguments in, launches and copies back what was written;
 - ``export(path, blobs)`` / ``read_export(path, format)``: one zip file holding ``manifest.json`` (format,
@@ -115,6 +117,19 @@ class GPUKernelLibrary(KernelLibrary):
 
     def synchronize(self, stream) -> None:
         """Wait until everything enqueued on ``stream`` is done (copies to the host included)."""
+        raise NotImplementedError
+
+    def release_stream(self, stream) -> None:
+        """Free a stream from ``new_stream`` that will not be used again (nothing by default)."""
+
+    def record(self, stream, mark: str) -> bool:
+        """Record a timing mark named ``mark`` at this point of ``stream`` (a CUDA event), for
+        ``elapsed_ms`` once the stream is synchronized. False where the device cannot time its own work
+        (the default): ``nnvm bench`` then reports wall time only."""
+        return False
+
+    def elapsed_ms(self, stream, start: str, stop: str) -> float:
+        """Device milliseconds between two marks ``record``ed on ``stream``, after ``synchronize``."""
         raise NotImplementedError
 
     def prepare(self, kernel: str, args: list):
@@ -442,6 +457,7 @@ class DeviceModule:
                     if host.nbytes:
                         lib.to_device(stream, self.weights[name], 0, host)
         lib.synchronize(stream)
+        lib.release_stream(stream)
         self._pool: list = []
         self._pool_lock = threading.Lock()
 
@@ -454,18 +470,25 @@ class DeviceModule:
                 return self._pool.pop()
         return _DeviceArena(self.lib, self)
 
-    def run(self, values: list) -> list[np.ndarray]:
-        """The outputs for ``values`` (arrays in the plan's input order, already checked)."""
+    def run(self, values: list, timings: dict | None = None) -> list[np.ndarray]:
+        """The outputs for ``values`` (arrays in the plan's input order, already checked). With a
+        ``timings`` dict, where the device can time its own work (``record``), it gets ``device_ms`` (the
+        whole run on the device, copies included) and ``kernels_ms`` (the launches alone)."""
         lib = self.lib
         arena = self._take()
         try:
             stream = arena.stream
+            timed = timings is not None and lib.record(stream, "start")
             for d, v in zip(self.plan["inputs"], values):
                 if "arena" in d["ref"]:
                     host = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
                     lib.to_device(stream, arena.arena, self.offset(d["ref"]["arena"]), host)
+            if timed:
+                lib.record(stream, "kernels")
             for function, prepared in arena.calls:
                 lib.launches(stream, function, prepared)
+            if timed:
+                lib.record(stream, "kernels_done")
             outs = []
             for d in self.plan["outputs"]:
                 if "param" in d["ref"]:
@@ -476,7 +499,12 @@ class DeviceModule:
                     lib.from_device(stream, out.reshape(-1).view(np.uint8), arena.arena,
                                     self.offset(d["ref"]["arena"]))
                 outs.append(out)
+            if timed:
+                lib.record(stream, "done")
             lib.synchronize(stream)
+            if timed:
+                timings["device_ms"] = lib.elapsed_ms(stream, "start", "done")
+                timings["kernels_ms"] = lib.elapsed_ms(stream, "kernels", "kernels_done")
             return outs
         finally:
             with self._pool_lock:

@@ -4,8 +4,11 @@ The shared base keeps the launch table, the device-resident runs (weights upload
 device arenas) and the one-file export; this is the device section for CUDA, in two flavours behind
 the same seven methods:
 
-- native (``native.CUDADevice``): ``cuMemAlloc``'d buffers, views as pointer + offset, copies, the
-  cubin (or PTX on a newer GPU) loaded once, ``cuLaunchKernel`` with a prepared argument array;
+- native (``native.CUDADevice``): ``cuMemAlloc``'d buffers, views as pointer + offset, a
+  ``cuStreamCreate``'d stream per device arena with asynchronous copies through pinned staging memory,
+  the cubin (or PTX on a newer GPU) loaded once, every launch checked against the device's limits once,
+  ``cuLaunchKernel`` with an argument array built from the kernel's parameter types (``arguments.py``),
+  CUDA events for ``nnvm bench``'s device time;
 - the CPU runner (``cpu.HostCUDA``), where ``cuInit`` fails: "device memory" is host memory
   (``nnvm.gpu.host``), a device pointer a host address, and a launch runs the same CUDA source compiled
   as host C++, each CUDA thread a fiber. The argument array is the very one ``cuLaunchKernel`` would get.
@@ -17,9 +20,11 @@ import ctypes
 
 import numpy as np
 
-from nnvm.gpu.host import HostMemory, argv, say_once
+from nnvm.errors import Error
+from nnvm.gpu.host import HostMemory, say_once
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_cuda import native
+from nnvm_backend_cuda.arguments import kernel_parameters, pack_arguments
 from nnvm_backend_cuda.compiler import CompiledCUDA, launch_bounds, occupancy, parse_ptxas_log
 
 FORMAT = "nnvm-cuda"
@@ -45,6 +50,8 @@ class CUDAKernelLibrary(GPUKernelLibrary):
         self._host = None
         self._module = None
         self._functions: dict = {}
+        self._signatures: dict | None = None  # kernel -> parameter types, read from the source
+        self._checked: set = set()  # (kernel, grid, block) found within the device's limits
         self._memory = HostMemory()  # the CPU runner's "device memory"
 
     @classmethod
@@ -79,34 +86,90 @@ class CUDAKernelLibrary(GPUKernelLibrary):
     def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
         if self.on_cpu:
             self._memory.copy_in(buf + offset, host)
+        elif isinstance(stream, native.CUDAStream):
+            stream.copy_in(buf + offset, host)  # staged in pinned memory, cuMemcpyHtoDAsync
         else:
             self.device.upload(buf + offset, host.ctypes.data, host.nbytes)
 
     def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
         if self.on_cpu:
             self._memory.copy_out(host, buf + offset)
+        elif isinstance(stream, native.CUDAStream):
+            stream.copy_out(host, buf + offset)  # in ``host`` once the stream is synchronized
         else:
             self.device.download(host.ctypes.data, buf + offset, host.nbytes)
 
     def new_stream(self):
-        return 0  # the default stream: copies and launches in order (cuMemcpy is synchronous)
+        """A ``cuStreamCreate``'d stream with its pinned staging memory; 0 on the CPU runner (in order)."""
+        return 0 if self.on_cpu else self.device.new_stream()
+
+    def release_stream(self, stream) -> None:
+        if isinstance(stream, native.CUDAStream):
+            stream.close()
 
     def synchronize(self, stream) -> None:
-        if not self.on_cpu:
+        if isinstance(stream, native.CUDAStream):
+            stream.synchronize()
+        elif not self.on_cpu:
             self.device.synchronize()
 
+    def record(self, stream, mark: str) -> bool:
+        """A CUDA event named ``mark`` recorded on the stream (natively; the CPU runner has no timer)."""
+        if not isinstance(stream, native.CUDAStream):
+            return False
+        stream.record(mark)
+        return True
+
+    def elapsed_ms(self, stream, start: str, stop: str) -> float:
+        return stream.elapsed_ms(start, stop)
+
     def prepare(self, kernel: str, args: list):
-        """``cuLaunchKernel``'s argument array for ``args`` (device addresses), and the function."""
-        array, values = argv(args)
-        return kernel, self._function(kernel), array, values
+        """``cuLaunchKernel``'s argument array for ``args`` (device addresses), built from the kernel's own
+        parameter list, and the function. Natively, every launch of the kernel in the launch tables is
+        checked against the device's limits here, once, so a launch the device cannot run is refused
+        before anything is launched."""
+        types = self._parameters().get(kernel)
+        if types is None:
+            raise Error(f"no CUDA kernel named {kernel} in this library's source")
+        for i, t in enumerate(types):
+            if "*" not in t:
+                raise Error(f"CUDA kernel {kernel}: parameter {i} is a {t}, but the launch table passes only "
+                            f"buffers")
+        array, values = pack_arguments(kernel, types, args)
+        function = self._function(kernel)
+        if not self.on_cpu:
+            for table in self.tables.values():
+                for launch in table["launches"]:
+                    if launch["kernel"] == kernel:
+                        self._check_launch(kernel, function, launch["grid"], launch["block"])
+        return kernel, function, array, values
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
         kernel, function, array, _values = prepared
         if self.on_cpu:
             say_once(CPU_NOTE)
             self._host_kernels().launch(kernel, grid, block, array, reversed=self.reversed_threads)
+            return
+        self._check_launch(kernel, function, grid, block)
+        if isinstance(stream, native.CUDAStream):
+            stream.launch(function, kernel, grid, block, ctypes.addressof(array))
         else:
             self.device.launch(function, kernel, grid, block, ctypes.addressof(array))
+
+    def _check_launch(self, kernel: str, function, grid, block) -> None:
+        """``CUDADevice.check_launch`` once per kernel and launch shape (a set lookup after that)."""
+        key = (kernel, tuple(grid), tuple(block))
+        if key in self._checked:
+            return
+        usage = self.compiled.usage.get(kernel)
+        self.device.check_launch(kernel, grid, block, usage.shared_bytes if usage else 0, function)
+        with self._lock:
+            self._checked.add(key)
+
+    def _parameters(self) -> dict:
+        if self._signatures is None:
+            self._signatures = kernel_parameters(self.source_text())
+        return self._signatures
 
     def _function(self, kernel: str):
         if self.on_cpu:
