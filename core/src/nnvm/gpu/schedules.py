@@ -193,10 +193,12 @@ def schedule_conv2d(out, config: dict | None = None):
     local, stage = _accumulator(sch, conv, out)
     tx = _divisor_at_most(ow, config["tile_x"])
     ty = _divisor_at_most(oh, config["tile_y"])
-    tz = _divisor_at_most(o_total, config["tile_z"] or (4 if tx * ty <= 32 else 2))
+    # a grouped convolution's block stays inside one group (its tiles divide a group's channels)
+    o_span = o_total // conv.op.attrs.get("groups", 1)
+    tz = _divisor_at_most(o_span, config["tile_z"] or (4 if tx * ty <= 32 else 2))
     per = config["per_thread"]
-    oi = (4 if o_total % (4 * tz) == 0 and o_total >= 16 * tz else 1) if not per else _divisor_at_most(
-        o_total // tz, per)
+    oi = (4 if o_span % (4 * tz) == 0 and o_span >= 16 * tz else 1) if not per else _divisor_at_most(
+        o_span // tz, per)
     n, o, y, x = stage.op.axis
     oo, orest = stage.split(o, factor=tz * oi)
     oz, oin = stage.split(orest, factor=oi)
@@ -215,7 +217,10 @@ def schedule_conv2d(out, config: dict | None = None):
     if config["unroll"]:
         local.unroll(rx)
     threads = [("threadIdx.z", tz), ("threadIdx.y", ty), ("threadIdx.x", tx)]
-    for t in (data_t, weight_t):
+    # A grouped convolution reads input channel (o // og) * cg + rc: bound inference cannot see that a
+    # block's o stay in one group, so an input tile would span every group's channels (ShuffleNet's
+    # 544-channel 1x1s: 104 KiB, past the 48 KiB a block may have). Its input is read from global memory.
+    for t in (data_t, weight_t) if o_span == o_total else (weight_t,):
         shared = sch.cache_read(t, "shared", [local])
         sch[shared].compute_at(local, rco)
         _cooperative(sch[shared], threads)
