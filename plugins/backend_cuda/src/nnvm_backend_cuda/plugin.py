@@ -14,6 +14,7 @@ Target options: ``cuda -arch=sm_XY`` (default: the installed GPU's architecture,
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 
@@ -28,6 +29,8 @@ from nnvm_backend_cuda import compiler, native
 from nnvm_backend_cuda.library import FORMAT, CUDAKernelLibrary
 from nnvm_backend_cuda.printer import CUDAPrinter
 
+# Logs tuned on real GPUs, one per architecture: ``sm_90.jsonl`` on an H200 (make gpu-check --tune-seconds)
+TUNED_DIR = os.path.join(os.path.dirname(__file__), "tuned")
 # CUDA's vector structs have 2 to 4 lanes (``.x`` to ``.w``); the rest of the C family's capabilities hold
 VECTORS = replace(C_FAMILY, lanes=(2, 3, 4))
 
@@ -54,6 +57,12 @@ class CUDABackend(Backend):
             raise TargetError(f"target {target}: unknown option(s) {', '.join(sorted(unknown))}; the cuda "
                               "target takes -arch=sm_XY")
         target_arch(target)
+
+    def default_tuning_logs(self, target: Target) -> list:
+        """The log tuned on a GPU of the target's architecture (``tuned/<arch>.jsonl``), if one ships: a
+        config measured on one architecture says little about another's occupancy and caches."""
+        path = os.path.join(TUNED_DIR, f"{target_arch(target)}.jsonl")
+        return [path] if os.path.exists(path) else []
 
     def build(self, funcs: list, target: Target) -> CUDAKernelLibrary:
         state = {"funcs": list(funcs), "arch": target_arch(target), "seconds": {}}
