@@ -70,3 +70,14 @@ def test_bench_of_an_emulated_target_is_one_sentence(small_model, capsys):
     err = capsys.readouterr().err
     assert rc == 1
     assert "aarch64" in err and "emulator" in err and err.count("\n") == 1
+
+
+def test_bench_of_a_gpu_target_times_the_device_module(small_model, capsys):
+    """A GPU module keeps its launches on the device (no host kernel calls): found on the H200, where
+    ``nnvm bench --target cuda`` died counting them. Here the CUDA kernels run on the CPU runner."""
+    rc = main(["bench", small_model, "--target", "cuda -arch=sm_90", "--compare", "onnxruntime", "--repeat",
+               "2", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    result = json.loads(captured.out)
+    assert result["match"] is True and result["nnvm_ms"] > 0 and result["kernels"] is None
