@@ -279,7 +279,8 @@ def format_result(r: dict) -> str:
     """The human-readable report ``nnvm bench`` prints."""
     threads = r["threads"] if r["threads"] else "default"
     lines = [f"model        {r['model']}",
-             f"target       {r['target']}, {r['kernels']} kernels ({r.get('tuned_kernels', 0)} distinct ones "
+             f"target       {r['target']}, {'GPU' if r['kernels'] is None else r['kernels']} kernels "
+             f"({r.get('tuned_kernels', 0)} distinct ones "
              f"tuned), compiled in {r['compile_seconds']:.2f} s",
              f"nnvm         {r['nnvm_ms']:.3f} ms (median of {r['repeat']}, threads {threads})"]
     if "device_error" in r:
