@@ -8,7 +8,6 @@ loaded, launched and copied back through ``CUDADevice`` is checked against numpy
 from __future__ import annotations
 
 import ctypes
-import threading
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ import pytest
 from nnvm.errors import Error
 from nnvm_backend_cuda.compiler import compile_cuda
 from nnvm_backend_cuda.native import CUDADevice, open_device
-from nnvm_backend_cuda.testing import REVERSE, SAXPY, FakeDriver
+from nnvm_backend_cuda.testing import REVERSE, SAXPY, FakeDriver, errors_on_fresh_threads
 
 driver = pytest.importorskip("cuda.bindings.driver")
 OK = driver.CUresult.CUDA_SUCCESS
@@ -88,16 +87,7 @@ def test_every_call_makes_the_context_current_on_its_own_thread():
              "function": lambda: dev.function(module, "reverse"),
              "alloc": lambda: dev.free(dev.alloc(64)), "upload": lambda: dev.upload(ptr, x.ctypes.data, 256),
              "download": lambda: dev.download(x.ctypes.data, ptr, 256), "free": lambda: dev.free(ptr)}
-    failed = {}
-    for name, call in calls.items():
-        def run(name=name, call=call):
-            try:
-                call()
-            except Error as exc:
-                failed[name] = str(exc)
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
+    failed = errors_on_fresh_threads(calls.items())
     assert not failed, failed
 
 

@@ -25,7 +25,7 @@ from nnvm_backend_cuda.arguments import kernel_parameters, pack_arguments
 from nnvm_backend_cuda.compiler import compile_cuda
 from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.native import open_device
-from nnvm_backend_cuda.testing import REVERSE, FakeDriver
+from nnvm_backend_cuda.testing import REVERSE, FakeDriver, errors_on_fresh_threads
 from nnvm_frontend_onnx.testing.shape_models import _model
 
 driver = pytest.importorskip("cuda.bindings.driver")
@@ -168,16 +168,7 @@ def test_stream_calls_from_fresh_threads_make_the_context_current():
              ("copy_out", lambda: box["s"].copy_out(x, ptr)), ("record2", lambda: box["s"].record("b")),
              ("synchronize", lambda: box["s"].synchronize()),
              ("elapsed", lambda: box["s"].elapsed_ms("a", "b")), ("close", lambda: box["s"].close())]
-    failed = {}
-    for name, call in steps:
-        def run(name=name, call=call):
-            try:
-                call()
-            except Error as exc:
-                failed[name] = str(exc)
-        thread = threading.Thread(target=run)
-        thread.start()
-        thread.join()
+    failed = errors_on_fresh_threads(steps)
     assert not failed, failed
     assert not fake.streams and not fake.events and not fake.pinned
 

@@ -9,6 +9,8 @@ import time
 
 import numpy as np
 
+from nnvm.errors import Error
+
 # b[i] = 2 * a[i] + 1 over a grid of blocks; no barrier (runs without fibers).
 SAXPY = r"""
 extern "C" __global__ void __launch_bounds__(64) saxpy(float* __restrict__ b, const float* __restrict__ a,
@@ -369,3 +371,19 @@ class FakeDriver:
 
     def cuGetErrorString(self, err):
         return self.CUresult.CUDA_SUCCESS, f"fake driver: {err.name.lower()}".encode()
+
+
+def errors_on_fresh_threads(calls) -> dict:
+    """Each ``(name, call)`` run alone on a new thread, in order: name -> the ``nnvm.Error`` it raised.
+    A thread's first driver call has no current context unless the device makes one current."""
+    failed = {}
+    for name, call in calls:
+        def run(name=name, call=call):
+            try:
+                call()
+            except Error as exc:
+                failed[name] = str(exc)
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    return failed
