@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nnvm.errors import Error
+from nnvm.errors import Error, reason
 
 
 def _parse_shapes(items) -> dict | None:
@@ -79,12 +79,16 @@ def read_npy(path: str, what: str):
                 raise bad(f"the header promises {need} bytes of {dtype}{list(shape)} data, "
                           f"the file has {have}")
             data = np.fromfile(f, dtype=dtype, count=count)
+    except Error:
+        raise
     except FileNotFoundError:
         raise Error(f"{what}: {path}: no such file") from None
     except IsADirectoryError:
         raise Error(f"{what}: {path} is a folder, not a .npy file") from None
     except OSError as exc:
         raise Error(f"{what}: {path} cannot be read ({exc.strerror or exc})") from None
+    except Exception as exc:  # anything else numpy raises on these bytes is the file's fault too
+        raise bad(reason(exc)) from None
     return data.reshape(shape[::-1]).transpose() if fortran else data.reshape(shape)
 
 
