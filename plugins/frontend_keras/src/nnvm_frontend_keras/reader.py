@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnvm.errors import ModelLoadError
-from nnvm.frontend import reading
+from nnvm.frontend import read_isolated, reading
 
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
 
@@ -323,6 +323,12 @@ def _group_vars(group) -> list:
 
 
 def _read_h5(path: str) -> KerasModel:
+    """A legacy ``.h5``, read first in a child process: HDF5 loops forever on some damaged files."""
+    read_isolated(path, _read_h5_here, "not a readable Keras .h5 file")
+    return _read_h5_here(path)
+
+
+def _read_h5_here(path: str) -> KerasModel:
     import h5py
 
     try:

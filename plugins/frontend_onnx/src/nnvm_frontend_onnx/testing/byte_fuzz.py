@@ -19,7 +19,6 @@ signal or a hang. ``tests/test_fuzz_bytes.py`` runs a few mutants per format; ``
 from __future__ import annotations
 
 import json
-import os
 import queue
 import random
 import shutil
@@ -225,6 +224,12 @@ for line in sys.stdin:
 """
 
 
+def _pump(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
 def run_cases(cases: list[Case], timeout: float = 120) -> dict[int, dict]:
     """``{case index: {"rc", "stderr"}}``, the cases run in a child process, ``timeout`` seconds each. A
     case the child died on is reported with ``rc`` ``"signal N"`` (or the exit status), one it hung on
@@ -235,10 +240,10 @@ def run_cases(cases: list[Case], timeout: float = 120) -> dict[int, dict]:
         proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
         lines: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [lines.put(ln) for ln in proc.stdout] + [lines.put(None)],
-                         daemon=True).start()
         errors: list = []
-        threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True).start()
+        threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+        threading.Thread(target=lambda f, out: out.append(f.read()), args=(proc.stderr, errors),
+                         daemon=True).start()
         for case in todo:
             proc.stdin.write(json.dumps([case.index, case.argv]) + "\n")
         proc.stdin.close()
