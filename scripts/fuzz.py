@@ -148,8 +148,9 @@ def byte_campaign(formats: list[str], mutants: int, seed: int, keep: str) -> int
         start = time.monotonic()
         report = fuzz_format(name, work / name, mutants, seed)
         bad = len(report["failures"])
-        print(f"| {name} | {report['mutants']} | {report['exit 0']} | {report['exit 1']} | {report['other']} | {bad} | "
-              f"{time.monotonic() - start:.0f} |", flush=True)
+        cells = [name, report["mutants"], report["exit 0"], report["exit 1"], report["other"], bad,
+                 f"{time.monotonic() - start:.0f}"]
+        print("| " + " | ".join(map(str, cells)) + " |", flush=True)
         failures += report["failures"]
         if bad:
             shutil.copytree(work / name, Path(keep) / name, dirs_exist_ok=True)
