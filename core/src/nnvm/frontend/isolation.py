@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+import warnings
 from collections.abc import Callable
 
 from nnvm.errors import ModelLoadError
@@ -28,7 +29,9 @@ def read_isolated(path: str, read: Callable[[str], object], what: str, seconds: 
         return
     if seconds is None:
         seconds = 30 + os.path.getsize(path) / 20e6
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python 3.12 warns of fork in a threaded process; the child only
+        warnings.simplefilter("ignore", DeprecationWarning)  # reads the file and leaves with os._exit
+        pid = os.fork()
     if pid == 0:  # the child: read, and leave without running any of the parent's exit handlers
         try:
             read(path)
