@@ -256,11 +256,12 @@ def run_cases(cases: list[Case], timeout: float = 120) -> dict[int, dict]:
                 proc.wait()
                 results[current if current is not None else todo[0].index] = {"rc": "timeout", "stderr": ""}
                 break
-            if line is None:  # the child ended: finished, or died on ``current``
+            if line is None:  # the child ended: finished, or died on ``current`` (or before any case)
                 status = proc.wait()
-                if current is not None and current not in results:
+                dead = todo[0].index if current is None else current
+                if dead not in results:
                     rc = f"signal {-status}" if status < 0 else f"child exit {status}"
-                    results[current] = {"rc": rc, "stderr": "".join(errors)[-2000:]}
+                    results[dead] = {"rc": rc, "stderr": "".join(errors)[-2000:]}
                 break
             report = json.loads(line)
             if "start" in report:
