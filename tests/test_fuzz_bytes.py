@@ -80,3 +80,17 @@ def test_a_read_that_hangs_or_crashes_is_the_files_error(tmp_path):
     with pytest.raises(ModelLoadError, match="crashed with SIGABRT"):
         read_isolated(str(path), lambda p: os.abort(), "not readable")
     read_isolated(str(path), lambda p: 1 / 0, "not readable")  # exceptions are the real read's to raise
+
+
+def test_a_case_that_kills_or_hangs_the_child_is_reported(tmp_path, monkeypatch):
+    """The runner's own check: a child aborting on one case and hanging on the next reports those two
+    cases (a signal, a timeout) and still runs the rest in a new child."""
+    from nnvm_frontend_onnx.testing import byte_fuzz
+
+    cases = byte_fuzz.make_cases(FORMATS["onnx"](tmp_path), tmp_path / "cases", 3, SEED)
+    sabotage = "        import os, time\n        if k == 1: os.abort()\n        if k == 2: time.sleep(60)\n"
+    monkeypatch.setattr(byte_fuzz, "_CHILD", byte_fuzz._CHILD.replace("        rc = main(argv)\n",
+                                                                      sabotage + "        rc = main(argv)\n"))
+    results = byte_fuzz.run_cases(cases, timeout=3)
+    assert [results[k]["rc"] for k in range(4)][1:3] == ["signal 6", "timeout"]
+    assert results[0]["rc"] == 0 and results[3]["rc"] in (0, 1)

@@ -242,8 +242,9 @@ def run_cases(cases: list[Case], timeout: float = 120) -> dict[int, dict]:
         lines: queue.Queue = queue.Queue()
         errors: list = []
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-        threading.Thread(target=lambda f, out: out.append(f.read()), args=(proc.stderr, errors),
-                         daemon=True).start()
+        stderr = threading.Thread(target=lambda f, out: out.append(f.read()), args=(proc.stderr, errors),
+                                  daemon=True)
+        stderr.start()
         for case in todo:
             proc.stdin.write(json.dumps([case.index, case.argv]) + "\n")
         proc.stdin.close()
@@ -258,6 +259,7 @@ def run_cases(cases: list[Case], timeout: float = 120) -> dict[int, dict]:
                 break
             if line is None:  # the child ended: finished, or died on ``current`` (or before any case)
                 status = proc.wait()
+                stderr.join(timeout=10)
                 dead = todo[0].index if current is None else current
                 if dead not in results:
                     rc = f"signal {-status}" if status < 0 else f"child exit {status}"
