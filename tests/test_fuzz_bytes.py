@@ -94,3 +94,13 @@ def test_a_case_that_kills_or_hangs_the_child_is_reported(tmp_path, monkeypatch)
     results = byte_fuzz.run_cases(cases, timeout=3)
     assert [results[k]["rc"] for k in range(4)][1:3] == ["signal 6", "timeout"]
     assert results[0]["rc"] == 0 and results[3]["rc"] in (0, 1)
+
+
+def test_names_from_a_damaged_file_stay_in_one_line():
+    """What the long run found in ONNX files with flipped bits: an operator name protobuf returns as
+    bytes (not UTF-8) beside str ones, and a node name holding a newline."""
+    from nnvm.cli import one_line
+
+    exc = nnvm.UnsupportedOperatorError("ONNX", {"CoNv": ["conv"], b"r\xe5shape": ["flat"]}, "m.onnx")
+    assert "CoNv (nodes: conv); b'r\\xe5shape' (nodes: flat)" in str(exc)
+    assert one_line("node conv\"\x04Conv*\n\x04pads") == "node conv\"\\x04Conv*\\n\\x04pads"

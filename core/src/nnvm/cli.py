@@ -336,6 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\x07``): an error is one line even when
+    it quotes a node name from a damaged file."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> int:
     try:
         parser = build_parser()
@@ -344,13 +350,13 @@ def main(argv=None) -> int:
             raise Error(f"nnvm {words[0]} needs the plugin that provides it: pip install "
                         f"{KNOWN_PLUGIN_COMMANDS[words[0]]}")
     except Error as exc:
-        print(f"nnvm: error: {exc}", file=sys.stderr)
+        print(f"nnvm: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except Error as exc:
-        print(f"nnvm: error: {exc}", file=sys.stderr)
+        print(f"nnvm: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("nnvm: interrupted", file=sys.stderr)

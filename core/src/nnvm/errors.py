@@ -34,8 +34,9 @@ class UnsupportedOperatorError(Error):
         self.missing = missing
         where = f" in {path}" if path else ""
         parts = []
-        for op, nodes in sorted(missing.items()):
-            shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+        # str keys: a damaged file can hold an operator name protobuf hands over as bytes (not UTF-8)
+        for op, nodes in sorted(missing.items(), key=lambda item: str(item[0])):
+            shown = ", ".join(map(str, nodes[:5])) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
             parts.append(f"{op} (nodes: {shown})")
         super().__init__(
             f"the {fmt} model{where} uses {len(missing)} unsupported operator"
