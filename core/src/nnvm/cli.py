@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nnvm.errors import Error, reason
+from nnvm.errors import Error, InputError, reason, with_context
 
 
 def _parse_shapes(items) -> dict | None:
@@ -169,7 +169,12 @@ def cmd_run(args) -> int:
     else:
         mod = nnvm.compile(path, target=args.target or "llvm", shapes=_parse_shapes(args.shape))
     inputs = _parse_inputs(args.input)
-    outs = mod.run(**inputs)
+    try:
+        outs = mod.run(**inputs)
+    except InputError as exc:  # the inputs against what the model declares: name the model too
+        if path in str(exc):
+            raise
+        raise with_context(exc, path) from None
     names = [d["name"] for d in mod.plan["outputs"]]
     if args.output:
         np.savez(args.output, **dict(zip(names, outs)))
