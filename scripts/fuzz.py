@@ -1,6 +1,14 @@
 """A long fuzz campaign over every input ``nnvm`` reads, with the generators of the fuzz tests.
 
     uv run python scripts/fuzz.py --seconds 600 [--seed 1] [--only onnx-bytes,npy,...]
+    uv run python scripts/fuzz.py --bytes --mutants 200 [--seed 1] [--only onnx,keras-h5,...]
+
+``--bytes``: byte-level corruption (truncation, bit flips, zeroed and overwritten spans) of every
+format, ``--mutants`` per format, each case through ``nnvm run`` in a child process
+(``nnvm_frontend_onnx.testing.byte_fuzz``, as ``tests/test_fuzz_bytes.py`` runs a few); prints a table
+of the outcomes per format and every failure, and exits 1 if there was one.
+
+Without ``--bytes``:
 
 ``tests/test_fuzz_inputs.py`` (and ``test_fuzz_keras.py``, ``test_fuzz_coreml.py``) run the same
 generators in ``make test`` with a fixed seed and a small budget; this runs them round-robin, with
@@ -127,14 +135,53 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
     return None
 
 
+def byte_campaign(formats: list[str], mutants: int, seed: int, keep: str) -> int:
+    """``--bytes``: every format's mutants; a Markdown table of outcomes, then the failures."""
+    from nnvm_frontend_onnx.testing.byte_fuzz import fuzz_format
+
+    work = Path(tempfile.mkdtemp(prefix="nnvm-bytefuzz-"))
+    print(f"byte-level corruption, {mutants} mutants per format, seed {seed}, in {work}", flush=True)
+    print("| format | mutants | exit 0 | exit 1 | other (traceback, crash, hang) | failures | seconds |")
+    print("|---|---:|---:|---:|---:|---:|---:|", flush=True)
+    failures = []
+    for name in formats:
+        start = time.monotonic()
+        report = fuzz_format(name, work / name, mutants, seed)
+        bad = len(report["failures"])
+        cells = [name, report["mutants"], report["exit 0"], report["exit 1"], report["other"], bad,
+                 f"{time.monotonic() - start:.0f}"]
+        print("| " + " | ".join(map(str, cells)) + " |", flush=True)
+        failures += report["failures"]
+        if bad:
+            shutil.copytree(work / name, Path(keep) / name, dirs_exist_ok=True)
+        shutil.rmtree(work / name, ignore_errors=True)
+    for case, problem in failures:
+        print(f"\nFAILED {case}\n{problem}", file=sys.stderr)
+    if failures:
+        print(f"{len(failures)} failures; their files are kept in {keep}", file=sys.stderr)
+    shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=300, help="time budget (default 300)")
     ap.add_argument("--seed", type=int, default=None, help="seed of the kind order (default: random)")
-    ap.add_argument("--only", default=",".join(KINDS), help=f"comma-separated subset of {', '.join(KINDS)}")
+    ap.add_argument("--only", default=None, help=f"comma-separated subset of {', '.join(KINDS)} (with "
+                    "--bytes: of the formats of byte_fuzz.FORMATS)")
     ap.add_argument("--keep", default="fuzz-failures", help="folder for a failing case's files")
+    ap.add_argument("--bytes", action="store_true", help="byte-level corruption of every format")
+    ap.add_argument("--mutants", type=int, default=200, help="with --bytes: mutants per format (default 200)")
     args = ap.parse_args()
-    kinds = [k for k in args.only.split(",") if k]
+    if args.bytes:
+        from nnvm_frontend_onnx.testing.byte_fuzz import FORMATS
+
+        formats = [f for f in (args.only or ",".join(FORMATS)).split(",") if f]
+        unknown = set(formats) - set(FORMATS)
+        if unknown:
+            ap.error(f"unknown formats: {', '.join(sorted(unknown))} (known: {', '.join(FORMATS)})")
+        return byte_campaign(formats, args.mutants, 1 if args.seed is None else args.seed, args.keep)
+    kinds = [k for k in (args.only or ",".join(KINDS)).split(",") if k]
     unknown = set(kinds) - set(KINDS)
     if unknown:
         ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")

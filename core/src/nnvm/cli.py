@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nnvm.errors import Error
+from nnvm.errors import Error, InputError, reason, with_context
 
 
 def _parse_shapes(items) -> dict | None:
@@ -79,12 +79,16 @@ def read_npy(path: str, what: str):
                 raise bad(f"the header promises {need} bytes of {dtype}{list(shape)} data, "
                           f"the file has {have}")
             data = np.fromfile(f, dtype=dtype, count=count)
+    except Error:
+        raise
     except FileNotFoundError:
         raise Error(f"{what}: {path}: no such file") from None
     except IsADirectoryError:
         raise Error(f"{what}: {path} is a folder, not a .npy file") from None
     except OSError as exc:
         raise Error(f"{what}: {path} cannot be read ({exc.strerror or exc})") from None
+    except Exception as exc:  # anything else numpy raises on these bytes is the file's fault too
+        raise bad(reason(exc)) from None
     return data.reshape(shape[::-1]).transpose() if fortran else data.reshape(shape)
 
 
@@ -165,7 +169,12 @@ def cmd_run(args) -> int:
     else:
         mod = nnvm.compile(path, target=args.target or "llvm", shapes=_parse_shapes(args.shape))
     inputs = _parse_inputs(args.input)
-    outs = mod.run(**inputs)
+    try:
+        outs = mod.run(**inputs)
+    except InputError as exc:  # the inputs against what the model declares: name the model too
+        if path in str(exc):
+            raise
+        raise with_context(exc, path) from None
     names = [d["name"] for d in mod.plan["outputs"]]
     if args.output:
         np.savez(args.output, **dict(zip(names, outs)))
@@ -332,6 +341,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\x07``): an error is one line even when
+    it quotes a node name from a damaged file."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> int:
     try:
         parser = build_parser()
@@ -340,13 +355,13 @@ def main(argv=None) -> int:
             raise Error(f"nnvm {words[0]} needs the plugin that provides it: pip install "
                         f"{KNOWN_PLUGIN_COMMANDS[words[0]]}")
     except Error as exc:
-        print(f"nnvm: error: {exc}", file=sys.stderr)
+        print(f"nnvm: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     args = parser.parse_args(argv)
     try:
         return args.func(args)
     except Error as exc:
-        print(f"nnvm: error: {exc}", file=sys.stderr)
+        print(f"nnvm: error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("nnvm: interrupted", file=sys.stderr)

@@ -34,10 +34,17 @@ def import_model(model, shapes: dict | None = None, **kwargs) -> Graph:
                                 f"(inputs: {', '.join(graph.inputs)})")
                 types[k] = TensorType(tuple(shp), types[k].dtype if k in types else "float32")
             graph = graph.replace(types=types)
-    else:
-        frontend = find_frontend(model)
+        graph.validate()
+        return graph
+    frontend = find_frontend(model)
+    try:
         graph = frontend.load(model, shapes=shapes, **kwargs)
-    graph.validate()
+        graph.validate()
+    except Error as exc:  # a converter's error names the node; a user with many files needs the file too
+        path = os.fspath(model) if isinstance(model, str | os.PathLike) else None
+        if path is None or path in str(exc):
+            raise
+        raise with_context(exc, path) from None
     return graph
 
 

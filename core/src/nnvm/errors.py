@@ -34,8 +34,9 @@ class UnsupportedOperatorError(Error):
         self.missing = missing
         where = f" in {path}" if path else ""
         parts = []
-        for op, nodes in sorted(missing.items()):
-            shown = ", ".join(nodes[:5]) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
+        # str keys: a damaged file can hold an operator name protobuf hands over as bytes (not UTF-8)
+        for op, nodes in sorted(missing.items(), key=lambda item: str(item[0])):
+            shown = ", ".join(map(str, nodes[:5])) + (f" and {len(nodes) - 5} more" if len(nodes) > 5 else "")
             parts.append(f"{op} (nodes: {shown})")
         super().__init__(
             f"the {fmt} model{where} uses {len(missing)} unsupported operator"
@@ -61,3 +62,38 @@ class TargetError(Error):
 
 class ResourceLimitError(Error):
     """A model or input needs more memory than the machine has, or sizes beyond 64 bits (``limits``)."""
+
+
+def reason(exc: BaseException, limit: int = 200) -> str:
+    """What a library's exception says, as one short line for a sentence: its first non-empty line
+    (h5py's and protobuf's messages run over several), or its class name when it says nothing."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    if isinstance(exc, KeyError):  # its message is the bare key
+        text = f"no entry {text}"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class reading:
+    """Whatever a library raises while reading the user's file ``path`` is that file's error.
+
+    h5py, zipfile, protobuf, json and numpy raise what they like on damaged bytes (h5py a
+    ``RuntimeError`` about heap free lists, zipfile a ``struct.error``, numpy a ``MemoryError`` for a
+    header that lies about a size); none of it is a bug in nnvm, so inside ``with reading(path,
+    "not a readable Keras .h5 file"):`` any exception but an ``nnvm.Error`` becomes one
+    ``ModelLoadError``: ``"{path}: {what} ({the library's first line})"``. Keep the block to the
+    reading (lazy reads included: an h5py dataset read when a weight is fetched), so that a bug in a
+    converter still surfaces as one. It lives here, below every layer, because the runtime reads
+    exported modules with it too; frontends take it from ``nnvm.frontend``."""
+
+    def __init__(self, path, what: str = "cannot be read"):
+        self.path, self.what = path, what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or isinstance(exc, Error) or not isinstance(exc, Exception):
+            return False  # ours already says which file; KeyboardInterrupt and exit pass through
+        why = "a size in it is too large to allocate" if isinstance(exc, MemoryError) else reason(exc)
+        raise ModelLoadError(f"{self.path}: {self.what} ({why})") from None

@@ -7,6 +7,9 @@
   ``call_converter`` (errors name the source node), ``bind_input`` (declared shapes and ``shapes=``).
 - ``padding``: explicit, SAME_UPPER/LOWER (Keras/TF 'same'), ceil mode, MXNet 'full' pooling.
 - ``layout``: NHWC <-> NCHW and weight transposes.
+- ``reading(path, what)``: the ``with`` block a frontend reads a user's file in (h5py, zipfile,
+  protobuf, json, numpy): anything the library raises there is one ``ModelLoadError`` naming the file;
+  ``isolation.read_isolated``: a first read in a child process, for libraries that hang or crash (HDF5).
 
 A frontend is then a file reader plus converter tables; ``docs/plugins.md`` shows one.
 """
@@ -17,14 +20,15 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from nnvm.errors import ModelLoadError
+from nnvm.errors import ModelLoadError, reading
 from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
 from nnvm.frontend.convert import bind_input, call_converter, check_shape_keys, check_supported, unique_names
+from nnvm.frontend.isolation import read_isolated
 from nnvm.frontend.table import ConverterTable
 
 __all__ = ["ConversionContext", "ConvertError", "ConverterTable", "FailedConversionError", "Frontend",
            "bind_input", "call_converter",
-           "check_shape_keys", "check_supported", "find_frontend", "unique_names"]
+           "check_shape_keys", "check_supported", "find_frontend", "read_isolated", "reading", "unique_names"]
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,11 @@ import sys
 import tempfile
 import threading
 import zipfile
-import zlib
 
 import numpy as np
 
 from nnvm.backend import KernelLibrary
-from nnvm.errors import Error, ModelLoadError
+from nnvm.errors import Error, ModelLoadError, reading
 from nnvm.runtime.kernel import KERNEL_TYPE
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
@@ -262,15 +261,15 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
     backend, before a buffer is allocated or a kernel launched; each problem is one ``ModelLoadError``."""
     if not zipfile.is_zipfile(path):
         return None
-    what = "GPU"  # until the manifest says which format the file is
+    guard = reading(path, "not a readable exported GPU module")  # until the manifest says which format
     try:
-        with zipfile.ZipFile(path) as z:
+        with guard, zipfile.ZipFile(path) as z:
             if "manifest.json" not in z.namelist():
                 return None
             manifest = json.loads(z.read("manifest.json"))
             if not isinstance(manifest, dict) or manifest.get("format") != format:
                 return None
-            what = format
+            guard.what = f"not a readable exported {format} module"
             if manifest.get("version") != EXPORT_VERSION:
                 raise ModelLoadError(f"{path}: {format} module version {manifest.get('version')!r} is not "
                                      f"supported (expects version {EXPORT_VERSION})")
@@ -281,12 +280,6 @@ def read_export(path: str, format: str, text_files: tuple = (), required_files: 
                 raise ModelLoadError(f"{path}: the {format} module's contents do not match the checksum "
                                      "written at export (the file was changed or damaged)")
             files = {k: v.decode() if k in text_files else v for k, v in files.items()}
-    except ModelLoadError:
-        raise
-    except (KeyError, zipfile.BadZipFile, zipfile.LargeZipFile, json.JSONDecodeError, zlib.error, EOFError,
-            OSError, NotImplementedError, RuntimeError, UnicodeDecodeError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ModelLoadError(f"{path}: not a readable exported {what} module ({reason})") from None
     except _BadManifest as exc:
         raise ModelLoadError(f"{path}: the {format} module's manifest is corrupt ({exc})") from None
     for name in text_files if required_files is None else required_files:
@@ -314,7 +307,7 @@ def content_digest(manifest: dict, files: dict, blobs: dict) -> str:
     return h.hexdigest()
 
 
-class _BadManifest(Exception):
+class _BadManifest(ModelLoadError):
     """What ``check_manifest`` found wrong, a phrase that ``read_export`` puts after the file's name."""
 
 

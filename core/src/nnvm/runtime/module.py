@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from nnvm.backend import KernelLibrary
-from nnvm.errors import Error, InputError, ModelLoadError
+from nnvm.errors import Error, InputError, ModelLoadError, reading
 from nnvm.graph.ir import load_params, save_params
 from nnvm.limits import check_allocation
 from nnvm.runtime import artifact
@@ -321,27 +321,24 @@ def load_module(path) -> Module:
     if not os.path.exists(path):
         raise ModelLoadError(f"{path}: no such file")
     if artifact.is_elf(path):
-        _check_artifact(path)
+        with reading(path, "not a readable nnvm module"):  # the footer and ELF header reader
+            _check_artifact(path)
     try:
         lib = SharedLibrary(path)
     except ModelLoadError:
         lib = _foreign_library(path)
         if lib is None:
             raise
-    try:
+    with reading(path, "the module's graph section is corrupt"):
         meta = json.loads(bytes(lib.blob("graph")).decode())
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise ModelLoadError(f"{path}: the module's graph section is corrupt") from None
     if not isinstance(meta, dict):
         raise ModelLoadError(f"{path}: the module's graph section is corrupt")
     if meta.get("format") != ARTIFACT_FORMAT or meta.get("version") != ARTIFACT_VERSION:
         raise ModelLoadError(f"{path}: module format {meta.get('format')} v{meta.get('version')} is not "
                              f"supported by this nnvm (expects {ARTIFACT_FORMAT} v{ARTIFACT_VERSION})")
-    try:
+    with reading(path, "the module's graph or weights section is corrupt"):
         params = load_params(lib.blob("params"))
         plan, target, stats = meta["plan"], meta["target"], meta["stats"]
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise ModelLoadError(f"{path}: the module's graph or weights section is corrupt ({exc})") from None
     try:
         mod = Module(plan, params, lib, target, stats)
     except ModelLoadError as exc:

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from nnvm.errors import ModelLoadError
+from nnvm.frontend import reading
 
 _PROTO_PACKAGE = "nnvm_frontend_coreml._coreml_proto"
 
@@ -67,12 +68,9 @@ def read_model(model):
         weights_dir = model_file.parent
     else:
         model_file = path
-    data = model_file.read_bytes()
     spec = proto().Model()
-    try:
-        spec.ParseFromString(data)
-    except Exception as exc:
-        raise ModelLoadError(f"{model_file}: not a CoreML Model protobuf ({exc})") from None
+    with reading(model_file, "not a CoreML Model protobuf"):
+        spec.ParseFromString(model_file.read_bytes())
     if spec.specificationVersion == 0 or spec.WhichOneof("Type") is None:
         raise ModelLoadError(f"{model_file}: not a CoreML Model protobuf (no specification version or model)")
     return spec, weights_dir, where
@@ -81,16 +79,14 @@ def read_model(model):
 def _package_model_file(path: Path) -> Path:
     """The Model protobuf of an ``.mlpackage``, found through ``Manifest.json``'s root model entry."""
     manifest = path / "Manifest.json"
-    try:
-        info = json.loads(manifest.read_text())
+    if not manifest.is_file():
+        raise ModelLoadError(f"{path}: not an .mlpackage (no Manifest.json)")
+    with reading(manifest, "corrupt package manifest"):
+        info = json.loads(manifest.read_bytes())
         entry = info["itemInfoEntries"][info["rootModelIdentifier"]]
         model_file = path / "Data" / entry["path"]
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path}: not an .mlpackage (no Manifest.json)") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{manifest}: corrupt package manifest ({type(exc).__name__}: {exc})") from None
-    if not model_file.is_file():
-        raise ModelLoadError(f"{path}: the manifest names {entry['path']}, which is not in the package")
+        if not model_file.is_file():
+            raise ModelLoadError(f"{path}: the manifest names {entry['path']}, which is not in the package")
     return model_file
 
 
@@ -119,10 +115,10 @@ class WeightFile:
 
     def __init__(self, path: Path):
         self.path = path
-        try:
+        if not path.is_file():
+            raise ModelLoadError(f"{path}: the weight file is missing")
+        with reading(path, "the weight file cannot be read"):
             self.data = path.read_bytes()
-        except FileNotFoundError:
-            raise ModelLoadError(f"{path}: the weight file is missing") from None
         if len(self.data) < 64:
             raise ModelLoadError(
                 f"{path}: corrupt weight file ({len(self.data)} bytes, shorter than its header)"

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnvm.errors import ModelLoadError
+from nnvm.frontend import read_isolated, reading
 
 MODEL_CLASSES = ("Functional", "Sequential", "Model")
 
@@ -249,7 +250,7 @@ def _safe_config(layer) -> dict:
 
 
 def _read_keras_zip(path: str) -> KerasModel:
-    try:
+    with reading(path, "not a readable .keras file"):
         with zipfile.ZipFile(path) as z:
             names = set(z.namelist())
             for need in ("config.json", "model.weights.h5"):
@@ -258,21 +259,16 @@ def _read_keras_zip(path: str) -> KerasModel:
             config = json.loads(z.read("config.json"))
             meta = json.loads(z.read("metadata.json")) if "metadata.json" in names else {}
             data = z.read("model.weights.h5")
-    except (zipfile.BadZipFile, OSError, json.JSONDecodeError, UnicodeDecodeError, EOFError) as exc:
-        raise ModelLoadError(f"{path}: not a readable .keras file ({exc})") from None
     if not is_model_config(config):
         raise ModelLoadError(f"{path}: config.json holds no Functional or Sequential model")
     check_structure(config, path)
     import h5py
 
-    model = KerasModel(config, str(meta.get("keras_version", "3")), {}, path)
-    try:
+    model = KerasModel(config, str(meta.get("keras_version", "3") if isinstance(meta, dict) else "3"), {},
+                       path)
+    with reading(path, "model.weights.h5 cannot be read"):  # a corrupt HDF5 image inside the zip
         with h5py.File(io.BytesIO(data), "r") as f:
             _zip_weights(f, config, (), model, path)
-    except ModelLoadError:
-        raise
-    except Exception as exc:  # a corrupt HDF5 image inside the zip
-        raise ModelLoadError(f"{path}: model.weights.h5 cannot be read ({exc})") from None
     return model
 
 
@@ -327,30 +323,33 @@ def _group_vars(group) -> list:
 
 
 def _read_h5(path: str) -> KerasModel:
+    """A legacy ``.h5``, read first in a child process: HDF5 loops forever on some damaged files."""
+    read_isolated(path, _read_h5_here, "not a readable Keras .h5 file")
+    return _read_h5_here(path)
+
+
+def _read_h5_here(path: str) -> KerasModel:
     import h5py
 
     try:
         f = h5py.File(path, "r")
     except OSError:
         raise ModelLoadError(f"{path}: not a Keras model file (neither a .keras zip nor HDF5)") from None
-    try:
-        with f:
-            raw = f.attrs.get("model_config")
-            if raw is None:
-                raise ModelLoadError(f"{path}: the HDF5 file has no model_config (a weights-only file?)")
-            config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-            if not is_model_config(config):
-                raise ModelLoadError(f"{path}: model_config holds no Functional or Sequential model")
-            check_structure(config, path)
-            version = f.attrs.get("keras_version", "2")
-            version = version.decode() if isinstance(version, bytes) else str(version)
-            model = KerasModel(config, version, {}, path)
-            group = f["model_weights"] if "model_weights" in f else f
-            _h5_weights(group, config, model)
-    except ModelLoadError:
-        raise
-    except (OSError, KeyError, ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path}: not a readable Keras .h5 file ({exc})") from None
+    # Every weight is read (``np.asarray``) inside the block: h5py reads datasets lazily, and a damaged
+    # heap or B-tree shows only then, as a RuntimeError or OSError of h5py's.
+    with reading(path, "not a readable Keras .h5 file"), f:
+        raw = f.attrs.get("model_config")
+        if raw is None:
+            raise ModelLoadError(f"{path}: the HDF5 file has no model_config (a weights-only file?)")
+        config = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+        if not is_model_config(config):
+            raise ModelLoadError(f"{path}: model_config holds no Functional or Sequential model")
+        check_structure(config, path)
+        version = f.attrs.get("keras_version", "2")
+        version = version.decode() if isinstance(version, bytes) else str(version)
+        model = KerasModel(config, version, {}, path)
+        group = f["model_weights"] if "model_weights" in f else f
+        _h5_weights(group, config, model)
     return model
 
 

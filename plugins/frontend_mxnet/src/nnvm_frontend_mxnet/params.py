@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from nnvm.errors import ModelLoadError
+from nnvm.frontend import reading
 
 LIST_MAGIC = 0x112
 V1_MAGIC = 0xF993FAC8
@@ -233,7 +234,8 @@ def load_ndarray_list(path: str | os.PathLike) -> tuple[list[np.ndarray | None],
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ModelLoadError(f"cannot read the MXNet parameters {os.fspath(path)}: {exc.strerror}") from None
-    return read_ndarray_list(data, os.fspath(path))
+    with reading(os.fspath(path), "not a valid MXNet .params file"):  # what the checks below miss
+        return read_ndarray_list(data, os.fspath(path))
 
 
 def load_params(path: str | os.PathLike) -> dict[str, np.ndarray | None]:

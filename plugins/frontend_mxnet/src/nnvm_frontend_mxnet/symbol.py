@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nnvm.errors import ModelLoadError
+from nnvm.frontend import reading
 
 # Operators whose inputs at these positions are auxiliary states (mutated in training, saved as aux:).
 AUX_INPUTS: dict[str, tuple[int, ...]] = {
@@ -331,7 +332,8 @@ def load_symbol(path: str | os.PathLike) -> Symbol:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ModelLoadError(f"cannot read the MXNet symbol {os.fspath(path)}: {exc.strerror}") from None
-    return loads_symbol(data, os.fspath(path))
+    with reading(os.fspath(path), "not a valid MXNet symbol file"):  # what the checks in parse_symbol miss
+        return loads_symbol(data, os.fspath(path))
 
 
 __all__ = ["AUX_INPUTS", "Node", "Symbol", "load_symbol", "loads_symbol", "parse_attr", "parse_symbol",

@@ -26,6 +26,7 @@ from nnvm.frontend import (
     call_converter,
     check_shape_keys,
     check_supported,
+    reading,
     unique_names,
 )
 from nnvm.graph.builder import GraphBuilder
@@ -83,10 +84,8 @@ def read_model(model):
     proto = _parse(data, path)
     if _has_external_data(proto):
         _check_external_locations(proto, path)
-        try:
+        with reading(path, "the external weight data cannot be read"):
             onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
-        except (OSError, ValueError, onnx.checker.ValidationError) as exc:
-            raise ModelLoadError(f"{path}: the external weight data cannot be read ({exc})") from None
     return proto, path
 
 
@@ -111,13 +110,10 @@ def _check_external_locations(proto, path: str) -> None:
 
 def _parse(data: bytes, where: str):
     import onnx
-    from google.protobuf.message import DecodeError
 
     proto = onnx.ModelProto()
-    try:
+    with reading(where, "not a valid ONNX model, its protobuf is truncated or corrupt"):
         proto.ParseFromString(data)
-    except (DecodeError, RuntimeWarning, ValueError):
-        raise ModelLoadError(f"{where}: not a valid ONNX model (truncated or corrupt protobuf)") from None
     return _checked(proto, where)
 
 
@@ -185,10 +181,8 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
     from onnx import numpy_helper
 
     for t in graph.initializer:
-        try:
+        with reading(where, f"initializer {t.name!r} cannot be read"):  # corrupt or unusual tensor data
             array = numpy_helper.to_array(t)
-        except Exception as exc:  # corrupt or unusual tensor data
-            raise ModelLoadError(f"{where}: initializer {t.name!r} cannot be read ({exc})") from None
         env[t.name] = b.param(t.name, array)
     _add_inputs(b, env, [vi for vi in graph.input if vi.name not in initializers], shapes, where)
 
