@@ -56,3 +56,9 @@ def switch(name: str) -> str | None:
 def enabled(name: str) -> bool:
     """An on/off switch (``0`` or ``1``)."""
     return switch(name) == "1"
+
+
+def switch_state() -> dict:
+    """Every switch's value (defaults included): part of each kernel's cache key, since the schedules
+    read them while a kernel is lowered."""
+    return {name: switch(name) for name in SWITCHES}
