@@ -322,7 +322,11 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
         payloads, counts = compile_kernels(jobs_list, make, kernel_cache, jobs, read_cache=not dump_ir)
         seconds["kernels"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        library = backend.link_kernels(payloads, tgt)
+        try:
+            library = backend.link_kernels(payloads, tgt)
+        except ValueError:  # a cached kernel the backend cannot read (its checksum held): compile afresh
+            payloads, counts = compile_kernels(jobs_list, make, kernel_cache, jobs, read_cache=False)
+            library = backend.link_kernels(payloads, tgt)
     seconds["link"] = time.perf_counter() - t0
     if dump_ir:
         with open(os.path.join(dump_ir, f"kernels.{tgt.kind}.txt"), "w") as f:

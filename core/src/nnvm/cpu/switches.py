@@ -59,6 +59,6 @@ def enabled(name: str) -> bool:
 
 
 def switch_state() -> dict:
-    """Every switch's value (defaults included): part of each kernel's cache key, since the schedules
-    read them while a kernel is lowered."""
-    return {name: switch(name) for name in SWITCHES}
+    """Every switch's value as set (defaults included, not validated: a bad value is the error of the
+    schedule that reads it): part of each kernel's cache key, since schedules read them as they lower."""
+    return {name: os.environ.get(name) or default for name, (_, default) in SWITCHES.items()}
