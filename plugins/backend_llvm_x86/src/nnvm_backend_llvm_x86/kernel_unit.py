@@ -35,12 +35,16 @@ class KernelUnit:
     name: str
     bitcode: bytes
     object_code: bytes  # empty for a CPU this process cannot run (no JIT)
-    unoptimized_ir: str
+    unoptimized_ir_z: bytes  # zlib: read only by tests and dumps, not worth inflating on every load
     uses_parallel: bool
     uses_scratch: bool
 
+    @property
+    def unoptimized_ir(self) -> str:
+        return zlib.decompress(self.unoptimized_ir_z).decode()
+
     def to_bytes(self) -> bytes:
-        ir = zlib.compress(self.unoptimized_ir.encode(), 1)
+        ir = self.unoptimized_ir_z
         header = json.dumps({"format": FORMAT, "name": self.name, "uses_parallel": self.uses_parallel,
                              "uses_scratch": self.uses_scratch,
                              "sizes": [len(self.bitcode), len(self.object_code), len(ir)]}).encode()
@@ -61,10 +65,9 @@ class KernelUnit:
             for size in sizes:
                 sections.append(data[at:at + size])
                 at += size
-            ir = zlib.decompress(sections[2]).decode()
-            return cls(str(header["name"]), sections[0], sections[1], ir, bool(header["uses_parallel"]),
-                       bool(header["uses_scratch"]))
-        except (KeyError, TypeError, UnicodeDecodeError, zlib.error, json.JSONDecodeError) as exc:
+            return cls(str(header["name"]), sections[0], sections[1], sections[2],
+                       bool(header["uses_parallel"]), bool(header["uses_scratch"]))
+        except (KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"malformed kernel unit: {exc}") from None
 
 
@@ -84,7 +87,8 @@ def compile_unit(func, target: LLVMTarget, jit: bool) -> KernelUnit:
         raise Error(f"the llvm backend produced invalid IR for {func.name}: {exc}") from exc
     optimize(module, tm, level=3)
     obj = tm.emit_object(module) if jit else b""
-    return KernelUnit(func.name, module.as_bitcode(), obj, text, cg.uses_parallel, cg.uses_scratch)
+    return KernelUnit(func.name, module.as_bitcode(), obj, zlib.compress(text.encode(), 1), cg.uses_parallel,
+                      cg.uses_scratch)
 
 
 def runtime_module(target: LLVMTarget, tm) -> llvm.ModuleRef:
