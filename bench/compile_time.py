@@ -23,6 +23,7 @@ skipped with the reason.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -44,10 +45,9 @@ def child(path: str, cache: str | None, jobs: int | None) -> dict:
 
     imported = time.perf_counter()
     kwargs = {"kernel_cache": cache if cache else False, "jobs": jobs}
-    try:
-        mod = nnvm.compile(path, target="llvm", tuning_log=False, **kwargs)
-    except TypeError:  # a version of nnvm from before the kernel cache
-        mod = nnvm.compile(path, target="llvm", tuning_log=False)
+    if "kernel_cache" not in inspect.signature(nnvm.compile).parameters:  # nnvm before the kernel cache
+        kwargs = {}
+    mod = nnvm.compile(path, target="llvm", tuning_log=False, **kwargs)
     done = time.perf_counter()
     stats = mod.stats()
     seconds = {k: v for k, v in stats["compile_seconds"].items() if isinstance(v, float)}
