@@ -63,8 +63,10 @@ def run_child(python: str, path: str, cache: str | None, jobs: int | None) -> di
     if jobs:
         cmd += ["--jobs", str(jobs)]
     # as a user's install runs: with the bytecode Python caches (this machine's environment sets
-    # PYTHONDONTWRITEBYTECODE, which makes every process compile nnvm's source again: ~0.4 s)
+    # PYTHONDONTWRITEBYTECODE, which makes every process compile nnvm's source again: ~0.4 s), kept
+    # under the temporary directory rather than beside the sources
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(tempfile.gettempdir(), "nnvm-compile-time-pycache")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
