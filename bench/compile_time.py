@@ -34,7 +34,7 @@ import time
 # keras.applications nets keras_tool.py builds (its APPS; that module imports keras, so not from here)
 KERAS_APPS = ("MobileNetV2", "ResNet50", "DenseNet121", "EfficientNetB0", "InceptionV3", "Xception", "VGG16",
               "NASNetMobile", "ConvNeXtTiny")
-PHASES = ("import", "passes", "schedule", "kernels", "link", "plan")
+PHASES = ("import", "passes", "schedule", "kernels", "link", "lower", "codegen", "plan")  # last two: before
 GOAL_COLD, GOAL_WARM = 5.0, 1.0
 
 

@@ -3,11 +3,12 @@ where it lives, and how ``compile_kernels`` uses it."""
 
 import multiprocessing
 import os
+import types
 
 import pytest
 
 from nnvm.errors import Error
-from nnvm.kernel_cache import MAGIC, KernelCache, default_kernel_cache, kernel_key
+from nnvm.kernel_cache import MAGIC, KernelCache, default_kernel_cache, kernel_key, source_fingerprint
 from nnvm.kernel_jobs import KernelJob, compile_kernels
 
 
@@ -132,3 +133,22 @@ def test_key_holds_every_input():
     for field, other in [("workload", "w2"), ("outputs", [[1, 0]]), ("schedule", {"template": "t"}),
                          ("switches", {"S": "0"}), ("backend_identity", "cpu-b"), ("compiler", "c2")]:
         assert kernel_key(**{**base, field: other}) != key, f"{field} is not part of the key"
+
+
+def test_source_fingerprint_follows_every_source_file(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "gen.py").write_text("A = 1\n")
+    (package / "pool.c").write_text("int x;\n")
+    module = types.SimpleNamespace(__file__=str(package / "__init__.py"), __path__=[str(package)])
+    single = types.SimpleNamespace(__file__=str(tmp_path / "alone.py"))
+    (tmp_path / "alone.py").write_text("B = 2\n")
+    first = source_fingerprint(module, single)
+    assert source_fingerprint(module, single) == first
+    for path, text in [(package / "sub" / "gen.py", "A = 2\n"), (package / "pool.c", "int y;\n"),
+                       (tmp_path / "alone.py", "B = 3\n")]:
+        path.write_text(text)
+        changed = source_fingerprint(module, single)
+        assert changed != first, f"editing {path.name} left the fingerprint as it was"
+        first = changed

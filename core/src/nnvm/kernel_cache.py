@@ -177,12 +177,18 @@ def default_kernel_cache(environ=os.environ) -> KernelCache | None:
 
 
 def source_fingerprint(*packages) -> str:
-    """A hash of the Python (and C) source files of ``packages`` (imported modules): part of every
-    kernel key, so a change to the code that generates kernels never serves a stale one."""
+    """A hash of the Python (and C) source files of ``packages`` (imported packages, or single-file
+    modules): part of every kernel key, so a change to the code that generates kernels never serves a
+    stale one."""
     digest = hashlib.sha256()
     for package in packages:
-        root = Path(package.__file__).parent
-        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file()):
+        if hasattr(package, "__path__"):
+            root = Path(package.__file__).parent
+            files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file())
+        else:
+            root = Path(package.__file__).parent
+            files = [Path(package.__file__)]
+        for path in files:
             digest.update(str(path.relative_to(root)).encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()

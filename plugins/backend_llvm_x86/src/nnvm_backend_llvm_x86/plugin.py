@@ -246,9 +246,11 @@ class LLVMBackend(Backend):
 
 @functools.cache
 def _source_hash(backend_class: type) -> str:
-    """This plugin's source and that of the package defining ``backend_class`` (a subclass's plugin)."""
-    packages = dict.fromkeys(sys.modules[c.__module__.split(".")[0]] for c in backend_class.__mro__
-                             if c.__module__.startswith("nnvm_backend_"))
+    """The source of every package defining a class ``backend_class`` inherits from: this plugin's, and
+    a subclass's own (the Arm plugin, a third party's); the core's is in every key already."""
+    tops = dict.fromkeys(c.__module__.split(".")[0] for c in backend_class.__mro__)
+    packages = [sys.modules[t] for t in tops
+                if t not in ("builtins", "nnvm") and getattr(sys.modules[t], "__file__", None)]
     return source_fingerprint(*packages)
 
 
