@@ -282,8 +282,11 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
                 choice, schedule = None, {"template": None}
             cache_key = kernel_key(key, list(outputs), schedule, switches, identity or backend.name,
                                    fingerprint)
-            digest = hashlib.sha256(cache_key.encode()).hexdigest()[:16]
-            kname = f"nnvm_{_c_name(group.anchor.op)}_{digest}"
+            if identity is not None:  # a cached kernel keeps its name in every model: one from its key
+                digest = hashlib.sha256(cache_key.encode()).hexdigest()[:16]
+                kname = f"nnvm_{_c_name(group.anchor.op)}_{digest}"
+            else:
+                kname = f"nnvm_k{len(jobs_list)}_{_c_name(group.anchor.op)}"
             if choice is not None:
                 served[kname] = choice.reason()
             jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names)))
