@@ -26,11 +26,6 @@ def _child_names(node) -> tuple:
     return names
 
 
-def _children_fields(node):
-    for name in _child_names(node):
-        yield name, getattr(node, name)
-
-
 _NODE_TYPES = (Expr, Stmt)  # a tuple: ``Expr | Stmt`` in isinstance builds a union object every call
 
 
@@ -85,8 +80,8 @@ def _replaced(node, changes: dict):
 def walk(node, fn: Callable) -> None:
     """Call ``fn`` on every expression and statement below ``node`` (pre-order)."""
     fn(node)
-    for _, value in _children_fields(node):
-        _walk_value(value, fn)
+    for name in _child_names(node):
+        _walk_value(getattr(node, name), fn)
 
 
 def _walk_value(value, fn):
