@@ -284,7 +284,7 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
                                    fingerprint)
             if identity is not None:  # a cached kernel keeps its name in every model: one from its key
                 digest = hashlib.sha256(cache_key.encode()).hexdigest()[:16]
-                kname = f"nnvm_{_c_name(group.anchor.op)}_{digest}"
+                kname = f"nnvm_k{digest}_{_c_name(group.anchor.op)}"
             else:
                 kname = f"nnvm_k{len(jobs_list)}_{_c_name(group.anchor.op)}"
             if choice is not None:

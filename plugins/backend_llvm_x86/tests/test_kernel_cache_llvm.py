@@ -136,3 +136,15 @@ def test_cli_stats_show_the_cache_in_a_new_process(tmp_path, case):
     assert runs[1]["kernel_cache"]["cache_dir"] == str(tmp_path / "cli-cache")
     text = subprocess.run(cmd[:-1], env=env, capture_output=True, text=True, check=True).stdout
     assert "kernels:" in text and "from cache" in text, text
+
+
+def test_a_model_without_kernels_exports(tmp_path):
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "none",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=9)
+    mod, counts = _compile(model, tmp_path / "k")
+    assert mod.stats()["kernels"] == 0 and counts["compiled"] == 0
+    mod.export(str(tmp_path / "none.so"))
+    x = np.arange(2, dtype=np.float32)
+    assert np.array_equal(nnvm.load(str(tmp_path / "none.so")).run(x)[0], x)

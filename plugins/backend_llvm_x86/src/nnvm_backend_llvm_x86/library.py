@@ -180,7 +180,7 @@ class LLVMKernelLibrary(KernelLibrary):
     def _linked_module(self) -> llvm.ModuleRef:
         """One module: the units' optimized bitcode linked (their internal names renamed where they
         clash) with the exported ``nnvm_llvm_num_threads``; or the optimized IR text parsed."""
-        if not self.units:
+        if self._optimized_ir is not None:  # built by ``build``, not from units
             return llvm.parse_assembly(self._optimized_ir)
         tm = self.target.target_machine()
         linked = runtime_module(self.target, tm) if self.uses_parallel else empty_module(self.target, tm)
