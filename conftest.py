@@ -7,6 +7,10 @@
   the test body, and module-level skips (``pytest.importorskip`` at import), which fail under CI; a
   GPU module should mark itself ``pytestmark = [pytest.mark.gpu, pytest.mark.skipif(...)]`` instead.
   Expected failures (``xfail``) are left alone.
+- Kernel cache: the whole run (every xdist worker, and later runs) shares one kernel cache outside the
+  checkout and outside ``~/.cache`` (``$NNVM_KERNEL_CACHE_DIR``, unless the caller set it), so models
+  compiled by many tests are compiled once. A test that uses ``monkeypatch`` gets no cache: a patched
+  function is not part of a kernel's key, and a cached kernel would skip the code it patched.
 - Hypothesis: under CI, examples are derandomized (same examples every run, so a failure reproduces)
   and the per-example deadline is off (timings on a shared runner are noise).
 """
@@ -14,6 +18,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -61,3 +66,21 @@ else:
     settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
     if _in_ci():
         settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _shared_kernel_cache():
+    if "NNVM_KERNEL_CACHE_DIR" in os.environ:
+        yield
+        return
+    shared = os.path.join(tempfile.gettempdir(), f"nnvm-test-kernels-{os.getuid()}")
+    os.environ["NNVM_KERNEL_CACHE_DIR"] = shared
+    yield
+    os.environ.pop("NNVM_KERNEL_CACHE_DIR", None)
+
+
+@pytest.fixture(autouse=True)
+def _no_kernel_cache_when_patched(request):
+    if "monkeypatch" in request.fixturenames:
+        request.getfixturevalue("monkeypatch").setenv("NNVM_KERNEL_CACHE_DIR", "off")
+    yield

@@ -82,7 +82,9 @@ def measure(path: str, threads: int, repeat: int, rounds: int, block_seconds: fl
     )
 
     start = time.perf_counter()
-    mod = nnvm.compile(path, target="llvm", tuning_log=None if shipped_logs else False)
+    # no kernel cache: the compile column stays a cold compile, comparable across sessions
+    # (bench/compile_time.py measures cold and warm)
+    mod = nnvm.compile(path, target="llvm", tuning_log=None if shipped_logs else False, kernel_cache=False)
     compile_s = time.perf_counter() - start
     quiet, _ = onnxruntime_session(path, threads)  # intra-op spinning off
     spinning, version = onnxruntime_session(path, threads, spinning=True)  # onnxruntime's default

@@ -51,12 +51,25 @@ def load_model(model, shapes: dict | None = None, **kwargs):
 
 
 def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: int = 3,  # noqa: A001
-            tuning_log=None, dump_ir: str | None = None, **kwargs):
-    """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``."""
-    from nnvm.compiler import compile_model
+            tuning_log=None, dump_ir: str | None = None, kernel_cache=None, jobs: int | None = None,
+            **kwargs):
+    """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``.
 
+    ``kernel_cache``: a directory or ``nnvm.kernel_cache.KernelCache`` for compiled kernels, ``False`` for
+    none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
+    ``jobs``: worker processes compiling kernels (None: the CPUs, when nothing else runs threads here).
+    """
+    from nnvm.compiler import compile_model
+    from nnvm.kernel_cache import KernelCache, default_kernel_cache
+
+    if kernel_cache is None:
+        kernel_cache = default_kernel_cache()
+    elif kernel_cache is False:
+        kernel_cache = None
+    elif not isinstance(kernel_cache, KernelCache):
+        kernel_cache = KernelCache(kernel_cache)
     return compile_model(model, target=target, shapes=shapes, opt_level=opt_level, tuning_log=tuning_log,
-                         dump_ir=dump_ir, **kwargs)
+                         dump_ir=dump_ir, kernel_cache=kernel_cache, jobs=jobs, **kwargs)
 
 
 def load(path: str):

@@ -81,6 +81,26 @@ class Backend:
         """Compile ``PrimFunc``s into one ``KernelLibrary``."""
         raise NotImplementedError
 
+    # -- kernels one at a time: what the kernel cache and parallel compiles need --------------------------
+    def kernel_identity(self, target: Target) -> str | None:
+        """Everything besides the loop program that decides this backend's code for ``target`` (resolved
+        CPU and features, the code generator's version and source hash), as a string that goes into
+        every kernel's cache key. None (the default): this backend compiles a model's kernels together
+        in ``build``, with no cache and no parallel compile; a string opts into ``compile_kernel`` and
+        ``link_kernels``."""
+        return None
+
+    def compile_kernel(self, func, target: Target) -> bytes:
+        """One ``PrimFunc`` compiled on its own into bytes that ``link_kernels`` accepts in any later
+        process with the same ``kernel_identity`` (the kernel cache stores them as they are). Called in
+        worker processes too, so it must not rely on state built by an earlier call."""
+        raise NotImplementedError
+
+    def link_kernels(self, kernels: list, target: Target) -> KernelLibrary:
+        """One ``KernelLibrary`` from ``compile_kernel``'s outputs (a list of bytes): the same library
+        ``build`` would make from their ``PrimFunc``s."""
+        raise NotImplementedError
+
     def default_tuning_logs(self, target: Target) -> list:
         """Paths of the tuning logs this backend ships for ``target`` (TVM's TopHub), consulted by the
         compiler after any log the user gives; their records apply where their CPU signature fits the

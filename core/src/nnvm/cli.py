@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nnvm.errors import Error, InputError, reason, with_context
+from nnvm.kernel_cache import default_kernel_cache
 
 
 def _parse_shapes(items) -> dict | None:
@@ -120,12 +121,16 @@ def cmd_compile(args) -> int:
     import nnvm
 
     start = time.perf_counter()
+    cache = False if args.no_cache else default_kernel_cache()
     mod = nnvm.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
-                       opt_level=args.opt_level, dump_ir=args.dump_ir)
+                       opt_level=args.opt_level, dump_ir=args.dump_ir, kernel_cache=cache or False,
+                       jobs=args.jobs)
     out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".so"
+    exported = time.perf_counter()
     mod.export(out)
     stats = mod.stats()
     stats["output"] = out
+    stats["export_seconds"] = time.perf_counter() - exported
     stats["seconds"] = time.perf_counter() - start
     if args.json:
         print(json.dumps(stats if args.stats else {"output": out, "seconds": stats["seconds"]}, indent=2))
@@ -138,9 +143,19 @@ def cmd_compile(args) -> int:
             for phase, sec in stats["compile_seconds"].items():
                 if isinstance(sec, float):
                     print(f"  compile {phase}: {sec:.3f} s")
+            print(f"  export: {stats['export_seconds']:.3f} s")
+            print(f"  {kernel_cache_line(stats)}")
             for line in tuning_lines(stats):
                 print(f"  {line}")
     return 0
+
+
+def kernel_cache_line(stats: dict) -> str:
+    """``kernels: 12 compiled, 40 from cache, 9 deduplicated (2 jobs; cache DIR)``."""
+    info = stats.get("kernel_cache") or {}
+    where = f"cache {info['cache_dir']}" if info.get("cache_dir") else "no cache"
+    return (f"kernels: {info.get('compiled', 0)} compiled, {info.get('cached', 0)} from cache, "
+            f"{info.get('deduplicated', 0)} deduplicated ({info.get('jobs', 1)} jobs; {where})")
 
 
 def tuning_lines(stats: dict) -> list[str]:
@@ -286,8 +301,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append", help="NAME=1x3x224x224 (repeatable)")
     p.add_argument("--opt-level", type=int, default=3)
     p.add_argument("--dump-ir", metavar="DIR")
-    p.add_argument("--stats", action="store_true")
+    p.add_argument("--stats", action="store_true", help="phases, kernels compiled / from cache / shared")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--jobs", type=int, help="worker processes compiling kernels (default: the CPUs)")
+    p.add_argument("--no-cache", action="store_true",
+                   help="neither read nor write the kernel cache ($NNVM_KERNEL_CACHE_DIR, "
+                        "$NNVM_CACHE_DIR/kernels or ~/.cache/nnvm/kernels)")
     p.set_defaults(func=cmd_compile)
 
     p = sub.add_parser("run", help="run a model or a compiled artifact on .npy inputs")

@@ -1,13 +1,17 @@
 """The compile driver: model -> graph -> passes -> one kernel per fused group -> runnable module.
 
 The stages, each timed into ``compile_seconds``: ``import`` (frontend), ``passes`` (graph passes),
-``lower`` (tensor-expression compute per group, schedule from the backend or the generic one, loop
-program), ``codegen`` (the backend compiles all kernels at once) and ``plan`` (memory plan and
-execution plan for the runtime).
+``schedule`` (per distinct group: tensor-expression compute, the backend's template and its config,
+the kernel's cache key), ``kernels`` (the kernels not in the kernel cache lowered to loop programs and
+compiled, in worker processes, ``kernel_jobs.py``; the others read from the cache), ``link`` (the
+kernels made one library: machine code loaded, or for a backend that compiles a model's kernels
+together, its whole ``build``) and ``plan`` (memory plan and execution plan for the runtime).
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import time
@@ -15,9 +19,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+import nnvm
+from nnvm.cpu.switches import switch_state
 from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, TensorType
+from nnvm.kernel_cache import KernelCache, kernel_key, source_fingerprint
+from nnvm.kernel_jobs import KernelJob, compile_kernels
 from nnvm.ops.registry import OpPattern, get_op
+from nnvm.te.lower import lower_schedule
 
 
 def import_model(model, shapes: dict | None = None, **kwargs) -> Graph:
@@ -239,10 +248,12 @@ def tuning_logs_for(target, tuning_log=None):
 
 
 def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
-                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(), **kwargs):
+                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(),
+                  kernel_cache: KernelCache | None = None, jobs: int | None = None, **kwargs):
+    """``kernel_cache``: where compiled kernels are looked up and stored (None: nowhere); ``jobs``: worker
+    processes for the kernels not in it (None: ``kernel_jobs.default_jobs()``)."""
     from nnvm.runtime.module import Module
     from nnvm.runtime.plan import make_plan
-    from nnvm.te.lower import lower_schedule
 
     seconds: dict = {}
     graph, tgt, ctx, nodes_before = optimized_graph(model, target, shapes, opt_level, dump_ir,
@@ -251,45 +262,82 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
 
     t0 = time.perf_counter()
     logs = tuning_logs_for(tgt, tuning_log)
+    identity = backend.kernel_identity(tgt)
+    fingerprint = compiler_fingerprint()
+    switches = switch_state()
     tuned = 0
     served: dict = {}  # kernel name -> which log served its config, and why
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
-    kernels: dict = {}  # workload key -> kernel name
-    funcs = []
+    kernels: dict = {}  # (workload key, outputs) -> kernel name
+    jobs_list: list[KernelJob] = []
     calls = group_calls(graph)
     for k, (names, call) in enumerate(zip(graph.groups, calls)):
         members = [by_name[n] for n in names]
         key = _workload_key(graph, members)
-        if key not in kernels:  # a group computing the same function as an earlier one reuses its kernel
+        outputs = _output_positions(graph, members, consumers)
+        if (key, outputs) not in kernels:  # a group computing the same function reuses the first's kernel
             group = group_compute(graph, k, members, consumers)
-            kname = f"nnvm_k{len(kernels)}_{_c_name(group.anchor.op)}"
             template = schedule_template(tgt, group)
+            config = None
             if template is not None:
                 config, choice = logs.choose(template, key, tgt) if len(logs) else (None, None)
                 tuned += config is not None
-                if choice is not None:
-                    served[kname] = choice.reason()
-                sch = template.apply(config)
-            else:  # not schedule_group: that would ask for the template again
-                sch = _untemplated_schedule(tgt, group)
-            args = [t for _, t in group.inputs] + list(group.outputs)
-            try:
-                funcs.append(lower_schedule(sch, args, kname))
-            except Error as exc:
-                raise with_context(exc, f"fused group {list(names)}") from None
-            kernels[key] = kname
-        call["kernel"] = kernels[key]
-    seconds["lower"] = time.perf_counter() - t0
+                schedule = {"template": template.name, "revision": getattr(template, "revision", 1),
+                            "config": template.fallback if config is None else config}
+            else:
+                choice, schedule = None, {"template": None}
+            cache_key = kernel_key(key, list(outputs), schedule, switches, identity or backend.name,
+                                   fingerprint)
+            if identity is not None:  # a cached kernel keeps its name in every model: one from its key
+                digest = hashlib.sha256(cache_key.encode()).hexdigest()[:16]
+                kname = f"nnvm_k{digest}_{_c_name(group.anchor.op)}"
+            else:
+                kname = f"nnvm_k{len(jobs_list)}_{_c_name(group.anchor.op)}"
+            if choice is not None:
+                served[kname] = choice.reason()
+            jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names)))
+            kernels[key, outputs] = kname
+        call["kernel"] = kernels[key, outputs]
+    seconds["schedule"] = time.perf_counter() - t0
 
+    def lower_job(job: KernelJob):
+        group, template, config, names = job.payload
+        # not schedule_group: that would ask for the template again
+        sch = template.apply(config) if template is not None else _untemplated_schedule(tgt, group)
+        args = [t for _, t in group.inputs] + list(group.outputs)
+        try:
+            return lower_schedule(sch, args, job.name)
+        except Error as exc:
+            raise with_context(exc, f"fused group {list(names)}") from None
+
+    t0 = time.perf_counter()
+    funcs = [lower_job(job) for job in jobs_list] if dump_ir or identity is None else None
     if dump_ir:
         os.makedirs(dump_ir, exist_ok=True)
         with open(os.path.join(dump_ir, "kernels.tir.txt"), "w") as f:
             f.write("\n\n".join(str(fn) for fn in funcs))
-
-    t0 = time.perf_counter()
-    library = backend.build(funcs, tgt)
-    seconds["codegen"] = time.perf_counter() - t0
+    counts = None
+    if identity is None:  # a backend compiling all kernels together: no cache, no workers
+        seconds["kernels"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        library = backend.build(funcs, tgt)
+    else:
+        if funcs is not None:  # lowered once already for the dump: compile those
+            lowered = dict(zip((job.name for job in jobs_list), funcs))
+            make = lambda job: backend.compile_kernel(lowered[job.name], tgt)  # noqa: E731
+        else:
+            make = lambda job: backend.compile_kernel(lower_job(job), tgt)  # noqa: E731
+        # a dump shows what this compile lowers, so it reads nothing from the cache
+        payloads, counts = compile_kernels(jobs_list, make, kernel_cache, jobs, read_cache=not dump_ir)
+        seconds["kernels"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        try:
+            library = backend.link_kernels(payloads, tgt)
+        except ValueError:  # a cached kernel the backend cannot read (its checksum held): compile afresh
+            payloads, counts = compile_kernels(jobs_list, make, kernel_cache, jobs, read_cache=False)
+            library = backend.link_kernels(payloads, tgt)
+    seconds["link"] = time.perf_counter() - t0
     if dump_ir:
         with open(os.path.join(dump_ir, f"kernels.{tgt.kind}.txt"), "w") as f:
             f.write(library.source())
@@ -298,11 +346,15 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
     plan = make_plan(graph, calls)
     seconds["plan"] = time.perf_counter() - t0
     seconds["passes_detail"] = dict(ctx.timings)
+    cache_stats = counts.to_dict() if counts is not None else {"compiled": len(jobs_list), "cached": 0,
+                                                               "jobs": 1, "cache_dir": None}
     stats = {
         "nodes_before": nodes_before,
         "nodes_after": len(graph.nodes),
         "kernels": len(calls),
-        "distinct_kernels": len(funcs),
+        "distinct_kernels": len(jobs_list),
+        # distinct kernels compiled here, read from the kernel cache, and groups that reused another's
+        "kernel_cache": {**cache_stats, "deduplicated": len(calls) - len(jobs_list)},
         "tuned_kernels": tuned,  # distinct kernels scheduled with a config from a tuning log
         "tuning": {"signature": logs.signature.describe() if logs.signature is not None else None,
                    "logs": logs.summary(), "kernels": served},
@@ -317,3 +369,17 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
         **(library.stats() if hasattr(library, "stats") else {}),
     }
     return Module(plan, dict(graph.params), library, tgt, stats, graph)
+
+
+def _output_positions(graph: Graph, members: list, consumers: dict) -> tuple:
+    """Which values of a group are its kernel's outputs, as (node position, output index): two groups of
+    one workload whose outputs differ (one also hands an intermediate on) are two kernels."""
+    _, outputs = group_values(graph, members, consumers)
+    where = {o: (pos, k) for pos, node in enumerate(members) for k, o in enumerate(node.outputs)}
+    return tuple(where[o] for o in outputs)
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """A hash of the core's source (every kernel's cache key holds it with the backend's own)."""
+    return source_fingerprint(nnvm)

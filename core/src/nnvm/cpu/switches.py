@@ -56,3 +56,9 @@ def switch(name: str) -> str | None:
 def enabled(name: str) -> bool:
     """An on/off switch (``0`` or ``1``)."""
     return switch(name) == "1"
+
+
+def switch_state() -> dict:
+    """Every switch's value as set (defaults included, not validated: a bad value is the error of the
+    schedule that reads it): part of each kernel's cache key, since schedules read them as they lower."""
+    return {name: os.environ.get(name) or default for name, (_, default) in SWITCHES.items()}

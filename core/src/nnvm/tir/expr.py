@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from nnvm.errors import Error
@@ -24,6 +25,7 @@ ALL_DTYPES = FLOAT_DTYPES + INT_DTYPES + UINT_DTYPES + ("bool",)
 INDEX_DTYPE = "int64"
 
 
+@cache  # asked for every node a pass builds, of a handful of dtype strings
 def split_lanes(dtype: str) -> tuple[str, int]:
     """'float32x8' -> ('float32', 8); 'int64' -> ('int64', 1)."""
     if "x" in dtype:
@@ -37,18 +39,22 @@ def with_lanes(dtype: str, lanes: int) -> str:
     return base if lanes == 1 else f"{base}x{lanes}"
 
 
+@cache
 def is_float(dtype: str) -> bool:
     return split_lanes(dtype)[0] in FLOAT_DTYPES
 
 
+@cache
 def is_int(dtype: str) -> bool:
     return split_lanes(dtype)[0] in INT_DTYPES + UINT_DTYPES
 
 
+@cache
 def is_uint(dtype: str) -> bool:
     return split_lanes(dtype)[0] in UINT_DTYPES
 
 
+@cache
 def bits(dtype: str) -> int:
     base = split_lanes(dtype)[0]
     if base == "bool":

@@ -14,6 +14,7 @@ from functools import cache
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.visit import _child_names, _replaced
 
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 
@@ -97,6 +98,10 @@ class Simplifier:
         # asks for the form of every prefix of an index sum (quadratic without this). The node is
         # kept so its id is not reused.
         self._linear: dict = {}
+        # id(node) -> (node, simplified) under the current ranges (a loop body gets a memo of its own):
+        # an unrolled tile shares every subexpression its copies do not change, by identity, so
+        # each is simplified once instead of once per copy
+        self._simplified: dict = {}
 
     # -- intervals ----------------------------------------------------------------------------------
     def bound(self, e) -> Interval:
@@ -161,7 +166,36 @@ class Simplifier:
 
     # -- expressions --------------------------------------------------------------------------------
     def expr(self, e):
-        return _rewrite_expr(e, self._node, self._chosen_side)
+        """``rewrite(e, self._node, self._chosen_side)``, remembering each subexpression's result."""
+        hit = self._simplified.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        out = self._chosen_side(e)
+        if out is None:
+            changes = None
+            for name in _child_names(e):
+                value = getattr(e, name)
+                new = self._child(value)
+                if new is not value:
+                    if changes is None:
+                        changes = {}
+                    changes[name] = new
+            node = _replaced(e, changes) if changes else e
+            out = self._node(node)
+            if out is None:
+                out = node
+        self._simplified[id(e)] = (e, out)
+        return out
+
+    def _child(self, value):
+        if isinstance(value, E.Expr):
+            return self.expr(value)
+        if isinstance(value, tuple):
+            new = tuple([self._child(v) for v in value])
+            return new if any(a is not b for a, b in zip(new, value)) else value
+        if isinstance(value, S.Stmt):
+            return _rewrite_expr(value, self._node, self._chosen_side)
+        return value
 
     def _chosen_side(self, e):
         """The simplified side of an ``if_then_else`` or ``select`` whose condition simplifies to a
@@ -216,7 +250,11 @@ class Simplifier:
         if not _is_index(a.dtype):
             return self._float_identities(e, ca, cb)
         if op in ("add", "sub", "mul"):
-            return self._merge_divmod(self.linear(e)).to_expr()
+            lin = self._merge_divmod(self.linear(e))
+            out = lin.to_expr()
+            if isinstance(out, E.BinOp):  # its parent asks for its form next: the same terms, not re-derived
+                self._linear[id(out)] = (out, lin)
+            return out
         if op in ("floordiv", "floormod") and cb is not None and cb > 0:
             return self._divmod(op, a, int(cb), dt)
         if op in ("min", "max"):
@@ -343,9 +381,11 @@ class Simplifier:
         lo, hi = self.bound(mn), self.bound(ext)
         saved = self.ranges.get(s.var)
         self.ranges[s.var] = (lo[0], lo[1] + hi[1] - 1)
+        outer_memo, self._simplified = self._simplified, {}
         try:
             return mn, ext, visit(s.body)
         finally:
+            self._simplified = outer_memo
             if saved is None:
                 self.ranges.pop(s.var, None)
             else:

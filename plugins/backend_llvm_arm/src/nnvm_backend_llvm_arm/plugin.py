@@ -90,8 +90,7 @@ class ArmBackend(LLVMBackend):
     def host_can_run(self, target: Target) -> bool:
         return self.toolchain(target).runs_natively()
 
-    def build(self, funcs: list, target: Target) -> ArmKernelLibrary:
-        library = super().build(funcs, target)
+    def finish_library(self, library: ArmKernelLibrary, target: Target) -> ArmKernelLibrary:
         library.toolchain = self.toolchain(target)
         return library
 

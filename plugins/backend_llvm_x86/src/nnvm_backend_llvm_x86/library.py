@@ -35,6 +35,7 @@ import llvmlite.binding as llvm
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error
 from nnvm_backend_llvm_x86.glue import glue_source
+from nnvm_backend_llvm_x86.kernel_unit import empty_module, runtime_module
 from nnvm_backend_llvm_x86.toolchain import LLVMTarget, cpu_name_lanes, feature_switches
 
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -135,11 +136,15 @@ class LLVMKernelLibrary(KernelLibrary):
     generator's output before the O3 pipeline.
     """
 
-    def __init__(self, optimized_ir: str, unoptimized_ir: str, target: LLVMTarget, kernel_names,
+    def __init__(self, optimized_ir: str | None, unoptimized_ir: str | None, target: LLVMTarget, kernel_names,
                  uses_parallel: bool, module: llvm.ModuleRef | None = None, tm=None,
-                 compile_seconds: dict | None = None, cc: str | None = None, uses_scratch: bool = False):
-        self.optimized_ir = optimized_ir
-        self.unoptimized_ir = unoptimized_ir
+                 compile_seconds: dict | None = None, cc: str | None = None, uses_scratch: bool = False,
+                 units: list | None = None):
+        # ``units`` (``kernel_unit.KernelUnit``, from ``link_kernels``): kernels compiled one by one, each
+        # with its machine code; the IR texts are then made from them only when asked for
+        self._optimized_ir = optimized_ir
+        self._unoptimized_ir = unoptimized_ir
+        self.units = list(units or [])
         self.target = target
         self.kernel_names = list(kernel_names)
         self.uses_parallel = uses_parallel
@@ -153,7 +158,35 @@ class LLVMKernelLibrary(KernelLibrary):
             if self.uses_pool:
                 load_pool()
             self._engine = llvm.create_mcjit_compiler(module, tm)
+            if units:
+                for unit in units:
+                    self._engine.add_object_file(llvm.ObjectFileRef.from_data(unit.object_code))
             self._engine.finalize_object()
+
+    @property
+    def optimized_ir(self) -> str:
+        """The optimized LLVM IR of every kernel (what runs), as one module."""
+        if self._optimized_ir is None:
+            self._optimized_ir = str(self._linked_module())
+        return self._optimized_ir
+
+    @property
+    def unoptimized_ir(self) -> str:
+        """The code generator's output before the O3 pipeline."""
+        if self._unoptimized_ir is None:
+            self._unoptimized_ir = "\n".join(unit.unoptimized_ir for unit in self.units)
+        return self._unoptimized_ir
+
+    def _linked_module(self) -> llvm.ModuleRef:
+        """One module: the units' optimized bitcode linked (their internal names renamed where they
+        clash) with the exported ``nnvm_llvm_num_threads``; or the optimized IR text parsed."""
+        if self._optimized_ir is not None:  # built by ``build``, not from units
+            return llvm.parse_assembly(self._optimized_ir)
+        tm = self.target.target_machine()
+        linked = runtime_module(self.target, tm) if self.uses_parallel else empty_module(self.target, tm)
+        for unit in self.units:
+            linked.link_in(llvm.parse_bitcode(unit.bitcode))
+        return linked
 
     @property
     def cpu_features(self) -> list:
@@ -200,7 +233,7 @@ class LLVMKernelLibrary(KernelLibrary):
     def assembly(self) -> str:
         """The machine code as assembly text (for inspection and tests)."""
         tm = self.target.target_machine()
-        return tm.emit_assembly(llvm.parse_assembly(self.optimized_ir))
+        return tm.emit_assembly(self._linked_module())
 
     # -- export -----------------------------------------------------------------------------------
     def export(self, path: str, blobs: dict) -> None:
@@ -212,7 +245,7 @@ class LLVMKernelLibrary(KernelLibrary):
             if not _BLOB_NAME.match(name):
                 raise Error(f"exporting {path}: blob name {name!r} is not a valid symbol name")
         tm = self.target.target_machine(reloc="pic", codemodel="default")
-        obj = tm.emit_object(llvm.parse_assembly(self.optimized_ir))
+        obj = tm.emit_object(self._linked_module())
         out_dir = os.path.dirname(os.path.abspath(path))
         with tempfile.TemporaryDirectory(prefix="nnvm-export-") as tmp:
             obj_path = os.path.join(tmp, "kernels.o")

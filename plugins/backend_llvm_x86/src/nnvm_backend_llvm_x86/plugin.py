@@ -28,18 +28,24 @@ Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -m
 
 from __future__ import annotations
 
+import functools
 import glob
+import json
 import os
+import sys
 import time
 
+import llvmlite
 import llvmlite.binding as llvm
 
 import nnvm
 from nnvm.backend import Backend
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error, TargetError
+from nnvm.kernel_cache import source_fingerprint
 from nnvm.target import Target
 from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
+from nnvm_backend_llvm_x86.kernel_unit import KernelUnit, compile_unit, empty_module, runtime_module
 from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
 from nnvm_backend_llvm_x86.toolchain import (
     LLVMTarget,
@@ -156,6 +162,43 @@ class LLVMBackend(Backend):
     def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         return "fma" in features
 
+    def kernel_identity(self, target: Target) -> str:
+        """The resolved triple, CPU and features, the CPU signature the CPU layer's schedules read (vector
+        unit, caches, team size), whether this process runs the code (units then hold machine code),
+        llvmlite's and LLVM's versions and a hash of this plugin's source."""
+        resolved = self.resolve(target)
+        signature = self.cpu_signature(target)
+        return json.dumps({"backend": self.name, "class": type(self).__qualname__, "triple": resolved.triple,
+                           "cpu": resolved.cpu, "features": resolved.features,
+                           "signature": signature.to_dict() if signature is not None else None,
+                           "jit": self.host_can_run(target), "llvmlite": llvmlite.__version__,
+                           "llvm": list(llvm.llvm_version_info), "source": _source_hash(type(self))},
+                          sort_keys=True)
+
+    def compile_kernel(self, func, target: Target) -> bytes:
+        return compile_unit(func, self.resolve(target), self.host_can_run(target)).to_bytes()
+
+    def link_kernels(self, kernels: list, target: Target) -> LLVMKernelLibrary:
+        """The units' object files loaded into one MCJIT engine (no code generation at all)."""
+        start = time.perf_counter()
+        units = [KernelUnit.from_bytes(k) for k in kernels]
+        resolved = self.resolve(target)
+        run = self.host_can_run(target)
+        uses_parallel = any(u.uses_parallel for u in units)
+        module = tm = None
+        if run:
+            tm = resolved.target_machine()
+            module = runtime_module(resolved, tm) if uses_parallel else empty_module(resolved, tm)
+        library = self.library_class(
+            None, None, resolved, [u.name for u in units], uses_parallel, module=module, tm=tm,
+            cc=self.c_compiler(target), uses_scratch=any(u.uses_scratch for u in units), units=units)
+        library.compile_seconds["link"] = time.perf_counter() - start
+        return self.finish_library(library, target)
+
+    def finish_library(self, library: LLVMKernelLibrary, target: Target) -> LLVMKernelLibrary:
+        """What a subclass adds to every library it builds (Arm: its toolchain)."""
+        return library
+
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
         state = {"funcs": list(funcs), "target": self.resolve(target), "parsed": target, "seconds": {},
                  "run": self.host_can_run(target)}
@@ -163,7 +206,7 @@ class LLVMBackend(Backend):
             start = time.perf_counter()
             state = getattr(self, method)(state)
             state["seconds"][stage] = time.perf_counter() - start
-        return state["library"]
+        return self.finish_library(state["library"], target)
 
     # -- stages -----------------------------------------------------------------------------------
     def _codegen(self, state: dict) -> dict:
@@ -199,6 +242,16 @@ class LLVMBackend(Backend):
             compile_seconds=state["seconds"], cc=self.c_compiler(state["parsed"]),
             uses_scratch=cg.uses_scratch)
         return state
+
+
+@functools.cache
+def _source_hash(backend_class: type) -> str:
+    """The source of every package defining a class ``backend_class`` inherits from: this plugin's, and
+    a subclass's own (the Arm plugin, a third party's); the core's is in every key already."""
+    tops = dict.fromkeys(c.__module__.split(".")[0] for c in backend_class.__mro__)
+    packages = [sys.modules[t] for t in tops
+                if t not in ("builtins", "nnvm") and getattr(sys.modules[t], "__file__", None)]
+    return source_fingerprint(*packages)
 
 
 _OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbsd", "none")

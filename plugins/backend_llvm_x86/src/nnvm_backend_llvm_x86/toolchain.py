@@ -17,6 +17,7 @@ from functools import lru_cache
 import llvmlite.binding as llvm
 
 from nnvm.errors import TargetError
+from nnvm.target import Target
 
 _lock = threading.Lock()
 _initialized = False
@@ -113,6 +114,7 @@ def cpu_name_lanes(cpu: str) -> int:
     return 8 if cpu.startswith(AVX2_CPUS) else 4
 
 
+@lru_cache(maxsize=256)
 def x86_vector_lanes(resolved: LLVMTarget) -> int:
     """float32 lanes of the widest vector unit of a resolved x86 target: 16 with AVX-512, 8 with AVX2
     (or AVX), else 4 (SSE). The feature string is read in order (``-mattr=-avx512f`` after the host's
@@ -156,8 +158,19 @@ def resolve_target(target, triple: str, default_cpu: str, default_features: str,
     """Turn a parsed ``nnvm.target.Target`` into an ``LLVMTarget``, validating its options.
 
     ``-mcpu`` alone selects that CPU with its own features; ``-mattr`` alone adds to (or removes from)
-    the default CPU's features; ``-mcpu=native`` is the host's CPU.
+    the default CPU's features; ``-mcpu=native`` is the host's CPU. Remembered per target and host
+    facts: the CPU layer asks for every group it schedules (a model's compile resolved ~1400 times).
     """
+    options = tuple((k, v if isinstance(v, str | bool) else str(v)) for k, v in target.options.items())
+    native = (host_cpu(), host_features()) if target.options.get("mcpu") == "native" else None
+    return _resolve(target.kind, options, str(target), triple, default_cpu, default_features, tuple(allowed),
+                    native)
+
+
+@lru_cache(maxsize=256)
+def _resolve(kind: str, options: tuple, text: str, triple: str, default_cpu: str, default_features: str,
+             allowed: tuple, native: tuple | None) -> LLVMTarget:
+    target = Target(kind, dict(options), text)
     opts = dict(target.options)
     for key in opts:
         if key not in allowed:
@@ -181,7 +194,7 @@ def resolve_target(target, triple: str, default_cpu: str, default_features: str,
                                   "+feature or -feature")
     cpu = opts.get("mcpu")
     if cpu == "native":
-        cpu, features = host_cpu(), host_features()
+        cpu, features = native
     elif cpu is not None:
         features = ""
     else:
