@@ -38,11 +38,13 @@ import nnvm
 from nnvm.backend import Backend
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error, TargetError
-from nnvm.target import Target
+from nnvm.runtime.artifact import host_lacks
+from nnvm.target import Target, assumed_host
 from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
-from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
+from nnvm_backend_llvm_x86.library import LLVMKernelLibrary, code_features
 from nnvm_backend_llvm_x86.toolchain import (
     LLVMTarget,
+    cpu_facts,
     host_cpu,
     host_features,
     host_triple,
@@ -70,7 +72,7 @@ class LLVMBackend(Backend):
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
         if target.kind not in self.target_kinds:
             raise TargetError(f"target {target}: the llvm-x86 backend builds for 'llvm', not {target.kind!r}")
-        resolved = resolve_target(target, host_triple(), host_cpu(), host_features())
+        resolved = resolve_target(target, host_triple(), *default_cpu())
         if resolved.arch not in ("x86_64", "i386", "i686"):
             raise TargetError(f"target {target}: the 'llvm' target is for x86 CPUs; use the aarch64 or armv7 "
                               f"target for {resolved.triple}")
@@ -92,11 +94,18 @@ class LLVMBackend(Backend):
     def host_can_run(self, target: Target) -> bool:
         """This OS and architecture, and every extension the code may use (``-mcpu=sapphirerapids`` on
         an AVX2 machine is a cross compile: run in process, its first kernel would die of SIGILL)."""
-        from nnvm.runtime.artifact import host_lacks
-        from nnvm_backend_llvm_x86.library import code_features
+        return _runs_here(self.code_target(target))
 
+    def code_target(self, target: Target) -> LLVMTarget:
+        """What code for ``target`` is generated for: the CPU it resolves to, except a target naming no
+        CPU while the host is assumed (``nnvm.target.assume_host``) to be a CPU this machine cannot
+        run: then this machine's CPU, the decisions still the assumed one's (vectors wider than the
+        CPU's are legal LLVM, split in two), so the code runs here."""
         resolved = self.resolve(target)
-        return _same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
+        if (assumed_host() is None or "mcpu" in target.options or _runs_here(resolved)
+                or not _same_platform(resolved.triple, host_triple())):
+            return resolved
+        return resolve_target(target, host_triple(), host_cpu(), host_features())
 
     def default_tuning_logs(self, target: Target) -> list:
         """Every shipped log, ``tuned/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
@@ -131,20 +140,36 @@ class LLVMBackend(Backend):
     def cpu_signature(self, target: Target):
         """What decides a schedule on ``target``: vector width (``vector_lanes``, the width the
         templates use), FMA, the ISA extensions of ``signature_features`` from the resolved feature
-        string, and, when the target is the host's CPU, its cache sizes (sysfs) and the team size
-        parallel kernels run on. For another CPU those are unknown (None)."""
-        from nnvm.autotune.signature import CPUSignature, parse_features, this_hosts_caches
-        from nnvm.runtime.threads import team_size
+        string, and its cache sizes and team size (``host_facts``). Unknown ones are None."""
+        from nnvm.autotune.signature import CPUSignature, parse_features
 
         resolved = self.resolve(target)
         lanes = self.vector_lanes(target)
         features = parse_features(resolved.features, self.signature_features) if resolved.features \
             else self._features_of_cpu_name(lanes)
-        host = resolved.cpu == host_cpu() and self.host_can_run(target)
-        caches = this_hosts_caches() if host else {}
+        facts = self.host_facts(target)
         return CPUSignature(resolved.arch, 32 * lanes, self._has_fma(resolved, features), features,
-                            team_size() if host else None, caches.get("l1d"), caches.get("l2"),
-                            caches.get("l3"), resolved.cpu)
+                            facts.get("cores"), facts.get("l1d"), facts.get("l2"), facts.get("l3"),
+                            resolved.cpu)
+
+    def host_facts(self, target: Target) -> dict:
+        """``{"l1d", "l2", "l3": bytes, "cores": team size}`` of ``target``'s CPU, each None when
+        unknown: those the target states (``-l2=1M``, ``-cores=8``) first; for the host's CPU (the
+        assumed one of ``nnvm.target.assume_host``, else this machine when it can run the code) the
+        host's caches (sysfs) and the team size of parallel kernels; nothing known of any other CPU."""
+        from nnvm.autotune.signature import this_hosts_caches
+        from nnvm.runtime.threads import team_size
+
+        resolved = self.resolve(target)
+        assumed = assumed_host()
+        if assumed is not None:
+            known = {"l1d": assumed.l1d, "l2": assumed.l2, "l3": assumed.l3,
+                     "cores": assumed.cores or team_size()} if resolved.cpu == assumed.cpu else {}
+        elif resolved.cpu == host_cpu() and self.host_can_run(target):
+            known = {**this_hosts_caches(), "cores": team_size()}
+        else:
+            known = {}
+        return {key: known.get(key) for key in ("l1d", "l2", "l3", "cores")} | cpu_facts(target)
 
     def _features_of_cpu_name(self, lanes: int) -> frozenset:
         """``-mcpu`` alone: LLVM knows the CPU's features but llvmlite does not tell them; the vector
@@ -157,7 +182,7 @@ class LLVMBackend(Backend):
         return "fma" in features
 
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
-        state = {"funcs": list(funcs), "target": self.resolve(target), "parsed": target, "seconds": {},
+        state = {"funcs": list(funcs), "target": self.code_target(target), "parsed": target, "seconds": {},
                  "run": self.host_can_run(target)}
         for stage, method in self.stages:
             start = time.perf_counter()
@@ -202,6 +227,18 @@ class LLVMBackend(Backend):
 
 
 _OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbsd", "none")
+
+
+def default_cpu() -> tuple[str, str]:
+    """(CPU, features) of a target that names no CPU: the assumed host's (``nnvm.target.assume_host``;
+    its name alone, LLVM knows its features), else this machine's."""
+    assumed = assumed_host()
+    return (assumed.cpu, "") if assumed is not None else (host_cpu(), host_features())
+
+
+def _runs_here(resolved: LLVMTarget) -> bool:
+    """Whether this machine runs code built for ``resolved``: its platform, and every extension."""
+    return _same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
 
 
 def _same_platform(a: str, b: str) -> bool:

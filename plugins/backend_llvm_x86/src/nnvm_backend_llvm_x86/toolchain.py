@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import llvmlite.binding as llvm
 
+from nnvm.autotune.signature import parse_size
 from nnvm.errors import TargetError
 
 _lock = threading.Lock()
@@ -133,6 +134,22 @@ def x86_vector_lanes(resolved: LLVMTarget) -> int:
     return 4
 
 
+def cpu_facts(target) -> dict:
+    """``{"l1d", "l2", "l3": bytes, "cores": count}`` a target states (``-l2=1M``, ``-cores=8``), only
+    those it states; raises ``TargetError`` for a value that is not a size or a count."""
+    facts = {}
+    for key in CPU_FACT_OPTIONS:
+        text = target.options.get(key)
+        if text is None or text is True:
+            continue
+        value = parse_size(text) if key != "cores" else (int(text) if text.isdigit() else None)
+        if not value:
+            what = "a positive count (-cores=8)" if key == "cores" else "a size in bytes (48K, 1M, 32M)"
+            raise TargetError(f"target {target}: -{key}={text} should be {what}")
+        facts[key] = value
+    return facts
+
+
 @lru_cache(maxsize=64)
 def llvm_warnings(triple: str, cpu: str, features: str) -> tuple[str, ...]:
     """What LLVM says about a CPU name and feature string (it only prints warnings, to stderr)."""
@@ -151,12 +168,18 @@ def llvm_warnings(triple: str, cpu: str, features: str) -> tuple[str, ...]:
     return tuple(line for line in text.splitlines() if "not a recognized" in line)
 
 
+# What a target may say of the CPU besides its ISA, for the decisions that read it (the backend's
+# ``cpu_signature``): ``llvm -mcpu=znver5 -l1d=48K -l2=1M -l3=32M -cores=8``.
+CPU_FACT_OPTIONS = ("l1d", "l2", "l3", "cores")
+
+
 def resolve_target(target, triple: str, default_cpu: str, default_features: str,
-                   allowed=("mcpu", "mattr", "mtriple")) -> LLVMTarget:
+                   allowed=("mcpu", "mattr", "mtriple", *CPU_FACT_OPTIONS)) -> LLVMTarget:
     """Turn a parsed ``nnvm.target.Target`` into an ``LLVMTarget``, validating its options.
 
     ``-mcpu`` alone selects that CPU with its own features; ``-mattr`` alone adds to (or removes from)
-    the default CPU's features; ``-mcpu=native`` is the host's CPU.
+    the default CPU's features; ``-mcpu=native`` is this machine's CPU (never an assumed one). The cache
+    and core options are checked here and read by ``cpu_facts``.
     """
     opts = dict(target.options)
     for key in opts:
@@ -166,6 +189,7 @@ def resolve_target(target, triple: str, default_cpu: str, default_features: str,
     for key in opts:
         if opts[key] is True or opts[key] == "":
             raise TargetError(f"target {target}: option -{key} needs a value (-{key}=...)")
+    cpu_facts(target)
     triple = opts.get("mtriple", triple)
     try:
         init_llvm()
