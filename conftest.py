@@ -22,7 +22,7 @@ import os
 import pytest
 
 from nnvm.errors import TargetError
-from nnvm.target import assume_host
+from nnvm.target import assume_host, assumed_host
 from nnvm.testing.hosts import describe_host, host_cpu_named
 
 pytest_plugins = ["pytester"]
@@ -67,6 +67,15 @@ def host():
     if found.note:
         print(f"\nhost cpu: {found.note}")
     return found
+
+
+@pytest.fixture
+def assume_cpu():
+    """``assume_cpu("rocketlake")`` (a name or a ``HostCPU``; None: this machine): compile as if on that
+    CPU for the rest of the test (``nnvm.target.assume_host``); the run's own host comes back after it."""
+    previous = assumed_host()
+    yield lambda cpu: assume_host(host_cpu_named(cpu) if isinstance(cpu, str) else cpu)
+    assume_host(previous)
 
 
 def _fail_skip(report) -> None:

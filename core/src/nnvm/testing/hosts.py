@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nnvm.autotune.signature import this_hosts_caches
+from nnvm.runtime.threads import team_size
 from nnvm.target import HostCPU, assumed_host, parse_target
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -83,15 +85,22 @@ class Host:
 
 
 def describe_host(target: str = "llvm") -> Host:
-    """The ``Host`` of ``target``'s backend (an x86 one: ``cpu_signature``, ``code_target``)."""
+    """The ``Host`` of ``target`` (a CPU one): the assumed CPU's facts (``assume_host``), else this
+    machine's (sysfs caches, the team size), the vector width its backend answers; read here rather
+    than from the backend's ``cpu_signature``, so tests can hold the signature against them."""
     parsed = parse_target(target)
     backend = parsed.backend
-    signature = backend.cpu_signature(parsed)
-    note = ""
+    resolved = backend.resolve(parsed)
+    assumed = assumed_host()
+    if assumed is not None:
+        l1d, l2, l3, cores = assumed.l1d, assumed.l2, assumed.l3, assumed.cores or team_size()
+    else:
+        caches = this_hosts_caches()
+        l1d, l2, l3, cores = caches["l1d"], caches["l2"], caches["l3"], team_size()
     code_target = getattr(backend, "code_target", None)
-    code_cpu = code_target(parsed).cpu if code_target is not None else signature.cpu
-    if code_cpu != signature.cpu:
-        note = (f"this machine cannot run {signature.cpu}'s code: compiled code is built for {code_cpu} "
-                f"with {signature.cpu}'s decisions")
-    return Host(signature.cpu, signature.vector_bits // 32, signature.l1d, signature.l2, signature.l3,
-                signature.cores, assumed_host() is not None, note, target)
+    code_cpu = code_target(parsed).cpu if code_target is not None else resolved.cpu
+    note = "" if code_cpu == resolved.cpu else (
+        f"this machine cannot run {resolved.cpu}'s code: compiled code is built for {code_cpu} with "
+        f"{resolved.cpu}'s decisions")
+    return Host(resolved.cpu, backend.vector_lanes(parsed), l1d, l2, l3, cores, assumed is not None, note,
+                target)
