@@ -41,7 +41,7 @@ from nnvm.errors import Error, TargetError
 from nnvm.runtime.artifact import host_lacks
 from nnvm.target import Target, assumed_host
 from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
-from nnvm_backend_llvm_x86.library import LLVMKernelLibrary, code_features
+from nnvm_backend_llvm_x86.library import LLVMKernelLibrary, code_features, cpu_name_features
 from nnvm_backend_llvm_x86.toolchain import (
     LLVMTarget,
     cpu_facts,
@@ -230,10 +230,13 @@ _OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbs
 
 
 def default_cpu() -> tuple[str, str]:
-    """(CPU, features) of a target that names no CPU: the assumed host's (``nnvm.target.assume_host``;
-    its name alone, LLVM knows its features), else this machine's."""
+    """(CPU, features) of a target that names no CPU: the assumed host's (``nnvm.target.assume_host``:
+    its name and the features its vector width implies, so ``-mattr=-avx512f`` takes from them as from
+    this machine's), else this machine's."""
     assumed = assumed_host()
-    return (assumed.cpu, "") if assumed is not None else (host_cpu(), host_features())
+    if assumed is None:
+        return host_cpu(), host_features()
+    return assumed.cpu, cpu_name_features(assumed.cpu)
 
 
 def _runs_here(resolved: LLVMTarget) -> bool:
