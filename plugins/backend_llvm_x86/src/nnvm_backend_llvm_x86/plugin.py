@@ -232,9 +232,9 @@ _OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbs
 def default_cpu() -> tuple[str, str]:
     """(CPU, features) of a target that names no CPU: the assumed host's (``nnvm.target.assume_host``:
     its name and the features its vector width implies, so ``-mattr=-avx512f`` takes from them as from
-    this machine's), else this machine's."""
+    this machine's), else this machine's, whose features are known (also when it is the one assumed)."""
     assumed = assumed_host()
-    if assumed is None:
+    if assumed is None or assumed.cpu == host_cpu():
         return host_cpu(), host_features()
     return assumed.cpu, cpu_name_features(assumed.cpu)
 
