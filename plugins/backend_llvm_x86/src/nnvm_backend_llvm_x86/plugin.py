@@ -23,7 +23,10 @@ itself, so exported libraries honour it too);
 unless the user set it or ``OMP_NUM_THREADS``, the Python runtime sets it to the number of physical
 cores before handing out the first kernel (``nnvm.runtime.threads``).
 
-Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``.
+Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``, and what
+decisions read of a CPU besides its ISA, known otherwise for the host only: ``-l1d=48K -l2=1M -l3=32M
+-cores=8``. ``llvm`` alone is this machine, or the CPU ``nnvm.target.assume_host`` names (the test
+suites' ``--host-cpu``): its decisions, and code this machine runs (``code_target``).
 """
 
 from __future__ import annotations
