@@ -13,6 +13,10 @@
   function is not part of a kernel's key, and a cached kernel would skip the code it patched.
 - Hypothesis: under CI, examples are derandomized (same examples every run, so a failure reproduces)
   and the per-example deadline is off (timings on a shared runner are noise).
+- The host: what a test knows of the machine (vector width, caches, team size) comes from the ``host``
+  fixture (``nnvm.testing.hosts``). ``--host-cpu=NAME`` (``haswell``, ``znver5``, ``skylake-avx512``
+  ...) runs the whole suite as if on that CPU: the compiler assumes it (``nnvm.target.assume_host``)
+  wherever a target names no CPU; code that runs is still built for a CPU this machine runs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ import tempfile
 
 import pytest
 
+from nnvm.errors import TargetError
+from nnvm.target import assume_host, assumed_host
+from nnvm.testing.hosts import describe_host, host_cpu_named
+
 pytest_plugins = ["pytester"]
 
 
@@ -29,10 +37,50 @@ def _in_ci() -> bool:
     return os.environ.get("CI") == "true"
 
 
+def pytest_addoption(parser):
+    parser.addoption("--host-cpu", default=None, metavar="NAME",
+                     help="run as if on this CPU (LLVM's name: haswell, skylake-avx512, znver5 ...): the "
+                          "compiler's default target and the host facts tests read are that CPU's")
+
+
 def pytest_configure(config):
+    name = config.getoption("--host-cpu")
+    if name:
+        # Set before collection, in every xdist worker too (each runs pytest_configure).
+        assume_host(host_cpu_named(name))
     config.addinivalue_line("markers", "gpu: needs a GPU or a GPU toolchain; the only tests that may skip "
                                        "under CI=true")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+
+
+def pytest_report_header(config):
+    """Which CPU the run reasons about, and where code runs when this machine cannot run that CPU's."""
+    name = config.getoption("--host-cpu")
+    head = f"host cpu: {name} (assumed, --host-cpu)" if name else "host cpu: this machine's"
+    try:
+        found = describe_host()
+    except TargetError:  # no backend for ``llvm``: nothing compiles for the host
+        return [head]
+    return [f"{head}: {found.describe()}" + (f"; {found.note}" if found.note else "")]
+
+
+@pytest.fixture(scope="session")
+def host():
+    """The host the tests reason about (``nnvm.testing.hosts.Host``): this machine, or ``--host-cpu``'s
+    CPU. Needs a backend for ``llvm`` (the x86 plugin); a core test without one does not ask."""
+    found = describe_host()
+    if found.note:
+        print(f"\nhost cpu: {found.note}")
+    return found
+
+
+@pytest.fixture
+def assume_cpu():
+    """``assume_cpu("rocketlake")`` (a name or a ``HostCPU``; None: this machine): compile as if on that
+    CPU for the rest of the test (``nnvm.target.assume_host``); the run's own host comes back after it."""
+    previous = assumed_host()
+    yield lambda cpu: assume_host(host_cpu_named(cpu) if isinstance(cpu, str) else cpu)
+    assume_host(previous)
 
 
 def _fail_skip(report) -> None:

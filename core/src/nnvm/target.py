@@ -1,4 +1,5 @@
-"""Target strings (``llvm -mcpu=znver4 -mattr=+avx2``) parsed once, and the backend that builds them."""
+"""Target strings (``llvm -mcpu=znver4 -mattr=+avx2``) parsed once, the backend that builds them, and
+the one switch that makes the compiler take the host to be another CPU (``assume_host``)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,41 @@ class Target:
             raise TargetError(f"no installed backend builds for target {self.kind!r} "
                               f"(installed targets: {have})")
         return found[1]
+
+
+@dataclass(frozen=True)
+class HostCPU:
+    """A CPU the compiler may take the host to be: ``cpu`` (the backend's name for it, LLVM's ``haswell``,
+    ``znver5``), ``l1d``/``l2`` (bytes per core), ``l3`` (bytes, the whole cache) and ``cores`` (the
+    team size parallel kernels are planned for); a size left None is unknown (the cost model's defaults),
+    ``cores`` left None is the team the thread pool really runs."""
+
+    cpu: str
+    l1d: int | None = None
+    l2: int | None = None
+    l3: int | None = None
+    cores: int | None = None
+
+
+_assumed_host: HostCPU | None = None
+
+
+def assume_host(host: HostCPU | None) -> HostCPU | None:
+    """Compile as if this machine were ``host`` (None: the real one again); returns the previous value.
+
+    A target that names no CPU (``llvm``) then means ``host.cpu``, and the decisions that read the host
+    (vector width, registers, caches, team size) read ``host``; targets naming a CPU are unchanged. Code
+    still runs here: where this machine cannot run ``host``'s code, a backend builds the same decisions
+    for the CPU it runs on. The test suites' ``--host-cpu`` option sets it; the compiler reads no
+    environment variable for it."""
+    global _assumed_host
+    previous, _assumed_host = _assumed_host, host
+    return previous
+
+
+def assumed_host() -> HostCPU | None:
+    """The CPU ``assume_host`` set, or None when the compiler targets the machine it runs on."""
+    return _assumed_host
 
 
 def parse_target(target) -> Target:

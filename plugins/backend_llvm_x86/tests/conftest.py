@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from nnvm.runtime.kernel import BuiltFunction
 from nnvm.target import parse_target
 from nnvm.te.examples import matmul_api_schedule
 from nnvm.te.lower import lower_schedule
+from nnvm.testing.hosts import DECISION_TARGETS
 from nnvm_backend_llvm_x86.plugin import LLVMBackend
 
 
@@ -74,15 +77,16 @@ def group_with_op(graph, op: str):
 
 
 def check_every_config(template, group, params: dict, x, want, what: str, rtol: float = 1e-5,
-                       configs=None) -> None:
+                       configs=None, target: str = "llvm") -> None:
     """Every config of ``template`` (or of ``configs``) lowered and built in one module, run on ``x`` (the
     group's input that is not in ``params``, in the group's layout) and compared with ``want`` (the
-    group's output, in its layout) by max relative error."""
+    group's output, in its layout) by max relative error; built for ``target`` (the template's)."""
     from nnvm.te.lower import lower_schedule
 
     args = [t for _, t in group.inputs] + list(group.outputs)
     configs = list(template.configs() if configs is None else configs)
-    funcs = build_funcs([lower_schedule(template.apply(c), args, f"cfg_{q}") for q, c in enumerate(configs)])
+    funcs = build_funcs([lower_schedule(template.apply(c), args, f"cfg_{q}") for q, c in enumerate(configs)],
+                        target)
     ins = [np.array(params[v]) if v in params else x for v, _ in group.inputs]
     for q, config in enumerate(configs):
         got = np.full(want.shape, np.nan, np.float32)
@@ -171,3 +175,31 @@ def every_config():
 @pytest.fixture
 def c_callers():
     return run_c_callers
+
+
+class ISATarget(NamedTuple):
+    """One vector width a test checks: ``isa`` (``avx2``/``avx512``), ``decide`` (the named CPU of
+    ``DECISION_TARGETS``, the same decisions on every machine) and ``run`` (what code of this width runs
+    for here: the host's own target where it has this width, else the named CPU where this machine runs
+    it, else None: an AVX2 machine compiles AVX-512 code but cannot run it)."""
+
+    isa: str
+    decide: str
+    run: str | None
+
+    @property
+    def lanes(self) -> int:
+        """float32 lanes of this width's vectors."""
+        return {"avx2": 8, "avx512": 16}[self.isa]
+
+    @property
+    def build(self) -> str:
+        """The target to build code for: ``run`` where code of this width runs here, else ``decide``."""
+        return self.run or self.decide
+
+
+@pytest.fixture(params=list(DECISION_TARGETS))
+def isa_target(request, host):
+    """Each vector width in turn (``ISATarget``), whatever the host's."""
+    isa = request.param
+    return ISATarget(isa, DECISION_TARGETS[isa], host.run_targets().get(isa))

@@ -17,8 +17,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.schedule_dense import EVEN_CHUNKS
-from nnvm.cpu.schedules import vector_lanes
-from nnvm.target import parse_target
 
 
 def _save(path, nodes, inits, shapes):
@@ -57,10 +55,10 @@ def _compile_and_check(tmp_path, path, shapes):
     ((2, 5, 64), 4 * 12, True),    # 12 tiles of 4 blocks x 2 batches: 24, rows join in
     ((1, 9, 32), 4 * 16, False),   # 16 tiles of 4 blocks: parallel over them, rows inside
 ])
-def test_shared_weight_parallel_loop(tmp_path, shape, blocks, fused_rows):
+def test_shared_weight_parallel_loop(tmp_path, host, shape, blocks, fused_rows):
     """``blocks`` blocks of the host's vector width (16 lanes with AVX-512, 8 with AVX2)."""
     rng = np.random.default_rng(0)
-    n = blocks * vector_lanes(parse_target("llvm"))
+    n = blocks * host.lanes
     k = shape[-1]
     path = str(tmp_path / "mm.onnx")
     inits = {"w": rng.standard_normal((k, n)).astype(np.float32),

@@ -11,11 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
+from nnvm.compiler import optimized_graph
 from nnvm.cpu.layout import grouped_blocks, straddling_plan
-from nnvm.cpu.schedules import vector_lanes
-from nnvm.target import parse_target
-
-LANES = vector_lanes(parse_target("llvm"))  # the host's: 16 with AVX-512, 8 with AVX2
 
 
 def _model(path, in_shape, convs, residual=False):
@@ -41,10 +38,13 @@ def _model(path, in_shape, convs, residual=False):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
 
 
-def _check(path, in_shape):
+def _check(path, in_shape, target="llvm", run=True):
+    """The module compiled for ``target``, its output checked against onnxruntime where ``run``."""
+    mod = nnvm.compile(path, target=target, opt_level=3)
+    if not run:
+        return mod
     x = np.random.default_rng(8).standard_normal(in_shape).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    mod = nnvm.compile(path, target="llvm", opt_level=3)
     got = mod.run(x)[0]
     assert got.shape == want.shape
     err = float(np.abs(got - want).max() / np.abs(want).max())
@@ -66,13 +66,16 @@ def _check(path, in_shape):
     ((1, 64, 7, 7), [(40, 1, 4, 1), (64, 1, 8, 1)], False, {16: 1, 8: 2}),
     ((1, 64, 7, 7), [(24, 1, 8, 1), (64, 1, 8, 1)], False, 1),  # 3 per group: 8x work (4x at 8), NCHW
 ])
-def test_grouped_conv_matches_onnxruntime(tmp_path, in_shape, convs, residual, blocked):
-    """``blocked``: how many convs run blocked, per vector width where it depends on the host's."""
+def test_grouped_conv_matches_onnxruntime(tmp_path, isa_target, in_shape, convs, residual, blocked):
+    """``blocked``: how many convs run blocked, per vector width where it depends on the width; checked
+    for the width's named CPU and for the code built (and run, where it runs here) for that width."""
     path = str(tmp_path / "grouped.onnx")
     _model(path, in_shape, convs, residual)
-    mod = _check(path, in_shape)
-    want = blocked[LANES] if isinstance(blocked, dict) else blocked
-    assert sum(n.op == "conv2d_nchwc" for n in mod.graph.nodes) == want
+    want = blocked[isa_target.lanes] if isinstance(blocked, dict) else blocked
+    graph, *_ = optimized_graph(path, isa_target.decide, opt_level=3)
+    assert sum(n.op == "conv2d_nchwc" for n in graph.nodes) == want, isa_target.decide
+    mod = _check(path, in_shape, isa_target.build, run=isa_target.run is not None)
+    assert sum(n.op == "conv2d_nchwc" for n in mod.graph.nodes) == want, isa_target.build
 
 
 def test_grouped_blocks_never_straddle_a_group():

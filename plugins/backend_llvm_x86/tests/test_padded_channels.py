@@ -19,10 +19,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.layout import output_block, padded_block
-from nnvm.cpu.schedules import vector_lanes
-from nnvm.target import parse_target
-
-LANES = vector_lanes(parse_target("llvm"))  # the host's: 16 with AVX-512, 8 with AVX2
 
 
 def _save(path, nodes, inits, in_shape):
@@ -40,10 +36,13 @@ def _conv(rng, inits, name, src, o, c, k=1, group=1, stride=1):
                             strides=[stride] * 2)
 
 
-def _check(path, in_shape):
+def _check(path, in_shape, target="llvm", run=True):
+    """The module compiled for ``target``, its output checked against onnxruntime where ``run``."""
+    mod = nnvm.compile(path, target=target, opt_level=3, tuning_log=False)
+    if not run:
+        return mod
     x = np.random.default_rng(5).standard_normal(in_shape).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    mod = nnvm.compile(path, target="llvm", opt_level=3, tuning_log=False)
     got = mod.run(x)[0]
     assert got.shape == want.shape
     err = float(np.abs(got - want).max() / np.abs(want).max())
@@ -56,10 +55,11 @@ def _padded_transforms(mod):
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_squeezenet_classifier_in_padded_blocks(tmp_path, batch):
+def test_squeezenet_classifier_in_padded_blocks(tmp_path, isa_target, batch):
     """conv 1x1 -> 1000 classes + relu -> global average pool -> softmax, as SqueezeNet ends. 1000 is
     62.5 vectors of 16; where 8 lanes make it whole vectors, 1004 classes keep the half-vector tail."""
-    classes = 1000 if 1000 % LANES else 1000 + LANES // 2
+    lanes = isa_target.lanes
+    classes = 1000 if 1000 % lanes else 1000 + lanes // 2
     rng = np.random.default_rng(0)
     inits = {}
     nodes = [_conv(rng, inits, "c", "x", classes, 32), helper.make_node("Relu", ["c"], ["r"]),
@@ -67,10 +67,10 @@ def test_squeezenet_classifier_in_padded_blocks(tmp_path, batch):
              helper.make_node("Softmax", ["f"], ["y"])]
     path = str(tmp_path / "squeeze.onnx")
     _save(path, nodes, inits, (batch, 32, 5, 5))
-    mod = _check(path, (batch, 32, 5, 5))
+    mod = _check(path, (batch, 32, 5, 5), isa_target.build, isa_target.run is not None)
     convs = [n for n in mod.graph.nodes if n.op == "conv2d_nchwc"]
-    blocks = -(-classes // LANES)  # 63 of 16 or 126 of 8, the last half padding
-    assert len(convs) == 1 and mod.graph.types[convs[0].outputs[0]].shape[1:] == (blocks, 5, 5, LANES)
+    blocks = -(-classes // lanes)  # 63 of 16 or 126 of 8, the last half padding
+    assert len(convs) == 1 and mod.graph.types[convs[0].outputs[0]].shape[1:] == (blocks, 5, 5, lanes)
     assert _padded_transforms(mod)
 
 
@@ -107,16 +107,17 @@ def _blocks(mod):
 
 @pytest.mark.parametrize("switch", ["0", "1"])
 @pytest.mark.parametrize("batch", [1, 8])
-def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, switch, batch):
+def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, isa_target, switch, batch):
     """MobileNetV2's second stage: expand 16 -> 96, depthwise stride 2, project to 24; expand 24 -> 144,
     depthwise, project to 24 + residual add; then a 24-channel reader of every other kind: a sigmoid
     (non-zeros in the padding) into a plain 3x3 (Winograd-sized), a depthwise and a grouped conv, a
     max pool and a 1x1 conv to 40 channels, stride 2. Channel counts are for 16 lanes and scale with
-    the host's (AVX2: 8 -> 48, 12 -> 72, ...), so 24 stays one and a half vectors."""
+    the width's (AVX2: 8 -> 48, 12 -> 72, ...), so 24 stays one and a half vectors."""
     monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", switch)
+    lanes = isa_target.lanes
 
     def ch(n):
-        return n * LANES // 16
+        return n * lanes // 16
 
     rng = np.random.default_rng(batch)
     inits = {}
@@ -142,10 +143,10 @@ def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, switch, batch):
         _conv(rng, inits, "y", "os", ch(20), ch(40), k=3)]
     path = str(tmp_path / "inverted.onnx")
     _save(path, nodes, inits, (batch, ch(16), 18, 14))
-    mod = _check(path, (batch, ch(16), 18, 14))
+    mod = _check(path, (batch, ch(16), 18, 14), isa_target.build, isa_target.run is not None)
     shapes = _blocks(mod)
     p1_out, e2_in = shapes["p1"][1], shapes["e2"][0]
-    padded, halves = (2, LANES), (3, LANES // 2)
+    padded, halves = (2, lanes), (3, lanes // 2)
     if switch == "1":  # 24 channels in 2 blocks of 16 (8 padded), read as such by the expand conv
         assert p1_out[1:2] + p1_out[4:] == padded and e2_in[1:2] + e2_in[4:] == padded
         winograd = [n for n in mod.graph.nodes if n.op == "conv2d_winograd_nchwc"]

@@ -17,26 +17,40 @@ from nnvm.autotune.signature import host_caches
 from nnvm.compiler import tuning_logs_for
 from nnvm.cpu.schedules import vector_lanes
 from nnvm.runtime.threads import team_size
-from nnvm.target import parse_target
-from nnvm_backend_llvm_x86 import plugin as x86_plugin
-from nnvm_backend_llvm_x86.toolchain import host_features
+from nnvm.target import HostCPU, parse_target
 
 
-def test_the_hosts_signature_has_its_vector_width_caches_and_team_size(monkeypatch):
+def test_the_hosts_signature_has_its_vector_width_caches_and_team_size(monkeypatch, host):
+    """``llvm`` is the host (``--host-cpu``'s, else this machine): its caches and the team size; a
+    named CPU that is not the host's has no caches or team size, unless the target states them."""
     monkeypatch.setenv("NNVM_NUM_THREADS", "3")
     target = parse_target("llvm")
     sig = target.backend.cpu_signature(target)
-    assert sig.arch == "x86_64" and sig.vector_bits == 32 * vector_lanes(target)
+    assert sig.arch == "x86_64" and sig.vector_bits == 32 * host.lanes and sig.cpu == host.cpu
     assert sig.fma == ("fma" in sig.features) and sig.cores == team_size() == 3
-    caches = host_caches()
-    assert (sig.l1d, sig.l2, sig.l3) == (caches["l1d"], caches["l2"], caches["l3"])
+    assert (sig.l1d, sig.l2, sig.l3) == (host.l1d, host.l2, host.l3)
     # another CPU model: its features by name, and no caches or team size (not this machine's)
-    other = parse_target("llvm -mcpu=haswell")
+    name = "broadwell" if host.cpu == "haswell" else "haswell"
+    other = parse_target(f"llvm -mcpu={name}")
     sig = other.backend.cpu_signature(other)
-    assert (sig.vector_bits, sig.fma, sig.cpu) == (256, True, "haswell") and "avx512f" not in sig.features
+    assert (sig.vector_bits, sig.fma, sig.cpu) == (256, True, name) and "avx512f" not in sig.features
     assert (sig.cores, sig.l1d, sig.l2, sig.l3) == (None, None, None, None)
+    stated = parse_target(f"llvm -mcpu={name} -l1d=32K -l2=256K -l3=8M -cores=4")
+    sig = stated.backend.cpu_signature(stated)
+    assert (sig.cores, sig.l1d, sig.l2, sig.l3) == (4, 32 << 10, 256 << 10, 8 << 20)
     no_fma = parse_target("llvm -mcpu=x86-64")
     assert no_fma.backend.cpu_signature(no_fma).fma is False
+
+
+def test_this_machines_signature_reads_sysfs_and_the_team(monkeypatch, assume_cpu):
+    """With no CPU assumed, ``llvm`` is this machine: the caches sysfs gives, the team size."""
+    assume_cpu(None)
+    monkeypatch.setenv("NNVM_NUM_THREADS", "3")
+    target = parse_target("llvm")
+    sig = target.backend.cpu_signature(target)
+    caches = host_caches()
+    assert (sig.cores, sig.l1d, sig.l2, sig.l3) == (3, caches["l1d"], caches["l2"], caches["l3"])
+    assert sig.vector_bits == 32 * vector_lanes(target)
 
 
 def shipped_log() -> str:
@@ -45,13 +59,11 @@ def shipped_log() -> str:
     return path
 
 
-def test_the_shipped_log_serves_a_cpu_of_another_name_by_nearest_match(monkeypatch):
+def test_the_shipped_log_serves_a_cpu_of_another_name_by_nearest_match(assume_cpu):
     """The issue's machine: an AVX-512 CPU LLVM calls ``rocketlake``, for which nothing is shipped. Its
-    features are faked with its name (the host's with AVX-512 on), so the plain ``llvm`` target means
+    host is assumed to be it (its features by name), so the plain ``llvm`` target means
     that machine on an AVX2 host too (nothing runs); the real AVX2 host is the Haswell case below."""
-    features = host_features() + ",+avx512f,+avx512bw,+avx512dq,+avx512vl"
-    monkeypatch.setattr(x86_plugin, "host_cpu", lambda: "rocketlake")
-    monkeypatch.setattr(x86_plugin, "host_features", lambda: features)
+    assume_cpu(HostCPU("rocketlake"))
     record = logmod.read(shipped_log())[0]
     target = parse_target("llvm")
     logs = tuning_logs_for(target)

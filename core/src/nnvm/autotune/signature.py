@@ -145,8 +145,9 @@ def parse_features(features: str, relevant) -> frozenset:
     return frozenset(on)
 
 
-def _parse_size(text: str) -> int | None:
-    """``48K``, ``1024K``, ``32M``, ``65536`` (sysfs ``size``) in bytes; None when unreadable."""
+def parse_size(text: str) -> int | None:
+    """``48K``, ``1024K``, ``32M``, ``65536`` (sysfs ``size``, a target's ``-l2=1M``) in bytes; None when
+    unreadable."""
     text = text.strip().upper()
     scale = 1
     if text[-1:] in ("K", "M", "G"):
@@ -179,7 +180,7 @@ def host_caches(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict:
             with open(os.path.join(root, entry, "type")) as f:
                 kind = f.read().strip()
             with open(os.path.join(root, entry, "size")) as f:
-                size = _parse_size(f.read())
+                size = parse_size(f.read())
         except (OSError, ValueError):
             continue
         name = {1: "l1d", 2: "l2", 3: "l3"}.get(level)

@@ -44,6 +44,14 @@ _BASE_AVX2 = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c")
 _BASE_AVX512 = (*_BASE_AVX2, "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 
 
+def cpu_name_features(cpu: str) -> str:
+    """The feature string (``+avx,+avx2,...``) a CPU known by its name alone implies: the extensions of
+    its vector width (``toolchain.cpu_name_lanes``); llvmlite does not list a named CPU's own."""
+    lanes = cpu_name_lanes(cpu)
+    implied = _BASE_AVX512 if lanes == 16 else _BASE_AVX2 if lanes == 8 else ()
+    return ",".join("+" + name for name in implied)
+
+
 def code_features(target: LLVMTarget) -> list:
     """The x86 extensions (``artifact.CPU_FEATURES`` names) that code built for ``target`` may use:
     its feature string read in order (``+avx2,-avx2`` ends off); for ``-mcpu`` alone, whose features
@@ -57,10 +65,7 @@ def code_features(target: LLVMTarget) -> list:
     features = target.features
     if not features and target.cpu == host_cpu():
         features = host_features()
-    if not features:
-        lanes = cpu_name_lanes(target.cpu)
-        return list(_BASE_AVX512) if lanes == 16 else list(_BASE_AVX2) if lanes == 8 else []
-    on = feature_switches(features)
+    on = feature_switches(features or cpu_name_features(target.cpu))
     known = [name for name, _ in CPU_FEATURES]
     return [name for name in known if on.get(name)]
 _runtime_lock = threading.Lock()

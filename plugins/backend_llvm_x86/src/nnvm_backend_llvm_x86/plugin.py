@@ -23,7 +23,10 @@ itself, so exported libraries honour it too);
 unless the user set it or ``OMP_NUM_THREADS``, the Python runtime sets it to the number of physical
 cores before handing out the first kernel (``nnvm.runtime.threads``).
 
-Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``.
+Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``, and what
+decisions read of a CPU besides its ISA, known otherwise for the host only: ``-l1d=48K -l2=1M -l3=32M
+-cores=8``. ``llvm`` alone is this machine, or the CPU ``nnvm.target.assume_host`` names (the test
+suites' ``--host-cpu``): its decisions, and code this machine runs (``code_target``).
 """
 
 from __future__ import annotations
@@ -43,12 +46,14 @@ from nnvm.backend import Backend
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error, TargetError
 from nnvm.kernel_cache import source_fingerprint
-from nnvm.target import Target
+from nnvm.runtime.artifact import host_lacks
+from nnvm.target import Target, assumed_host
 from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
 from nnvm_backend_llvm_x86.kernel_unit import KernelUnit, compile_unit, empty_module, runtime_module
-from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
+from nnvm_backend_llvm_x86.library import LLVMKernelLibrary, code_features, cpu_name_features
 from nnvm_backend_llvm_x86.toolchain import (
     LLVMTarget,
+    cpu_facts,
     host_cpu,
     host_features,
     host_triple,
@@ -76,7 +81,7 @@ class LLVMBackend(Backend):
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
         if target.kind not in self.target_kinds:
             raise TargetError(f"target {target}: the llvm-x86 backend builds for 'llvm', not {target.kind!r}")
-        resolved = resolve_target(target, host_triple(), host_cpu(), host_features())
+        resolved = resolve_target(target, host_triple(), *default_cpu())
         if resolved.arch not in ("x86_64", "i386", "i686"):
             raise TargetError(f"target {target}: the 'llvm' target is for x86 CPUs; use the aarch64 or armv7 "
                               f"target for {resolved.triple}")
@@ -98,11 +103,18 @@ class LLVMBackend(Backend):
     def host_can_run(self, target: Target) -> bool:
         """This OS and architecture, and every extension the code may use (``-mcpu=sapphirerapids`` on
         an AVX2 machine is a cross compile: run in process, its first kernel would die of SIGILL)."""
-        from nnvm.runtime.artifact import host_lacks
-        from nnvm_backend_llvm_x86.library import code_features
+        return _runs_here(self.code_target(target))
 
+    def code_target(self, target: Target) -> LLVMTarget:
+        """What code for ``target`` is generated for: the CPU it resolves to, except a target naming no
+        CPU while the host is assumed (``nnvm.target.assume_host``) to be a CPU this machine cannot
+        run: then this machine's CPU, the decisions still the assumed one's (vectors wider than the
+        CPU's are legal LLVM, split in two), so the code runs here."""
         resolved = self.resolve(target)
-        return _same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
+        if (assumed_host() is None or "mcpu" in target.options or _runs_here(resolved)
+                or not _same_platform(resolved.triple, host_triple())):
+            return resolved
+        return resolve_target(target, host_triple(), host_cpu(), host_features())
 
     def default_tuning_logs(self, target: Target) -> list:
         """Every shipped log, ``tuned/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
@@ -137,20 +149,36 @@ class LLVMBackend(Backend):
     def cpu_signature(self, target: Target):
         """What decides a schedule on ``target``: vector width (``vector_lanes``, the width the
         templates use), FMA, the ISA extensions of ``signature_features`` from the resolved feature
-        string, and, when the target is the host's CPU, its cache sizes (sysfs) and the team size
-        parallel kernels run on. For another CPU those are unknown (None)."""
-        from nnvm.autotune.signature import CPUSignature, parse_features, this_hosts_caches
-        from nnvm.runtime.threads import team_size
+        string, and its cache sizes and team size (``host_facts``). Unknown ones are None."""
+        from nnvm.autotune.signature import CPUSignature, parse_features
 
         resolved = self.resolve(target)
         lanes = self.vector_lanes(target)
         features = parse_features(resolved.features, self.signature_features) if resolved.features \
             else self._features_of_cpu_name(lanes)
-        host = resolved.cpu == host_cpu() and self.host_can_run(target)
-        caches = this_hosts_caches() if host else {}
+        facts = self.host_facts(target)
         return CPUSignature(resolved.arch, 32 * lanes, self._has_fma(resolved, features), features,
-                            team_size() if host else None, caches.get("l1d"), caches.get("l2"),
-                            caches.get("l3"), resolved.cpu)
+                            facts.get("cores"), facts.get("l1d"), facts.get("l2"), facts.get("l3"),
+                            resolved.cpu)
+
+    def host_facts(self, target: Target) -> dict:
+        """``{"l1d", "l2", "l3": bytes, "cores": team size}`` of ``target``'s CPU, each None when
+        unknown: those the target states (``-l2=1M``, ``-cores=8``) first; for the host's CPU (the
+        assumed one of ``nnvm.target.assume_host``, else this machine when it can run the code) the
+        host's caches (sysfs) and the team size of parallel kernels; nothing known of any other CPU."""
+        from nnvm.autotune.signature import this_hosts_caches
+        from nnvm.runtime.threads import team_size
+
+        resolved = self.resolve(target)
+        assumed = assumed_host()
+        if assumed is not None:
+            known = {"l1d": assumed.l1d, "l2": assumed.l2, "l3": assumed.l3,
+                     "cores": assumed.cores or team_size()} if resolved.cpu == assumed.cpu else {}
+        elif resolved.cpu == host_cpu() and self.host_can_run(target):
+            known = {**this_hosts_caches(), "cores": team_size()}
+        else:
+            known = {}
+        return {key: known.get(key) for key in ("l1d", "l2", "l3", "cores")} | cpu_facts(target)
 
     def _features_of_cpu_name(self, lanes: int) -> frozenset:
         """``-mcpu`` alone: LLVM knows the CPU's features but llvmlite does not tell them; the vector
@@ -165,24 +193,26 @@ class LLVMBackend(Backend):
     def kernel_identity(self, target: Target) -> str:
         """The resolved triple, CPU and features, the CPU signature the CPU layer's schedules read (vector
         unit, caches, team size), whether this process runs the code (units then hold machine code),
-        llvmlite's and LLVM's versions and a hash of this plugin's source."""
-        resolved = self.resolve(target)
+        llvmlite's and LLVM's versions and a hash of this plugin's source. The code's CPU
+        (``code_target``) and the CPU the decisions are made for (an assumed host's) both count."""
+        resolved = self.code_target(target)
         signature = self.cpu_signature(target)
         return json.dumps({"backend": self.name, "class": type(self).__qualname__, "triple": resolved.triple,
                            "cpu": resolved.cpu, "features": resolved.features,
+                           "decided_for": self.resolve(target).cpu,
                            "signature": signature.to_dict() if signature is not None else None,
                            "jit": self.host_can_run(target), "llvmlite": llvmlite.__version__,
                            "llvm": list(llvm.llvm_version_info), "source": _source_hash(type(self))},
                           sort_keys=True)
 
     def compile_kernel(self, func, target: Target) -> bytes:
-        return compile_unit(func, self.resolve(target), self.host_can_run(target)).to_bytes()
+        return compile_unit(func, self.code_target(target), self.host_can_run(target)).to_bytes()
 
     def link_kernels(self, kernels: list, target: Target) -> LLVMKernelLibrary:
         """The units' object files loaded into one MCJIT engine (no code generation at all)."""
         start = time.perf_counter()
         units = [KernelUnit.from_bytes(k) for k in kernels]
-        resolved = self.resolve(target)
+        resolved = self.code_target(target)
         run = self.host_can_run(target)
         uses_parallel = any(u.uses_parallel for u in units)
         module = tm = None
@@ -200,7 +230,7 @@ class LLVMBackend(Backend):
         return library
 
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
-        state = {"funcs": list(funcs), "target": self.resolve(target), "parsed": target, "seconds": {},
+        state = {"funcs": list(funcs), "target": self.code_target(target), "parsed": target, "seconds": {},
                  "run": self.host_can_run(target)}
         for stage, method in self.stages:
             start = time.perf_counter()
@@ -255,6 +285,21 @@ def _source_hash(backend_class: type) -> str:
 
 
 _OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbsd", "none")
+
+
+def default_cpu() -> tuple[str, str]:
+    """(CPU, features) of a target that names no CPU: the assumed host's (``nnvm.target.assume_host``:
+    its name and the features its vector width implies, so ``-mattr=-avx512f`` takes from them as from
+    this machine's), else this machine's, whose features are known (also when it is the one assumed)."""
+    assumed = assumed_host()
+    if assumed is None or assumed.cpu == host_cpu():
+        return host_cpu(), host_features()
+    return assumed.cpu, cpu_name_features(assumed.cpu)
+
+
+def _runs_here(resolved: LLVMTarget) -> bool:
+    """Whether this machine runs code built for ``resolved``: its platform, and every extension."""
+    return _same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
 
 
 def _same_platform(a: str, b: str) -> bool:

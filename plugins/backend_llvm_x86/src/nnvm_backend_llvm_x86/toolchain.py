@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import llvmlite.binding as llvm
 
+from nnvm.autotune.signature import parse_size
 from nnvm.errors import TargetError
 from nnvm.target import Target
 
@@ -135,6 +136,22 @@ def x86_vector_lanes(resolved: LLVMTarget) -> int:
     return 4
 
 
+def cpu_facts(target) -> dict:
+    """``{"l1d", "l2", "l3": bytes, "cores": count}`` a target states (``-l2=1M``, ``-cores=8``), only
+    those it states; raises ``TargetError`` for a value that is not a size or a count."""
+    facts = {}
+    for key in CPU_FACT_OPTIONS:
+        text = target.options.get(key)
+        if text is None or text is True:
+            continue
+        value = parse_size(text) if key != "cores" else (int(text) if text.isdigit() else None)
+        if not value:
+            what = "a positive count (-cores=8)" if key == "cores" else "a size in bytes (48K, 1M, 32M)"
+            raise TargetError(f"target {target}: -{key}={text} should be {what}")
+        facts[key] = value
+    return facts
+
+
 @lru_cache(maxsize=64)
 def llvm_warnings(triple: str, cpu: str, features: str) -> tuple[str, ...]:
     """What LLVM says about a CPU name and feature string (it only prints warnings, to stderr)."""
@@ -153,13 +170,19 @@ def llvm_warnings(triple: str, cpu: str, features: str) -> tuple[str, ...]:
     return tuple(line for line in text.splitlines() if "not a recognized" in line)
 
 
+# What a target may say of the CPU besides its ISA, for the decisions that read it (the backend's
+# ``cpu_signature``): ``llvm -mcpu=znver5 -l1d=48K -l2=1M -l3=32M -cores=8``.
+CPU_FACT_OPTIONS = ("l1d", "l2", "l3", "cores")
+
+
 def resolve_target(target, triple: str, default_cpu: str, default_features: str,
-                   allowed=("mcpu", "mattr", "mtriple")) -> LLVMTarget:
+                   allowed=("mcpu", "mattr", "mtriple", *CPU_FACT_OPTIONS)) -> LLVMTarget:
     """Turn a parsed ``nnvm.target.Target`` into an ``LLVMTarget``, validating its options.
 
     ``-mcpu`` alone selects that CPU with its own features; ``-mattr`` alone adds to (or removes from)
-    the default CPU's features; ``-mcpu=native`` is the host's CPU. Remembered per target and host
-    facts: the CPU layer asks for every group it schedules (a model's compile resolved ~1400 times).
+    the default CPU's features; ``-mcpu=native`` is this machine's CPU (never an assumed one). The cache
+    and core options are checked here and read by ``cpu_facts``. Remembered per target and default CPU
+    (an assumed host's too): the CPU layer asks for every group it schedules (~1400 times a model).
     """
     options = tuple((k, v if isinstance(v, str | bool) else str(v)) for k, v in target.options.items())
     native = (host_cpu(), host_features()) if target.options.get("mcpu") == "native" else None
@@ -179,6 +202,7 @@ def _resolve(kind: str, options: tuple, text: str, triple: str, default_cpu: str
     for key in opts:
         if opts[key] is True or opts[key] == "":
             raise TargetError(f"target {target}: option -{key} needs a value (-{key}=...)")
+    cpu_facts(target)
     triple = opts.get("mtriple", triple)
     try:
         init_llvm()
