@@ -24,7 +24,10 @@ CARRY_LIMIT_MB=64
 
 say() { printf 'gpu-check: %s\n' "$*" >&2; }
 
+# An interpreter with pip for `pip download`: $1 if given, else python3 (under `uv run`, python3 is the
+# workspace venv's, which has no pip: the rehearsal passes its image venv's, which does).
 download_wheels() {
+  local pip_python=${1:-python3}
   mkdir -p "$WHEELS"
   local have=1
   for spec in "${CARRIED[@]}"; do
@@ -33,7 +36,7 @@ download_wheels() {
   done
   [ "$have" = 1 ] && return 0
   say "downloading ${CARRIED[*]} into $WHEELS"
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+  "$pip_python" -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
     --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
     --platform any -d "$WHEELS" "${CARRIED[@]}"
@@ -82,9 +85,9 @@ case $mode in
     PYTHONPATH="$site/lib" PYTHONUNBUFFERED=1 exec python3 scripts/gpu_check.py "${args[@]}"
     ;;
   rehearse)
-    download_wheels
     # The image's interpreter and packages (scripts/gpu_image.txt) in a cached venv; built once.
     python=$(bash scripts/uv run --no-sync python scripts/gpu_image.py)
+    download_wheels "$python"
     # PyTorch's side: the CPU torch venv the test suite already uses (the GPU image's python3 has torch).
     case " ${args[*]} " in
       *" --torch-python "*) ;;
