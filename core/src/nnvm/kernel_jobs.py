@@ -22,7 +22,7 @@ import multiprocessing
 import os
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nnvm.kernel_cache import KernelCache
 
@@ -47,8 +47,6 @@ class KernelCounts:
     cached: int = 0
     jobs: int = 1
     cache_dir: str | None = None
-    corrupt: int = 0
-    names: dict = field(default_factory=dict)  # kernel name -> "compiled" or "cached"
 
     def to_dict(self) -> dict:
         return {"compiled": self.compiled, "cached": self.cached, "jobs": self.jobs,
@@ -76,7 +74,6 @@ def compile_kernels(jobs: list, make: Callable[[KernelJob], bytes], cache: Kerne
             data = cache.get(job.key)
             if data is not None and (validate is None or validate(data)):
                 results[i] = data
-                counts.names[job.name] = "cached"
     misses = [i for i, r in enumerate(results) if r is None]
     counts.cached = len(jobs) - len(misses)
     n_jobs = default_jobs() if n_jobs is None else max(1, int(n_jobs))
@@ -90,7 +87,6 @@ def compile_kernels(jobs: list, make: Callable[[KernelJob], bytes], cache: Kerne
         if data is None:  # serial, or a worker failed: here, so any error is raised as it would be
             data = make(jobs[i])
         results[i] = data
-        counts.names[jobs[i].name] = "compiled"
         if cache is not None:
             cache.put(jobs[i].key, data)
     counts.compiled = len(misses)

@@ -275,9 +275,11 @@ class LLVMBackend(Backend):
 
 
 @functools.cache
+@functools.cache
 def _source_hash(backend_class: type) -> str:
     """The source of every package defining a class ``backend_class`` inherits from: this plugin's, and
-    a subclass's own (the Arm plugin, a third party's); the core's is in every key already."""
+    a subclass's own (the Arm plugin, a third party's); the core's is in every key already. Read once a
+    process, as the core's is (``compiler_fingerprint``): every compile asks for it."""
     tops = dict.fromkeys(c.__module__.split(".")[0] for c in backend_class.__mro__)
     packages = [sys.modules[t] for t in tops
                 if t not in ("builtins", "nnvm") and getattr(sys.modules[t], "__file__", None)]
