@@ -166,3 +166,41 @@ def test_guard_the_same_for_every_lane_keeps_the_loop_vector(build, close, rng):
     want_c = np.where(np.arange(n) % lanes >= 1, a, 0).astype("float32")
     close("invariant guard", b, want_b)
     close("guard on the lane", c, want_c)
+
+
+def _ir_of(func) -> str:
+    from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
+
+    cg = CodeGenLLVM("x86_64-unknown-linux-gnu")
+    cg.add_function(func)
+    return cg.ir_text()
+
+
+def test_index_arithmetic_once_per_block_and_rebound_lets(build, close, rng):
+    """An unrolled body repeats its address arithmetic (``(f // 7)*7 + f % 7`` in every load and
+    store): the code generator emits it once per block, yet a LetStmt binding the same variable again
+    in that block (what unrolling a ``let`` gives) gets its new value, and floor division keeps its
+    meaning for a loop that starts below zero."""
+    n = 7 * 6
+    A, B, C = _buf("A", n), _buf("B", n), _buf("C", n + 8)
+    f, j, k = E.Var("f"), E.Var("j"), E.Var("k")
+
+    def copy(offset):  # one unrolled copy: fresh nodes for the same index, and `let k` bound again
+        base = E.BinOp("floordiv", f, E.const(7), "int64") * 7 + E.BinOp("floormod", f, E.const(7), "int64")
+        return S.LetStmt(k, E.BinOp("add", base, E.const(offset), "int64"),
+                         S.Store(B, base, E.cast("float32", k) + E.Load(A, base, "float32")))
+
+    copies = S.For(f, E.const(0), E.const(n), S.ForKind.SERIAL, S.seq(copy(100), copy(200)))
+    floor = S.Store(C, j + 8, E.cast("float32", E.BinOp("floordiv", j, E.const(3), "int64")
+                                     + E.BinOp("floormod", j, E.const(3), "int64") * 10))
+    func = S.PrimFunc("index_once", (A, B, C), S.seq(copies, S.For(j, E.const(-8), E.const(n + 8),
+                                                                     S.ForKind.SERIAL, floor)))
+    a = rng.standard_normal(n).astype("float32")
+    b, c = np.zeros(n, "float32"), np.zeros(n + 8, "float32")
+    build([func])["index_once"](a, b, c)
+    close("the second let's value", b, np.arange(n) + 200 + a)
+    js = np.arange(-8, n)
+    close("floor division from -8", c, (js // 3 + (js % 3) * 10).astype("float32"))
+    ir = _ir_of(func)
+    # f starts at 0: its division by 7 is one sdiv, emitted once for the four loads and stores
+    assert ir.count("sdiv i64 %\"f\", 7") == 1 and ir.count("srem i64 %\"f\", 7") == 1, ir

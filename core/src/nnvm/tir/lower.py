@@ -11,7 +11,7 @@ from dataclasses import replace
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.simplify import Linear, Simplifier, conditional_parts, simplify
-from nnvm.tir.visit import free_vars, rewrite, substitute, walk
+from nnvm.tir.visit import free_vars, nodes_using, rewrite, substitute, walk
 
 
 def guarded(stmt: S.Stmt, conds: list) -> S.Stmt:
@@ -46,34 +46,41 @@ def unroll_loops(body):
             mn = simplify(node.min)
             if not isinstance(ext, E.Const) or not isinstance(mn, E.Const):
                 return replace(node, kind=S.ForKind.SERIAL)
-            copies = [unrolled_copy(node.body, node.var, mn.value + k) for k in range(ext.value)]
+            using = nodes_using(node.body, node.var)
+            copies = [unrolled_copy(node.body, node.var, mn.value + k, using) for k in range(ext.value)]
             return S.seq(*copies) if copies else S.Seq(())
         return None
 
     return rewrite(body, fn)
 
 
-def unrolled_copy(body, var: E.Var, value: int):
+def unrolled_copy(body, var: E.Var, value: int, using: set | None = None):
     """``body`` with ``var`` replaced by ``value``, leaving out the sides of selects and
     ``if_then_else`` calls whose condition becomes constant: Winograd's transforms pick their matrix
     rows by select chains on the unrolled tile index, and copying every side of each made most of the
-    copy thrown away by the simplifier right after."""
+    copy thrown away by the simplifier right after. Subtrees without ``var`` (``using``: from
+    ``nodes_using``, shared by every copy) come back as they are, unvisited: the copies share them,
+    and an unrolled tile's weights, bases and inner copies were rebuilt once per element before."""
     vmap = {var: E.const(value)}
     folder = Simplifier()
+    if using is None:
+        using = nodes_using(body, var)
 
     def var_fn(n):
         return vmap.get(n) if isinstance(n, E.Var) else None
 
-    def chosen_side(n):
+    def pre(n):
+        if id(n) not in using:
+            return n
         parts = conditional_parts(n)
-        if parts is None or var not in free_vars(parts[0]):
+        if parts is None or id(parts[0]) not in using:
             return None
         c = folder.expr(substitute(parts[0], vmap))
         if not isinstance(c, E.Const):
             return None
-        return rewrite(parts[1] if c.value else parts[2], var_fn, chosen_side)
+        return rewrite(parts[1] if c.value else parts[2], var_fn, pre)
 
-    return rewrite(body, var_fn, chosen_side)
+    return rewrite(body, var_fn, pre)
 
 
 # Loops that may be cut in two: serial ones. A vectorized loop stays one vector, a thread binding one

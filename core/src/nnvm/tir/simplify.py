@@ -33,7 +33,8 @@ def _c(e) -> int | float | bool | None:
 
 
 class Linear:
-    """``const + sum(coef * atom)``; atoms are keyed by identity of their expression node."""
+    """``const + sum(coef * atom)``; atoms are keyed by identity of their expression node (the
+    simplifier interns pure atoms, so structurally equal ones are one node: ``Simplifier.atom``)."""
 
     __slots__ = ("const", "terms", "dtype")
 
@@ -102,6 +103,10 @@ class Simplifier:
         # an unrolled tile shares every subexpression its copies do not change, by identity, so
         # each is simplified once instead of once per copy
         self._simplified: dict = {}
+        # structural key -> the one node standing for it as an atom of linear forms, and
+        # id(node) -> (node, key): see ``atom``
+        self._atoms: dict = {}
+        self._keys: dict = {}
 
     # -- intervals ----------------------------------------------------------------------------------
     def bound(self, e) -> Interval:
@@ -162,7 +167,38 @@ class Simplifier:
                     return la.scaled(lb.const)
                 if not la.terms:
                     return lb.scaled(la.const)
-        return Linear(e.dtype, 0, {e: 1})
+        return Linear(e.dtype, 0, {self.atom(e): 1})
+
+    def atom(self, e):
+        """The one node standing for ``e``'s structure among atoms: ``(f // 56)*256 - (f // 56)*256``
+        from two substitutions of one index is two equal nodes, which cancel only as one atom (a
+        compute-at scratch index, 0 once simplified, was 40 instructions a tile element). Atoms
+        with loads or calls stay keyed by identity."""
+        key = self._key(e)
+        if key is None:
+            return e
+        return self._atoms.setdefault(key, e)
+
+    def _key(self, e):
+        """A hashable structural key of a pure integer expression (vars by identity), else None."""
+        hit = self._keys.get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        if isinstance(e, E.Var):
+            key = e
+        elif isinstance(e, E.Const):
+            key = (e.value, e.dtype)
+        elif isinstance(e, E.BinOp):
+            a = self._key(e.a)
+            b = self._key(e.b) if a is not None else None
+            key = None if b is None else (e.op, a, b, e.dtype)
+        elif isinstance(e, E.Cast):
+            v = self._key(e.value)
+            key = None if v is None else ("cast", v, e.dtype)
+        else:
+            key = None
+        self._keys[id(e)] = (e, key)
+        return key
 
     # -- expressions --------------------------------------------------------------------------------
     def expr(self, e):

@@ -105,6 +105,37 @@ def substitute(node, vmap: dict):
     return rewrite(node, fn)
 
 
+def nodes_using(node, var: Var) -> set:
+    """The ids of the nodes of ``node`` (itself included) whose subtree mentions ``var``: a rewrite
+    substituting ``var`` may return every other node as it is, without visiting it."""
+    seen: dict = {}  # id -> uses; shared subtrees are visited once
+
+    def visit(n) -> bool:
+        hit = seen.get(id(n))
+        if hit is not None:
+            return hit
+        uses = n is var
+        for name in _child_names(n):
+            if visit_value(getattr(n, name)):
+                uses = True
+        seen[id(n)] = uses
+        return uses
+
+    def visit_value(v) -> bool:
+        if isinstance(v, _NODE_TYPES):
+            return visit(v)
+        if isinstance(v, tuple):
+            uses = False
+            for x in v:
+                if visit_value(x):
+                    uses = True
+            return uses
+        return False
+
+    visit(node)
+    return {k for k, uses in seen.items() if uses}
+
+
 def free_vars(node) -> set:
     found: set = set()
 

@@ -68,6 +68,22 @@ RESERVED_NAMES = frozenset({
 })
 
 
+class Bindings(dict):
+    """Var -> ir.Value, counting its changes: the structural keys of index expressions name the values
+    their variables are bound to, so they are remembered only while the bindings hold
+    (``ExprEmitter.index_key``)."""
+
+    version = 0
+
+    def __setitem__(self, key, value):
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key):
+        self.version += 1
+        super().__delitem__(key)
+
+
 @dataclass
 class Frame:
     """What is bound while emitting one LLVM function."""
@@ -75,7 +91,8 @@ class Frame:
     name: str
     fn: ir.Function
     entry: ir.Block
-    vars: dict = field(default_factory=dict)  # Var -> ir.Value
+    vars: Bindings = field(default_factory=Bindings)  # Var -> ir.Value
+    nonneg: set = field(default_factory=set)  # loop variables that start at a constant >= 0
     buffers: dict = field(default_factory=dict)  # Buffer -> ptr
     in_parallel: bool = False
     stack_bytes: int = 0
@@ -110,6 +127,7 @@ class CodeGenLLVM(ExprEmitter):
         if name in RESERVED_NAMES or name.startswith("llvm.") or name in self.module.globals:
             raise Error(f"the kernel name {name!r} is taken by a runtime function; rename the kernel")
         self.kernel_names.append(name)
+        self._index_keys = self._index_memo = None
         body = vectorize_loops(func.body, LLVM)
         fnty = ir.FunctionType(I32, [PTR] * len(func.params))
         compute = ir.Function(self.module, fnty, name=f"{name}.compute")
@@ -285,6 +303,8 @@ class CodeGenLLVM(ExprEmitter):
         start = self.cast(self.expr(s.min), s.min.dtype, s.var.dtype)
         extent = self.cast(self.expr(s.extent), s.extent.dtype, s.var.dtype)
         stop = self.builder.add(start, extent)
+        if self.nonnegative(s.min):
+            self.frame.nonneg.add(s.var)
         self.loop(s.var, ty, start, stop, lambda: self.stmt(s.body), props)
 
     def loop(self, var: E.Var, ty: ir.Type, start, stop, emit_body, props=()) -> None:
@@ -386,6 +406,8 @@ class CodeGenLLVM(ExprEmitter):
         ty = value_type(s.var.dtype)
         begin = self.cast(bld.add(start, lo), "int64", s.var.dtype)
         end = self.cast(bld.add(start, hi), "int64", s.var.dtype)
+        if self.nonnegative(s.min):  # lo >= 0: the pool hands out chunks of [0, extent)
+            self.frame.nonneg.add(s.var)
         self.loop(s.var, ty, begin, end, lambda: self.stmt(s.body))
         self.builder.ret_void()
 

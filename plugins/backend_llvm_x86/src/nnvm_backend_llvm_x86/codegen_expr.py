@@ -20,6 +20,8 @@ I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 PTR = ir.PointerType()
+# scalar integer dtypes of index arithmetic: what ``index_value`` emits once per block
+INDEX_DTYPES = frozenset({"int64", "int32"})
 FLOAT_TYPES = {"float16": ir.HalfType(), "float32": ir.FloatType(), "float64": ir.DoubleType()}
 FAST = ("contract",)  # lets LLVM fuse a*b+c into FMA, nothing that changes results otherwise
 
@@ -142,10 +144,73 @@ class ExprEmitter(FastMath):
 
     # -- dispatch ---------------------------------------------------------------------------------
     def expr(self, e: E.Expr):
+        if type(e) is E.BinOp and e.dtype in INDEX_DTYPES:
+            return self.index_value(e)
         method = getattr(self, "expr_" + type(e).__name__, None)
         if method is None:
             raise Error(f"the llvm backend cannot compile the expression {e!r} ({type(e).__name__})")
         return method(e)
+
+    # -- index arithmetic emitted once per block ----------------------------------------------------
+    def index_value(self, e: E.BinOp):
+        """``e`` emitted once per basic block: an unrolled tile repeats its address arithmetic
+        (``(f // 28)*50176 + ...``) in every element's load and store, and the code generator's Python,
+        LLVM's parser and its O3 paid for each copy until GVN merged them (DenseNet-121: a third of
+        the IR text). Variables are keyed by the value they are bound to, so a ``let`` bound again in
+        the same block (an unrolled copy's) is a new key."""
+        key = self.index_key(e)
+        if key is None:
+            return self.expr_BinOp(e)
+        memo = self._index_memo
+        if memo is None or memo[0] is not self.builder.block or memo[1] is not self.frame:
+            memo = self._index_memo = (self.builder.block, self.frame, {})
+        value = memo[2].get(key)
+        if value is None:
+            value = memo[2][key] = self.expr_BinOp(e)
+        return value
+
+    _index_memo = None
+    _index_keys = None
+
+    def index_key(self, e):
+        """A structural key of a pure scalar integer expression (each variable with the id of the value
+        it is bound to now), else None. Remembered per node while the bindings stay the same."""
+        keys = self._index_keys
+        version = (self.frame, self.frame.vars.version)
+        if keys is None or keys[0] != version:
+            keys = self._index_keys = (version, {})
+        hit = keys[1].get(id(e))
+        if hit is not None and hit[0] is e:
+            return hit[1]
+        t = type(e)
+        if t is E.Var:
+            bound = self.frame.vars.get(e)
+            key = None if bound is None else (e, id(bound))
+        elif t is E.Const:
+            key = (e.value, e.dtype)
+        elif t is E.BinOp and e.dtype in INDEX_DTYPES:
+            a = self.index_key(e.a)
+            b = self.index_key(e.b) if a is not None else None
+            key = None if b is None else (e.op, a, b, e.dtype)
+        elif t is E.Cast and e.dtype in INDEX_DTYPES:
+            v = self.index_key(e.value)
+            key = None if v is None else ("cast", v, e.dtype)
+        else:
+            key = None
+        keys[1][id(e)] = (e, key)
+        return key
+
+    def nonnegative(self, e: E.Expr) -> bool:
+        """Whether ``e`` is >= 0 by construction (loop variables from a start >= 0, constants, and sums,
+        products, quotients and remainders of those): its floor division is C's, one instruction."""
+        t = type(e)
+        if t is E.Const:
+            return isinstance(e.value, int) and e.value >= 0
+        if t is E.Var:
+            return self.frame is not None and e in self.frame.nonneg
+        if t is E.BinOp and e.op in ("add", "mul", "floordiv", "floormod", "min", "max"):
+            return self.nonnegative(e.a) and self.nonnegative(e.b)
+        return False
 
     def expr_Var(self, e: E.Var):
         try:
@@ -224,6 +289,11 @@ class ExprEmitter(FastMath):
         if lanes > 1:
             a, b = self.splat(a, lanes), self.splat(b, lanes)
         base = E.split_lanes(e.a.dtype)[0]
+        if (e.op in ("floordiv", "floormod") and lanes == 1 and E.is_int(base) and not E.is_uint(base)
+                and isinstance(e.b, E.Const) and e.b.value > 0 and e.b.value & (e.b.value - 1)
+                and self.nonnegative(e.a)):
+            # floor and C division agree on a dividend >= 0 and a divisor > 0 (powers of two: a shift, below)
+            return self.builder.sdiv(a, b) if e.op == "floordiv" else self.builder.srem(a, b)
         return self.binop(e.op, a, b, base, e.b)
 
     def binop(self, op: str, a, b, base: str, b_expr=None):
