@@ -9,14 +9,19 @@ index arithmetic of the generated code small.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import replace
-from functools import cache
+from functools import cache, lru_cache
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.visit import _child_names, _replaced
 
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
+
+# Constants are immutable leaves: the simplifier hands out one node per value and dtype (building them
+# was a tenth of a large kernel's lowering)
+_const = lru_cache(maxsize=8192, typed=True)(E.const)
 
 
 @cache
@@ -65,19 +70,27 @@ class Linear:
                 out = E.BinOp("sub", out, atom, self.dtype)
                 continue
             else:
-                term = E.BinOp("mul", atom, E.const(coef, self.dtype), self.dtype)
+                term = E.BinOp("mul", atom, _const(coef, self.dtype), self.dtype)
             out = term if out is None else E.BinOp("add", out, term, self.dtype)
         if out is None:
-            return E.const(self.const, self.dtype)
+            return _const(self.const, self.dtype)
         if self.const > 0:
-            out = E.BinOp("add", out, E.const(self.const, self.dtype), self.dtype)
+            out = E.BinOp("add", out, _const(self.const, self.dtype), self.dtype)
         elif self.const < 0:
-            out = E.BinOp("sub", out, E.const(-self.const, self.dtype), self.dtype)
+            out = E.BinOp("sub", out, _const(-self.const, self.dtype), self.dtype)
         return out
 
 
+_ATOM_TEXT = weakref.WeakKeyDictionary()  # non-variable atom -> its text: sorting printed it again per sum
+
+
 def _atom_key(e) -> str:
-    return e.name if isinstance(e, E.Var) else repr(e)
+    if isinstance(e, E.Var):
+        return e.name
+    text = _ATOM_TEXT.get(e)
+    if text is None:
+        text = _ATOM_TEXT[e] = repr(e)
+    return text
 
 
 def conditional_parts(e) -> tuple | None:
@@ -253,7 +266,7 @@ class Simplifier:
         if isinstance(e, E.Cast):
             v = e.value
             if isinstance(v, E.Const):
-                return E.const(v.value, e.dtype) if E.split_lanes(e.dtype)[1] == 1 else None
+                return _const(v.value, e.dtype) if E.split_lanes(e.dtype)[1] == 1 else None
             if v.dtype == e.dtype:
                 return v
         if isinstance(e, E.Select):
@@ -265,7 +278,7 @@ class Simplifier:
         if isinstance(e, E.Call) and e.name == "if_then_else" and isinstance(e.args[0], E.Const):
             return e.args[1] if e.args[0].value else e.args[2]
         if isinstance(e, E.Call) and e.name == "not" and isinstance(e.args[0], E.Const):
-            return E.const(not e.args[0].value, e.dtype)
+            return _const(not e.args[0].value, e.dtype)
         return None
 
     def _binop(self, e: E.BinOp):
@@ -274,14 +287,14 @@ class Simplifier:
         if ca is not None and cb is not None and E.split_lanes(dt)[1] == 1:
             folded = _fold(op, ca, cb, a.dtype)
             if folded is not None:
-                return E.const(folded, dt)
+                return _const(folded, dt)
         if op in ("and", "or"):
             for x, y in ((a, b), (b, a)):
                 cx = _c(x)
                 if cx is not None:
                     if op == "and":
-                        return y if cx else E.const(False, dt)
-                    return E.const(True, dt) if cx else y
+                        return y if cx else _const(False, dt)
+                    return _const(True, dt) if cx else y
             return None
         if not _is_index(a.dtype):
             return self._float_identities(e, ca, cb)
@@ -318,33 +331,41 @@ class Simplifier:
                 "ne": (lo > 0 or hi < 0, lo == hi == 0),
             }[op]
             if truth[0]:
-                return E.const(True, dt)
+                return _const(True, dt)
             if truth[1]:
-                return E.const(False, dt)
+                return _const(False, dt)
         return None
 
     def _merge_divmod(self, lin: Linear) -> Linear:
         """c*k*(x // k) + c*(x % k) -> c*x: what lowering a fused loop produces."""
-        from nnvm.tir.printer import expr_str
-
         divs = {}
         for atom, coef in lin.terms.items():
             if isinstance(atom, E.BinOp) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
-                divs[(expr_str(atom.a), atom.b.value)] = (atom, coef)
+                divs[(self._dividend_key(atom.a), atom.b.value)] = (atom, coef)
         if not divs:
             return lin
         for atom, coef in list(lin.terms.items()):
             if isinstance(atom, E.BinOp) and atom.op == "floormod" and isinstance(atom.b, E.Const):
-                key = (expr_str(atom.a), atom.b.value)
+                key = (self._dividend_key(atom.a), atom.b.value)
                 match = divs.get(key)
                 if match and match[0] in lin.terms and lin.terms[match[0]] == coef * atom.b.value:
                     terms = {a: c for a, c in lin.terms.items() if a is not atom and a is not match[0]}
                     lin = Linear(lin.dtype, lin.const, terms).plus(self.linear(atom.a).scaled(coef))
         return lin
 
+    def _dividend_key(self, e):
+        """What makes two dividends the same for ``_merge_divmod``: the structure, or the text of an
+        impure one (printing every dividend was a tenth of NASNet's lowering)."""
+        key = self._key(e)
+        if key is not None:
+            return key
+        from nnvm.tir.printer import expr_str
+
+        return expr_str(e)
+
     def _divmod(self, op: str, a, k: int, dt: str):
         if k == 1:
-            return a if op == "floordiv" else E.const(0, dt)
+            return a if op == "floordiv" else _const(0, dt)
         lin = self.linear(a)
         # Pull out the part divisible by k; the rest decides whether the result is exact.
         whole = Linear(dt, (lin.const // k) * k, {t: c for t, c in lin.terms.items() if c % k == 0})
@@ -361,12 +382,12 @@ class Simplifier:
         if whole.terms or whole.const:
             # (k*w + r) // k == w + r // k and (k*w + r) % k == r % k for floor semantics
             if op == "floormod":
-                return E.BinOp("floormod", rest_expr, E.const(k, dt), dt)
+                return E.BinOp("floormod", rest_expr, _const(k, dt), dt)
             quotient = Linear(dt, whole.const // k, {t: c // k for t, c in whole.terms.items()})
-            return quotient.plus(self.linear(E.BinOp("floordiv", rest_expr, E.const(k, dt), dt))).to_expr()
+            return quotient.plus(self.linear(E.BinOp("floordiv", rest_expr, _const(k, dt), dt))).to_expr()
         la = self.bound(a)
         if op == "floordiv" and la[0] >= 0 and la[1] < k:
-            return E.const(0, dt)
+            return _const(0, dt)
         if op == "floormod" and la[0] >= 0 and la[1] < k:
             return a
         return None
@@ -385,7 +406,7 @@ class Simplifier:
             m = k // c
             q = self._divmod(op, x, m, dt)
             if q is None:
-                q = E.BinOp(op, x, E.const(m, dt), dt)
+                q = E.BinOp(op, x, _const(m, dt), dt)
             return q if op == "floordiv" else self.linear(q).scaled(c).plus(rest).to_expr()
         return None
 
