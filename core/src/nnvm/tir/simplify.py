@@ -198,7 +198,7 @@ class Simplifier:
         if hit is not None and hit[0] is e:
             return hit[1]
         if isinstance(e, E.Var):
-            key = e
+            key = ("var", id(e))  # not the Var: its == builds a node; kept alive by the memo
         elif isinstance(e, E.Const):
             key = (e.value, e.dtype)
         elif isinstance(e, E.BinOp):

@@ -185,7 +185,7 @@ class ExprEmitter(FastMath):
         t = type(e)
         if t is E.Var:
             bound = self.frame.vars.get(e)
-            key = None if bound is None else (e, id(bound))
+            key = None if bound is None else (id(e), id(bound))  # ids: a Var's == builds a node
         elif t is E.Const:
             key = (e.value, e.dtype)
         elif t is E.BinOp and e.dtype in INDEX_DTYPES:
