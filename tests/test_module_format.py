@@ -122,7 +122,7 @@ def test_module_for_a_cpu_with_more_extensions_is_refused_before_dlopen(exported
 def test_in_process_run_of_code_for_missing_extensions_is_an_error(monkeypatch):
     """Compiling for a CPU with extensions this one lacks is a cross compile: running it in process
     is one sentence (never the JIT's SIGILL); exporting it still works."""
-    from nnvm_backend_llvm_x86.library import code_features
+    from nnvm_backend_llvm_x86.isa import code_features
 
     monkeypatch.setattr(artifact, "_cpuinfo_flags", lambda: frozenset({"sse4_1", "sse4_2", "avx", "avx2",
                                                                        "fma", "f16c"}))

@@ -1,32 +1,26 @@
-"""The ``llvm`` target: x86-64 CPUs (the host by default), code generated with llvmlite.
+"""The LLVM backend every CPU target shares: stages, kernel units, the kernel cache's identity, export.
 
 How a ``build`` call turns loop programs into running code, in the order of ``LLVMBackend.stages``:
 
 1. ``codegen``: every ``PrimFunc`` of the call into ONE LLVM module (``codegen.CodeGenLLVM``);
 2. ``parse``: llvmlite reads the IR text and verifies it;
-3. ``optimize``: LLVM's O3 pipeline once for the whole module, with the target machine of the host
-   CPU (name and features, so AVX2 / AVX-512 are used) driving the vectorizers;
+3. ``optimize``: LLVM's O3 pipeline once for the whole module, with the target machine of the resolved
+   CPU (name and features) driving the vectorizers;
 4. ``jit``: MCJIT turns it into machine code in this process (our thread pool, ``nnvm_pool.c``, and
-   libm made resolvable).
+   libm made resolvable), when this process can run the code.
 
-Schedules are the core's CPU layer (``nnvm.cpu``, key ``cpu``): this backend answers ``vector_lanes``
-(16 with AVX-512, 8 with AVX2, else 4, from the resolved features or the CPU's name), the vector unit
-the cost model counts with (``vector_registers``, ``broadcast_operand``: 32 and an embedded broadcast
-with AVX-512, 16 and none with AVX2) and asks for the blocked layout (``blocked_layout``).
-
-``KernelLibrary.export`` later emits position-independent object code from the same optimized IR
-and links a shared library with the data blobs (see ``library.py``).
+A CPU target is a subclass that declares its facts: ``resolve`` (triple, CPU, features), the vector
+unit the CPU layer (``nnvm.cpu``, key ``cpu``) sizes its templates by (``vector_lanes``,
+``vector_registers``, ``broadcast_operand``, ``blocked_layout``), the ISA extensions a CPU signature
+records (``signature_features``) and its shipped tuning logs (``tuned_dir``). ``CrossLLVMBackend``
+adds what a target this host does not run needs: a ``CrossToolchain`` per target kind (cross
+compiler, ELF machine, emulator), a library that runs under the emulator, and ``open_foreign``.
 
 Threads: parallel loops run on our own pool (``nnvm_pool.c``: dynamic chunks, bounded spinning). The
 team size is ``NNVM_NUM_THREADS`` (read once, at the first parallel kernel call, by the generated code
-itself, so exported libraries honour it too);
-unless the user set it or ``OMP_NUM_THREADS``, the Python runtime sets it to the number of physical
-cores before handing out the first kernel (``nnvm.runtime.threads``).
-
-Target options (TVM style): ``llvm -mcpu=skylake-avx512 -mattr=+avx2,-avx512f -mtriple=...``, and what
-decisions read of a CPU besides its ISA, known otherwise for the host only: ``-l1d=48K -l2=1M -l3=32M
--cores=8``. ``llvm`` alone is this machine, or the CPU ``nnvm.target.assume_host`` names (the test
-suites' ``--host-cpu``): its decisions, and code this machine runs (``code_target``).
+itself, so exported libraries honour it too); unless the user set it or ``OMP_NUM_THREADS``, the Python
+runtime sets it to the number of physical cores before handing out the first kernel
+(``nnvm.runtime.threads``).
 """
 
 from __future__ import annotations
@@ -41,51 +35,47 @@ import time
 import llvmlite
 import llvmlite.binding as llvm
 
-import nnvm
 from nnvm.backend import Backend
-from nnvm.cpu.switches import enabled
 from nnvm.errors import Error, TargetError
 from nnvm.kernel_cache import source_fingerprint
 from nnvm.runtime.artifact import host_lacks
 from nnvm.target import Target, assumed_host
-from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
-from nnvm_backend_llvm_x86.kernel_unit import KernelUnit, compile_unit, empty_module, runtime_module
-from nnvm_backend_llvm_x86.library import LLVMKernelLibrary, code_features, cpu_name_features
-from nnvm_backend_llvm_x86.toolchain import (
+from nnvm_backend_llvm.codegen import CodeGenLLVM
+from nnvm_backend_llvm.cross import CrossToolchain
+from nnvm_backend_llvm.cross_library import CrossKernelLibrary, ForeignArtifact
+from nnvm_backend_llvm.elf import elf_header
+from nnvm_backend_llvm.intrinsics import TENSOR_INTRINSICS
+from nnvm_backend_llvm.kernel_unit import KernelUnit, compile_unit, empty_module, runtime_module
+from nnvm_backend_llvm.library import LLVMKernelLibrary
+from nnvm_backend_llvm.toolchain import (
     LLVMTarget,
     cpu_facts,
     host_cpu,
-    host_features,
     host_triple,
     optimize,
     resolve_target,
-    x86_vector_lanes,
 )
 
 
 class LLVMBackend(Backend):
-    """Compiles loop programs for x86-64 with LLVM; the host CPU unless the target says otherwise."""
+    """Compiles loop programs with LLVM for one CPU family; a target plugin subclasses it and says which.
 
-    name = "llvm-x86"
-    target_kinds = ("llvm",)
+    A subclass sets ``name`` and ``target_kinds`` and answers ``resolve``; the CPU layer's questions
+    (``vector_lanes``...) have ``nnvm.backend.Backend``'s defaults until it answers them."""
+
+    name = "llvm"
+    keys = ("cpu",)
     # Ordered compilation stages (name, method); each takes and returns the build state dict.
     stages = (("codegen", "_codegen"), ("parse", "_parse"), ("optimize", "_optimize"), ("jit", "_jit"))
-    library_class = LLVMKernelLibrary  # what ``build`` returns; a subclass may export more (Arm)
-    # Shipped tuning logs (``default_tuning_logs``) and the ISA extensions a CPU signature records: the
-    # ones a float32 schedule may depend on. A subclass for another ISA names its own (Arm).
-    tuned_dir = os.path.join(os.path.dirname(__file__), "tuned")
-    signature_features = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
-                          "avx512vnni", "avx512bf16", "avx512fp16", "avxvnni", "amx-tile")
+    library_class = LLVMKernelLibrary  # what ``build`` returns; a subclass may run it elsewhere (cross)
+    # Shipped tuning logs (``default_tuning_logs``: every ``*.jsonl`` there; None: none) and the ISA
+    # extensions a CPU signature records: the ones a float32 schedule may depend on.
+    tuned_dir: str | None = None
+    signature_features: tuple = ()
 
     def resolve(self, target: Target) -> LLVMTarget:
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
-        if target.kind not in self.target_kinds:
-            raise TargetError(f"target {target}: the llvm-x86 backend builds for 'llvm', not {target.kind!r}")
-        resolved = resolve_target(target, host_triple(), *default_cpu())
-        if resolved.arch not in ("x86_64", "i386", "i686"):
-            raise TargetError(f"target {target}: the 'llvm' target is for x86 CPUs; use the aarch64 or armv7 "
-                              f"target for {resolved.triple}")
-        return resolved
+        raise NotImplementedError(f"{type(self).__name__} must say what its targets mean (resolve)")
 
     def c_compiler(self, target: Target) -> str | None:
         """The C compiler that links exported libraries; None means ``$CC`` or ``cc``."""
@@ -96,55 +86,29 @@ class LLVMBackend(Backend):
 
     def tensor_intrinsics(self, target: Target) -> dict:
         """The micro-kernels of ``intrinsics.py`` (``gemm``), for ``Stage.tensorize``."""
-        from nnvm_backend_llvm_x86.intrinsics import TENSOR_INTRINSICS
-
         return dict(TENSOR_INTRINSICS)
 
     def host_can_run(self, target: Target) -> bool:
-        """This OS and architecture, and every extension the code may use (``-mcpu=sapphirerapids`` on
-        an AVX2 machine is a cross compile: run in process, its first kernel would die of SIGILL)."""
-        return _runs_here(self.code_target(target))
+        """This OS and architecture, and every extension the code may use (code for a CPU with extensions
+        this one lacks is a cross compile: run in process, its first kernel would die of SIGILL)."""
+        return _runs_here(self.code_target(target), self.code_features(self.code_target(target)))
 
     def code_target(self, target: Target) -> LLVMTarget:
-        """What code for ``target`` is generated for: the CPU it resolves to, except a target naming no
-        CPU while the host is assumed (``nnvm.target.assume_host``) to be a CPU this machine cannot
-        run: then this machine's CPU, the decisions still the assumed one's (vectors wider than the
-        CPU's are legal LLVM, split in two), so the code runs here."""
-        resolved = self.resolve(target)
-        if (assumed_host() is None or "mcpu" in target.options or _runs_here(resolved)
-                or not _same_platform(resolved.triple, host_triple())):
-            return resolved
-        return resolve_target(target, host_triple(), host_cpu(), host_features())
+        """What code for ``target`` is generated for: the CPU it resolves to (x86 may pick this machine's
+        CPU when the host is only assumed to be another, ``nnvm.target.assume_host``)."""
+        return self.resolve(target)
+
+    def code_features(self, resolved: LLVMTarget) -> list:
+        """The ISA extensions (as ``nnvm.runtime.artifact.host_lacks`` names them) code built for
+        ``resolved`` may use: recorded in an export's footer, so a loader on a CPU without them refuses
+        it. None known by default."""
+        return []
 
     def default_tuning_logs(self, target: Target) -> list:
-        """Every shipped log, ``tuned/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
+        """Every shipped log, ``tuned_dir/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
         the records whose CPU signature fits the target's (``cpu_signature``), exactly or nearly, and
         refuses the rest (another vector width, no FMA), so one log serves every CPU like its own."""
-        return sorted(glob.glob(os.path.join(self.tuned_dir, "*.jsonl")))
-
-    def vector_lanes(self, target: Target) -> int:
-        """16 with AVX-512, 8 with AVX2, else 4, from the resolved features (or the ``-mcpu`` name alone):
-        the width the CPU layer's templates (``nnvm.cpu``) tile registers with."""
-        return x86_vector_lanes(self.resolve(target))
-
-    def vector_registers(self, target: Target) -> int:
-        """32 with AVX-512 (zmm0-31), else 16 (ymm or xmm 0-15)."""
-        return 32 if self.vector_lanes(target) == 16 else 16
-
-    def broadcast_operand(self, target: Target) -> bool:
-        """With AVX-512: ``vfmadd231ps zmm, zmm, [mem]{1to16}`` broadcasts inside the multiply-add. Not
-        with AVX2 (a ``vbroadcastss`` into a register first); ``NNVM_X86_AVX2_TILES=0`` answers yes
-        there too: the cost model's tiles before session 11, for A/B benchmarks. SSE (4 lanes) is
-        answered yes, as before, although its broadcast takes a register: it has no FMA either (a
-        product takes a register too), and the exact count of no measured mixed there. Zen 4, one
-        thread, ``-mcpu=x86-64``, kernel sums: ResNet-18 90 -> 81 ms, SqueezeNet 47 -> 45, but ViT-B/16
-        93 -> 114 (its packed dense tiles and the patch convolution slower)."""
-        lanes = self.vector_lanes(target)
-        return lanes != 8 or not enabled("NNVM_X86_AVX2_TILES")
-
-    def blocked_layout(self, target: Target) -> bool:
-        """Yes: on x86, conv2d in ``NCHW16c``/``NCHW8c`` and dense over packed weights beat NCHW."""
-        return True
+        return sorted(glob.glob(os.path.join(self.tuned_dir, "*.jsonl"))) if self.tuned_dir else []
 
     def cpu_signature(self, target: Target):
         """What decides a schedule on ``target``: vector width (``vector_lanes``, the width the
@@ -154,6 +118,8 @@ class LLVMBackend(Backend):
 
         resolved = self.resolve(target)
         lanes = self.vector_lanes(target)
+        if lanes is None:  # no vector unit declared: no CPU templates, nothing for a log to match
+            return None
         features = parse_features(resolved.features, self.signature_features) if resolved.features \
             else self._features_of_cpu_name(lanes)
         facts = self.host_facts(target)
@@ -181,11 +147,9 @@ class LLVMBackend(Backend):
         return {key: known.get(key) for key in ("l1d", "l2", "l3", "cores")} | cpu_facts(target)
 
     def _features_of_cpu_name(self, lanes: int) -> frozenset:
-        """``-mcpu`` alone: LLVM knows the CPU's features but llvmlite does not tell them; the vector
-        width (known by name in ``toolchain``) implies the ones a schedule cares about."""
-        if lanes >= 16:
-            return frozenset({"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl"})
-        return frozenset({"avx", "avx2", "fma", "f16c"}) if lanes == 8 else frozenset()
+        """The signature features of a target given by ``-mcpu`` alone, whose features llvmlite does not
+        list: none known here (x86 infers them from the vector width)."""
+        return frozenset()
 
     def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         return "fma" in features
@@ -226,7 +190,9 @@ class LLVMBackend(Backend):
         return self.finish_library(library, target)
 
     def finish_library(self, library: LLVMKernelLibrary, target: Target) -> LLVMKernelLibrary:
-        """What a subclass adds to every library it builds (Arm: its toolchain)."""
+        """What a subclass adds to every library it builds (a cross target: its toolchain); here the ISA
+        extensions the code may use, for the export's footer."""
+        library.cpu_features = self.code_features(library.target)
         return library
 
     def build(self, funcs: list, target: Target) -> LLVMKernelLibrary:
@@ -275,10 +241,9 @@ class LLVMBackend(Backend):
 
 
 @functools.cache
-@functools.cache
 def _source_hash(backend_class: type) -> str:
-    """The source of every package defining a class ``backend_class`` inherits from: this plugin's, and
-    a subclass's own (the Arm plugin, a third party's); the core's is in every key already. Read once a
+    """The source of every package defining a class ``backend_class`` inherits from: this layer's, and
+    the target plugin's own (x86, Arm, a third party's); the core's is in every key already. Read once a
     process, as the core's is (``compiler_fingerprint``): every compile asks for it."""
     tops = dict.fromkeys(c.__module__.split(".")[0] for c in backend_class.__mro__)
     packages = [sys.modules[t] for t in tops
@@ -289,22 +254,12 @@ def _source_hash(backend_class: type) -> str:
 _OS_NAMES = ("linux", "darwin", "macos", "windows", "freebsd", "netbsd", "openbsd", "none")
 
 
-def default_cpu() -> tuple[str, str]:
-    """(CPU, features) of a target that names no CPU: the assumed host's (``nnvm.target.assume_host``:
-    its name and the features its vector width implies, so ``-mattr=-avx512f`` takes from them as from
-    this machine's), else this machine's, whose features are known (also when it is the one assumed)."""
-    assumed = assumed_host()
-    if assumed is None or assumed.cpu == host_cpu():
-        return host_cpu(), host_features()
-    return assumed.cpu, cpu_name_features(assumed.cpu)
-
-
-def _runs_here(resolved: LLVMTarget) -> bool:
+def _runs_here(resolved: LLVMTarget, features) -> bool:
     """Whether this machine runs code built for ``resolved``: its platform, and every extension."""
-    return _same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
+    return same_platform(resolved.triple, host_triple()) and not host_lacks(features)
 
 
-def _same_platform(a: str, b: str) -> bool:
+def same_platform(a: str, b: str) -> bool:
     """x86_64-unknown-linux-gnu, x86_64-pc-linux-gnu and x86_64-linux-gnu run the same code:
     compare the architecture and the operating system, whatever the vendor field says."""
 
@@ -316,6 +271,51 @@ def _same_platform(a: str, b: str) -> bool:
     return key(a) == key(b)
 
 
-@nnvm.hookimpl
-def nnvm_register_backends(register):
-    register(LLVMBackend())
+class CrossLLVMBackend(LLVMBackend):
+    """An LLVM target this host may not run: a ``CrossToolchain`` per target kind (``toolchains``) says
+    its triple, default CPU and features, cross compiler, ELF machine and emulator. Built code links
+    with the cross compiler and runs here under the emulator (qemu-user) with the C runtime ``nnvm-run``;
+    on a matching host it runs in process."""
+
+    library_class = CrossKernelLibrary
+    toolchains: dict = {}  # target kind -> CrossToolchain
+
+    @property
+    def target_kinds(self) -> tuple:
+        return tuple(self.toolchains)
+
+    def toolchain(self, target: Target) -> CrossToolchain:
+        tc = self.toolchains.get(target.kind)
+        if tc is None:
+            raise TargetError(f"target {target}: the {self.name} backend builds for "
+                              f"{', '.join(self.toolchains)}, not {target.kind!r}")
+        return tc
+
+    def resolve(self, target: Target) -> LLVMTarget:
+        """The toolchain's triple, CPU and features; ``-mcpu``/``-mattr``/``-mtriple`` as for ``llvm``
+        (a ``-mtriple`` of another architecture is refused)."""
+        tc = self.toolchain(target)
+        triple = target.options.get("mtriple", tc.triple)
+        if not str(triple).split("-")[0].startswith(tc.arch_prefixes):
+            raise TargetError(f"target {target}: -mtriple={triple} is not a {tc.kind} triple")
+        return resolve_target(target, tc.triple, tc.cpu, tc.features)
+
+    def c_compiler(self, target: Target) -> str:
+        return self.toolchain(target).cc
+
+    def host_can_run(self, target: Target) -> bool:
+        return self.toolchain(target).runs_natively()
+
+    def finish_library(self, library: CrossKernelLibrary, target: Target) -> CrossKernelLibrary:
+        library = super().finish_library(library, target)
+        library.toolchain = self.toolchain(target)
+        return library
+
+    def open_foreign(self, path: str) -> ForeignArtifact | None:
+        """An exported module of one of these targets that this host cannot ``dlopen``; None for files of
+        other CPUs."""
+        header = elf_header(path)
+        for tc in self.toolchains.values() if header else ():
+            if (tc.elf_class, tc.elf_machine) == header:
+                return ForeignArtifact(path, tc)
+        return None
