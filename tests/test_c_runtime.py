@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.runtime import artifact
-from nnvm.runtime.crt import build_runtime, compiler_for
+from nnvm.runtime.crt import build_runtime, compiler_for, runtime_target
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
@@ -48,7 +48,7 @@ def runtime_for(kind: str) -> tuple[dict, str]:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         pytest.skip(f"the {kind} C runtime needs {', '.join(missing)} (make install installs them)")
-    return build_runtime(kind, cc), cc
+    return build_runtime(runtime_target(kind)), cc
 
 
 def compile_example(kind: str, lang: str, out_dir: Path) -> list[str]:
@@ -189,7 +189,7 @@ def test_bad_modules_are_one_sentence_and_null(dense, tmp_path):
                   "an aarch64 module on x86-64")
     for name, path in _bad_copies(files["llvm"], tmp_path).items():
         _one_sentence(run([*example, str(path), *io]), EXPECTED[name], f"the {name} module")
-    nnvm_run = build_runtime(*compiler_for("llvm"))["nnvm-run"]
+    nnvm_run = build_runtime(runtime_target("llvm"))["nnvm-run"]
     _one_sentence(run([nnvm_run, str(tmp_path / "corrupted.so"), "--info"]), "checksum mismatch", "nnvm-run")
     # cpuid in C agrees with /proc/cpuinfo in Python: every extension this CPU has loads, each it lacks
     # is refused by name

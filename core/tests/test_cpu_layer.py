@@ -25,6 +25,7 @@ class _Built(Exception):
 class _FakeCPU(Backend):
     name = "test-cpu"
     target_kinds = ("testcpu",)
+    keys, device = ("cpu",), "cpu"
     lanes: int | None = 4
     blocked = False
 

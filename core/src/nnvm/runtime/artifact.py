@@ -37,7 +37,7 @@ MAGIC = b"NNVMMOD\0"
 FORMAT_VERSION = 2  # 1: the ELF image alone (no footer); 2: this footer and the C entry point
 FOOTER = struct.Struct("<8sIIQHBxI32s")
 assert FOOTER.size == 64
-ELF_MACHINES = {62: "x86-64", 183: "aarch64", 40: "32-bit Arm", 3: "x86", 2: "SPARC"}
+ELF_MACHINES = {62: "x86-64", 183: "aarch64", 40: "32-bit Arm", 243: "RISC-V", 3: "x86", 2: "SPARC"}
 _CHUNK = 1 << 22
 # The x86 extensions LLVM may use in our kernels, as (LLVM feature name, Linux /proc/cpuinfo flag), in
 # footer bit order; append only (c/nnvm_runtime.c tests the same bits with cpuid).
@@ -164,12 +164,22 @@ def _cpuinfo_flags() -> frozenset | None:
     return None if flags is None else frozenset(flags)
 
 
+_HOST_MACHINES = {"x86_64": (62, 2), "amd64": (62, 2), "aarch64": (183, 2), "arm64": (183, 2),
+                  "armv7l": (40, 1), "armv8l": (40, 1), "riscv64": (243, 2), "i686": (3, 1), "i386": (3, 1)}
+
+
 def host_machine() -> int | None:
     """The ELF e_machine of this process's CPU (None for one not listed)."""
+    found = host_elf()
+    return found[0] if found else None
+
+
+def host_elf() -> tuple[int, int] | None:
+    """(e_machine, ELF class) of this process's CPU: what the core alone loads and builds the C runtime
+    for, with no plugin installed; None for a CPU not listed."""
     import platform
 
-    return {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "armv7l": 40, "armv8l": 40,
-            "i686": 3, "i386": 3}.get(platform.machine().lower())
+    return _HOST_MACHINES.get(platform.machine().lower())
 
 
 def machine_name(machine: int) -> str:

@@ -35,7 +35,7 @@ import time
 import llvmlite
 import llvmlite.binding as llvm
 
-from nnvm.backend import Backend
+from nnvm.backend import Backend, NativeTarget
 from nnvm.errors import Error, TargetError
 from nnvm.kernel_cache import source_fingerprint
 from nnvm.runtime.artifact import host_lacks
@@ -50,6 +50,7 @@ from nnvm_backend_llvm.library import LLVMKernelLibrary
 from nnvm_backend_llvm.toolchain import (
     LLVMTarget,
     cpu_facts,
+    feature_switches,
     host_cpu,
     host_triple,
     optimize,
@@ -64,7 +65,8 @@ class LLVMBackend(Backend):
     (``vector_lanes``...) have ``nnvm.backend.Backend``'s defaults until it answers them."""
 
     name = "llvm"
-    keys = ("cpu",)
+    keys = ("cpu",)  # the CPU layer (``nnvm.cpu``) serves every LLVM target
+    device = "cpu"
     # Ordered compilation stages (name, method); each takes and returns the build state dict.
     stages = (("codegen", "_codegen"), ("parse", "_parse"), ("optimize", "_optimize"), ("jit", "_jit"))
     library_class = LLVMKernelLibrary  # what ``build`` returns; a subclass may run it elsewhere (cross)
@@ -72,6 +74,14 @@ class LLVMBackend(Backend):
     # extensions a CPU signature records: the ones a float32 schedule may depend on.
     tuned_dir: str | None = None
     signature_features: tuple = ()
+    # How a host shows it has an ISA extension, for an export's footer (``code_features``):
+    # ``{LLVM feature name: "cpuinfo:FLAG" | "hwcap:BIT" | "hwcap2:BIT"}`` (``nnvm.runtime.artifact``).
+    feature_probes: dict = {}
+    # The ELF facts of a target this host runs natively (x86: 62, 2, "x86-64"); a cross target's are its
+    # toolchain's. None: the C runtime does not serve it.
+    elf_machine: int | None = None
+    elf_class: int = 2
+    machine_name: str = ""
 
     def resolve(self, target: Target) -> LLVMTarget:
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
@@ -80,6 +90,15 @@ class LLVMBackend(Backend):
     def c_compiler(self, target: Target) -> str | None:
         """The C compiler that links exported libraries; None means ``$CC`` or ``cc``."""
         return None
+
+    def native_target(self, target: Target) -> NativeTarget | None:
+        """The C runtime's facts of ``target``: the C compiler (``c_compiler``, else ``$CC`` or ``cc``) and
+        the declared ELF machine and class, run natively."""
+        if self.elf_machine is None:
+            return None
+        cc = self.c_compiler(target) or os.environ.get("CC", "cc")
+        name = self.machine_name or target.kind
+        return NativeTarget(target.kind, cc, self.elf_machine, self.elf_class, name)
 
     def check_target(self, target: Target) -> None:
         self.resolve(target)
@@ -98,11 +117,12 @@ class LLVMBackend(Backend):
         CPU when the host is only assumed to be another, ``nnvm.target.assume_host``)."""
         return self.resolve(target)
 
-    def code_features(self, resolved: LLVMTarget) -> list:
-        """The ISA extensions (as ``nnvm.runtime.artifact.host_lacks`` names them) code built for
-        ``resolved`` may use: recorded in an export's footer, so a loader on a CPU without them refuses
-        it. None known by default."""
-        return []
+    def code_features(self, resolved: LLVMTarget) -> dict:
+        """``{name: probe}`` of the ISA extensions code built for ``resolved`` may use: those of
+        ``feature_probes`` its feature string turns on. Recorded in an export's footer, so a loader on a
+        CPU without them refuses it (``nnvm.runtime.artifact.host_lacks``)."""
+        on = feature_switches(resolved.features)
+        return {name: probe for name, probe in self.feature_probes.items() if on.get(name)}
 
     def default_tuning_logs(self, target: Target) -> list:
         """Every shipped log, ``tuned_dir/*.jsonl`` (named after the CPU that tuned it): the compiler keeps
@@ -302,6 +322,11 @@ class CrossLLVMBackend(LLVMBackend):
 
     def c_compiler(self, target: Target) -> str:
         return self.toolchain(target).cc
+
+    def native_target(self, target: Target) -> NativeTarget:
+        tc = self.toolchain(target)
+        return NativeTarget(target.kind, tc.cc, tc.elf_machine, tc.elf_class, tc.machine_name,
+                            tuple(tc.emulator_prefix()))
 
     def host_can_run(self, target: Target) -> bool:
         return self.toolchain(target).runs_natively()

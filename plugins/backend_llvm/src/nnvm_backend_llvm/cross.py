@@ -30,10 +30,14 @@ class CrossToolchain:
     elf_class: int  # 1: 32-bit, 2: 64-bit
     host_machines: tuple  # platform.machine() values that run this code natively
     arch_prefixes: tuple = ()  # what a ``-mtriple`` of this kind starts with; () the triple's own arch
+    machine_name: str = ""  # the CPU in messages ("32-bit Arm", "RISC-V"); "" the kind
+    qemu_args: tuple = ()  # options of the emulator (``-cpu rv64,v=true``: the CPU it emulates)
 
     def __post_init__(self):
         if not self.arch_prefixes:
             object.__setattr__(self, "arch_prefixes", (self.triple.split("-")[0],))
+        if not self.machine_name:
+            object.__setattr__(self, "machine_name", self.kind)
 
     @property
     def cc(self) -> str:
@@ -52,12 +56,14 @@ class CrossToolchain:
 
     def emulator(self) -> list[str]:
         """The command prefix that runs this target's executables here: empty on a matching host."""
-        if self.runs_natively():
-            return []
-        if shutil.which(self.qemu) is None:
+        if not self.runs_natively() and shutil.which(self.qemu) is None:
             raise Error(f"running {self.kind} code on this {platform.machine()} host needs {self.qemu} "
                         "(apt-get install qemu-user, or run make install)")
-        return [self.qemu, "-L", self.sysroot]
+        return self.emulator_prefix()
+
+    def emulator_prefix(self) -> list[str]:
+        """``emulator`` without checking that the emulator is installed."""
+        return [] if self.runs_natively() else [self.qemu, *self.qemu_args, "-L", self.sysroot]
 
     def require_cc(self, what: str) -> str:
         cc = self.cc

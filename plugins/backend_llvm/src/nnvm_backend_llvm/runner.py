@@ -16,7 +16,7 @@ import tempfile
 import numpy as np
 
 from nnvm.errors import Error
-from nnvm.runtime.crt import build_runtime
+from nnvm.runtime.crt import build_runtime, runtime_target
 from nnvm_backend_llvm.cross import CrossToolchain
 from nnvm_backend_llvm.library import pool_build
 
@@ -26,7 +26,8 @@ RUN_TIMEOUT_S = 1800  # a large model under an emulator on a busy machine is slo
 def build_runner(tc: CrossToolchain) -> str:
     """The path of ``nnvm-run`` for ``tc``'s target: the core's C runtime (``nnvm.runtime.crt``) built
     with the cross compiler on first use and cached."""
-    return build_runtime(tc.kind, tc.require_cc("building the nnvm-run device runtime"))["nnvm-run"]
+    tc.require_cc("building the nnvm-run device runtime")  # names the cross package to install
+    return build_runtime(runtime_target(tc.kind))["nnvm-run"]
 
 
 def run_artifact(tc: CrossToolchain, path: str, inputs: list, outputs: list, threads: int | None = None

@@ -37,7 +37,7 @@ ARM_TARGETS = {
     "armv7": CrossToolchain(
         kind="armv7", triple="armv7a-unknown-linux-gnueabihf", cpu="generic", features="+neon,+vfp4",
         gnu="arm-linux-gnueabihf", qemu="qemu-arm", elf_machine=40, elf_class=1,
-        host_machines=("armv7l", "armv8l"), arch_prefixes=("arm", "thumb")),
+        host_machines=("armv7l", "armv8l"), arch_prefixes=("arm", "thumb"), machine_name="32-bit Arm"),
 }
 
 

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from nnvm.runtime.artifact import CPU_FEATURES
 from nnvm_backend_llvm import LLVMTarget, feature_switches, host_cpu, host_features
 
 X86_ARCHS = ("x86_64", "i386", "i686")
+# The x86 extensions LLVM may use in our kernels, as (LLVM feature name, Linux /proc/cpuinfo flag): what
+# an export's footer records (``FEATURE_PROBES``), so a loader on a CPU without one refuses the module.
+X86_FEATURES = (
+    ("sse4.1", "sse4_1"), ("sse4.2", "sse4_2"), ("avx", "avx"), ("avx2", "avx2"), ("fma", "fma"),
+    ("f16c", "f16c"), ("avx512f", "avx512f"), ("avx512cd", "avx512cd"), ("avx512bw", "avx512bw"),
+    ("avx512dq", "avx512dq"), ("avx512vl", "avx512vl"), ("avx512vnni", "avx512_vnni"),
+    ("avx512bf16", "avx512_bf16"), ("avx512fp16", "avx512_fp16"), ("avxvnni", "avx_vnni"),
+    ("amx-tile", "amx_tile"),
+)
+FEATURE_PROBES = {name: f"cpuinfo:{flag}" for name, flag in X86_FEATURES}
 _BASE_AVX2 = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c")
 _BASE_AVX512 = (*_BASE_AVX2, "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 
@@ -60,7 +69,7 @@ def cpu_name_features(cpu: str) -> str:
 
 
 def code_features(target: LLVMTarget) -> list:
-    """The x86 extensions (``artifact.CPU_FEATURES`` names) that code built for ``target`` may use:
+    """The x86 extensions (``X86_FEATURES`` names) that code built for ``target`` may use:
     its feature string read in order (``+avx2,-avx2`` ends off); for ``-mcpu`` alone, whose features
     llvmlite does not list, the host's when it is the host's CPU, else those its vector width implies
     (the names ``cpu_name_lanes`` knows). Empty for other architectures."""
@@ -70,5 +79,4 @@ def code_features(target: LLVMTarget) -> list:
     if not features and target.cpu == host_cpu():
         features = host_features()
     on = feature_switches(features or cpu_name_features(target.cpu))
-    known = [name for name, _ in CPU_FEATURES]
-    return [name for name in known if on.get(name)]
+    return [name for name, _ in X86_FEATURES if on.get(name)]

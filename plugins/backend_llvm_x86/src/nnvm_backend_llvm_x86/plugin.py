@@ -34,7 +34,13 @@ from nnvm_backend_llvm import (
     resolve_target,
     same_platform,
 )
-from nnvm_backend_llvm_x86.isa import X86_ARCHS, code_features, cpu_name_features, x86_vector_lanes
+from nnvm_backend_llvm_x86.isa import (
+    FEATURE_PROBES,
+    X86_ARCHS,
+    code_features,
+    cpu_name_features,
+    x86_vector_lanes,
+)
 
 
 class X86Backend(LLVMBackend):
@@ -45,6 +51,8 @@ class X86Backend(LLVMBackend):
     tuned_dir = os.path.join(os.path.dirname(__file__), "tuned")
     signature_features = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq", "avx512vl",
                           "avx512vnni", "avx512bf16", "avx512fp16", "avxvnni", "amx-tile")
+    feature_probes = FEATURE_PROBES
+    elf_machine, elf_class, machine_name = 62, 2, "x86-64"  # EM_X86_64
 
     def resolve(self, target: Target) -> LLVMTarget:
         """The triple, CPU and features ``target`` means (validated; raises ``TargetError``)."""
@@ -72,8 +80,9 @@ class X86Backend(LLVMBackend):
         an AVX2 machine is a cross compile: run in process, its first kernel would die of SIGILL)."""
         return _runs_here(self.code_target(target))
 
-    def code_features(self, resolved: LLVMTarget) -> list:
-        return code_features(resolved)
+    def code_features(self, resolved: LLVMTarget) -> dict:
+        """The x86 extensions of ``isa.code_features`` (for ``-mcpu`` alone too), with their cpuinfo flags."""
+        return {name: FEATURE_PROBES[name] for name in code_features(resolved)}
 
     def vector_lanes(self, target: Target) -> int:
         """16 with AVX-512, 8 with AVX2, else 4, from the resolved features (or the ``-mcpu`` name alone):
@@ -119,7 +128,8 @@ def default_cpu() -> tuple[str, str]:
 
 def _runs_here(resolved: LLVMTarget) -> bool:
     """Whether this machine runs code built for ``resolved``: its platform, and every extension."""
-    return same_platform(resolved.triple, host_triple()) and not host_lacks(code_features(resolved))
+    return same_platform(resolved.triple, host_triple()) and not host_lacks(
+        {name: FEATURE_PROBES[name] for name in code_features(resolved)})
 
 
 @nnvm.hookimpl
