@@ -50,6 +50,10 @@ class ArmBackend(CrossLLVMBackend):
     # signature records; ``cpu_signature`` itself is the layer's (128-bit vectors from ``vector_lanes``).
     tuned_dir = os.path.join(os.path.dirname(__file__), "tuned")
     signature_features = ("neon", "vfp4", "fp-armv8", "fullfp16", "dotprod", "i8mm", "bf16", "sve", "sve2")
+    # AArch64's extensions beyond NEON an export records (``-mattr=+sve``...), with the kernel's AT_HWCAP
+    # and AT_HWCAP2 bits that show a board has them (qemu-aarch64 reports its emulated CPU's)
+    feature_probes = {"fullfp16": "hwcap:10", "dotprod": "hwcap:20", "sve": "hwcap:22", "sve2": "hwcap2:1",
+                      "i8mm": "hwcap2:13", "bf16": "hwcap2:14"}
 
     def vector_lanes(self, target: Target) -> int:
         """NEON: 128-bit vectors, 4 x float32, on both ``aarch64`` and ``armv7`` (SVE is not used)."""
@@ -70,6 +74,10 @@ class ArmBackend(CrossLLVMBackend):
         too (the conformance suite and the ResNet-18/MobileNetV2/SqueezeNet tests pass under qemu at 4
         lanes), but its speed was only ever measured on x86, and qemu cannot time Arm hardware."""
         return False
+
+    def code_features(self, resolved: LLVMTarget) -> dict:
+        """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them)."""
+        return super().code_features(resolved) if resolved.arch.startswith(("aarch64", "arm64")) else {}
 
     def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
