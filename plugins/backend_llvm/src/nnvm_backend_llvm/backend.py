@@ -141,9 +141,9 @@ class LLVMBackend(Backend):
         if lanes is None:  # no vector unit declared: no CPU templates, nothing for a log to match
             return None
         features = parse_features(resolved.features, self.signature_features) if resolved.features \
-            else self._features_of_cpu_name(lanes)
+            else self.features_of_cpu_name(lanes)
         facts = self.host_facts(target)
-        return CPUSignature(resolved.arch, 32 * lanes, self._has_fma(resolved, features), features,
+        return CPUSignature(resolved.arch, 32 * lanes, self.has_fma(resolved, features), features,
                             facts.get("cores"), facts.get("l1d"), facts.get("l2"), facts.get("l3"),
                             resolved.cpu)
 
@@ -166,12 +166,14 @@ class LLVMBackend(Backend):
             known = {}
         return {key: known.get(key) for key in ("l1d", "l2", "l3", "cores")} | cpu_facts(target)
 
-    def _features_of_cpu_name(self, lanes: int) -> frozenset:
+    def features_of_cpu_name(self, lanes: int) -> frozenset:
         """The signature features of a target given by ``-mcpu`` alone, whose features llvmlite does not
         list: none known here (x86 infers them from the vector width)."""
         return frozenset()
 
-    def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
+    def has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
+        """Whether ``resolved`` has a vector fused multiply-add (a CPU signature's ``fma``); ``features`` are
+        its ``signature_features`` that are on. x86 names it ``fma``; other ISAs answer for themselves."""
         return "fma" in features
 
     def kernel_identity(self, target: Target) -> str:

@@ -79,7 +79,7 @@ class ArmBackend(CrossLLVMBackend):
         """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them)."""
         return super().code_features(resolved) if resolved.arch.startswith(("aarch64", "arm64")) else {}
 
-    def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
+    def has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
         return resolved.arch.startswith(("aarch64", "arm64")) or "vfp4" in features
 

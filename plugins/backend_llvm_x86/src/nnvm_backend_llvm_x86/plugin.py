@@ -108,7 +108,7 @@ class X86Backend(LLVMBackend):
         """Yes: on x86, conv2d in ``NCHW16c``/``NCHW8c`` and dense over packed weights beat NCHW."""
         return True
 
-    def _features_of_cpu_name(self, lanes: int) -> frozenset:
+    def features_of_cpu_name(self, lanes: int) -> frozenset:
         """``-mcpu`` alone: LLVM knows the CPU's features but llvmlite does not tell them; the vector
         width (known by name in ``isa``) implies the ones a schedule cares about."""
         if lanes >= 16:
