@@ -19,7 +19,7 @@ from nnvm.te.examples import matmul_api_schedule
 OTHER_FLAGS = re.compile(r"\bf(?:add|sub|mul|div|neg|rem)\b[^\n]*\b(?:fast|reassoc|nnan|ninf|nsz|arcp|afn)\b")
 
 
-def has_fma(target: str) -> bool:
+def _has_fma(target: str) -> bool:
     from nnvm.target import parse_target
     from nnvm_backend_llvm_x86.plugin import X86Backend
 
@@ -33,7 +33,7 @@ def test_matmul_numbers_and_fused_multiply_add(api_matmul, rng):
     assert re.search(r"fadd contract", lib.unoptimized_ir), "float adds are not marked contract"
     bad = OTHER_FLAGS.search(lib.unoptimized_ir)
     assert bad is None, f"a fast-math flag beyond contract was emitted: {bad.group(0)!r}"
-    if not has_fma("llvm"):
+    if not _has_fma("llvm"):
         pytest.skip("the host CPU has no FMA instructions")
     asm = lib.assembly()
     n_fma = len(re.findall(r"\bvfmadd\w*ps\b", asm))
@@ -88,5 +88,5 @@ def test_non_divisible_matmul_keeps_fma_and_numbers(api_matmul, rng):
     """n = 100 over 32x32 tiles and k by 4: the partitioned main nest and the guarded tails agree
     with numpy, and the main nest is fused multiply-adds."""
     f = api_matmul(100, rng, rtol=1e-4, atol=1e-4)
-    if has_fma("llvm"):
+    if _has_fma("llvm"):
         assert re.search(r"\bvfmadd\w*ps\b", f.library.assembly()), "no vfmadd in the non-divisible matmul"
