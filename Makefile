@@ -9,8 +9,8 @@
 
 SHELL := /bin/bash
 UV := bash scripts/uv
-# Every plugin's tests, found by folder, so a new plugin is tested without editing this file.
-TEST_PATHS := core/tests $(wildcard plugins/*/tests) conformance/tests tests
+# Every plugin's and example plugin's tests, found by folder, so a new one is tested without editing this file.
+TEST_PATHS := core/tests $(wildcard plugins/*/tests) $(wildcard examples/*/tests) conformance/tests tests
 
 .PHONY: help install test demo lint clean gpu-check gpu-check-rehearse gpu-check-wheels
 help:

@@ -86,7 +86,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     os.environ["NNVM_NUM_THREADS"] = str(args.threads)
     if args.chunks or args.spin_us is not None:
-        from nnvm_backend_llvm_x86 import library
+        from nnvm_backend_llvm import library
 
         extra = [f"-DCHUNKS_PER_THREAD={args.chunks}"] if args.chunks else []
         extra += [f"-DSPIN_NS={args.spin_us * 1000}"] if args.spin_us is not None else []

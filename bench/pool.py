@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-POOL = Path(__file__).resolve().parents[1] / "plugins/backend_llvm_x86/src/nnvm_backend_llvm_x86/nnvm_pool.c"
+POOL = Path(__file__).resolve().parents[1] / "plugins/backend_llvm/src/nnvm_backend_llvm/nnvm_pool.c"
 DRIVER = r"""
 #define _POSIX_C_SOURCE 199309L
 #include <stdint.h>

@@ -13,7 +13,7 @@ sums are printed by kind of kernel (nnvm: by the ops of each fused group; onnxru
 GEMM shape ``MxKxN`` or ``BxMxKxN``: ``MatMul`` by a constant [K, N] weight plus a bias ``Add`` on
 [B, M, K] data, the nnvm kernel and the onnxruntime session timed alternately, minimums in ms and
 GFLOP/s; with ``--tiles``
-(``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``x86.dense.packed`` (``fallback``:
+(``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``cpu.dense.packed`` (``fallback``:
 the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``NNVM_X86_DENSE_WIDE_TILES=0``), all
 alternated in the same rounds.
 """
@@ -82,7 +82,7 @@ def per_kernel(name: str, threads: int, rounds: int, batch: int = 1) -> None:
 
 
 def _compile_with_tile(path, tile: str):
-    """``path`` compiled untuned, with ``x86.dense.packed``'s fallback tile replaced by ``tile``
+    """``path`` compiled untuned, with ``cpu.dense.packed``'s fallback tile replaced by ``tile``
     (``JBxMB``), or as it is for ``fallback``; ``NAME=VALUE``: as it is with the switch ``NAME`` set."""
     import nnvm
     from nnvm.cpu import schedule_dense
@@ -149,7 +149,7 @@ def main() -> int:
     parser.add_argument("--models", default="", help="comma-separated zoo transformers (gpt2, vit, bert)")
     parser.add_argument("--gemm", default="", help="comma-separated MxKxN shapes")
     parser.add_argument("--tiles", default="fallback",
-                        help="comma-separated x86.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
+                        help="comma-separated cpu.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
     parser.add_argument("--batch", default="1", help="comma-separated batch sizes for --models")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")

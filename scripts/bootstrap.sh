@@ -12,7 +12,9 @@
 #        Arm cross toolchains and emulator (targets aarch64, armv7), checked with dpkg-query:
 #          gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross libc6-dev-armhf-cross
 #                                                     - link exported Arm modules and the nnvm-run runtime
-#          qemu-user                                  - runs Arm code on this host (mod.run, nnvm run, tests)
+#        RISC-V cross toolchain (the vendor example examples/backend_riscv, target riscv64):
+#          gcc-riscv64-linux-gnu libc6-dev-riscv64-cross - link its exported modules and nnvm-run
+#          qemu-user                                  - runs Arm and RISC-V code on this host (mod.run, nnvm run, tests)
 #        pocl-opencl-icd  checked with dpkg-query  - Debian's PoCL, an OpenCL CPU driver the loader lists before
 #          the one bundled in pyopencl's wheel: that one's LLVM 14 does not know newer CPUs (AMD Zen 5 here)
 #          and then fails every kernel build with "unknown target CPU 'generic'"; Debian's picks its
@@ -49,7 +51,7 @@ command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v clang++ >/dev/null 2>&1 || missing+=(clang)
 if command -v dpkg-query >/dev/null 2>&1; then
   for pkg in libc6-dev gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
-      libc6-dev-armhf-cross qemu-user pocl-opencl-icd; do
+      libc6-dev-armhf-cross gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user pocl-opencl-icd; do
     is_installed "$pkg" || missing+=("$pkg")
   done
 fi

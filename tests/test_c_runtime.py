@@ -24,7 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.runtime import artifact
-from nnvm.runtime.crt import build_runtime, compiler_for
+from nnvm.runtime.crt import build_runtime, compiler_for, runtime_target
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
@@ -48,7 +48,7 @@ def runtime_for(kind: str) -> tuple[dict, str]:
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
         pytest.skip(f"the {kind} C runtime needs {', '.join(missing)} (make install installs them)")
-    return build_runtime(kind, cc), cc
+    return build_runtime(runtime_target(kind)), cc
 
 
 def compile_example(kind: str, lang: str, out_dir: Path) -> list[str]:
@@ -162,15 +162,15 @@ def _bad_copies(path: Path, tmp_path: Path) -> dict:
     newer = bytearray(data)
     struct.pack_into("<I", newer, len(data) - 64 + 8, 99)
     write("newer", bytes(newer))
-    unknown = bytearray(data)  # a footer feature bit this runtime does not know: it cannot check it
-    struct.pack_into("<I", unknown, len(data) - 64 + 28, 1 << 31)
-    write("unknown feature", bytes(unknown))
+    write("unknown feature", data)  # a probe this runtime cannot read (a newer nnvm's): not assumed
+    artifact.seal(str(out["unknown feature"]), "llvm", {**artifact.check(str(path))["probes"],
+                                                        "future-ext": "newkind:7"})
     return out
 
 
 EXPECTED = {"truncated": "no nnvm module footer", "corrupted": "checksum mismatch",
-            "newer": "module format v99 is newer than this runtime reads (v2)",
-            "unknown feature": "compiled for a CPU with feature bit 31, which this CPU lacks"}
+            "newer": f"module format v99 is newer than this runtime reads (v{artifact.FORMAT_VERSION})",
+            "unknown feature": "compiled for a CPU with future-ext, which this CPU lacks"}
 
 
 def _one_sentence(proc: subprocess.CompletedProcess, expected: str, what: str) -> None:
@@ -189,18 +189,19 @@ def test_bad_modules_are_one_sentence_and_null(dense, tmp_path):
                   "an aarch64 module on x86-64")
     for name, path in _bad_copies(files["llvm"], tmp_path).items():
         _one_sentence(run([*example, str(path), *io]), EXPECTED[name], f"the {name} module")
-    nnvm_run = build_runtime(*compiler_for("llvm"))["nnvm-run"]
+    nnvm_run = build_runtime(runtime_target("llvm"))["nnvm-run"]
     _one_sentence(run([nnvm_run, str(tmp_path / "corrupted.so"), "--info"]), "checksum mismatch", "nnvm-run")
-    # cpuid in C agrees with /proc/cpuinfo in Python: every extension this CPU has loads, each it lacks
-    # is refused by name
-    names = [name for name, _ in artifact.CPU_FEATURES]
-    has = [n for n in names if not artifact.host_lacks([n])]
-    data = files["llvm"].read_bytes()
-    for name, features in [("all it has", has), *((n, [*has, n]) for n in names if n not in has)]:
-        copy = bytearray(data)
-        struct.pack_into("<I", copy, len(data) - 64 + 28, artifact.feature_mask(features))
-        (tmp_path / "features.so").write_bytes(bytes(copy))
-        proc = run([nnvm_run, str(tmp_path / "features.so"), "--info"])
+    # C and Python read the same probes: every extension this CPU has loads, each it lacks is refused
+    # by name
+    from nnvm_backend_llvm_x86.isa import FEATURE_PROBES
+
+    has = {n: p for n, p in FEATURE_PROBES.items() if not artifact.host_lacks({n: p})}
+    lacked = {n: p for n, p in FEATURE_PROBES.items() if n not in has}
+    for name, features in [("all it has", has), *((n, {**has, n: p}) for n, p in lacked.items())]:
+        copy = tmp_path / "features.so"
+        copy.write_bytes(files["llvm"].read_bytes())
+        artifact.seal(str(copy), "llvm", features)
+        proc = run([nnvm_run, str(copy), "--info"])
         if features is has:
             assert proc.returncode == 0, f"{name}: {proc.stderr!r}"
         else:

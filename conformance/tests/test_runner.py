@@ -92,6 +92,7 @@ class _RefusesErf(Backend):
 
     name = "noerf"
     target_kinds = ("noerf",)
+    keys, device = ("cpu",), "cpu"
 
     def build(self, funcs, target):
         refused = [f.name for f in funcs if "erf" in f.name]

@@ -25,6 +25,7 @@ class _Built(Exception):
 class _FakeCPU(Backend):
     name = "test-cpu"
     target_kinds = ("testcpu",)
+    keys, device = ("cpu",), "cpu"
     lanes: int | None = 4
     blocked = False
 
@@ -93,22 +94,22 @@ def test_a_new_cpu_backend_answering_vector_lanes_gets_the_templates_at_its_widt
     target, _ = testcpu
     assert target.keys == ("cpu",)
     templates = {t.name: t for t in _chosen(monkeypatch, target) if t is not None}
-    want = {"x86.conv2d_nchw.direct", "x86.depthwise_conv2d_nchw.direct", "x86.dense.rfactor",
-            "x86.softmax.rows"}
+    want = {"cpu.conv2d_nchw.direct", "cpu.depthwise_conv2d_nchw.direct", "cpu.dense.rfactor",
+            "cpu.softmax.rows"}
     assert want <= set(templates), f"templates chosen: {sorted(templates)}"
     # Sized at 4 lanes: the conv tile is one 4-wide vector of the 8 columns (8 at AVX2, 16 at AVX-512
     # would take the whole row), the dense partial sums are one 4-wide vector.
-    assert templates["x86.conv2d_nchw.direct"].fallback["ow_block"] == 4
-    assert templates["x86.dense.rfactor"].fallback["kb"] == 4
+    assert templates["cpu.conv2d_nchw.direct"].fallback["ow_block"] == 4
+    assert templates["cpu.dense.rfactor"].fallback["kb"] == 4
     # No blocked layout was asked for: nothing was rewritten into NCHW[x]c or packed.
-    assert not {"x86.conv2d_nchwc.direct", "x86.dense.packed"} & set(templates)
+    assert not {"cpu.conv2d_nchwc.direct", "cpu.dense.packed"} & set(templates)
 
 
 def test_the_blocked_layout_runs_where_the_backend_asks_for_it(testcpu, monkeypatch):
     target, backend = testcpu
     backend.blocked = True
     names = {t.name for t in _chosen(monkeypatch, target) if t is not None}
-    want = {"x86.conv2d_nchwc.direct", "x86.depthwise_conv2d_nchwc.tiles", "x86.dense.packed"}
+    want = {"cpu.conv2d_nchwc.direct", "cpu.depthwise_conv2d_nchwc.tiles", "cpu.dense.packed"}
     assert want <= names, f"templates chosen: {sorted(names)}"
 
 

@@ -71,6 +71,7 @@ class _InterpDevice(GPUKernelLibrary):
 class _InterpBackend(Backend):
     name = "test-gpu"
     target_kinds = ("testgpu",)
+    keys, device = ("gpu",), "gpu"
 
     def build(self, funcs, target):
         programs = [lower_for_gpu(f) for f in funcs]
@@ -92,7 +93,6 @@ class _Plugin:
 
 @pytest.fixture
 def testgpu(monkeypatch):
-    monkeypatch.setitem(nnvm.target.KEYS, "testgpu", ("gpu",))
     plugins.reset()
     plugins.manager().register(_Plugin(), name="test-gpu")
     yield "testgpu"
@@ -127,9 +127,36 @@ def _reference(graph, x):
     return e / e.sum()
 
 
-def test_gpu_targets_carry_the_key_gpu_and_cpu_targets_cpu():
-    assert {parse_target(t).keys for t in ("cuda", "opencl -device=cpu", "metal")} == {("gpu",)}
-    assert {parse_target(t).keys for t in ("llvm", "aarch64", "armv7")} == {("cpu",)}
+def test_a_targets_keys_are_what_its_backend_declared(testgpu):
+    """No table in the core: ``Target.keys`` is the registered backend's ``keys``; a kind no backend
+    builds for has none."""
+    assert parse_target("testgpu").keys == ("gpu",)
+    assert parse_target("no-such-target").keys == ()
+
+
+@pytest.mark.parametrize("facts, missing", [({"keys": ()}, "declares no target keys"),
+                                            ({"keys": ("gpu",), "device": ""}, "declares no device")])
+def test_a_backend_declaring_no_target_facts_is_refused_at_registration(facts, missing):
+    class Undeclared(_InterpBackend):
+        name = "undeclared"
+        target_kinds = ("undeclared",)
+        keys, device = (), ""
+
+    for key, value in facts.items():
+        setattr(Undeclared, key, value)
+
+    class Plugin:
+        @hookimpl
+        def nnvm_register_backends(self, register):
+            register(Undeclared())
+
+    plugins.reset()
+    try:
+        plugins.manager().register(Plugin(), name="undeclared-plugin")
+        with pytest.raises(nnvm.Error, match=f"backend 'undeclared' of plugin undeclared-plugin .*{missing}"):
+            plugins.backends()
+    finally:
+        plugins.reset()
 
 
 def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, monkeypatch):

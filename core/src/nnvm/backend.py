@@ -8,6 +8,8 @@ executor calls, in-process or after ``nnvm.load`` of an exported file.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from nnvm.target import Target
 
 
@@ -65,17 +67,49 @@ class KernelLibrary:
         return "this host cannot run the module's code in process; running it in another process"
 
 
+@dataclass(frozen=True)
+class NativeTarget:
+    """What the C runtime (``nnvm runtime build``), the export footer and the loaders need of a target
+    whose modules are ELF shared libraries of some CPU: the C compiler that builds for it (a cross
+    compiler off that CPU), its ELF machine and class (the runtime refuses other CPUs' modules by
+    them), a name for messages, and the command prefix that runs its executables on this host (an
+    emulator such as ``qemu-riscv64 -L /usr/riscv64-linux-gnu``; empty where they run natively)."""
+
+    kind: str  # the target kind (``llvm``, ``riscv64``): the runtime serves modules of this kind
+    cc: str
+    elf_machine: int  # e_machine (62 x86-64, 183 aarch64, 40 arm, 243 RISC-V)
+    elf_class: int  # 1: 32-bit, 2: 64-bit
+    machine_name: str  # for messages: "x86-64", "RISC-V"
+    emulator: tuple = ()
+
+
 class Backend:
-    """A code generator. ``name`` is shown by ``nnvm plugins``; ``target_kinds`` are target names."""
+    """A code generator. ``name`` is shown by ``nnvm plugins``; ``target_kinds`` are target names.
+
+    Every backend declares its target facts, which the core derives everything target-specific from
+    (it holds no table of targets): ``keys``, what shared schedule layers serve its targets by
+    (``("cpu",)``: the CPU layer ``nnvm.cpu``; ``("gpu",)``: the GPU layer ``nnvm.gpu``; a key of your
+    own serves only what registers for it), and ``device``, where its kernels run (``"cpu"``: on host
+    memory; ``"gpu"``: a device with memory of its own). Registration refuses a backend declaring
+    none. Whether the C runtime serves a target, and with which compiler and emulator, is
+    ``native_target``."""
 
     name: str = "?"
     target_kinds: tuple = ()
+    keys: tuple = ()  # ("cpu",) or ("gpu",), or keys of your own: ``Target.keys``
+    device: str = ""  # "cpu" or "gpu"
     # dtypes the hardware has no type for (Metal: float64). Compiling one is an error naming the kernel;
     # the conformance suite runs only the examples without them and says how many it left out.
     unsupported_dtypes: tuple = ()
 
     def check_target(self, target: Target) -> None:
         """Raise ``TargetError`` for options this backend does not understand."""
+
+    def native_target(self, target: Target) -> NativeTarget | None:
+        """The CPU facts of ``target`` when its exported modules are ELF shared libraries the C runtime
+        (``nnvm runtime build --target``) runs: compiler, ELF machine and class, emulator. None (the
+        default): the C runtime does not serve this target."""
+        return None
 
     def build(self, funcs: list, target: Target) -> KernelLibrary:
         """Compile ``PrimFunc``s into one ``KernelLibrary``."""

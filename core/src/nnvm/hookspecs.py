@@ -36,6 +36,8 @@ def nnvm_register_backends(register):
     """Register code generators: call ``register(Backend)`` (``nnvm.backend.Backend``).
 
     A backend names the target kinds it builds for (``llvm``, ``opencl`` ...) and compiles loop programs.
+    It declares its target facts on the object (``keys``, ``device``, ``native_target``): the core derives
+    ``Target.keys`` and the C runtime's targets from them, and refuses a backend declaring no keys.
     """
 
 

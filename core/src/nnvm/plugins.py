@@ -123,11 +123,13 @@ def op_registry() -> OpRegistry:
         return _state["ops"]
 
 
-def _named(kind: str, hook_name: str, key) -> dict:
+def _named(kind: str, hook_name: str, key, check=None) -> dict:
     with _lock:
         if kind not in _state:
             found: dict = {}
             for owner, obj in _collect(hook_name):
+                if check is not None:
+                    check(owner, obj)
                 for name in key(obj):
                     if name in found:
                         raise Error(f"{kind} {name!r} is registered twice (by {found[name][0]} and {owner})")
@@ -143,7 +145,19 @@ def frontends() -> dict:
 
 def backends() -> dict:
     """target kind -> (plugin name, Backend)."""
-    return _named("backends", "nnvm_register_backends", lambda b: list(b.target_kinds))
+    return _named("backends", "nnvm_register_backends", lambda b: list(b.target_kinds), _check_backend)
+
+
+def _check_backend(owner: str, backend) -> None:
+    """A backend declares its target facts (``Backend.keys``, ``Backend.device``): the core derives what a
+    target is from them, and guessing would hand a new GPU the CPU schedules."""
+    what = f"backend {getattr(backend, 'name', '?')!r} of plugin {owner} ({type(backend).__name__})"
+    keys = getattr(backend, "keys", ())
+    if not isinstance(keys, tuple) or not keys or not all(isinstance(k, str) and k for k in keys):
+        raise Error(f"{what} declares no target keys: set keys = ('cpu',) or ('gpu',) on its class, so the "
+                    "shared schedule layers know which targets it serves")
+    if getattr(backend, "device", None) not in ("cpu", "gpu"):
+        raise Error(f"{what} declares no device: set device = 'cpu' or 'gpu' on its class")
 
 
 def passes() -> dict:

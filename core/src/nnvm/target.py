@@ -8,11 +8,6 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import TargetError
 
-# Target keys: what a schedule or template may be registered for, so one registration serves every target
-# kind that has the key (a GPU schedule serves cuda, opencl and metal). Kinds not listed here are CPUs.
-KEYS = {"cuda": ("gpu",), "opencl": ("gpu",), "metal": ("gpu",)}
-DEFAULT_KEYS = ("cpu",)
-
 
 @dataclass(frozen=True)
 class Target:
@@ -30,8 +25,13 @@ class Target:
 
     @property
     def keys(self) -> tuple:
-        """The target's keys (``("gpu",)`` for cuda, opencl and metal, ``("cpu",)`` for the rest)."""
-        return KEYS.get(self.kind, DEFAULT_KEYS)
+        """The target's keys: what a schedule or template may be registered for, so one registration
+        serves every target kind that has the key (a GPU schedule serves cuda, opencl and metal). Declared
+        by the backend registered for the kind (``Backend.keys``); () when none is installed."""
+        from nnvm.plugins import backends
+
+        found = backends().get(self.kind)
+        return found[1].keys if found is not None else ()
 
     @property
     def backend(self):

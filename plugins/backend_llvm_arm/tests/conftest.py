@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS
+from nnvm_backend_llvm_arm.plugin import ARM_TARGETS
 
 
 def require_tools(kind: str) -> None:

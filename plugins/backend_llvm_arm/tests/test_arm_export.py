@@ -14,8 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.errors import TargetError
 from nnvm.target import parse_target
-from nnvm_backend_llvm_arm.runner import build_runner, runtime_sizes
-from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS
+from nnvm_backend_llvm import build_runner, runtime_sizes
+from nnvm_backend_llvm_arm.plugin import ARM_TARGETS
 
 
 def dense_relu(rng):

@@ -141,8 +141,8 @@ def test_neon_schedules_and_vector_fmas(arm_target, monkeypatch):
 
     monkeypatch.setattr(nnvm.compiler, "schedule_template", spy)
     asm = nnvm.compile(ops_model(_weights()), target=arm_target).library.assembly()
-    for name in ("x86.conv2d_nchw.direct", "x86.depthwise_conv2d_nchw.direct", "x86.dense.rfactor",
-                 "x86.softmax.rows"):
+    for name in ("cpu.conv2d_nchw.direct", "cpu.depthwise_conv2d_nchw.direct", "cpu.dense.rfactor",
+                 "cpu.softmax.rows"):
         assert name in chosen, f"{arm_target}: no group got the {name} template (templates: {chosen})"
     # The conv kernels' machine code: every function (and outlined parallel body) named *_conv2d*.
     functions = re.split(r"\n\s*\.type\s+", asm)  # each piece starts "name,@function" ("%function" on arm)

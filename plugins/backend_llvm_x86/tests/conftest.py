@@ -14,7 +14,7 @@ from nnvm.target import parse_target
 from nnvm.te.examples import matmul_api_schedule
 from nnvm.te.lower import lower_schedule
 from nnvm.testing.hosts import DECISION_TARGETS
-from nnvm_backend_llvm_x86.plugin import LLVMBackend
+from nnvm_backend_llvm_x86.plugin import X86Backend
 
 
 def save_conv_model(path: str, channels: int, hw: int) -> str:
@@ -33,7 +33,7 @@ def save_conv_model(path: str, channels: int, hw: int) -> str:
 
 def build_funcs(funcs, target: str = "llvm") -> dict:
     """PrimFuncs -> {name: callable on numpy arrays}, all compiled by one ``build`` call."""
-    lib = LLVMBackend().build(list(funcs), parse_target(target))
+    lib = X86Backend().build(list(funcs), parse_target(target))
     return {f.name: BuiltFunction(f, lib, f.name) for f in funcs}
 
 
@@ -121,7 +121,7 @@ def run_c_callers(tmp_path, body: str, callers: int):
     against the pool and run with ``callers`` threads. The finished process (its stdout, exit status)."""
     import subprocess
 
-    from nnvm_backend_llvm_x86.library import pool_build
+    from nnvm_backend_llvm import pool_build
 
     src = tmp_path / "callers.c"
     src.write_text(_C_CALLERS % body)

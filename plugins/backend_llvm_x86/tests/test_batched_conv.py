@@ -133,7 +133,7 @@ def test_winograd_every_config_at_batch_3(tmp_path, monkeypatch, group_of, every
     graph, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "conv2d_winograd_nchwc")
     template = schedule_template(parse_target("llvm"), group)
-    assert template.name == "x86.conv2d_winograd_nchwc" and template.fallback["per_image"] is True
+    assert template.name == "cpu.conv2d_winograd_nchwc" and template.fallback["per_image"] is True
     x = np.random.default_rng(7).standard_normal((3, 32, 11, 11)).astype(np.float32)
     (_, data), = [(v, t) for v, t in group.inputs if v not in graph.params]
     block = int(data.shape[-1].value)

@@ -1,4 +1,4 @@
-"""dense over a packed constant weight (``dense_packed``, ``x86.dense.packed``): the layout choice, every
+"""dense over a packed constant weight (``dense_packed``, ``cpu.dense.packed``): the layout choice, every
 config of the template, and whole models against onnxruntime (batch 1 to 8, outputs in blocks of 16,
 8 or 4, epilogues, weights from MatMul's [K, N]); a weight that is not constant is not packed."""
 

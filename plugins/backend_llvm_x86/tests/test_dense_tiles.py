@@ -1,4 +1,4 @@
-"""``x86.dense.packed``'s fallback tile sized by the vector register file (``packed_tile``): the tiles it
+"""``cpu.dense.packed``'s fallback tile sized by the vector register file (``packed_tile``): the tiles it
 picks for AVX-512 (32 registers) and AVX2 (16), and transformer-shaped products compiled with them for
 both, against onnxruntime: rows no tile divides (7, 197, 8 x 197), outputs in partial blocks (1000, a
 50257-like 1571 * 16 + 1), a prime depth (13), bias, residual-add and GELU epilogues."""

@@ -1,4 +1,4 @@
-"""``x86.depthwise_conv2d_nchwc.tiles``: depthwise 3x3 convolutions in NCHW[x]c (MobileNetV2's and
+"""``cpu.depthwise_conv2d_nchwc.tiles``: depthwise 3x3 convolutions in NCHW[x]c (MobileNetV2's and
 ShuffleNet's shapes, odd planes, channels that are not a multiple of 16, stride 2, batch 1 and 3, bias,
 batch norm and ReLU6 epilogues) against onnxruntime, and every knob value against numpy."""
 
@@ -138,7 +138,7 @@ def test_switch_hands_depthwise_back_to_the_direct_template(tmp_path, monkeypatc
     group = group_of(graph, "conv2d_nchwc")
     monkeypatch.setenv("NNVM_X86_DEPTHWISE_TILES", "0")
     assert depthwise_nchwc_template(tgt, group) is None
-    assert schedule_template(tgt, group).name == "x86.depthwise_conv2d_nchwc.direct"
+    assert schedule_template(tgt, group).name == "cpu.depthwise_conv2d_nchwc.direct"
 
 
 def test_plain_convolutions_are_declined(tmp_path, group_of):
@@ -153,7 +153,7 @@ def test_plain_convolutions_are_declined(tmp_path, group_of):
     graph, tgt, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "conv2d_nchwc")
     assert depthwise_nchwc_template(tgt, group) is None
-    assert schedule_template(tgt, group).name == "x86.conv2d_nchwc.direct"
+    assert schedule_template(tgt, group).name == "cpu.conv2d_nchwc.direct"
 
 
 def _with_l3(monkeypatch, tgt, l3: int):

@@ -1,4 +1,4 @@
-"""1x1 convolutions tiled over their flattened plane (``flat_plane`` of ``x86.conv2d_nchwc.direct``).
+"""1x1 convolutions tiled over their flattened plane (``flat_plane`` of ``cpu.conv2d_nchwc.direct``).
 
 A 1x1 stride-1 unpadded convolution may walk its H x W output plane as one row of H * W pixels, so a
 register tile spans rows (MobileNetV2's 7x7 planes: 49 pixels in tiles of 5, not 7-pixel rows in tiles

@@ -21,9 +21,9 @@ OTHER_FLAGS = re.compile(r"\bf(?:add|sub|mul|div|neg|rem)\b[^\n]*\b(?:fast|reass
 
 def _has_fma(target: str) -> bool:
     from nnvm.target import parse_target
-    from nnvm_backend_llvm_x86.plugin import LLVMBackend
+    from nnvm_backend_llvm_x86.plugin import X86Backend
 
-    return "+fma" in LLVMBackend().resolve(parse_target(target)).features.split(",")
+    return "+fma" in X86Backend().resolve(parse_target(target)).features.split(",")
 
 
 def test_matmul_numbers_and_fused_multiply_add(api_matmul, rng):

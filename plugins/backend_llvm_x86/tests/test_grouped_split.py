@@ -163,7 +163,7 @@ def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config, isa_tar
     g, *_ = optimized_graph(model, target)
     group = group_of(g, "conv2d_nchwc")
     template = schedule_template(parse_target(target), group)
-    assert template.name == "x86.conv2d_nchwc.direct" and len(list(template.configs())) >= 24
+    assert template.name == "cpu.conv2d_nchwc.direct" and len(list(template.configs())) >= 24
     assert any(n.op == "conv2d_nchwc" and n.attrs.get("split") for n in g.nodes)
     (_, data), = [(v, t) for v, t in group.inputs if v not in g.params]
     block = int(data.shape[-1].value)

@@ -15,7 +15,7 @@ import nnvm
 from nnvm import te
 from nnvm.errors import TargetError
 from nnvm.target import parse_target
-from nnvm_backend_llvm_x86.plugin import LLVMBackend
+from nnvm_backend_llvm_x86.plugin import X86Backend
 
 
 def _scaled_add():
@@ -99,11 +99,11 @@ def test_export_rejects_bad_blob_names(tmp_path):
 ])
 def test_bad_target_options(text, what):
     with pytest.raises(TargetError, match=what):
-        LLVMBackend().check_target(parse_target(text))
+        X86Backend().check_target(parse_target(text))
 
 
 def test_target_options_select_cpu_and_features(close):
-    backend = LLVMBackend()
+    backend = X86Backend()
     host = backend.resolve(parse_target("llvm"))
     assert host.cpu and host.features
     assert backend.host_can_run(parse_target("llvm"))
@@ -130,7 +130,7 @@ def test_cross_triple_builds_without_running():
     from nnvm.te.lower import lower_schedule
 
     darwin = parse_target("llvm -mtriple=x86_64-apple-darwin")
-    lib = LLVMBackend().build([lower_schedule(s, args, "k")], darwin)
+    lib = X86Backend().build([lower_schedule(s, args, "k")], darwin)
     assert "x86_64-apple-darwin" in lib.source()
     with pytest.raises(nnvm.Error, match="cannot run"):
         lib.address("k")
@@ -152,14 +152,14 @@ def test_feature_string_read_in_order_for_vector_width_and_recorded_extensions(t
     """The schedules' vector width and the extensions an export records (its footer) follow the last
     word on a feature: ``-mattr=-avx512f`` on an AVX-512 host is AVX2 code, not AVX-512 schedules."""
     from nnvm.cpu.schedules import vector_lanes
-    from nnvm_backend_llvm_x86.library import code_features
+    from nnvm_backend_llvm_x86.isa import code_features
 
-    host = LLVMBackend().resolve(parse_target("llvm"))
+    host = X86Backend().resolve(parse_target("llvm"))
     if text.startswith("llvm -mattr") and "+avx2" not in host.features:
         pytest.fail("this test needs an AVX2 host (the project's CI machines all have one)")
     target = parse_target(text)
     assert vector_lanes(target) == lanes
-    features = code_features(LLVMBackend().resolve(target))
+    features = code_features(X86Backend().resolve(target))
     assert has in features and lacks not in features, features
 
 
@@ -170,6 +170,7 @@ def test_feature_string_read_in_order_for_vector_width_and_recorded_extensions(t
 def test_vector_lanes_of_a_named_cpu_with_features_added_or_removed(cpu, mattr, lanes):
     """``-mcpu=NAME -mattr=...``: what ``-mattr`` does not say is the named CPU's (x86-64-v3 with
     -avx512f was read as SSE's 4 lanes)."""
-    from nnvm_backend_llvm_x86.toolchain import LLVMTarget, x86_vector_lanes
+    from nnvm_backend_llvm import LLVMTarget
+    from nnvm_backend_llvm_x86.isa import x86_vector_lanes
 
     assert x86_vector_lanes(LLVMTarget("x86_64-unknown-linux-gnu", cpu, mattr)) == lanes

@@ -47,7 +47,7 @@ def test_fused_parallel_loop_matches_onnxruntime(tmp_path, monkeypatch, isa_targ
 
     def spy(target, group):
         template = original(target, group)
-        if isinstance(template, ScheduleTemplate) and template.name == "x86.conv2d_nchwc.direct":
+        if isinstance(template, ScheduleTemplate) and template.name == "cpu.conv2d_nchwc.direct":
             chosen.append(template.fallback["parallel"])
         return template
 
@@ -76,7 +76,7 @@ def test_fused_loop_with_each_padding_and_tile(tmp_path, monkeypatch, pad_at, oc
 
     def forced(target, group):
         template = original(target, group)
-        if isinstance(template, ScheduleTemplate) and template.name == "x86.conv2d_nchwc.direct":
+        if isinstance(template, ScheduleTemplate) and template.name == "cpu.conv2d_nchwc.direct":
             applied.append(template.name)
             config = {**template.fallback, "parallel": "oc_oh", "pad_at": pad_at, "oc_blocks": oc_blocks}
             template = dataclasses.replace(template, fallback=config)

@@ -17,7 +17,7 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.errors import Error
-from nnvm_backend_llvm_x86.library import pool_build
+from nnvm_backend_llvm import pool_build
 
 
 @contextlib.contextmanager
@@ -228,10 +228,10 @@ def test_cost_model_counts_the_pools_chunks():
     import re
     from pathlib import Path
 
-    import nnvm_backend_llvm_x86
+    import nnvm_backend_llvm
     from nnvm.cpu.cost_model import POOL_CHUNKS_PER_THREAD
 
-    source = (Path(nnvm_backend_llvm_x86.__file__).parent / "nnvm_pool.c").read_text()
+    source = (Path(nnvm_backend_llvm.__file__).parent / "nnvm_pool.c").read_text()
     (chunks,) = re.findall(r"#define CHUNKS_PER_THREAD (\d+)", source)
     assert int(chunks) == POOL_CHUNKS_PER_THREAD
 
@@ -243,7 +243,7 @@ def test_one_foreign_call_runs_every_kernel_in_order(tmp_path, conv_model):
     import ctypes
 
     from nnvm.runtime.kernel import SEQUENCE_TYPE
-    from nnvm_backend_llvm_x86.library import LLVMKernelLibrary
+    from nnvm_backend_llvm import LLVMKernelLibrary
 
     seen = []
     kernel_type = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)

@@ -1,4 +1,4 @@
-"""The dense template (``x86.dense.rfactor``): every config computes what onnxruntime computes."""
+"""The dense template (``cpu.dense.rfactor``): every config computes what onnxruntime computes."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_every_config_of_the_space(tmp_path, every_config):
     graph = import_model(path)
     group = group_compute(graph, 0, list(graph.nodes))
     template = schedule_template(parse_target("llvm"), group)
-    assert template is not None and template.name == "x86.dense.rfactor"
+    assert template is not None and template.name == "cpu.dense.rfactor"
     assert template.size() > 4, f"a space of {template.size()} configs leaves the tuner nothing to search"
     x = np.random.default_rng(2).standard_normal((3, 96)).astype(np.float32)
     every_config(template, group, graph.params, x, _reference(path, x), "dense")

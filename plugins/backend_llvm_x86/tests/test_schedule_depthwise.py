@@ -53,7 +53,7 @@ def test_depthwise_group_matches_onnxruntime(case, tmp_path):
     _conv(path, *case)
     _, group = _group(path)
     template = schedule_template(parse_target("llvm"), group)
-    assert template is not None and template.name == "x86.depthwise_conv2d_nchw.direct"
+    assert template is not None and template.name == "cpu.depthwise_conv2d_nchw.direct"
     n, c, _, hw = case[:4]
     x = np.random.default_rng(1).standard_normal((n, c, hw, hw)).astype(np.float32)
     want = _reference(path, x)

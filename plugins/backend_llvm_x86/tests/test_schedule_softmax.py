@@ -1,4 +1,4 @@
-"""The row-statistics templates (``x86.softmax.rows``, ``x86.layer_norm.rows``): attention's scores and
+"""The row-statistics templates (``cpu.softmax.rows``, ``cpu.layer_norm.rows``): attention's scores and
 a transformer's LayerNorm along the last axis, rows that a vector divides and rows that it does not
 (ViT's 197 tokens, 7, 33), a causal mask of -inf, log_softmax, and every config of the space, against
 onnxruntime; a softmax along another axis, or a LayerNorm over two axes, is not their business."""
@@ -51,7 +51,7 @@ def _template(path, target="llvm"):
 def test_softmax_matches_onnxruntime(tmp_path, shape, op, causal):
     path = str(tmp_path / "sm.onnx")
     _softmax(path, shape, op)
-    assert _template(path)[2].name == "x86.softmax.rows"
+    assert _template(path)[2].name == "cpu.softmax.rows"
     x = _input(shape, causal)
     want = _reference(path, x)
     got = nnvm.compile(path, target="llvm").run(x)[0]
@@ -91,9 +91,9 @@ def _layer_norm(path, shape, axis=-1):
 
 
 @pytest.mark.parametrize("shape, axis, name", [
-    ((1, 197, 192), -1, "x86.layer_norm.rows"),  # ViT-tiny: 12 whole vectors a row
-    ((2, 5, 37), -1, "x86.layer_norm.rows"),     # a guarded last vector
-    ((3, 6), -1, "x86.layer_norm.rows"),         # rows shorter than a vector
+    ((1, 197, 192), -1, "cpu.layer_norm.rows"),  # ViT-tiny: 12 whole vectors a row
+    ((2, 5, 37), -1, "cpu.layer_norm.rows"),     # a guarded last vector
+    ((3, 6), -1, "cpu.layer_norm.rows"),         # rows shorter than a vector
     ((2, 4, 24), 1, None),                       # over the last two axes: the generic schedule
 ])
 def test_layer_norm_matches_onnxruntime(tmp_path, shape, axis, name):

@@ -91,8 +91,8 @@ def _row_group(path, op):
     return graph, group
 
 
-@pytest.mark.parametrize("op, name", [("softmax_exp", "x86.softmax.exp_rows"),
-                                      ("softmax_normalize", "x86.softmax.normalize_rows")])
+@pytest.mark.parametrize("op, name", [("softmax_exp", "cpu.softmax.exp_rows"),
+                                      ("softmax_normalize", "cpu.softmax.normalize_rows")])
 def test_every_config_of_both_templates(tmp_path, every_config, op, name):
     """All partial-result widths on rows no vector divides (37: guarded last vectors, and scalar)."""
     path = str(tmp_path / "sm.onnx")

@@ -74,14 +74,14 @@ def test_vector_lanes_follow_target_features():
 
 
 def test_every_config_of_the_conv_template(tmp_path, every_config):
-    """Every candidate of every knob of ``x86.conv2d_nchw.direct`` (one knob changed from the fallback at
+    """Every candidate of every knob of ``cpu.conv2d_nchw.direct`` (one knob changed from the fallback at
     a time: the full product takes minutes to compile) on a stride-2, padded conv with batch 2."""
     path = str(tmp_path / "conv.onnx")
     _model(path, 4, 12, 16, 3, 2, 1, 1, True)
     graph = import_model(path, shapes={"x": (2, 4, 16, 16)})
     group = group_compute(graph, 0, list(graph.nodes))
     template = schedule_template(parse_target("llvm"), group)
-    assert template is not None and template.name == "x86.conv2d_nchw.direct"
+    assert template is not None and template.name == "cpu.conv2d_nchw.direct"
     assert template.size() > 8, f"a space of {template.size()} configs leaves the tuner nothing to search"
     x = np.random.default_rng(2).standard_normal((2, 4, 16, 16)).astype(np.float32)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # a batch-1 model

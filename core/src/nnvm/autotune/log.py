@@ -136,10 +136,16 @@ def _record(d) -> Record:
     revision = d.get("revision", 1)
     if isinstance(revision, bool) or not isinstance(revision, int):
         raise TypeError(f"revision must be a whole number, not {type(revision).__name__}")
-    return Record(str(d["target"]), str(d["template"]), str(d["workload"]), d["config"],
+    return Record(str(d["target"]), template_name(str(d["template"])), str(d["workload"]), d["config"],
                   _number(d, "seconds"), _number(d, "gflops"), error, str(d.get("timestamp", "")),
                   str(d.get("label", "")), None if signature is None else CPUSignature.from_dict(signature),
                   revision)
+
+
+def template_name(name: str) -> str:
+    """A logged template's name as today's templates spell it: the CPU layer's were ``x86.*`` before it
+    served every CPU target (``cpu.*``), and logs written then, shipped ones too, still apply."""
+    return "cpu." + name[4:] if name.startswith("x86.") else name
 
 
 def read(path: str | os.PathLike) -> list[Record]:

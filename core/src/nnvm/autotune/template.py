@@ -23,7 +23,7 @@ class ScheduleTemplate:
     ``fallback`` is the config used without a tuning log (it must be in the space); ``build(config)``
     returns the ``te.Schedule`` for one config (a dict with one value per knob); ``flops`` is the work
     of one run, for GFLOP/s reports. ``name`` identifies the template in tuning logs
-    (``"x86.conv2d_nchw.direct"``): a log entry applies only to the template that wrote it, and only at
+    (``"cpu.conv2d_nchw.direct"``): a log entry applies only to the template that wrote it, and only at
     its ``revision``: a change to what a config means (the same knobs, another loop nest) bumps it, so
     configs measured on the old code are passed over rather than trusted (logs record the revision).
     """

@@ -16,8 +16,9 @@
 
 ``plugin`` registers them for the key ``cpu``. A backend is asked, never guessed at: its
 ``vector_lanes`` (float32 lanes; answering it is how a backend takes these templates) and its
-``blocked_layout`` (whether the layout pass runs). The template names keep their ``x86.`` prefix: they
-are keys in the tuning logs the x86 plugin ships. Nothing here imports a plugin.
+``blocked_layout`` (whether the layout pass runs). The template names are ``cpu.*`` (logs written
+before, whose names are ``x86.*``, are read as ``cpu.*``: ``nnvm.autotune.log``). Nothing here imports
+a plugin.
 """
 
 

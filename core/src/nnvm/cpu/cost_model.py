@@ -2,7 +2,7 @@
 
 Untuned, a template runs its fallback config; fixed numbers ("14 accumulators, two channel blocks on
 short rows") fit the machine they were measured on and the shapes they were measured with. This model
-picks the register tile of ``x86.conv2d_nchwc.direct`` per workload from facts asked of the backend
+picks the register tile of ``cpu.conv2d_nchwc.direct`` per workload from facts asked of the backend
 (``Backend.vector_lanes``, ``vector_registers``, ``broadcast_operand``; its ``cpu_signature``: cache
 sizes, team size), so a new CPU or a new shape gets a tile sized for it.
 

@@ -1,4 +1,4 @@
-"""``x86.depthwise_conv2d_nchwc.tiles``: depthwise conv2d over NCHW[x]c data in small 2-D register tiles.
+"""``cpu.depthwise_conv2d_nchwc.tiles``: depthwise conv2d over NCHW[x]c data in small 2-D register tiles.
 
 Depthwise convolution does 9 multiply-adds per output for a 3x3 window. In the blocked layout one
 pixel's ``x`` channels are one vector, so an output vector is 9 vector loads and 9 fused multiply-adds
@@ -60,7 +60,7 @@ from nnvm.cpu.schedules import (
 from nnvm.cpu.switches import enabled
 from nnvm.te.tensor import ComputeOp
 
-NAME = "x86.depthwise_conv2d_nchwc.tiles"
+NAME = "cpu.depthwise_conv2d_nchwc.tiles"
 TILE_VECTORS = 8  # output vectors of one register tile (fallback)
 TILE_WIDTH = 4  # of which along a row, at most (fallback)
 MIN_CHUNKS = 16  # parallel chunks the fallback keeps at least, where the plane has rows enough
@@ -78,7 +78,7 @@ def depthwise_tile(target, rows: int, cols: int, lanes_c: int, stride: int) -> t
 
 
 def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
-    """``x86.depthwise_conv2d_nchwc.tiles`` for a depthwise conv2d_nchwc group, or None to decline."""
+    """``cpu.depthwise_conv2d_nchwc.tiles`` for a depthwise conv2d_nchwc group, or None to decline."""
     if not enabled("NNVM_X86_DEPTHWISE_TILES") or not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None
     found = nchwc_stage(group)
@@ -118,7 +118,7 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
 
 
 def build_depthwise_nchwc(group, config: dict):
-    """The schedule of ``x86.depthwise_conv2d_nchwc.tiles`` for one config (see the module docstring)."""
+    """The schedule of ``cpu.depthwise_conv2d_nchwc.tiles`` for one config (see the module docstring)."""
     sch, conv, padded = nchwc_stage(group)
     inline_epilogue(sch, {conv.op, *padded})
     out_stage = sch[group.outputs[0].op]

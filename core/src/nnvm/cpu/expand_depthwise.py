@@ -63,7 +63,7 @@ from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 from nnvm.schedules import guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
 
-NAME = "x86.expand_depthwise_nchwc.bands"
+NAME = "cpu.expand_depthwise_nchwc.bands"
 ACT = "expand_act"  # the stage of the expanded tensor (bias and activation applied): one band's buffer
 EXPAND_ATTRS = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1}
 BAND_L2_SHARE = 0.75  # of a core's L2 the band's expanded rows may take
@@ -284,7 +284,7 @@ def band_rows(target, batch: int, groups: int, out_rows: int, tile_rows: int, st
 
 
 def expand_depthwise_template(target, group) -> ScheduleTemplate | None:
-    """``x86.expand_depthwise_nchwc.bands`` for an expand_depthwise_nchwc group, or None to decline."""
+    """``cpu.expand_depthwise_nchwc.bands`` for an expand_depthwise_nchwc group, or None to decline."""
     if not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None
     found = _stages(group)
@@ -315,7 +315,7 @@ def expand_depthwise_template(target, group) -> ScheduleTemplate | None:
 
 
 def build_expand_depthwise(group, config: dict):
-    """The schedule of ``x86.expand_depthwise_nchwc.bands`` for one config (the module docstring)."""
+    """The schedule of ``cpu.expand_depthwise_nchwc.bands`` for one config (the module docstring)."""
     sch, expand, act, depthwise, padded = _stages(group)
     inline_epilogue(sch, {expand.op, act.op, depthwise.op, *padded})
     out = sch[group.outputs[0].op]

@@ -20,7 +20,7 @@ a row; scalar sums for a prime ``k``), and the lanes are added up once per outpu
 ``i``) and ``kb`` are the knobs. This serves a dense whose weight is not a constant (or whose outputs
 no vector divides); a constant weight is packed instead (below).
 
-``dense_packed`` (``x86.dense.packed``): at small batch dense is bound by reading the weight once. The
+``dense_packed`` (``cpu.dense.packed``): at small batch dense is bound by reading the weight once. The
 layout pass (``layout.py``) packs a constant weight ``[N, K]`` at compile time as ``NK{b}n``
 (``[N/b, K, b]``, ``b`` the vector width), so the ``b`` outputs of one block and one ``k`` are one
 contiguous vector: no horizontal sums, and each block is read front to back exactly once::
@@ -92,7 +92,7 @@ def _dense_stages(group):
 
 
 def dense_template(target, group) -> ScheduleTemplate | None:
-    """``x86.dense.rfactor``: dense with vector partial sums along the contiguous ``k`` (scalar sums when
+    """``cpu.dense.rfactor``: dense with vector partial sums along the contiguous ``k`` (scalar sums when
     no vector divides ``k``); None to decline (no dense, other dtypes, symbolic shapes)."""
     found = _dense_stages(group)
     if found is None:
@@ -110,12 +110,12 @@ def dense_template(target, group) -> ScheduleTemplate | None:
     # ResNet-18's classifier on the Cascade Lake host (the tuner's best); the tuner may find better
     kb = lanes if lanes in kb_space else max(kb_space)
     fallback = {"kb": kb, "jb": largest_divisor(n, 2)}
-    return ScheduleTemplate("x86.dense.rfactor", {"kb": kb_space, "jb": jb_space}, fallback,
+    return ScheduleTemplate("cpu.dense.rfactor", {"kb": kb_space, "jb": jb_space}, fallback,
                             lambda config: build_dense(group, config), flops=2.0 * m * n * k)
 
 
 def build_dense(group, config: dict):
-    """The schedule of ``x86.dense.rfactor`` for one config (see the module docstring)."""
+    """The schedule of ``cpu.dense.rfactor`` for one config (see the module docstring)."""
     sch, dense = _dense_stages(group)
     inline_epilogue(sch, {dense.op})
     out_stage = sch[group.outputs[0].op]
@@ -334,7 +334,7 @@ def _packed_stages(group):
 
 
 def dense_packed_template(target, group) -> ScheduleTemplate | None:
-    """``x86.dense.packed``: a tile of ``jb`` weight blocks x ``mb`` batch rows in registers, streaming
+    """``cpu.dense.packed``: a tile of ``jb`` weight blocks x ``mb`` batch rows in registers, streaming
     the packed weight along ``k``; None to decline."""
     found = _packed_stages(group)
     if found is None:
@@ -358,7 +358,7 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
                 "batch_outer": int(batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
-    return ScheduleTemplate("x86.dense.packed", space, fallback,
+    return ScheduleTemplate("cpu.dense.packed", space, fallback,
                             lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
 
 
@@ -390,7 +390,7 @@ def rows_first(machine, jb: int, mb: int) -> bool:
 
 
 def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
-    """The fallback tile ``(jb, mb)`` of ``x86.dense.packed`` for ``blocks`` weight blocks and ``rows``
+    """The fallback tile ``(jb, mb)`` of ``cpu.dense.packed`` for ``blocks`` weight blocks and ``rows``
     data rows on ``machine`` (``cost_model.Machine``): accumulators up to half the vector registers, and
     with the operands held across a step (``cost_model.registers_needed``) within the register budget.
 
@@ -439,7 +439,7 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
 
 
 def build_dense_packed(group, config: dict):
-    """The schedule of ``x86.dense.packed`` for one config (see the module docstring)."""
+    """The schedule of ``cpu.dense.packed`` for one config (see the module docstring)."""
     sch, dense = _packed_stages(group)
     inline_epilogue(sch, {dense.op})
     out_stage = sch[group.outputs[0].op]

@@ -39,7 +39,7 @@ MAX_TILE = 24  # accumulator vectors per tile: AVX-512 has 32 registers, some ho
 
 
 def depthwise_template(target, group) -> ScheduleTemplate | None:
-    """``x86.depthwise_conv2d_nchw.direct`` for a depthwise NCHW conv2d group, or None to decline."""
+    """``cpu.depthwise_conv2d_nchw.direct`` for a depthwise NCHW conv2d group, or None to decline."""
     found = single_conv_stage(group, depthwise=True)
     if found is None:
         return None
@@ -66,12 +66,12 @@ def depthwise_template(target, group) -> ScheduleTemplate | None:
     pad_space = ["tile", "root"] if padded else ["root"]
     space = {"oh_block": oh_space, "ow_block": ow_space, "pad_at": pad_space, "unroll_kh": [True, False]}
     fallback = {"oh_block": oh_fallback, "ow_block": ow_fallback, "pad_at": pad_space[0], "unroll_kh": True}
-    return ScheduleTemplate("x86.depthwise_conv2d_nchw.direct", space, fallback,
+    return ScheduleTemplate("cpu.depthwise_conv2d_nchw.direct", space, fallback,
                             lambda config: build_depthwise(group, config), flops=reduction_flops(conv.op))
 
 
 def build_depthwise(group, config: dict):
-    """The schedule of ``x86.depthwise_conv2d_nchw.direct`` for one config (see the module docstring)."""
+    """The schedule of ``cpu.depthwise_conv2d_nchw.direct`` for one config (see the module docstring)."""
     sch, conv, padded = single_conv_stage(group, depthwise=True)
     inline_epilogue(sch, {conv.op, *padded})
     out_stage = sch[group.outputs[0].op]

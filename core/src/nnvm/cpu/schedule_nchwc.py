@@ -1,4 +1,4 @@
-"""``x86.conv2d_nchwc.direct``: conv2d over NCHW[x]c data, output channels along the vector.
+"""``cpu.conv2d_nchwc.direct``: conv2d over NCHW[x]c data, output channels along the vector.
 
 In the blocked layout one pixel's ``x`` output channels are one vector register. The schedule keeps
 ``ow_block`` output pixels of one row in registers (one accumulator vector each) and walks the
@@ -181,7 +181,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
                 space["ow_block"] = sorted(set(space["ow_block"]) | {ow_fallback})
                 pair_fits = registers_needed(ow_fallback, 2, False) <= register_budget(machine)
             fallback["oc_blocks"] = 2 if ext_oco % 2 == 0 and pair_fits else 1
-    name = "x86.depthwise_conv2d_nchwc.direct" if depthwise else "x86.conv2d_nchwc.direct"
+    name = "cpu.depthwise_conv2d_nchwc.direct" if depthwise else "cpu.conv2d_nchwc.direct"
     # Revision 2 (plain convolutions): tiles over several channel blocks walk pixels outside blocks, so
     # a config measured before (oc_blocks 2 in the other order) no longer means the same loop nest.
     return ScheduleTemplate(name, space, fallback, lambda config: build_conv2d_nchwc(group, config),
@@ -189,7 +189,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
 
 
 def build_conv2d_nchwc(group, config: dict):
-    """The schedule of ``x86.conv2d_nchwc.direct`` for one config (see the module docstring)."""
+    """The schedule of ``cpu.conv2d_nchwc.direct`` for one config (see the module docstring)."""
     sch, conv, padded = nchwc_stage(group)
     extra = extra_stage(sch)  # a split grouped convolution's boundary blocks (grouped.py)
     inline_epilogue(sch, {conv.op, *padded, *([extra.op] if extra is not None else [])})

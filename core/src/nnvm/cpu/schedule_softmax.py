@@ -73,12 +73,12 @@ def reduce_block(n: int, lanes: int) -> int:
 
 
 def softmax_template(target, group) -> ScheduleTemplate | None:
-    """``x86.softmax.rows`` (``x86.layer_norm.rows``): statistics computed per row in vector partial
+    """``cpu.softmax.rows`` (``cpu.layer_norm.rows``): statistics computed per row in vector partial
     results; None to decline."""
     found = _softmax_stages(group)
     if found is None:
         return None
-    name = "x86.layer_norm.rows" if group.anchor_op == "layer_norm" else "x86.softmax.rows"
+    name = "cpu.layer_norm.rows" if group.anchor_op == "layer_norm" else "cpu.softmax.rows"
     return row_template(target, name, found[1], lambda config: build_softmax(group, config))
 
 
@@ -143,7 +143,7 @@ def _vector_reduction(sch, stat, kb: int, row) -> None:
 
 
 def build_softmax(group, config: dict):
-    """The schedule of ``x86.softmax.rows`` for one config (see the module docstring). The first
+    """The schedule of ``cpu.softmax.rows`` for one config (see the module docstring). The first
     statistic (softmax's maximum, LayerNorm's sum) is read by both the second and the output, so it
     runs at root (one float a row; a compute_at stage may have one reader) in a pass of its own over
     the rows; the second is computed in the output's row."""
@@ -185,7 +185,7 @@ def _row_kernel_stages(group):
 
 
 def row_kernel_template(target, group) -> ScheduleTemplate | None:
-    """``x86.softmax.exp_rows`` / ``x86.softmax.normalize_rows``: one loop over the rows, each row's
+    """``cpu.softmax.exp_rows`` / ``cpu.softmax.normalize_rows``: one loop over the rows, each row's
     statistic in vector partial results and its output vectorized along the row; None to decline.
 
     The statistic's partial results span ``STATISTIC_STEP_FLOATS`` floats whatever the vector width: a
@@ -199,7 +199,7 @@ def row_kernel_template(target, group) -> ScheduleTemplate | None:
     found = _row_kernel_stages(group)
     if found is None:
         return None
-    name = "x86.softmax.exp_rows" if group.anchor_op == "softmax_exp" else "x86.softmax.normalize_rows"
+    name = "cpu.softmax.exp_rows" if group.anchor_op == "softmax_exp" else "cpu.softmax.normalize_rows"
     chains = max(1, STATISTIC_STEP_FLOATS // vector_lanes(target))
     return row_template(target, name, found[1], lambda config: build_row_kernel(group, config), chains)
 

@@ -122,7 +122,7 @@ def reduction_flops(op) -> float:
 
 
 def conv2d_template(target, group) -> ScheduleTemplate | None:
-    """``x86.conv2d_nchw.direct``: the register-blocked schedule for a plain or grouped NCHW conv2d
+    """``cpu.conv2d_nchw.direct``: the register-blocked schedule for a plain or grouped NCHW conv2d
     group as a template, or None to decline."""
     if not enabled("NNVM_X86_CONV_SCHEDULE"):
         return None  # A/B switch for benchmarks: the generic schedule for conv2d
@@ -148,12 +148,12 @@ def conv2d_template(target, group) -> ScheduleTemplate | None:
              "ow_block": ow_space, "reduce_order": ["rc_ry_rx", "ry_rx_rc"], "unroll_kw": [False, True]}
     fallback = {"oc_block": largest_divisor(ext_oc, OC_BLOCK), "oh_block": 1, "ow_block": ow_fallback,
                 "reduce_order": "rc_ry_rx", "unroll_kw": False}
-    return ScheduleTemplate("x86.conv2d_nchw.direct", space, fallback,
+    return ScheduleTemplate("cpu.conv2d_nchw.direct", space, fallback,
                             lambda config: build_conv2d(group, config), flops=reduction_flops(conv.op))
 
 
 def build_conv2d(group, config: dict):
-    """The schedule of ``x86.conv2d_nchw.direct`` for one config (see the module docstring)."""
+    """The schedule of ``cpu.conv2d_nchw.direct`` for one config (see the module docstring)."""
     sch, conv, padded = single_conv_stage(group, depthwise=False)
     inline_epilogue(sch, {conv.op, *padded})
     out = group.outputs[0]

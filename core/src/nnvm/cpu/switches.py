@@ -27,10 +27,10 @@ SWITCHES = {
     "NNVM_X86_GROUPED": (("0", "1"), "1"),
     "NNVM_X86_DEPTHWISE_TILES": (("0", "1"), "1"),
     "NNVM_X86_DEPTHWISE_STREAM": (("0", "1"), "1"),  # one-row depthwise tiles where data streams (AVX2)
-    "NNVM_X86_DENSE_TILES": (("0", "1"), "1"),  # x86.dense.packed's fallback tile from the register file
-    "NNVM_X86_DENSE_PAD_BLOCKS": (("0", "1"), "1"),  # x86.dense.packed: an odd block count padded by one
-    "NNVM_X86_DENSE_WIDE_TILES": (("0", "1"), "1"),  # x86.dense.packed: AVX2 tiles of 12 accumulators
-    "NNVM_X86_DENSE_BATCH_OUTER": (("0", "1"), "1"),  # x86.dense.packed: weight tiles inside the batches
+    "NNVM_X86_DENSE_TILES": (("0", "1"), "1"),  # cpu.dense.packed's fallback tile from the register file
+    "NNVM_X86_DENSE_PAD_BLOCKS": (("0", "1"), "1"),  # cpu.dense.packed: an odd block count padded by one
+    "NNVM_X86_DENSE_WIDE_TILES": (("0", "1"), "1"),  # cpu.dense.packed: AVX2 tiles of 12 accumulators
+    "NNVM_X86_DENSE_BATCH_OUTER": (("0", "1"), "1"),  # cpu.dense.packed: weight tiles inside the batches
     "NNVM_X86_SOFTMAX_SELECT": (("0", "1"), "1"),  # softmax_exp's floor as a select on one compare
     "NNVM_X86_SOFTMAX_BOUNDED_EXP": (("0", "1"), "1"),  # softmax_exp's exp without clamps (exp_bounded)
     "NNVM_X86_SOFTMAX_MAX_SKIPS_NAN": (("0", "1"), "1"),  # softmax_exp's row maximum as one vmaxps a vector

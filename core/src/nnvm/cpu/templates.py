@@ -28,16 +28,16 @@ TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 
 # (target, group) -> ScheduleTemplate | None, asked in this order.
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
-    expand_depthwise_template,  # x86.expand_depthwise_nchwc.bands: 1x1 expansion + depthwise, per band
-    depthwise_nchwc_template,  # x86.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
-    conv2d_nchwc_template,  # x86.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
-    winograd_template,      # x86.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
-    conv2d_template,      # x86.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
-    depthwise_template,   # x86.depthwise_conv2d_nchw.direct: one channel per group
-    dense_packed_template,  # x86.dense.packed: dense over a packed constant weight, streamed
-    dense_template,       # x86.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
-    softmax_template,     # x86.softmax.rows, x86.layer_norm.rows: along the last axis, row statistics
-    row_kernel_template,  # x86.softmax.exp_rows, x86.softmax.normalize_rows: softmax_rows.py's two kernels
+    expand_depthwise_template,  # cpu.expand_depthwise_nchwc.bands: 1x1 expansion + depthwise, per band
+    depthwise_nchwc_template,  # cpu.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
+    conv2d_nchwc_template,  # cpu.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
+    winograd_template,      # cpu.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
+    conv2d_template,      # cpu.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
+    depthwise_template,   # cpu.depthwise_conv2d_nchw.direct: one channel per group
+    dense_packed_template,  # cpu.dense.packed: dense over a packed constant weight, streamed
+    dense_template,       # cpu.dense.rfactor: dense (+ epilogue), contiguous vector partial sums
+    softmax_template,     # cpu.softmax.rows, cpu.layer_norm.rows: along the last axis, row statistics
+    row_kernel_template,  # cpu.softmax.exp_rows, cpu.softmax.normalize_rows: softmax_rows.py's two kernels
 ]
 
 

@@ -119,7 +119,7 @@ def row_tiles(v, gemm) -> int:
 
 
 def winograd_template(target, group) -> ScheduleTemplate | None:
-    """``x86.conv2d_winograd_nchwc``: knobs ``tw_block`` (tile columns per register tile), at batch
+    """``cpu.conv2d_winograd_nchwc``: knobs ``tw_block`` (tile columns per register tile), at batch
     > 1 ``per_image``, and for large images ``row_tiles`` (``row_tiles``; the batch-1 space of other
     layers is unchanged, so tuned batch-1 configs still apply)."""
     found = _stages(group)
@@ -147,7 +147,7 @@ def winograd_template(target, group) -> ScheduleTemplate | None:
         space["row_tiles"] = sorted({0, rows} | set(divisors(extent(gemm.op.axis[4]), 2 * rows)))
         config["row_tiles"] = rows
     # Revision 2: the products' register tile spans output channel blocks (cost_model.oc_blocks_for).
-    return ScheduleTemplate("x86.conv2d_winograd_nchwc", space, config,
+    return ScheduleTemplate("cpu.conv2d_winograd_nchwc", space, config,
                             lambda config: build_winograd(group, config, machine),
                             flops=reduction_flops(gemm.op), revision=2)
 

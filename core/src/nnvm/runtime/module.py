@@ -179,7 +179,7 @@ class Module:
         path = os.fspath(path)
         self.library.export(path, blobs)
         if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
-            artifact.seal(path, str(self.target).split()[0], getattr(self.library, "cpu_features", ()))
+            artifact.seal(path, str(self.target).split()[0], getattr(self.library, "cpu_features", None))
 
 
 def _check_plan(plan: dict, params: dict) -> None:
@@ -353,11 +353,11 @@ def _check_artifact(path: str) -> None:
     installed backend can run, one sentence saying which CPU it is for, before anything is loaded."""
     footer = artifact.check(path)
     if footer["machine"] == artifact.host_machine():
-        missing = artifact.host_lacks(footer["features"])
+        missing = artifact.host_lacks(footer["probes"])
         if missing:
             raise ModelLoadError(f"{path}: compiled for a CPU with {', '.join(missing)}, which this CPU "
-                                 "lacks; compile it again here (target 'llvm'), or for the oldest CPU of the "
-                                 "fleet (e.g. 'llvm -mcpu=x86-64-v3')")
+                                 f"lacks; compile it again here (target '{footer['target']}'), or for the "
+                                 "oldest CPU of the fleet (e.g. 'llvm -mcpu=x86-64-v3')")
         return  # runs here with the core alone (plugins may not even be loaded)
     from nnvm.plugins import backends
 

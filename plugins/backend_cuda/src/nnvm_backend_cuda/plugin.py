@@ -49,6 +49,7 @@ class CUDABackend(Backend):
 
     name = "cuda"
     target_kinds = ("cuda",)
+    keys, device = ("gpu",), "gpu"  # the GPU layer (nnvm.gpu) serves it
     stages = (("gpu", "_gpu"), ("vectorize", "_vectorize"), ("print", "_print"), ("compile", "_compile"))
 
     def check_target(self, target: Target) -> None:

@@ -1,4 +1,4 @@
-"""The LLVM backend for Arm (targets ``aarch64`` and ``armv7``), built on the x86 plugin's generator.
+"""The LLVM backend for Arm (targets ``aarch64`` and ``armv7``), on the shared LLVM layer (nnvm_backend_llvm).
 
     mod = nnvm.compile("resnet18.onnx", target="aarch64")
     mod.run(x)                     # on x86: under qemu-aarch64, with the device runtime nnvm-run

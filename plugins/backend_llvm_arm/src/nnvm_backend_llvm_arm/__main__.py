@@ -13,8 +13,8 @@ import json
 import sys
 
 from nnvm.errors import Error
-from nnvm_backend_llvm_arm.runner import runtime_sizes
-from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS
+from nnvm_backend_llvm import runtime_sizes
+from nnvm_backend_llvm_arm.plugin import ARM_TARGETS
 
 BUDGET_BYTES = 300 * 1024  # the size the original NNVM/TVM runtime claimed
 

@@ -1,16 +1,14 @@
-"""Targets ``aarch64`` and ``armv7``: the x86 plugin's LLVM backend with Arm triples and cross tools.
+"""Targets ``aarch64`` and ``armv7``: the shared LLVM layer with Arm triples and cross tools.
 
-Everything but the target facts is inherited: ``LLVMBackend``'s stages (codegen, parse, optimize,
-jit), its code generator and its export. What differs:
+Everything but the target facts is ``nnvm_backend_llvm``'s ``CrossLLVMBackend``: the stages (codegen,
+parse, optimize, jit), the code generator, the export linked by the cross gcc with the C entry point the
+device runtime calls, and ``mod.run`` under qemu-user off an Arm host. What this module says:
 
-- ``resolve``: ``aarch64`` is ``aarch64-unknown-linux-gnu`` on a Cortex-A72 (NEON); ``armv7`` is
+- ``ARM_TARGETS``: ``aarch64`` is ``aarch64-unknown-linux-gnu`` on a Cortex-A72 (NEON); ``armv7`` is
   ``armv7a-unknown-linux-gnueabihf`` (hard float), a generic ARMv7-A with ``+neon,+vfp4``. Not
   ``-mcpu=cortex-a15``: LLVM's A15-only register pass crashes on some i64 vector compares; and the
   Cortex-A7 model marks vector multiply-accumulate slow, so LLVM would split every ``vmla``.
   ``-mcpu``/``-mattr``/``-mtriple`` work as for ``llvm``.
-- ``c_compiler``: the cross gcc links exports; ``ArmKernelLibrary`` adds the C entry point the
-  device runtime calls.
-- ``host_can_run``: only on a matching Arm host; elsewhere ``mod.run`` goes through qemu-user.
 - schedules: the core's CPU layer (``nnvm.cpu``, key ``cpu``) at NEON width: ``vector_lanes`` answers
   4 x float32 (and ``vector_registers``, ``broadcast_operand``: 32 on AArch64, by-element ``fmla``),
   so its templates come out sized for NEON: the register-blocked conv2d (up to 8 output
@@ -26,39 +24,36 @@ from __future__ import annotations
 import os
 
 import nnvm
-from nnvm.errors import TargetError
 from nnvm.target import Target
-from nnvm_backend_llvm_arm.elf import elf_header
-from nnvm_backend_llvm_arm.library import ArmKernelLibrary, ForeignArtifact
-from nnvm_backend_llvm_arm.toolchain import ARM_TARGETS, ArmToolchain, toolchain_for_machine
-from nnvm_backend_llvm_x86 import LLVMBackend, LLVMTarget, resolve_target
+from nnvm_backend_llvm import CrossLLVMBackend, CrossToolchain, LLVMTarget
+
+# Debian's cross packages (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf, qemu-user) install exactly
+# these commands and sysroots; make install installs them.
+ARM_TARGETS = {
+    "aarch64": CrossToolchain(
+        kind="aarch64", triple="aarch64-unknown-linux-gnu", cpu="cortex-a72", features="+neon",
+        gnu="aarch64-linux-gnu", qemu="qemu-aarch64", elf_machine=183, elf_class=2,
+        host_machines=("aarch64", "arm64"), arch_prefixes=("aarch64", "arm64")),
+    "armv7": CrossToolchain(
+        kind="armv7", triple="armv7a-unknown-linux-gnueabihf", cpu="generic", features="+neon,+vfp4",
+        gnu="arm-linux-gnueabihf", qemu="qemu-arm", elf_machine=40, elf_class=1,
+        host_machines=("armv7l", "armv8l"), arch_prefixes=("arm", "thumb"), machine_name="32-bit Arm"),
+}
 
 
-class ArmBackend(LLVMBackend):
+class ArmBackend(CrossLLVMBackend):
     """LLVM code for 64-bit (``aarch64``) and 32-bit hard-float (``armv7``) Arm Linux with NEON."""
 
     name = "llvm-arm"
-    target_kinds = tuple(ARM_TARGETS)
-    library_class = ArmKernelLibrary
+    toolchains = ARM_TARGETS
     # Its own shipped logs (none yet: the folder may be missing) and the NEON-era extensions a CPU
-    # signature records; ``cpu_signature`` itself is inherited (128-bit vectors from ``vector_lanes``).
+    # signature records; ``cpu_signature`` itself is the layer's (128-bit vectors from ``vector_lanes``).
     tuned_dir = os.path.join(os.path.dirname(__file__), "tuned")
     signature_features = ("neon", "vfp4", "fp-armv8", "fullfp16", "dotprod", "i8mm", "bf16", "sve", "sve2")
-
-    def toolchain(self, target: Target) -> ArmToolchain:
-        tc = ARM_TARGETS.get(target.kind)
-        if tc is None:
-            raise TargetError(f"target {target}: the llvm-arm backend builds for "
-                              f"{', '.join(ARM_TARGETS)}, not {target.kind!r}")
-        return tc
-
-    def resolve(self, target: Target) -> LLVMTarget:
-        tc = self.toolchain(target)
-        triple = target.options.get("mtriple", tc.triple)
-        arch = str(triple).split("-")[0]
-        if not arch.startswith(("aarch64", "arm64") if tc.kind == "aarch64" else ("arm", "thumb")):
-            raise TargetError(f"target {target}: -mtriple={triple} is not a {tc.kind} triple")
-        return resolve_target(target, tc.triple, tc.cpu, tc.features)
+    # AArch64's extensions beyond NEON an export records (``-mattr=+sve``...), with the kernel's AT_HWCAP
+    # and AT_HWCAP2 bits that show a board has them (qemu-aarch64 reports its emulated CPU's)
+    feature_probes = {"fullfp16": "hwcap:10", "dotprod": "hwcap:20", "sve": "hwcap:22", "sve2": "hwcap2:1",
+                      "i8mm": "hwcap2:13", "bf16": "hwcap2:14"}
 
     def vector_lanes(self, target: Target) -> int:
         """NEON: 128-bit vectors, 4 x float32, on both ``aarch64`` and ``armv7`` (SVE is not used)."""
@@ -80,25 +75,13 @@ class ArmBackend(LLVMBackend):
         lanes), but its speed was only ever measured on x86, and qemu cannot time Arm hardware."""
         return False
 
-    def _has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
+    def code_features(self, resolved: LLVMTarget) -> dict:
+        """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them)."""
+        return super().code_features(resolved) if resolved.arch.startswith(("aarch64", "arm64")) else {}
+
+    def has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
         return resolved.arch.startswith(("aarch64", "arm64")) or "vfp4" in features
-
-    def c_compiler(self, target: Target) -> str:
-        return self.toolchain(target).cc
-
-    def host_can_run(self, target: Target) -> bool:
-        return self.toolchain(target).runs_natively()
-
-    def finish_library(self, library: ArmKernelLibrary, target: Target) -> ArmKernelLibrary:
-        library.toolchain = self.toolchain(target)
-        return library
-
-    def open_foreign(self, path: str) -> ForeignArtifact | None:
-        """An exported Arm module this host cannot ``dlopen``; None for files of other CPUs."""
-        header = elf_header(path)
-        tc = toolchain_for_machine(*header) if header else None
-        return ForeignArtifact(path, tc) if tc is not None else None
 
 
 @nnvm.hookimpl

@@ -1,21 +1,10 @@
-"""The LLVM backend for x86-64 CPUs (target ``llvm``), and the LLVM code generator other CPUs reuse.
+"""The LLVM backend for x86-64 CPUs (target ``llvm``): the target facts on the shared LLVM layer.
 
-The schedules are not here: the core's CPU layer (``nnvm.cpu``, target key ``cpu``) serves this target,
-sized by ``LLVMBackend.vector_lanes`` and with the blocked layout (``LLVMBackend.blocked_layout``).
-
-This package's public surface, what another LLVM backend (the Arm plugin) builds on::
-
-    LLVMBackend          # subclass: resolve(), c_compiler(), vector_lanes(), blocked_layout()
-    CodeGenLLVM          # PrimFunc -> LLVM IR, any triple
-    LLVMTarget, optimize, resolve_target   # target machines, option parsing, the O3 pipeline
-    LLVMKernelLibrary    # JIT or export (.so + blobs)
-    pool_build           # the thread pool (nnvm_pool.c) compiled by a given (cross) compiler
+The code generator, toolchain, kernel library and thread pool are ``nnvm_backend_llvm``'s; the
+schedules are the core's CPU layer (``nnvm.cpu``, target key ``cpu``), sized by
+``X86Backend.vector_lanes`` and with the blocked layout (``X86Backend.blocked_layout``).
 """
 
-from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
-from nnvm_backend_llvm_x86.library import LLVMKernelLibrary, pool_build
-from nnvm_backend_llvm_x86.plugin import LLVMBackend
-from nnvm_backend_llvm_x86.toolchain import LLVMTarget, optimize, resolve_target
+from nnvm_backend_llvm_x86.plugin import X86Backend
 
-__all__ = ["CodeGenLLVM", "LLVMBackend", "LLVMKernelLibrary", "LLVMTarget", "optimize", "pool_build",
-           "resolve_target"]
+__all__ = ["X86Backend"]

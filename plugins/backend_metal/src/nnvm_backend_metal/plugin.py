@@ -33,6 +33,7 @@ class MetalBackend(Backend):
 
     name = "metal"
     target_kinds = ("metal",)
+    keys, device = ("gpu",), "gpu"  # the GPU layer (nnvm.gpu) serves it
     unsupported_dtypes = ("float64",)  # Metal has no double
     stages = (("gpu", "_gpu"), ("vectorize", "_vectorize"), ("print", "_print"), ("compile", "_compile"))
 

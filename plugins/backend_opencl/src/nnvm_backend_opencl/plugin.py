@@ -33,6 +33,7 @@ class OpenCLBackend(Backend):
 
     name = "opencl"
     target_kinds = ("opencl",)
+    keys, device = ("gpu",), "gpu"  # the GPU layer (nnvm.gpu) serves it
     stages = (("gpu", "_gpu"), ("vectorize", "_vectorize"), ("print", "_print"), ("compile", "_compile"))
 
     def check_target(self, target: Target) -> None:

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define NNVM_RUNTIME_FORMAT_VERSION 2 /* the newest module format this runtime reads */
+#define NNVM_RUNTIME_FORMAT_VERSION 3 /* the newest module format this runtime reads */
 
 typedef struct nnvm_module nnvm_module;
 typedef struct {

@@ -1,8 +1,9 @@
-"""What each Arm target means: LLVM triple, default CPU, cross compiler, sysroot and emulator.
+"""What a CPU target this host may not run needs: LLVM triple, default CPU, cross compiler, ELF, emulator.
 
-One table, ``ARM_TARGETS``, so the backend, the exporter, the C runner's build and the emulator all
-agree on the same names. Debian's cross packages (``gcc-aarch64-linux-gnu``, ``gcc-arm-linux-gnueabihf``,
-``qemu-user``) install exactly these commands and sysroots; ``make install`` installs them.
+One record per target kind (``CrossToolchain``), declared by the target plugin (Arm's ``aarch64`` and
+``armv7``, a vendor's ``riscv64``), so the backend, the exporter, the C runtime's build and the emulator
+all agree on the same names. Debian's cross packages (``gcc-<gnu triple>``, ``qemu-user``) install
+exactly these commands and sysroots.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from nnvm.errors import Error
 
 
 @dataclass(frozen=True)
-class ArmToolchain:
-    """The fixed facts about one Arm target kind."""
+class CrossToolchain:
+    """The fixed facts about one cross-compiled target kind."""
 
     kind: str  # the target name users type
     triple: str  # LLVM's
@@ -28,11 +29,19 @@ class ArmToolchain:
     elf_machine: int  # e_machine in an ELF header
     elf_class: int  # 1: 32-bit, 2: 64-bit
     host_machines: tuple  # platform.machine() values that run this code natively
-    lanes: int = 4  # float32 lanes of a 128-bit NEON register
+    arch_prefixes: tuple = ()  # what a ``-mtriple`` of this kind starts with; () the triple's own arch
+    machine_name: str = ""  # the CPU in messages ("32-bit Arm", "RISC-V"); "" the kind
+    qemu_args: tuple = ()  # options of the emulator (``-cpu rv64,v=true``: the CPU it emulates)
+
+    def __post_init__(self):
+        if not self.arch_prefixes:
+            object.__setattr__(self, "arch_prefixes", (self.triple.split("-")[0],))
+        if not self.machine_name:
+            object.__setattr__(self, "machine_name", self.kind)
 
     @property
     def cc(self) -> str:
-        """The cross C compiler; on a matching Arm host the native one also works."""
+        """The cross C compiler; on a matching host the native one also works."""
         cross = f"{self.gnu}-gcc"
         if shutil.which(cross) is None and self.runs_natively():
             return os.environ.get("CC", "cc")
@@ -47,12 +56,14 @@ class ArmToolchain:
 
     def emulator(self) -> list[str]:
         """The command prefix that runs this target's executables here: empty on a matching host."""
-        if self.runs_natively():
-            return []
-        if shutil.which(self.qemu) is None:
+        if not self.runs_natively() and shutil.which(self.qemu) is None:
             raise Error(f"running {self.kind} code on this {platform.machine()} host needs {self.qemu} "
                         "(apt-get install qemu-user, or run make install)")
-        return [self.qemu, "-L", self.sysroot]
+        return self.emulator_prefix()
+
+    def emulator_prefix(self) -> list[str]:
+        """``emulator`` without checking that the emulator is installed."""
+        return [] if self.runs_natively() else [self.qemu, *self.qemu_args, "-L", self.sysroot]
 
     def require_cc(self, what: str) -> str:
         cc = self.cc
@@ -60,23 +71,3 @@ class ArmToolchain:
             raise Error(f"{what} needs the {self.kind} cross compiler {cc!r}; install it with "
                         f"apt-get install gcc-{self.gnu} (or run make install)")
         return cc
-
-
-ARM_TARGETS = {
-    "aarch64": ArmToolchain(
-        kind="aarch64", triple="aarch64-unknown-linux-gnu", cpu="cortex-a72", features="+neon",
-        gnu="aarch64-linux-gnu", qemu="qemu-aarch64", elf_machine=183, elf_class=2,
-        host_machines=("aarch64", "arm64")),
-    "armv7": ArmToolchain(
-        kind="armv7", triple="armv7a-unknown-linux-gnueabihf", cpu="generic", features="+neon,+vfp4",
-        gnu="arm-linux-gnueabihf", qemu="qemu-arm", elf_machine=40, elf_class=1,
-        host_machines=("armv7l", "armv8l")),
-}
-
-
-def toolchain_for_machine(elf_class: int, elf_machine: int) -> ArmToolchain | None:
-    """The Arm target an ELF file was built for, from its header fields; None for other CPUs."""
-    for tc in ARM_TARGETS.values():
-        if tc.elf_machine == elf_machine and tc.elf_class == elf_class:
-            return tc
-    return None

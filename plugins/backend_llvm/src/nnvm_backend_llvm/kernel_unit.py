@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 from nnvm.errors import Error
-from nnvm_backend_llvm_x86.codegen import NUM_THREADS_FN, CodeGenLLVM
-from nnvm_backend_llvm_x86.toolchain import LLVMTarget, optimize
+from nnvm_backend_llvm.codegen import NUM_THREADS_FN, CodeGenLLVM
+from nnvm_backend_llvm.toolchain import LLVMTarget, optimize
 
 FORMAT = 1
 

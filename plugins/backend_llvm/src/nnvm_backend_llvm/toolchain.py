@@ -2,7 +2,7 @@
 
 ``LLVMTarget`` is what a backend resolves a user's target to (triple, CPU name, feature string). The
 x86 plugin resolves ``llvm`` to the host; the Arm plugin resolves ``aarch64``/``armv7`` to its own
-triples and uses the same class, the same ``optimize`` and ``emit_object``.
+triples (a vendor's plugin its own) and uses the same class, the same ``optimize`` and ``emit_object``.
 """
 
 from __future__ import annotations
@@ -98,42 +98,6 @@ def feature_switches(features: str) -> dict:
     if on.get("avx") is False:
         on = {k: v for k, v in on.items() if not k.startswith(("avx", "fma", "f16c"))}
     return on
-
-
-# x86 CPUs by LLVM name (prefixes), for ``-mcpu`` alone: llvmlite does not list a named CPU's features.
-AVX512_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
-               "graniterapids", "rocketlake", "cannonlake", "znver4", "znver5", "x86-64-v4")
-AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver",
-             "x86-64-v3")
-
-
-def cpu_name_lanes(cpu: str) -> int:
-    """float32 lanes of an x86 CPU known by its LLVM name alone: 16 (AVX-512), 8 (AVX2) or 4."""
-    cpu = cpu.lower()
-    if "avx512" in cpu or cpu.startswith(AVX512_CPUS):
-        return 16
-    return 8 if cpu.startswith(AVX2_CPUS) else 4
-
-
-@lru_cache(maxsize=256)
-def x86_vector_lanes(resolved: LLVMTarget) -> int:
-    """float32 lanes of the widest vector unit of a resolved x86 target: 16 with AVX-512, 8 with AVX2
-    (or AVX), else 4 (SSE). The feature string is read in order (``-mattr=-avx512f`` after the host's
-    ``+avx512f`` is off); ``-mcpu`` goes by the CPU's name for what ``-mattr`` does not say
-    (``-mcpu=x86-64-v3 -mattr=-avx512f`` is AVX2's 8 lanes, not SSE's 4)."""
-    named = cpu_name_lanes(resolved.cpu)
-    if not resolved.features:
-        return named
-    on = feature_switches(resolved.features)
-    said = {item[1:] for item in resolved.features.split(",") if item[:1] in "+-"}
-    # ``-mcpu=NAME -mattr=...``: the features are the user's alone, the rest is the named CPU's own
-    if on.get("avx") is False:
-        return 4
-    if on.get("avx512f") if "avx512f" in said else named == 16:
-        return 16
-    if on.get("avx2") or on.get("avx") if said & {"avx2", "avx"} else named >= 8:
-        return 8
-    return 4
 
 
 def cpu_facts(target) -> dict:

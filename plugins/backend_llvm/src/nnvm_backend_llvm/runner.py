@@ -2,9 +2,9 @@
 under qemu-user.
 
 The runner is built once per target with the cross compiler (``-Os``, stripped, the runtime linked in
-statically) and cached by ``nnvm.runtime.crt``, so tests and ``mod.run`` pay the compile once. On an
-x86 host every run goes through ``qemu-<arch> -L /usr/<gnu triple>``, which loads the target's C
-library and libm from the cross sysroot; on a matching Arm host it runs as is.
+statically) and cached by ``nnvm.runtime.crt``, so tests and ``mod.run`` pay the compile once. On a
+host of another CPU every run goes through ``qemu-<arch> -L /usr/<gnu triple>``, which loads the
+target's C library and libm from the cross sysroot; on a matching host it runs as is.
 """
 
 from __future__ import annotations
@@ -16,20 +16,21 @@ import tempfile
 import numpy as np
 
 from nnvm.errors import Error
-from nnvm.runtime.crt import build_runtime
-from nnvm_backend_llvm_arm.toolchain import ArmToolchain
-from nnvm_backend_llvm_x86 import pool_build
+from nnvm.runtime.crt import build_runtime, runtime_target
+from nnvm_backend_llvm.cross import CrossToolchain
+from nnvm_backend_llvm.library import pool_build
 
 RUN_TIMEOUT_S = 1800  # a large model under an emulator on a busy machine is slow, not hung
 
 
-def build_runner(tc: ArmToolchain) -> str:
+def build_runner(tc: CrossToolchain) -> str:
     """The path of ``nnvm-run`` for ``tc``'s target: the core's C runtime (``nnvm.runtime.crt``) built
     with the cross compiler on first use and cached."""
-    return build_runtime(tc.kind, tc.require_cc("building the nnvm-run device runtime"))["nnvm-run"]
+    tc.require_cc("building the nnvm-run device runtime")  # names the cross package to install
+    return build_runtime(runtime_target(tc.kind))["nnvm-run"]
 
 
-def run_artifact(tc: ArmToolchain, path: str, inputs: list, outputs: list, threads: int | None = None
+def run_artifact(tc: CrossToolchain, path: str, inputs: list, outputs: list, threads: int | None = None
                  ) -> list[np.ndarray]:
     """Run the exported module ``path`` on ``inputs`` (arrays in the plan's input order) with the
     device runtime; ``outputs`` is the plan's output descriptions. Returns the output arrays."""
@@ -37,7 +38,7 @@ def run_artifact(tc: ArmToolchain, path: str, inputs: list, outputs: list, threa
     env = dict(os.environ)
     if threads is not None:
         env["NNVM_NUM_THREADS"] = str(threads)
-    with tempfile.TemporaryDirectory(prefix="nnvm-arm-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="nnvm-cross-run-") as tmp:
         in_paths, out_paths = [], []
         for k, arr in enumerate(inputs):
             in_paths.append(os.path.join(tmp, f"in{k}.npy"))
@@ -54,7 +55,7 @@ def run_artifact(tc: ArmToolchain, path: str, inputs: list, outputs: list, threa
         return [np.load(p) for p in out_paths]
 
 
-def runtime_sizes(tc: ArmToolchain) -> dict:
+def runtime_sizes(tc: CrossToolchain) -> dict:
     """Bytes on disk of what a device needs besides the model file: the runner (stripped) and, for
     reference, the thread pool every parallel model carries (``nnvm_pool.c`` compiled for the target;
     an object file, so an upper bound of what it adds to a model)."""

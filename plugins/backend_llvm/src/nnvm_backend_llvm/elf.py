@@ -2,7 +2,7 @@
 
 ``nnvm.load`` of an Arm module on x86 needs the module's graph and weights blobs; they are plain
 bytes behind the dynamic symbols ``nnvm_blob_*``, so reading the section headers and ``.dynsym`` of
-the file suffices (little-endian ELF32 and ELF64, which covers aarch64 and armv7 Linux).
+the file suffices (little-endian ELF32 and ELF64: aarch64, armv7 and riscv64 Linux).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Arm kernel libraries: the x86 plugin's LLVM library, linked by the cross gcc, run under qemu-user.
+"""Kernel libraries of a cross-compiled target: the LLVM library, linked by the cross gcc, run under qemu.
 
-``ArmKernelLibrary`` is what ``build`` returns. Exported, it is the x86 format (kernels, ``.incbin``
-blobs, the C entry point of ``nnvm_backend_llvm_x86.glue``) linked by the cross gcc, so the C runtime
-and ``nnvm-run`` on the device need no Python. On a host that cannot execute the code, the core's
-``Module`` sees ``runs_in_process() == False`` and runs an exported copy through ``run_exported`` (the
-device runner under qemu). ``ForeignArtifact`` is the same for a file given to ``nnvm.load``: an Arm
-ELF cannot be ``dlopen``ed here, so its blobs are read from the file with ``elf.py``.
+``CrossKernelLibrary`` is what ``CrossLLVMBackend.build`` returns. Exported, it is the same format as
+the host's (kernels, ``.incbin`` blobs, the C entry point of ``glue.py``) linked by the cross gcc, so
+the C runtime and ``nnvm-run`` on the device need no Python. On a host that cannot execute the code,
+the core's ``Module`` sees ``runs_in_process() == False`` and runs an exported copy through
+``run_exported`` (the device runner under qemu). ``ForeignArtifact`` is the same for a file given to
+``nnvm.load``: another CPU's ELF cannot be ``dlopen``ed here, so its blobs are read from the file with
+``elf.py``.
 """
 
 from __future__ import annotations
@@ -15,24 +16,27 @@ import shutil
 
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error, ModelLoadError
-from nnvm_backend_llvm_arm.elf import ElfSymbols
-from nnvm_backend_llvm_arm.runner import run_artifact
-from nnvm_backend_llvm_arm.toolchain import ArmToolchain
-from nnvm_backend_llvm_x86 import LLVMKernelLibrary
+from nnvm_backend_llvm.cross import CrossToolchain
+from nnvm_backend_llvm.elf import ElfSymbols
+from nnvm_backend_llvm.library import LLVMKernelLibrary
+from nnvm_backend_llvm.runner import run_artifact
 
 
-def _note(tc: ArmToolchain) -> str:
+def _note(tc: CrossToolchain) -> str:
     return (f"this {platform.machine()} host cannot run {tc.kind} code; running it under "
             f"{' '.join(tc.emulator()) or 'the device runtime'} with the nnvm-run device runtime")
 
 
-class ArmKernelLibrary(LLVMKernelLibrary):
-    """Kernels for an Arm target; ``toolchain`` is set by the backend right after construction."""
+class CrossKernelLibrary(LLVMKernelLibrary):
+    """Kernels for a cross-compiled target; ``toolchain`` is set by the backend right after construction."""
 
-    toolchain: ArmToolchain
+    toolchain: CrossToolchain
 
     def runs_in_process(self) -> bool:
         return self._engine is not None
+
+    def cannot_run_here(self) -> str | None:
+        return None  # the emulator runs it
 
     def emulation_note(self) -> str:
         return _note(self.toolchain)
@@ -46,9 +50,10 @@ class ArmKernelLibrary(LLVMKernelLibrary):
 
 
 class ForeignArtifact(KernelLibrary):
-    """An exported Arm module on a host that cannot load it: blobs read from the file, runs emulated."""
+    """An exported module of another CPU on a host that cannot load it: blobs read from the file, run
+    emulated."""
 
-    def __init__(self, path: str, tc: ArmToolchain):
+    def __init__(self, path: str, tc: CrossToolchain):
         self.path = path
         self.toolchain = tc
         self.elf = ElfSymbols(path)

@@ -42,7 +42,7 @@ from nnvm.tir import stmt as S
 from nnvm.tir.simplify import simplify
 from nnvm.tir.vectorize import LLVM, vectorize_loops
 from nnvm.tir.visit import free_vars, walk
-from nnvm_backend_llvm_x86.codegen_expr import (
+from nnvm_backend_llvm.codegen_expr import (
     I1,
     I8,
     I32,

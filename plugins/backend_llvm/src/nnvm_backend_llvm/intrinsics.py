@@ -59,7 +59,7 @@ def emit_tensor_intrin(cg, call: E.TensorIntrinCall):
 
 
 def _emit_gemm(cg, call, m: int, n: int, k: int, dtype: str):
-    from nnvm_backend_llvm_x86.codegen_expr import I32, I64, scalar_type
+    from nnvm_backend_llvm.codegen_expr import I32, I64, scalar_type
 
     bld = cg.builder
     ety = scalar_type(dtype)

@@ -13,7 +13,7 @@ from llvmlite import ir
 
 from nnvm.errors import Error
 from nnvm.tir import expr as E
-from nnvm_backend_llvm_x86.codegen_math import FastMath
+from nnvm_backend_llvm.codegen_math import FastMath
 
 I1 = ir.IntType(1)
 I8 = ir.IntType(8)
@@ -430,7 +430,7 @@ class ExprEmitter(FastMath):
 
     def expr_TensorIntrinCall(self, e: E.TensorIntrinCall):
         """A tensor intrinsic (``te.tensorize``): its IR comes from ``intrinsics.py``."""
-        from nnvm_backend_llvm_x86.intrinsics import emit_tensor_intrin
+        from nnvm_backend_llvm.intrinsics import emit_tensor_intrin
 
         return emit_tensor_intrin(self, e)
 

@@ -34,40 +34,12 @@ import llvmlite.binding as llvm
 
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error
-from nnvm_backend_llvm_x86.glue import glue_source
-from nnvm_backend_llvm_x86.kernel_unit import empty_module, runtime_module
-from nnvm_backend_llvm_x86.toolchain import LLVMTarget, cpu_name_lanes, feature_switches
+from nnvm.runtime.artifact import host_lacks
+from nnvm_backend_llvm.glue import glue_source
+from nnvm_backend_llvm.kernel_unit import empty_module, runtime_module
+from nnvm_backend_llvm.toolchain import LLVMTarget
 
 _BLOB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_X86 = ("x86_64", "i386", "i686")
-_BASE_AVX2 = ("sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c")
-_BASE_AVX512 = (*_BASE_AVX2, "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
-
-
-def cpu_name_features(cpu: str) -> str:
-    """The feature string (``+avx,+avx2,...``) a CPU known by its name alone implies: the extensions of
-    its vector width (``toolchain.cpu_name_lanes``); llvmlite does not list a named CPU's own."""
-    lanes = cpu_name_lanes(cpu)
-    implied = _BASE_AVX512 if lanes == 16 else _BASE_AVX2 if lanes == 8 else ()
-    return ",".join("+" + name for name in implied)
-
-
-def code_features(target: LLVMTarget) -> list:
-    """The x86 extensions (``artifact.CPU_FEATURES`` names) that code built for ``target`` may use:
-    its feature string read in order (``+avx2,-avx2`` ends off); for ``-mcpu`` alone, whose features
-    llvmlite does not list, the host's when it is the host's CPU, else those its vector width implies
-    (the names ``toolchain.cpu_name_lanes`` knows). Empty for other architectures."""
-    from nnvm.runtime.artifact import CPU_FEATURES
-    from nnvm_backend_llvm_x86.toolchain import host_cpu, host_features
-
-    if not target.triple.startswith(_X86):
-        return []
-    features = target.features
-    if not features and target.cpu == host_cpu():
-        features = host_features()
-    on = feature_switches(features or cpu_name_features(target.cpu))
-    known = [name for name, _ in CPU_FEATURES]
-    return [name for name in known if on.get(name)]
 _runtime_lock = threading.Lock()
 _runtime_loaded: set = set()
 POOL_SOURCE = Path(__file__).with_name("nnvm_pool.c")
@@ -158,6 +130,9 @@ class LLVMKernelLibrary(KernelLibrary):
         self.cc = cc  # the C compiler that links exports (a cross compiler for another CPU); None: $CC or cc
         self.compile_seconds = compile_seconds if compile_seconds is not None else {}
         self._engine = None
+        # the ISA extensions the code may use (the backend's ``code_features``), set by the backend: an
+        # export records them in its footer, so a loader on a CPU without them refuses it
+        self.cpu_features: list = []
         if module is not None:
             load_runtime_libraries()
             if self.uses_pool:
@@ -193,20 +168,14 @@ class LLVMKernelLibrary(KernelLibrary):
             linked.link_in(llvm.parse_bitcode(unit.bitcode))
         return linked
 
-    @property
-    def cpu_features(self) -> list:
-        """Recorded in an exported module's footer, so a loader on a CPU without them refuses it."""
-        return code_features(self.target)
-
     def runs_in_process(self) -> bool:
         return self._engine is not None
 
     def cannot_run_here(self) -> str | None:
-        """Nothing here runs x86 code built for another CPU (no emulator): say what this one lacks."""
-        if self._engine is not None or not self.target.triple.startswith(_X86):  # Arm: runs under qemu
+        """Code this process cannot run and no emulator runs (built for a CPU with extensions this one
+        lacks, or another OS): say what it lacks. A cross target's library runs under its emulator."""
+        if self._engine is not None:
             return None
-        from nnvm.runtime.artifact import host_lacks
-
         missing = host_lacks(self.cpu_features)
         what = f"use {', '.join(missing)}, which this CPU lacks" if missing else "are for another platform"
         return (f"kernels for {self.target.cpu or self.target.triple} {what}; export the module and run "
