@@ -169,7 +169,7 @@ def test_guard_the_same_for_every_lane_keeps_the_loop_vector(build, close, rng):
 
 
 def _ir_of(func) -> str:
-    from nnvm_backend_llvm_x86.codegen import CodeGenLLVM
+    from nnvm_backend_llvm.codegen import CodeGenLLVM
 
     cg = CodeGenLLVM("x86_64-unknown-linux-gnu")
     cg.add_function(func)
