@@ -77,6 +77,11 @@ class GPUKernelLibrary(KernelLibrary):
     format = "nnvm-gpu"
     language = "GPU"  # in messages: "the OpenCL kernel ... failed"
     base_align = 1  # bytes a view's offset must be a multiple of (OpenCL sub-buffers: the device's)
+    # What ``open_export`` asks of an exported file (``read_export``): the files decoded as text (kernel
+    # sources), the files that must be there (None: the text files) and the string options it must have.
+    text_files: tuple = ()
+    required_files: tuple | None = None
+    required_options: tuple = ()
 
     def __init__(self, tables: list, files: dict, options: dict | None = None, blobs: dict | None = None):
         self.tables = {t["name"]: t for t in tables}
@@ -88,6 +93,18 @@ class GPUKernelLibrary(KernelLibrary):
         self._lock = threading.Lock()
         self.bytes_to_device = 0
         self.bytes_from_device = 0
+
+    @classmethod
+    def open_export(cls, path: str) -> GPUKernelLibrary | None:
+        """The library of a file ``export`` wrote in this class's ``format`` (checked by ``read_export``),
+        through ``from_files``; None when ``path`` is not such a file."""
+        found = read_export(path, cls.format, cls.text_files, cls.required_files, cls.required_options)
+        return None if found is None else cls.from_files(*found)
+
+    @classmethod
+    def from_files(cls, manifest: dict, files: dict, blobs: dict) -> GPUKernelLibrary:
+        """The library of an exported file's checked ``manifest``, ``files`` and ``blobs``."""
+        raise NotImplementedError(f"{cls.__name__} cannot be loaded from an exported file")
 
     # -- the device: what a language implements --------------------------------------------------
     def alloc(self, nbytes: int):
