@@ -14,6 +14,7 @@ from nnvm import (
     plugins,  # noqa: F401
     te,  # noqa: F401
 )
+from nnvm.compiler import compile_model, import_model
 from nnvm.errors import (  # noqa: F401
     Error,
     InputError,
@@ -24,28 +25,26 @@ from nnvm.errors import (  # noqa: F401
 )
 from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
+from nnvm.kernel_cache import KernelCache, default_kernel_cache
+from nnvm.runtime.kernel import build_function
+from nnvm.runtime.module import load_module
+from nnvm.te.lower import lower_schedule
 
 __version__ = "0.1.0"
 
 
 def lower(schedule, args, name: str = "main"):
     """The loop program of a schedule, as a ``PrimFunc`` (``print`` it to read it)."""
-    from nnvm.te.lower import lower_schedule
-
     return lower_schedule(schedule, list(args), name)
 
 
 def build(schedule, args, target: str = "llvm", name: str = "main"):
     """Compile a schedule for ``target``; the result is callable on numpy arrays, one per argument."""
-    from nnvm.runtime.kernel import build_function
-
     return build_function(schedule, list(args), target, name)
 
 
 def load_model(model, shapes: dict | None = None, **kwargs):
     """Import a model with the frontend that reads it; returns ``(graph, params)``."""
-    from nnvm.compiler import import_model
-
     graph = import_model(model, shapes, **kwargs)
     return graph, dict(graph.params)
 
@@ -59,9 +58,6 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: 
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
     ``jobs``: worker processes compiling kernels (None: the CPUs, when nothing else runs threads here).
     """
-    from nnvm.compiler import compile_model
-    from nnvm.kernel_cache import KernelCache, default_kernel_cache
-
     if kernel_cache is None:
         kernel_cache = default_kernel_cache()
     elif kernel_cache is False:
@@ -74,6 +70,4 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: 
 
 def load(path: str):
     """Load a module exported by ``Module.export``; needs only the core installed."""
-    from nnvm.runtime.module import load_module
-
     return load_module(path)

@@ -19,6 +19,7 @@
 ``blocked_layout`` (whether the layout pass runs). The template names keep their ``x86.`` prefix: they
 are keys in the tuning logs the x86 plugin ships. Nothing here imports a plugin.
 """
+from nnvm.plugins import backends
 
 
 def serves(target) -> bool:
@@ -27,7 +28,6 @@ def serves(target) -> bool:
     schedule). Here, not in ``plugin``, so the passes of this layer can ask it without an import cycle."""
     if "cpu" not in getattr(target, "keys", ()):
         return False
-    from nnvm.plugins import backends
 
     found = backends().get(target.kind)
     return found is not None and found[1].vector_lanes(target) is not None

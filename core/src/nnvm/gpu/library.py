@@ -23,6 +23,7 @@ A language plugin subclasses ``GPUKernelLibrary`` and implements the device in s
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import math
 import os
@@ -312,8 +313,6 @@ def content_digest(manifest: dict, files: dict, blobs: dict) -> str:
     """SHA-256 of everything an export holds (the manifest but its ``digest``, every file and blob), so a
     launch table, plan or kernel changed after export is refused whole: the checks below catch what is
     malformed, but a well-formed grid larger than the kernel was written for can only be caught here."""
-    import hashlib
-
     h = hashlib.sha256(json.dumps({k: v for k, v in manifest.items() if k != "digest"}, sort_keys=True)
                        .encode())
     for kind, members in (("files", files), ("blobs", blobs)):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import Error
 from nnvm.graph.ir import Graph
+from nnvm.plugins import passes as registered
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,6 @@ DEFAULT_PIPELINE = (
 
 def run_pipeline(graph: Graph, ctx: PassContext, pipeline=None) -> Graph:
     """Run the selected passes in pipeline order, timing each and dumping the graph after each."""
-    from nnvm.plugins import passes as registered
-
     table = {name: p for name, (_, p) in registered().items()}
     order = list(pipeline or DEFAULT_PIPELINE)
     extra = [n for n in table if n not in order]

@@ -14,7 +14,8 @@ from functools import cache
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.visit import _child_names, _replaced
+from nnvm.tir.printer import expr_str
+from nnvm.tir.visit import _child_names, _replaced, rewrite
 
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 
@@ -289,8 +290,6 @@ class Simplifier:
 
     def _merge_divmod(self, lin: Linear) -> Linear:
         """c*k*(x // k) + c*(x % k) -> c*x: what lowering a fused loop produces."""
-        from nnvm.tir.printer import expr_str
-
         divs = {}
         for atom, coef in lin.terms.items():
             if isinstance(atom, E.BinOp) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
@@ -453,8 +452,6 @@ class Simplifier:
 
 
 def _rewrite_expr(e, fn, pre=None):
-    from nnvm.tir.visit import rewrite
-
     return rewrite(e, fn, pre)
 
 
