@@ -24,8 +24,8 @@ ROOT = pathlib.Path(nnvm.__file__).parent
 # The core's packages and top-level modules, lowest first: a package imports only from lower layers (and
 # from itself). A new package or module goes into the layer it belongs to.
 LAYERS = (
-    ("errors", "hookspecs"),  # the project's error types; the hook specifications
-    ("plugins", "limits", "tir"),  # the plugin manager and its registries; size limits; the loop program
+    ("errors", "hookspecs", "environment"),  # error types; the hook specifications; NNVM_* variables
+    ("plugins", "limits", "options", "tir"),  # plugin manager and registries; limits; nnvm.Options; loop IR
     ("target", "graph", "kernel_cache"),  # target strings; the graph IR and builder; compiled-kernel store
     ("backend", "te", "kernel_jobs"),  # what a backend implements; tensor expressions; compile workers
     ("ops", "schedules"),  # the standard operators (compute only); the generic schedule

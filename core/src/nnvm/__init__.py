@@ -26,6 +26,7 @@ from nnvm.errors import (  # noqa: F401
 from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
 from nnvm.kernel_cache import KernelCache, default_kernel_cache
+from nnvm.options import Options  # noqa: F401  (nnvm.Options)
 from nnvm.runtime.kernel import build_function
 from nnvm.runtime.module import load_module
 from nnvm.te.lower import lower_schedule
@@ -51,21 +52,28 @@ def load_model(model, shapes: dict | None = None, **kwargs):
 
 def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: int = 3,  # noqa: A001
             tuning_log=None, dump_ir: str | None = None, kernel_cache=None, jobs: int | None = None,
-            **kwargs):
+            options: Options | None = None, **kwargs):
     """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``.
 
     ``kernel_cache``: a directory or ``nnvm.kernel_cache.KernelCache`` for compiled kernels, ``False`` for
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
     ``jobs``: worker processes compiling kernels (None: the CPUs, when nothing else runs threads here).
+    ``options``: an ``nnvm.Options`` holding all of these and the CPU layer's switches; a keyword above
+    that differs from its default overrides it.
     """
+    options = Options() if options is None else options
+    given = {"opt_level": (opt_level, 3), "tuning_log": (tuning_log, None), "dump_ir": (dump_ir, None),
+             "kernel_cache": (kernel_cache, None), "jobs": (jobs, None)}
+    options = options.replace(**{k: v for k, (v, default) in given.items() if v != default})
+    kernel_cache = options.kernel_cache
     if kernel_cache is None:
         kernel_cache = default_kernel_cache()
     elif kernel_cache is False:
         kernel_cache = None
     elif not isinstance(kernel_cache, KernelCache):
         kernel_cache = KernelCache(kernel_cache)
-    return compile_model(model, target=target, shapes=shapes, opt_level=opt_level, tuning_log=tuning_log,
-                         dump_ir=dump_ir, kernel_cache=kernel_cache, jobs=jobs, **kwargs)
+    options = options.replace(kernel_cache=False if kernel_cache is None else kernel_cache)
+    return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
 
 
 def load(path: str):

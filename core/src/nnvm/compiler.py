@@ -22,7 +22,7 @@ import numpy as np
 
 import nnvm
 from nnvm.autotune.log import TuningLogs
-from nnvm.cpu.switches import switch_state
+from nnvm.cpu.switches import check_options, switch_state
 from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph
 from nnvm.kernel_cache import KernelCache, kernel_key, source_fingerprint
@@ -40,6 +40,7 @@ from nnvm.lowering import (  # noqa: F401  (import_model, schedule_group, GroupC
     untemplated_schedule,
     workload_key,
 )
+from nnvm.options import Options, activated
 from nnvm.runtime.module import Module
 from nnvm.runtime.plan import make_plan
 from nnvm.te.lower import lower_schedule
@@ -58,14 +59,24 @@ def tuning_logs_for(target, tuning_log=None):
     return TuningLogs(given, signature=signature, shipped=shipped)
 
 
-def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
-                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(),
-                  kernel_cache: KernelCache | None = None, jobs: int | None = None, **kwargs):
-    """``kernel_cache``: where compiled kernels are looked up and stored (None: nowhere); ``jobs``: worker
-    processes for the kernels not in it (None: ``kernel_jobs.default_jobs()``)."""
+def compile_model(model, target="llvm", shapes=None, options: Options | None = None, **kwargs):
+    """What ``nnvm.compile`` runs, as ``options`` say (``nnvm.Options``; they are the active options while it
+    runs). Their ``kernel_cache`` is where compiled kernels are looked up and stored: a ``KernelCache``,
+    anything else for none (``nnvm.compile`` resolves the default). ``kwargs`` go to the frontend."""
+    options = Options() if options is None else options
+    check_options(options)
+    with activated(options):
+        return _compile(model, target, shapes, options, **kwargs)
+
+
+def _compile(model, target, shapes, options: Options, **kwargs):
+    opt_level, tuning_log, dump_ir = options.opt_level, options.tuning_log, options.dump_ir
+    jobs = options.jobs
+    kernel_cache = options.kernel_cache if isinstance(options.kernel_cache, KernelCache) else None
     seconds: dict = {}
     graph, tgt, ctx, nodes_before = optimized_graph(model, target, shapes, opt_level, dump_ir,
-                                                    disabled_passes, enabled_passes, seconds, **kwargs)
+                                                    options.disabled_passes, options.enabled_passes, seconds,
+                                                    options=options, **kwargs)
     backend = tgt.backend
 
     t0 = time.perf_counter()

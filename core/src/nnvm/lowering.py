@@ -204,7 +204,8 @@ def untemplated_schedule(target, group: GroupCompute):
 
 
 def optimized_graph(model, target="llvm", shapes=None, opt_level: int = 3, dump_ir: str | None = None,
-                    disabled_passes=(), enabled_passes=(), seconds: dict | None = None, **kwargs):
+                    disabled_passes=(), enabled_passes=(), seconds: dict | None = None, options=None,
+                    **kwargs):
     """``(graph, target, pass context, nodes before)``: the model imported and through the graph passes,
     up to fused groups, exactly as the compiler lowers it (the tuner extracts its tasks from this, so
     tuned workload keys match the compiler's)."""
@@ -220,7 +221,8 @@ def optimized_graph(model, target="llvm", shapes=None, opt_level: int = 3, dump_
 
     t0 = time.perf_counter()
     ctx = PassContext(opt_level=opt_level, target=tgt, disabled=frozenset(disabled_passes),
-                      enabled=frozenset(enabled_passes) | {"infer_types", "fuse_ops"}, dump_dir=dump_ir)
+                      enabled=frozenset(enabled_passes) | {"infer_types", "fuse_ops"}, dump_dir=dump_ir,
+                      options=options)
     graph = run_pipeline(graph, ctx)
     seconds["passes"] = time.perf_counter() - t0
     return graph, tgt, ctx, nodes_before

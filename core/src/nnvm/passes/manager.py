@@ -35,6 +35,7 @@ class PassContext:
     disabled: frozenset = frozenset()
     enabled: frozenset = frozenset()
     dump_dir: str | None = None
+    options: object = None  # the compile's ``nnvm.Options`` (None outside nnvm.compile)
     timings: dict = field(default_factory=dict)
     done: list = field(default_factory=list)
 
