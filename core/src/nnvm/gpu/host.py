@@ -78,12 +78,13 @@ class HostRunner(HostMemory):
         self._make = kernels
         self._source = source
         self._built: HostSource | None = None
+        self._build_lock = threading.Lock()  # not the memory's: allocations need not wait for a compile
         self.note = note
         self.reversed_threads = reversed_threads
 
     def kernels(self) -> HostSource:
         """The source built for the CPU (compiled on the first call: a compiler error surfaces here)."""
-        with self._lock:
+        with self._build_lock:
             if self._built is None:
                 self._built = self._make(self._source)
             return self._built
