@@ -3,7 +3,8 @@
 A GPU language plugin is a printer, a compiler call and a runtime. Its backend class subclasses this
 one and sets three things (Triton's backends list their stages the same way):
 
-- ``printer``: its ``nnvm.gpu.c_printer.CPrinter`` subclass (how the language spells a kernel);
+- ``printer``: its ``nnvm.gpu.c_printer.CPrinter`` subclass (how the language spells a kernel; any class
+  whose ``program(kernels)`` returns the source of all kernels will do);
 - ``vectors``: the ``nnvm.tir.vectorize.VectorTarget`` its vector types can express;
 - ``library``: its ``nnvm.gpu.library.GPUKernelLibrary`` subclass (the runtime: device calls, export),
 
@@ -19,6 +20,10 @@ that library. ``build_options(target)`` says what of the target the compile need
 4. ``compile``: ``compile`` builds it, with each function's launch table (``launch_table``).
 
 ``open_foreign`` (for ``nnvm.load``) hands a file to ``library.open_export``.
+
+A new language (WebGPU's WGSL, say) is therefore three small things: the printer subclass, the call
+that turns its source into a library (a shader module, a program), and the library's device section
+(``GPUKernelLibrary``: allocate, copy, launch). Schedules come with the target key ``gpu``.
 """
 
 from __future__ import annotations
