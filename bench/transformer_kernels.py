@@ -91,11 +91,8 @@ def _compile_with_tile(path, tile: str):
         return nnvm.compile(path, target="llvm", tuning_log=False)
     if "=" in tile:
         name, value = tile.split("=")
-        os.environ[name] = value
-        try:
-            return nnvm.compile(path, target="llvm", tuning_log=False)
-        finally:
-            os.environ.pop(name)
+        options = nnvm.Options(tuning_log=False, cpu_switches={name: value})
+        return nnvm.compile(path, target="llvm", options=options)
     jb, mb = (int(v) for v in tile.split("x"))
     chosen = schedule_dense.packed_tile
     schedule_dense.packed_tile = lambda machine, blocks, rows: (jb, mb)

@@ -228,10 +228,11 @@ def reference() -> str:
 
 
 def gpu_sections() -> str:
-    """Thread binding, shared memory and barriers (``nnvm.tir.gpu``); vectorization in the loop program."""
+    """Thread binding, shared memory and barriers (``nnvm.gpu.kernels``); vectorization in the loop
+    program."""
     from dataclasses import replace
 
-    from nnvm.tir.gpu import lower_for_gpu
+    from nnvm.gpu.kernels import lower_for_gpu
     from nnvm.tir.vectorize import vectorize_loops
 
     A, B, C, k = matmul(16)
@@ -254,9 +255,9 @@ def gpu_sections() -> str:
     parts = [
         "## Threads, shared memory and barriers (GPU lowering)\n",
         "`bind`, `set_scope(\"shared\")` and `cache_read(..., \"shared\", ...)` describe a GPU kernel inside "
-        "the ordinary loop program. `nnvm.tir.gpu.lower_for_gpu` turns it into what a GPU runs, once for "
+        "the ordinary loop program. `nnvm.gpu.kernels.lower_for_gpu` turns it into what a GPU runs, once for "
         "every GPU-style backend (OpenCL, CUDA, Metal), which then only print code with the C-family "
-        "printer `nnvm.tir.c_printer.CPrinter`:\n",
+        "printer `nnvm.gpu.c_printer.CPrinter`:\n",
         "- each root loop nest becomes one kernel launch; loops bound to `blockIdx.*`/`threadIdx.*` become "
         "those indices, their largest extents the launch size (`PrimFunc.attrs[\"launch\"]`); a loop "
         "with a smaller extent than the launch gets a guard; stores outside every thread loop run once per "

@@ -1,4 +1,4 @@
-"""The C-family printer (nnvm.tir.c_printer): one class, a language is a few overridden methods.
+"""The C-family printer (nnvm.gpu.c_printer): one class, a language is a few overridden methods.
 
 A toy dialect defined here (about twenty lines) prints lowered GPU kernels; the tests check the parts
 every dialect shares: thread indices, shared arrays, barriers, guards, vectors, constants, floor
@@ -13,12 +13,12 @@ import pytest
 
 import nnvm
 from nnvm import te
+from nnvm.gpu.c_printer import CPrinter
+from nnvm.gpu.kernels import lower_for_gpu
 from nnvm.te.examples import gemm, gemm_intrin
 from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.c_printer import CPrinter
-from nnvm.tir.gpu import lower_for_gpu
 from nnvm.tir.vectorize import vectorize_loops
 
 
@@ -180,7 +180,7 @@ def test_the_base_spells_plain_c_and_asks_the_language_for_the_rest():
     import ast
     import inspect
 
-    from nnvm.tir import c_printer
+    from nnvm.gpu import c_printer
 
     tree = ast.parse(inspect.getsource(c_printer))
     docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
@@ -236,3 +236,37 @@ def test_bounded_exp_prints_as_exp():
     src = ToyPrinter().kernel(replace(func, body=vectorize_loops(func.body)))
     assert "exp_bounded" not in src
     assert "= exp(*((float4*)(A + (i * 4L))));" in src and "= exp(A[" in src
+
+
+def test_a_gpu_backend_is_a_printer_a_vector_target_and_a_compile_call():
+    """``GPUBackend`` runs the stages (lower for the GPU, vectorize, print, compile) for a language given
+    as its printer, ``VectorTarget`` and compile call, and hands ``compile`` every function's launch table."""
+    from nnvm.gpu.backend import GPUBackend
+    from nnvm.gpu.library import GPUKernelLibrary
+    from nnvm.target import parse_target
+    from nnvm.tir.vectorize import C_FAMILY
+
+    class ToyBackend(GPUBackend):
+        name, target_kinds, printer, vectors = "toy", ("toy",), ToyPrinter, replace(C_FAMILY, lanes=(4,))
+
+        def build_options(self, target):
+            return {"target": str(target)}
+
+        def compile(self, source, tables, options):
+            return GPUKernelLibrary(tables, {"kernels.toy": source}, options)
+
+    n = 64
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=16)
+    bio, bii = s[B].split(bi, factor=4)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bio, "threadIdx.x")
+    s[B].vectorize(bii)
+    lib = ToyBackend().build([lower_schedule(s, [A, B], "twice")], parse_target("opencl"))
+    assert lib.options == {"target": "opencl"}
+    assert lib.tables["twice"]["launches"] == [{"kernel": "twice_k0", "grid": [4, 1, 1], "block": [4, 1, 1]}]
+    assert '*((float4*)(B + ' in lib.source_text(), lib.source_text()
+    with pytest.raises(NotImplementedError, match="must say how its source is compiled"):
+        GPUBackend().compile("", [], {})

@@ -73,7 +73,7 @@ def _graph():
     return b.build()
 
 
-def _chosen(monkeypatch, target) -> list:
+def _chosen(monkeypatch, target, **compile_args) -> list:
     """The templates ``nnvm.compile`` picked for every group of ``_graph()`` on ``target``."""
     chosen = []
     ask = nnvm.compiler.schedule_template
@@ -85,7 +85,7 @@ def _chosen(monkeypatch, target) -> list:
 
     monkeypatch.setattr(nnvm.compiler, "schedule_template", spy)
     with pytest.raises(_Built) as built:
-        nnvm.compile(_graph(), target=target)
+        nnvm.compile(_graph(), target=target, **compile_args)
     assert built.value.args[0], "no kernel reached the backend"
     return chosen
 
@@ -121,3 +121,40 @@ def test_a_cpu_backend_that_does_not_answer_vector_lanes_gets_the_generic_schedu
     from nnvm.cpu import plugin
 
     assert plugin.nnvm_schedule_template(target=parse_target("cuda"), group=None) is None  # key gpu
+
+
+def test_cpu_switches_are_options_the_environment_overlays(testcpu, monkeypatch):
+    """``Options(cpu_switches=...)`` turns a CPU switch as its ``NNVM_X86_*`` variable does, wins over the
+    variable, and an unknown switch or value is one sentence before anything compiles."""
+    target, backend = testcpu
+    backend.blocked = True
+    monkeypatch.delenv("NNVM_X86_LAYOUT", raising=False)
+    names = lambda **kw: {t.name for t in _chosen(monkeypatch, target, **kw) if t is not None}  # noqa: E731
+    blocked = names()
+    assert "x86.dense.packed" in blocked
+    plain = names(options=nnvm.Options(cpu_switches={"layout": "0"}))
+    assert "x86.dense.packed" not in plain and plain != blocked
+    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    assert names() == plain
+    assert names(options=nnvm.Options(cpu_switches={"NNVM_X86_LAYOUT": "1"})) == blocked
+    for bad, says in (({"layuot": "0"}, "cpu switch 'layuot' does not exist"),
+                      ({"layout": "2"}, "cpu switch layout='2': must be one of 0, 1")):
+        with pytest.raises(nnvm.Error, match=says):
+            nnvm.compile(_graph(), target=target, options=nnvm.Options(cpu_switches=bad))
+
+
+def test_compile_keywords_override_the_options_they_differ_from(testcpu, monkeypatch):
+    target, _ = testcpu
+    seen = []
+    real = nnvm.compiler._compile
+    monkeypatch.setattr(nnvm.compiler, "_compile",
+                        lambda model, target, shapes, options, **kw: seen.append(options) or real(
+                            model, target, shapes, options, **kw))
+    base = nnvm.Options(opt_level=1, jobs=1, cpu_switches={"templates": "0"})
+    for kwargs in ({}, {"opt_level": 2}):
+        with pytest.raises(_Built):
+            nnvm.compile(_graph(), target=target, kernel_cache=False, options=base, **kwargs)
+    assert [(o.opt_level, o.jobs, o.cpu_switches, o.kernel_cache) for o in seen] == [
+        (1, 1, {"TEMPLATES": "0"}, False), (2, 1, {"TEMPLATES": "0"}, False)]
+    with pytest.raises(nnvm.Error, match="opt_level must be 0, 1, 2 or 3"):
+        nnvm.Options(opt_level=4)

@@ -14,11 +14,11 @@ import nnvm
 import nnvm.target
 from nnvm import plugins
 from nnvm.backend import Backend
+from nnvm.gpu.kernels import lower_for_gpu
 from nnvm.gpu.library import GPUKernelLibrary, launch_table, read_export
 from nnvm.graph.builder import GraphBuilder
 from nnvm.hookspecs import hookimpl
 from nnvm.target import parse_target
-from nnvm.tir.gpu import lower_for_gpu
 from nnvm.tir.interpreter import run_primfunc
 
 

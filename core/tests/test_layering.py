@@ -5,6 +5,11 @@ plugin by name.
 A module importing ``nnvm.x.y`` depends on ``nnvm.x.y`` and on the packages on the way (their
 ``__init__`` runs first), except the root ``nnvm`` package, the public facade that every module
 reaches through ``import nnvm`` and that imports the rest.
+
+Packages (``nnvm.graph``, ``nnvm.ops``) and top-level modules (``nnvm.compiler``) are ordered in
+``LAYERS``: each imports only from the layers below it, so there is no cycle between packages either.
+Imports inside functions are allowed only from ``FUNCTION_LEVEL_IMPORTS``, each with its reason: an
+import moved into a function to dodge a cycle hides the cycle from readers, not from Python.
 """
 
 from __future__ import annotations
@@ -15,6 +20,42 @@ import pathlib
 import nnvm
 
 ROOT = pathlib.Path(nnvm.__file__).parent
+
+# The core's packages and top-level modules, lowest first: a package imports only from lower layers (and
+# from itself). A new package or module goes into the layer it belongs to.
+LAYERS = (
+    ("errors", "hookspecs", "environment"),  # error types; the hook specifications; NNVM_* variables
+    ("plugins", "limits", "options", "tir"),  # plugin manager and registries; limits; nnvm.Options; loop IR
+    ("target", "graph", "kernel_cache"),  # target strings; the graph IR and builder; compiled-kernel store
+    ("backend", "te", "kernel_jobs"),  # what a backend implements; tensor expressions; compile workers
+    ("ops", "schedules"),  # the standard operators (compute only); the generic schedule
+    ("frontend", "passes", "runtime"),  # the shared frontend layer; graph passes; plan, module, loader
+    ("lowering",),  # a model up to each group's schedule: what the compiler and the tuner share
+    ("autotune",),  # templates, tuning logs, tasks, the tuner
+    ("cpu", "gpu", "testing"),  # the shared backend layers (schedule templates, GPU stages); test helpers
+    ("bench", "compiler"),  # nnvm bench; nnvm.compile
+    ("cli", ""),  # the command line; the root package, the public facade
+)
+
+# Imports inside functions, (module, what it imports) -> why. Nothing else: fix the dependency instead
+# (pass the thing in, or move the shared piece down a layer).
+FUNCTION_LEVEL_IMPORTS = {
+    # optional dependencies, imported where they are needed
+    ("nnvm.autotune.tuner", "sklearn.ensemble"): "the model-guided tuner's cost model (nnvm[tune])",
+    ("nnvm.autotune.tuner", "threadpoolctl"): "comes with scikit-learn, only for its cost model",
+    ("nnvm.bench", "onnxruntime"): "nnvm bench --compare onnxruntime; not a dependency of the core",
+    ("nnvm.testing.venvs", "pytest"): "a test helper; pytest is not a dependency of the core",
+    # plugin loading: the backend registered for a target kind, asked when it is needed
+    ("nnvm.target", "nnvm.plugins"): "Target.backend",
+    ("nnvm.runtime.module", "nnvm.plugins"): "nnvm.load asks the installed backends for a foreign file",
+    # in runtime/, which issue 38's first part rewrites: to hoist after it lands
+    ("nnvm.runtime.crt", "nnvm.target"): "issue 38, part 1",
+    ("nnvm.runtime.kernel", "nnvm.target"): "issue 38, part 1",
+    ("nnvm.runtime.kernel", "nnvm.te.lower"): "issue 38, part 1",
+    ("nnvm.runtime.module", "shutil"): "issue 38, part 1",
+    ("nnvm.runtime.artifact", "platform"): "issue 38, part 1",
+}
+MAX_FUNCTION_LEVEL_IMPORTS = 30
 
 
 def _modules() -> dict:
@@ -114,3 +155,52 @@ def test_the_checker_sees_cycles_and_function_level_imports(tmp_path):
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert graph == {"nnvm.a": {"nnvm.b"}, "nnvm.b": {"nnvm.a"}}
     assert _cycles(graph) == [["nnvm.a", "nnvm.b"]]
+
+
+def _package(module: str) -> str:
+    """``nnvm.graph.ir`` -> ``graph``, ``nnvm.compiler`` -> ``compiler``, ``nnvm`` -> ``""``."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def _function_level_imports() -> list:
+    """``(module, imported module, line)`` for every import statement inside a function of the core."""
+    found = []
+
+    def visit(name, node, inside):
+        for child in ast.iter_child_nodes(node):
+            if inside and isinstance(child, ast.Import | ast.ImportFrom):
+                target = child.names[0].name if isinstance(child, ast.Import) else child.module or ""
+                found.append((name, target, child.lineno))
+            visit(name, child, inside or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
+
+    for name, path in _modules().items():
+        visit(name, ast.parse(path.read_text()), False)
+    return found
+
+
+def test_packages_import_only_from_lower_layers():
+    layer = {pkg: k for k, pkgs in enumerate(LAYERS) for pkg in pkgs}
+    unplaced = {_package(m) for m in _modules()} - set(layer)
+    assert not unplaced, f"put these packages or modules into a layer of LAYERS: {sorted(unplaced)}"
+    upward = sorted(f"{m} -> {d}" for m, deps in _graph().items() for d in deps
+                    if _package(m) != _package(d) and layer[_package(d)] >= layer[_package(m)])
+    assert upward == [], "imports from the same or a higher layer:\n" + "\n".join(upward)
+
+
+def test_no_cycles_between_packages():
+    packages: dict = {}
+    for m, deps in _graph().items():
+        own = _package(m)
+        packages.setdefault(own, set()).update(_package(d) for d in deps if _package(d) != own)
+    assert _cycles(packages) == []
+
+
+def test_imports_inside_functions_are_on_the_allowed_list():
+    found = _function_level_imports()
+    unlisted = sorted(f"{m}:{line} imports {t}" for m, t, line in found
+                      if (m, t) not in FUNCTION_LEVEL_IMPORTS)
+    assert unlisted == [], ("imports inside functions, not on FUNCTION_LEVEL_IMPORTS (import at the top, "
+                            "or fix the dependency):\n" + "\n".join(unlisted))
+    assert len(found) <= MAX_FUNCTION_LEVEL_IMPORTS
+    stale = set(FUNCTION_LEVEL_IMPORTS) - {(m, t) for m, t, _ in found}
+    assert stale == set(), f"allowed but no longer there (remove from the list): {sorted(stale)}"

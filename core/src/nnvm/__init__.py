@@ -14,6 +14,7 @@ from nnvm import (
     plugins,  # noqa: F401
     te,  # noqa: F401
 )
+from nnvm.compiler import compile_model, import_model
 from nnvm.errors import (  # noqa: F401
     Error,
     InputError,
@@ -24,56 +25,57 @@ from nnvm.errors import (  # noqa: F401
 )
 from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
+from nnvm.kernel_cache import KernelCache, default_kernel_cache
+from nnvm.options import Options  # noqa: F401  (nnvm.Options)
+from nnvm.runtime.kernel import build_function
+from nnvm.runtime.module import load_module
+from nnvm.te.lower import lower_schedule
 
 __version__ = "0.1.0"
 
 
 def lower(schedule, args, name: str = "main"):
     """The loop program of a schedule, as a ``PrimFunc`` (``print`` it to read it)."""
-    from nnvm.te.lower import lower_schedule
-
     return lower_schedule(schedule, list(args), name)
 
 
 def build(schedule, args, target: str = "llvm", name: str = "main"):
     """Compile a schedule for ``target``; the result is callable on numpy arrays, one per argument."""
-    from nnvm.runtime.kernel import build_function
-
     return build_function(schedule, list(args), target, name)
 
 
 def load_model(model, shapes: dict | None = None, **kwargs):
     """Import a model with the frontend that reads it; returns ``(graph, params)``."""
-    from nnvm.compiler import import_model
-
     graph = import_model(model, shapes, **kwargs)
     return graph, dict(graph.params)
 
 
 def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: int = 3,  # noqa: A001
             tuning_log=None, dump_ir: str | None = None, kernel_cache=None, jobs: int | None = None,
-            **kwargs):
+            options: Options | None = None, **kwargs):
     """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``.
 
     ``kernel_cache``: a directory or ``nnvm.kernel_cache.KernelCache`` for compiled kernels, ``False`` for
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
     ``jobs``: worker processes compiling kernels (None: the CPUs, when nothing else runs threads here).
+    ``options``: an ``nnvm.Options`` holding all of these and the CPU layer's switches; a keyword above
+    that differs from its default overrides it.
     """
-    from nnvm.compiler import compile_model
-    from nnvm.kernel_cache import KernelCache, default_kernel_cache
-
+    options = Options() if options is None else options
+    given = {"opt_level": (opt_level, 3), "tuning_log": (tuning_log, None), "dump_ir": (dump_ir, None),
+             "kernel_cache": (kernel_cache, None), "jobs": (jobs, None)}
+    options = options.replace(**{k: v for k, (v, default) in given.items() if v != default})
+    kernel_cache = options.kernel_cache
     if kernel_cache is None:
         kernel_cache = default_kernel_cache()
     elif kernel_cache is False:
         kernel_cache = None
     elif not isinstance(kernel_cache, KernelCache):
         kernel_cache = KernelCache(kernel_cache)
-    return compile_model(model, target=target, shapes=shapes, opt_level=opt_level, tuning_log=tuning_log,
-                         dump_ir=dump_ir, kernel_cache=kernel_cache, jobs=jobs, **kwargs)
+    options = options.replace(kernel_cache=False if kernel_cache is None else kernel_cache)
+    return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
 
 
 def load(path: str):
     """Load a module exported by ``Module.export``; needs only the core installed."""
-    from nnvm.runtime.module import load_module
-
     return load_module(path)

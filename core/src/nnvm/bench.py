@@ -7,7 +7,6 @@ the median of ``repeat`` runs after a warm-up. onnxruntime is optional and impor
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import statistics
@@ -15,8 +14,11 @@ import time
 
 import numpy as np
 
+import nnvm
+from nnvm.autotune.measure import relative_error  # noqa: F401  (nnvm.bench's API too)
 from nnvm.errors import Error
 from nnvm.gpu.library import DeviceModule
+from nnvm.lowering import group_flops
 from nnvm.target import parse_target
 
 TOLERANCE = 1e-4  # largest |ours - reference| relative to the largest |reference|
@@ -75,18 +77,6 @@ def onnxruntime_session(model, threads: int | None, spinning: bool = False):
     return session, ort.__version__
 
 
-def relative_error(got: list, want: list) -> float:
-    """max |got - want| / max |want| over all outputs; inf when shapes differ."""
-    worst = 0.0
-    for g, w in zip(got, want):
-        w = np.asarray(w)
-        if g.shape != w.shape:
-            return math.inf
-        scale = max(float(np.abs(w).max()) if w.size else 0.0, 1e-30)
-        worst = max(worst, float(np.abs(g.astype(np.float64) - w).max()) / scale if w.size else 0.0)
-    return worst
-
-
 def alternate_times(fns: list, repeat: int, warmup: int = WARMUP) -> list[list[float]]:
     """Milliseconds of each of ``repeat`` runs of each callable, timed in alternation after ``warmup``
     untimed rounds."""
@@ -126,43 +116,6 @@ def blocks_ms(fns: list, repeat: int, rounds: int, pause: float = 0.2, warmup: i
     """``blocks_times`` reduced to one number per callable: the median of its blocks' medians."""
     return [statistics.median(statistics.median(b) for b in blocks)
             for blocks in blocks_times(fns, repeat, rounds, pause, warmup)]
-
-
-def group_flops(graph, names: list) -> int:
-    """Multiply-adds x 2 of the convolution, dense and matmul nodes among ``names`` (other ops count as 0)."""
-    if graph is None:
-        return 0
-    by_name = {n.name: n for n in graph.nodes}
-    total = 0
-    for name in names:
-        node = by_name.get(name)
-        if node is None:
-            continue
-        if node.op == "conv2d":
-            out = graph.type_of(node.outputs[0]).shape
-            weight = graph.type_of(node.inputs[1]).shape  # [O, C / groups, KH, KW]
-            total += 2 * math.prod(out) * math.prod(weight[1:])
-        elif node.op in ("conv2d_nchwc", "conv2d_winograd_nchwc"):
-            # Direct-convolution work, also for Winograd (the usual convention: GFLOP/s comparable
-            # between algorithms). Data NCHW[x]c: input channels are C.outer x c.
-            out = graph.type_of(node.outputs[0]).shape
-            data = graph.type_of(node.inputs[0]).shape
-            channels = data[1] * (data[4] if len(data) == 5 else 1)
-            groups = int(node.attrs.get("groups", 1) or 1)
-            if node.op == "conv2d_winograd_nchwc":
-                taps = 9  # Winograd is used for 3x3 kernels only
-            else:
-                weight = graph.type_of(node.inputs[1]).shape  # OIHW[i]i[o]o
-                taps = weight[2] * weight[3]
-            total += 2 * math.prod(out) * (channels // groups) * taps
-        elif node.op == "dense":
-            m, k = graph.type_of(node.inputs[0]).shape
-            n = graph.type_of(node.inputs[1]).shape[0]
-            total += 2 * m * n * k
-        elif node.op in ("matmul", "dense_packed"):  # [..., M, K] x [..., K, N] (dense_packed: nnvm.cpu)
-            out = graph.type_of(node.outputs[0]).shape
-            total += 2 * math.prod(out) * graph.type_of(node.inputs[0]).shape[-1]
-    return total
 
 
 def profile(mod, feeds: dict, repeat: int) -> list[dict]:
@@ -225,8 +178,6 @@ def bench(model, target: str = "llvm", compare: str | None = None, repeat: int =
           tuning_log=None) -> dict:
     """Compile ``model`` and time it (and onnxruntime when ``compare="onnxruntime"``); a result dict.
     ``tuning_log`` is passed to ``nnvm.compile`` (None: the shipped logs; False: fallback configs only)."""
-    import nnvm
-
     if repeat < 1:
         raise Error(f"--repeat must be at least 1, got {repeat}")
     if threads is not None:

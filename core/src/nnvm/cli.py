@@ -17,8 +17,17 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.lib import format as npy
+
+import nnvm
+from nnvm.autotune import Measurer, extract_tasks, tune
+from nnvm.autotune.driver import signature_of
+from nnvm.bench import bench, format_result
 from nnvm.errors import Error, InputError, reason, with_context
 from nnvm.kernel_cache import default_kernel_cache
+from nnvm.plugins import commands
+from nnvm.runtime.crt import install_runtime
 
 
 def _parse_shapes(items) -> dict | None:
@@ -50,9 +59,6 @@ def read_npy(path: str, what: str):
     """The array in the ``.npy`` file ``path``, its header checked before any data is read: a plain
     (non-object) dtype and a shape whose bytes the file really holds, so a hostile header can neither
     run code (no pickles) nor make numpy allocate what the file does not contain."""
-    import numpy as np
-    from numpy.lib import format as npy
-
     def bad(why: str) -> Error:
         return Error(f"{what}: {path} is not a usable .npy file ({why})")
 
@@ -94,8 +100,6 @@ def read_npy(path: str, what: str):
 
 
 def cmd_plugins(args) -> int:
-    import nnvm
-
     info = nnvm.plugins()
     if args.json:
         print(json.dumps(info, indent=2))
@@ -118,8 +122,6 @@ def cmd_plugins(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    import nnvm
-
     start = time.perf_counter()
     cache = False if args.no_cache else default_kernel_cache()
     mod = nnvm.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
@@ -174,10 +176,6 @@ def tuning_lines(stats: dict) -> list[str]:
 
 
 def cmd_run(args) -> int:
-    import numpy as np
-
-    import nnvm
-
     path = args.model
     if path.endswith(".so"):
         mod = nnvm.load(path)
@@ -203,8 +201,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from nnvm.bench import bench, format_result
-
     if args.untuned and args.tuning_log:
         raise Error("--untuned and --tuning-log contradict each other; give one of them")
     result = bench(args.model, target=args.target, compare=args.compare, repeat=args.repeat,
@@ -215,8 +211,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_tune(args) -> int:
-    from nnvm.autotune import Measurer, extract_tasks, tune
-
     if args.threads is not None:
         if args.threads < 1:
             raise Error(f"--threads must be at least 1, got {args.threads}")
@@ -226,7 +220,6 @@ def cmd_tune(args) -> int:
         print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
               f"on {args.target}")
         return 0
-    from nnvm.autotune.driver import signature_of
 
     total = sum(t.weight for t in tasks)
     sig = signature_of(tasks[0].target)
@@ -263,8 +256,6 @@ KNOWN_PLUGIN_COMMANDS = {"conformance": "nnvm-conformance"}
 
 def _add_plugin_commands(sub) -> None:
     """The plugins' subcommands, after the core's; a name already taken is an error naming both."""
-    from nnvm.plugins import commands
-
     for name, (owner, cmd) in sorted(commands().items()):
         if name in sub.choices:
             raise Error(f"plugin {owner} registers the command {name!r}, which nnvm itself already has")
@@ -274,8 +265,6 @@ def _add_plugin_commands(sub) -> None:
 
 
 def cmd_runtime_build(args) -> int:
-    from nnvm.runtime.crt import install_runtime
-
     sizes = install_runtime(args.target, args.output)
     if args.json:
         print(json.dumps({"target": args.target, "output": args.output, "bytes": sizes}, indent=2))

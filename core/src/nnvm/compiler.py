@@ -1,5 +1,8 @@
 """The compile driver: model -> graph -> passes -> one kernel per fused group -> runnable module.
 
+The part up to each group's schedule is ``lowering.py`` (the tuner runs it too, so both see the same
+workload keys); this module adds the kernel cache, the compile jobs, the link and the plan.
+
 The stages, each timed into ``compile_seconds``: ``import`` (frontend), ``passes`` (graph passes),
 ``schedule`` (per distinct group: tensor-expression compute, the backend's template and its config,
 the kernel's cache key), ``kernels`` (the kernels not in the kernel cache lowered to loop programs and
@@ -12,232 +15,41 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import os
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
 import nnvm
-from nnvm.cpu.switches import switch_state
+from nnvm.autotune.log import TuningLogs
+from nnvm.cpu.switches import check_options, switch_state
 from nnvm.errors import Error, with_context
-from nnvm.graph.ir import Graph, TensorType
+from nnvm.graph.ir import Graph
 from nnvm.kernel_cache import KernelCache, kernel_key, source_fingerprint
 from nnvm.kernel_jobs import KernelJob, compile_kernels
-from nnvm.ops.registry import OpPattern, get_op
+from nnvm.lowering import (  # noqa: F401  (import_model, schedule_group, GroupCompute: nnvm.compiler's API)
+    GroupCompute,
+    c_name,
+    group_calls,
+    group_compute,
+    group_values,
+    import_model,
+    optimized_graph,
+    schedule_group,
+    schedule_template,
+    untemplated_schedule,
+    workload_key,
+)
+from nnvm.options import Options, activated
+from nnvm.runtime.module import Module
+from nnvm.runtime.plan import make_plan
 from nnvm.te.lower import lower_schedule
-
-
-def import_model(model, shapes: dict | None = None, **kwargs) -> Graph:
-    """A validated graph from any supported model (path, framework object, or Graph)."""
-    from nnvm.frontend import find_frontend
-
-    if isinstance(model, Graph):
-        graph = model
-        if shapes:
-            types = dict(graph.types)
-            for k, shp in shapes.items():
-                if k not in graph.inputs:
-                    raise Error(f"shapes= names {k!r}, which is not an input of the graph "
-                                f"(inputs: {', '.join(graph.inputs)})")
-                types[k] = TensorType(tuple(shp), types[k].dtype if k in types else "float32")
-            graph = graph.replace(types=types)
-        graph.validate()
-        return graph
-    frontend = find_frontend(model)
-    try:
-        graph = frontend.load(model, shapes=shapes, **kwargs)
-        graph.validate()
-    except Error as exc:  # a converter's error names the node; a user with many files needs the file too
-        path = os.fspath(model) if isinstance(model, str | os.PathLike) else None
-        if path is None or path in str(exc):
-            raise
-        raise with_context(exc, path) from None
-    return graph
-
-
-@dataclass
-class GroupCompute:
-    """One fused group as tensor expressions: what ``nnvm_schedule_group`` implementations receive."""
-
-    index: int
-    nodes: list
-    anchor: object  # the node deciding the schedule (conv2d, dense, a reduction, or the last node)
-    inputs: list  # (value name, te placeholder) in parameter order
-    outputs: list  # te tensors, in the order of ``output_values``
-    output_values: list
-    tensors: dict = field(default_factory=dict)  # value name -> te tensor
-
-    @property
-    def anchor_op(self) -> str:
-        return self.anchor.op
-
-    @property
-    def anchor_attrs(self) -> dict:
-        return get_op(self.anchor.op).normalize_attrs(dict(self.anchor.attrs), self.anchor.name)
-
-
-def group_values(graph: Graph, members: list, consumers: dict | None = None) -> tuple[list, list]:
-    """The kernel parameters of a fused group: ``(inputs, outputs)``, the values it reads from outside
-    (in order of first use), then the values it makes that are graph outputs or read by another group
-    (the last node's outputs when none is). ``consumers``: ``graph.consumers()``, when the caller has it."""
-    member_names = {n.name for n in members}
-    produced = {o for n in members for o in n.outputs}
-    consumers = graph.consumers() if consumers is None else consumers
-    inputs = list(dict.fromkeys(v for n in members for v in n.inputs if v and v not in produced))
-    outside = set(graph.outputs)
-    outputs = [o for n in members for o in n.outputs
-               if o in outside or any(c.name not in member_names for c in consumers.get(o, []))]
-    return inputs, outputs or list(members[-1].outputs)
-
-
-def group_calls(graph: Graph) -> list[dict]:
-    """One kernel call per fused group, in execution order, for ``make_plan``: ``{"kernel": None (the
-    compiler names it), "group": node names, "args": group_values' inputs then outputs}``."""
-    by_name = {n.name: n for n in graph.nodes}
-    consumers = graph.consumers()
-    calls = []
-    for names in graph.groups:
-        inputs, outputs = group_values(graph, [by_name[n] for n in names], consumers)
-        calls.append({"kernel": None, "group": list(names), "args": inputs + outputs})
-    return calls
-
-
-def group_compute(graph: Graph, index: int, members: list, consumers: dict | None = None) -> GroupCompute:
-    """Tensor expressions of one group: placeholders for what comes from outside, computes inside.
-    ``consumers``: ``graph.consumers()``, when the caller has it."""
-    from nnvm import te
-
-    in_values, out_values = group_values(graph, members, consumers)
-    env: dict = {}
-    inputs: list = []
-    for v in in_values:
-        ty = graph.type_of(v)
-        env[v] = te.placeholder(ty.shape, ty.dtype, name=_c_name(v))
-        inputs.append((v, env[v]))
-    anchor = members[-1]
-    best = -1
-    for node in members:
-        opdef = get_op(node.op, node.name)
-        attrs = opdef.normalize_attrs(dict(node.attrs), node.name)
-        ins = [env[v] if v else None for v in node.inputs]
-        out_types = [graph.type_of(o) for o in node.outputs]
-        if opdef.compute is None:
-            raise Error(f"node {node.name} ({node.op}): the operator has no compute definition")
-        try:
-            outs = opdef.compute(ins, attrs, out_types)
-        except Error as exc:
-            raise with_context(exc, f"node {node.name} ({node.op})") from None
-        outs = list(outs) if isinstance(outs, list | tuple) else [outs]
-        for o, t, ty in zip(node.outputs, outs, out_types):
-            if tuple(int(getattr(s, "value", s)) for s in t.shape) != ty.shape or t.dtype != ty.dtype:
-                raise Error(f"node {node.name} ({node.op}): compute gives {t.dtype}{list(t.shape)} but type "
-                            f"inference said {ty}")
-            env[o] = t
-        rank = opdef.pattern if opdef.pattern != OpPattern.OPAQUE else OpPattern.OUT_ELEMWISE_FUSABLE
-        if rank >= best:
-            best, anchor = rank, node
-    return GroupCompute(index, list(members), anchor, inputs, [env[o] for o in out_values], out_values, env)
-
-
-def _c_name(v: str) -> str:
-    out = "".join(c if c.isalnum() or c == "_" else "_" for c in v)
-    return out if out and not out[0].isdigit() else f"v_{out}"
-
-
-def _workload_key(graph: Graph, members: list) -> str:
-    """Two groups with the same key compute the same function: one kernel serves both."""
-    local: dict = {}
-    outside: dict = {}  # value from outside the group -> its number, in order of first use
-    items = []
-    for pos, node in enumerate(members):
-        ins = []
-        for v in node.inputs:
-            if v in local:
-                ins.append(local[v])
-            elif v:
-                ty = graph.type_of(v)
-                entry = ["in", list(ty.shape), ty.dtype]
-                if v in outside:  # the same value read twice (x * x) is another function than a * b
-                    entry.append(f"#{outside[v]}")
-                else:
-                    outside[v] = len(outside)
-                ins.append(entry)
-            else:
-                ins.append(None)
-        for k, o in enumerate(node.outputs):
-            local[o] = f"{pos}:{k}"
-        attrs = {k: _jsonable(v) for k, v in sorted(node.attrs.items())}
-        items.append([node.op, ins, attrs])
-    return json.dumps(items, sort_keys=True, default=str)
-
-
-def _jsonable(v):
-    if isinstance(v, np.ndarray):
-        return ["array", v.dtype.str, list(v.shape), v.tobytes().hex()]
-    if isinstance(v, tuple | list):
-        return [_jsonable(x) for x in v]
-    return v
-
-
-def schedule_template(target, group: GroupCompute):
-    """The backend's tunable schedule template for a group, or None."""
-    from nnvm.plugins import hook
-
-    return hook().nnvm_schedule_template(target=target, group=group)
-
-
-def schedule_group(target, group: GroupCompute, config: dict | None = None):
-    """The backend's schedule for a group: its template (with ``config``, else the template's fallback),
-    else a plain schedule hook, else the generic schedule when every plugin declines."""
-    template = schedule_template(target, group)
-    if template is not None:
-        return template.apply(config)
-    return _untemplated_schedule(target, group)
-
-
-def _untemplated_schedule(target, group: GroupCompute):
-    """A plain ``nnvm_schedule_group`` answer, else the generic schedule (for a group without template)."""
-    from nnvm.plugins import hook
-    from nnvm.schedules import generic_schedule
-
-    sch = hook().nnvm_schedule_group(target=target, group=group)
-    return sch if sch is not None else generic_schedule(group.outputs, target)
-
-
-def optimized_graph(model, target="llvm", shapes=None, opt_level: int = 3, dump_ir: str | None = None,
-                    disabled_passes=(), enabled_passes=(), seconds: dict | None = None, **kwargs):
-    """``(graph, target, pass context, nodes before)``: the model imported and through the graph passes,
-    up to fused groups, exactly as the compiler lowers it (the tuner extracts its tasks from this, so
-    tuned workload keys match the compiler's)."""
-    from nnvm.passes.manager import PassContext, run_pipeline
-    from nnvm.target import parse_target
-
-    if not isinstance(opt_level, int) or not 0 <= opt_level <= 3:
-        raise Error(f"opt_level must be 0, 1, 2 or 3, got {opt_level!r}")
-    seconds = {} if seconds is None else seconds
-    t0 = time.perf_counter()
-    tgt = parse_target(target)
-    tgt.backend.check_target(tgt)
-    graph = import_model(model, shapes, **kwargs)
-    nodes_before = len(graph.nodes)
-    seconds["import"] = time.perf_counter() - t0
-
-    t0 = time.perf_counter()
-    ctx = PassContext(opt_level=opt_level, target=tgt, disabled=frozenset(disabled_passes),
-                      enabled=frozenset(enabled_passes) | {"infer_types", "fuse_ops"}, dump_dir=dump_ir)
-    graph = run_pipeline(graph, ctx)
-    seconds["passes"] = time.perf_counter() - t0
-    return graph, tgt, ctx, nodes_before
 
 
 def tuning_logs_for(target, tuning_log=None):
     """The logs the compiler consults: ``tuning_log`` (a path or a list of paths) first, then the logs
     the backend ships (``Backend.default_tuning_logs``), matched against the target's CPU signature
     (``Backend.cpu_signature``); ``tuning_log=False``: none at all (every template gets its fallback)."""
-    from nnvm.autotune.log import TuningLogs
-
     if tuning_log is False:
         return TuningLogs([])
     given = [] if tuning_log is None else [tuning_log] if isinstance(tuning_log, str | os.PathLike) \
@@ -247,17 +59,24 @@ def tuning_logs_for(target, tuning_log=None):
     return TuningLogs(given, signature=signature, shipped=shipped)
 
 
-def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_log=None,
-                  dump_ir: str | None = None, disabled_passes=(), enabled_passes=(),
-                  kernel_cache: KernelCache | None = None, jobs: int | None = None, **kwargs):
-    """``kernel_cache``: where compiled kernels are looked up and stored (None: nowhere); ``jobs``: worker
-    processes for the kernels not in it (None: ``kernel_jobs.default_jobs()``)."""
-    from nnvm.runtime.module import Module
-    from nnvm.runtime.plan import make_plan
+def compile_model(model, target="llvm", shapes=None, options: Options | None = None, **kwargs):
+    """What ``nnvm.compile`` runs, as ``options`` say (``nnvm.Options``; they are the active options while it
+    runs). Their ``kernel_cache`` is where compiled kernels are looked up and stored: a ``KernelCache``,
+    anything else for none (``nnvm.compile`` resolves the default). ``kwargs`` go to the frontend."""
+    options = Options() if options is None else options
+    check_options(options)
+    with activated(options):
+        return _compile(model, target, shapes, options, **kwargs)
 
+
+def _compile(model, target, shapes, options: Options, **kwargs):
+    opt_level, tuning_log, dump_ir = options.opt_level, options.tuning_log, options.dump_ir
+    jobs = options.jobs
+    kernel_cache = options.kernel_cache if isinstance(options.kernel_cache, KernelCache) else None
     seconds: dict = {}
     graph, tgt, ctx, nodes_before = optimized_graph(model, target, shapes, opt_level, dump_ir,
-                                                    disabled_passes, enabled_passes, seconds, **kwargs)
+                                                    options.disabled_passes, options.enabled_passes, seconds,
+                                                    options=options, **kwargs)
     backend = tgt.backend
 
     t0 = time.perf_counter()
@@ -274,7 +93,7 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
     calls = group_calls(graph)
     for k, (names, call) in enumerate(zip(graph.groups, calls)):
         members = [by_name[n] for n in names]
-        key = _workload_key(graph, members)
+        key = workload_key(graph, members)
         outputs = _output_positions(graph, members, consumers)
         if (key, outputs) not in kernels:  # a group computing the same function reuses the first's kernel
             group = group_compute(graph, k, members, consumers)
@@ -291,9 +110,9 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
                                    fingerprint)
             if identity is not None:  # a cached kernel keeps its name in every model: one from its key
                 digest = hashlib.sha256(cache_key.encode()).hexdigest()[:16]
-                kname = f"nnvm_k{digest}_{_c_name(group.anchor.op)}"
+                kname = f"nnvm_k{digest}_{c_name(group.anchor.op)}"
             else:
-                kname = f"nnvm_k{len(jobs_list)}_{_c_name(group.anchor.op)}"
+                kname = f"nnvm_k{len(jobs_list)}_{c_name(group.anchor.op)}"
             if choice is not None:
                 served[kname] = choice.reason()
             jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names)))
@@ -304,7 +123,7 @@ def compile_model(model, target="llvm", shapes=None, opt_level: int = 3, tuning_
     def lower_job(job: KernelJob):
         group, template, config, names = job.payload
         # not schedule_group: that would ask for the template again
-        sch = template.apply(config) if template is not None else _untemplated_schedule(tgt, group)
+        sch = template.apply(config) if template is not None else untemplated_schedule(tgt, group)
         args = [t for _, t in group.inputs] + list(group.outputs)
         try:
             return lower_schedule(sch, args, job.name)

@@ -14,12 +14,10 @@ Two checks, each made in one place:
 
 from __future__ import annotations
 
-import os
-
+from nnvm import environment
 from nnvm.errors import ResourceLimitError
 
 MAX_BYTES = 2**63 - 1
-ENV = "NNVM_MEMORY_LIMIT"
 
 
 def _read_int(path: str, key: str | None = None) -> int | None:
@@ -55,8 +53,8 @@ def available_memory() -> int | None:
         cap, used = _read_int(limit), _read_int(usage)
         if cap is not None and used is not None and cap < MAX_BYTES:
             found.append(max(cap - used, 0))
-    if os.environ.get(ENV):
-        found.append(_parse_size(os.environ[ENV]))
+    if environment.memory_limit():
+        found.append(_parse_size(environment.memory_limit()))
     found = [f for f in found if f is not None]
     return min(found) if found else None
 

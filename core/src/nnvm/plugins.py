@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
-import os
 import sys
 import threading
 import types
 
 import pluggy
 
-from nnvm import hookspecs
+from nnvm import environment, hookspecs
 from nnvm.errors import Error
 
 # The core's own plugins: registered through the same hooks as anyone else's.
@@ -35,10 +34,9 @@ def _make_manager() -> pluggy.PluginManager:
     pm.add_hookspecs(hookspecs)
     for name, module in BUILTIN_PLUGINS.items():
         pm.register(importlib.import_module(module), name=name)
-    if os.environ.get("NNVM_DISABLE_PLUGIN_AUTOLOAD") not in (None, "", "0"):
+    if not environment.plugin_autoload():
         return pm
-    allow = os.environ.get("NNVM_PLUGINS")
-    allowed = {a.strip() for a in allow.split(",") if a.strip()} if allow else None
+    allowed = environment.plugin_allow_list()
     for ep in md.entry_points(group="nnvm"):
         if ep.name in BUILTIN_PLUGINS or pm.get_plugin(ep.name) is not None:
             continue

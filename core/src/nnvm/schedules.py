@@ -12,7 +12,8 @@ import math
 
 from nnvm import te
 from nnvm.te.tensor import ComputeOp
-from nnvm.tir.expr import Const
+from nnvm.tir.expr import Call, Const
+from nnvm.tir.visit import walk
 
 PARALLEL_MIN_WORK = 1 << 14  # below this many loop iterations a thread pool costs more than it saves
 
@@ -39,9 +40,6 @@ def generic_schedule(outputs, target=None):
 
 def guarded_inputs_of_reductions(sch) -> set:
     """Stages with a lazy if_then_else (padding) that a reduction reads directly."""
-    from nnvm.tir.expr import Call
-    from nnvm.tir.visit import walk
-
     def guarded(op) -> bool:
         found = []
         for b in op.body:

@@ -11,7 +11,7 @@ import pytest
 
 from nnvm.errors import Error
 from nnvm_backend_cuda.compiler import compile_cuda
-from nnvm_backend_cuda.cpu import HostCUDA
+from nnvm_backend_cuda.emulate import HostCUDA
 from nnvm_backend_cuda.testing import BLOCK_SUM, DIVERGENT, REVERSE, REVERSE_NO_BARRIER, SAXPY, Args
 
 ORDERS = [False, True]

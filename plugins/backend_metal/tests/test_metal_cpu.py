@@ -9,7 +9,7 @@ import pytest
 
 from nnvm.errors import Error
 from nnvm.gpu.host import argv
-from nnvm_backend_metal.cpu import HostMetal
+from nnvm_backend_metal.emulate import HostMetal
 
 # Each threadgroup reverses its 64-element slice through threadgroup memory: needs the barrier.
 REVERSE = r"""

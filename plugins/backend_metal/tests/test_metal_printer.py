@@ -17,11 +17,11 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.gpu.kernels import lower_for_gpu
 from nnvm.gpu.schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import get_op
 from nnvm.tir import stmt as S
-from nnvm.tir.gpu import lower_for_gpu
 from nnvm_backend_metal.printer import MetalPrinter
 from nnvm_conformance.cases_nn import conv2d_reference
 

@@ -22,6 +22,7 @@ import nnvm.autotune.log as logmod
 from nnvm.autotune.measure import Measurer
 from nnvm.autotune.tuner import make_tuner
 from nnvm.errors import Error
+from nnvm.target import parse_target
 
 
 @dataclass
@@ -82,8 +83,6 @@ def _same_task(task, r: logmod.Record, signature) -> bool:
 def signature_of(target: str):
     """The CPU signature the target's backend gives (None when it gives none, or when no installed
     backend builds the target: tasks made by hand for a measurer that needs none)."""
-    from nnvm.target import parse_target
-
     try:
         parsed = parse_target(target)
         parsed.backend.check_target(parsed)

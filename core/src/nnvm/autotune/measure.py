@@ -15,6 +15,7 @@ killed and a fresh one started for the next config.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import pickle
@@ -25,6 +26,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+
+import numpy as np
+
+from nnvm.autotune.task import register_plugins
+from nnvm.runtime.kernel import kernel_from_address, pointer_array
+from nnvm.schedules import generic_schedule
+from nnvm.target import parse_target
+from nnvm.te.lower import lower_schedule
+from nnvm.te.tensor import PlaceholderOp
 
 WRONG_RESULT_TOLERANCE = 1e-3  # max |candidate - reference| / max |reference|
 
@@ -188,12 +198,6 @@ class _Worker:
         self.state = None
 
     def setup(self, task, check: bool) -> None:
-        import numpy as np
-
-        from nnvm.autotune.task import register_plugins
-        from nnvm.target import parse_target
-        from nnvm.te.tensor import PlaceholderOp
-
         register_plugins(task.extra_plugins)
         template, args = task.instantiate()
         rng = np.random.default_rng(0)
@@ -215,8 +219,6 @@ class _Worker:
 
     def _reference(self):
         """Outputs of the generic schedule (else the fallback config) on the inputs, or None."""
-        from nnvm.schedules import generic_schedule
-
         st = self.state
         outs = [st["args"][k] for k in st["outputs"]]
         for make in (lambda: generic_schedule(outs, st["target"]), lambda: st["template"].apply(None)):
@@ -230,15 +232,10 @@ class _Worker:
         return None
 
     def _fresh_arrays(self):
-        import numpy as np
-
         st = self.state
         return [np.zeros_like(a) if k in st["outputs"] else a for k, a in enumerate(st["arrays"])]
 
     def _build(self, schedule):
-        from nnvm.runtime.kernel import kernel_from_address
-        from nnvm.te.lower import lower_schedule
-
         st = self.state
         func = lower_schedule(schedule, st["args"], "nnvm_tune_candidate")
         library = st["target"].backend.build([func], st["target"])
@@ -246,21 +243,12 @@ class _Worker:
 
     @staticmethod
     def _call(fn, arrays) -> None:
-        import ctypes
-
-        from nnvm.runtime.kernel import pointer_array
-
         ptrs = pointer_array(arrays)
         rc = fn[1](ctypes.cast(ptrs, ctypes.c_void_p))
         if rc != 0:
             raise RuntimeError(f"the kernel returned status {rc}")
 
     def measure(self, config: dict, repeat: int, min_repeat_ms: float) -> float:
-        import ctypes
-
-        from nnvm.bench import relative_error
-        from nnvm.runtime.kernel import pointer_array
-
         st = self.state
         fn = self._build(st["template"].apply(config))
         arrays = self._fresh_arrays()
@@ -306,5 +294,18 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
             _send(write_fd, ("error", _first_line(exc)))
 
 
+def relative_error(got: list, want: list) -> float:
+    """max |got - want| / max |want| over all outputs; inf when shapes differ."""
+    worst = 0.0
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        if g.shape != w.shape:
+            return math.inf
+        scale = max(float(np.abs(w).max()) if w.size else 0.0, 1e-30)
+        worst = max(worst, float(np.abs(g.astype(np.float64) - w).max()) / scale if w.size else 0.0)
+    return worst
+
+
 if __name__ == "__main__":
     _worker_main(int(sys.argv[1]), int(sys.argv[2]))
+

@@ -15,11 +15,17 @@ counts how often the model runs it (the tuner reports, and may spend, by weight)
 from __future__ import annotations
 
 import importlib
+import importlib.metadata as md
 import json
+import types
 from dataclasses import dataclass, field
 
 from nnvm.autotune.template import space_size
 from nnvm.errors import Error
+from nnvm.graph.ir import Graph
+from nnvm.lowering import group_compute, group_flops, optimized_graph, schedule_template, workload_key
+from nnvm.plugins import BUILTIN_PLUGINS, manager
+from nnvm.target import parse_target
 
 
 @dataclass
@@ -27,7 +33,7 @@ class Task:
     """What the tuner searches: a template's space for one workload on one target."""
 
     template: str  # the template's name, as written in logs
-    workload: str  # the compiler's workload key
+    workload: str  # the workload key (``nnvm.lowering.workload_key``), as the compiler computes it
     target: str
     space: dict
     fallback: dict
@@ -44,17 +50,12 @@ class Task:
 
     def instantiate(self):
         """``(template, args)``: the template and the tensors its kernels take, in parameter order."""
-        from nnvm.target import parse_target
-
         if self.recipe and self.recipe[0] == "factory":
             _, where, kwargs = self.recipe
             module, _, name = where.partition(":")
             template, args = getattr(importlib.import_module(module), name)(**kwargs)
             return template, list(args)
         if self.recipe and self.recipe[0] == "group":
-            from nnvm.compiler import group_compute, schedule_template
-            from nnvm.graph.ir import Graph
-
             graph = Graph.from_json(self.recipe[1])
             group = group_compute(graph, 0, list(graph.nodes))
             template = schedule_template(parse_target(self.target), group)
@@ -84,10 +85,6 @@ def task_from_factory(where: str, target: str = "llvm", **kwargs) -> Task:
 def hand_registered_plugins() -> tuple:
     """Module names of plugins registered on the manager by hand (not through entry points), so the
     measuring child, which loads the installed plugins itself, can register them too."""
-    import importlib.metadata as md
-    import types
-
-    from nnvm.plugins import BUILTIN_PLUGINS, manager
 
     pm = manager()
     from_entry_points = {ep.name for ep in md.entry_points(group="nnvm")} | set(BUILTIN_PLUGINS)
@@ -101,8 +98,6 @@ def hand_registered_plugins() -> tuple:
 
 def register_plugins(modules) -> None:
     """Register plugin modules by name on this process's manager (the child side of the above)."""
-    from nnvm.plugins import manager
-
     pm = manager()
     for name in modules:
         module = importlib.import_module(name)
@@ -123,8 +118,6 @@ def group_label(graph, members: list) -> str:
 def group_subgraph(graph, group):
     """The group (a ``GroupCompute``) as a graph of its own: outside values become inputs (types kept,
     weights dropped)."""
-    from nnvm.graph.ir import Graph
-
     members = group.nodes
     inputs = [v for v, _ in group.inputs]
     output_values = group.output_values
@@ -136,9 +129,6 @@ def group_subgraph(graph, group):
 def extract_tasks(model, target="llvm", shapes: dict | None = None, opt_level: int = 3, **kwargs) -> list:
     """The model's tuning tasks: its graph through the compile pipeline up to fused groups, then one
     task per distinct workload that a backend offers a template for, heaviest (flops x weight) first."""
-    from nnvm.bench import group_flops
-    from nnvm.compiler import _workload_key, group_compute, optimized_graph, schedule_template
-
     graph, tgt, _, _ = optimized_graph(model, target, shapes, opt_level, **kwargs)
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
@@ -146,7 +136,7 @@ def extract_tasks(model, target="llvm", shapes: dict | None = None, opt_level: i
     extra = hand_registered_plugins()
     for k, names in enumerate(graph.groups):
         members = [by_name[n] for n in names]
-        key = _workload_key(graph, members)
+        key = workload_key(graph, members)
         if key in tasks:
             if tasks[key] is not None:
                 tasks[key].weight += 1

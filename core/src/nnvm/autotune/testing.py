@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 
 import nnvm
 from nnvm import te
 from nnvm.autotune.template import ScheduleTemplate
+from nnvm.schedules import schedule_loop_nest
+from nnvm.te.examples import matmul
 from nnvm.te.tensor import ComputeOp
 
 FAULTS = ("none", "raise", "exit", "segfault", "hang")
@@ -33,8 +36,6 @@ def _misbehave(fault: str) -> None:
     if fault == "exit":
         os._exit(3)
     if fault == "segfault":
-        import ctypes
-
         ctypes.string_at(0)  # reads address 0: SIGSEGV
     if fault == "hang":
         time.sleep(3600)
@@ -53,8 +54,6 @@ def _tile_reduction(stage, tile_j: int, tile_k: int) -> None:
 
 def matmul_template(n: int = 64, faults: bool = False):
     """``(template, [A, B, C])`` for an n x n x n matmul; knobs ``tile_j``, ``tile_k``, ``parallel``."""
-    from nnvm.te.examples import matmul
-
     A, B, C, _ = matmul(n)
     space = {"tile_j": _divisors(n, (4, 8, 16, 32, 64)), "tile_k": _divisors(n, (1, 2, 4, 8, 16)),
              "parallel": [False, True]}
@@ -77,8 +76,6 @@ def matmul_template(n: int = 64, faults: bool = False):
 
 def dense_template(group) -> ScheduleTemplate:
     """A template for a fused ``dense`` group (bias and activation epilogues inlined into the output)."""
-    from nnvm.schedules import schedule_loop_nest
-
     data, weight = (group.tensors[v] for v in group.anchor.inputs[:2])
     m, k = (int(d.value) for d in data.shape)
     n = int(weight.shape[0].value)

@@ -20,6 +20,7 @@
 before, whose names are ``x86.*``, are read as ``cpu.*``: ``nnvm.autotune.log``). Nothing here imports
 a plugin.
 """
+from nnvm.plugins import backends
 
 
 def serves(target) -> bool:
@@ -28,7 +29,6 @@ def serves(target) -> bool:
     schedule). Here, not in ``plugin``, so the passes of this layer can ask it without an import cycle."""
     if "cpu" not in getattr(target, "keys", ()):
         return False
-    from nnvm.plugins import backends
 
     found = backends().get(target.kind)
     return found is not None and found[1].vector_lanes(target) is not None

@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from nnvm.cpu.schedules import vector_lanes
 from nnvm.cpu.switches import enabled
 
 FMA_PER_CYCLE = 2.0  # vector FMAs issued per cycle: two FMA pipes (Zen 4/5, Skylake-SP and later servers)
@@ -73,8 +74,6 @@ def machine_of(target) -> Machine:
     """The ``Machine`` of ``target``, asked of its backend (vector width, registers and broadcast
     operand; cache sizes and team size from ``cpu_signature`` where the backend gives one; defaults
     where it does not know them)."""
-    from nnvm.cpu.schedules import vector_lanes
-
     backend = target.backend
     lanes = vector_lanes(target)
     registers = backend.vector_registers(target)

@@ -44,6 +44,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu import serves
 from nnvm.cpu.cost_model import (
     machine_of,
     oc_blocks_for,
@@ -60,6 +61,7 @@ from nnvm.errors import Error
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
+from nnvm.passes.builtin import eliminate_dead_code, infer_types
 from nnvm.schedules import guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
 
@@ -175,9 +177,6 @@ def fuse_expand_depthwise(graph, ctx=None):
     """Each 1x1 expansion (+ bias ``add``, ``clip``/``relu``) read only by a depthwise convolution, with
     it, as one ``expand_depthwise_nchwc`` (on CPU targets whose backend wants the blocked layout, after
     ``alter_op_layout``; ``NNVM_X86_EXPAND_DEPTHWISE=0`` keeps them apart)."""
-    from nnvm.cpu import serves
-    from nnvm.passes.builtin import eliminate_dead_code, infer_types
-
     target = getattr(ctx, "target", None)
     if target is None or not serves(target) or not target.backend.blocked_layout(target) \
             or not enabled("NNVM_X86_EXPAND_DEPTHWISE"):

@@ -26,6 +26,7 @@ from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.layout import split_group_window
 from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.te.tensor import ComputeOp
 
 
 def split_cost(out_channels: int, groups: int, per_in: int, lanes: int) -> int | None:
@@ -133,8 +134,6 @@ SPLIT_WEIGHT_PACK = OpDef(
 def split_anchor(sch):
     """The main stage of a split grouped convolution's schedule (tagged ``conv2d_nchwc``, its only other
     reduction the ``conv2d_nchwc_extra`` stage), or None."""
-    from nnvm.te.tensor import ComputeOp
-
     computes = [st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.reduce_axis]
     tags = sorted(st.op.tag for st in computes)
     if tags != ["conv2d_nchwc", "conv2d_nchwc_extra"]:

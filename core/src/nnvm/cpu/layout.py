@@ -26,14 +26,18 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm import te
+from nnvm.cpu.cost_model import machine_of
+from nnvm.cpu.grouped import plan_cost, split_plan
 from nnvm.cpu.patches import is_patch_embedding
+from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
+from nnvm.cpu.schedules import vector_lanes
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import alter_winograd
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.layout import group_window, window_start
-from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 from nnvm.passes.alter_layout import AlteredNode
 
 
@@ -192,10 +196,6 @@ GROUPED_WEIGHT_PACK = OpDef(
 
 def alter_conv2d(target, node, in_types) -> AlteredNode | None:
     """conv2d (plain, depthwise or grouped, float32, 4-D) -> conv2d_nchwc, or None to keep NCHW."""
-    from nnvm.cpu.grouped import plan_cost, split_plan
-    from nnvm.cpu.schedules import vector_lanes
-    from nnvm.ops.registry import get_op
-
     if node.op != "conv2d" or len(in_types) != 2 or None in in_types:
         return None
     data, weight = in_types
@@ -292,9 +292,6 @@ def packed_attrs(target, n: int, block: int, rows: int | None) -> dict:
     """``dense_packed``'s attributes for ``n`` outputs in blocks of ``block`` over ``rows`` data rows (None:
     not known): ``units`` where the last block is part padding, ``blocks`` where the product computes
     more blocks than the weight has (``padded_blocks``, for this target's tiles)."""
-    from nnvm.cpu.cost_model import machine_of
-    from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
-
     attrs = {"units": n} if n % block else {}
     blocks = -(-n // block)
     if rows is not None:
@@ -319,8 +316,6 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
 
     Where a product with many rows would leave tiles of one weight block, it computes more blocks than
     the weight has (``padded_blocks``, for this target's tiles: the op's ``blocks``)."""
-    from nnvm.cpu.schedules import vector_lanes
-
     if len(in_types) != 2 or None in in_types:
         return None
     data, weight = in_types
@@ -357,9 +352,6 @@ def alter_concat(target, node, in_types) -> AlteredNode | None:
     already blocked and feed convolutions (through DenseNet's batch norm and ReLU) and max pools that
     read blocked data: in NCHW every one of them transformed each input back to NCHW and the result to
     blocks again, about a fifth of DenseNet-121's time at batch 1."""
-    from nnvm.cpu.schedules import vector_lanes
-    from nnvm.ops.registry import get_op
-
     if not in_types or None in in_types or any(t.dtype != "float32" or len(t.shape) != 4 for t in in_types):
         return None
     if get_op("concatenate").normalize_attrs(dict(node.attrs), node.name)["axis"] % 4 != 1:
@@ -377,8 +369,6 @@ def alter_concat(target, node, in_types) -> AlteredNode | None:
 def alter_softmax(target, node, in_types) -> AlteredNode | None:
     """A float32 softmax along the last axis -> ``softmax_normalize(softmax_exp(x))`` (``softmax_rows.py``:
     each ``exp`` computed once, a causal mask's underflow flushed to 0), or None to keep it."""
-    from nnvm.ops.registry import get_op
-
     if len(in_types) != 1 or in_types[0] is None or in_types[0].dtype != "float32" or not in_types[0].shape:
         return None
     rank = len(in_types[0].shape)

@@ -7,8 +7,19 @@ channel-shuffle pass that follows it, run where the backend's ``blocked_layout``
 as for the GPU layer (``nnvm.gpu.plugin``).
 """
 
-from nnvm.cpu import serves
+from nnvm.cpu import serves, templates
+from nnvm.cpu.expand_depthwise import EXPAND_DEPTHWISE_NCHWC, fuse_expand_depthwise
+from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
+from nnvm.cpu.layout import GROUPED_WEIGHT_PACK, alter_op_layout
+from nnvm.cpu.patches import PATCH_WEIGHT_PACK, PATCHES
+from nnvm.cpu.schedule_concat import schedule_channel_concat
+from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
+from nnvm.cpu.schedule_injective import schedule_index_remap
+from nnvm.cpu.schedule_pool import schedule_pool_rows
+from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC, fuse_channel_shuffle, schedule_channel_shuffle
+from nnvm.cpu.softmax_rows import SOFTMAX_EXP, SOFTMAX_NORMALIZE
 from nnvm.hookspecs import hookimpl
+from nnvm.passes.manager import Pass
 
 
 @hookimpl
@@ -19,14 +30,6 @@ def nnvm_register_ops(register):
     embedding as a product, ``patches.py``) and softmax's two row kernels
     (``softmax_rows.py``), made by the layout pass (``layout.py``); ``channel_shuffle_nchwc`` and
     ``expand_depthwise_nchwc``, made by the passes below."""
-    from nnvm.cpu.expand_depthwise import EXPAND_DEPTHWISE_NCHWC
-    from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
-    from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
-    from nnvm.cpu.patches import PATCH_WEIGHT_PACK, PATCHES
-    from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
-    from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC
-    from nnvm.cpu.softmax_rows import SOFTMAX_EXP, SOFTMAX_NORMALIZE
-
     register(DENSE_PACKED)
     register(BATCHED_WEIGHT_PACK)
     register(GROUPED_WEIGHT_PACK)
@@ -45,10 +48,6 @@ def nnvm_register_passes(register):
     ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``); ``fuse_expand_depthwise``: a 1x1 expansion
     and the depthwise convolution reading it as one ``expand_depthwise_nchwc`` (``expand_depthwise.py``).
     Both after the layout pass, where they run."""
-    from nnvm.cpu.expand_depthwise import fuse_expand_depthwise
-    from nnvm.cpu.shuffle import fuse_channel_shuffle
-    from nnvm.passes.manager import Pass
-
     register(Pass("fuse_channel_shuffle", fuse_channel_shuffle, 3, ("infer_types",),
                   "channel shuffles (reshape, transpose, reshape) in NCHW[x]c as channel_shuffle_nchwc"))
     register(Pass("fuse_expand_depthwise", fuse_expand_depthwise, 3, ("infer_types",),
@@ -61,9 +60,8 @@ def nnvm_schedule_template(target, group):
     conv2d, dense, softmax ...); None lets the generic schedule serve it."""
     if not serves(target):
         return None
-    from nnvm.cpu.templates import schedule_template
 
-    return schedule_template(target, group)
+    return templates.schedule_template(target, group)  # through the module: tests spy on it
 
 
 @hookimpl(trylast=True)
@@ -74,10 +72,6 @@ def nnvm_schedule_group(target, group):
     serve every other untemplated group."""
     if not serves(target):
         return None
-    from nnvm.cpu.schedule_concat import schedule_channel_concat
-    from nnvm.cpu.schedule_injective import schedule_index_remap
-    from nnvm.cpu.schedule_pool import schedule_pool_rows
-    from nnvm.cpu.shuffle import schedule_channel_shuffle
 
     return (schedule_channel_shuffle(target, group) or schedule_pool_rows(target, group)
             or schedule_channel_concat(target, group) or schedule_index_remap(target, group))
@@ -89,6 +83,5 @@ def nnvm_alter_op_layout(target, node, in_types):
     the blocked layout; every other node keeps its layout."""
     if not serves(target) or not target.backend.blocked_layout(target):
         return None
-    from nnvm.cpu.layout import alter_op_layout
 
     return alter_op_layout(target, node, in_types)

@@ -28,12 +28,14 @@ import re
 import numpy as np
 
 from nnvm import te
+from nnvm.cpu import serves
 from nnvm.cpu.schedules import extent
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.passes.builtin import eliminate_dead_code, infer_types
 from nnvm.schedules import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
 
@@ -160,9 +162,6 @@ def fuse_channel_shuffle(graph, ctx=None):
     """Each channel shuffle chain, with the layout transforms around it, as one ``channel_shuffle_nchwc``
     (on CPU targets whose backend wants the blocked layout, after ``alter_op_layout``;
     ``NNVM_X86_SHUFFLE=0`` keeps the chains)."""
-    from nnvm.cpu import serves
-    from nnvm.passes.builtin import eliminate_dead_code, infer_types
-
     target = getattr(ctx, "target", None)
     if target is None or not serves(target) or not target.backend.blocked_layout(target) \
             or not enabled("NNVM_X86_SHUFFLE"):

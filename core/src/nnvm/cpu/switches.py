@@ -1,18 +1,19 @@
-"""The CPU layer's A/B switches (``NNVM_X86_*``, listed in the README), read in one place.
+"""The CPU layer's A/B switches, read in one place: ``nnvm.Options.cpu_switches``, else ``NNVM_X86_*``.
 
-They keep the ``X86`` in their names from when these schedules were the x86 plugin's own: the README
-documents them and the bench scripts set them, so renaming would break both for no gain. They now turn
-the shared CPU templates and layout pass on or off for every CPU backend (x86 and Arm).
+A compile's options set them by name (``Options(cpu_switches={"layout": "0"})``); a switch they leave
+unset takes its environment variable (``NNVM_X86_LAYOUT``, listed in the README; ``nnvm.environment``
+reads them), else its default. The variables keep the ``X86`` from when these schedules were the x86
+plugin's own: benchmark scripts and tests set them. They turn the shared CPU templates and layout pass
+on or off for every CPU backend (x86 and Arm).
 
 Each is read when it is needed, so a test or benchmark can flip it between two compiles in one
-process. A value outside the switch's choices is a user's mistake: one sentence naming the variable,
+process. A value outside the switch's choices is a user's mistake: one sentence naming the switch,
 not a traceback and not a silent "off".
 """
 
 from __future__ import annotations
 
-import os
-
+from nnvm import environment, options
 from nnvm.errors import Error
 
 # name -> (choices, default); None as default: unset means "let the backend's rule decide"
@@ -43,10 +44,19 @@ SWITCHES = {
 }
 
 
+def _value(name: str, default: str | None) -> str | None:
+    key = options.switch_key(name)
+    opts = options.active()
+    if opts is not None and key in opts.cpu_switches:
+        return opts.cpu_switches[key]
+    return environment.cpu_switch(key) or default
+
+
 def switch(name: str) -> str | None:
-    """The value of the switch ``name``, its default when unset or empty."""
+    """The value of the switch ``name`` (``NNVM_X86_LAYOUT``): the active options', else the environment's,
+    else its default."""
     choices, default = SWITCHES[name]
-    value = os.environ.get(name) or default
+    value = _value(name, default)
     if value is not None and value not in choices:
         raise Error(f"{name}={value!r}: must be one of {', '.join(choices)} (unset: "
                     f"{default if default is not None else 'the backend decides'})")
@@ -61,4 +71,17 @@ def enabled(name: str) -> bool:
 def switch_state() -> dict:
     """Every switch's value as set (defaults included, not validated: a bad value is the error of the
     schedule that reads it): part of each kernel's cache key, since schedules read them as they lower."""
-    return {name: os.environ.get(name) or default for name, (_, default) in SWITCHES.items()}
+    return {name: _value(name, default) for name, (_, default) in SWITCHES.items()}
+
+
+def check_options(opts) -> None:
+    """One sentence for a switch ``opts.cpu_switches`` names that does not exist or a value outside its
+    choices (the environment's are checked where a schedule reads them, as always)."""
+    known = {options.switch_key(name): name for name in SWITCHES}
+    for key, value in opts.cpu_switches.items():
+        if key not in known:
+            raise Error(f"cpu switch {key.lower()!r} does not exist (switches: "
+                        f"{', '.join(sorted(k.lower() for k in known))})")
+        choices, default = SWITCHES[known[key]]
+        if value not in choices:
+            raise Error(f"cpu switch {key.lower()}={value!r}: must be one of {', '.join(choices)}")

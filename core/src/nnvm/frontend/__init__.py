@@ -25,6 +25,7 @@ from nnvm.frontend.context import ConversionContext, ConvertError, FailedConvers
 from nnvm.frontend.convert import bind_input, call_converter, check_shape_keys, check_supported, unique_names
 from nnvm.frontend.isolation import read_isolated
 from nnvm.frontend.table import ConverterTable
+from nnvm.plugins import frontends
 
 __all__ = ["ConversionContext", "ConvertError", "ConverterTable", "FailedConversionError", "Frontend",
            "bind_input", "call_converter",
@@ -52,8 +53,6 @@ class Frontend:
 
 def find_frontend(model) -> Frontend:
     """The frontend that reads ``model`` (a path or an in-memory object)."""
-    from nnvm.plugins import frontends
-
     installed = [fe for _, fe in frontends().values()]
     if isinstance(model, str | os.PathLike):
         path = os.fspath(model)

@@ -23,6 +23,7 @@ A language plugin subclasses ``GPUKernelLibrary`` and implements the device in s
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import json
 import math
 import os
@@ -77,6 +78,11 @@ class GPUKernelLibrary(KernelLibrary):
     format = "nnvm-gpu"
     language = "GPU"  # in messages: "the OpenCL kernel ... failed"
     base_align = 1  # bytes a view's offset must be a multiple of (OpenCL sub-buffers: the device's)
+    # What ``open_export`` asks of an exported file (``read_export``): the files decoded as text (kernel
+    # sources), the files that must be there (None: the text files) and the string options it must have.
+    text_files: tuple = ()
+    required_files: tuple | None = None
+    required_options: tuple = ()
 
     def __init__(self, tables: list, files: dict, options: dict | None = None, blobs: dict | None = None):
         self.tables = {t["name"]: t for t in tables}
@@ -88,6 +94,18 @@ class GPUKernelLibrary(KernelLibrary):
         self._lock = threading.Lock()
         self.bytes_to_device = 0
         self.bytes_from_device = 0
+
+    @classmethod
+    def open_export(cls, path: str) -> GPUKernelLibrary | None:
+        """The library of a file ``export`` wrote in this class's ``format`` (checked by ``read_export``),
+        through ``from_files``; None when ``path`` is not such a file."""
+        found = read_export(path, cls.format, cls.text_files, cls.required_files, cls.required_options)
+        return None if found is None else cls.from_files(*found)
+
+    @classmethod
+    def from_files(cls, manifest: dict, files: dict, blobs: dict) -> GPUKernelLibrary:
+        """The library of an exported file's checked ``manifest``, ``files`` and ``blobs``."""
+        raise NotImplementedError(f"{cls.__name__} cannot be loaded from an exported file")
 
     # -- the device: what a language implements --------------------------------------------------
     def alloc(self, nbytes: int):
@@ -295,8 +313,6 @@ def content_digest(manifest: dict, files: dict, blobs: dict) -> str:
     """SHA-256 of everything an export holds (the manifest but its ``digest``, every file and blob), so a
     launch table, plan or kernel changed after export is refused whole: the checks below catch what is
     malformed, but a well-formed grid larger than the kernel was written for can only be caught here."""
-    import hashlib
-
     h = hashlib.sha256(json.dumps({k: v for k, v in manifest.items() if k != "digest"}, sort_keys=True)
                        .encode())
     for kind, members in (("files", files), ("blobs", blobs)):

@@ -4,6 +4,7 @@
 serve every ``gpu`` target that has none, so a new GPU backend gets blocks and threads on day one.
 """
 
+from nnvm.gpu import schedules
 from nnvm.hookspecs import hookimpl
 
 
@@ -11,6 +12,4 @@ from nnvm.hookspecs import hookimpl
 def nnvm_schedule_template(target, group):
     if "gpu" not in getattr(target, "keys", ()):
         return None
-    from nnvm.gpu.schedules import group_template
-
-    return group_template(group)
+    return schedules.group_template(group)  # through the module: tests spy on it

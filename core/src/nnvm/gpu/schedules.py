@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 
 from nnvm import te
+from nnvm.autotune.template import ScheduleTemplate
 from nnvm.errors import ScheduleError
 from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
@@ -338,8 +339,6 @@ def _flops(outputs) -> float:
 def group_template(group):
     """The ``ScheduleTemplate`` of one fused group on a ``gpu`` target. A config the group's shapes do
     not fit (``ScheduleError`` while building) falls back to the generic schedule, which fits all."""
-    from nnvm.autotune.template import ScheduleTemplate
-
     kind = group_kind(group)
     outputs = group.outputs
 

@@ -15,13 +15,19 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import Error, NodeError
+from nnvm.graph.evaluate import evaluate_node
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.limits import check_allocation, check_type
+from nnvm.plugins import OpRegistry, op_registry
 
 
 class GraphBuilder:
-    def __init__(self, name: str = "model", fold_constants: bool = True):
+    """A graph under construction. ``ops``: the operators nodes may use (default: those the loaded
+    plugins register, looked up when the first node is added)."""
+
+    def __init__(self, name: str = "model", fold_constants: bool = True, ops: OpRegistry | None = None):
         self.name = name
+        self._ops = ops
         self.fold_constants = fold_constants
         self.nodes: list[Node] = []
         self.inputs: list[str] = []
@@ -87,11 +93,10 @@ class GraphBuilder:
     def node(self, op: str, inputs, attrs: dict | None = None, name: str | None = None,
              outputs=None) -> list[str]:
         """Add one operator node; returns its output value names (types already inferred)."""
-        from nnvm.graph.evaluate import evaluate_node
-        from nnvm.ops.registry import get_op
-
         try:
-            opdef = get_op(op)
+            if self._ops is None:
+                self._ops = op_registry()
+            opdef = self._ops.get(op)
         except Error:
             raise NodeError(name or op, op, "unknown operator; no operator set provides it") from None
         node_name = self.fresh(name or op)
@@ -122,7 +127,7 @@ class GraphBuilder:
                 all((not v) or v in self.params for v in inputs):
             check_allocation(sum(ty.nbytes for ty in out_types),
                              f"node {node_name} ({op}), folded to a constant,")
-            values = evaluate_node(node, [self.params[v] if v else None for v in inputs])
+            values = evaluate_node(node, [self.params[v] if v else None for v in inputs], self._ops)
             for o, val, ty in zip(outputs, values, out_types):
                 self.params[o] = np.asarray(val.astype(ty.dtype, copy=False).reshape(ty.shape), order="C")
                 self.types[o] = ty

@@ -6,13 +6,13 @@ import numpy as np
 
 from nnvm.errors import Error
 from nnvm.graph.ir import Graph
+from nnvm.plugins import OpRegistry, op_registry
 
 
-def evaluate_node(node, values: list) -> list:
-    """Outputs of one node on numpy inputs (``None`` for an omitted optional input)."""
-    from nnvm.ops.registry import get_op
-
-    opdef = get_op(node.op, node.name)
+def evaluate_node(node, values: list, ops: OpRegistry | None = None) -> list:
+    """Outputs of one node on numpy inputs (``None`` for an omitted optional input). ``ops``: the
+    operators (default: those the loaded plugins register)."""
+    opdef = (op_registry() if ops is None else ops).get(node.op, node.name)
     if opdef.evaluate is None:
         raise Error(f"node {node.name} ({node.op}): the operator has no numpy evaluation")
     attrs = opdef.normalize_attrs(dict(node.attrs), node.name)

@@ -17,6 +17,7 @@ from dataclasses import replace as _dc_replace
 import numpy as np
 
 from nnvm.errors import Error
+from nnvm.plugins import OpRegistry, op_registry
 
 FORMAT_VERSION = 1
 
@@ -105,17 +106,17 @@ class Graph:
         except KeyError:
             raise Error(f"value {value!r} has no known type; run shape inference first") from None
 
-    def validate(self) -> None:
-        """Check names, definitions before use, operator existence and attributes (names the node)."""
-        from nnvm.ops.registry import get_op
-
+    def validate(self, ops: OpRegistry | None = None) -> None:
+        """Check names, definitions before use, operator existence and attributes (names the node).
+        ``ops``: the operators to check against (default: those the loaded plugins register)."""
+        ops = op_registry() if ops is None else ops
         defined = set(self.inputs) | set(self.params)
         names = set()
         for node in self.nodes:
             if node.name in names:
                 raise Error(f"node {node.name}: the name is used by two nodes")
             names.add(node.name)
-            opdef = get_op(node.op, node=node.name)
+            opdef = ops.get(node.op, node.name)
             for v in node.inputs:
                 if v and v not in defined:
                     raise Error(f"node {node.name} ({node.op}): input {v!r} is not defined before it")

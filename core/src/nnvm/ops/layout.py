@@ -39,7 +39,9 @@ from nnvm import te
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, int_tuple, require_dtype, require_inputs, same_dtypes, shape_of
-from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.ops.nn import _conv2d_eval
+from nnvm.ops.pool import _params, pool_out_size
+from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 
 _AXIS = re.compile(r"(\d*)([A-Za-z])")
 
@@ -471,8 +473,6 @@ def _conv_nchwc_compute(inputs, attrs, out_types):
 
 
 def _conv_nchwc_eval(xs, attrs):
-    from nnvm.ops.nn import _conv2d_eval
-
     data, weight = xs
     ic = data.shape[4] if data.ndim == 5 else 1
     oc = weight.shape[5]
@@ -500,8 +500,6 @@ def _conv_nchwc_eval(xs, attrs):
 
 
 def _pool_nchwc_infer(in_types, attrs):
-    from nnvm.ops.pool import pool_out_size
-
     (x,) = require_inputs("max_pool2d_nchwc", in_types, ("data",))
     if len(x.shape) != 5:
         raise Error(f"max_pool2d_nchwc: data must be NCHW[x]c (rank 5), got shape {x.shape}")
@@ -515,8 +513,6 @@ def _pool_nchwc_infer(in_types, attrs):
 
 
 def _pool_params(attrs):
-    from nnvm.ops.pool import _params
-
     return _params("max_pool2d_nchwc", attrs)
 
 
@@ -536,8 +532,6 @@ def _pool_nchwc_compute(inputs, attrs, out_types):
 
 
 def _pool_nchwc_eval(xs, attrs):
-    from nnvm.ops.registry import get_op
-
     (x,) = xs
     block = x.shape[4]
     pool = get_op("max_pool2d")

@@ -24,6 +24,7 @@ from nnvm.graph.ir import Graph, Node
 from nnvm.ops.layout import transformed_shape
 from nnvm.ops.registry import OpPattern, get_op
 from nnvm.passes.builtin import eliminate_dead_code, infer_types, rename_uses
+from nnvm.plugins import hook
 
 _BLOCKED_NCHW = re.compile(r"^NCHW(\d+)c$")
 # Operators with a blocked-layout twin taking the same attributes, used when their input is blocked.
@@ -284,8 +285,6 @@ def cancel_layout_transforms(graph: Graph) -> Graph:
 
 
 def _hook_chooser(target):
-    from nnvm.plugins import hook
-
     def choose(node, in_types):
         return hook().nnvm_alter_op_layout(target=target, node=node, in_types=in_types)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import Error, with_context
+from nnvm.graph.evaluate import evaluate_node
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.registry import OpPattern, get_op
 
@@ -126,8 +127,6 @@ def fold_constants(graph: Graph, ctx=None) -> Graph:
     for node in graph.nodes:
         opdef = get_op(node.op, node.name)
         if opdef.evaluate is not None and node.inputs and all((not v) or v in params for v in node.inputs):
-            from nnvm.graph.evaluate import evaluate_node
-
             values = evaluate_node(node, [params[v] if v else None for v in node.inputs])
             for o, val in zip(node.outputs, values):
                 ty = graph.types.get(o)

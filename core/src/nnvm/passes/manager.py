@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import Error
 from nnvm.graph.ir import Graph
+from nnvm.plugins import passes as registered
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class PassContext:
     disabled: frozenset = frozenset()
     enabled: frozenset = frozenset()
     dump_dir: str | None = None
+    options: object = None  # the compile's ``nnvm.Options`` (None outside nnvm.compile)
     timings: dict = field(default_factory=dict)
     done: list = field(default_factory=list)
 
@@ -59,8 +61,6 @@ DEFAULT_PIPELINE = (
 
 def run_pipeline(graph: Graph, ctx: PassContext, pipeline=None) -> Graph:
     """Run the selected passes in pipeline order, timing each and dumping the graph after each."""
-    from nnvm.plugins import passes as registered
-
     table = {name: p for name, (_, p) in registered().items()}
     order = list(pipeline or DEFAULT_PIPELINE)
     extra = [n for n in table if n not in order]

@@ -5,6 +5,17 @@ The pass table lives here, above every pass module, so the modules import one an
 """
 
 from nnvm.hookspecs import hookimpl
+from nnvm.passes.alter_layout import alter_op_layout
+from nnvm.passes.builtin import (
+    eliminate_common_subexpressions,
+    eliminate_dead_code,
+    fold_constants,
+    fuse_ops,
+    infer_types,
+    simplify_inference,
+)
+from nnvm.passes.fold_scale import fold_scale_axis
+from nnvm.passes.manager import Pass
 
 
 @hookimpl
@@ -16,17 +27,6 @@ def nnvm_register_passes(register):
 def all_passes() -> list:
     """The core's passes. Opt levels: 0 shape inference and one kernel per node; 1 inference
     simplification and folding; 2 operator fusion; 3 everything (layout passes, when present)."""
-    from nnvm.passes.alter_layout import alter_op_layout
-    from nnvm.passes.builtin import (
-        eliminate_common_subexpressions,
-        eliminate_dead_code,
-        fold_constants,
-        fuse_ops,
-        infer_types,
-        simplify_inference,
-    )
-    from nnvm.passes.fold_scale import fold_scale_axis
-    from nnvm.passes.manager import Pass
 
     return [
         Pass("infer_types", infer_types, 0, (), "shapes and dtypes of every value"),

@@ -24,8 +24,22 @@ from nnvm.te.tensor import (  # noqa: F401
     sum,
 )
 from nnvm.te.tensorize import TensorIntrin, backend_intrinsic, decl_tensor_intrin  # noqa: F401
-from nnvm.tir.expr import Expr, IterVar, Range, Var, cast, const, convert, max_value, min_value  # noqa: F401
+from nnvm.tir.expr import (  # noqa: F401
+    Expr,
+    IterVar,
+    Range,
+    Var,
+    binop,
+    cast,
+    const,
+    convert,
+    max_value,
+    min_value,
+    split_lanes,
+    with_lanes,
+)
 from nnvm.tir.expr import call as _call
+from nnvm.tir.expr import if_then_else as _ite
 from nnvm.tir.expr import select as _select
 
 
@@ -36,8 +50,6 @@ def var(name: str = "v", dtype: str = "int64") -> Var:
 def if_then_else(cond, true_value, false_value):
     """``true_value`` where ``cond`` holds, else ``false_value``; only the chosen side is evaluated,
     so it may guard reads that would be out of bounds (padding)."""
-    from nnvm.tir.expr import if_then_else as _ite
-
     return _ite(cond, true_value, false_value)
 
 
@@ -75,8 +87,6 @@ exp_bounded.__doc__ = ("Elementwise exp of an argument known to lie in ``tir.exp
 
 def isnan(x):
     """Elementwise NaN test (bool result)."""
-    from nnvm.tir.expr import split_lanes, with_lanes
-
     x = convert(x)
     return _call("isnan", x, dtype=with_lanes("bool", split_lanes(x.dtype)[1]))
 
@@ -86,38 +96,26 @@ def abs(x):  # noqa: A001
 
 
 def power(a, b):
-    from nnvm.tir.expr import binop
-
     return binop("pow", a, b)
 
 
 def fmod(a, b):
-    from nnvm.tir.expr import binop
-
     return binop("fmod", a, b)
 
 
 def maximum(a, b):
-    from nnvm.tir.expr import binop
-
     return binop("max", a, b)
 
 
 def minimum(a, b):
-    from nnvm.tir.expr import binop
-
     return binop("min", a, b)
 
 
 def floordiv(a, b):
-    from nnvm.tir.expr import binop
-
     return binop("floordiv", a, b)
 
 
 def floormod(a, b):
-    from nnvm.tir.expr import binop
-
     return binop("floormod", a, b)
 
 

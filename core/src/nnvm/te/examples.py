@@ -6,6 +6,7 @@ from __future__ import annotations
 from nnvm.te.schedule import Schedule, create_schedule
 from nnvm.te.tensor import compute, placeholder, reduce_axis
 from nnvm.te.tensor import sum as te_sum
+from nnvm.te.tensorize import decl_tensor_intrin
 
 
 def matmul(n: int, dtype: str = "float32"):
@@ -27,8 +28,6 @@ def gemm_intrin(m: int, n: int, k: int, dtype: str = "float32", reducer=None):
     """A GEMM micro-kernel declared in Python: ``c += a @ b`` on an m x n x k tile, named
     ``gemm_{m}x{n}x{k}``; ``reducer`` (default ``te.sum``) replaces the sum to make one that a sum
     does not match."""
-    from nnvm.te.tensorize import decl_tensor_intrin
-
     a = placeholder((m, k), dtype, name="a")
     b = placeholder((k, n), dtype, name="b")
     r = reduce_axis((0, k), name="r")

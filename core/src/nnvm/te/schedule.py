@@ -15,7 +15,7 @@ from nnvm.te.tensor import ComputeOp, Operation, PlaceholderOp, Tensor
 from nnvm.te.tensorize import TensorIntrin
 from nnvm.tir import expr as E
 from nnvm.tir.stmt import ForKind
-from nnvm.tir.visit import rewrite, substitute
+from nnvm.tir.visit import rewrite, substitute, tensors_read
 
 THREAD_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z",
                "vthread")
@@ -458,7 +458,6 @@ class Schedule:
         reader_stages = [r if isinstance(r, Stage) else self[r] for r in readers]
         if not reader_stages:
             raise ScheduleError(f"cache_read of {tensor.name} needs at least one reader stage")
-        from nnvm.tir.visit import tensors_read
 
         for st in reader_stages:
             if not isinstance(st.op, ComputeOp) or not any(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import Error
 from nnvm.tir import expr as E
+from nnvm.tir.visit import tensors_read
 
 _name_counter = itertools.count()
 
@@ -60,8 +61,6 @@ class ComputeOp(Operation):
 
     @property
     def input_tensors(self) -> list[Tensor]:
-        from nnvm.tir.visit import tensors_read
-
         found: dict = {}
         for b in self.body:
             for t in tensors_read(b):

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nnvm.errors import ScheduleError
+from nnvm.target import parse_target
 from nnvm.te.nest import reduction_nest, wrap_loops
 from nnvm.te.relations import Fuse, Split
 from nnvm.te.tensor import ComputeOp, PlaceholderOp, Tensor
@@ -43,7 +44,7 @@ from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.lower import guarded
 from nnvm.tir.simplify import Simplifier, simplify
-from nnvm.tir.visit import free_vars, substitute, tensors_read
+from nnvm.tir.visit import free_vars, rewrite, substitute, tensors_read, walk
 
 
 @dataclass(eq=False)
@@ -132,7 +133,6 @@ def _loads(expr) -> list:
         if isinstance(node, E.TensorLoad):
             found.append(node)
 
-    from nnvm.tir.visit import walk
 
     walk(expr, fn)
     return found
@@ -354,8 +354,6 @@ def _regions(intrin: TensorIntrin, bindings: dict, var_ranges: dict) -> tuple[li
 
 def finish_tensor_intrin_calls(body):
     """After ``flatten_storage``: turn each call's per-dimension loads into constant element strides."""
-    from nnvm.tir.visit import rewrite
-
     def fn(node):
         if not isinstance(node, E.TensorIntrinCall):
             return None
@@ -382,8 +380,6 @@ def backend_intrinsic(target, name: str, **params) -> TensorIntrin:
     ``backend_intrinsic("llvm", "gemm", m=4, n=16, k=8)``; the names a backend offers are the keys of
     its ``Backend.tensor_intrinsics(target)``.
     """
-    from nnvm.target import parse_target
-
     tgt = parse_target(target) if isinstance(target, str) else target
     offered = tgt.backend.tensor_intrinsics(tgt)
     if name not in offered:

@@ -20,6 +20,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from nnvm import environment
+
 
 class VenvUnavailable(Exception):
     """A tool the venv needs (uv, an interpreter, a local wheel) is not on this machine."""
@@ -31,7 +33,7 @@ class VenvBuildError(Exception):
 
 def cache_dir() -> Path:
     """``$NNVM_CACHE_DIR`` or ``~/.cache/nnvm``: outside any checkout."""
-    return Path(os.environ.get("NNVM_CACHE_DIR") or Path.home() / ".cache" / "nnvm")
+    return environment.cache_dir()
 
 
 def under_ci() -> bool:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+import numpy as np
+
 from nnvm.errors import Error
 from nnvm.tir.printer import expr_str
 
@@ -438,8 +440,6 @@ def convert(value) -> Expr:
     if isinstance(value, bool | int | float):
         return const(value)
     try:
-        import numpy as np
-
         if isinstance(value, np.generic):
             return const(value.item(), str(value.dtype))
     except ImportError:  # pragma: no cover

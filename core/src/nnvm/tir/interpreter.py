@@ -25,6 +25,7 @@ import numpy as np
 from nnvm.errors import Error
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.visit import walk
 
 # Key of the lane mask in the environment: inside a vector ``if_then_else`` only the lanes whose
 # condition holds may touch memory, exactly as a masked load of compiled code.
@@ -543,8 +544,6 @@ def _is_thread_loop(s: S.For) -> bool:
 
 
 def _has_barrier(node) -> bool:
-    from nnvm.tir.visit import walk
-
     found = []
     walk(node, lambda n: found.append(n) if isinstance(n, E.Call) and n.name == "barrier" else None)
     return bool(found)

@@ -15,7 +15,8 @@ from functools import cache, lru_cache
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.visit import _child_names, _replaced
+from nnvm.tir.printer import expr_str
+from nnvm.tir.visit import _child_names, _replaced, rewrite
 
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 
@@ -510,8 +511,6 @@ class Simplifier:
 
 
 def _rewrite_expr(e, fn, pre=None):
-    from nnvm.tir.visit import rewrite
-
     return rewrite(e, fn, pre)
 
 

@@ -9,9 +9,10 @@ the same seven methods:
   the cubin (or PTX on a newer GPU) loaded once, every launch checked against the device's limits once,
   ``cuLaunchKernel`` with an argument array built from the kernel's parameter types (``arguments.py``),
   CUDA events for ``nnvm bench``'s device time;
-- the CPU runner (``cpu.HostCUDA``), where ``cuInit`` fails: "device memory" is host memory
-  (``nnvm.gpu.host``), a device pointer a host address, and a launch runs the same CUDA source compiled
-  as host C++, each CUDA thread a fiber. The argument array is the very one ``cuLaunchKernel`` would get.
+- the CPU runner (the core's ``nnvm.gpu.host.HostRunner`` with ``emulate.HostCUDA``), where ``cuInit``
+  fails: "device memory" is host memory, a device pointer a host address, and a launch runs the same CUDA
+  source compiled as host C++, each CUDA thread a fiber. The argument array is the very one
+  ``cuLaunchKernel`` would get.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import ctypes
 import numpy as np
 
 from nnvm.errors import Error
-from nnvm.gpu.host import HostMemory, say_once
+from nnvm.gpu.host import HostRunner
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_cuda import native
 from nnvm_backend_cuda.arguments import kernel_parameters, pack_arguments
 from nnvm_backend_cuda.compiler import CompiledCUDA, launch_bounds, occupancy, parse_ptxas_log
+from nnvm_backend_cuda.emulate import HostCUDA
 
 FORMAT = "nnvm-cuda"
 CPU_NOTE = ("no NVIDIA GPU here: running the CUDA kernels on the CPU (the same source compiled as host "
@@ -37,6 +39,9 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     format = FORMAT
     language = "CUDA"
+    text_files = ("kernels.cu", "ptxas.log")
+    required_files = ("kernels.cu", "kernels.cubin", "kernels.ptx")
+    required_options = ("arch",)
 
     def __init__(self, tables: list, compiled: CompiledCUDA, source: str, blobs: dict | None = None,
                  device=None, reversed_threads: bool | None = None):
@@ -45,18 +50,18 @@ class CUDAKernelLibrary(GPUKernelLibrary):
         super().__init__(tables, files, {"arch": compiled.arch}, blobs)
         self.compiled = compiled
         self.device = device if device is not None else native.open_device()
-        # CPU runner: threads of each block in reverse order (None: as NNVM_GPU_THREAD_ORDER says)
-        self.reversed_threads = reversed_threads
-        self._host = None
+        # the CPU runner; reversed_threads: each block's threads in reverse order (None: as the
+        # environment says, ``nnvm.runtime.fibers.threads_reversed``)
+        self._host = HostRunner(HostCUDA, source, CPU_NOTE, reversed_threads)
         self._module = None
         self._functions: dict = {}
         self._signatures: dict | None = None  # kernel -> parameter types, read from the source
         self._checked: set = set()  # (kernel, grid, block) found within the device's limits
-        self._memory = HostMemory()  # the CPU runner's "device memory"
 
     @classmethod
     def from_files(cls, manifest: dict, files: dict, blobs: dict) -> CUDAKernelLibrary:
-        """The library of an exported file (``read_export``): the cubin and PTX as compiled, no NVRTC."""
+        """The library of an exported file (a zip: manifest, ``kernels.cu``, cubin, PTX, blobs): the cubin
+        and PTX as compiled, no NVRTC; native with the cubin or PTX where a GPU is, else on the CPU."""
         log = files.get("ptxas.log", b"")
         log = log.decode() if isinstance(log, bytes) else log
         arch = manifest["options"]["arch"]
@@ -72,11 +77,11 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     # -- the device -------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
-        return self._memory.alloc(nbytes) if self.on_cpu else self.device.alloc(nbytes)
+        return self._host.alloc(nbytes) if self.on_cpu else self.device.alloc(nbytes)
 
     def free(self, buf) -> None:
         if self.on_cpu:
-            self._memory.free(buf)
+            self._host.free(buf)
         else:
             self.device.free(buf)
 
@@ -85,7 +90,7 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
         if self.on_cpu:
-            self._memory.copy_in(buf + offset, host)
+            self._host.copy_in(buf + offset, host)
         elif isinstance(stream, native.CUDAStream):
             stream.copy_in(buf + offset, host)  # staged in pinned memory, cuMemcpyHtoDAsync
         else:
@@ -93,7 +98,7 @@ class CUDAKernelLibrary(GPUKernelLibrary):
 
     def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
         if self.on_cpu:
-            self._memory.copy_out(host, buf + offset)
+            self._host.copy_out(host, buf + offset)
         elif isinstance(stream, native.CUDAStream):
             stream.copy_out(host, buf + offset)  # in ``host`` once the stream is synchronized
         else:
@@ -147,8 +152,7 @@ class CUDAKernelLibrary(GPUKernelLibrary):
     def launch(self, stream, prepared, grid: list, block: list) -> None:
         kernel, function, array, _values = prepared
         if self.on_cpu:
-            say_once(CPU_NOTE)
-            self._host_kernels().launch(kernel, grid, block, array, reversed=self.reversed_threads)
+            self._host.launch(kernel, grid, block, array)
             return
         self._check_launch(kernel, function, grid, block)
         if isinstance(stream, native.CUDAStream):
@@ -180,14 +184,6 @@ class CUDAKernelLibrary(GPUKernelLibrary):
             if kernel not in self._functions:
                 self._functions[kernel] = self.device.function(self._module, kernel)
             return self._functions[kernel]
-
-    def _host_kernels(self):
-        from nnvm_backend_cuda.cpu import HostCUDA
-
-        with self._lock:
-            if self._host is None:
-                self._host = HostCUDA(self.source_text())
-            return self._host
 
     # -- what ptxas said ----------------------------------------------------------------------------
     def usage(self) -> dict:

@@ -1,13 +1,12 @@
 """The ``cuda`` target: the loop program printed as CUDA C++, compiled by NVRTC, run natively or on the CPU.
 
-A ``build`` call runs these stages (``CUDABackend.stages``) over all its functions:
+The stages are the GPU layer's (``nnvm.gpu.backend.GPUBackend``: lower for the GPU, vectorize, print,
+compile); this plugin is the language and the driver:
 
-1. ``gpu``: ``nnvm.tir.gpu.lower_for_gpu``: thread loops -> launch sizes and thread indices, shared
-   buffers at block level, barriers; one launch per root loop nest;
-2. ``vectorize``: ``nnvm.tir.vectorize``: vectorized loops -> ``float4`` loads, stores, arithmetic;
-3. ``print``: ``printer.CUDAPrinter`` writes one CUDA source for all kernels;
-4. ``compile``: NVRTC builds a cubin for ``-arch`` (and PTX), registers capped for 50% occupancy where
-   that spills nothing, ptxas's report checked against the architecture's limits (``compiler.py``).
+- ``printer.CUDAPrinter`` spells the kernels, with CUDA's vector structs of 2 to 4 lanes (``VECTORS``);
+- ``compile``: NVRTC builds a cubin for ``-arch`` (and PTX), registers capped for 50% occupancy where
+  that spills nothing, ptxas's report checked against the architecture's limits (``compiler.py``);
+- ``library.CUDAKernelLibrary`` runs them: natively, else on the CPU (``emulate.py``).
 
 Target options: ``cuda -arch=sm_XY`` (default: the installed GPU's architecture, else ``sm_80``).
 """
@@ -15,18 +14,15 @@ Target options: ``cuda -arch=sm_XY`` (default: the installed GPU's architecture,
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import replace
 
 import nnvm
-from nnvm.backend import Backend
 from nnvm.errors import TargetError
-from nnvm.gpu.library import launch_table, read_export
+from nnvm.gpu.backend import GPUBackend
 from nnvm.target import Target
-from nnvm.tir.gpu import lower_for_gpu
-from nnvm.tir.vectorize import C_FAMILY, vectorize_loops
+from nnvm.tir.vectorize import C_FAMILY
 from nnvm_backend_cuda import compiler, native
-from nnvm_backend_cuda.library import FORMAT, CUDAKernelLibrary
+from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.printer import CUDAPrinter
 
 # Logs tuned on real GPUs, one per architecture: ``sm_90.jsonl`` on an H200 (make gpu-check --tune-seconds)
@@ -44,13 +40,15 @@ def target_arch(target: Target) -> str:
     return compiler.check_arch(str(arch), target)
 
 
-class CUDABackend(Backend):
+class CUDABackend(GPUBackend):
     """Compiles loop programs to CUDA C++ for NVIDIA GPUs."""
 
     name = "cuda"
     target_kinds = ("cuda",)
     keys, device = ("gpu",), "gpu"  # the GPU layer (nnvm.gpu) serves it
-    stages = (("gpu", "_gpu"), ("vectorize", "_vectorize"), ("print", "_print"), ("compile", "_compile"))
+    printer = CUDAPrinter
+    vectors = VECTORS
+    library = CUDAKernelLibrary
 
     def check_target(self, target: Target) -> None:
         unknown = set(target.options) - {"arch"}
@@ -65,47 +63,16 @@ class CUDABackend(Backend):
         path = os.path.join(TUNED_DIR, f"{target_arch(target)}.jsonl")
         return [path] if os.path.exists(path) else []
 
-    def build(self, funcs: list, target: Target) -> CUDAKernelLibrary:
-        state = {"funcs": list(funcs), "arch": target_arch(target), "seconds": {}}
-        for stage, method in self.stages:
-            start = time.perf_counter()
-            state = getattr(self, method)(state)
-            state["seconds"][stage] = time.perf_counter() - start
-        return state["library"]
+    def build_options(self, target: Target) -> dict:
+        return {"arch": target_arch(target)}
 
-    def open_foreign(self, path: str) -> CUDAKernelLibrary | None:
-        """The library of a file ``CUDAKernelLibrary.export`` wrote (a zip: manifest, ``kernels.cu``, cubin,
-        PTX, blobs): native with the cubin or PTX where a GPU is, else on the CPU runner."""
-        found = read_export(path, FORMAT, text_files=("kernels.cu", "ptxas.log"),
-                            required_files=("kernels.cu", "kernels.cubin", "kernels.ptx"),
-                            required_options=("arch",))
-        return None if found is None else CUDAKernelLibrary.from_files(*found)
-
-    # -- stages -----------------------------------------------------------------------------------
-    def _gpu(self, state: dict) -> dict:
-        state["programs"] = [lower_for_gpu(f) for f in state["funcs"]]
-        return state
-
-    def _vectorize(self, state: dict) -> dict:
-        for prog in state["programs"]:
-            prog.kernels = [replace(k, body=vectorize_loops(k.body, VECTORS)) for k in prog.kernels]
-        return state
-
-    def _print(self, state: dict) -> dict:
-        kernels = [k for prog in state["programs"] for k in prog.kernels]
-        state["source"] = CUDAPrinter().program(kernels)
-        return state
-
-    def _compile(self, state: dict) -> dict:
-        threads = {k: t for k, (t, _) in compiler.launch_bounds(state["source"]).items()}
-        source, compiled = compiler.compile_capped(state["source"], state["arch"], threads)
-        state["source"] = source  # with the register caps: what the cubin was built from
-        tables = [launch_table(p) for p in state["programs"]]
-        state["library"] = CUDAKernelLibrary(tables, compiled, source)
-        return state
+    def compile(self, source: str, tables: list, options: dict) -> CUDAKernelLibrary:
+        threads = {k: t for k, (t, _) in compiler.launch_bounds(source).items()}
+        source, compiled = compiler.compile_capped(source, options["arch"], threads)
+        # the library keeps the source with the register caps: what the cubin was built from
+        return CUDAKernelLibrary(tables, compiled, source)
 
 
 @nnvm.hookimpl
 def nnvm_register_backends(register):
     register(CUDABackend())
-

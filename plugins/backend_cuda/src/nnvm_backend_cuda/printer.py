@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import re
 
+from nnvm.gpu.c_printer import CPrinter
 from nnvm.tir import expr as E
-from nnvm.tir.c_printer import CPrinter
 
 CUDA_RESERVED = frozenset("""
 half __half uint uchar ushort ulonglong longlong threadIdx blockIdx blockDim gridDim warpSize

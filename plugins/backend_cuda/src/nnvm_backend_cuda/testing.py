@@ -205,7 +205,7 @@ class FakeDriver:
         return (self.CUresult.CUDA_SUCCESS,)
 
     def cuModuleLoadData(self, image):
-        from nnvm_backend_cuda.cpu import HostCUDA
+        from nnvm_backend_cuda.emulate import HostCUDA
 
         if error := self._no_context():
             return error

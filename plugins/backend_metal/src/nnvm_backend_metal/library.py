@@ -5,8 +5,8 @@ the plan, the weights); this is the device section for Metal, in two flavours be
 
 - native (``native.MetalDevice``): shared-storage ``MTLBuffer``s, views as (buffer, offset), the library
   built from the source once, a pipeline per kernel, one dispatch per launch;
-- the CPU runner (``cpu.HostMetal``): "device memory" is host memory (``nnvm.gpu.host``), and a launch
-  runs the same MSL compiled as C++ by clang, each Metal thread a fiber.
+- the CPU runner (the core's ``nnvm.gpu.host.HostRunner`` with ``emulate.HostMetal``): "device memory" is
+  host memory, and a launch runs the same MSL compiled as C++ by clang, each Metal thread a fiber.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ import math
 
 import numpy as np
 
-from nnvm.gpu.host import HostMemory, argv, say_once
+from nnvm.gpu.host import HostRunner, argv
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_metal import native
+from nnvm_backend_metal.emulate import HostMetal
 
 FORMAT = "nnvm-metal"
 CPU_NOTE = ("no Metal GPU here: running the Metal kernels on the CPU (the same MSL compiled as C++ by "
@@ -30,20 +31,22 @@ class MetalKernelLibrary(GPUKernelLibrary):
     format = FORMAT
     language = "Metal"
     base_align = 16
+    text_files = ("kernels.metal",)
 
     def __init__(self, tables: list, source: str, blobs: dict | None = None, device=None,
                  reversed_threads: bool | None = None, on_cpu: bool | None = None):
         super().__init__(tables, {"kernels.metal": source}, {}, blobs)
         self.device = None if on_cpu else (device if device is not None else native.open_device())
-        # CPU runner: threads of each block in reverse order (None: as NNVM_GPU_THREAD_ORDER says)
-        self.reversed_threads = reversed_threads
-        self._host = None
-        self._memory = HostMemory()
+        # the CPU runner; reversed_threads: each block's threads in reverse order (None: as the
+        # environment says, ``nnvm.runtime.fibers.threads_reversed``)
+        self._host = HostRunner(HostMetal, source, CPU_NOTE, reversed_threads)
         self._library = None
         self._pipelines: dict = {}
 
     @classmethod
     def from_files(cls, manifest: dict, files: dict, blobs: dict) -> MetalKernelLibrary:
+        """The library of an exported file (a zip: manifest, ``kernels.metal``, blobs): native on a Mac, else
+        on the CPU runner."""
         return cls(manifest["functions"], files["kernels.metal"], blobs)
 
     @property
@@ -56,7 +59,7 @@ class MetalKernelLibrary(GPUKernelLibrary):
     def check(self) -> None:
         """Compile the source now (clang here, Apple's compiler on a Mac), so errors surface at build."""
         if self.on_cpu:
-            self._host_kernels()
+            self._host.kernels()
         else:
             for table in self.tables.values():
                 for launch in table["launches"]:
@@ -64,11 +67,11 @@ class MetalKernelLibrary(GPUKernelLibrary):
 
     # -- the device -------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
-        return self._memory.alloc(nbytes) if self.on_cpu else self.device.alloc(nbytes)
+        return self._host.alloc(nbytes) if self.on_cpu else self.device.alloc(nbytes)
 
     def free(self, buf) -> None:
         if self.on_cpu:
-            self._memory.free(buf)
+            self._host.free(buf)
 
     def view(self, buf, offset: int, nbytes: int):
         return buf + offset if self.on_cpu else (buf, offset)
@@ -79,14 +82,14 @@ class MetalKernelLibrary(GPUKernelLibrary):
 
     def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
         if self.on_cpu:
-            self._memory.copy_in(buf + offset, host)
+            self._host.copy_in(buf + offset, host)
         else:
             stream.wait()
             self._native(buf, offset, host.nbytes)[:] = host.reshape(-1).view(np.uint8)
 
     def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
         if self.on_cpu:
-            self._memory.copy_out(host, buf + offset)
+            self._host.copy_out(host, buf + offset)
         else:
             stream.wait()
             host.reshape(-1).view(np.uint8)[:] = self._native(buf, offset, host.nbytes)
@@ -106,8 +109,7 @@ class MetalKernelLibrary(GPUKernelLibrary):
     def launch(self, stream, prepared, grid: list, block: list) -> None:
         kernel, args = prepared[0], prepared[1]
         if self.on_cpu:
-            say_once(CPU_NOTE)
-            self._host_kernels().launch(kernel, grid, block, args, reversed=self.reversed_threads)
+            self._host.launch(kernel, grid, block, args)
         else:
             pso = self._pipeline(kernel, math.prod(block))
             self.device.dispatch(stream, kernel, pso, args, grid, block)
@@ -119,11 +121,3 @@ class MetalKernelLibrary(GPUKernelLibrary):
             if kernel not in self._pipelines:
                 self._pipelines[kernel] = self.device.pipeline(self._library, kernel, threads)
             return self._pipelines[kernel]
-
-    def _host_kernels(self):
-        from nnvm_backend_metal.cpu import HostMetal
-
-        with self._lock:
-            if self._host is None:
-                self._host = HostMetal(self.source_text())
-            return self._host

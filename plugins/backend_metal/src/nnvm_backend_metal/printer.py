@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import re
 
+from nnvm.gpu.c_printer import C_SCALAR_TYPES, CPrinter
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.c_printer import C_SCALAR_TYPES, CPrinter
 
 METAL_RESERVED = frozenset("""
 kernel vertex fragment device constant threadgroup thread half uchar ushort uint ulong metal as_type

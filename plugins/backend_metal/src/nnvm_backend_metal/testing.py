@@ -126,7 +126,7 @@ class _Device:
 
     def newLibraryWithSource_options_error_(self, source, options, _err):  # noqa: N802
         from nnvm.errors import Error
-        from nnvm_backend_metal.cpu import HostMetal
+        from nnvm_backend_metal.emulate import HostMetal
 
         self.fake.options.append(options)
         try:

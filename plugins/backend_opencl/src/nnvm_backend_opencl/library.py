@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.gpu.library import GPUKernelLibrary, read_export
+from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_opencl import runtime
 
 FORMAT = "nnvm-opencl"
@@ -22,6 +22,7 @@ class OpenCLKernelLibrary(GPUKernelLibrary):
 
     format = FORMAT
     language = "OpenCL"
+    text_files = (SOURCE,)
 
     def __init__(self, source: str, tables: list, device: str = "default", blobs: dict | None = None):
         super().__init__(tables, {SOURCE: source}, {"device": device}, blobs)
@@ -29,6 +30,12 @@ class OpenCLKernelLibrary(GPUKernelLibrary):
         self.program = runtime.build_program(source, device)
         self._ctx, _, self._dev = runtime.context(device)
         self.base_align = max(self._dev.mem_base_addr_align // 8, 1)
+
+    @classmethod
+    def from_files(cls, manifest: dict, files: dict, blobs: dict) -> OpenCLKernelLibrary:
+        """The library of an exported file, the program built again for its device, with its blobs."""
+        device = manifest["options"].get("device", "default")
+        return cls(files[SOURCE], manifest["functions"], device, blobs)
 
     def describe_launch(self, launch: dict) -> str:
         size = tuple(g * b for g, b in zip(launch["grid"], launch["block"]))
@@ -75,13 +82,3 @@ class OpenCLKernelLibrary(GPUKernelLibrary):
 
         cl.enqueue_nd_range_kernel(stream, prepared, tuple(g * b for g, b in zip(grid, block)), tuple(block))
 
-
-def load_library(path: str) -> OpenCLKernelLibrary | None:
-    """The library of an exported file (``GPUKernelLibrary.export``), built for its device, with its
-    blobs; None when ``path`` is not such a file."""
-    found = read_export(path, FORMAT, text_files=(SOURCE,))
-    if found is None:
-        return None
-    manifest, files, blobs = found
-    device = manifest["options"].get("device", "default")
-    return OpenCLKernelLibrary(files[SOURCE], manifest["functions"], device, blobs)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from nnvm.gpu.c_printer import C_SCALAR_TYPES, CPrinter
 from nnvm.tir import expr as E
-from nnvm.tir.c_printer import C_SCALAR_TYPES, CPrinter
 
 _DIMS = {"x": 0, "y": 1, "z": 2}
 

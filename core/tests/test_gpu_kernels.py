@@ -1,4 +1,4 @@
-"""Thread binding and shared memory lowered for GPUs (nnvm.tir.gpu), run by the reference interpreter.
+"""Thread binding and shared memory lowered for GPUs (nnvm.gpu.kernels), run by the reference interpreter.
 
 Every program here is checked twice: its printed form (what a backend prints from) and its numbers
 against numpy, with threads of a barrier-holding loop run in lockstep as on a GPU.
@@ -11,10 +11,10 @@ import pytest
 
 from nnvm import te
 from nnvm.errors import ScheduleError
+from nnvm.gpu.kernels import insert_barriers, lower_for_gpu
 from nnvm.te.lower import lower_schedule
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
-from nnvm.tir.gpu import insert_barriers, lower_for_gpu
 from nnvm.tir.interpreter import run_primfunc
 from nnvm.tir.visit import walk
 

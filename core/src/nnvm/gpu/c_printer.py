@@ -1,6 +1,6 @@
 """C-family source for lowered GPU kernels, written once: OpenCL, CUDA and Metal subclass it.
 
-Input is a kernel from ``nnvm.tir.gpu.lower_for_gpu`` (thread loops outermost, shared allocations at
+Input is a kernel from ``nnvm.gpu.kernels.lower_for_gpu`` (thread loops outermost, shared allocations at
 block level) after ``nnvm.tir.vectorize``. Everything that is the same in every C dialect (loops,
 stores, arithmetic, constants, unique names) lives here; a language is a subclass that fills in what
 differs, each one class attribute or small method below the ``language`` marker:
@@ -28,6 +28,7 @@ import math
 from nnvm.errors import Error
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.simplify import Simplifier
 from nnvm.tir.visit import walk
 
 # Integer division rounding toward minus infinity, for any integer type; C's ``/`` truncates.
@@ -417,8 +418,6 @@ class CPrinter:
 
     def _non_negative(self, a, b) -> bool:
         """Whether ``a >= 0`` and ``b > 0`` follow from the ranges of the enclosing loops."""
-        from nnvm.tir.simplify import Simplifier
-
         simp = Simplifier(self._ranges)
         return simp.bound(a)[0] >= 0 and simp.bound(b)[0] > 0
 
