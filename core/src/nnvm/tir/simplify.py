@@ -15,6 +15,7 @@ from functools import cache, lru_cache
 
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.printer import expr_str
 from nnvm.tir.visit import _child_names, _replaced
 
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
@@ -359,8 +360,6 @@ class Simplifier:
         key = self._key(e)
         if key is not None:
             return key
-        from nnvm.tir.printer import expr_str
-
         return expr_str(e)
 
     def _divmod(self, op: str, a, k: int, dt: str):
