@@ -360,8 +360,6 @@ class Simplifier:
         key = self._key(e)
         if key is not None:
             return key
-        from nnvm.tir.printer import expr_str
-
         return expr_str(e)
 
     def _divmod(self, op: str, a, k: int, dt: str):
