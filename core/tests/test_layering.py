@@ -48,12 +48,6 @@ FUNCTION_LEVEL_IMPORTS = {
     # plugin loading: the backend registered for a target kind, asked when it is needed
     ("nnvm.target", "nnvm.plugins"): "Target.backend",
     ("nnvm.runtime.module", "nnvm.plugins"): "nnvm.load asks the installed backends for a foreign file",
-    # in runtime/, which issue 38's first part rewrites: to hoist after it lands
-    ("nnvm.runtime.crt", "nnvm.target"): "issue 38, part 1",
-    ("nnvm.runtime.kernel", "nnvm.target"): "issue 38, part 1",
-    ("nnvm.runtime.kernel", "nnvm.te.lower"): "issue 38, part 1",
-    ("nnvm.runtime.module", "shutil"): "issue 38, part 1",
-    ("nnvm.runtime.artifact", "platform"): "issue 38, part 1",
 }
 MAX_FUNCTION_LEVEL_IMPORTS = 30
 

@@ -8,6 +8,8 @@ import numpy as np
 
 from nnvm.errors import Error, InputError
 from nnvm.runtime.threads import set_default_threads
+from nnvm.target import parse_target
+from nnvm.te.lower import lower_schedule
 
 KERNEL_TYPE = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p)
 # KernelLibrary.sequence_runner: (kernel count, kernels, their argument arrays, the failed one's index)
@@ -66,8 +68,6 @@ class BuiltFunction:
 
 
 def build_function(schedule, args, target, name: str = "main") -> BuiltFunction:
-    from nnvm.target import parse_target
-    from nnvm.te.lower import lower_schedule
 
     tgt = parse_target(target)
     backend = tgt.backend

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -308,7 +309,6 @@ class SharedLibrary(KernelLibrary):
             raise ModelLoadError(f"{self.path}: the kernel {name} is missing") from None
 
     def export(self, path: str, blobs: dict) -> None:
-        import shutil
 
         shutil.copyfile(self.path, path)
 
