@@ -94,11 +94,10 @@ def _conv1d_gelu_new(path, rows, k, n):
              "three": np.array(3.0, np.float32), "c": np.array(0.044715, np.float32),
              "s": np.array(0.7978845608, np.float32), "half": np.array(0.5, np.float32),
              "one": np.array(1.0, np.float32)}
-    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["g"]),
-             helper.make_node("Pow", ["g", "three"], ["g3"]), helper.make_node("Mul", ["g3", "c"], ["cg3"]),
-             helper.make_node("Add", ["g", "cg3"], ["inner"]), helper.make_node("Mul", ["inner", "s"], ["si"]),
-             helper.make_node("Tanh", ["si"], ["t"]), helper.make_node("Add", ["t", "one"], ["t1"]),
-             helper.make_node("Mul", ["g", "half"], ["hg"]), helper.make_node("Mul", ["hg", "t1"], ["y"])]
+    steps = [("Gemm", ["x", "w", "b"], "g"), ("Pow", ["g", "three"], "g3"), ("Mul", ["g3", "c"], "cg3"),
+             ("Add", ["g", "cg3"], "inner"), ("Mul", ["inner", "s"], "si"), ("Tanh", ["si"], "t"),
+             ("Add", ["t", "one"], "t1"), ("Mul", ["g", "half"], "hg"), ("Mul", ["hg", "t1"], "y")]
+    nodes = [helper.make_node(op, ins, [out]) for op, ins, out in steps]
     _save(path, nodes, inits, (rows, k))
 
 
