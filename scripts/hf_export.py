@@ -10,9 +10,9 @@ with ``torch.manual_seed(0)`` weights (no hub download), in eval mode, exported 
     python scripts/hf_export.py gpt2 OUT.onnx --seq 128
     python scripts/hf_export.py gpt2 OUT.onnx --seq 16 --layers 2 --width 64 --heads 2   # a test's size
 
-Text models take ``input_ids`` (int64 [batch, seq]) and, the encoders, an ``attention_mask`` of ones'
-type; GPT-2 returns ``logits`` (its tied LM head: [batch, seq, 50257]) without a cache, the encoders
-``last_hidden_state``. ViT takes ``pixel_values`` [batch, 3, 224, 224].
+Text models take ``input_ids`` (int64 [batch, seq]) and, the encoders, an ``attention_mask`` (int64, as
+tokenizers give it); GPT-2 returns ``logits`` (its tied LM head: [batch, seq, 50257]) without a cache,
+the encoders ``last_hidden_state``. ViT takes ``pixel_values`` [batch, 3, 224, 224].
 """
 
 from __future__ import annotations
