@@ -94,12 +94,12 @@ def _small_power(graph: Graph, node: Node) -> int | None:
     return int(first)
 
 
-def _expand_power(node: Node, n: int, types: dict) -> list:
+def _expand_power(graph: Graph, node: Node, n: int, types: dict, taken: set) -> list:
     """``power(x, n)`` as multiplies: x*x, (x*x)*x, (x*x)*(x*x). A float ``pow`` has no vector form on
     the CPU backends (a libm call per element): Hugging Face's ``gelu_new`` (GPT-2's MLP, ``x ** 3``) ran
     at 2.5 ms per [128, 3072] tensor, a sixth of GPT-2's time once its products were packed."""
     x, out = node.inputs[0], node.outputs[0]
-    square = out if n == 2 else f"{out}_square"
+    square = out if n == 2 else _param_name(graph, f"{out}_square", taken)
     types[square] = types[out]
     nodes = [Node("multiply", f"{node.name}_square", (x, x), (square,), {})]
     if n == 3:
@@ -144,7 +144,7 @@ def simplify_inference(graph: Graph, ctx=None) -> Graph:
             continue
         n = _small_power(graph, node)
         if n is not None:
-            nodes.extend(_expand_power(node, n, types))
+            nodes.extend(_expand_power(graph, node, n, types, taken))
             continue
         nodes.append(node)
     out = graph.replace(nodes=tuple(nodes), params=params, types=types)
