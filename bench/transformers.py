@@ -57,6 +57,7 @@ def measure(name: str, path: str, threads: int, repeat: int, rounds: int, block_
     import nnvm
     from nnvm.bench import alternate_times, blocks_times, onnxruntime_session, profile
 
+    load = os.getloadavg()[0]
     untuned = nnvm.compile(path, target="llvm", tuning_log=False)
     shipped = nnvm.compile(path, target="llvm")
     sess, ort_version = onnxruntime_session(path, threads, spinning=True)
@@ -89,6 +90,7 @@ def measure(name: str, path: str, threads: int, repeat: int, rounds: int, block_
     blocks = blocks_times(fns, n, rounds, warmup=2)
     steady = zoo.steady_rounds(blocks, lambda: blocks_times(fns, n, 1, warmup=2), rounds)
     result["repeat"], result["steady_rounds"] = n, len(steady[0])
+    result["load"] = sorted((load, os.getloadavg()[0]))  # one-minute load averages, before and after
     for who, per in zip(RUNTIMES, steady):
         result[f"{who}_ms"] = statistics.median(statistics.median(b) for b in per)
         result[f"{who}_best_ms"] = min(min(b) for b in per)
@@ -100,18 +102,24 @@ def measure(name: str, path: str, threads: int, repeat: int, rounds: int, block_
 
 
 def markdown(rows: dict, seq: int, threads: int) -> list[str]:
+    """The table: medians of the steady blocks, their ratios, and the ratios of each runtime's best run
+    (on a loaded host the medians say more about the load than about the code)."""
     lines = [f"| model (seq {seq}, batch 1, {threads} threads) | nnvm untuned ms | nnvm ms | onnxruntime ms "
-             "| OpenVINO ms | untuned / ORT | nnvm / ORT | nnvm / OpenVINO | max rel err (nnvm, OpenVINO) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "| OpenVINO ms | untuned / ORT | nnvm / ORT | nnvm / OpenVINO | best runs: untuned / ORT, "
+             "nnvm / ORT, nnvm / OpenVINO | max rel err (nnvm, OpenVINO) | load |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | --- |"]
     for name, r in rows.items():
         if "error" in r:
             lines.append(f"| {TITLES[name]} | {r['error']} |")
             continue
         tokens = " (same greedy tokens)" if r.get("nnvm_same_tokens") else ""
         ms = [r[f"{who}_ms"] for who in RUNTIMES]
+        best = [r[f"{who}_best_ms"] for who in RUNTIMES]
         lines.append(f"| {TITLES[name]} | " + " | ".join(f"{v:.1f}" for v in ms) + " | "
                      f"{ms[0] / ms[2]:.2f} | {ms[1] / ms[2]:.2f} | {ms[1] / ms[3]:.2f} | "
-                     f"{r['nnvm_max_rel_err']:.1e}, {r['openvino_max_rel_err']:.1e}{tokens} |")
+                     f"{best[0] / best[2]:.2f}, {best[1] / best[2]:.2f}, {best[1] / best[3]:.2f} | "
+                     f"{r['nnvm_max_rel_err']:.1e}, {r['openvino_max_rel_err']:.1e}{tokens} | "
+                     f"{r['load'][0]:.1f}-{r['load'][1]:.1f} |")
     ok = [r for r in rows.values() if "error" not in r]
     if ok:
         def mean(who, peer):
