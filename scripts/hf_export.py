@@ -5,7 +5,8 @@ builds it and calls this script); the main environment imports neither. These ar
 deploy them: the library's own modules (``GPT2LMHeadModel``, ``BertModel``, ``DistilBertModel``,
 ``ViTModel``), built from their default configuration (GPT-2 small, BERT-base, DistilBERT-base, ViT-B/16)
 with ``torch.manual_seed(0)`` weights (no hub download), in eval mode, exported by torch's default
-(dynamo) exporter with fixed shapes, or by the legacy tracer (``--exporter torchscript``).
+(dynamo) exporter with fixed shapes, or by the legacy tracer (``--exporter torchscript``: the encoders
+only; it has no ONNX form for the ``aten::diff`` in transformers 5's causal-mask code, so GPT-2 fails).
 
     python scripts/hf_export.py gpt2 OUT.onnx --seq 128
     python scripts/hf_export.py gpt2 OUT.onnx --seq 16 --layers 2 --width 64 --heads 2   # a test's size
