@@ -3,6 +3,7 @@ GEMM's rate per matmul shape: views that stay readable on a shared host, where w
 
     uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
     uv run python bench/transformer_kernels.py --models gpt2 --batch 1,8
+    uv run python bench/transformer_kernels.py --hf-models gpt2 --threads 2   # transformers' own GPT-2
     uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
     uv run python bench/transformer_kernels.py --gemm 128x768x768 --tiles 2x4,6x2,4x2 --rounds 7
 
@@ -43,14 +44,17 @@ def _session(path, threads, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def per_kernel(name: str, threads: int, rounds: int, batch: int = 1) -> None:
+def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
     from nnvm_frontend_onnx.testing import torch_models
 
-    path = torch_models.zoo_model_path(name, batch)  # cached; exported by the torch venv on first use
+    # cached; exported by the torch venv on first use
+    path = torch_models.hf_model_path(name, batch) if hf else torch_models.zoo_model_path(name, batch)
     mod = nnvm.compile(path, target="llvm", tuning_log=False)
     feeds = seeded_inputs(mod)
+    if "attention_mask" in feeds:
+        feeds["attention_mask"][...] = 1  # a real mask: every token attended
     ops = {n.name: n.op for n in mod.graph.nodes}
     sess = _session(path, threads, os.path.join(tempfile.gettempdir(), f"nnvm_ort_{name}"))
     best: dict = {}
@@ -144,6 +148,8 @@ def gemm(shape: str, threads: int, rounds: int, tiles: tuple = ("fallback",)) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="", help="comma-separated zoo transformers (gpt2, vit, bert)")
+    parser.add_argument("--hf-models", default="",
+                        help="comma-separated Hugging Face models at default size (gpt2, bert, ...)")
     parser.add_argument("--gemm", default="", help="comma-separated MxKxN shapes")
     parser.add_argument("--tiles", default="fallback",
                         help="comma-separated cpu.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
@@ -156,6 +162,8 @@ def main() -> int:
     for name in filter(None, args.models.split(",")):
         for batch in args.batch.split(","):
             per_kernel(name, args.threads, args.rounds, int(batch))
+    for name in filter(None, args.hf_models.split(",")):
+        per_kernel(name, args.threads, args.rounds, 1, hf=True)
     for shape in filter(None, args.gemm.split(",")):
         gemm(shape, args.threads, args.rounds, tuple(args.tiles.split(",")))
     print(f"load average {os.getloadavg()[0]:.2f}")

@@ -104,3 +104,33 @@ def test_pass_manager_times_dumps_and_disables(tmp_path):
     assert files[0] == "00_input.txt" and any(f.endswith("fuse_ops.txt") for f in files)
     with pytest.raises(nnvm.Error, match="unknown pass 'no_such_pass'"):
         run_pipeline(conv_bn_relu_graph(), PassContext(disabled=frozenset({"no_such_pass"})))
+
+
+@pytest.mark.parametrize("exponent, ops", [
+    (2.0, ["multiply"]), (3.0, ["multiply", "multiply"]), (4.0, ["multiply", "multiply"]),
+    (2.5, ["power"]), (5.0, ["power"]),
+])
+def test_simplify_inference_writes_small_constant_powers_as_multiplies(exponent, ops):
+    """Hugging Face's gelu_new (``x ** 3``): a constant integer exponent becomes multiplies (a float pow
+    is a libm call per element); other exponents keep the power, and the numbers are numpy's."""
+    b = GraphBuilder(fold_constants=False)
+    x = b.input("x", (4, 6))
+    y = b.node1("power", [x, b.param("e", np.array(exponent, np.float32))], name="pow")
+    b.output(b.node1("tanh", [y], name="tanh"))
+    g = builtin.simplify_inference(builtin.infer_types(b.build()))
+    assert [n.op for n in g.nodes] == [*ops, "tanh"]
+    v = RNG.standard_normal((4, 6)).astype(np.float32)
+    v = np.abs(v) if exponent % 1 else v  # negative bases too, where the power is real
+    np.testing.assert_allclose(_numbers(builtin.infer_types(g), v), np.tanh(np.power(v, exponent)),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_simplify_inference_keeps_a_power_whose_exponent_broadcasts_or_varies():
+    b = GraphBuilder(fold_constants=False)
+    x = b.input("x", (1, 3))
+    wide = b.node1("power", [x, b.param("e", np.full((2, 3), 2.0, np.float32))], name="wide")
+    mixed = b.node1("power", [x, b.param("m", np.array([2.0, 3.0, 2.0], np.float32))], name="mixed")
+    b.output(wide)
+    b.output(mixed)
+    g = builtin.simplify_inference(builtin.infer_types(b.build()))
+    assert [n.op for n in g.nodes] == ["power", "power"]

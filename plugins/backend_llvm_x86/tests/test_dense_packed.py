@@ -53,13 +53,13 @@ def _check(path, shape, inputs=("x",)):
     (3, 40, 12, False, True),      # blocks of 4, odd batch, MatMul's [K, N] weight
     (8, 64, 48, True, True),       # batch 8: 4 rows per tile share each weight vector
     (1, 33, 7, False, False),      # 7 outputs: no block divides, the rfactor schedule
-    (20, 16, 32, False, False),    # batch above MAX_PACKED_BATCH: the rfactor schedule
+    (20, 16, 32, False, False),    # 20 rows: packed too, tiles of rows
 ])
 def test_dense_matches_onnxruntime(tmp_path, m, k, n, relu, matmul):
     path = str(tmp_path / "dense.onnx")
     _gemm(path, m, k, n, relu, matmul)
     ops = _check(path, (m, k))
-    packed = n % 4 == 0 and m <= 16
+    packed = n % 4 == 0
     assert ("dense_packed" in ops) == packed and bool({"dense", "matmul"} & ops) != packed, ops
 
 
@@ -83,3 +83,38 @@ def test_every_config_of_the_packed_space(tmp_path, group_of, every_config):
     x = np.random.default_rng(2).standard_normal((4, 24)).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     every_config(template, group, graph.params, x, want, "dense_packed")
+
+
+def _conv1d_gelu_new(path, rows, k, n):
+    """Hugging Face's ``Conv1D`` (``addmm``: a Gemm by a [K, N] weight, ``transB=0``) and GPT-2's
+    ``gelu_new`` (``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x ** 3)))``), as torch exports them."""
+    rng = np.random.default_rng(0)
+    inits = {"w": (0.1 * rng.standard_normal((k, n))).astype(np.float32),
+             "b": rng.standard_normal(n).astype(np.float32),
+             "three": np.array(3.0, np.float32), "c": np.array(0.044715, np.float32),
+             "s": np.array(0.7978845608, np.float32), "half": np.array(0.5, np.float32),
+             "one": np.array(1.0, np.float32)}
+    steps = [("Gemm", ["x", "w", "b"], "g"), ("Pow", ["g", "three"], "g3"), ("Mul", ["g3", "c"], "cg3"),
+             ("Add", ["g", "cg3"], "inner"), ("Mul", ["inner", "s"], "si"), ("Tanh", ["si"], "t"),
+             ("Add", ["t", "one"], "t1"), ("Mul", ["g", "half"], "hg"), ("Mul", ["hg", "t1"], "y")]
+    nodes = [helper.make_node(op, ins, [out]) for op, ins, out in steps]
+    _save(path, nodes, inits, (rows, k))
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mcpu=znver5"], ids=["avx2", "avx512"])
+def test_conv1d_gemm_over_many_rows_is_packed(tmp_path, target):
+    """GPT-2's Gemms by [K, N] weights over its 128 token rows run as ``dense_packed`` at either vector
+    width (they ran on the rfactor schedule above 16 rows: 3x slower than onnxruntime), and its
+    ``gelu_new`` has no ``power`` left (a libm call per element)."""
+    path = str(tmp_path / "conv1d.onnx")
+    _conv1d_gelu_new(path, 128, 64, 192)
+    graph = optimized_graph(path, target)[0]
+    ops = {n.op for n in graph.nodes}
+    assert "dense_packed" in ops and not {"dense", "matmul", "power"} & ops, ops
+
+
+def test_conv1d_gemm_with_gelu_new_matches_onnxruntime(tmp_path):
+    path = str(tmp_path / "conv1d.onnx")
+    _conv1d_gelu_new(path, 37, 40, 96)  # rows that fill no tile
+    ops = _check(path, (37, 40))
+    assert "dense_packed" in ops and "power" not in ops, ops

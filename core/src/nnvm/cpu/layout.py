@@ -276,9 +276,6 @@ def alter_patch_embedding(target, attrs, data, weight, lanes: int) -> AlteredNod
                        constant_inputs=(1,))
 
 
-MAX_PACKED_BATCH = 16  # dense_packed streams the weight once per this many rows at most: a GEMV's kernel
-
-
 def packed_block(n: int, lanes: int) -> int | None:
     """The block of a packed weight with ``n`` outputs: the widest of lanes, lanes/2, lanes/4 dividing
     ``n``; else the widest whose zero-padded last block is under half of ``n`` (GPT-2's 50257-token
@@ -302,8 +299,10 @@ def packed_attrs(target, n: int, block: int, rows: int | None) -> dict:
 
 
 def alter_dense(target, node, in_types) -> AlteredNode | None:
-    """dense (float32, small batch, constant weight) -> dense_packed over the weight packed ``NK{b}n``
-    (``b`` from ``packed_block``), or None to keep it. A ``matmul`` by a constant ``[K, N]`` is the same
+    """dense (float32, constant weight) -> dense_packed over the weight packed ``NK{b}n`` (``b`` from
+    ``packed_block``), or None to keep it, at any row count: the Gemms of Hugging Face's GPT-2 (its
+    ``Conv1D``, ``addmm`` over 128 token rows) ran on the rfactor schedule when it stopped at 16 rows,
+    three times onnxruntime's time for the whole model. A ``matmul`` by a constant ``[K, N]`` is the same
     product whatever the rank of its left side (torch exports ``nn.Linear`` on ``[B, S, K]`` so) and
     however many rows it has (the generic matmul runs at a fifth of the packed speed): its weight is
     packed from ``KN`` and ``dense_packed`` reads ``[..., K]`` data as it is.
@@ -324,7 +323,7 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     batch = len(weight.shape) - 2
     if batch and (node.op != "matmul" or tuple(data.shape[:-2]) != tuple(weight.shape[:-2])):
         return None  # a broadcast batch axis: the generic matmul
-    if node.op == "dense" and (len(data.shape) != 2 or data.shape[0] > MAX_PACKED_BATCH):
+    if node.op == "dense" and len(data.shape) != 2:
         return None
     if node.op == "matmul" and len(data.shape) < 2:
         return None

@@ -31,7 +31,7 @@ def all_passes() -> list:
     return [
         Pass("infer_types", infer_types, 0, (), "shapes and dtypes of every value"),
         Pass("simplify_inference", simplify_inference, 1, ("infer_types",),
-             "batch_norm to scale and shift; dropout and identity removed"),
+             "batch_norm to scale and shift; dropout and identity removed; x ** 2|3|4 as multiplies"),
         Pass("fold_scale_axis", fold_scale_axis, 1, ("infer_types",),
              "per-channel scale and shift after conv2d/dense folded into its weights and a bias_add"),
         Pass("alter_op_layout", alter_op_layout, 3, ("infer_types",),

@@ -3,7 +3,9 @@
 The venv (``$NNVM_CACHE_DIR/venvs/torch-2.13``, built once with uv from the local CPU wheel in
 ``$NNVM_TORCH_FIND_LINKS``, default ``/opt/wheels``) is shared by ``tests/test_pytorch_export.py``
 (``scripts/torch_export.py``'s exporter variants) and the issue-19 benchmark zoo
-(``scripts/torch_zoo.py``: eleven CNNs and three transformers, ``bench/zoo.py``). ``zoo_model_path``
+(``scripts/torch_zoo.py``: eleven CNNs and three transformers, ``bench/zoo.py``); a second venv with
+Hugging Face ``transformers`` exports that library's models (``hf_model_path``, ``scripts/hf_export.py``,
+``bench/transformers.py``). ``zoo_model_path``
 exports one zoo model at one batch size into ``$NNVM_CACHE_DIR/models`` and redoes it only when the
 scripts or the venv change (a stamp file next to it). Raises ``VenvUnavailable`` when a tool or the
 wheel is missing and ``VenvBuildError`` when the build or the export fails.
@@ -36,21 +38,35 @@ ZOO_SCRIPT = SCRIPTS / "torch_zoo.py"
 ZOO_CNNS = ("alexnet", "densenet121", "googlenet", "inception_v2", "resnet50", "shufflenet", "squeezenet",
             "vgg19", "zfnet512", "resnet18", "mobilenet_v2")
 ZOO_TRANSFORMERS = ("bert", "gpt2", "vit")
+# Hugging Face's own modules at their default sizes (``scripts/hf_export.py``) need ``transformers``: a
+# venv of their own, the torch venv's pins plus these, so adding it never rebuilds the venv the torch
+# export tests share (uv links the same torch wheel into both).
+HF_REQUIREMENTS = [*REQUIREMENTS, "transformers==5.23.0", "tokenizers==0.23.3", "safetensors==0.8.0",
+                   "huggingface-hub==2.4.0"]
+HF_VENV = "torch-2.13-transformers"
+HF_SCRIPT = SCRIPTS / "hf_export.py"
+HF_MODELS = ("gpt2", "bert", "distilbert", "vit")  # keep in step with scripts/hf_export.py
 
 
 def find_links() -> str:
     return os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
 
 
-def torch_python() -> Path:
-    """The torch venv's Python, built on first use (``nnvm.testing.venvs``)."""
-    ready = ready_venv(VENV, REQUIREMENTS, PYTHON)
+def torch_python(venv: str = VENV, requirements: list[str] = REQUIREMENTS) -> Path:
+    """The torch venv's Python (or ``venv``'s, holding ``requirements`` with torch), built on first use
+    (``nnvm.testing.venvs``)."""
+    ready = ready_venv(venv, requirements, PYTHON)
     if ready:
         return ready
     if not list(Path(find_links()).glob(f"torch-2.13.0*-cp{PYTHON.replace('.', '')}-*.whl")):
         raise VenvUnavailable(f"no torch 2.13.0 CPU wheel for Python {PYTHON} in {find_links()} "
                               "(NNVM_TORCH_FIND_LINKS)")
-    return build_venv(VENV, REQUIREMENTS, python=PYTHON, find_links=find_links())
+    return build_venv(venv, requirements, python=PYTHON, find_links=find_links())
+
+
+def hf_python() -> Path:
+    """The Python of the torch venv with Hugging Face ``transformers`` (``HF_REQUIREMENTS``)."""
+    return torch_python(HF_VENV, HF_REQUIREMENTS)
 
 
 def _stamp(python: Path, scripts: list[Path]) -> str:
@@ -65,19 +81,40 @@ def zoo_model_path(name: str, batch: int = 1) -> str:
         raise KeyError(f"unknown zoo model {name!r}; known: {', '.join([*ZOO_CNNS, *ZOO_TRANSFORMERS])}")
     if not ZOO_SCRIPT.exists():
         raise VenvUnavailable(f"{ZOO_SCRIPT} is missing: the zoo is exported from a source checkout")
-    python = torch_python()
+    return _exported(torch_python(), [ZOO_SCRIPT, SCRIPTS / "torch_export.py"], f"torch_zoo_{name}_b{batch}",
+                     [name, "--batch", str(batch)], f"{name} (batch {batch})")
+
+
+def hf_model_path(name: str, batch: int = 1, seq: int = 128, layers: int | None = None,
+                  width: int | None = None, heads: int | None = None) -> str:
+    """Path of Hugging Face model ``name`` (``HF_MODELS``: its default config, seeded random weights)
+    exported with fixed shapes; ``layers``, ``width`` and ``heads`` make a smaller one (tests)."""
+    if name not in HF_MODELS:
+        raise KeyError(f"unknown Hugging Face model {name!r}; known: {', '.join(HF_MODELS)}")
+    if not HF_SCRIPT.exists():
+        raise VenvUnavailable(f"{HF_SCRIPT} is missing: the models are exported from a source checkout")
+    args, tag = [name, "--batch", str(batch), "--seq", str(seq)], f"hf_{name}_b{batch}_s{seq}"
+    for flag, value in (("layers", layers), ("width", width), ("heads", heads)):
+        if value:
+            args += [f"--{flag}", str(value)]
+            tag += f"_{flag[0]}{value}"
+    return _exported(hf_python(), [HF_SCRIPT], tag, args, f"{name} (batch {batch}, seq {seq})")
+
+
+def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what: str) -> str:
+    """``$NNVM_CACHE_DIR/models/<tag>.onnx``, written by ``scripts[0] args... OUT`` unless a file made by
+    the same scripts and venv is there."""
     directory = cache_dir() / "models"
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"torch_zoo_{name}_b{batch}.onnx"
+    path = directory / f"{tag}.onnx"
     stamp_file = path.with_name(path.name + ".stamp")
-    stamp = _stamp(python, [ZOO_SCRIPT, SCRIPTS / "torch_export.py"])
-    with file_lock(directory / f".torch_zoo_{name}.lock"):
+    stamp = _stamp(python, scripts)
+    with file_lock(directory / f".{tag}.lock"):
         if not (path.exists() and stamp_file.exists() and stamp_file.read_text() == stamp):
             tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
             try:
-                run_checked([str(python), str(ZOO_SCRIPT), name, str(tmp), "--batch", str(batch)],
-                            f"exporting {name} (batch {batch}) with torch", 1800, SCRIPTS.parent,
-                            clean_env())
+                run_checked([str(python), str(scripts[0]), args[0], str(tmp), *args[1:]],
+                            f"exporting {what} with torch", 1800, SCRIPTS.parent, clean_env())
                 os.replace(tmp, path)  # readers never see a half-written model
             finally:
                 tmp.unlink(missing_ok=True)
@@ -85,5 +122,6 @@ def zoo_model_path(name: str, batch: int = 1) -> str:
     return str(path)
 
 
-__all__ = ["REQUIREMENTS", "PYTHON", "VENV", "ZOO_CNNS", "ZOO_TRANSFORMERS", "VenvBuildError",
-           "VenvUnavailable", "find_links", "torch_python", "zoo_model_path"]
+__all__ = ["REQUIREMENTS", "PYTHON", "VENV", "ZOO_CNNS", "ZOO_TRANSFORMERS", "HF_REQUIREMENTS", "HF_VENV",
+           "HF_MODELS", "VenvBuildError", "VenvUnavailable", "find_links", "torch_python", "hf_python",
+           "zoo_model_path", "hf_model_path"]
