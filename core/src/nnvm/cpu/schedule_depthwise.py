@@ -65,7 +65,11 @@ def depthwise_template(target, group) -> ScheduleTemplate | None:
         oh_fallback = ext_oh
     pad_space = ["tile", "root"] if padded else ["root"]
     space = {"oh_block": oh_space, "ow_block": ow_space, "pad_at": pad_space, "unroll_kh": [True, False]}
-    fallback = {"oh_block": oh_fallback, "ow_block": ow_fallback, "pad_at": pad_space[0], "unroll_kh": True}
+    # Kernel rows unrolled for 3x3; from 5x5 on (NASNet's 5x5 and 7x7) the rows stay a loop: the same
+    # speed measured (NASNetMobile 1.37 -> 1.34 ms, one thread) and a sixth less to compile (14.2 -> 11.8
+    # CPU s), 392 unrolled statements a tile for 7x7 over 8 rows
+    kh = extent(conv.op.reduce_axis[1])
+    fallback = {"oh_block": oh_fallback, "ow_block": ow_fallback, "pad_at": pad_space[0], "unroll_kh": kh < 5}
     return ScheduleTemplate("cpu.depthwise_conv2d_nchw.direct", space, fallback,
                             lambda config: build_depthwise(group, config), flops=reduction_flops(conv.op))
 

@@ -23,6 +23,8 @@ Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 # Constants are immutable leaves: the simplifier hands out one node per value and dtype (building them
 # was a tenth of a large kernel's lowering)
 _const = lru_cache(maxsize=8192, typed=True)(E.const)
+_LEAVES = frozenset({E.Var, E.Const})
+_LINEAR_OPS = frozenset({"add", "sub", "mul"})
 
 
 @cache
@@ -217,9 +219,15 @@ class Simplifier:
     # -- expressions --------------------------------------------------------------------------------
     def expr(self, e):
         """``rewrite(e, self._node, self._chosen_side)``, remembering each subexpression's result."""
+        if type(e) in _LEAVES:  # a third of the nodes: nothing to simplify, nothing worth remembering
+            return e
         hit = self._simplified.get(id(e))
         if hit is not None and hit[0] is e:
             return hit[1]
+        if type(e) is E.BinOp and e.op in _LINEAR_OPS and _is_index(e.dtype):
+            out = self._sum(e)
+            self._simplified[id(e)] = (e, out)
+            return out
         out = self._chosen_side(e)
         if out is None:
             changes = None
@@ -236,6 +244,32 @@ class Simplifier:
                 out = node
         self._simplified[id(e)] = (e, out)
         return out
+
+    def _sum(self, e):
+        """An index sum (products by constants included) simplified as one: its atoms simplified, its
+        linear form built once and rebuilt once. Rebuilding every prefix of ``a + b + c + ...`` on the way
+        up, as a bottom-up rewrite does, made lowering quadratic in a sum's length."""
+        lin = self._merge_divmod(self._chain(e))
+        out = lin.to_expr()
+        if isinstance(out, E.BinOp):  # its parent asks for its form next: the same terms, not re-derived
+            self._linear[id(out)] = (out, lin)
+        return out
+
+    def _chain(self, e) -> Linear:
+        """The linear form of the sums and products by constants under ``e``, everything else an atom
+        (simplified first)."""
+        if type(e) is E.BinOp and e.op in _LINEAR_OPS and _is_index(e.dtype):
+            la, lb = self._chain(e.a), self._chain(e.b)
+            if e.op == "add":
+                return la.plus(lb)
+            if e.op == "sub":
+                return la.plus(lb, -1)
+            if not lb.terms:
+                return la.scaled(lb.const)
+            if not la.terms:
+                return lb.scaled(la.const)
+            return self.linear(E.BinOp("mul", la.to_expr(), lb.to_expr(), e.dtype))  # an atom
+        return self.linear(self.expr(e))
 
     def _child(self, value):
         if isinstance(value, E.Expr):
@@ -338,7 +372,15 @@ class Simplifier:
         return None
 
     def _merge_divmod(self, lin: Linear) -> Linear:
-        """c*k*(x // k) + c*(x % k) -> c*x: what lowering a fused loop produces."""
+        """c*k*(x // k) + c*(x % k) -> c*x: what lowering a fused loop produces; again while a merge
+        exposes another (``x`` itself a pair of a fused loop's divisions)."""
+        while True:
+            merged = self._merge_divmod_once(lin)
+            if merged is lin:
+                return lin
+            lin = merged
+
+    def _merge_divmod_once(self, lin: Linear) -> Linear:
         divs = {}
         for atom, coef in lin.terms.items():
             if isinstance(atom, E.BinOp) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
