@@ -151,10 +151,11 @@ def test_compile_keywords_override_the_options_they_differ_from(testcpu, monkeyp
                         lambda model, target, shapes, options, **kw: seen.append(options) or real(
                             model, target, shapes, options, **kw))
     base = nnvm.Options(opt_level=1, jobs=1, cpu_switches={"templates": "0"})
-    for kwargs in ({}, {"opt_level": 2}):
+    for kwargs in ({}, {"opt_level": 2}, {"disabled_passes": ["fold_scale_axis"]}):
         with pytest.raises(_Built):
             nnvm.compile(_graph(), target=target, kernel_cache=False, options=base, **kwargs)
-    assert [(o.opt_level, o.jobs, o.cpu_switches, o.kernel_cache) for o in seen] == [
-        (1, 1, {"TEMPLATES": "0"}, False), (2, 1, {"TEMPLATES": "0"}, False)]
+    assert [(o.opt_level, o.jobs, o.cpu_switches, o.kernel_cache, o.disabled_passes) for o in seen] == [
+        (1, 1, {"TEMPLATES": "0"}, False, frozenset()), (2, 1, {"TEMPLATES": "0"}, False, frozenset()),
+        (1, 1, {"TEMPLATES": "0"}, False, frozenset({"fold_scale_axis"}))]
     with pytest.raises(nnvm.Error, match="opt_level must be 0, 1, 2 or 3"):
         nnvm.Options(opt_level=4)

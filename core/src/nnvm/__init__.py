@@ -64,7 +64,11 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: 
     options = Options() if options is None else options
     given = {"opt_level": (opt_level, 3), "tuning_log": (tuning_log, None), "dump_ir": (dump_ir, None),
              "kernel_cache": (kernel_cache, None), "jobs": (jobs, None)}
-    options = options.replace(**{k: v for k, (v, default) in given.items() if v != default})
+    changes = {k: v for k, (v, default) in given.items() if v != default}
+    for name in ("disabled_passes", "enabled_passes"):  # pass names, as compile_model took them
+        if name in kwargs:
+            changes[name] = frozenset(kwargs.pop(name))
+    options = options.replace(**changes)
     kernel_cache = options.kernel_cache
     if kernel_cache is None:
         kernel_cache = default_kernel_cache()
