@@ -18,6 +18,7 @@ user sees the same error, with its context, that a serial compile gives.
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import multiprocessing
 import os
 import threading
@@ -107,13 +108,23 @@ def _run_job(index: int) -> bytes | None:
         return None
 
 
+def _worker_gc() -> None:
+    """A worker's garbage collector set for lowering: what it inherited is frozen (never scanned, so
+    never copied by a scan's writes), and it collects after 200,000 allocations rather than 700. Lowering
+    allocates millions of small acyclic nodes, which the default thresholds scanned over and over (5% of
+    a compile; DenseNet-121 cold 5.55 -> ~5.0 s with the concatenation change below)."""
+    gc.freeze()
+    gc.set_threshold(200_000, 50, 50)
+
+
 def _in_workers(jobs: list, make: Callable[[KernelJob], bytes], n_jobs: int) -> list:
     """Each job's bytes made in ``n_jobs`` forked processes (None where a worker failed)."""
     global _WORK
     _WORK = (jobs, make)
     try:
         context = multiprocessing.get_context("fork")
-        with concurrent.futures.ProcessPoolExecutor(n_jobs, mp_context=context) as pool:
+        pool = concurrent.futures.ProcessPoolExecutor(n_jobs, mp_context=context, initializer=_worker_gc)
+        with pool:
             return list(pool.map(_run_job, range(len(jobs)), chunksize=1))
     except (OSError, concurrent.futures.process.BrokenProcessPool):
         return [None] * len(jobs)

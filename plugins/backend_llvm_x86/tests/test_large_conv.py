@@ -159,8 +159,7 @@ def test_blocked_concat_matches_onnxruntime(tmp_path, monkeypatch, batch, budget
 
 def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of):
     """The lowered concatenation: no ``if_then_else`` left (each unrolled block reads its one input),
-    the row loop holding the blocks carries the pragma that keeps LLVM from unrolling it (so do the
-    blocks' short step loops inside it, one per unrolled block), and an input
+    the row loop holding the blocks carries the pragma that keeps LLVM from unrolling it, and an input
     whose channels take another block (24: blocks of 8 or padded ones, against 16; with AVX2's 8 lanes
     12 against 8) keeps the concatenation in NCHW, right."""
     path = _model(str(tmp_path / "cat.onnx"), 1, 16, 13, CONCAT_BRANCHES, concat=True)
@@ -176,9 +175,7 @@ def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of):
     rolled = []
     walk(func.body, lambda s: rolled.append(s) if isinstance(s, S.For) and ("unroll", False) in s.annotations
          else None)
-    rows = [s for s in rolled if s.var.name == "i3"]
-    assert len(rows) == 1 and "for i3 in range(13)" in text, text[:2000]  # one row loop, blocks inside
-    assert all(s is rows[0] or s.var.name.startswith("i1") for s in rolled), [s.var.name for s in rolled]
+    assert len(rolled) == 1 and "for i3 in range(13)" in text, text[:2000]  # one row loop, blocks inside
     lanes = vector_lanes(tgt)
     mixed = _model(str(tmp_path / "mixed.onnx"), 3, 16, 11, [(24 * lanes // 16, 1), (lanes, 3)], concat=True)
     graph, *_ = optimized_graph(mixed, "llvm")
