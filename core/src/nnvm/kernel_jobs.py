@@ -112,7 +112,7 @@ def _worker_gc() -> None:
     """A worker's garbage collector set for lowering: what it inherited is frozen (never scanned, so
     never copied by a scan's writes), and it collects after 200,000 allocations rather than 700. Lowering
     allocates millions of small acyclic nodes, which the default thresholds scanned over and over (5% of
-    a compile; DenseNet-121 cold 5.55 -> ~5.0 s with the concatenation change below)."""
+    a compile)."""
     gc.freeze()
     gc.set_threshold(200_000, 50, 50)
 
