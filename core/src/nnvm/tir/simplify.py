@@ -16,7 +16,7 @@ from functools import cache, lru_cache
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.printer import expr_str
-from nnvm.tir.visit import _child_names, _replaced, rewrite
+from nnvm.tir.visit import _child_names, _replaced, pure_key, rewrite
 
 Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 
@@ -24,6 +24,11 @@ Interval = tuple  # (lo, hi) inclusive, ints or +-inf
 # was a tenth of a large kernel's lowering)
 _const = lru_cache(maxsize=8192, typed=True)(E.const)
 _LEAVES = frozenset({E.Var, E.Const})
+
+
+def _var_identity(v) -> tuple:
+    return ("var", id(v))  # kept alive by the key memo
+
 _LINEAR_OPS = frozenset({"add", "sub", "mul"})
 
 
@@ -197,24 +202,7 @@ class Simplifier:
 
     def _key(self, e):
         """A hashable structural key of a pure integer expression (vars by identity), else None."""
-        hit = self._keys.get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        if isinstance(e, E.Var):
-            key = ("var", id(e))  # not the Var: its == builds a node; kept alive by the memo
-        elif isinstance(e, E.Const):
-            key = (e.value, e.dtype)
-        elif isinstance(e, E.BinOp):
-            a = self._key(e.a)
-            b = self._key(e.b) if a is not None else None
-            key = None if b is None else (e.op, a, b, e.dtype)
-        elif isinstance(e, E.Cast):
-            v = self._key(e.value)
-            key = None if v is None else ("cast", v, e.dtype)
-        else:
-            key = None
-        self._keys[id(e)] = (e, key)
-        return key
+        return pure_key(e, _var_identity, self._keys)
 
     # -- expressions --------------------------------------------------------------------------------
     def expr(self, e):

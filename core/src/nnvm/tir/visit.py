@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from nnvm.tir.expr import Expr, TensorLoad, Var
+from nnvm.tir.expr import BinOp, Cast, Const, Expr, TensorLoad, Var
 from nnvm.tir.stmt import Stmt
 
 # Fields that hold references rather than children: never descended into.
@@ -103,6 +103,31 @@ def substitute(node, vmap: dict):
         return None
 
     return rewrite(node, fn)
+
+
+def pure_key(e, var_key: Callable, memo: dict, dtypes=None):
+    """A hashable structural key of ``e`` if it is built of variables, constants, binary operations and
+    casts only (``dtypes``, when given, limits the operations' and casts' dtypes), else None. Variables
+    are keyed by ``var_key(var)`` (None: not pure); a Var itself never goes in a key, since its ``==``
+    builds a node. ``memo`` (id -> (node, key)) remembers each node's key and keeps the node alive."""
+    hit = memo.get(id(e))
+    if hit is not None and hit[0] is e:
+        return hit[1]
+    t = type(e)
+    key = None
+    if t is Var:
+        key = var_key(e)
+    elif t is Const:
+        key = (e.value, e.dtype)
+    elif t is BinOp and (dtypes is None or e.dtype in dtypes):
+        a = pure_key(e.a, var_key, memo, dtypes)
+        b = pure_key(e.b, var_key, memo, dtypes) if a is not None else None
+        key = None if b is None else (e.op, a, b, e.dtype)
+    elif t is Cast and (dtypes is None or e.dtype in dtypes):
+        v = pure_key(e.value, var_key, memo, dtypes)
+        key = None if v is None else ("cast", v, e.dtype)
+    memo[id(e)] = (e, key)
+    return key
 
 
 def nodes_using(node, var: Var) -> set:

@@ -13,6 +13,7 @@ from llvmlite import ir
 
 from nnvm.errors import Error
 from nnvm.tir import expr as E
+from nnvm.tir.visit import pure_key
 from nnvm_backend_llvm.codegen_math import FastMath
 
 I1 = ir.IntType(1)
@@ -179,26 +180,11 @@ class ExprEmitter(FastMath):
         version = (self.frame, self.frame.vars.version)
         if keys is None or keys[0] != version:
             keys = self._index_keys = (version, {})
-        hit = keys[1].get(id(e))
-        if hit is not None and hit[0] is e:
-            return hit[1]
-        t = type(e)
-        if t is E.Var:
-            bound = self.frame.vars.get(e)
-            key = None if bound is None else (id(e), id(bound))  # ids: a Var's == builds a node
-        elif t is E.Const:
-            key = (e.value, e.dtype)
-        elif t is E.BinOp and e.dtype in INDEX_DTYPES:
-            a = self.index_key(e.a)
-            b = self.index_key(e.b) if a is not None else None
-            key = None if b is None else (e.op, a, b, e.dtype)
-        elif t is E.Cast and e.dtype in INDEX_DTYPES:
-            v = self.index_key(e.value)
-            key = None if v is None else ("cast", v, e.dtype)
-        else:
-            key = None
-        keys[1][id(e)] = (e, key)
-        return key
+        return pure_key(e, self._bound_key, keys[1], INDEX_DTYPES)
+
+    def _bound_key(self, v: E.Var):
+        bound = self.frame.vars.get(v)
+        return None if bound is None else (id(v), id(bound))
 
     def nonnegative(self, e: E.Expr) -> bool:
         """Whether ``e`` is >= 0 by construction (loop variables from a start >= 0, constants, and sums,
