@@ -23,7 +23,7 @@ from nnvm.errors import (  # noqa: F401
     TargetError,
     UnsupportedOperatorError,
 )
-from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
+from nnvm.graph.ir import Graph, Node, TensorType, detached  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
 from nnvm.kernel_cache import KernelCache, default_kernel_cache
 from nnvm.options import Options  # noqa: F401  (nnvm.Options)
@@ -47,6 +47,7 @@ def build(schedule, args, target: str = "llvm", name: str = "main"):
 def load_model(model, shapes: dict | None = None, **kwargs):
     """Import a model with the frontend that reads it; returns ``(graph, params)``."""
     graph = import_model(model, shapes, **kwargs)
+    graph = graph.replace(params={k: detached(v) for k, v in graph.params.items()})
     return graph, dict(graph.params)
 
 

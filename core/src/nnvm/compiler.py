@@ -24,7 +24,7 @@ import nnvm
 from nnvm.autotune.log import TuningLogs
 from nnvm.cpu.switches import check_options, switch_state
 from nnvm.errors import Error, with_context
-from nnvm.graph.ir import Graph
+from nnvm.graph.ir import Graph, detached
 from nnvm.kernel_cache import KernelCache, kernel_key, source_fingerprint
 from nnvm.kernel_jobs import KernelJob, compile_kernels
 from nnvm.lowering import (  # noqa: F401  (import_model, schedule_group, GroupCompute: nnvm.compiler's API)
@@ -163,6 +163,7 @@ def _compile(model, target, shapes, options: Options, **kwargs):
 
     t0 = time.perf_counter()
     plan = make_plan(graph, calls)
+    graph = graph.replace(params={k: detached(v) for k, v in graph.params.items()})
     seconds["plan"] = time.perf_counter() - t0
     seconds["passes_detail"] = dict(ctx.timings)
     cache_stats = counts.to_dict() if counts is not None else {"compiled": len(jobs_list), "cached": 0,

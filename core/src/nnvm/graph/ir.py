@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from dataclasses import replace as _dc_replace
@@ -233,6 +234,17 @@ def _array_to_json(a: np.ndarray) -> str:
 
 def _array_from_json(s: str) -> np.ndarray:
     return np.load(io.BytesIO(base64.b64decode(s)), allow_pickle=False)
+
+
+def detached(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy of it when its memory is a file's mapping (a frontend's weights read in
+    place): what a module keeps must not change, or vanish, when someone rewrites the model file."""
+    base = array
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return np.array(array, order="C") if isinstance(base, mmap.mmap) else array
 
 
 def save_params(params: Mapping) -> bytes:

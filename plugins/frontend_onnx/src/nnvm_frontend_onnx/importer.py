@@ -1,9 +1,10 @@
 """ONNX model -> nnvm ``Graph``.
 
-The steps: read the model (path, bytes or ``ModelProto``) and inline its local functions; drop the
-nodes no output depends on; check every remaining node's operator is one we convert and report all
-that are not at once; turn initializers into weights and the other graph inputs into runtime inputs
-with static shapes; then convert the nodes in order through the converter table
+The steps: read the model (path, bytes or ``ModelProto``; a file's large weights are read in place,
+see ``mapped``) and inline its local functions; drop the nodes no output depends on; check every
+remaining node's operator is one we convert and report all that are not at once; turn initializers
+into weights and the other graph inputs into runtime inputs with static shapes; then convert the nodes
+in order through the converter table
 (``context.CONVERTERS``), with the builder inferring types and folding constants as it goes.
 
 Input shapes: ``shapes=`` gives an input its whole shape (same rank as declared; it may also change
@@ -15,6 +16,7 @@ input and the dimension.
 
 from __future__ import annotations
 
+import mmap
 import os
 
 import numpy as np
@@ -31,7 +33,7 @@ from nnvm.frontend import (
 )
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.ir import Graph
-from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
+from nnvm_frontend_onnx import (  # noqa: F401  (convert_*: fill CONVERTERS)
     convert_control,
     convert_index,
     convert_math,
@@ -43,6 +45,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
     convert_signal,
     convert_tensor,
     functions,
+    mapped,
 )
 from nnvm_frontend_onnx.context import (
     CONVERTERS,
@@ -63,30 +66,56 @@ def is_model_proto(obj) -> bool:
     return t.__name__ == "ModelProto" and t.__module__.split(".")[0] == "onnx"
 
 
-def read_model(model):
-    """``(ModelProto, path or None)`` from a path, serialized bytes or a ``ModelProto``."""
+def read_model(model) -> tuple:
+    """``(ModelProto, path or None, {initializer name: array}})`` from a path, serialized bytes or a
+    ``ModelProto``: a file's large initializers are views of the mapped file, left out of the message
+    (``mapped``); every other initializer is read from the message."""
     import onnx
 
     if is_model_proto(model):
-        return _checked(model, "the ONNX model"), None
+        return _checked(model, "the ONNX model"), None, {}
     if isinstance(model, bytes | bytearray | memoryview):
-        return _parse(bytes(model), "the ONNX bytes"), None
+        return _parse(bytes(model), "the ONNX bytes"), None, {}
     if not isinstance(model, str | os.PathLike):
         raise ModelLoadError(f"cannot read an ONNX model from a {type(model).__name__} object")
     path = os.fspath(model)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        mapping = mapped.open_mapped(path)
     except FileNotFoundError:
         raise ModelLoadError(f"{path}: no such file") from None
     except OSError as exc:
         raise ModelLoadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    proto = _parse(data, path)
+    except ValueError:  # an empty file cannot be mapped
+        mapping = b""
+    found = mapped.split(mapping)
+    if found is None:
+        data = mapping[:]
+        if isinstance(mapping, mmap.mmap):
+            mapping.close()
+        proto, weights = _parse(data, path), {}
+    else:
+        proto = _parse(found[0], path)
+        weights = _mapped_weights(proto, mapping, found[1], path)
     if _has_external_data(proto):
         _check_external_locations(proto, path)
         with reading(path, "the external weight data cannot be read"):
             onnx.external_data_helper.load_external_data_for_model(proto, os.path.dirname(path) or ".")
-    return proto, path
+    return proto, path, weights
+
+
+def _mapped_weights(proto, mapping, places: dict, path: str) -> dict:
+    """The mapped initializers as arrays, each checked against its declared shape."""
+    weights = {}
+    for t in proto.graph.initializer:
+        if t.name not in places:
+            continue
+        dtype, offset, nbytes = places[t.name]
+        array = mapped.view(mapping, dtype, offset, nbytes, t.dims)
+        if array is None:
+            raise ModelLoadError(f"{path}: initializer {t.name!r} cannot be read: its {nbytes} bytes of "
+                                 f"data do not make a {np.dtype(dtype).name} tensor of shape {list(t.dims)}")
+        weights[t.name] = array
+    return weights
 
 
 def _check_external_locations(proto, path: str) -> None:
@@ -164,7 +193,7 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
 
     ``shapes`` maps input names to shapes and binds symbolic dimensions.
     """
-    proto, path = read_model(model)
+    proto, path, mapped_weights = read_model(model)
     where = path or "the ONNX model"
     if proto.functions:  # model-local functions (exporters write them): inline them into plain nodes
         proto = _inline_functions(proto, where)
@@ -181,8 +210,10 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
     from onnx import numpy_helper
 
     for t in graph.initializer:
-        with reading(where, f"initializer {t.name!r} cannot be read"):  # corrupt or unusual tensor data
-            array = numpy_helper.to_array(t)
+        array = mapped_weights.get(t.name)
+        if array is None:
+            with reading(where, f"initializer {t.name!r} cannot be read"):  # corrupt or unusual tensor data
+                array = numpy_helper.to_array(t)
         env[t.name] = b.param(t.name, array)
     _add_inputs(b, env, [vi for vi in graph.input if vi.name not in initializers], shapes, where)
 
