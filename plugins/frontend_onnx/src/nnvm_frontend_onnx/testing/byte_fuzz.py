@@ -81,6 +81,13 @@ def _onnx(folder: Path) -> Format:
     return Format("onnx", Path(m["path"]), Path(m["path"]), {"x": m["x_npy"]})
 
 
+def _onnx_mapped(folder: Path) -> Format:
+    from nnvm_frontend_onnx.testing.fuzz import mapped_model
+
+    m = mapped_model(str(folder))
+    return Format("onnx-mapped", Path(m["path"]), Path(m["path"]), {"x": m["x_npy"]})
+
+
 def _npy(folder: Path) -> Format:
     from nnvm_frontend_onnx.testing.fuzz import base_models
 
@@ -149,6 +156,7 @@ def _module(target: str) -> Callable[[Path], Format]:
 
 FORMATS: dict[str, Callable[[Path], Format]] = {
     "onnx": _onnx,
+    "onnx-mapped": _onnx_mapped,
     "mxnet-symbol": _mxnet("symbol"),
     "mxnet-params": _mxnet("params"),
     "keras-h5": _keras("h5"),

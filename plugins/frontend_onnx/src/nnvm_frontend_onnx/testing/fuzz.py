@@ -44,6 +44,32 @@ def base_models(folder: str) -> dict:
             "other_bytes": other.SerializeToString(), "x_npy": x_npy}
 
 
+def mapped_model(folder: str) -> dict:
+    """A dense layer whose weight is just large enough to be read in place from the mapped file
+    (``nnvm_frontend_onnx.mapped``), written to ``folder``, with an input: the walk over the wire format
+    gets corrupted bytes too."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from nnvm_frontend_onnx.mapped import MIN_MAPPED_BYTES
+
+    rng = np.random.default_rng(21)
+    rows = MIN_MAPPED_BYTES // (4 * 128)
+    inits = [numpy_helper.from_array(rng.standard_normal((rows, 128)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(128).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"], name="matmul"),
+             helper.make_node("Add", ["xw", "b"], ["y"], name="bias")]
+    graph = helper.make_graph(nodes, "fuzz_mapped",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=9)
+    path = os.path.join(folder, "mapped.onnx")
+    onnx.save(proto, path)
+    x_npy = os.path.join(folder, "x_mapped.npy")
+    np.save(x_npy, rng.standard_normal((1, rows)).astype(np.float32))
+    return {"path": path, "x_npy": x_npy}
+
+
 def check_cli(argv: list[str]) -> int:
     """Run ``nnvm ARGV`` in this process; assert exit 0, or exit 1 with one line and no traceback."""
     from nnvm.cli import main
