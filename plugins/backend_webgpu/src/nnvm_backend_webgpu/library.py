@@ -1,0 +1,146 @@
+"""The WebGPU device under the core's GPU library (``nnvm.gpu.library.GPUKernelLibrary``).
+
+Every kernel is an entry point of one WGSL module; each gets a compute pipeline with an explicit
+layout (every parameter a read-write storage buffer, so one arena may be bound twice). A stream is a
+command encoder: launches are dispatches in one compute pass, a copy out is a copy into a mappable
+staging buffer, and ``synchronize`` submits the one command buffer of the run, then maps the staging
+buffers back. Copies in go through ``queue.write_buffer``, which the queue orders before that submit.
+Views are (buffer, offset, size) bindings, offsets multiples of the device's storage alignment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm.errors import Error
+from nnvm.gpu.library import GPUKernelLibrary
+from nnvm_backend_webgpu import device as webgpu_device
+
+FORMAT = "nnvm-webgpu"
+SOURCE = "kernels.wgsl"
+
+
+def _round4(n: int) -> int:
+    return max(4, -(-int(n) // 4) * 4)
+
+
+class Stream:
+    """A command encoder of one run, its open compute pass and the copies back it waits for."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.encoder = dev.create_command_encoder()
+        self.compute = None
+        self.pending: list = []  # (staging buffer, host array)
+        self.staging: dict = {}  # size -> free staging buffers, reused run after run
+
+    def end_pass(self) -> None:
+        if self.compute is not None:
+            self.compute.end()
+            self.compute = None
+
+
+class WebGPUKernelLibrary(GPUKernelLibrary):
+    """Kernels of one build: one WGSL module, a pipeline per kernel, on the process's device."""
+
+    format = FORMAT
+    language = "WebGPU"
+    text_files = (SOURCE,)
+
+    def __init__(self, source: str, tables: list, blobs: dict | None = None):
+        import wgpu
+
+        super().__init__(tables, {SOURCE: source}, {}, blobs)
+        self._wgpu = wgpu
+        _, self.dev = webgpu_device.device()
+        self.base_align = int(webgpu_device.limits()["min_storage_buffer_offset_alignment"])
+        try:
+            self.module = self.dev.create_shader_module(code=source)
+        except Exception as exc:  # wgpu's validation error: naga's message, with the line
+            first = str(exc).strip().splitlines()
+            raise Error(f"the WGSL compiler rejected the generated kernels: {' '.join(first[:6])}") from None
+        self.pipelines: dict = {}
+        for table in tables:
+            count = len(table["params"]) + len(table["temporaries"])
+            for launch in table["launches"]:
+                if launch["kernel"] not in self.pipelines:
+                    self.pipelines[launch["kernel"]] = self._pipeline(launch["kernel"], count)
+
+    def _pipeline(self, kernel: str, count: int):
+        wgpu = self._wgpu
+        entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(count)]
+        layout = self.dev.create_bind_group_layout(entries=entries)
+        pipeline = self.dev.create_compute_pipeline(
+            layout=self.dev.create_pipeline_layout(bind_group_layouts=[layout]),
+            compute={"module": self.module, "entry_point": kernel})
+        return pipeline, layout
+
+    @classmethod
+    def from_files(cls, manifest: dict, files: dict, blobs: dict) -> WebGPUKernelLibrary:
+        return cls(files[SOURCE], manifest["functions"], blobs)
+
+    def describe_launch(self, launch: dict) -> str:
+        return f"workgroups {tuple(launch['grid'])} workgroup_size {tuple(launch['block'])}"
+
+    # -- the device -------------------------------------------------------------------------------
+    def alloc(self, nbytes: int):
+        usage = self._wgpu.BufferUsage
+        return self.dev.create_buffer(size=_round4(nbytes), usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
+
+    def free(self, buf) -> None:
+        buf.destroy()
+
+    def view(self, buf, offset: int, nbytes: int):
+        return buf, offset, min(_round4(nbytes), buf.size - offset)
+
+    def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
+        data = host.view(np.uint8).reshape(-1)
+        if data.nbytes % 4:  # write whole words: the tail lies in the tensor's own padding
+            data = np.concatenate([data, np.zeros(4 - data.nbytes % 4, np.uint8)])
+        self.dev.queue.write_buffer(buf, offset, data)
+
+    def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
+        stream.end_pass()
+        size = _round4(host.nbytes)
+        free = stream.staging.setdefault(size, [])
+        usage = self._wgpu.BufferUsage
+        staging = free.pop() if free else self.dev.create_buffer(size=size, usage=usage.MAP_READ | usage.COPY_DST)
+        stream.encoder.copy_buffer_to_buffer(buf, offset, staging, 0, size)
+        stream.pending.append((staging, host))
+
+    def new_stream(self):
+        return Stream(self.dev)
+
+    def synchronize(self, stream) -> None:
+        stream.end_pass()
+        self.dev.queue.submit([stream.encoder.finish()])
+        for staging, host in stream.pending:
+            staging.map_sync(self._wgpu.MapMode.READ)
+            data = np.frombuffer(staging.read_mapped(), np.uint8)
+            host.reshape(-1).view(np.uint8)[:] = data[:host.nbytes]
+            staging.unmap()
+            stream.staging[staging.size].append(staging)
+        stream.pending = []
+        stream.encoder = self.dev.create_command_encoder()
+
+    def release_stream(self, stream) -> None:
+        for bufs in stream.staging.values():
+            for b in bufs:
+                b.destroy()
+
+    def prepare(self, kernel: str, args: list):
+        pipeline, layout = self.pipelines[kernel]
+        entries = []
+        for i, arg in enumerate(args):
+            buf, offset, size = arg if isinstance(arg, tuple) else (arg, 0, arg.size)
+            entries.append({"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}})
+        return pipeline, self.dev.create_bind_group(layout=layout, entries=entries)
+
+    def launch(self, stream, prepared, grid: list, block: list) -> None:
+        if stream.compute is None:
+            stream.compute = stream.encoder.begin_compute_pass()
+        pipeline, group = prepared
+        stream.compute.set_pipeline(pipeline)
+        stream.compute.set_bind_group(0, group)
+        stream.compute.dispatch_workgroups(*grid)

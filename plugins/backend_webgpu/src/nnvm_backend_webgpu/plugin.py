@@ -1,0 +1,57 @@
+"""The ``webgpu`` target: the loop program printed as WGSL, run through WebGPU (wgpu-native).
+
+The stages are the GPU layer's (``nnvm.gpu.backend.GPUBackend``: lower for the GPU, vectorize, print,
+compile); this plugin is the language and the driver:
+
+- ``printer.WGSLPrinter`` spells the kernels in WGSL, checked against the device's limits;
+- ``compile``: wgpu's shader compiler (naga) validates the module and makes a pipeline per kernel;
+- ``library.WebGPUKernelLibrary`` runs them: weights on the device, activations in one arena buffer.
+
+The device is the first WebGPU adapter (a GPU, or Mesa's lavapipe on the CPU); with none, the limits
+are WebGPU's guaranteed ones and compiling still works, running does not.
+"""
+
+from __future__ import annotations
+
+import nnvm
+from nnvm.errors import Error, TargetError
+from nnvm.gpu.backend import GPUBackend
+from nnvm.target import Target
+from nnvm.tir.vectorize import VectorTarget
+from nnvm_backend_webgpu import device
+from nnvm_backend_webgpu.library import WebGPUKernelLibrary
+from nnvm_backend_webgpu.printer import WGSLPrinter
+
+
+class WebGPUBackend(GPUBackend):
+    """Compiles loop programs to WGSL for any WebGPU device."""
+
+    name = "webgpu"
+    target_kinds = ("webgpu",)
+    keys, device = ("gpu",), "gpu"  # the GPU layer (nnvm.gpu) serves it
+    printer = WGSLPrinter
+    vectors = VectorTarget(lanes=())  # scalar code: the arrays hold scalars, so no vector loads
+    library = WebGPUKernelLibrary
+    unsupported_dtypes = ("float64",)
+
+    def check_target(self, target: Target) -> None:
+        if target.options:
+            raise TargetError(f"target {target}: the webgpu target takes no options, got "
+                              f"{', '.join(sorted(target.options))}")
+
+    def build_options(self, target: Target) -> dict:
+        try:
+            return {"limits": device.limits()}
+        except Error:
+            return {"limits": {}}  # no adapter: WebGPU's guaranteed limits
+
+    def make_printer(self, options: dict) -> WGSLPrinter:
+        return WGSLPrinter(options["limits"])
+
+    def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
+        return WebGPUKernelLibrary(source, tables)
+
+
+@nnvm.hookimpl
+def nnvm_register_backends(register):
+    register(WebGPUBackend())
