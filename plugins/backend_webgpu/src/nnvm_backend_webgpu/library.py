@@ -86,7 +86,8 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
     # -- the device -------------------------------------------------------------------------------
     def alloc(self, nbytes: int):
         usage = self._wgpu.BufferUsage
-        return self.dev.create_buffer(size=_round4(nbytes), usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
+        return self.dev.create_buffer(size=_round4(nbytes),
+                                      usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
 
     def free(self, buf) -> None:
         buf.destroy()
@@ -105,7 +106,8 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         size = _round4(host.nbytes)
         free = stream.staging.setdefault(size, [])
         usage = self._wgpu.BufferUsage
-        staging = free.pop() if free else self.dev.create_buffer(size=size, usage=usage.MAP_READ | usage.COPY_DST)
+        staging = free.pop() if free else self.dev.create_buffer(size=size,
+                                                                 usage=usage.MAP_READ | usage.COPY_DST)
         stream.encoder.copy_buffer_to_buffer(buf, offset, staging, 0, size)
         stream.pending.append((staging, host))
 
