@@ -15,6 +15,7 @@ import numpy as np
 from nnvm.errors import Error
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
+from nnvm_backend_webgpu.web import export_web
 
 FORMAT = "nnvm-webgpu"
 SOURCE = "kernels.wgsl"
@@ -79,6 +80,14 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
     @classmethod
     def from_files(cls, manifest: dict, files: dict, blobs: dict) -> WebGPUKernelLibrary:
         return cls(files[SOURCE], manifest["functions"], blobs)
+
+    def export(self, path: str, blobs: dict) -> None:
+        """A path ending in ``.webgpu``: the folder ``nnvm-webgpu.js`` loads (``web.py``); any other: the
+        one file ``nnvm.load`` reads, as every GPU backend writes it."""
+        if str(path).rstrip("/").endswith(".webgpu"):
+            export_web(str(path), self.files[SOURCE], list(self.tables.values()), blobs)
+        else:
+            super().export(path, blobs)
 
     def describe_launch(self, launch: dict) -> str:
         return f"workgroups {tuple(launch['grid'])} workgroup_size {tuple(launch['block'])}"
