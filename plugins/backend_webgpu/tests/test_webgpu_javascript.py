@@ -1,0 +1,72 @@
+"""Models exported for the web (``mod.export("model.webgpu")``) and run by ``nnvm-webgpu.js`` in Deno, whose
+``navigator.gpu`` is wgpu on lavapipe here, against onnxruntime: ResNet-18, MobileNetV2 and a transformer
+encoder (rel err <= 1e-4), as a web page would run them. ``make install`` installs deno from npm."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import nnvm
+from nnvm.environment import cache_dir
+from nnvm_backend_webgpu.web import runtime_js
+from nnvm_frontend_onnx.testing.models import cached_model_path
+from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+
+RUNNER = os.path.join(os.path.dirname(__file__), "run_model.js")
+
+
+def _deno() -> str:
+    found = cache_dir() / "tools" / "deno" / "node_modules" / ".bin" / "deno"
+    path = str(found) if found.exists() else shutil.which("deno")
+    if path is None:
+        pytest.skip(f"deno is not installed ({found}): run make install")
+    return path
+
+
+def _model(name: str, tmp_path) -> str:
+    if name in SHAPE_MODELS:
+        path = str(tmp_path / f"{name}.onnx")
+        onnx.save(SHAPE_MODELS[name](seed=0), path)
+        return path
+    return cached_model_path(name)
+
+
+def run_in_deno(folder, feeds: dict, tmp_path) -> list:
+    """The outputs of the exported ``folder`` on ``feeds`` (name -> array), run by nnvm-webgpu.js."""
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    outputs.mkdir()
+    for name, value in feeds.items():
+        np.ascontiguousarray(value).tofile(inputs / f"{name}.bin")
+    proc = subprocess.run([_deno(), "run", "--allow-read", "--allow-write", RUNNER, runtime_js(), str(folder),
+                           str(inputs), str(outputs)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return [np.fromfile(outputs / f"{k}.bin", dtype=d["dtype"]).reshape(d["shape"])
+            for k, d in enumerate(manifest["outputs"])]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "mobilenet_v2", "transformer_encoder"])
+def test_a_model_exported_for_the_web_runs_in_deno_and_matches_onnxruntime(name, tmp_path):
+    path = _model(name, tmp_path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    x = np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in inp.shape])
+    x = x.astype("float32")
+    want = sess.run(None, {inp.name: x})[0]
+    folder = tmp_path / f"{name}.webgpu"
+    nnvm.compile(path, target="webgpu").export(str(folder))
+    assert {p.name for p in folder.iterdir()} == {"manifest.json", "kernels.wgsl", "weights.bin",
+                                                  "nnvm-webgpu.js"}
+    (got,) = run_in_deno(folder, {inp.name: x}, tmp_path)
+    err = float(np.abs(got.astype("float64") - want).max() / np.abs(want).max())
+    assert err <= 1e-4, f"{name} in Deno (nnvm-webgpu.js): relative error {err:.2e} against onnxruntime"
