@@ -15,7 +15,7 @@ import numpy as np
 from nnvm.errors import Error
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
-from nnvm_backend_webgpu.web import export_web
+from nnvm_backend_webgpu.web import export_web, read_web
 
 FORMAT = "nnvm-webgpu"
 SOURCE = "kernels.wgsl"
@@ -76,6 +76,12 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
             layout=self.dev.create_pipeline_layout(bind_group_layouts=[layout]),
             compute={"module": self.module, "entry_point": kernel})
         return pipeline, layout
+
+    @classmethod
+    def open_export(cls, path: str) -> WebGPUKernelLibrary | None:
+        """The library of a file ``export`` wrote, or of a folder for the web (``model.webgpu``)."""
+        web = read_web(path)
+        return cls(*web) if web is not None else super().open_export(path)
 
     @classmethod
     def from_files(cls, manifest: dict, files: dict, blobs: dict) -> WebGPUKernelLibrary:

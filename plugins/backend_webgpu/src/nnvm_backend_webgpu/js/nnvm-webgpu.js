@@ -60,19 +60,20 @@ export class Model {
   constructor(device, manifest, source, weights) {
     this.device = device;
     this.manifest = manifest;
-    this.inputs = manifest.inputs.map(({ name, shape, dtype }) => ({ name, shape, dtype }));
-    this.outputs = manifest.outputs.map(({ name, shape, dtype }) => ({ name, shape, dtype }));
+    this.plan = manifest.module.plan;
+    this.inputs = this.plan.inputs.map(({ name, shape, dtype }) => ({ name, shape, dtype }));
+    this.outputs = this.plan.outputs.map(({ name, shape, dtype }) => ({ name, shape, dtype }));
     this.weightBytes = weights;
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
     this.weights = device.createBuffer({ size: round4(weights.byteLength), usage });
     if (weights.byteLength) device.queue.writeBuffer(this.weights, 0, weights, 0, weights.byteLength & ~3);
-    this.arena = device.createBuffer({ size: round4(manifest.arena_bytes), usage });
+    this.arena = device.createBuffer({ size: round4(this.plan.arena_bytes), usage });
     this.module = device.createShaderModule({ code: source });
     this.launches = [];
     const pipelines = new Map();
     const functions = new Map(manifest.functions.map((f) => [f.name, f]));
-    for (const call of manifest.calls) {
-      const table = functions.get(call.function);
+    for (const call of this.plan.calls) {
+      const table = functions.get(call.kernel);
       const temporaries = table.temporaries.map((t) => device.createBuffer({ size: round4(t.nbytes), usage }));
       const resources = call.args.map((ref, i) => this.#binding(ref, table.params[i].nbytes))
         .concat(temporaries.map((buffer) => ({ buffer })));
@@ -87,7 +88,7 @@ export class Model {
 
   #binding(ref, nbytes) {
     if ("arena" in ref) {
-      return { buffer: this.arena, offset: ref.arena, size: Math.min(round4(nbytes), round4(this.manifest.arena_bytes) - ref.arena) };
+      return { buffer: this.arena, offset: ref.arena, size: Math.min(round4(nbytes), round4(this.plan.arena_bytes) - ref.arena) };
     }
     const w = this.manifest.weights[ref.param];
     return { buffer: this.weights, offset: w.offset, size: round4(w.nbytes) };
@@ -107,7 +108,7 @@ export class Model {
   /** Run on `feeds` ({name: TypedArray}); resolves to the outputs, typed arrays in the plan's order. */
   async run(feeds) {
     const device = this.device;
-    for (const d of this.manifest.inputs) {
+    for (const d of this.plan.inputs) {
       const value = feeds[d.name];
       if (value === undefined) throw new Error(`nnvm: no value for the input ${d.name}`);
       const count = d.shape.reduce((a, b) => a * b, 1);
@@ -128,14 +129,14 @@ export class Model {
       pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
     }
     pass.end();
-    const reads = this.manifest.outputs.map((d) => {
+    const reads = this.plan.outputs.map((d) => {
       if (!("arena" in d.ref)) return null;
       const staging = device.createBuffer({ size: round4(d.ref.nbytes), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
       encoder.copyBufferToBuffer(this.arena, d.ref.arena, staging, 0, round4(d.ref.nbytes));
       return staging;
     });
     device.queue.submit([encoder.finish()]);
-    return await Promise.all(this.manifest.outputs.map(async (d, i) => {
+    return await Promise.all(this.plan.outputs.map(async (d, i) => {
       const Type = ARRAYS[d.dtype];
       const count = d.shape.reduce((a, b) => a * b, 1);
       if (reads[i] === null) {
