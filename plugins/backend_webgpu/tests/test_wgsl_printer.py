@@ -77,3 +77,20 @@ def test_a_target_option_is_one_sentence_and_status_1():
                            "webgpu -device=gpu"], capture_output=True, text=True)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "the webgpu target takes no options" in proc.stderr
+
+
+def test_more_workgroups_than_one_axis_allows_are_folded_into_two():
+    n = 2 * 70001  # 70001 workgroups of 2 threads: beyond WebGPU's 65535 along x
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=2)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    f = nnvm.build(s, [A, B], target="webgpu")
+    (launch,) = next(iter(f.library.tables.values()))["launches"]
+    assert launch["grid"] == [65535, 2, 1]
+    a = np.random.default_rng(0).standard_normal(n).astype("float32")
+    b = np.zeros_like(a)
+    f(a, b)
+    np.testing.assert_allclose(b, a * 2 + 1)  # the last workgroups too, and no spare one wrote

@@ -21,6 +21,7 @@ from nnvm.tir.vectorize import VectorTarget
 from nnvm_backend_webgpu import device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
+from nnvm_backend_webgpu.wgsl import fold_grid
 
 
 class WebGPUBackend(GPUBackend):
@@ -49,6 +50,8 @@ class WebGPUBackend(GPUBackend):
         return WGSLPrinter(options["limits"])
 
     def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
+        tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]]}
+                  for t in tables]  # as the printer folded them
         return WebGPUKernelLibrary(source, tables)
 
 

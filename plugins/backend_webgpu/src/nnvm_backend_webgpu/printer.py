@@ -38,7 +38,7 @@ class WGSLPrinter(CPrinter):
 
     # -- kernels ----------------------------------------------------------------------------------
     def kernel(self, func) -> str:
-        self._globals, self._kernel, self._shared_bytes = [], func.name, 0
+        self._globals, self._kernel, self._shared_bytes, self._folded = [], func.name, 0, 0
         written: set = set()
         walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, S.Store) else None)
         self._atomic = {b for b in written if b.dtype in PACKED}
@@ -47,18 +47,16 @@ class WGSLPrinter(CPrinter):
 
     def signature(self, func, params: list) -> str:
         launch = func.attrs.get("launch", {})
-        size = [int(launch.get(f"threadIdx.{d}", 1)) for d in "xyz"]
-        grid = [int(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
+        size, grid = ([int(launch.get(f"{k}.{d}", 1)) for d in "xyz"] for k in ("threadIdx", "blockIdx"))
+        self._folded = grid[0] if wgsl.fold_grid(grid) != grid else 0  # blockIdx.x from x and y
         for d, n in zip("xyz", size):
             self._check(n, f"max_compute_workgroup_size_{d}", f"threads along {d}")
         self._check(math.prod(size), "max_compute_invocations_per_workgroup", "threads per workgroup")
-        self._check(max(grid), "max_compute_workgroups_per_dimension", "workgroups along one dimension")
+        self._check(max(wgsl.fold_grid(grid)), "max_compute_workgroups_per_dimension", "workgroups per axis")
         self._check(len(func.params), "max_storage_buffers_per_shader_stage", "storage buffers")
         self._globals += [f"@group(0) @binding({i}) var<storage, read_write> {p};"
                           for i, p in enumerate(params)]
-        return (f"@compute @workgroup_size({', '.join(map(str, size))})\nfn {func.name}("
-                "@builtin(workgroup_id) nnvm_gid: vec3<u32>, @builtin(local_invocation_id) nnvm_tid: "
-                "vec3<u32>) {")
+        return wgsl.entry_point(func.name, size, self._folded)
 
     def _check(self, value: int, limit: str, what: str) -> None:
         if value > self.limits[limit]:
@@ -74,6 +72,8 @@ class WGSLPrinter(CPrinter):
         return f"{name}: array<{WIDE.get(buffer.dtype, self.type_name(buffer.dtype))}>"
 
     def thread_index(self, tag: str) -> str:
+        if tag == "blockIdx.x" and self._folded:
+            return f"(nnvm_gid.x + nnvm_gid.y * {wgsl.FOLD}u)"
         kind, dim = tag.split(".")
         return f"{'nnvm_gid' if kind == 'blockIdx' else 'nnvm_tid'}.{dim}"
 

@@ -18,6 +18,26 @@ DEFAULT_LIMITS = {"max_compute_workgroup_size_x": 256, "max_compute_workgroup_si
                   "max_compute_workgroups_per_dimension": 65535, "max_storage_buffers_per_shader_stage": 8,
                   "max_compute_workgroup_storage_size": 16384}
 
+# Workgroups along x beyond WebGPU's guaranteed 65535 are folded into y, (x, 1, 1) -> (FOLD, ceil(x /
+# FOLD), 1), the same on every device; the kernel rebuilds its index and the spare workgroups return.
+FOLD = 65535
+
+
+def fold_grid(grid: list) -> list:
+    """The workgroups a launch of ``grid`` (x, y, z) dispatches."""
+    if grid[0] > FOLD and grid[1] == grid[2] == 1:
+        return [FOLD, -(-grid[0] // FOLD), 1]
+    return list(grid)
+
+
+def entry_point(name: str, size: list, folded: int) -> str:
+    """A kernel's first lines: the compute entry point, its workgroup size and position builtins; with a
+    ``folded`` grid of that many workgroups along x, the spare workgroups return (a uniform branch)."""
+    head = (f"@compute @workgroup_size({', '.join(map(str, size))})\nfn {name}(@builtin(workgroup_id) "
+            "nnvm_gid: vec3<u32>, @builtin(local_invocation_id) nnvm_tid: vec3<u32>) {")
+    return head + (f"\n  if (nnvm_gid.x + nnvm_gid.y * {FOLD}u >= {folded}u) {{ return; }}" if folded else "")
+
+
 SCALAR_TYPES = {"float32": "f32", "float16": "f32", "int32": "i32", "int64": "i32", "int8": "i32",
                 "int16": "i32", "uint32": "u32", "uint64": "u32", "uint8": "u32", "uint16": "u32",
                 "bool": "bool"}
