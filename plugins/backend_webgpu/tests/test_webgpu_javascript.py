@@ -72,3 +72,32 @@ def test_a_model_exported_for_the_web_runs_in_deno_and_matches_onnxruntime(name,
                           ("Python (nnvm.load of the folder)", nnvm.load(str(folder)).run(x))):
         err = float(np.abs(got.astype("float64") - want).max() / np.abs(want).max())
         assert err <= 1e-4, f"{name} in {where}: relative error {err:.2e} against onnxruntime"
+
+
+def test_a_kernel_with_more_buffers_than_a_browser_binds_reads_them_packed(tmp_path):
+    """A concatenation of 6 inputs and 6 weights (13 buffers): no kernel binds more than the 8 storage buffers
+    every WebGPU device gives; the runtimes copy the rest into one packed binding before the launch."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(5)
+    shape = [1, 2, 3, 3]
+    names = [f"x{i}" for i in range(6)]
+    weights = {f"w{i}": rng.standard_normal(shape).astype("float32") for i in range(6)}
+    order = [n for pair in zip(names, weights) for n in pair]
+    nodes = [helper.make_node("Concat", order, ["c"], axis=1), helper.make_node("Sigmoid", ["c"], ["y"])]
+    graph = helper.make_graph(nodes, "wide_concat",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in names],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 24, 3, 3])],
+                              [numpy_helper.from_array(v, k) for k, v in weights.items()])
+    path = str(tmp_path / "wide.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    feeds = {n: rng.standard_normal(shape).astype("float32") for n in names}
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    mod = nnvm.compile(path, target="webgpu")
+    folder = tmp_path / "wide.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["limits"]["maxStorageBuffersPerShaderStage"] <= 8
+    assert any(t["packed"] for t in manifest["functions"])
+    for where, (got,) in (("Python", mod.run(**feeds)), ("Deno", run_in_deno(folder, feeds, tmp_path))):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"packed buffers in {where}")

@@ -16,6 +16,7 @@ from nnvm.errors import Error
 from nnvm.gpu.library import GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.web import export_web, read_web
+from nnvm_backend_webgpu.wgsl import pack_plan
 
 FORMAT = "nnvm-webgpu"
 SOURCE = "kernels.wgsl"
@@ -61,11 +62,14 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
             first = str(exc).strip().splitlines()
             raise Error(f"the WGSL compiler rejected the generated kernels: {' '.join(first[:6])}") from None
         self.pipelines: dict = {}
+        self.packed: dict = {}  # kernel -> wgsl.pack_plan of its function (recomputed, never read)
         for table in tables:
-            count = len(table["params"]) + len(table["temporaries"])
+            packed = pack_plan(table["params"], table["temporaries"])
+            count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
             for launch in table["launches"]:
                 if launch["kernel"] not in self.pipelines:
                     self.pipelines[launch["kernel"]] = self._pipeline(launch["kernel"], count)
+                    self.packed[launch["kernel"]] = packed
 
     def _pipeline(self, kernel: str, count: int):
         wgpu = self._wgpu
@@ -147,17 +151,28 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
                 b.destroy()
 
     def prepare(self, kernel: str, args: list):
+        """(pipeline, bind group, copies): ``copies`` fill the packed binding (``wgsl.pack_plan``) from the
+        parameters it holds, before each launch."""
         pipeline, layout = self.pipelines[kernel]
-        entries = []
-        for i, arg in enumerate(args):
-            buf, offset, size = arg if isinstance(arg, tuple) else (arg, 0, arg.size)
-            entries.append({"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}})
-        return pipeline, self.dev.create_bind_group(layout=layout, entries=entries)
+        args = [arg if isinstance(arg, tuple) else (arg, 0, arg.size) for arg in args]
+        packed, copies = self.packed[kernel], []
+        if packed:
+            pack = self.alloc(4 * sum(-(-nbytes // 4) for _, _, nbytes in packed))
+            copies = [(*args[i][:2], pack, 4 * words, _round4(nbytes)) for i, words, nbytes in packed]
+            skip = {i for i, _, _ in packed}
+            args = [a for i, a in enumerate(args) if i not in skip] + [(pack, 0, pack.size)]
+        entries = [{"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}}
+                   for i, (buf, offset, size) in enumerate(args)]
+        return pipeline, self.dev.create_bind_group(layout=layout, entries=entries), copies
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
+        pipeline, group, copies = prepared
+        if copies:
+            stream.end_pass()  # copies go between passes
+            for copy in copies:
+                stream.encoder.copy_buffer_to_buffer(*copy)
         if stream.compute is None:
             stream.compute = stream.encoder.begin_compute_pass()
-        pipeline, group = prepared
         stream.compute.set_pipeline(pipeline)
         stream.compute.set_bind_group(0, group)
         stream.compute.dispatch_workgroups(*grid)

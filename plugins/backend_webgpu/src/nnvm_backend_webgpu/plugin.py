@@ -13,15 +13,18 @@ are WebGPU's guaranteed ones and compiling still works, running does not.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import nnvm
 from nnvm.errors import Error, TargetError
 from nnvm.gpu.backend import GPUBackend
+from nnvm.gpu.library import launch_table
 from nnvm.target import Target
 from nnvm.tir.vectorize import VectorTarget
 from nnvm_backend_webgpu import device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
-from nnvm_backend_webgpu.wgsl import fold_grid
+from nnvm_backend_webgpu.wgsl import fold_grid, pack_plan
 
 
 class WebGPUBackend(GPUBackend):
@@ -49,9 +52,19 @@ class WebGPUBackend(GPUBackend):
     def make_printer(self, options: dict) -> WGSLPrinter:
         return WGSLPrinter(options["limits"])
 
+    def _gpu(self, state: dict) -> dict:
+        """The GPU layer's lowering, then each kernel told which parameters it reads packed (``attrs``)."""
+        state = super()._gpu(state)
+        for prog in state["programs"]:
+            table = launch_table(prog)
+            packed = pack_plan(table["params"], table["temporaries"])
+            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in prog.kernels]
+        return state
+
     def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
-        tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]]}
-                  for t in tables]  # as the printer folded them
+        # the grids as the printer folded them, the parameters as it packed them
+        tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]],
+                   "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
         return WebGPUKernelLibrary(source, tables)
 
 

@@ -1,15 +1,12 @@
 """WGSL: the core's C-family printer with WebGPU's spelling of what differs.
 
-Buffers are module-scope bindings (``@group(0) @binding(i) var<storage, read_write> k_A: array<f32>``),
-named after their kernel so every kernel lives in one module; workgroup arrays are hoisted there too.
-Values are typed (``let x: i32``), a ternary is ``select``, a guarded statement needs braces. WGSL has
-32-bit scalars only: ``wgsl.py`` says how the other dtypes are stored (packed words, ``vec2`` pairs);
-float64 has none. ``limits`` (the adapter's) are checked per kernel, as CUDA's ptxas report is.
+Buffers are module-scope bindings (``@group(0) @binding(i) var<storage, read_write> k_A: array<f32>``) named
+after their kernel, so every kernel lives in one module (workgroup arrays too). Values are typed (``let x:
+i32``), a ternary is ``select``, a guard needs braces. WGSL has 32-bit scalars only: ``wgsl.py`` says how
+other dtypes are stored; float64 has none. The adapter's ``limits`` are checked per kernel, as CUDA's are.
 """
 
 from __future__ import annotations
-
-import math
 
 from nnvm.errors import Error
 from nnvm.gpu.c_printer import CPrinter
@@ -34,11 +31,11 @@ class WGSLPrinter(CPrinter):
     def __init__(self, limits: dict | None = None):
         super().__init__()
         self.limits = {**wgsl.DEFAULT_LIMITS, **(limits or {})}
-        self._globals: list = []
 
     # -- kernels ----------------------------------------------------------------------------------
     def kernel(self, func) -> str:
         self._globals, self._kernel, self._shared_bytes, self._folded = [], func.name, 0, 0
+        self._packed = {func.params[i]: words for i, words, _ in func.attrs.get("packed", [])}
         written: set = set()
         walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, S.Store) else None)
         self._atomic = {b for b in written if b.dtype in PACKED}
@@ -49,11 +46,10 @@ class WGSLPrinter(CPrinter):
         launch = func.attrs.get("launch", {})
         size, grid = ([int(launch.get(f"{k}.{d}", 1)) for d in "xyz"] for k in ("threadIdx", "blockIdx"))
         self._folded = grid[0] if wgsl.fold_grid(grid) != grid else 0  # blockIdx.x from x and y
-        for d, n in zip("xyz", size):
-            self._check(n, f"max_compute_workgroup_size_{d}", f"threads along {d}")
-        self._check(math.prod(size), "max_compute_invocations_per_workgroup", "threads per workgroup")
-        self._check(max(wgsl.fold_grid(grid)), "max_compute_workgroups_per_dimension", "workgroups per axis")
-        self._check(len(func.params), "max_storage_buffers_per_shader_stage", "storage buffers")
+        params = [p for b, p in zip(func.params, params) if b not in self._packed]
+        params += [f"{self._kernel}_packed: array<u32>"] if self._packed else []  # wgsl.pack_plan
+        for value, limit, what in wgsl.launch_needs(size, grid, len(params)):
+            self._check(value, limit, what)
         self._globals += [f"@group(0) @binding({i}) var<storage, read_write> {p};"
                           for i, p in enumerate(params)]
         return wgsl.entry_point(func.name, size, self._folded)
@@ -117,11 +113,17 @@ class WGSLPrinter(CPrinter):
 
     # -- memory -----------------------------------------------------------------------------------
     def scalar_load(self, buffer, buf: str, index: str) -> str:
-        if buffer.scope != "global" or buffer.dtype not in PACKED:
+        bits, t = PACKED.get(buffer.dtype, (32, self.type_name(buffer.dtype)))
+        if buffer in self._packed:  # 32-bit words of one binding, from the parameter's (wgsl.pack_plan)
+            i = f"2 * ({index})" if buffer.dtype in WIDE else f"({index}) / {32 // bits}"
+            word = f"{self._kernel}_packed[{self._packed[buffer]} + {i}]"
+            if bits == 32:
+                return f"bitcast<{t}>({word})"
+        elif buffer.scope != "global" or bits == 32:
             return f"{buf}[{index}]" + (".x" if buffer.scope == "global" and buffer.dtype in WIDE else "")
-        bits, t = PACKED[buffer.dtype]
-        word = f"{buf}[({index}) / {32 // bits}]"
-        word = f"atomicLoad(&{word})" if buffer in self._atomic else word
+        else:
+            word = f"{buf}[({index}) / {32 // bits}]"
+            word = f"atomicLoad(&{word})" if buffer in self._atomic else word
         if buffer.dtype == "float16":
             return f"unpack2x16float({word})[({index}) % 2]"
         word = f"bitcast<i32>({word})" if t == "i32" else word
@@ -175,25 +177,23 @@ class WGSLPrinter(CPrinter):
         if name == "sign" and integer:
             return f"sign({x})" if self.type_name(dtype) == "i32" else f"min({x}, 1u)"
         if name == "erf":
-            return f"{self.helper('nnvm_erf', wgsl.ERF)}({x})"
+            return self._helper_call("erf", args)
         return super().math(name, args, dtype)
 
     def call(self, name: str, args: list, dtype: str) -> str:
         if name == "fmod":
             return f"({args[0]} % {args[1]})"  # WGSL's % on floats truncates, as fmod does
-        if name == "pow":
-            return f"{self.helper('nnvm_pow', wgsl.POW)}({', '.join(args)})"
-        return super().call(name, args, dtype)
+        return self._helper_call("pow", args) if name == "pow" else super().call(name, args, dtype)
+
+    def _helper_call(self, name: str, args: list) -> str:
+        """A call of the helper ``wgsl.HELPERS[name]``, printed once in the preamble."""
+        return f"{self.helper(f'nnvm_{name}', wgsl.HELPERS[name])}({', '.join(args)})"
 
     def int_floordiv(self, a: str, b: str, dtype: str) -> str:
-        if self.type_name(dtype) == "u32":
-            return f"({a} / {b})"
-        return f"{self.helper('nnvm_floordiv', wgsl.FLOORDIV)}({a}, {b})"
+        return f"({a} / {b})" if self.type_name(dtype) == "u32" else self._helper_call("floordiv", [a, b])
 
     def int_floormod(self, a: str, b: str, dtype: str) -> str:
-        if self.type_name(dtype) == "u32":
-            return f"({a} % {b})"
-        return f"{self.helper('nnvm_floormod', wgsl.FLOORMOD)}({a}, {b})"
+        return f"({a} % {b})" if self.type_name(dtype) == "u32" else self._helper_call("floormod", [a, b])
 
     def integer_pow(self, dtype: str, exp_dtype: str) -> str:
         t, e = self.type_name(dtype), self.type_name(exp_dtype)

@@ -27,6 +27,7 @@ import numpy as np
 from nnvm.errors import ModelLoadError, reading
 from nnvm.gpu.library import check_manifest
 from nnvm.graph.ir import load_params, save_params
+from nnvm_backend_webgpu.wgsl import pack_plan
 
 WEB_FORMAT = "nnvm-webgpu-web"
 WEB_VERSION = 1
@@ -48,8 +49,8 @@ def _limits_needed(tables: list, arena: int, weights: dict) -> dict:
         "maxComputeWorkgroupSizeY": max(b[1] for b in blocks),
         "maxComputeWorkgroupSizeZ": max(b[2] for b in blocks),
         "maxComputeInvocationsPerWorkgroup": max(math.prod(b) for b in blocks),
-        "maxStorageBuffersPerShaderStage": max([1] + [len(t["params"]) + len(t["temporaries"])
-                                                      for t in tables]),
+        "maxStorageBuffersPerShaderStage": max([1] + [len(t["params"]) + len(t["temporaries"]) -
+                                                      len(t["packed"]) + bool(t["packed"]) for t in tables]),
         "maxStorageBufferBindingSize": -(-biggest // 4) * 4,
         "maxBufferSize": -(-biggest // 4) * 4,
     }
@@ -73,6 +74,7 @@ def _scaled(plan: dict) -> dict:
 
 def export_web(path: str, source: str, tables: list, blobs: dict) -> None:
     """Write the folder ``path`` (created, or its four files replaced) from a module's blobs."""
+    tables = [{**t, "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
     meta = json.loads(bytes(blobs["graph"]).decode())
     plan, params = _scaled(meta["plan"]), load_params(blobs["params"])
     used = {r["param"] for c in plan["calls"] for r in c["args"] if "param" in r}

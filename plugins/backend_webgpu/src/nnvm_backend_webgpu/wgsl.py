@@ -4,6 +4,8 @@ base and an exact integer power). Kept apart from ``printer.py`` so the printer 
 
 from __future__ import annotations
 
+import math
+
 RESERVED = frozenset("""
 alias array atomic bitcast break case const const_assert continue continuing default diagnostic discard
 else enable false fn for if let loop override ptr requires return struct switch true var while i32 u32 f32
@@ -28,6 +30,32 @@ def fold_grid(grid: list) -> list:
     if grid[0] > FOLD and grid[1] == grid[2] == 1:
         return [FOLD, -(-grid[0] // FOLD), 1]
     return list(grid)
+
+
+def pack_plan(params: list, temporaries: list) -> list:
+    """``[[index, word offset, nbytes], ...]``: the parameters of a function (entries of its launch table)
+    that its kernels read through one packed binding, so no kernel binds more storage buffers than
+    every WebGPU device allows (8). The runtime copies them into that buffer before each launch; only
+    parameters the function never writes are packed, the last ones first. Empty when all fit."""
+    limit = DEFAULT_LIMITS["max_storage_buffers_per_shader_stage"]
+    need = len(params) + len(temporaries) - limit + 1
+    readonly = [i for i, p in enumerate(params) if p["read"] and not p["written"]]
+    if need < 2 or len(readonly) < 2:
+        return []
+    plan, words = [], 0
+    for i in sorted(readonly[-need:]):
+        plan.append([i, words, params[i]["nbytes"]])
+        words += -(-params[i]["nbytes"] // 4)
+    return plan
+
+
+def launch_needs(size: list, grid: list, buffers: int) -> list:
+    """``(value, limit name, what)`` of a kernel launched with workgroups of ``size`` over ``grid``
+    (folded) and binding ``buffers`` storage buffers: what a device's limits must allow."""
+    return [*((n, f"max_compute_workgroup_size_{d}", f"threads along {d}") for d, n in zip("xyz", size)),
+            (math.prod(size), "max_compute_invocations_per_workgroup", "threads per workgroup"),
+            (max(fold_grid(grid)), "max_compute_workgroups_per_dimension", "workgroups per axis"),
+            (buffers, "max_storage_buffers_per_shader_stage", "storage buffers")]
 
 
 def entry_point(name: str, size: list, folded: int) -> str:
@@ -90,6 +118,8 @@ FLOORMOD = """fn nnvm_floormod(a: i32, b: i32) -> i32 {
   let r = a % b;
   return select(r, r + b, (r != 0) && ((r < 0) != (b < 0)));
 }"""
+
+HELPERS = {"erf": ERF, "pow": POW, "floordiv": FLOORDIV, "floormod": FLOORMOD}
 
 
 def integer_pow(name: str, t: str, e: str) -> str:

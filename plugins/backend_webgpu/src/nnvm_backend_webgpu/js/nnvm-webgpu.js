@@ -75,13 +75,25 @@ export class Model {
     for (const call of this.plan.calls) {
       const table = functions.get(call.kernel);
       const temporaries = table.temporaries.map((t) => device.createBuffer({ size: round4(t.nbytes), usage }));
-      const resources = call.args.map((ref, i) => this.#binding(ref, table.params[i].nbytes))
+      let resources = call.args.map((ref, i) => this.#binding(ref, table.params[i].nbytes))
         .concat(temporaries.map((buffer) => ({ buffer })));
+      // Parameters read through one packed binding (a kernel binds at most 8 storage buffers): copied
+      // into it before each launch, at their word offsets.
+      const copies = [];
+      if (table.packed.length) {
+        const words = table.packed.reduce((sum, [, , nbytes]) => sum + Math.ceil(nbytes / 4), 0);
+        const pack = device.createBuffer({ size: 4 * Math.max(words, 1), usage });
+        for (const [i, offset, nbytes] of table.packed) {
+          copies.push([resources[i].buffer, resources[i].offset ?? 0, pack, 4 * offset, round4(nbytes)]);
+        }
+        const skip = new Set(table.packed.map(([i]) => i));
+        resources = resources.filter((_, i) => !skip.has(i)).concat([{ buffer: pack }]);
+      }
       for (const launch of table.launches) {
         if (!pipelines.has(launch.kernel)) pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length));
         const { pipeline, layout } = pipelines.get(launch.kernel);
         const entries = resources.map((resource, binding) => ({ binding, resource }));
-        this.launches.push({ pipeline, group: device.createBindGroup({ layout, entries }), grid: launch.grid });
+        this.launches.push({ pipeline, group: device.createBindGroup({ layout, entries }), grid: launch.grid, copies });
       }
     }
   }
@@ -122,13 +134,16 @@ export class Model {
       device.queue.writeBuffer(this.arena, d.ref.arena, bytes);
     }
     const encoder = device.createCommandEncoder();
-    const pass = encoder.beginComputePass();
-    for (const { pipeline, group, grid } of this.launches) {
+    let pass = null;
+    for (const { pipeline, group, grid, copies } of this.launches) {
+      if (copies.length && pass) { pass.end(); pass = null; } // copies go between passes
+      for (const copy of copies) encoder.copyBufferToBuffer(...copy);
+      pass ??= encoder.beginComputePass();
       pass.setPipeline(pipeline);
       pass.setBindGroup(0, group);
       pass.dispatchWorkgroups(grid[0], grid[1], grid[2]);
     }
-    pass.end();
+    pass?.end();
     const reads = this.plan.outputs.map((d) => {
       if (!("arena" in d.ref)) return null;
       const staging = device.createBuffer({ size: round4(d.ref.nbytes), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
