@@ -61,3 +61,18 @@ def test_export_is_one_file_that_a_fresh_process_runs(tmp_path):
                            str(tmp_path / "y.npy")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda d: (d / "manifest.json").write_text('{"format": "nnvm-webgpu-web", '),
+     "not a readable nnvm WebGPU folder"),
+    (lambda d: (d / "kernels.wgsl").write_text("fn broken("), "the WGSL compiler rejected the kernels"),
+    (lambda d: (d / "weights.bin").write_bytes(b""), "lies outside weights.bin"),
+])
+def test_a_damaged_web_folder_is_one_error_naming_what_is_wrong(tmp_path, damage, message):
+    path, _, _ = _reference("gru", tmp_path)
+    folder = tmp_path / "gru.webgpu"
+    nnvm.compile(path, target="webgpu").export(str(folder))
+    damage(folder)
+    with pytest.raises(nnvm.Error, match=message):
+        nnvm.load(str(folder))

@@ -22,6 +22,14 @@ FORMAT = "nnvm-webgpu"
 SOURCE = "kernels.wgsl"
 
 
+def _wgpu_reason(exc: Exception) -> str:
+    """What wgpu's validation error says, on one line: the cause below its "Validation Error" heading."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    cause = lines[lines.index("Caused by:") + 1:] if "Caused by:" in lines else lines
+    text = "; ".join(cause) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
 def _round4(n: int) -> int:
     return max(4, -(-int(n) // 4) * 4)
 
@@ -59,19 +67,28 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         try:
             self.module = self.dev.create_shader_module(code=source)
         except Exception as exc:  # wgpu's validation error: naga's message, with the line
-            first = str(exc).strip().splitlines()
-            raise Error(f"the WGSL compiler rejected the generated kernels: {' '.join(first[:6])}") from None
+            raise Error(f"the WGSL compiler rejected the kernels: {_wgpu_reason(exc)}") from None
+        limits = webgpu_device.limits()
         self.pipelines: dict = {}
         self.packed: dict = {}  # kernel -> wgsl.pack_plan of its function (recomputed, never read)
         for table in tables:
             packed = pack_plan(table["params"], table["temporaries"])
             count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
             for launch in table["launches"]:
+                if max(launch["grid"]) > limits["max_compute_workgroups_per_dimension"]:
+                    raise Error(f"kernel {launch['kernel']}: {max(launch['grid'])} workgroups along one "
+                                "axis, more than this WebGPU device allows")
                 if launch["kernel"] not in self.pipelines:
                     self.pipelines[launch["kernel"]] = self._pipeline(launch["kernel"], count)
                     self.packed[launch["kernel"]] = packed
 
     def _pipeline(self, kernel: str, count: int):
+        try:
+            return self._make_pipeline(kernel, count)
+        except Exception as exc:  # wgpu's validation error (a launch table that does not fit the kernels)
+            raise Error(f"WebGPU cannot make a pipeline for kernel {kernel}: {_wgpu_reason(exc)}") from None
+
+    def _make_pipeline(self, kernel: str, count: int):
         wgpu = self._wgpu
         entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
                     "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(count)]
