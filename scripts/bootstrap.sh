@@ -87,5 +87,5 @@ deno_dir="${NNVM_CACHE_DIR:-$HOME/.cache/nnvm}/tools/deno"
 if command -v npm >/dev/null 2>&1 && ! "$deno_dir/node_modules/.bin/deno" --version >/dev/null 2>&1; then
   say "installing deno with npm into $deno_dir"
   mkdir -p "$deno_dir"
-  npm install --prefix "$deno_dir" --no-audit --no-fund --silent deno@2 >/dev/null
+  npm install --prefix "$deno_dir" --no-audit --no-fund --silent deno@2.9.6 >/dev/null
 fi
