@@ -5,7 +5,9 @@ layout (every parameter a read-write storage buffer, so one arena may be bound t
 command encoder: launches are dispatches in one compute pass, a copy out is a copy into a mappable
 staging buffer, and ``synchronize`` submits the one command buffer of the run, then maps the staging
 buffers back. Copies in go through ``queue.write_buffer``, which the queue orders before that submit.
-Views are (buffer, offset, size) bindings, offsets multiples of the device's storage alignment.
+Views are (buffer, offset, size) bindings, offsets multiples of the device's storage alignment. A
+kernel whose parameters are packed (``wgsl.pack_plan``) binds one more buffer, filled by copies from
+those parameters before each launch, between compute passes.
 """
 
 from __future__ import annotations

@@ -7,8 +7,12 @@ compile); this plugin is the language and the driver:
 - ``compile``: wgpu's shader compiler (naga) validates the module and makes a pipeline per kernel;
 - ``library.WebGPUKernelLibrary`` runs them: weights on the device, activations in one arena buffer.
 
-The device is the first WebGPU adapter (a GPU, or Mesa's lavapipe on the CPU); with none, the limits
-are WebGPU's guaranteed ones and compiling still works, running does not.
+Two WebGPU limits are met in the same way on every device, so a module exported for the browser runs
+wherever the kernels' own sizes do: more than 65535 workgroups along x fold into x and y
+(``wgsl.fold_grid``), and a function with more than 8 buffers reads its last read-only ones through one
+packed binding (``wgsl.pack_plan``): ``_gpu`` tells the printer, ``compile`` puts both in the launch
+tables. The device is the first WebGPU adapter (a GPU, or Mesa's lavapipe on the CPU); with none,
+compiling stops with one sentence saying what to install.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from nnvm.gpu.backend import GPUBackend
 from nnvm.gpu.library import launch_table
 from nnvm.target import Target
 from nnvm.tir.vectorize import VectorTarget
-from nnvm_backend_webgpu import device
+from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
 from nnvm_backend_webgpu.wgsl import fold_grid, pack_plan
@@ -45,7 +49,7 @@ class WebGPUBackend(GPUBackend):
 
     def build_options(self, target: Target) -> dict:
         try:
-            return {"limits": device.limits()}
+            return {"limits": webgpu_device.limits()}
         except Error:
             return {"limits": {}}  # no adapter: WebGPU's guaranteed limits
 
