@@ -39,11 +39,12 @@ def runtime_js() -> str:
     return str(resources.files("nnvm_backend_webgpu") / "js" / "nnvm-webgpu.js")
 
 
-def _limits_needed(tables: list, arena: int, weights: dict) -> dict:
-    """The WebGPU limits (by JavaScript's names) the module needs, to request from the device."""
+def _limits_needed(tables: list, arena: int, weight_bytes: int) -> dict:
+    """The WebGPU limits (by JavaScript's names) the module needs, to request from the device: a binding
+    is one parameter (or a packed buffer), a buffer the arena or all weights."""
     blocks = [la["block"] for t in tables for la in t["launches"]] or [[1, 1, 1]]
-    biggest = max([arena, 4] + [w["nbytes"] for w in weights.values()] +
-                  [p["nbytes"] for t in tables for p in t["temporaries"]])
+    bindings = [p["nbytes"] for t in tables for p in t["params"] + t["temporaries"]]
+    bindings += [sum(-(-n // 4) * 4 for _, _, n in t["packed"]) for t in tables]
     return {
         "maxComputeWorkgroupSizeX": max(b[0] for b in blocks),
         "maxComputeWorkgroupSizeY": max(b[1] for b in blocks),
@@ -51,8 +52,8 @@ def _limits_needed(tables: list, arena: int, weights: dict) -> dict:
         "maxComputeInvocationsPerWorkgroup": max(math.prod(b) for b in blocks),
         "maxStorageBuffersPerShaderStage": max([1] + [len(t["params"]) + len(t["temporaries"]) -
                                                       len(t["packed"]) + bool(t["packed"]) for t in tables]),
-        "maxStorageBufferBindingSize": -(-biggest // 4) * 4,
-        "maxBufferSize": -(-biggest // 4) * 4,
+        "maxStorageBufferBindingSize": -(-max(bindings + [4]) // 4) * 4,
+        "maxBufferSize": -(-max(bindings + [arena, weight_bytes, 4]) // 4) * 4,
     }
 
 
@@ -89,7 +90,7 @@ def export_web(path: str, source: str, tables: list, blobs: dict) -> None:
         offset += size
     manifest = {"format": WEB_FORMAT, "version": WEB_VERSION, "module": {**meta, "plan": plan},
                 "functions": tables, "weights": weights,
-                "limits": _limits_needed(tables, plan["arena_bytes"], weights)}
+                "limits": _limits_needed(tables, plan["arena_bytes"], offset)}
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
