@@ -101,3 +101,28 @@ def test_a_kernel_with_more_buffers_than_a_browser_binds_reads_them_packed(tmp_p
     assert any(t["packed"] for t in manifest["functions"])
     for where, (got,) in (("Python", mod.run(**feeds)), ("Deno", run_in_deno(folder, feeds, tmp_path))):
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6, err_msg=f"packed buffers in {where}")
+
+
+def test_the_runtime_says_which_limit_the_adapter_lacks_and_which_input_is_wrong(tmp_path):
+    folder = tmp_path / "gru.webgpu"
+    nnvm.compile(_model("gru", tmp_path), target="webgpu").export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (inp,) = manifest["module"]["plan"]["inputs"]
+    script = tmp_path / "check.js"
+    script.write_text(f"""
+import * as nnvm from "{(folder / 'nnvm-webgpu.js').as_uri()}";
+const m = await nnvm.load(new URL("{folder.as_uri()}/"));
+try {{ await m.run({{ {inp['name']}: new Float32Array(3) }}); }} catch (e) {{ console.log(e.message); }}
+""")
+    proc = subprocess.run([_deno(), "run", "--allow-read", str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    count = int(np.prod(inp["shape"]))
+    assert f"nnvm: the input {inp['name']} must be a Float32Array of {count} elements" in proc.stdout
+    manifest["limits"]["maxComputeInvocationsPerWorkgroup"] = 1 << 20
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    proc = subprocess.run([_deno(), "run", "--allow-read", str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0
+    assert "nnvm: the model needs maxComputeInvocationsPerWorkgroup = 1048576, this WebGPU adapter allows" \
+        in proc.stderr
