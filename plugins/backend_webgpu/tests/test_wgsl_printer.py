@@ -94,3 +94,16 @@ def test_more_workgroups_than_one_axis_allows_are_folded_into_two():
     b = np.zeros_like(a)
     f(a, b)
     np.testing.assert_allclose(b, a * 2 + 1)  # the last workgroups too, and no spare one wrote
+
+
+def test_a_buffer_larger_than_the_device_binds_is_an_error_at_compile_time():
+    n = 48 * 2**20  # 192 MiB of float32: beyond the 128 MiB a binding holds on lavapipe (and by default)
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] * 2.0, name="B")
+    s = te.create_schedule(B.op)
+    bo, bi = s[B].split(B.op.axis[0], factor=256)
+    s[B].bind(bo, "blockIdx.x")
+    s[B].bind(bi, "threadIdx.x")
+    with pytest.raises(Error, match=r"buffer A has 201326592 bytes, more than this WebGPU device binds "
+                                    r"\(max_storage_buffer_binding_size = \d+\)"):
+        nnvm.build(s, [A, B], target="webgpu")

@@ -28,7 +28,7 @@ from nnvm.tir.vectorize import VectorTarget
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
-from nnvm_backend_webgpu.wgsl import fold_grid, pack_plan
+from nnvm_backend_webgpu.wgsl import DEFAULT_LIMITS, fold_grid, pack_plan
 
 
 class WebGPUBackend(GPUBackend):
@@ -57,11 +57,18 @@ class WebGPUBackend(GPUBackend):
         return WGSLPrinter(options["limits"])
 
     def _gpu(self, state: dict) -> dict:
-        """The GPU layer's lowering, then each kernel told which parameters it reads packed (``attrs``)."""
+        """The GPU layer's lowering, then each kernel told which parameters it reads packed (``attrs``),
+        and no buffer larger than the device binds."""
         state = super()._gpu(state)
+        limit = {**DEFAULT_LIMITS, **state["options"]["limits"]}["max_storage_buffer_binding_size"]
         for prog in state["programs"]:
             table = launch_table(prog)
             packed = pack_plan(table["params"], table["temporaries"])
+            sizes = [(p["name"], p["nbytes"]) for p in table["params"] + table["temporaries"]]
+            for name, nbytes in sizes + [("(packed)", sum(-(-n // 4) * 4 for _, _, n in packed))]:
+                if nbytes > limit:
+                    raise Error(f"{prog.name}: buffer {name} has {nbytes} bytes, more than this WebGPU "
+                                f"device binds (max_storage_buffer_binding_size = {limit})")
             prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in prog.kernels]
         return state
 

@@ -18,7 +18,7 @@ uniform storage workgroup private function read write read_write target module s
 DEFAULT_LIMITS = {"max_compute_workgroup_size_x": 256, "max_compute_workgroup_size_y": 256,
                   "max_compute_workgroup_size_z": 64, "max_compute_invocations_per_workgroup": 256,
                   "max_compute_workgroups_per_dimension": 65535, "max_storage_buffers_per_shader_stage": 8,
-                  "max_compute_workgroup_storage_size": 16384}
+                  "max_compute_workgroup_storage_size": 16384, "max_storage_buffer_binding_size": 134217728}
 
 # Workgroups along x beyond WebGPU's guaranteed 65535 are folded into y, (x, 1, 1) -> (FOLD, ceil(x /
 # FOLD), 1), the same on every device; the kernel rebuilds its index and the spare workgroups return.
