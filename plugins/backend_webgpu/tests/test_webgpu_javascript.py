@@ -68,8 +68,10 @@ def test_a_model_exported_for_the_web_runs_in_deno_and_matches_onnxruntime(name,
     nnvm.compile(path, target="webgpu").export(str(folder))
     assert {p.name for p in folder.iterdir()} == {"manifest.json", "kernels.wgsl", "weights.bin",
                                                   "nnvm-webgpu.js"}
-    for where, (got,) in (("Deno (nnvm-webgpu.js)", run_in_deno(folder, {inp.name: x}, tmp_path)),
-                          ("Python (nnvm.load of the folder)", nnvm.load(str(folder)).run(x))):
+    runs = [("Deno (nnvm-webgpu.js)", run_in_deno(folder, {inp.name: x}, tmp_path))]
+    if name == "transformer_encoder":  # the loader is the same for every model; a CNN's pipelines take long
+        runs.append(("Python (nnvm.load of the folder)", nnvm.load(str(folder)).run(x)))
+    for where, (got,) in runs:
         err = float(np.abs(got.astype("float64") - want).max() / np.abs(want).max())
         assert err <= 1e-4, f"{name} in {where}: relative error {err:.2e} against onnxruntime"
 
