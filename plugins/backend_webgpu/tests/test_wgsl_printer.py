@@ -58,11 +58,11 @@ def test_the_compiler_checks_the_adapters_limits():
     # limits are the ones checked, and a kernel using them runs.
     from nnvm_backend_webgpu.device import limits
 
-    assert limits()["max_compute_invocations_per_workgroup"] >= 256
+    assert limits()["max_compute_invocations_per_workgroup"] >= 512
     A = te.placeholder((1024,), name="A")
     B = te.compute((1024,), lambda i: A[i] + 1.0, name="B")
     s = te.create_schedule(B.op)
-    bo, bi = s[B].split(B.op.axis[0], factor=256)
+    bo, bi = s[B].split(B.op.axis[0], factor=512)  # beyond WebGPU's guaranteed 256
     s[B].bind(bo, "blockIdx.x")
     s[B].bind(bi, "threadIdx.x")
     f = nnvm.build(s, [A, B], target="webgpu")
