@@ -19,10 +19,16 @@
 #          the one bundled in pyopencl's wheel: that one's LLVM 14 does not know newer CPUs (AMD Zen 5 here)
 #          and then fails every kernel build with "unknown target CPU 'generic'"; Debian's picks its
 #          kernel library's CPU (skylake-avx512 on Zen 5) instead of asking LLVM for the host's
+#        mesa-vulkan-drivers libvulkan1  checked with dpkg-query - Mesa's lavapipe, a CPU Vulkan driver: the
+#          WebGPU backend (wgpu-native, target webgpu) runs its WGSL kernels on it where there is no GPU
+#        npm        checked with `command -v npm`  - installs deno (below)
 #      Not root, or not Debian: prints what is missing and goes on (tests that need it will skip,
 #      which fails under CI=true).
 #   2. uv: on PATH or importable by python3, else `python3 -m pip install uv`.
 #   3. `uv sync --all-packages`: the workspace's .venv with the core, every plugin and the dev group.
+#   4. deno from npm (its Linux binary comes in @deno/linux-x64-glibc), under
+#      ${NNVM_CACHE_DIR:-~/.cache/nnvm}/tools/deno: a JavaScript runtime with navigator.gpu, where the
+#      WebGPU backend's tests run nnvm-webgpu.js on lavapipe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,9 +55,11 @@ missing=()
 command -v gcc >/dev/null 2>&1 || missing+=(gcc)
 command -v g++ >/dev/null 2>&1 || missing+=(g++)
 command -v clang++ >/dev/null 2>&1 || missing+=(clang)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if command -v dpkg-query >/dev/null 2>&1; then
   for pkg in libc6-dev gcc-aarch64-linux-gnu gcc-arm-linux-gnueabihf libc6-dev-arm64-cross \
-      libc6-dev-armhf-cross gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user pocl-opencl-icd; do
+      libc6-dev-armhf-cross gcc-riscv64-linux-gnu libc6-dev-riscv64-cross qemu-user pocl-opencl-icd \
+      mesa-vulkan-drivers libvulkan1; do
     is_installed "$pkg" || missing+=("$pkg")
   done
 fi
@@ -73,3 +81,11 @@ fi
 
 # 3. The workspace environment (uv is silent when it is already in sync).
 bash scripts/uv sync --all-packages --quiet
+
+# 4. deno (the WebGPU backend's JavaScript tests), from npm, outside the checkout.
+deno_dir="${NNVM_CACHE_DIR:-$HOME/.cache/nnvm}/tools/deno"
+if command -v npm >/dev/null 2>&1 && ! "$deno_dir/node_modules/.bin/deno" --version >/dev/null 2>&1; then
+  say "installing deno with npm into $deno_dir"
+  mkdir -p "$deno_dir"
+  npm install --prefix "$deno_dir" --no-audit --no-fund --silent deno@2.9.6 >/dev/null
+fi

@@ -46,7 +46,8 @@ def test_plugins_json_lists_frontend_and_backend():
     info = json.loads(proc.stdout)
     assert sorted(r["distribution"] for r in info["frontend"]) == [
         "nnvm-frontend-coreml", "nnvm-frontend-keras", "nnvm-frontend-mxnet", "nnvm-frontend-onnx"]
-    assert {"llvm", "opencl", "aarch64", "armv7", "cuda", "metal"} <= {r["name"] for r in info["backend"]}
+    backends = {r["name"] for r in info["backend"]}
+    assert {"llvm", "opencl", "aarch64", "armv7", "cuda", "metal", "webgpu"} <= backends
     assert {"conv2d", "dense", "relu"} <= {r["name"] for r in info["op"]}
 
 

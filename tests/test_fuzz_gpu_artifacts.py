@@ -1,4 +1,4 @@
-"""GPU module files (``opencl``, ``cuda``, ``metal``: one zip each, ``nnvm.gpu.library``) given to
+"""GPU module files (``opencl``, ``cuda``, ``metal``, ``webgpu``: one zip each, ``nnvm.gpu.library``) given to
 ``nnvm run`` truncated, corrupted, spliced, or with the manifest's launch tables, the execution plan or a
 member changed and re-zipped with valid CRCs (issue 20): each is a result or one sentence, never a
 traceback and never a crash. Here the kernels run on PoCL or the CPU fiber runner, where a launch table

@@ -1,7 +1,8 @@
-"""Each GPU language plugin (``nnvm-backend-cuda``, ``nnvm-backend-metal``) installs alone next to the core
-(a real, non-editable install into a fresh venv; Metal on Linux without pyobjc), is listed by
-``nnvm plugins``, and builds and runs a tensor expression for its target there (natively on its GPU,
-elsewhere on the CPU runner: CUDA as host C++, Metal as C++ with clang), checked against numpy."""
+"""Each GPU language plugin (``nnvm-backend-cuda``, ``nnvm-backend-metal``, ``nnvm-backend-webgpu``) installs
+alone next to the core (a real, non-editable install into a fresh venv; Metal on Linux without pyobjc), is
+listed by ``nnvm plugins``, and builds and runs a tensor expression for its target there (natively on its
+GPU, elsewhere on the CPU runner: CUDA as host C++, Metal as C++ with clang; WebGPU on wgpu-native, here
+on lavapipe), checked against numpy."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ print(float(np.max(np.abs(b - (a * 2 + 1)))))
 PLUGINS = [  # (folder, backend name, distribution, target)
     ("plugins/backend_cuda", "cuda", "nnvm-backend-cuda", "cuda -arch=sm_80"),
     ("plugins/backend_metal", "metal", "nnvm-backend-metal", "metal"),
+    ("plugins/backend_webgpu", "webgpu", "nnvm-backend-webgpu", "webgpu"),
 ]
 
 

@@ -52,6 +52,10 @@ class GPUBackend(Backend):
         resolved once per build. None by default."""
         return {}
 
+    def make_printer(self, options: dict) -> CPrinter:
+        """The printer for one build, given ``build_options`` (WebGPU's carries the device's limits)."""
+        return self.printer()
+
     def compile(self, source: str, tables: list, options: dict) -> GPUKernelLibrary:
         """The library of ``source`` (all kernels of the build, printed) for the launch ``tables`` (one per
         function): the language's compiler and driver. Errors here are the compiler's, as ``Error``s."""
@@ -81,7 +85,7 @@ class GPUBackend(Backend):
 
     def _print(self, state: dict) -> dict:
         kernels = [k for prog in state["programs"] for k in prog.kernels]
-        state["source"] = self.printer().program(kernels)
+        state["source"] = self.make_printer(state["options"]).program(kernels)
         return state
 
     def _compile(self, state: dict) -> dict:

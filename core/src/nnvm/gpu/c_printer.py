@@ -10,7 +10,10 @@ differs, each one class attribute or small method below the ``language`` marker:
   ``scalar_types`` (type names), ``reserved`` and ``reserved_prefixes`` (names a value may not take),
   ``math_names`` (intrinsic -> function), ``inf_literal``/``nan_literal``;
 - kernels: ``param`` (one parameter declaration), ``extra_params`` (thread indices passed as parameters,
-  say), ``thread_index``, ``barrier``, ``preamble``;
+  say), ``signature``, ``thread_index``, ``barrier``, ``preamble``;
+- statements and expressions whose C syntax a language does not share (WGSL's): ``declare`` (a named
+  constant), ``loop_header``, ``guarded`` (a predicated statement), ``declare_array``, ``discard``,
+  ``ternary``, ``int_floordiv``/``int_floormod``, ``bool_to_storage``;
 - vectors: ``vector_type``, ``vector_load``/``vector_store``, ``broadcast`` (a splat), ``vector_binary``
   (``a * b`` where the language has operators, a helper call where it has none), ``vector_call`` (a
   math function on vectors), ``vector_cast``;
@@ -116,6 +119,49 @@ class CPrinter:
     def extra_params(self, func) -> list:
         """Parameters after the buffers (Metal passes thread indices as attributed parameters)."""
         return []
+
+    def signature(self, func, params: list) -> str:
+        """The kernel's first line, up to its opening brace."""
+        return f"{self.kernel_prefix} {func.name}({', '.join(params)}) {{"
+
+    def thread_value(self, tag: str) -> str:
+        """A thread index converted to the kernel's index type."""
+        return f"({self._index}){self.thread_index(tag)}"
+
+    # Statements C spells one way and other languages (WGSL) another.
+    def declare(self, type_name: str, name: str, value: str) -> str:
+        """A named constant of the loop program (a let, a thread index)."""
+        return f"const {type_name} {name} = {value};"
+
+    def loop_header(self, var: str, lo: str, end: str) -> str:
+        return f"for ({self._index} {var} = {lo}; {var} < {end}; ++{var}) {{"
+
+    def guarded(self, cond: str, line: str) -> str:
+        """``line`` (one statement) run only where ``cond`` holds."""
+        return f"if ({cond}) {line}"
+
+    def declare_array(self, buffer, name: str, size: int) -> str:
+        """A shared or local array of ``size`` elements allocated inside a kernel."""
+        qual = self.shared_qualifier + " " if buffer.scope == "shared" and self.shared_qualifier else ""
+        return f"{qual}{self.alloc_type(buffer)} {name}[{size}];"
+
+    def discard(self, value: str) -> str:
+        """A call evaluated for its effect."""
+        return f"(void)({value});"
+
+    def ternary(self, cond: str, true_value: str, false_value: str) -> str:
+        return f"(({cond}) ? ({true_value}) : ({false_value}))"
+
+    def int_floordiv(self, a: str, b: str, dtype: str) -> str:
+        """Integer division rounding toward minus infinity (C's ``/`` truncates)."""
+        return f"NNVM_FLOORDIV({a}, {b})"
+
+    def int_floormod(self, a: str, b: str, dtype: str) -> str:
+        return f"NNVM_FLOORMOD({a}, {b})"
+
+    def bool_to_storage(self, value: str) -> str:
+        """A bool value as the byte a bool buffer holds."""
+        return f"({self.storage_type('bool')})({value})"
 
     def thread_index(self, tag: str) -> str:
         """The expression of a block or thread index, e.g. ``get_local_id(0)`` for ``threadIdx.x``."""
@@ -240,7 +286,7 @@ class CPrinter:
         self._names, self._used, self._ranges, self._kernel = {}, set(), {}, func.name
         self._index = self.index32_type if self.index32_type and fits_int32(func) else self.index_type
         params = [self.param(b, self.name_of(b)) for b in func.params] + self.extra_params(func)
-        lines = [f"{self.kernel_prefix} {func.name}({', '.join(params)}) {{"]
+        lines = [self.signature(func, params)]
         self.stmt(func.body, 1, lines)
         lines.append("}")
         return "\n".join(lines)
@@ -258,19 +304,18 @@ class CPrinter:
             if isinstance(s.min, E.Const) and isinstance(s.extent, E.Const):
                 self._ranges[s.var] = (int(s.min.value), int(s.min.value) + int(s.extent.value) - 1)
             if s.kind == S.ForKind.THREAD_BINDING:
-                idx = self._index
-                out.append(f"{pad}const {idx} {var} = ({idx}){self.thread_index(s.thread_tag)};")
+                out.append(pad + self.declare(self._index, var, self.thread_value(s.thread_tag)))
                 self.stmt(s.body, ind, out)
                 return
             lo, ext = self.expr(s.min), self.expr(s.extent)
             end = ext if lo in ("0", "0L") else f"{lo} + {ext}"
-            out.append(f"{pad}for ({self._index} {var} = {lo}; {var} < {end}; ++{var}) {{")
+            out.append(pad + self.loop_header(var, lo, end))
             self.stmt(s.body, ind + 1, out)
             out.append(f"{pad}}}")
         elif isinstance(s, S.Store):
             line = self._store(s)
             if s.predicate is not None:
-                line = f"if ({self.expr(s.predicate)}) {line}"
+                line = self.guarded(self.expr(s.predicate), line)
             out.append(pad + line)
         elif isinstance(s, S.Allocate):
             buf = s.buffer
@@ -280,8 +325,7 @@ class CPrinter:
                 if not isinstance(d, E.Const):
                     raise self._error(f"buffer {buf.name} needs a constant size in a kernel, got {d}")
                 size *= int(d.value)
-            qual = self.shared_qualifier + " " if buf.scope == "shared" and self.shared_qualifier else ""
-            out.append(f"{pad}{qual}{self.alloc_type(buf)} {self.name_of(buf)}[{max(size, 1)}];")
+            out.append(pad + self.declare_array(buf, self.name_of(buf), max(size, 1)))
             self.stmt(s.body, ind, out)
         elif isinstance(s, S.Seq):
             for x in s.stmts:
@@ -297,10 +341,10 @@ class CPrinter:
             if isinstance(s.value, E.Call) and s.value.name == "barrier":
                 out.append(pad + self.barrier())
             elif not (isinstance(s.value, E.Call) and s.value.name in ("noop", "prefetch")):
-                out.append(f"{pad}(void)({self.expr(s.value)});")
+                out.append(pad + self.discard(self.expr(s.value)))
         elif isinstance(s, S.LetStmt):
-            decl = f"const {self.type_name(s.var.dtype)} {self.name_of(s.var)}"
-            out.append(f"{pad}{decl} = {self.expr(s.value)};")
+            name = self.name_of(s.var)
+            out.append(pad + self.declare(self.type_name(s.var.dtype), name, self.expr(s.value)))
             self.stmt(s.body, ind, out)
         elif isinstance(s, S.AttrStmt):
             out.append(f"{pad}// {s.key} = {s.value}")
@@ -317,7 +361,7 @@ class CPrinter:
                 raise self._error(f"store to {s.buffer.name}: only contiguous vector stores can be printed")
             return self.vector_store(buf, self.expr(s.index.base), value, s.value.dtype) + ";"
         if s.buffer.dtype == "bool":
-            value = f"({self.storage_type('bool')})({value})"
+            value = self.bool_to_storage(value)
         return self.scalar_store(s.buffer, buf, self.expr(s.index), value) + ";"
 
     # -- expressions -----------------------------------------------------------------------------
@@ -362,13 +406,12 @@ class CPrinter:
             return self._binop(e)
         if isinstance(e, E.Call):
             if e.name == "if_then_else":
-                c, t, f = (self.expr(a) for a in e.args)
-                return f"(({c}) ? ({t}) : ({f}))"
+                return self.ternary(*(self.expr(a) for a in e.args))
             return self.math(e.name, [self.expr(a) for a in e.args], e.dtype)
         if isinstance(e, E.Cast):
             return self.cast(self.expr(e.value), e.dtype, e.value.dtype)
         if isinstance(e, E.Select):
-            return f"(({self.expr(e.cond)}) ? ({self.expr(e.true_value)}) : ({self.expr(e.false_value)}))"
+            return self.ternary(self.expr(e.cond), self.expr(e.true_value), self.expr(e.false_value))
         if isinstance(e, E.Broadcast):
             return self.broadcast(self.expr(e.value), e.dtype)
         if isinstance(e, E.Load):
@@ -379,7 +422,7 @@ class CPrinter:
                                       "printed")
                 return self.vector_load(buf, self.expr(e.index.base), e.dtype)
             if e.buffer.dtype == "bool":
-                return f"({buf}[{self.expr(e.index)}] != 0)"
+                return f"({self.scalar_load(e.buffer, buf, self.expr(e.index))} != 0)"
             return self.scalar_load(e.buffer, buf, self.expr(e.index))
         if isinstance(e, E.TensorIntrinCall):
             raise self._error(f"tensor intrinsic {e.intrin.name} has no C-family implementation: tensorize "
@@ -399,10 +442,10 @@ class CPrinter:
             return self._arith("div" if e.op == "floordiv" else "fmod_int", a, b, dtype)
         if e.op == "floordiv":
             return self.call("floor", [self._arith("div", a, b, dtype)], dtype) if flt else \
-                f"NNVM_FLOORDIV({a}, {b})"
+                self.int_floordiv(a, b, dtype)
         if e.op == "floormod":
             if not flt:
-                return f"NNVM_FLOORMOD({a}, {b})"
+                return self.int_floormod(a, b, dtype)
             q = self.call("floor", [self._arith("div", a, b, dtype)], dtype)
             return self._arith("sub", a, self._arith("mul", q, b, dtype), dtype)
         if e.op == "fmod":

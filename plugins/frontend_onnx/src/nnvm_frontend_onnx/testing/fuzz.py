@@ -289,7 +289,7 @@ def tuning_log_bytes(draw) -> tuple[bytes, bool]:
     return mutate_bytes(draw, data or b"{}\n", json.dumps(good).encode()), False
 
 
-GPU_TARGETS = ("opencl", "cuda", "metal")
+GPU_TARGETS = ("opencl", "cuda", "metal", "webgpu")
 _HOSTILE = [-1, 0, 1, 7, 2**31, 2**40, -2**63, 1.5, True, None, "", "x", "../x", [], [0], [1, 1], {},
             {"a": 1}]
 

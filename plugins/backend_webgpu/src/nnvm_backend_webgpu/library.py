@@ -1,0 +1,197 @@
+"""The WebGPU device under the core's GPU library (``nnvm.gpu.library.GPUKernelLibrary``).
+
+Every kernel is an entry point of one WGSL module; each gets a compute pipeline with an explicit
+layout (every parameter a read-write storage buffer, so one arena may be bound twice). A stream is a
+command encoder: launches are dispatches in one compute pass, a copy out is a copy into a mappable
+staging buffer, and ``synchronize`` submits the one command buffer of the run, then maps the staging
+buffers back. Copies in go through ``queue.write_buffer``, which the queue orders before that submit.
+Views are (buffer, offset, size) bindings, offsets multiples of the device's storage alignment. A
+kernel whose parameters are packed (``wgsl.pack_plan``) binds one more buffer, filled by copies from
+those parameters before each launch, between compute passes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm.errors import Error
+from nnvm.gpu.library import GPUKernelLibrary
+from nnvm_backend_webgpu import device as webgpu_device
+from nnvm_backend_webgpu.web import export_web, read_web
+from nnvm_backend_webgpu.wgsl import pack_plan
+
+FORMAT = "nnvm-webgpu"
+SOURCE = "kernels.wgsl"
+
+
+def _wgpu_reason(exc: Exception) -> str:
+    """What wgpu's validation error says, on one line: the cause below its "Validation Error" heading."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    cause = lines[lines.index("Caused by:") + 1:] if "Caused by:" in lines else lines
+    text = "; ".join(cause) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _round4(n: int) -> int:
+    return max(4, -(-int(n) // 4) * 4)
+
+
+class Stream:
+    """A command encoder of one run, its open compute pass and the copies back it waits for."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.encoder = dev.create_command_encoder()
+        self.compute = None
+        self.pending: list = []  # (staging buffer, host array)
+        self.staging: dict = {}  # size -> free staging buffers, reused run after run
+
+    def end_pass(self) -> None:
+        if self.compute is not None:
+            self.compute.end()
+            self.compute = None
+
+
+class WebGPUKernelLibrary(GPUKernelLibrary):
+    """Kernels of one build: one WGSL module, a pipeline per kernel, on the process's device."""
+
+    format = FORMAT
+    language = "WebGPU"
+    text_files = (SOURCE,)
+
+    def __init__(self, source: str, tables: list, blobs: dict | None = None):
+        import wgpu
+
+        super().__init__(tables, {SOURCE: source}, {}, blobs)
+        self._wgpu = wgpu
+        _, self.dev = webgpu_device.device()
+        self.base_align = int(webgpu_device.limits()["min_storage_buffer_offset_alignment"])
+        try:
+            self.module = self.dev.create_shader_module(code=source)
+        except Exception as exc:  # wgpu's validation error: naga's message, with the line
+            raise Error(f"the WGSL compiler rejected the kernels: {_wgpu_reason(exc)}") from None
+        limits = webgpu_device.limits()
+        self.pipelines: dict = {}
+        self.packed: dict = {}  # kernel -> wgsl.pack_plan of its function (recomputed, never read)
+        for table in tables:
+            packed = pack_plan(table["params"], table["temporaries"])
+            count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
+            for launch in table["launches"]:
+                if max(launch["grid"]) > limits["max_compute_workgroups_per_dimension"]:
+                    raise Error(f"kernel {launch['kernel']}: {max(launch['grid'])} workgroups along one "
+                                "axis, more than this WebGPU device allows")
+                if launch["kernel"] not in self.pipelines:
+                    self.pipelines[launch["kernel"]] = self._pipeline(launch["kernel"], count)
+                    self.packed[launch["kernel"]] = packed
+
+    def _pipeline(self, kernel: str, count: int):
+        try:
+            return self._make_pipeline(kernel, count)
+        except Exception as exc:  # wgpu's validation error (a launch table that does not fit the kernels)
+            raise Error(f"WebGPU cannot make a pipeline for kernel {kernel}: {_wgpu_reason(exc)}") from None
+
+    def _make_pipeline(self, kernel: str, count: int):
+        wgpu = self._wgpu
+        entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(count)]
+        layout = self.dev.create_bind_group_layout(entries=entries)
+        pipeline = self.dev.create_compute_pipeline(
+            layout=self.dev.create_pipeline_layout(bind_group_layouts=[layout]),
+            compute={"module": self.module, "entry_point": kernel})
+        return pipeline, layout
+
+    @classmethod
+    def open_export(cls, path: str) -> WebGPUKernelLibrary | None:
+        """The library of a file ``export`` wrote, or of a folder for the web (``model.webgpu``)."""
+        web = read_web(path)
+        return cls(*web) if web is not None else super().open_export(path)
+
+    @classmethod
+    def from_files(cls, manifest: dict, files: dict, blobs: dict) -> WebGPUKernelLibrary:
+        return cls(files[SOURCE], manifest["functions"], blobs)
+
+    def export(self, path: str, blobs: dict) -> None:
+        """A path ending in ``.webgpu``: the folder ``nnvm-webgpu.js`` loads (``web.py``); any other: the
+        one file ``nnvm.load`` reads, as every GPU backend writes it."""
+        if str(path).rstrip("/").endswith(".webgpu"):
+            export_web(str(path), self.files[SOURCE], list(self.tables.values()), blobs)
+        else:
+            super().export(path, blobs)
+
+    def describe_launch(self, launch: dict) -> str:
+        return f"workgroups {tuple(launch['grid'])} workgroup_size {tuple(launch['block'])}"
+
+    # -- the device -------------------------------------------------------------------------------
+    def alloc(self, nbytes: int):
+        usage = self._wgpu.BufferUsage
+        return self.dev.create_buffer(size=_round4(nbytes),
+                                      usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
+
+    def free(self, buf) -> None:
+        buf.destroy()
+
+    def view(self, buf, offset: int, nbytes: int):
+        return buf, offset, min(_round4(nbytes), buf.size - offset)
+
+    def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
+        data = host.view(np.uint8).reshape(-1)
+        if data.nbytes % 4:  # write whole words: the tail lies in the tensor's own padding
+            data = np.concatenate([data, np.zeros(4 - data.nbytes % 4, np.uint8)])
+        self.dev.queue.write_buffer(buf, offset, data)
+
+    def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
+        stream.end_pass()
+        size = _round4(host.nbytes)
+        free = stream.staging.setdefault(size, [])
+        usage = self._wgpu.BufferUsage
+        staging = free.pop() if free else self.dev.create_buffer(size=size,
+                                                                 usage=usage.MAP_READ | usage.COPY_DST)
+        stream.encoder.copy_buffer_to_buffer(buf, offset, staging, 0, size)
+        stream.pending.append((staging, host))
+
+    def new_stream(self):
+        return Stream(self.dev)
+
+    def synchronize(self, stream) -> None:
+        stream.end_pass()
+        self.dev.queue.submit([stream.encoder.finish()])
+        for staging, host in stream.pending:
+            staging.map_sync(self._wgpu.MapMode.READ)
+            data = np.frombuffer(staging.read_mapped(), np.uint8)
+            host.reshape(-1).view(np.uint8)[:] = data[:host.nbytes]
+            staging.unmap()
+            stream.staging[staging.size].append(staging)
+        stream.pending = []
+        stream.encoder = self.dev.create_command_encoder()
+
+    def release_stream(self, stream) -> None:
+        for bufs in stream.staging.values():
+            for b in bufs:
+                b.destroy()
+
+    def prepare(self, kernel: str, args: list):
+        """(pipeline, bind group, copies): ``copies`` fill the packed binding (``wgsl.pack_plan``) from the
+        parameters it holds, before each launch."""
+        pipeline, layout = self.pipelines[kernel]
+        args = [arg if isinstance(arg, tuple) else (arg, 0, arg.size) for arg in args]
+        packed, copies = self.packed[kernel], []
+        if packed:
+            pack = self.alloc(4 * sum(-(-nbytes // 4) for _, _, nbytes in packed))
+            copies = [(*args[i][:2], pack, 4 * words, _round4(nbytes)) for i, words, nbytes in packed]
+            skip = {i for i, _, _ in packed}
+            args = [a for i, a in enumerate(args) if i not in skip] + [(pack, 0, pack.size)]
+        entries = [{"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}}
+                   for i, (buf, offset, size) in enumerate(args)]
+        return pipeline, self.dev.create_bind_group(layout=layout, entries=entries), copies
+
+    def launch(self, stream, prepared, grid: list, block: list) -> None:
+        pipeline, group, copies = prepared
+        if copies:
+            stream.end_pass()  # copies go between passes
+            for copy in copies:
+                stream.encoder.copy_buffer_to_buffer(*copy)
+        if stream.compute is None:
+            stream.compute = stream.encoder.begin_compute_pass()
+        stream.compute.set_pipeline(pipeline)
+        stream.compute.set_bind_group(0, group)
+        stream.compute.dispatch_workgroups(*grid)

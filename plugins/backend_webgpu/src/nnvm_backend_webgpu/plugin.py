@@ -1,0 +1,84 @@
+"""The ``webgpu`` target: the loop program printed as WGSL, run through WebGPU (wgpu-native).
+
+The stages are the GPU layer's (``nnvm.gpu.backend.GPUBackend``: lower for the GPU, vectorize, print,
+compile); this plugin is the language and the driver:
+
+- ``printer.WGSLPrinter`` spells the kernels in WGSL, checked against the device's limits;
+- ``compile``: wgpu's shader compiler (naga) validates the module and makes a pipeline per kernel;
+- ``library.WebGPUKernelLibrary`` runs them: weights on the device, activations in one arena buffer.
+
+Two WebGPU limits are met in the same way on every device, so a module exported for the browser runs
+wherever the kernels' own sizes do: more than 65535 workgroups along x fold into x and y
+(``wgsl.fold_grid``), and a function with more than 8 buffers reads its last read-only ones through one
+packed binding (``wgsl.pack_plan``): ``_gpu`` tells the printer, ``compile`` puts both in the launch
+tables. The device is the first WebGPU adapter (a GPU, or Mesa's lavapipe on the CPU); with none,
+compiling stops with one sentence saying what to install.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import nnvm
+from nnvm.errors import Error, TargetError
+from nnvm.gpu.backend import GPUBackend
+from nnvm.gpu.library import launch_table
+from nnvm.target import Target
+from nnvm.tir.vectorize import VectorTarget
+from nnvm_backend_webgpu import device as webgpu_device
+from nnvm_backend_webgpu.library import WebGPUKernelLibrary
+from nnvm_backend_webgpu.printer import WGSLPrinter
+from nnvm_backend_webgpu.wgsl import DEFAULT_LIMITS, fold_grid, pack_plan
+
+
+class WebGPUBackend(GPUBackend):
+    """Compiles loop programs to WGSL for any WebGPU device."""
+
+    name = "webgpu"
+    target_kinds = ("webgpu",)
+    keys, device = ("gpu",), "gpu"  # the GPU layer (nnvm.gpu) serves it
+    printer = WGSLPrinter
+    vectors = VectorTarget(lanes=())  # scalar code: the arrays hold scalars, so no vector loads
+    library = WebGPUKernelLibrary
+    unsupported_dtypes = ("float64",)
+
+    def check_target(self, target: Target) -> None:
+        if target.options:
+            raise TargetError(f"target {target}: the webgpu target takes no options, got "
+                              f"{', '.join(sorted(target.options))}")
+
+    def build_options(self, target: Target) -> dict:
+        try:
+            return {"limits": webgpu_device.limits()}
+        except Error:
+            return {"limits": {}}  # no adapter: WebGPU's guaranteed limits
+
+    def make_printer(self, options: dict) -> WGSLPrinter:
+        return WGSLPrinter(options["limits"])
+
+    def _gpu(self, state: dict) -> dict:
+        """The GPU layer's lowering, then each kernel told which parameters it reads packed (``attrs``),
+        and no buffer larger than the device binds."""
+        state = super()._gpu(state)
+        limit = {**DEFAULT_LIMITS, **state["options"]["limits"]}["max_storage_buffer_binding_size"]
+        for prog in state["programs"]:
+            table = launch_table(prog)
+            packed = pack_plan(table["params"], table["temporaries"])
+            sizes = [(p["name"], p["nbytes"]) for p in table["params"] + table["temporaries"]]
+            for name, nbytes in sizes + [("(packed)", sum(-(-n // 4) * 4 for _, _, n in packed))]:
+                if nbytes > limit:
+                    raise Error(f"{prog.name}: buffer {name} has {nbytes} bytes, more than this WebGPU "
+                                f"device binds (max_storage_buffer_binding_size = {limit})")
+            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in prog.kernels]
+        return state
+
+    def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
+        # the grids as the printer folded them, the parameters as it packed them
+        tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]],
+                   "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
+        return WebGPUKernelLibrary(source, tables)
+
+
+@nnvm.hookimpl
+def nnvm_register_backends(register):
+    register(WebGPUBackend())

@@ -1,0 +1,78 @@
+"""Models compiled for ``webgpu`` (wgpu-native on lavapipe here) against onnxruntime: a transformer encoder,
+a depthwise net and a GRU (the ONNX frontend's testing.shape_models), and the export to one file that a
+fresh process loads and runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import nnvm
+from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+
+
+def _reference(name: str, tmp_path):
+    path = str(tmp_path / f"{name}.onnx")
+    onnx.save(SHAPE_MODELS[name](seed=0), path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    x = np.random.default_rng(1).standard_normal(inp.shape).astype("float32")
+    return path, x, sess.run(None, {inp.name: x})[0]
+
+
+@pytest.mark.parametrize("name", sorted(SHAPE_MODELS))
+def test_model_of_another_shape_matches_onnxruntime(name, tmp_path):
+    path, x, want = _reference(name, tmp_path)
+    got = nnvm.compile(path, target="webgpu").run(x)[0]
+    err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+    assert err < 1e-4, f"{name} on webgpu: max relative error {err:.2e} against onnxruntime"
+
+
+def test_weights_stay_on_the_device_and_a_run_moves_inputs_and_outputs_only(tmp_path):
+    path, x, want = _reference("transformer_encoder", tmp_path)
+    mod = nnvm.compile(path, target="webgpu")
+    mod.run(x)
+    lib = mod.library
+    before = (lib.bytes_to_device, lib.bytes_from_device)
+    got = mod.run(x)[0]
+    assert (lib.bytes_to_device - before[0], lib.bytes_from_device - before[1]) == (x.nbytes, want.nbytes)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+def test_export_is_one_file_that_a_fresh_process_runs(tmp_path):
+    path, x, want = _reference("depthwise_net", tmp_path)
+    mod = nnvm.compile(path, target="webgpu")
+    source = mod.library.source()
+    assert "@compute @workgroup_size" in source and "var<workgroup>" in source
+    out = tmp_path / "dw.nnvm"
+    mod.export(str(out))
+    with zipfile.ZipFile(out) as z:
+        assert {"manifest.json", "files/kernels.wgsl", "blobs/graph", "blobs/params"} <= set(z.namelist())
+    np.save(tmp_path / "x.npy", x)
+    code = ("import sys, numpy as np, nnvm; m = nnvm.load(sys.argv[1]); "
+            "np.save(sys.argv[3], m.run(np.load(sys.argv[2]))[0])")
+    proc = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "x.npy"),
+                           str(tmp_path / "y.npy")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(("damage", "message"), [
+    (lambda d: (d / "manifest.json").write_text('{"format": "nnvm-webgpu-web", '),
+     "not a readable nnvm WebGPU folder"),
+    (lambda d: (d / "kernels.wgsl").write_text("fn broken("), "the WGSL compiler rejected the kernels"),
+    (lambda d: (d / "weights.bin").write_bytes(b""), "lies outside weights.bin"),
+])
+def test_a_damaged_web_folder_is_one_error_naming_what_is_wrong(tmp_path, damage, message):
+    path, _, _ = _reference("gru", tmp_path)
+    folder = tmp_path / "gru.webgpu"
+    nnvm.compile(path, target="webgpu").export(str(folder))
+    damage(folder)
+    with pytest.raises(nnvm.Error, match=message):
+        nnvm.load(str(folder))
