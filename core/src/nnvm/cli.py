@@ -380,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", required=True, metavar="HOST:PORT", help="the Ray head's address")
     p.add_argument("--target", required=True, help="the target this node measures (llvm, aarch64 ...)")
     p.add_argument("--num-cpus", type=int, default=1,
-                   help="CPUs the node offers (default 1: a build never shares the device with a measurement)")
+                   help="CPUs the node offers (default 1: builds never share the device with a measurement)")
     p.set_defaults(func=cmd_cluster_join)
 
     p = sub.add_parser("runtime", help="the C deploy runtime (nnvm_runtime.h) for running exported modules")

@@ -206,8 +206,8 @@ class ClusterMeasurer:
         if node not in self.noisy and noisy >= 3 and 2 * noisy > len(seen):
             self.noisy.add(node)
             self.stream.write(f"nnvm: node {node} measures inconsistently ({noisy} of {len(seen)} configs' "
-                              f"repeats spread over {100 * self.noise_limit:.0f}%); its results are logged as "
-                              f"errors from now on\n")
+                              f"repeats spread over {100 * self.noise_limit:.0f}%); its results are logged "
+                              f"as errors from now on\n")
             self.stream.flush()
 
 

@@ -13,7 +13,6 @@ import hashlib
 import os
 import subprocess
 import tempfile
-
 from pathlib import Path
 
 import numpy as np
