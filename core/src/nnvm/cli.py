@@ -262,6 +262,9 @@ def cluster_module():
 
 def cmd_cluster_join(args) -> int:
     cluster = cluster_module()
+    if args.num_cpus < 1:
+        raise Error(f"--num-cpus must be at least 1, got {args.num_cpus}")
+    cluster.check_reachable(args.address)
     command = cluster.join_command(args.address, args.target, args.num_cpus)
     ray_exe = os.path.join(os.path.dirname(sys.executable), "ray")
     command[0] = ray_exe if os.path.exists(ray_exe) else "ray"

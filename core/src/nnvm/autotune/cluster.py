@@ -57,11 +57,26 @@ def device_resource(target: str) -> str:
     return resource
 
 
+def check_reachable(address: str, timeout: float = 5.0) -> None:
+    """A one-sentence ``Error`` when nothing answers at ``HOST:PORT`` (also ``ray://HOST:PORT``): Ray itself
+    waits minutes for a head that is not there."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise Error(f"the cluster address {address!r} should be auto, ray://HOST:PORT or HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise Error(f"nothing answers at {address} (is the Ray head running? ray start --head): "
+                    f"{exc.strerror or exc}") from None
+
+
 def connect(address: str) -> None:
     """Join the Ray cluster at ``address`` (``auto``, ``ray://HOST:PORT`` or ``HOST:PORT``) as a driver;
     an unreachable cluster is a one-sentence ``Error``."""
     if ray.is_initialized():
         return
+    if address != "auto":
+        check_reachable(address)
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     try:
         ray.init(address=address, runtime_env={"env_vars": env} if env else None, logging_level="ERROR",
