@@ -216,28 +216,25 @@ def cmd_tune(args) -> int:
         if args.threads < 1:
             raise Error(f"--threads must be at least 1, got {args.threads}")
         os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # inherited by the measuring process
-    tasks = extract_tasks(args.model, target=args.target, shapes=_parse_shapes(args.shape))
-    if not tasks:
-        print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
-              f"on {args.target}")
-        return 0
-
-    total = sum(t.weight for t in tasks)
-    sig = signature_of(tasks[0].target)
-    machine = f"; records signed {sig.describe()}" if sig is not None else ""
     batch_size = 8
-    if args.cluster:
+    if args.cluster:  # before the model is read: a cluster without the device fails at once
         measurer = cluster_module().ClusterMeasurer(args.cluster, timeout=args.timeout)
-        devices = measurer.devices(tasks[0].target)
+        devices = measurer.devices(args.target)
         batch_size = max(batch_size, 4 * devices)  # every device busy, builds ahead of measurements
-        sig = measurer.signature(tasks[0].target)
-        machine = (f"; cluster {args.cluster}, {devices} device(s)"
-                   + (f", records signed {sig.describe()}" if sig is not None else ""))
     else:
         measurer = Measurer(timeout=args.timeout)
-    print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials each, "
-          f"tuner {args.tuner}; log {args.log}{machine}", flush=True)
     with measurer:
+        tasks = extract_tasks(args.model, target=args.target, shapes=_parse_shapes(args.shape))
+        if not tasks:
+            print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
+                  f"on {args.target}")
+            return 0
+        total = sum(t.weight for t in tasks)
+        sig = (measurer.signature if args.cluster else signature_of)(tasks[0].target)
+        machine = f"; cluster {args.cluster}, {devices} device(s)" if args.cluster else ""
+        machine += f"; records signed {sig.describe()}" if sig is not None else ""
+        print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials "
+              f"each, tuner {args.tuner}; log {args.log}{machine}", flush=True)
         summaries = tune(tasks, args.trials, args.log, tuner=args.tuner, measurer=measurer,
                          progress=not args.quiet, batch_size=batch_size)
     if args.json:
