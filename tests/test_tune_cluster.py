@@ -220,3 +220,42 @@ def test_user_mistakes_about_the_cluster_are_one_sentence(cluster, tiny_conv, tm
     proc = nnvm_cli("cluster", "join", "--address", "127.0.0.1:1", "--target", "llvm")
     assert proc.returncode == 1 and "nothing answers at 127.0.0.1:1" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # without Ray installed (its import made to fail, as a missing package does)
+    argv = ["tune", tiny_conv, "--trials", "1", "--log", log, "--cluster", "auto"]
+    code = f"import sys; sys.modules['ray'] = None; from nnvm.cli import main; sys.exit(main({argv!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "needs Ray: pip install 'nnvm[cluster]'" in proc.stderr, proc.stderr
+
+
+def test_crashing_and_hanging_candidates_are_errors_on_the_worker_and_every_trial_is_accounted(cluster,
+                                                                                             tmp_path):
+    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=32, faults=True)
+    log = tmp_path / "faults.jsonl"
+    with measurer(cluster, timeout=4, noise_limit=100.0) as m:
+        tune([task], 6, log, tuner="grid", measurer=m, progress=False)  # the fallback, then each fault
+    records = logmod.read(log)
+    assert len(records) == 6 == len({logmod.config_key(r.config) for r in records})
+    errors = {r.config["fault"]: r.error for r in records if not r.ok}
+    assert "fault=raise" in errors["raise"]
+    assert "died (signal 11)" in errors["segfault"] and "died (status 3)" in errors["exit"]
+    assert "timed out after 4 s" in errors["hang"]
+    assert all(r.ok for r in records if r.config["fault"] == "none")
+
+
+def test_a_node_that_measures_inconsistently_is_reported_and_its_results_kept_apart(cluster, tmp_path):
+    """With a limit of 0 every node is 'noisy' after its third measurement: reported once, then logged
+    as errors naming it, so its times never stand beside a quiet node's."""
+    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=32)
+    log = tmp_path / "noisy.jsonl"
+    report = tmp_path / "report.txt"
+    with open(report, "w") as stream, measurer(cluster, noise_limit=0.0, stream=stream) as m:
+        tune([task], 12, log, tuner="random", measurer=m, progress=False)
+        noisy = set(m.noisy)
+    records = logmod.read(log)
+    assert len(records) == 12 and noisy
+    text = report.read_text()
+    assert all(text.count(f"node {node} measures inconsistently") == 1 for node in noisy), text
+    for r in records:
+        if not r.ok:
+            assert r.node in noisy and f"noisy device: node {r.node}" in r.error
+    assert any(not r.ok for r in records)
