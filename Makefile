@@ -24,7 +24,7 @@ lint: install
 
 # pytest exits 5 when it collected nothing: a broken path or conftest, never a success.
 test: lint
-	@rc=0; $(UV) run --no-sync pytest -n auto --dist loadgroup --durations=25 $(TEST_PATHS) || rc=$$?; \
+	@rc=0; $(UV) run --no-sync pytest -n auto --durations=25 $(TEST_PATHS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; \
 	exit $$rc
 

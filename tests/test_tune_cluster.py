@@ -28,8 +28,6 @@ from nnvm.autotune import log as logmod
 from nnvm.autotune.cluster import ClusterMeasurer, device_resource
 
 TRIALS = 4
-# One cluster for the module: under `pytest -n auto --dist loadgroup` (make test) one worker runs them all.
-pytestmark = pytest.mark.xdist_group("ray_cluster")
 
 
 @pytest.fixture(scope="module")
@@ -259,3 +257,44 @@ def test_a_node_that_measures_inconsistently_is_reported_and_its_results_kept_ap
         if not r.ok:
             assert r.node in noisy and f"noisy device: node {r.node}" in r.error
     assert any(not r.ok for r in records)
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def test_a_device_node_gone_mid_measurement_its_trials_move_to_another_node(cluster, tmp_path):
+    doomed = cluster.add_node(num_cpus=1, resources={device_resource("llvm"): 1})
+    cluster.wait_for_nodes()
+    raylet = doomed.all_processes["raylet"][0].process.pid
+    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=64)
+    log = tmp_path / "gone.jsonl"
+    done: dict = {}
+
+    def run():
+        with measurer(cluster, repeat=8, min_repeat_ms=60, noise_limit=100.0) as m:
+            done["summary"] = tune([task], 9, log, tuner="random", measurer=m, progress=False, seed=2)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    removed = False
+    deadline = time.monotonic() + 120
+    try:
+        while not removed and thread.is_alive() and time.monotonic() < deadline:
+            if any(_parent(pid) == raylet for pid in _measuring_worker_pids()):
+                time.sleep(0.2)
+                cluster.remove_node(doomed, allow_graceful=False)
+                removed = True
+            time.sleep(0.05)
+        thread.join(timeout=300)
+    finally:
+        if not removed:
+            cluster.remove_node(doomed, allow_graceful=False)
+    assert not thread.is_alive(), "tuning did not finish after a node was lost"
+    assert removed, "no measurement was caught on the node to remove"
+    records = logmod.read(log)
+    assert len(records) == 9 == len({logmod.config_key(r.config) for r in records})
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
