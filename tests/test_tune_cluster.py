@@ -268,9 +268,17 @@ def _parent(pid: int) -> int:
         return 0
 
 
+def _node_of(pid: int, nodes: list):
+    """The node (of ``nodes``) whose raylet started process ``pid``, or None."""
+    raylets = {n.all_processes["raylet"][0].process.pid: n for n in nodes}
+    while pid > 1:
+        pid = _parent(pid)
+        if pid in raylets:
+            return raylets[pid]
+    return None
+
+
 def test_a_device_node_gone_mid_measurement_its_trials_move_to_another_node(cluster, tmp_path):
-    doomed = cluster.device_nodes[0]  # warm: it measures from the first config on
-    raylet = doomed.all_processes["raylet"][0].process.pid
     task = task_from_factory("nnvm.autotune.testing:matmul_template", n=64)
     log = tmp_path / "gone.jsonl"
     done: dict = {}
@@ -281,21 +289,25 @@ def test_a_device_node_gone_mid_measurement_its_trials_move_to_another_node(clus
 
     thread = threading.Thread(target=run)
     thread.start()
-    removed = False
+    removed = None
     deadline = time.monotonic() + 120
     try:
-        while not removed and thread.is_alive() and time.monotonic() < deadline:
-            if any(_parent(pid) == raylet for pid in _measuring_worker_pids()):
-                time.sleep(0.2)
-                cluster.remove_node(doomed, allow_graceful=False)
-                removed = True
+        while removed is None and thread.is_alive() and time.monotonic() < deadline:
+            for pid in _measuring_worker_pids():
+                node = _node_of(pid, cluster.device_nodes)
+                if node is not None:
+                    time.sleep(0.2)  # inside the measurement, not in its setup
+                    cluster.remove_node(node, allow_graceful=False)
+                    removed = node
+                    break
             time.sleep(0.05)
         thread.join(timeout=300)
     finally:
-        if removed:  # the module's cluster gets its second device back
-            cluster.device_nodes[0] = cluster.add_node(num_cpus=1, resources={device_resource("llvm"): 1})
+        if removed is not None:  # the module's cluster gets its second device back
+            k = cluster.device_nodes.index(removed)
+            cluster.device_nodes[k] = cluster.add_node(num_cpus=1, resources={device_resource("llvm"): 1})
     assert not thread.is_alive(), "tuning did not finish after a node was lost"
-    assert removed, "no measurement was caught on the node to remove"
+    assert removed is not None, "no measurement was caught on a device node to remove"
     records = logmod.read(log)
     assert len(records) == 6 == len({logmod.config_key(r.config) for r in records})
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
