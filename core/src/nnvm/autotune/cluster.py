@@ -137,6 +137,7 @@ class ClusterMeasurer:
     def __init__(self, address: str = "auto", retries: int = 3, timeout: float = 20.0, repeat: int = 10,
                  min_repeat_ms: float = 5.0, check: bool = True, noise_limit: float = NOISE_LIMIT,
                  stream=None):
+        self._owns_connection = not ray.is_initialized()  # else the caller's connection, left open
         connect(address)
         self.address = address
         self.retries = retries
@@ -158,8 +159,8 @@ class ClusterMeasurer:
         self.close()
 
     def close(self) -> None:
-        """Leave the cluster (the cluster itself keeps running)."""
-        if ray.is_initialized():
+        """Leave the cluster, if this measurer joined it (the cluster itself keeps running)."""
+        if self._owns_connection and ray.is_initialized():
             ray.shutdown()
 
     def devices(self, target: str) -> int:
