@@ -1,7 +1,7 @@
 """Tuning throughput on a local Ray cluster: trials per minute with 1 and with 2 device workers (issue 36).
 
     uv run python bench/tune_cluster.py [--trials 24] [--tasks 2] [--devices 1,2] [--repeat 10]
-                                        [--min-repeat-ms 40] [--build-cpus 1] [--json]
+                                        [--min-repeat-ms 40] [--build-cpus 2] [--json]
 
 For each device count it starts a real cluster on this machine (a head with ``--build-cpus`` CPUs and no
 device, plus that many single-CPU device nodes, each declaring ``nnvm:llvm:<cpu>`` and measuring with
@@ -13,8 +13,10 @@ goal: at least 1.7 with two) and a timeline per node: ``B`` a build running, ``M
 ``.`` idle. Builds on one node while another measures is the overlap the timeline shows; its total is
 printed as seconds with at least one build and one measurement running at once.
 
-A cluster of one machine's processes shares that machine's cores: time it on a quiet machine with at
-least ``--build-cpus`` + the largest device count cores (the numbers are noise on a loaded one).
+Each batch holds 8 configs per device (as ``nnvm tune --cluster`` sends), so the devices' share of a
+batch's first builds and last measurement stays the same. A cluster of one machine's processes shares
+that machine's cores: time it on a quiet machine with at least ``--build-cpus`` + the largest device
+count cores (4 for the defaults; the numbers are noise on a loaded one).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def run(devices: int, tasks: list, warm_up, trials: int, build_cpus: int, repeat
             m.timeline.clear()
             start = time.time()
             tune(tasks, trials, log, tuner="random", measurer=m, progress=False, seed=0,
-                 batch_size=max(8, 4 * devices))
+                 batch_size=8 * devices)
             seconds = time.time() - start
             events = list(m.timeline)
         records = logmod.read(log)
@@ -94,7 +96,8 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=24, help="configs per task")
     ap.add_argument("--tasks", type=int, default=2, help="ResNet-18's cheapest tasks to tune")
     ap.add_argument("--devices", default="1,2", help="device counts to compare")
-    ap.add_argument("--build-cpus", type=int, default=1, help="CPUs of the head node (builds only)")
+    ap.add_argument("--build-cpus", type=int, default=2,
+                    help="CPUs of the head node (builds only; two devices need about two builders)")
     ap.add_argument("--repeat", type=int, default=10, help="timed rounds per config")
     ap.add_argument("--min-repeat-ms", type=float, default=40.0,
                     help="length of a round (default 40: a measurement outlasts a build, as on a farm)")

@@ -220,7 +220,7 @@ def cmd_tune(args) -> int:
     if args.cluster:  # before the model is read: a cluster without the device fails at once
         measurer = cluster_module().ClusterMeasurer(args.cluster, timeout=args.timeout)
         devices = measurer.devices(args.target)
-        batch_size = max(batch_size, 4 * devices)  # every device busy, builds ahead of measurements
+        batch_size = 8 * devices  # every device busy, builds ahead of measurements
     else:
         measurer = Measurer(timeout=args.timeout)
     with measurer:
