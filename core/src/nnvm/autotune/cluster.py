@@ -46,14 +46,17 @@ FORWARDED_ENV = ("NNVM_NUM_THREADS",)  # what the driver's environment says abou
 
 
 def device_resource(target: str) -> str:
-    """The Ray resource of the device ``target``'s kernels are measured on: ``nnvm:<kind>``, and for the
-    host's own kind (``llvm``) its CPU too (``nnvm:llvm:znver5``, from ``-mcpu`` or the host)."""
+    """The Ray resource of the device ``target``'s kernels are measured on: ``nnvm:<kind>``, then for the
+    host's own kind (``llvm``) its CPU (``nnvm:llvm:znver5``, from ``-mcpu`` or the host), for a target
+    naming an architecture that one (``cuda -arch=sm_90``: ``nnvm:cuda:sm_90``)."""
     parsed = parse_target(target)
     parsed.backend.check_target(parsed)
     resource = RESOURCE_PREFIX + parsed.kind
     resolve = getattr(parsed.backend, "resolve", None)
     if parsed.kind == "llvm" and resolve is not None:
         resource += ":" + resolve(parsed).cpu
+    elif parsed.options.get("arch"):
+        resource += ":" + str(parsed.options["arch"])
     return resource
 
 
