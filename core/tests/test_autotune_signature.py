@@ -282,3 +282,16 @@ def test_a_record_keeps_its_template_revision_and_a_stale_one_is_passed_over(tmp
     log.write_text("\n".join(json.dumps(d) for d in lines) + "\n")
     with pytest.raises(nnvm.Error, match=r"line 2: not a tuning record \(revision must be a whole number"):
         logmod.read(log)
+
+
+def test_an_emulated_record_round_trips_is_never_chosen_for_a_device_and_never_shipped(tmp_path):
+    emulated = dataclasses.replace(FLEET_A, emulated=True)
+    assert CPUSignature.from_dict(emulated.to_dict()) == emulated and "emulated" not in FLEET_A.to_dict()
+    assert FLEET_A.distance(emulated) is None and "emulator" in FLEET_A.refusal(emulated)
+    assert "(emulated)" in emulated.describe()
+    log = tmp_path / "qemu.jsonl"
+    logmod.append(log, [dataclasses.replace(record({"tile": 8, "unroll": True}, 1e-3, emulated), node="n1")])
+    (back,) = logmod.read(log)
+    assert back.signature.emulated and back.node == "n1"
+    assert TuningLogs([log], signature=FLEET_A).choose(template(), "wl-1", "llvm") == (None, None)
+    assert logmod.distill([log], tmp_path / "ship.jsonl") == 0

@@ -44,6 +44,7 @@ FUNCTION_LEVEL_IMPORTS = {
     ("nnvm.autotune.tuner", "sklearn.ensemble"): "the model-guided tuner's cost model (nnvm[tune])",
     ("nnvm.autotune.tuner", "threadpoolctl"): "comes with scikit-learn, only for its cost model",
     ("nnvm.bench", "onnxruntime"): "nnvm bench --compare onnxruntime; not a dependency of the core",
+    ("nnvm.cli", "nnvm.autotune.cluster"): "nnvm tune --cluster: it imports Ray (nnvm[cluster])",
     ("nnvm.testing.venvs", "pytest"): "a test helper; pytest is not a dependency of the core",
     # plugin loading: the backend registered for a target kind, asked when it is needed
     ("nnvm.target", "nnvm.plugins"): "Target.backend",

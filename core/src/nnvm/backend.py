@@ -62,6 +62,12 @@ class KernelLibrary:
         Returns the output arrays. Needed only when ``runs_in_process()`` is False."""
         raise NotImplementedError
 
+    def time_kernel(self, name: str, arrays: list, repeat: int, min_repeat_ms: float) -> list[float]:
+        """Seconds per call of kernel ``name`` on ``arrays`` in each of ``repeat`` rounds of about
+        ``min_repeat_ms``, timed out of process (under an emulator): the tuner's measuring step for a
+        library whose ``runs_in_process()`` is False. Its times are the emulator's, never the device's."""
+        raise NotImplementedError
+
     def emulation_note(self) -> str:
         """One line ``Module.run`` prints on stderr, once, before running out of process."""
         return "this host cannot run the module's code in process; running it in another process"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -215,26 +216,62 @@ def cmd_tune(args) -> int:
         if args.threads < 1:
             raise Error(f"--threads must be at least 1, got {args.threads}")
         os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # inherited by the measuring process
-    tasks = extract_tasks(args.model, target=args.target, shapes=_parse_shapes(args.shape))
-    if not tasks:
-        print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
-              f"on {args.target}")
-        return 0
-
-    total = sum(t.weight for t in tasks)
-    sig = signature_of(tasks[0].target)
-    machine = f"; records signed {sig.describe()}" if sig is not None else ""
-    print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials each, "
-          f"tuner {args.tuner}; log {args.log}{machine}", flush=True)
-    with Measurer(timeout=args.timeout) as measurer:
+    batch_size = 8
+    if args.cluster:  # before the model is read: a cluster without the device fails at once
+        measurer = cluster_module().ClusterMeasurer(args.cluster, timeout=args.timeout)
+        devices = measurer.devices(args.target)
+        batch_size = 8 * devices  # every device busy, builds ahead of measurements
+    else:
+        measurer = Measurer(timeout=args.timeout)
+    with measurer:
+        tasks = extract_tasks(args.model, target=args.target, shapes=_parse_shapes(args.shape))
+        if not tasks:
+            print(f"nothing to tune: no installed backend offers a schedule template for {args.model} "
+                  f"on {args.target}")
+            return 0
+        total = sum(t.weight for t in tasks)
+        sig = (measurer.signature if args.cluster else signature_of)(tasks[0].target)
+        machine = f"; cluster {args.cluster}, {devices} device(s)" if args.cluster else ""
+        machine += f"; records signed {sig.describe()}" if sig is not None else ""
+        print(f"{len(tasks)} task(s) ({total} fused groups) from {args.model}; up to {args.trials} trials "
+              f"each, tuner {args.tuner}; log {args.log}{machine}", flush=True)
         summaries = tune(tasks, args.trials, args.log, tuner=args.tuner, measurer=measurer,
-                         progress=not args.quiet)
+                         progress=not args.quiet, batch_size=batch_size)
     if args.json:
         print(json.dumps([{"task": s.label, "template": s.template, "weight": s.weight, "trials": s.trials,
                            "measured": s.measured, "errors": s.errors, "best_ms": 1e3 * s.best_seconds
                            if s.best_seconds else None, "best_gflops": s.best_gflops,
                            "fallback_ms": 1e3 * s.fallback_seconds if s.fallback_seconds else None,
                            "best_config": s.best_config} for s in summaries], indent=2))
+    return 0
+
+
+def cluster_module():
+    """``nnvm.autotune.cluster``, imported only when a cluster is asked for: it needs Ray."""
+    try:
+        import nnvm.autotune.cluster as cluster
+    except ModuleNotFoundError as exc:
+        if exc.name != "ray" and not str(exc.name).startswith("ray."):
+            raise
+        raise Error("tuning on a cluster needs Ray: pip install 'nnvm[cluster]'") from None
+    return cluster
+
+
+def cmd_cluster_join(args) -> int:
+    cluster = cluster_module()
+    if args.num_cpus < 1:
+        raise Error(f"--num-cpus must be at least 1, got {args.num_cpus}")
+    cluster.check_reachable(args.address)
+    command = cluster.join_command(args.address, args.target, args.num_cpus)
+    ray_exe = os.path.join(os.path.dirname(sys.executable), "ray")
+    command[0] = ray_exe if os.path.exists(ray_exe) else "ray"
+    print(f"joining {args.address} with {cluster.describe_device(args.target)}", flush=True)
+    proc = subprocess.run(command, capture_output=True, text=True)
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        raise Error(f"ray start could not join the cluster at {args.address}: "
+                    f"{lines[-1] if lines else f'exit status {proc.returncode}'}")
+    print(f"joined; this node measures {args.target} kernels for nnvm tune --cluster (leave with: ray stop)")
     return 0
 
 
@@ -333,7 +370,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shape", action="append")
     p.add_argument("--quiet", action="store_true", help="no progress line and no per-task lines")
     p.add_argument("--json", action="store_true", help="print the per-task results as JSON at the end")
+    p.add_argument("--cluster", metavar="auto|ray://HOST:PORT",
+                   help="build and measure on a Ray cluster (pip install 'nnvm[cluster]'; docs/tuning.md)")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("cluster", help="tuning farms: join this machine to a Ray cluster as a device node")
+    cluster_sub = p.add_subparsers(dest="cluster_command", required=True)
+    p = cluster_sub.add_parser("join", help="start a Ray node declaring the device resource of a target")
+    p.add_argument("--address", required=True, metavar="HOST:PORT", help="the Ray head's address")
+    p.add_argument("--target", required=True, help="the target this node measures (llvm, aarch64 ...)")
+    p.add_argument("--num-cpus", type=int, default=1,
+                   help="CPUs the node offers (default 1: builds never share the device with a measurement)")
+    p.set_defaults(func=cmd_cluster_join)
 
     p = sub.add_parser("runtime", help="the C deploy runtime (nnvm_runtime.h) for running exported modules")
     runtime_sub = p.add_subparsers(dest="runtime_command", required=True)

@@ -11,6 +11,7 @@ signature (and the nearest ones); records of another machine are not resumed fro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -81,14 +82,18 @@ def _same_task(task, r: logmod.Record, signature) -> bool:
 
 
 def signature_of(target: str):
-    """The CPU signature the target's backend gives (None when it gives none, or when no installed
-    backend builds the target: tasks made by hand for a measurer that needs none)."""
+    """The CPU signature of the target as measured on this machine: the backend's, marked ``emulated``
+    when this host runs the target's code only under an emulator (None when the backend gives none, or
+    when no installed backend builds the target: tasks made by hand for a measurer that needs none)."""
     try:
         parsed = parse_target(target)
         parsed.backend.check_target(parsed)
     except Error:
         return None
-    return getattr(parsed.backend, "cpu_signature", lambda _target: None)(parsed)
+    sig = getattr(parsed.backend, "cpu_signature", lambda _target: None)(parsed)
+    if sig is not None and not parsed.backend.host_can_run(parsed):
+        sig = dataclasses.replace(sig, emulated=True)
+    return sig
 
 
 def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
@@ -110,8 +115,8 @@ def tune(tasks: list, trials: int, log: str | os.PathLike, tuner: str = "xgb",
     signatures: dict = {}  # target text -> CPUSignature (or None)
     try:
         for number, task in enumerate(tasks, 1):
-            if task.target not in signatures:
-                signatures[task.target] = signature_of(task.target)
+            if task.target not in signatures:  # a cluster's measurer knows its device nodes' signature
+                signatures[task.target] = getattr(measurer, "signature", signature_of)(task.target)
             sig = signatures[task.target]
             summaries.append(_tune_task(task, trials, log, tuner, measurer, batch_size, seed, show,
                                         [r for r in previous if _same_task(task, r, sig)],
@@ -151,8 +156,8 @@ def _tune_task(task, trials, log, tuner_kind, measurer, batch_size, seed, show, 
             break
         results = measurer.measure(task, batch)
         fresh = [logmod.Record(task.target, task.template, task.workload, c, res.seconds,
-                               _gflops(task, res.seconds), res.error, logmod.now(), task.label, signature,
-                               task.revision)
+                               _gflops(task, res.seconds), res.error, logmod.now(), task.label,
+                               res.signature or signature, task.revision, res.node)
                  for c, res in zip(batch, results)]
         logmod.append(log, fresh)
         tuner.update(batch, [1.0 / r.seconds if r.ok else 0.0 for r in fresh])

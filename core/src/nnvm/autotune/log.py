@@ -46,6 +46,7 @@ class Record:
     label: str = ""
     signature: CPUSignature | None = None  # the measuring machine's; None in logs that predate it
     revision: int = 1  # the template's revision the config was measured with (ScheduleTemplate.revision)
+    node: str | None = None  # the cluster node that measured it (``nnvm tune --cluster``); None locally
 
     @property
     def ok(self) -> bool:
@@ -59,6 +60,8 @@ class Record:
             d["signature"] = self.signature.to_dict()
         if self.revision != 1:
             d["revision"] = self.revision
+        if self.node is not None:
+            d["node"] = self.node
         return json.dumps(d, sort_keys=True)
 
 
@@ -89,6 +92,7 @@ def append(path: str | os.PathLike, records: list[Record]) -> None:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        os.fsync(fd)  # one batch at a time: a killed driver (or machine) resumes from what is on disk
     finally:
         os.close(fd)
 
@@ -139,7 +143,7 @@ def _record(d) -> Record:
     return Record(str(d["target"]), template_name(str(d["template"])), str(d["workload"]), d["config"],
                   _number(d, "seconds"), _number(d, "gflops"), error, str(d.get("timestamp", "")),
                   str(d.get("label", "")), None if signature is None else CPUSignature.from_dict(signature),
-                  revision)
+                  revision, None if d.get("node") is None else str(d["node"]))
 
 
 def template_name(name: str) -> str:
@@ -418,6 +422,8 @@ def distill(paths, out: str | os.PathLike) -> int:
     for path in paths:
         for r in read(path):
             key = (r.template, r.workload, r.target, r.signature, r.revision)
+            if r.signature is not None and r.signature.emulated:
+                continue  # an emulator's times are never shipped
             if r.ok and (key not in best or r.seconds < best[key].seconds):
                 best[key] = r
     if os.path.exists(out):

@@ -11,6 +11,13 @@ about ``min_repeat_ms``); the fastest round gives the seconds per run (on a shar
 fastest round is the one least disturbed by other work, so it ranks configs most reliably). A reply
 later than ``timeout`` seconds, or a child that dies, is an error for that config: the child is
 killed and a fresh one started for the next config.
+
+Building and timing are two steps with bytes between them (``Built``: the backend's
+``compile_kernel`` output), so a cluster (``cluster.py``) can build on any node and time on the node
+that has the device; ``measure`` runs both steps in one child, so local and cluster records agree. A
+kernel this process cannot call (an Arm kernel on x86) is timed by its library under the emulator
+(``KernelLibrary.time_kernel``), and its result says ``emulated``: good for testing the path, never for
+shipping a log.
 """
 
 from __future__ import annotations
@@ -37,14 +44,32 @@ from nnvm.te.lower import lower_schedule
 from nnvm.te.tensor import PlaceholderOp
 
 WRONG_RESULT_TOLERANCE = 1e-3  # max |candidate - reference| / max |reference|
+KERNEL_NAME = "nnvm_tune_candidate"
 
 
 @dataclass
 class Result:
-    """The outcome of one config: seconds per run, or an error sentence."""
+    """The outcome of one config: seconds per run, or an error sentence. ``spread``: how far the median
+    round is above the fastest, relative (a quiet device stays well under 0.2); ``emulated``: timed
+    under an emulator."""
 
     seconds: float | None
     error: str | None = None
+    spread: float | None = None
+    emulated: bool = False
+    signature: object = None  # the measuring machine's CPUSignature when it is not the driver's (a cluster)
+    node: str | None = None  # the cluster node that measured it
+
+
+@dataclass
+class Built:
+    """One config built for measuring elsewhere: the backend's compiled kernel (``Backend.
+    compile_kernel``), or None for a backend that compiles whole libraries only (the measuring side
+    then builds the config itself)."""
+
+    config: dict
+    kernel: bytes | None
+    seconds: float  # spent building
 
 
 # -- framing: 8-byte length, then a pickle ---------------------------------------------------------
@@ -170,20 +195,39 @@ class Measurer:
             self._kill()
             return ("error", note)
 
-    def measure(self, task, configs: list) -> list[Result]:
-        """Measure each config of ``task`` (an ``nnvm.autotune.Task``), in order."""
+    def _each(self, task, items: list, check: bool, message, reply_to) -> list:
+        """One request per item (after the task's setup, when the child lacks it), replies in order."""
         results = []
-        for config in configs:
-            if self._proc is None or self._task is not task:
-                reply = self._request(("setup", task, self.check), self.setup_timeout)
+        for item in items:
+            if self._proc is None or self._task != (task, check):
+                reply = self._request(("setup", task, check), self.setup_timeout)
                 if reply[0] != "ok":  # the same for every config: do not pay the setup again
                     failed = Result(None, f"task setup failed: {reply[1]}")
-                    results += [failed] * (len(configs) - len(results))
+                    results += [failed] * (len(items) - len(results))
                     break
-                self._task = task
-            reply = self._request(("measure", config, self.repeat, self.min_repeat_ms), self.timeout)
-            results.append(Result(reply[1], None) if reply[0] == "ok" else Result(None, reply[1]))
+                self._task = (task, check)
+            reply = self._request(message(item), self.timeout)
+            results.append(reply_to(reply[1]) if reply[0] == "ok" else Result(None, reply[1]))
         return results
+
+    def measure(self, task, configs: list) -> list[Result]:
+        """Build and time each config of ``task`` (an ``nnvm.autotune.Task``), in order."""
+        return self._each(task, configs, self.check,
+                          lambda c: ("measure", c, self.repeat, self.min_repeat_ms), _timed)
+
+    def build(self, task, configs: list) -> list:
+        """Build each config: a ``Built`` each, or a ``Result`` with the error."""
+        return self._each(task, configs, False, lambda c: ("build", c), lambda b: b)
+
+    def run(self, task, built: list) -> list[Result]:
+        """Time each ``Built`` of ``task`` (checked against the reference when ``check``), in order."""
+        return self._each(task, built, self.check,
+                          lambda b: ("run", b, self.repeat, self.min_repeat_ms), _timed)
+
+
+def _timed(reply: tuple) -> Result:
+    seconds, spread, emulated = reply
+    return Result(seconds, None, spread, emulated)
 
 
 # -- the child side -----------------------------------------------------------------------------------
@@ -198,6 +242,11 @@ class _Worker:
         self.state = None
 
     def setup(self, task, check: bool) -> None:
+        st = self.state
+        if st is not None and st["task"] == task:  # builds and measurements take turns on a cluster node
+            if check and not st["checked"]:
+                st["reference"], st["checked"] = self._reference(), True
+            return
         register_plugins(task.extra_plugins)
         template, args = task.instantiate()
         rng = np.random.default_rng(0)
@@ -212,8 +261,8 @@ class _Worker:
                 arrays.append(np.zeros(shape, t.dtype))
                 outputs.append(k)
         target = parse_target(task.target)
-        self.state = {"template": template, "args": args, "arrays": arrays, "outputs": outputs,
-                      "target": target, "reference": None}
+        self.state = {"task": task, "template": template, "args": args, "arrays": arrays, "outputs": outputs,
+                      "target": target, "reference": None, "checked": check}
         if check:
             self.state["reference"] = self._reference()
 
@@ -237,9 +286,9 @@ class _Worker:
 
     def _build(self, schedule):
         st = self.state
-        func = lower_schedule(schedule, st["args"], "nnvm_tune_candidate")
+        func = lower_schedule(schedule, st["args"], KERNEL_NAME)
         library = st["target"].backend.build([func], st["target"])
-        return library, kernel_from_address(library.address("nnvm_tune_candidate"))
+        return library, kernel_from_address(library.address(KERNEL_NAME))
 
     @staticmethod
     def _call(fn, arrays) -> None:
@@ -248,10 +297,29 @@ class _Worker:
         if rc != 0:
             raise RuntimeError(f"the kernel returned status {rc}")
 
-    def measure(self, config: dict, repeat: int, min_repeat_ms: float) -> float:
+    def build(self, config: dict) -> Built:
+        """Lower the config's schedule and compile it into the backend's kernel bytes."""
         st = self.state
-        fn = self._build(st["template"].apply(config))
+        start = time.perf_counter()
+        func = lower_schedule(st["template"].apply(config), st["args"], KERNEL_NAME)
+        backend, target = st["target"].backend, st["target"]
+        kernel = backend.compile_kernel(func, target) if backend.kernel_identity(target) is not None else None
+        return Built(dict(config), kernel, time.perf_counter() - start)
+
+    def run(self, built: Built, repeat: int, min_repeat_ms: float) -> tuple:
+        """``(seconds, spread, emulated)`` of a built config: linked, checked once, timed."""
+        st = self.state
+        backend, target = st["target"].backend, st["target"]
+        if built.kernel is None:
+            library = backend.build([lower_schedule(st["template"].apply(built.config), st["args"],
+                                                    KERNEL_NAME)], target)
+        else:
+            library = backend.link_kernels([built.kernel], target)
         arrays = self._fresh_arrays()
+        if not library.runs_in_process():  # another CPU's code: its library times it under the emulator
+            rounds = library.time_kernel(KERNEL_NAME, arrays, max(1, repeat), min_repeat_ms)
+            return min(rounds), _spread(rounds), True
+        fn = (library, kernel_from_address(library.address(KERNEL_NAME)))
         start = time.perf_counter()
         self._call(fn, arrays)
         first = time.perf_counter() - start
@@ -269,7 +337,16 @@ class _Worker:
             for _ in range(number):
                 kernel(arg)
             rounds.append((time.perf_counter() - start) / number)
-        return min(rounds)  # the round least disturbed by whatever else the machine runs
+        return min(rounds), _spread(rounds), False  # the round least disturbed by other work
+
+    def measure(self, config: dict, repeat: int, min_repeat_ms: float) -> tuple:
+        return self.run(self.build(config), repeat, min_repeat_ms)
+
+
+def _spread(rounds: list) -> float:
+    """(median - fastest) / fastest: near 0 on a quiet device."""
+    fastest = min(rounds)
+    return float(np.median(rounds)) / fastest - 1.0 if fastest > 0 else 0.0
 
 
 def _worker_main(read_fd: int, write_fd: int) -> None:
@@ -286,8 +363,8 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
             if kind == "setup":
                 worker.setup(message[1], message[2])
                 _send(write_fd, ("ok", None))
-            elif kind == "measure":
-                _send(write_fd, ("ok", worker.measure(*message[1:])))
+            elif kind in ("measure", "build", "run"):
+                _send(write_fd, ("ok", getattr(worker, kind)(*message[1:])))
             else:
                 _send(write_fd, ("error", f"unknown request {kind!r}"))
         except Exception as exc:  # noqa: BLE001 - a failing candidate is a result, not a crash
@@ -307,5 +384,9 @@ def relative_error(got: list, want: list) -> float:
 
 
 if __name__ == "__main__":
-    _worker_main(int(sys.argv[1]), int(sys.argv[2]))
+    # Through the imported module, not ``__main__``: the ``Built`` it pickles back must unpickle as
+    # ``nnvm.autotune.measure.Built`` in the parent.
+    from nnvm.autotune import measure
+
+    measure._worker_main(int(sys.argv[1]), int(sys.argv[2]))
 

@@ -9,7 +9,8 @@ team size when the target is the host), so the core stays free of any ISA knowle
 The tuner writes the signature of the machine it measured on into every record; the compiler compares
 it with the target's (``distance``):
 
-- refused (``None``): another architecture, another vector width, or FMA on one side only. The x86
+- refused (``None``): another architecture, another vector width, FMA on one side only, or times
+  measured under an emulator (``emulated``: a cluster's qemu node tests the path, never a device). The x86
   templates size register tiles by the vector width, so such a config is wrong or cannot be built;
 - ``0.0``: an exact match (every field equal), as good as a log tuned on this very machine;
 - otherwise the nearest wins, by ``distance = sum over L1d, L2, L3 of |log2(size ratio)|
@@ -47,11 +48,15 @@ class CPUSignature:
     l2: int | None = None
     l3: int | None = None
     cpu: str = ""
+    emulated: bool = False  # timed under an emulator (qemu): tests the path, says nothing of the device
 
     def to_dict(self) -> dict:
-        return {"arch": self.arch, "vector_bits": self.vector_bits, "fma": self.fma,
-                "features": sorted(self.features), "cores": self.cores, "l1d": self.l1d, "l2": self.l2,
-                "l3": self.l3, "cpu": self.cpu}
+        d = {"arch": self.arch, "vector_bits": self.vector_bits, "fma": self.fma,
+             "features": sorted(self.features), "cores": self.cores, "l1d": self.l1d, "l2": self.l2,
+             "l3": self.l3, "cpu": self.cpu}
+        if self.emulated:
+            d["emulated"] = True
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> CPUSignature:
@@ -73,16 +78,19 @@ class CPUSignature:
         if isinstance(bits, bool) or not isinstance(bits, int) or bits <= 0:
             raise ValueError("signature vector_bits must be a positive integer")
         return cls(str(d["arch"]), bits, bool(d["fma"]), frozenset(features), size("cores"), size("l1d"),
-                   size("l2"), size("l3"), str(d.get("cpu", "")))
+                   size("l2"), size("l3"), str(d.get("cpu", "")), d.get("emulated") is True)
 
     def key(self) -> tuple:
         """Everything compared (not ``cpu``): equal keys are an exact match."""
-        return (self.arch, self.vector_bits, self.fma, self.features, self.cores, self.l1d, self.l2, self.l3)
+        return (self.arch, self.vector_bits, self.fma, self.features, self.cores, self.l1d, self.l2, self.l3,
+                self.emulated)
 
     def refusal(self, other: CPUSignature) -> str | None:
         """Why configs tuned on ``other`` must not be used here, or None when they may."""
         if self.arch != other.arch:
             return f"architecture {other.arch}, not {self.arch}"
+        if other.emulated and not self.emulated:
+            return "times measured under an emulator"
         if self.vector_bits != other.vector_bits:
             return f"{other.vector_bits}-bit vectors, not {self.vector_bits}-bit"
         if self.fma != other.fma:
@@ -107,7 +115,9 @@ class CPUSignature:
                                                                    ("L3", self.l3)))
         cores = f"{self.cores} cores" if self.cores else "cores ?"
         head = f"{self.cpu}: " if self.cpu else ""
-        return f"{head}{self.arch} {self.vector_bits}-bit{' FMA' if self.fma else ''}, {cores}, {caches}"
+        emulated = " (emulated)" if self.emulated else ""
+        return (f"{head}{self.arch} {self.vector_bits}-bit{' FMA' if self.fma else ''}, {cores}, {caches}"
+                f"{emulated}")
 
 
 def _log_gap(a: int | None, b: int | None) -> float:

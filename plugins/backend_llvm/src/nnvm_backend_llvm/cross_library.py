@@ -19,7 +19,7 @@ from nnvm.errors import Error, ModelLoadError
 from nnvm_backend_llvm.cross import CrossToolchain
 from nnvm_backend_llvm.elf import ElfSymbols
 from nnvm_backend_llvm.library import LLVMKernelLibrary
-from nnvm_backend_llvm.runner import run_artifact
+from nnvm_backend_llvm.runner import run_artifact, time_kernel
 
 
 def _note(tc: CrossToolchain) -> str:
@@ -43,6 +43,9 @@ class CrossKernelLibrary(LLVMKernelLibrary):
 
     def run_exported(self, path: str, inputs: list, outputs: list) -> list:
         return run_artifact(self.toolchain, path, inputs, outputs)
+
+    def time_kernel(self, name: str, arrays: list, repeat: int, min_repeat_ms: float) -> list[float]:
+        return time_kernel(self.toolchain, self, name, arrays, repeat, min_repeat_ms)
 
     def export(self, path: str, blobs: dict) -> None:
         self.toolchain.require_cc(f"exporting {path}")  # names the cross package to install

@@ -9,9 +9,11 @@ target's C library and libm from the cross sysroot; on a matching host it runs a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import tempfile
+from pathlib import Path
 
 import numpy as np
 
@@ -21,6 +23,7 @@ from nnvm_backend_llvm.cross import CrossToolchain
 from nnvm_backend_llvm.library import pool_build
 
 RUN_TIMEOUT_S = 1800  # a large model under an emulator on a busy machine is slow, not hung
+TIMER_SOURCE = Path(__file__).with_name("kernel_timer.c")
 
 
 def build_runner(tc: CrossToolchain) -> str:
@@ -63,3 +66,46 @@ def runtime_sizes(tc: CrossToolchain) -> dict:
     exe = build_runner(tc)
     return {"nnvm-run": os.path.getsize(exe),
             "nnvm_pool.o": os.path.getsize(pool_build(cc, "o", f"building the {tc.kind} thread pool"))}
+
+
+def build_timer(tc: CrossToolchain) -> str:
+    """``kernel_timer.c`` built with ``tc``'s compiler, cached like the thread pool (source, compiler)."""
+    cc = tc.require_cc("timing a kernel for the tuner")
+    key = hashlib.sha256(TIMER_SOURCE.read_bytes() + cc.encode()).hexdigest()[:16]
+    base = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
+    out = os.path.join(base, "kernel-timer", f"{tc.kind}-{key}")
+    if os.path.exists(out):
+        return out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".timer-", dir=os.path.dirname(out))
+    os.close(fd)
+    try:
+        proc = subprocess.run([cc, "-O2", "-o", tmp, str(TIMER_SOURCE), "-ldl", "-lm"], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            raise Error(f"compiling the kernel timer with {cc} failed: {proc.stderr.strip()}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def time_kernel(tc: CrossToolchain, library, name: str, arrays: list, repeat: int,
+                min_repeat_ms: float) -> list[float]:
+    """Seconds per call of kernel ``name`` of ``library`` in each of ``repeat`` rounds, run by the
+    kernel timer under ``tc``'s emulator (exported to a temporary shared library first)."""
+    exe = build_timer(tc)
+    with tempfile.TemporaryDirectory(prefix="nnvm-cross-time-") as tmp:
+        path = os.path.join(tmp, "kernels.so")
+        library.export(path, {})
+        buffers = []
+        for k, arr in enumerate(arrays):
+            buffers.append(os.path.join(tmp, f"buf{k}.bin"))
+            np.ascontiguousarray(arr).tofile(buffers[-1])
+        cmd = [*tc.emulator(), exe, path, name, str(repeat), repr(float(min_repeat_ms)), *buffers]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+        if proc.returncode != 0:
+            detail = proc.stderr.strip() or f"exit status {proc.returncode}"
+            raise Error(f"timing {name} under {cmd[0]} failed: {detail.splitlines()[-1]}")
+        return [float(line) for line in proc.stdout.split()]
