@@ -15,6 +15,7 @@ from nnvm import (
     te,  # noqa: F401
 )
 from nnvm.compiler import compile_model, import_model
+from nnvm.dynamic import compile_symbolic, wants_symbolic
 from nnvm.errors import (  # noqa: F401
     Error,
     InputError,
@@ -50,10 +51,14 @@ def load_model(model, shapes: dict | None = None, **kwargs):
     return graph, dict(graph.params)
 
 
-def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: int = 3,  # noqa: A001
-            tuning_log=None, dump_ir: str | None = None, kernel_cache=None, jobs: int | None = None,
-            options: Options | None = None, **kwargs):
+def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dict | None = None,  # noqa: A001
+            opt_level: int = 3, tuning_log=None, dump_ir: str | None = None, kernel_cache=None,
+            jobs: int | None = None, options: Options | None = None, **kwargs):
     """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``.
+
+    ``shapes``: input name -> shape; integers bind dims, names (``("batch", "seq")``) keep them symbolic.
+    ``bounds``: dim name -> ``(lo, hi)``. With a symbolic dim or bounds the result is a
+    ``nnvm.dynamic.SymbolicModule`` that runs any shape within the bounds (docs/dynamic-shapes.md).
 
     ``kernel_cache``: a directory or ``nnvm.kernel_cache.KernelCache`` for compiled kernels, ``False`` for
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
@@ -77,6 +82,8 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: 
     elif not isinstance(kernel_cache, KernelCache):
         kernel_cache = KernelCache(kernel_cache)
     options = options.replace(kernel_cache=False if kernel_cache is None else kernel_cache)
+    if wants_symbolic(shapes, bounds):
+        return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
     return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
 
 

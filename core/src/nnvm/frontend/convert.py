@@ -5,13 +5,16 @@ before anything is converted; ``call_converter`` runs one converter and turns an
 ``ConvertError`` naming the source node (a ``FailedConversionError`` unless the converter raised
 its own ``ConvertError``) (builder errors arrive as ``NodeError``s, whose ``reason`` is
 put after the source node's label); ``bind_input`` turns a declared input shape plus the user's
-``shapes=`` into the static shape the graph is built with.
+``shapes=`` into the static shape the graph is built with (``binding_dims``: the symbolic dims a
+specialisation of a symbolic module binds, and the declared shapes it learns).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 from nnvm.errors import Error, InputError, UnsupportedOperatorError
 from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
@@ -70,11 +73,77 @@ def check_shape_keys(shapes: dict | None, known: list[str], where: str) -> dict:
     return shapes
 
 
+class DimBinding:
+    """Values for named symbolic dims while a model is imported (``binding_dims``), and what the import
+    declared: input name -> its shape with ints and dim names (an unnamed dim is ``<input>:<axis>``)."""
+
+    def __init__(self, values: dict, default: Callable[[str], int] | None = None):
+        self.values = dict(values)
+        self.default = default
+        self.declared: dict[str, tuple] = {}
+
+    def value(self, dim: str, name: str, axis: int) -> int:
+        if dim not in self.values:
+            if self.default is None:
+                raise InputError(f"input {name!r} dim {axis} ({dim}) has no value in this binding")
+            self.values[dim] = self.default(dim)
+        return self.values[dim]
+
+
+_BINDING: contextvars.ContextVar[DimBinding | None] = contextvars.ContextVar("nnvm_dim_binding", default=None)
+
+
+@contextlib.contextmanager
+def binding_dims(binding: DimBinding) -> Iterator[DimBinding]:
+    """Within the block, ``bind_input`` keeps every symbolic dim (the model's names, and names given in
+    ``shapes=``) and gives it its value from ``binding``, recording each input's symbolic shape in
+    ``binding.declared``: how a symbolic module (``nnvm.dynamic``) learns its inputs' dims from any
+    frontend, and how it imports a specialisation."""
+    token = _BINDING.set(binding)
+    try:
+        yield binding
+    finally:
+        _BINDING.reset(token)
+
+
+def symbolic_shape(name: str, declared, given) -> tuple:
+    """Input ``name``'s shape with dims kept by name: ``given`` (the user's ``shapes=`` entry, ints, names
+    or None) over ``declared`` (the model's); a dim with neither a value nor a name is ``<name>:<axis>``."""
+    shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
+    if given is not None:
+        if declared is not None and len(given) != len(declared):
+            raise InputError(f"shapes= gives input {name!r} the shape {tuple(given)}, but the model "
+                             f"declares rank {len(declared)} {shown}")
+        base = list(given)
+        for i, d in enumerate(base):  # None in shapes=: keep what the model says
+            if d is None and declared is not None:
+                base[i] = declared[i]
+    elif declared is None:
+        raise InputError(f"input {name!r} has no declared shape; pass shapes={{{name!r}: (...)}}")
+    else:
+        base = list(declared)
+    out = []
+    for i, d in enumerate(base):
+        if isinstance(d, str) and d and d != "?":
+            out.append(d)
+        elif d is None or isinstance(d, str) or int(d) < 0:
+            out.append(f"{name}:{i}")
+        else:
+            out.append(int(d))
+    return tuple(out)
+
+
 def bind_input(name: str, declared, shapes: dict, where: str) -> tuple:
     """The static shape of input ``name``: ``shapes[name]`` if given (same rank as ``declared``),
     else ``declared``, whose entries are ints or symbolic names (str, or None for unknown); a
     symbolic leading batch dimension (``N``, ``batch``) becomes 1, any other one is an error.
-    ``declared=None`` means the format declares no shape at all."""
+    ``declared=None`` means the format declares no shape at all. Inside ``binding_dims`` every symbolic
+    dim takes its value from the binding instead."""
+    binding = _BINDING.get()
+    if binding is not None:
+        shape = symbolic_shape(name, declared, shapes.get(name))
+        binding.declared[name] = shape
+        return tuple(d if isinstance(d, int) else binding.value(d, name, i) for i, d in enumerate(shape))
     shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
     if name in shapes:
         shape = tuple(int(d) for d in shapes[name])
@@ -92,5 +161,6 @@ def bind_input(name: str, declared, shapes: dict, where: str) -> tuple:
             shape.append(1)
         else:
             raise InputError(f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
-                             f"bind it with shapes={{{name!r}: (...)}}")
+                             f"bind it with shapes={{{name!r}: (...)}}, or keep it symbolic (a name in "
+                             "shapes=, or bounds=)")
     return tuple(shape)

@@ -1,0 +1,209 @@
+"""Symbolic modules: one compiled model for every input shape within its bounds (docs/dynamic-shapes.md).
+
+``nnvm.compile(model, shapes={"input_ids": ("batch", "seq")}, bounds={"seq": (1, 2048)})`` returns a
+``SymbolicModule``. Its inputs' shapes hold named dims, learnt from the frontend's input binding
+(``frontend.convert.binding_dims``): the model's own ``dim_param``s, the names ``shapes=`` gives, and
+``<input>:<axis>`` for an unnamed dim. ``run`` binds every dim from the arrays it is given, checks each
+against its bounds and against the other inputs carrying it (one sentence naming the input and the
+dim), and runs the module specialised for that binding: the static compiler's module for exactly those
+shapes, compiled the first time the binding is seen (the kernel cache shares what does not depend on
+it) and kept in a small cache, most recently used last.
+
+This is stage 2a of issue 39: the user's contract end to end on every target. Symbolic-extent kernels
+(one compile for every shape) replace the per-binding compile in a later stage, with the cache kept as
+the bucket mechanism.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from nnvm.compiler import compile_model
+from nnvm.errors import Error, InputError
+from nnvm.frontend.convert import DimBinding, binding_dims
+from nnvm.graph.ir import Graph
+from nnvm.options import Options
+
+MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
+
+
+def wants_symbolic(shapes: dict | None, bounds: dict | None) -> bool:
+    """Whether ``nnvm.compile`` keeps dims symbolic: ``bounds=`` given, or ``shapes=`` naming a dim
+    (a string) or leaving one open (None)."""
+    if bounds:
+        return True
+    return any(not isinstance(d, int | np.integer) for shape in (shapes or {}).values() for d in shape)
+
+
+def _checked_bounds(bounds: dict | None) -> dict:
+    """``bounds`` as ``{dim: (lo, hi or None)}``, each ``1 <= lo <= hi``."""
+    out = {}
+    for dim, b in (bounds or {}).items():
+        try:
+            lo, hi = b
+            lo, hi = int(lo), None if hi is None else int(hi)
+        except (TypeError, ValueError):
+            raise InputError(f"bounds= gives dim {dim!r} {b!r}; expected a pair (lo, hi)") from None
+        if lo < 1 or (hi is not None and hi < lo):
+            raise InputError(f"bounds= gives dim {dim!r} the empty or non-positive range [{lo}, {hi}]")
+        out[dim] = (lo, hi)
+    return out
+
+
+def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, options: Options,
+                     **kwargs) -> SymbolicModule:
+    """What ``nnvm.compile`` runs for a symbolic compile: the model imported and compiled once with every
+    dim at its lower bound (1 when unbounded), which checks that it converts and compiles and tells the
+    inputs' symbolic shapes; that module serves its binding."""
+    if isinstance(model, Graph):
+        raise InputError("symbolic dims (a name in shapes=, or bounds=) need a model file or framework "
+                         "object, not an nnvm Graph, for now; bind every dim with integers in shapes=")
+    bounds = _checked_bounds(bounds)
+    binding = DimBinding({}, default=lambda dim: bounds.get(dim, (1, None))[0])
+    t0 = time.perf_counter()
+    with binding_dims(binding):
+        first = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    declared = {name: binding.declared[name] for name in first.input_names}
+    dims = list(dict.fromkeys(d for shape in declared.values() for d in shape if isinstance(d, str)))
+    unknown = sorted(set(bounds) - set(dims))
+    if unknown:
+        raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no symbolic dim of the "
+                         f"model's inputs (dims: {', '.join(dims) or 'none'})")
+    mod = SymbolicModule(model, target, shapes, bounds, options, kwargs, declared, dims)
+    mod._remember({d: binding.values[d] for d in dims}, first, time.perf_counter() - t0)
+    return mod
+
+
+class SymbolicModule:
+    """A compiled model whose inputs have symbolic dims; ``run`` takes any shape within the bounds."""
+
+    def __init__(self, model, target, shapes, bounds: dict, options: Options, kwargs: dict, declared: dict,
+                 dims: list):
+        self._model, self._target, self._shapes = model, target, shapes
+        self._options, self._kwargs = options, kwargs
+        self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
+        self.input_shapes = declared  # input name -> shape of ints and dim names
+        self.dims = dims
+        self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
+        self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
+        self._last = None
+        self._lock = threading.Lock()  # the cache; a new binding compiles under it, once
+
+    # -- binding ------------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.input_shapes)
+
+    @property
+    def target(self):
+        return self._last.target
+
+    @property
+    def graph(self):
+        """The graph of the most recently run specialisation."""
+        return self._last.graph
+
+    def bind_dims(self, arrays: dict) -> dict:
+        """Each dim's value from the input ``arrays`` (by name), checked: rank and static dims as
+        declared, every dim within its bounds and the same in every input carrying it."""
+        values: dict = {}
+        source: dict = {}
+        for name, shape in self.input_shapes.items():
+            got = arrays[name].shape
+            if len(got) != len(shape):
+                raise InputError(f"input {name!r} must have rank {len(shape)} ({_shown(shape)}), "
+                                 f"got shape {list(got)}")
+            for axis, (d, n) in enumerate(zip(shape, got)):
+                if isinstance(d, int):
+                    if n != d:
+                        raise InputError(f"input {name!r} dim {axis} must be {d} ({_shown(shape)}), got {n}")
+                    continue
+                lo, hi = self.bounds[d]
+                if d in values:
+                    if n != values[d]:
+                        raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but input {source[d]!r} "
+                                         f"has {d} = {values[d]}")
+                    continue
+                if n < lo or (hi is not None and n > hi):
+                    raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, outside its bounds "
+                                     f"[{lo}, {'inf' if hi is None else hi}]")
+                values[d], source[d] = n, name
+        return values
+
+    def _arrays(self, args, kwargs) -> dict:
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise InputError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
+            if k in given:
+                raise InputError(f"input {k!r} given twice")
+            given[k] = v
+        for name in names:
+            if name not in given:
+                raise InputError(f"missing input {name!r} ({_shown(self.input_shapes[name])})")
+        return {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
+
+    # -- running ------------------------------------------------------------------------------------
+    def run(self, *args, **kwargs) -> list[np.ndarray]:
+        """Outputs for inputs of any shape within the bounds (positionally or by name), each with its
+        actual shape. Safe from several threads at once."""
+        arrays = self._arrays(args, kwargs)
+        return self.specialised(self.bind_dims(arrays)).run(**arrays)
+
+    __call__ = run
+
+    def specialised(self, values: dict):
+        """The module for one binding (``{dim: value}``), compiled when first asked for."""
+        key = tuple(values[d] for d in self.dims)
+        with self._lock:
+            mod = self._modules.get(key)
+            if mod is None:
+                t0 = time.perf_counter()
+                with binding_dims(DimBinding(values)):
+                    mod = compile_model(self._model, target=self._target, shapes=self._shapes,
+                                        options=self._options, **self._kwargs)
+                self._remember(values, mod, time.perf_counter() - t0)
+            else:
+                self._modules.move_to_end(key)
+            self._last = mod
+        return mod
+
+    def _remember(self, values: dict, mod, seconds: float) -> None:
+        key = tuple(values[d] for d in self.dims)
+        self._modules[key] = mod
+        self._compile_seconds[key] = seconds
+        self._last = mod
+        while len(self._modules) > MAX_SPECIALISATIONS:
+            old, _ = self._modules.popitem(last=False)
+            self._compile_seconds.pop(old, None)
+
+    # -- inspection and export ----------------------------------------------------------------------
+    def stats(self) -> dict:
+        """The statistics of the most recently run specialisation (``Module.stats``), and ``symbolic``:
+        the dims with their bounds, the inputs' symbolic shapes, and each binding compiled (seconds)."""
+        with self._lock:
+            out = dict(self._last.stats())
+            out["symbolic"] = {
+                "dims": {d: list(b) for d, b in self.bounds.items()},
+                "inputs": {k: list(v) for k, v in self.input_shapes.items()},
+                "specialisations": [{"dims": dict(zip(self.dims, key)), "compile_seconds": sec}
+                                    for key, sec in self._compile_seconds.items()],
+            }
+        return out
+
+    def export(self, path: str) -> None:
+        """Refused for now: an exported module runs one binding (see docs/dynamic-shapes.md)."""
+        raise Error(f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)}), and "
+                    "exporting a symbolic module is not supported yet; compile it with every dim bound "
+                    "(integers in shapes=) to export it")
+
+
+def _shown(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"
