@@ -115,12 +115,12 @@ class SymbolicModule:
         for name, shape in self.input_shapes.items():
             got = arrays[name].shape
             if len(got) != len(shape):
-                raise InputError(f"input {name!r} must have rank {len(shape)} ({_shown(shape)}), "
+                raise InputError(f"input {name!r} must have rank {len(shape)} {_shown(shape)}, "
                                  f"got shape {list(got)}")
             for axis, (d, n) in enumerate(zip(shape, got)):
                 if isinstance(d, int):
                     if n != d:
-                        raise InputError(f"input {name!r} dim {axis} must be {d} ({_shown(shape)}), got {n}")
+                        raise InputError(f"input {name!r} dim {axis} must be {d} {_shown(shape)}, got {n}")
                     continue
                 lo, hi = self.bounds[d]
                 if d in values:
@@ -147,7 +147,7 @@ class SymbolicModule:
             given[k] = v
         for name in names:
             if name not in given:
-                raise InputError(f"missing input {name!r} ({_shown(self.input_shapes[name])})")
+                raise InputError(f"missing input {name!r} {_shown(self.input_shapes[name])}")
         return {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
 
     # -- running ------------------------------------------------------------------------------------

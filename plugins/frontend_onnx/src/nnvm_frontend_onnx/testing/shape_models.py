@@ -122,13 +122,15 @@ def dynamic_encoder(seed: int = 0, vocab: int = 100, positions: int = 512, d: in
              w2=f32(rng.normal(0, ff ** -0.5, (ff, d))), b2=f32(rng.normal(0, 0.1, d)),
              g0=f32(rng.uniform(0.5, 1.5, d)), be0=f32(rng.normal(0, 0.1, d)),
              g2=f32(rng.uniform(0.5, 1.5, d)), be2=f32(rng.normal(0, 0.1, d)),
-             i0=i64(0), i1=i64(1), zero1=i64([0]), axis0=i64([0]), axes0=i64([0]), tail_heads=i64([heads, dh]),
+             i0=i64(0), i1=i64(1), zero1=i64([0]), axis0=i64([0]), axes0=i64([0]), axes12=i64([1, 2]),
+             tail_heads=i64([heads, dh]),
              tail_d=i64([d]), scale=f32(dh ** -0.5), half=f32(0.5), one=f32(1.0), sqrt2=f32(2 ** 0.5),
              two=f32(2.0), eps=f32(1e-5), neg=f32(-1e4), zero_i=i64(0))
     n = helper.make_node
     nodes = [
         n("Shape", ["input_ids"], ["ids_shape"]),
-        n("Gather", ["ids_shape", "i0"], ["batch"], axis=0), n("Gather", ["ids_shape", "i1"], ["seq"], axis=0),
+        n("Gather", ["ids_shape", "i0"], ["batch"], axis=0),
+        n("Gather", ["ids_shape", "i1"], ["seq"], axis=0),
         n("Unsqueeze", ["batch", "axes0"], ["batch1"]), n("Unsqueeze", ["seq", "axes0"], ["seq1"]),
         n("Gather", ["word", "input_ids"], ["we"], axis=0),
         n("Slice", ["pos", "zero1", "seq1", "axis0"], ["pe"]),
@@ -157,7 +159,6 @@ def dynamic_encoder(seed: int = 0, vocab: int = 100, positions: int = 512, d: in
         n("Add", ["var", "eps"], ["var1"]), n("Sqrt", ["var1"], ["sd"]), n("Div", ["c0", "sd"], ["c2"]),
         n("Mul", ["c2", "g2"], ["c3"]), n("Add", ["c3", "be2"], ["c4"]), n("Tanh", ["c4"], ["y"]),
     ]
-    w["axes12"] = i64([1, 2])
     graph = helper.make_graph(
         nodes, "nnvm_dynamic_encoder",
         [helper.make_tensor_value_info(k, TensorProto.INT64, ["batch", "seq"])
