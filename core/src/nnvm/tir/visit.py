@@ -182,3 +182,19 @@ def tensors_read(node) -> list:
 
     walk(node, fn)
     return list(seen)
+
+
+def shape_dims(buffers) -> tuple:
+    """The symbolic dims (variables) in the shapes of ``buffers``, in order of first appearance: the
+    scalar parameters of a function over symbolic shapes (``PrimFunc.dims``)."""
+    found: dict = {}
+
+    def fn(node):
+        if isinstance(node, Var):
+            found.setdefault(node, None)
+
+    for buf in buffers:
+        for d in buf.shape:
+            if isinstance(d, Expr):
+                walk(d, fn)
+    return tuple(found)
