@@ -26,7 +26,10 @@ from nnvm.compiler import compile_model
 from nnvm.errors import Error, InputError
 from nnvm.frontend.convert import DimBinding, binding_dims
 from nnvm.graph.ir import Graph
+from nnvm.lowering import group_calls
 from nnvm.options import Options
+from nnvm.runtime.module import Module
+from nnvm.runtime.plan import make_plan
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
 
@@ -63,18 +66,32 @@ def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, op
         raise InputError("symbolic dims (a name in shapes=, or bounds=) need a model file or framework "
                          "object, not an nnvm Graph, for now; bind every dim with integers in shapes=")
     bounds = _checked_bounds(bounds)
-    binding = DimBinding({}, default=lambda dim: bounds.get(dim, (1, None))[0])
     t0 = time.perf_counter()
-    with binding_dims(binding):
-        first = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    binding = DimBinding({}, symbolic=True)
+    try:  # one compile whose kernels take the dims
+        with binding_dims(binding):
+            whole = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+        why = None
+    except Exception as exc:  # noqa: BLE001  (anything the symbolic path cannot do yet: one compile a binding)
+        whole, why = None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, Error) else str(exc)
+    if whole is None:
+        binding = DimBinding({}, default=lambda dim: bounds.get(dim, (1, None))[0])
+        with binding_dims(binding):
+            first = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    else:
+        first = whole
     declared = {name: binding.declared[name] for name in first.input_names}
     dims = list(dict.fromkeys(d for shape in declared.values() for d in shape if isinstance(d, str)))
     unknown = sorted(set(bounds) - set(dims))
     if unknown:
         raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no symbolic dim of the "
                          f"model's inputs (dims: {', '.join(dims) or 'none'})")
-    mod = SymbolicModule(model, target, shapes, bounds, options, kwargs, declared, dims)
-    mod._remember({d: binding.values[d] for d in dims}, first, time.perf_counter() - t0)
+    mod = SymbolicModule(model, target, shapes, bounds, options, kwargs, declared, dims, whole, why)
+    if whole is None:
+        mod._remember({d: binding.values[d] for d in dims}, first, time.perf_counter() - t0)
+    else:
+        mod._compile_seconds[None] = time.perf_counter() - t0
+        mod._last = whole
     return mod
 
 
@@ -82,9 +99,15 @@ class SymbolicModule:
     """A compiled model whose inputs have symbolic dims; ``run`` takes any shape within the bounds."""
 
     def __init__(self, model, target, shapes, bounds: dict, options: Options, kwargs: dict, declared: dict,
-                 dims: list):
+                 dims: list, whole=None, why: str | None = None):
         self._model, self._target, self._shapes = model, target, shapes
         self._options, self._kwargs = options, kwargs
+        # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
+        self._whole, self.why_specialised = whole, why
+        if whole is not None:
+            self._calls = group_calls(whole.graph)
+            for call, planned in zip(self._calls, whole.plan["calls"]):
+                call["kernel"] = planned["kernel"]
         self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
         self.input_shapes = declared  # input name -> shape of ints and dim names
         self.dims = dims
@@ -164,7 +187,14 @@ class SymbolicModule:
         key = tuple(values[d] for d in self.dims)
         with self._lock:
             mod = self._modules.get(key)
-            if mod is None:
+            if mod is None and self._whole is not None:  # the same kernels, a memory plan for this binding
+                whole = self._whole
+                t0 = time.perf_counter()
+                dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
+                plan = make_plan(whole.graph, self._calls, dims=dims)
+                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(), whole.graph)
+                self._remember(values, mod, time.perf_counter() - t0)
+            elif mod is None:
                 t0 = time.perf_counter()
                 with binding_dims(DimBinding(values)):
                     mod = compile_model(self._model, target=self._target, shapes=self._shapes,
@@ -193,8 +223,11 @@ class SymbolicModule:
             out["symbolic"] = {
                 "dims": {d: list(b) for d, b in self.bounds.items()},
                 "inputs": {k: list(v) for k, v in self.input_shapes.items()},
-                "specialisations": [{"dims": dict(zip(self.dims, key)), "compile_seconds": sec}
-                                    for key, sec in self._compile_seconds.items()],
+                # "kernels": one compile, its kernels take the dims; "per binding": a compile each (why)
+                "mode": "kernels" if self._whole is not None else "per binding",
+                "why_per_binding": self.why_specialised,
+                "specialisations": [{"dims": dict(zip(self.dims, key)) if key is not None else None,
+                                     "seconds": sec} for key, sec in self._compile_seconds.items()],
             }
         return out
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from nnvm.errors import Error, InputError, UnsupportedOperatorError
 from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
+from nnvm.graph.dims import Dim
 
 # A symbolic leading dimension with one of these names is the batch, and defaults to 1.
 BATCH_NAMES = re.compile(r"^(n|b|bs|batch|batch_?size|batches|num_?batch(es)?)$", re.IGNORECASE)
@@ -77,12 +78,15 @@ class DimBinding:
     """Values for named symbolic dims while a model is imported (``binding_dims``), and what the import
     declared: input name -> its shape with ints and dim names (an unnamed dim is ``<input>:<axis>``)."""
 
-    def __init__(self, values: dict, default: Callable[[str], int] | None = None):
+    def __init__(self, values: dict, default: Callable[[str], int] | None = None, symbolic: bool = False):
         self.values = dict(values)
         self.default = default
+        self.symbolic = symbolic  # every dim stays a ``graph.dims.Dim`` (a symbolic import)
         self.declared: dict[str, tuple] = {}
 
-    def value(self, dim: str, name: str, axis: int) -> int:
+    def value(self, dim: str, name: str, axis: int) -> int | Dim:
+        if self.symbolic:
+            return Dim.named(dim)
         if dim not in self.values:
             if self.default is None:
                 raise InputError(f"input {name!r} dim {axis} ({dim}) has no value in this binding")

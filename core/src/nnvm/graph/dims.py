@@ -102,6 +102,9 @@ class Dim:
         self.expr = _expr(poly, atoms)
         self._key = _poly_key(poly)
 
+    def __tir_expr__(self) -> E.Expr:
+        return self.expr
+
     @staticmethod
     def named(name: str) -> Dim:
         return Dim(dim_var(name))

@@ -13,6 +13,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.graph.dims import from_extent
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import Attr
 from nnvm.tir import expr as E
@@ -120,9 +121,9 @@ def broadcast_read(t: te.Tensor, idx: tuple):
     return t[tuple(E.const(0) if d == 1 else idx[off + k] for k, d in enumerate(shape))]
 
 
-def shape_of(t: te.Tensor) -> tuple[int, ...]:
-    """The static shape of a tensor as Python ints."""
-    return tuple(int(d.value) for d in t.shape)
+def shape_of(t: te.Tensor) -> tuple:
+    """The shape of a tensor as Python ints, and symbolic dims (``graph.dims.Dim``) where it has them."""
+    return tuple(int(d.value) if isinstance(d, E.Const) else from_extent(d) for d in t.shape)
 
 
 def prod(values) -> int:

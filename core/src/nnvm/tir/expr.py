@@ -432,13 +432,16 @@ def const(value, dtype: str | None = None) -> Const:
 
 
 def convert(value) -> Expr:
-    """Python numbers and IterVars to expressions; expressions pass through."""
+    """Python numbers, IterVars and symbolic dims to expressions; expressions pass through."""
     if isinstance(value, Expr):
         return value
     if isinstance(value, IterVar):
         return value.var
     if isinstance(value, bool | int | float):
         return const(value)
+    to_expr = getattr(value, "__tir_expr__", None)  # a symbolic dim of the graph IR (graph.dims.Dim)
+    if to_expr is not None:
+        return to_expr()
     try:
         if isinstance(value, np.generic):
             return const(value.item(), str(value.dtype))
