@@ -25,6 +25,7 @@ import numpy as np
 from nnvm.compiler import compile_model
 from nnvm.errors import Error, InputError
 from nnvm.frontend.convert import DimBinding, binding_dims
+from nnvm.graph.dims import Dim
 from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
@@ -86,7 +87,8 @@ def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, op
     if unknown:
         raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no symbolic dim of the "
                          f"model's inputs (dims: {', '.join(dims) or 'none'})")
-    mod = SymbolicModule(model, target, shapes, bounds, options, kwargs, declared, dims, whole, why)
+    mod = SymbolicModule(model, target, shapes, bounds, options, kwargs, declared, dims, whole, why,
+                         binding.requirements if whole is not None else [])
     if whole is None:
         mod._remember({d: binding.values[d] for d in dims}, first, time.perf_counter() - t0)
     else:
@@ -99,11 +101,12 @@ class SymbolicModule:
     """A compiled model whose inputs have symbolic dims; ``run`` takes any shape within the bounds."""
 
     def __init__(self, model, target, shapes, bounds: dict, options: Options, kwargs: dict, declared: dict,
-                 dims: list, whole=None, why: str | None = None):
+                 dims: list, whole=None, why: str | None = None, requirements: list = ()):
         self._model, self._target, self._shapes = model, target, shapes
         self._options, self._kwargs = options, kwargs
         # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
         self._whole, self.why_specialised = whole, why
+        self.requirements = list(requirements)  # (dim, limit, where): dim <= limit, checked at each run
         if whole is not None:
             self._calls = group_calls(whole.graph)
             for call, planned in zip(self._calls, whole.plan["calls"]):
@@ -155,6 +158,12 @@ class SymbolicModule:
                     raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, outside its bounds "
                                      f"[{lo}, {'inf' if hi is None else hi}]")
                 values[d], source[d] = n, name
+        for dim, limit, where in self.requirements:
+            got = dim.evaluate(values) if isinstance(dim, Dim) else dim
+            most = limit.evaluate(values) if isinstance(limit, Dim) else limit
+            if got > most:
+                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in dim.names)
+                raise InputError(f"{where}: {dim} must be at most {most}, and the inputs give {given}")
         return values
 
     def _arrays(self, args, kwargs) -> dict:

@@ -83,6 +83,7 @@ class DimBinding:
         self.default = default
         self.symbolic = symbolic  # every dim stays a ``graph.dims.Dim`` (a symbolic import)
         self.declared: dict[str, tuple] = {}
+        self.requirements: list[tuple] = []  # (dim, limit, where): dim <= limit at every run
 
     def value(self, dim: str, name: str, axis: int) -> int | Dim:
         if self.symbolic:
@@ -108,6 +109,16 @@ def binding_dims(binding: DimBinding) -> Iterator[DimBinding]:
         yield binding
     finally:
         _BINDING.reset(token)
+
+
+def require_at_most(dim, limit, where: str) -> None:
+    """Record that symbolic ``dim`` must be at most ``limit`` (an int or a dim) at every run, for a
+    conversion that relies on it (``where``: the node): a ``Slice`` of a 512-row table up to ``seq``. The
+    symbolic module checks it when a run binds the dims; outside a symbolic import there is nothing to do."""
+    binding = _BINDING.get()
+    if binding is None or not binding.symbolic:
+        raise Error(f"{where}: {dim} <= {limit} can only be required of a symbolic import")
+    binding.requirements.append((dim, limit, where))
 
 
 def symbolic_shape(name: str, declared, given) -> tuple:

@@ -69,10 +69,30 @@ def _poly(e: E.Expr, atoms: dict) -> dict:
             if not a or list(a) == [()]:
                 v = a.get((), 0)
                 return {(): v // c if e.op == "floordiv" else v % c}
+        if len(b) == 1:  # by one monomial c * m: exact when every term holds it
+            (mb, c), = b.items()
+            if c > 0 and all(v % c == 0 and _holds(ma, mb) for ma, v in a.items()):
+                return {_without(ma, mb): v // c for ma, v in a.items()} if e.op == "floordiv" else {}
         key = (e.op, _poly_key(a), _poly_key(b))
         atoms[key] = E.binop(e.op, _expr(a, atoms), _expr(b, atoms))
         return {(key,): 1}
     raise Error(f"a dim must be built of dim names, integers and + - * // %, not {e}")
+
+
+def _holds(mono: tuple, factor: tuple) -> bool:
+    rest = list(mono)
+    for atom in factor:
+        if atom not in rest:
+            return False
+        rest.remove(atom)
+    return True
+
+
+def _without(mono: tuple, factor: tuple) -> tuple:
+    rest = list(mono)
+    for atom in factor:
+        rest.remove(atom)
+    return tuple(rest)
 
 
 def _poly_key(p: dict) -> tuple:

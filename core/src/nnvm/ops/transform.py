@@ -12,12 +12,14 @@ import numpy as np
 
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim, SymbolicDimError
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import (
     TUPLE_OR_NONE,
     broadcast_read,
     broadcast_shapes,
     checked_evaluate,
+    dim_tuple,
     float_attr,
     int_tuple,
     normalize_axis,
@@ -45,8 +47,8 @@ def _one(op, in_types):
 
 def _reshape_infer(in_types, attrs):
     x = _one("reshape", in_types)
-    shape = int_tuple("reshape", "newshape", attrs["newshape"])
-    if any(d < 0 for d in shape):
+    shape = dim_tuple("reshape", "newshape", attrs["newshape"])
+    if any(isinstance(d, int) and d < 0 for d in shape):
         raise Error(f"reshape: newshape {shape} must be fully static (no -1; the frontend resolves it)")
     if prod(shape) != prod(x.shape):
         raise Error(f"reshape: cannot reshape {x.shape} ({prod(x.shape)} elements) to {shape} "
@@ -72,7 +74,7 @@ def _reshape_compute(inputs, attrs, out_types):
             if d == 1:
                 src.append(te.const(0))
                 continue
-            q = flat // stride if stride > 1 else flat
+            q = flat // stride if isinstance(stride, Dim) or stride > 1 else flat
             src.append(q % d if k else q)
         return x[tuple(src)]
 
@@ -226,7 +228,7 @@ def _split_eval(xs, attrs):
 def _slices(shape: tuple, attrs: dict) -> dict:
     """axis -> (start, step, length) with Python slicing's clamping."""
     begin = int_tuple("strided_slice", "begin", attrs["begin"])
-    end = int_tuple("strided_slice", "end", attrs["end"], len(begin))
+    end = dim_tuple("strided_slice", "end", attrs["end"], len(begin))
     strides = attrs["strides"] if attrs["strides"] is not None else (1,) * len(begin)
     axes = attrs["axes"] if attrs["axes"] is not None else tuple(range(len(begin)))
     int_tuple("strided_slice", "strides", strides, len(begin))
@@ -238,6 +240,13 @@ def _slices(shape: tuple, attrs: dict) -> dict:
             raise Error(f"strided_slice: the stride for axis {a} is zero")
         if a in out:
             raise Error(f"strided_slice: axis {a} is sliced twice")
+        if isinstance(e, Dim) or isinstance(shape[a], Dim):
+            # symbolic: forward from a constant start to a dim that fits (the frontend checks it at each run)
+            if s != 1 or b < 0 or not isinstance(e, Dim):
+                raise SymbolicDimError(f"strided_slice: axis {a} of size {shape[a]} sliced from {b} to {e} "
+                                       f"by {s}; with symbolic dims only forward by 1 to a dim, for now")
+            out[a] = (b, 1, e - b)
+            continue
         start, stop, step = slice(b, e, s).indices(shape[a])
         out[a] = (start, step, len(range(start, stop, step)))
     return out

@@ -452,8 +452,8 @@ def convert(value) -> Expr:
 
 def _unify(a, b) -> tuple[Expr, Expr]:
     """Python literals take the other side's dtype, so `x * 2` stays float32 when x is."""
-    a_lit = not isinstance(a, Expr | IterVar)
-    b_lit = not isinstance(b, Expr | IterVar)
+    a_lit = not isinstance(a, Expr | IterVar) and not hasattr(a, "__tir_expr__")
+    b_lit = not isinstance(b, Expr | IterVar) and not hasattr(b, "__tir_expr__")
     if a_lit and not b_lit:
         b = convert(b)
         a = const(a, b.dtype if not isinstance(a, float) or is_float(b.dtype) else "float32")

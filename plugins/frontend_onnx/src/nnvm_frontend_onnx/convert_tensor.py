@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from nnvm.frontend.convert import require_at_most
+from nnvm.graph.dims import Dim
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
@@ -81,16 +83,16 @@ def resolve_reshape(ctx: Context, in_shape: tuple, spec: tuple, allowzero: bool 
             if i >= len(in_shape):
                 raise ctx.error(f"shape {spec} copies dimension {i}, which {in_shape} does not have")
             d = in_shape[i]
-        out.append(int(d))
+        out.append(d if isinstance(d, Dim) else int(d))
     total = math.prod(in_shape)
     if out.count(-1) > 1:
         raise ctx.error(f"shape {spec} has more than one -1")
     if -1 in out:
         known = math.prod(d for d in out if d != -1)
-        if known == 0 or total % known:
+        if known == 0 or total % known != 0:  # dims: the division must be exact as polynomials
             raise ctx.error(f"cannot reshape {in_shape} to {spec}")
         out[out.index(-1)] = total // known
-    if math.prod(out) != total or any(d < 0 for d in out):
+    if math.prod(out) != total or any(isinstance(d, int) and d < 0 for d in out):
         raise ctx.error(f"cannot reshape {in_shape} to {spec}")
     return tuple(out)
 
@@ -220,7 +222,10 @@ def convert_slice(ctx: Context, inputs):
         a = normalize_axis(a, len(shape), ctx)
         if st == 0:
             raise ctx.error("a step of 0")
-        lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps as Python does
+        if any(isinstance(v, Dim) for v in (s, e, shape[a])):
+            lo, hi, step = _symbolic_slice(ctx, s, e, st, shape[a], a)
+        else:
+            lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps as Python does
         if (lo, hi, step) == (0, shape[a], 1):
             continue
         if step < 0 and hi < 0:
@@ -233,6 +238,23 @@ def convert_slice(ctx: Context, inputs):
         return x
     return ctx.op("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end),
                                          "strides": tuple(strides), "axes": tuple(out_axes)})
+
+
+def _symbolic_slice(ctx: Context, start, end, step, size, axis: int) -> tuple:
+    """A slice where the bound or the axis is a symbolic dim: forward from a constant start only, the end
+    clamped to the axis. An end that is a dim, over an axis it may not fit, becomes a requirement checked
+    at each run (``require_at_most``) instead of a clamp nobody computes."""
+    if step != 1 or not isinstance(start, int) or start < 0:
+        raise ctx.error(f"axis {axis} (size {size}) sliced from {start} to {end} by {step}: a slice with "
+                        "symbolic dims must go forward by 1 from a constant start, for now")
+    if isinstance(end, int) and end >= 2 ** 31 - 1:  # "to the end", as exporters spell it
+        end = size
+    elif isinstance(end, int):
+        raise ctx.error(f"axis {axis} (size {size}) sliced to {end}: a slice with symbolic dims must end at "
+                        "the axis's end or at a symbolic dim, for now")
+    elif end != size:
+        require_at_most(end, size, f"{ctx.label} slices axis {axis} of size {size} to {end}")
+    return start, end, 1
 
 
 @converter("Gather")

@@ -43,6 +43,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (fill CONVERTERS)
     convert_signal,
     convert_tensor,
     functions,
+    shape_values,
 )
 from nnvm_frontend_onnx.context import (
     CONVERTERS,
@@ -213,6 +214,11 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         return
     ctx.begin(node, name)
     label = ctx.label
+    if shape_values.wants(ctx, node.op_type, inputs):  # a shape computation over symbolic dims
+        convert = lambda c, ins: shape_values.convert(c, node.op_type, ins)  # noqa: E731
+        (env[node.output[0]],) = call_converter(ctx, convert, inputs)
+        return
+    shape_values.check_inputs(ctx, node.op_type, node.input, inputs)
     try:
         results = call_converter(ctx, CONVERTERS[node.op_type], inputs)
     except (ValueDependentError, FailedConversionError):
