@@ -28,7 +28,7 @@ def _tokens(batch: int, seq: int, seed: int) -> dict:
     return {"input_ids": rng.integers(0, 100, (batch, seq)).astype(np.int64), "attention_mask": mask}
 
 
-@pytest.mark.parametrize("batch,seq", [(1, 1), (1, 7), (4, 33), (2, 128), (1, 7)])
+@pytest.mark.parametrize("batch,seq", [(1, 1), (1, 7), (4, 33), (2, 128), (8, 256), (1, 7)])
 def test_encoder_compiled_once_matches_onnxruntime_at_every_shape(encoder, batch, seq):
     model, mod = encoder
     feeds = _tokens(batch, seq, seed=batch * 1000 + seq)
@@ -39,14 +39,48 @@ def test_encoder_compiled_once_matches_onnxruntime_at_every_shape(encoder, batch
     assert err < 1e-4, f"encoder at (batch, seq) = ({batch}, {seq}): relative error {err:.2e}"
 
 
-def test_encoder_module_says_its_dims(encoder):
+def test_encoder_compiles_once_into_kernels_taking_the_dims(encoder):
+    """No compile per shape: every run plans memory for its binding over the same kernels and weights."""
     _, mod = encoder
     assert isinstance(mod, SymbolicModule)
     assert mod.input_shapes == {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "seq")}
     stats = mod.stats()
     assert stats["symbolic"]["dims"] == {"batch": [1, None], "seq": [1, 256]}
+    assert stats["symbolic"]["mode"] == "kernels", stats["symbolic"]["why_per_binding"]
     assert stats["kernels"] > 0 and stats["fused_groups"]
-    assert {"batch": 1, "seq": 1} in [s["dims"] for s in stats["symbolic"]["specialisations"]]
+    one, other = mod.specialised({"batch": 1, "seq": 3}), mod.specialised({"batch": 2, "seq": 5})
+    assert one.library is other.library and one.params["word"] is other.params["word"]
+    assert one.plan["arena_bytes"] < other.plan["arena_bytes"]
+    # the position table is sliced to seq: a requirement on seq checked at each run, the table's rows
+    assert [(str(d), limit) for d, limit, _ in mod.requirements] == [("seq", 512)]
+
+
+def test_a_run_past_a_requirement_names_the_node_and_the_input():
+    model = dynamic_encoder()
+    mod = nnvm.compile(model, target="llvm", shapes={"input_ids": ("batch", "seq")}, tuning_log=False)
+    feeds = {"input_ids": np.zeros((1, 600), np.int64), "attention_mask": np.ones((1, 600), np.int64)}
+    want = (r"node Slice_6 \(Slice, opset 17\) slices axis 0 of size 512 to seq: seq must be at most 512, "
+            r"and the inputs give seq = 600 \(input 'input_ids'\)")
+    with pytest.raises(nnvm.InputError, match=want):
+        mod.run(**feeds)
+
+
+def test_a_model_the_symbolic_path_cannot_take_yet_compiles_per_binding():
+    """``ConstantOfShape`` of a symbolic shape: the module says why, and compiles each binding it runs."""
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("ConstantOfShape", ["s"], ["c"]),
+             helper.make_node("Add", ["x", "c"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    mod = nnvm.compile(model, target="llvm", shapes={"x": ("n", 3)}, tuning_log=False)
+    info = mod.stats()["symbolic"]
+    assert info["mode"] == "per binding"
+    assert "ConstantOfShape cannot take yet" in info["why_per_binding"] and "'s'" in info["why_per_binding"]
+    for n in (1, 4):
+        x = np.arange(3 * n, dtype=np.float32).reshape(n, 3)
+        np.testing.assert_array_equal(mod.run(x)[0], x)
 
 
 @pytest.mark.parametrize("feeds,message", [
@@ -83,6 +117,7 @@ def test_mlp_with_a_symbolic_batch():
         (want,) = run_onnxruntime(model, {"x": x})
         assert got.shape == (batch, 10)
         assert relative_error(got, want) < 1e-5, f"batch {batch}"
+    assert mod.stats()["symbolic"]["mode"] == "kernels"
     with pytest.raises(nnvm.InputError, match=r"input 'x' dim 1 must be 32 \(N, 32\), got 31"):
         mod.run(np.zeros((2, 31), np.float32))
 
