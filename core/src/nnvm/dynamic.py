@@ -30,7 +30,7 @@ from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
 from nnvm.runtime.module import Module
-from nnvm.runtime.plan import make_plan
+from nnvm.runtime.plan import bind_types, make_plan
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
 
@@ -201,7 +201,8 @@ class SymbolicModule:
                 t0 = time.perf_counter()
                 dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
                 plan = make_plan(whole.graph, self._calls, dims=dims)
-                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(), whole.graph)
+                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(),
+                             bind_types(whole.graph, dims))
                 self._remember(values, mod, time.perf_counter() - t0)
             elif mod is None:
                 t0 = time.perf_counter()

@@ -56,11 +56,39 @@ def _reshape_infer(in_types, attrs):
     return [TensorType(shape, x.dtype)]
 
 
+def _symbolic_reshape_source(in_shape: tuple, out_shape: tuple, i: tuple) -> tuple | None:
+    """The input index of output index ``i`` for a reshape of symbolic shapes that keeps a common leading
+    part and moves only static or size-1 dims after it (``(b, s, 64) -> (b, s, 4, 16)``, an unsqueeze to
+    ``(b, 1, 1, s)``), without dividing by a dim; None for any other reshape (the general form)."""
+    k = 0
+    while k < min(len(in_shape), len(out_shape)) and in_shape[k] == out_shape[k]:
+        k += 1
+    rest_in, rest_out = in_shape[k:], out_shape[k:]
+    if not any(isinstance(d, Dim) for d in rest_in + rest_out):  # the moved part is static
+        flat = te.const(0)
+        for idx, d in zip(i[k:], rest_out):
+            flat = flat * d + idx
+        src, stride = [], prod(rest_in)
+        for d in rest_in:
+            stride //= d
+            src.append(te.const(0) if d == 1 else flat // stride % d if stride > 1 else flat % d)
+        return tuple(i[:k]) + tuple(src)
+    kept_in = [d for d in rest_in if d != 1]
+    if kept_in != [d for d in rest_out if d != 1]:
+        return None
+    taken = iter([idx for idx, d in zip(i[k:], rest_out) if d != 1])
+    return tuple(i[:k]) + tuple(te.const(0) if d == 1 else next(taken) for d in rest_in)
+
+
 def _reshape_compute(inputs, attrs, out_types):
     (x,) = inputs
     in_shape, out_shape = shape_of(x), out_types[0].shape
+    symbolic = any(isinstance(d, Dim) for d in in_shape + tuple(out_shape))
 
     def body(*i):
+        direct = _symbolic_reshape_source(in_shape, tuple(out_shape), i) if symbolic else None
+        if direct is not None:
+            return x[direct]
         if in_shape == out_shape:
             return x[i]
         if 0 in in_shape:  # an empty tensor: the body is never evaluated, any in-bounds form will do
