@@ -161,6 +161,10 @@ def bind_input(name: str, declared, shapes: dict, where: str) -> tuple:
         return tuple(d if isinstance(d, int) else binding.value(d, name, i) for i, d in enumerate(shape))
     shown = "(" + ", ".join(str(d) for d in declared) + ")" if declared is not None else "unknown"
     if name in shapes:
+        if any(d is None or isinstance(d, str) for d in shapes[name]):
+            raise InputError(f"shapes= gives input {name!r} the shape {tuple(shapes[name])} with symbolic "
+                             "dims, which only nnvm.compile keeps (a module for every shape); give integers "
+                             "here")
         shape = tuple(int(d) for d in shapes[name])
         if declared is not None and len(shape) != len(declared):
             raise InputError(f"shapes= gives input {name!r} the shape {shape}, but the model "
