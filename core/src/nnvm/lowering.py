@@ -112,10 +112,23 @@ def group_calls(graph: Graph) -> list[dict]:
             for d in graph.type_of(v).shape:
                 if isinstance(d, Dim):
                     dims.update(dict.fromkeys(d.names))
+        in_attrs = {n for m in names for d in _attr_dims(by_name[m].attrs) for n in d.names}
+        dims.update(dict.fromkeys(sorted(in_attrs - set(dims))))  # then those only attributes hold, by name
         if dims:
             call["dims"] = list(dims)
         calls.append(call)
     return calls
+
+
+def _attr_dims(value) -> list:
+    """The symbolic dims in an attribute value (nested tuples, lists, dicts)."""
+    if isinstance(value, Dim):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [d for v in value for d in _attr_dims(v)]
+    if isinstance(value, dict):
+        return [d for v in value.values() for d in _attr_dims(v)]
+    return []
 
 
 def group_compute(graph: Graph, index: int, members: list, consumers: dict | None = None) -> GroupCompute:

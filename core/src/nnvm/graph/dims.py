@@ -217,8 +217,7 @@ class Dim:
     def __str__(self) -> str:
         return _text(self.expr)
 
-    def __repr__(self) -> str:
-        return f"Dim({self})"
+    __repr__ = __str__  # in messages and attribute listings a dim reads as its text: (batch, seq, 64)
 
 
 _EVAL = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,

@@ -30,6 +30,7 @@ from nnvm.ops.common import (
     shape_of,
 )
 from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.tir import expr as E
 
 
 def _op(name, infer, compute, evaluate, attrs=None, num_inputs=(1, 1), num_outputs=1, doc=""):
@@ -131,9 +132,50 @@ def _transpose_compute(inputs, attrs, out_types):
                        tag="transpose")]
 
 
+def _arange_infer(in_types, attrs):
+    if in_types:
+        raise Error("arange: takes no inputs")
+    length = attrs["length"]
+    if not isinstance(length, int | Dim) or (isinstance(length, int) and length < 0):
+        raise Error(f"arange: length must be a non-negative int or a dim, got {length!r}")
+    return [TensorType((length,), attrs["dtype"])]
+
+
+def _arange_compute(inputs, attrs, out_types):
+    ty = out_types[0]
+    start, delta = te.const(attrs["start"], ty.dtype), te.const(attrs["delta"], ty.dtype)
+    return [te.compute(ty.shape, lambda i: start + te.cast(ty.dtype, i) * delta, name="arange", tag="arange")]
+
+
+def _dim_values_infer(in_types, attrs):
+    if in_types:
+        raise Error("dim_values: takes no inputs")
+    shape, values = int_tuple("dim_values", "shape", attrs["shape"]), dim_tuple("dim_values", "values",
+                                                                               attrs["values"])
+    if prod(shape) != len(values):
+        raise Error(f"dim_values: {len(values)} values for the shape {shape}")
+    return [TensorType(shape, "int64")]
+
+
+def _dim_values_compute(inputs, attrs, out_types):
+    shape, values = out_types[0].shape, attrs["values"]
+
+    def body(*i):
+        flat = te.const(0)
+        for idx, d in zip(i, shape):
+            flat = flat * d + idx
+        out = te.const(values[-1], "int64") if isinstance(values[-1], int) else E.convert(values[-1])
+        for k in range(len(values) - 2, -1, -1):
+            v = te.const(values[k], "int64") if isinstance(values[k], int) else E.convert(values[k])
+            out = te.select(flat == k, v, out)
+        return out
+
+    return [te.compute(shape, body, name="dim_values", tag="dim_values")]
+
+
 def _broadcast_to_infer(in_types, attrs):
     x = _one("broadcast_to", in_types)
-    shape = int_tuple("broadcast_to", "shape", attrs["shape"])
+    shape = dim_tuple("broadcast_to", "shape", attrs["shape"])
     if len(shape) < len(x.shape) or broadcast_shapes("broadcast_to", x.shape, shape) != shape:
         raise Error(f"broadcast_to: the shape {x.shape} cannot be broadcast to {shape}")
     return [TensorType(shape, x.dtype)]
@@ -325,7 +367,8 @@ def _take_compute(inputs, attrs, out_types):
     def body(*i):
         j = indices[tuple(i[axis:axis + k])].astype("int64")
         j = te.select(j < te.const(0), j + n, j)
-        j = te.minimum(te.maximum(j, te.const(0)), te.const(n - 1))
+        last = te.const(n - 1) if isinstance(n, int) else E.convert(n - 1)  # n: a symbolic dim
+        j = te.minimum(te.maximum(j, te.const(0)), last)
         return data[tuple(i[:axis]) + (j,) + tuple(i[axis + k:])]
 
     return [te.compute(out_types[0].shape, body, name="take", tag="take")]
@@ -433,6 +476,15 @@ def ops() -> list[OpDef]:
         _op("broadcast_to", _broadcast_to_infer, _broadcast_to_compute,
             lambda xs, a: [np.broadcast_to(xs[0], a["shape"])], {"shape": Attr(tuple)},
             doc="numpy broadcast to a shape"),
+        _op("arange", _arange_infer, _arange_compute,
+            lambda xs, a: [a["start"] + np.arange(a["length"], dtype=a["dtype"]) * a["delta"]],
+            {"start": Attr((int, float), 0), "delta": Attr((int, float), 1), "length": Attr((int, Dim)),
+             "dtype": Attr(str, "int64")}, num_inputs=(0, 0),
+            doc="start + i * delta for i below length (an int, or a symbolic dim: Range up to seq)"),
+        OpDef("dim_values", _dim_values_infer, _dim_values_compute, OpPattern.INJECTIVE,
+              attrs={"values": Attr(tuple, doc="ints and symbolic dims, flat"), "shape": Attr(tuple)},
+              num_inputs=(0, 0), doc="an int64 tensor of symbolic dims' values (a shape computed at import, "
+                                     "used as data: position ids' seq * batch)"),
         _op("tile", _tile_infer, _tile_compute, lambda xs, a: [np.tile(xs[0], a["reps"])],
             {"reps": Attr(tuple)},
             doc="repeat the input reps times along each axis (numpy.tile)"),

@@ -26,7 +26,7 @@ from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.lower import guarded, mark_double_buffers, partition_loops, unroll_loops
 from nnvm.tir.simplify import simplify
-from nnvm.tir.visit import rewrite, shape_dims, substitute, tensors_read
+from nnvm.tir.visit import rewrite, shape_dims, substitute, tensors_read, unbound_vars
 
 # ---------------------------------------------------------------------------------------------------
 # 1. inlining
@@ -189,6 +189,8 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     body = partition_loops(body)
     body = simplify(body)
     dims = shape_dims(params)
+    # dims the program reads beyond its parameters' shapes (a tensor of dims' values), by name
+    dims += tuple(sorted((v for v in unbound_vars(body) if v not in dims), key=lambda v: v.name))
     return S.PrimFunc(name, tuple(params), body, {"dims": dims} if dims else {})
 
 

@@ -198,3 +198,19 @@ def shape_dims(buffers) -> tuple:
             if isinstance(d, Expr):
                 walk(d, fn)
     return tuple(found)
+
+
+def unbound_vars(body) -> list:
+    """The variables ``body`` reads that no loop, let or reduction in it defines, in order of first use:
+    the dims a function over symbolic shapes uses beyond its parameters' shapes."""
+    used: dict = {}
+    defined: set = set()
+
+    def fn(node):
+        if isinstance(node, Var):
+            used.setdefault(node, None)
+        elif hasattr(node, "var") and isinstance(node.var, Var):  # For, LetStmt, Let, IterVar
+            defined.add(node.var)
+
+    walk(body, fn)
+    return [v for v in used if v not in defined]

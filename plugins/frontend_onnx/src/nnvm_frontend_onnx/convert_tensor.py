@@ -45,6 +45,8 @@ def convert_constant_of_shape(ctx: Context, inputs):
     shape = ctx.const_ints(inputs[0], "the shape input")
     value = ctx.attr("value")
     value = np.zeros((1,), np.float32) if value is None else np.asarray(value)
+    if any(isinstance(d, Dim) for d in shape):  # of symbolic dims: the scalar broadcast at each run
+        return ctx.op("broadcast_to", [ctx.param(value.reshape(()), "value")], {"shape": shape})
     return ctx.b.param(ctx.node.output[0], np.full(shape, value.reshape(-1)[0], dtype=value.dtype))
 
 
@@ -64,6 +66,12 @@ def convert_size(ctx: Context, inputs):
 def convert_range(ctx: Context, inputs):
     start, limit, delta = (ctx.const(v, what) for v, what in
                            zip(inputs[:3], ("the start input", "the limit input", "the delta input")))
+    if limit.dtype == object:  # a limit of symbolic dims (``shape_values``): counted at each run
+        dtype = ctx.dtype(inputs[0])
+        first, step, end = start.item(), delta.item(), limit.reshape(-1)[0]
+        if step != 1 or not isinstance(first, int):
+            raise ctx.error(f"a Range from {first} by {step} to the symbolic {end} is not supported yet")
+        return ctx.op("arange", [], {"start": first, "delta": 1, "length": end - first, "dtype": dtype})
     return ctx.param(np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), "range")
 
 
@@ -318,13 +326,28 @@ def convert_pad(ctx: Context, inputs):
 def convert_expand(ctx: Context, inputs):
     x = inputs[0]
     target = ctx.const_ints(inputs[1], "the shape input")
-    try:
-        shape = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(x), target))
-    except ValueError:
-        raise ctx.error(f"cannot expand {ctx.shape(x)} to {target}") from None
+    if any(isinstance(d, Dim) for d in (*target, *ctx.shape(x))):
+        shape = _broadcast_dims(ctx, ctx.shape(x), target)
+    else:
+        try:
+            shape = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(x), target))
+        except ValueError:
+            raise ctx.error(f"cannot expand {ctx.shape(x)} to {target}") from None
     if shape == ctx.shape(x):
         return x
     return ctx.op("broadcast_to", [x], {"shape": shape})
+
+
+def _broadcast_dims(ctx: Context, a: tuple, b: tuple) -> tuple:
+    """numpy broadcasting of shapes holding symbolic dims: a dim meets 1 or itself, nothing else."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise ctx.error(f"cannot expand {a} to {b}: {x} against {y}")
+        out.append(y if x == 1 else x)
+    return tuple(out)
 
 
 @converter("Tile")

@@ -218,13 +218,14 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         convert = lambda c, ins: shape_values.convert(c, node.op_type, ins)  # noqa: E731
         (env[node.output[0]],) = call_converter(ctx, convert, inputs)
         return
-    shape_values.check_inputs(ctx, node.op_type, node.input, inputs)
+    inputs = shape_values.materialize(ctx, node.op_type, inputs)
     try:
         results = call_converter(ctx, CONVERTERS[node.op_type], inputs)
     except (ValueDependentError, FailedConversionError):
         raise
     except ConvertError:
-        if functions.has_function(node.op_type, ctx.opset, node.domain):
+        symbolic = any(v in ctx.symbolic_values for v in inputs)  # a function body would need a tensor
+        if functions.has_function(node.op_type, ctx.opset, node.domain) and not symbolic:
             _convert_function(ctx, node, name, env, inputs)  # a form the converter declines
             return
         raise

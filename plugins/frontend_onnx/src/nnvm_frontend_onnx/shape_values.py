@@ -5,9 +5,10 @@ Reshape``. With static shapes those fold to constants on their own; with symboli
 ``Shape`` gives a *symbolic value*: an int64 tensor, known at import, whose entries are ints and dims.
 It lives in the context (``Context.symbolic_values``: a numpy object array under a name no graph node
 defines), the few operators exporters apply to shapes compute on it here, and ``Reshape``'s target and
-``Slice``'s bounds read it (``Context.const_ints`` keeps dims). No node is left to run. A value whose
-entries are all ints becomes an ordinary constant again; an operator that is handed a symbolic value and
-is not one of these says so, naming the value and its dims.
+``Slice``'s bounds, ``Range``'s limit, ``ConstantOfShape``'s and ``Expand``'s shapes read it
+(``Context.const_ints`` keeps dims). No node is left to run. A value whose entries are all ints becomes
+an ordinary constant again; one that an operator takes as data (position ids times ``seq``) becomes a
+tensor computed from the dims at each run (``dim_values``).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from nnvm.graph.dims import Dim
 from nnvm_frontend_onnx.context import Context, normalize_axis
 
 # operator -> input positions that may hold a symbolic value (read through ``Context.const_ints``)
-CONSUMERS = {"Reshape": (1,), "Slice": (1, 2, 3, 4)}
+CONSUMERS = {"Reshape": (1,), "Slice": (1, 2, 3, 4), "Range": (0, 1, 2), "ConstantOfShape": (0,),
+             "Expand": (1,)}
 
 
 def symbolic(arr: np.ndarray) -> bool:
@@ -34,7 +36,7 @@ def _axes(ctx: Context, inputs: list, pos: int) -> tuple | None:
 
 
 def _shape(ctx, values, inputs):
-    shape = ctx.shape(inputs[0])
+    shape = values[0].shape if inputs[0] in ctx.symbolic_values else ctx.shape(inputs[0])
     start, end = ctx.attr("start", 0), ctx.attr("end", None)
     return np.array(list(shape[start:end]), dtype=object).reshape(-1)
 
@@ -86,6 +88,20 @@ def _slice(ctx, values, inputs):
     return x[slice(starts[0], ends[0], steps[0])]
 
 
+def _reshape(ctx, values, inputs):
+    x = values[0]
+    spec = list(ctx.const_ints(inputs[1], "the shape input"))
+    if any(isinstance(d, Dim) for d in spec):
+        raise ctx.error("a shape of symbolic dims reshaped to symbolic dims is not supported yet")
+    spec = [x.shape[i] if d == 0 else d for i, d in enumerate(spec)]
+    return x.reshape(spec)
+
+
+def _where(ctx, values, inputs):
+    cond, a, b = (np.asarray(v, dtype=object) for v in values)
+    return np.where(cond.astype(bool), a, b)
+
+
 def _arith(op):
     def run(ctx, values, inputs):
         a, b = (np.asarray(v, dtype=object) for v in values)
@@ -98,6 +114,8 @@ RULES = {
     "Cast": _cast, "Slice": _slice, "Identity": lambda ctx, values, inputs: values[0],
     "Add": _arith(np.add), "Sub": _arith(np.subtract), "Mul": _arith(np.multiply),
     "Div": _arith(np.floor_divide),  # ONNX's integer Div truncates: the same for dims, which are positive
+    "Reshape": _reshape, "Where": _where,
+    "Equal": _arith(lambda a, b: np.frompyfunc(lambda x, y: x == y, 2, 1)(a, b)),
 }
 
 
@@ -105,12 +123,14 @@ def wants(ctx: Context, op_type: str, inputs: list) -> bool:
     """Whether this module converts the node: a ``Shape`` of a symbolic shape, or one of ``RULES`` whose
     inputs are symbolic values and constants."""
     if op_type == "Shape":
-        return bool(inputs) and any(isinstance(d, Dim) for d in ctx.shape(inputs[0]))
+        return bool(inputs) and (inputs[0] in ctx.symbolic_values or
+                                 any(isinstance(d, Dim) for d in ctx.shape(inputs[0])))
     if op_type not in RULES:
         return False
-    data_inputs = inputs if op_type in ("Concat", "Add", "Sub", "Mul", "Div") else inputs[:1]
-    return any(v in ctx.symbolic_values for v in data_inputs) and \
-        all(v in ctx.symbolic_values or ctx.const_value(v) is not None for v in data_inputs if v)
+    several = ("Concat", "Add", "Sub", "Mul", "Div", "Equal", "Where")
+    data_inputs = inputs if op_type in several else inputs[:1]
+    known = all(v in ctx.symbolic_values or ctx.const_value(v) is not None for v in data_inputs if v)
+    return known and any(v in ctx.symbolic_values for v in data_inputs)
 
 
 def convert(ctx: Context, op_type: str, inputs: list) -> str:
@@ -119,7 +139,8 @@ def convert(ctx: Context, op_type: str, inputs: list) -> str:
               np.asarray(ctx.const_value(v), dtype=object) if v else None for v in inputs]
     out = np.asarray(RULES[op_type](ctx, values, inputs), dtype=object)
     if not symbolic(out):
-        return ctx.param(out.astype(np.int64), "shape")
+        is_bool = out.size and all(isinstance(x, bool | np.bool_) for x in out.reshape(-1))
+        return ctx.param(out.astype(bool if is_bool else np.int64), "shape")
     name = f"{ctx.name}/symbolic"
     while name in ctx.symbolic_values:
         name += "_"
@@ -127,12 +148,14 @@ def convert(ctx: Context, op_type: str, inputs: list) -> str:
     return name
 
 
-def check_inputs(ctx: Context, op_type: str, node_inputs, inputs: list) -> None:
-    """Refuse a symbolic value where the converter would need a tensor: one sentence naming it."""
+def materialize(ctx: Context, op_type: str, inputs: list) -> list:
+    """``inputs`` with every symbolic value the converter takes as data (not as a shape: ``CONSUMERS``)
+    made a tensor computed at each run from the dims (``dim_values``): ``seq`` times position ids."""
     allowed = CONSUMERS.get(op_type, ())
+    out = list(inputs)
     for k, v in enumerate(inputs):
         if v in ctx.symbolic_values and k not in allowed:
-            entries = ctx.symbolic_values[v].reshape(-1)
-            dims = sorted({n for x in entries if isinstance(x, Dim) for n in x.names})
-            raise ctx.error(f"input {node_inputs[k]!r} is a shape computed from the symbolic dims "
-                            f"{', '.join(dims)}, which {op_type} cannot take yet")
+            arr = ctx.symbolic_values[v]
+            values = tuple(x if isinstance(x, Dim) else int(x) for x in arr.reshape(-1))
+            out[k] = ctx.op("dim_values", [], {"values": values, "shape": tuple(arr.shape)})
+    return out
