@@ -22,6 +22,7 @@ from nnvm.errors import (  # noqa: F401
     ModelLoadError,
     ScheduleError,
     TargetError,
+    UnboundDimError,
     UnsupportedOperatorError,
 )
 from nnvm.graph.ir import Graph, Node, TensorType  # noqa: F401
@@ -58,7 +59,8 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dic
 
     ``shapes``: input name -> shape; integers bind dims, names (``("batch", "seq")``) keep them symbolic.
     ``bounds``: dim name -> ``(lo, hi)``. With a symbolic dim or bounds the result is a
-    ``nnvm.dynamic.SymbolicModule`` that runs any shape within the bounds (docs/dynamic-shapes.md).
+    ``nnvm.dynamic.SymbolicModule`` that runs any shape within the bounds (docs/dynamic-shapes.md); so is
+    a model whose own symbolic dims cannot be bound (a leading batch dim alone is bound to 1, as before).
 
     ``kernel_cache``: a directory or ``nnvm.kernel_cache.KernelCache`` for compiled kernels, ``False`` for
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
@@ -84,7 +86,10 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dic
     options = options.replace(kernel_cache=False if kernel_cache is None else kernel_cache)
     if wants_symbolic(shapes, bounds):
         return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
-    return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    try:
+        return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    except UnboundDimError:  # a dim that cannot be bound (not a leading batch): one module for every shape
+        return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
 
 
 def load(path: str):

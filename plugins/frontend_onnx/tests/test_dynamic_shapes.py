@@ -132,6 +132,13 @@ def test_without_names_or_bounds_the_compile_stays_bound():
         mod.run(np.zeros((2, 32), np.float32))
 
 
+def test_a_model_whose_dims_cannot_be_bound_compiles_symbolic():
+    """``seq`` has no default (it was an error): the model's own dim_params are kept, unbounded."""
+    mod = nnvm.compile(dynamic_encoder(), target="llvm", tuning_log=False)
+    assert isinstance(mod, SymbolicModule) and mod.bounds == {"batch": (1, None), "seq": (1, None)}
+    assert mod.run(**_tokens(3, 5, seed=0))[0].shape == (3, 5, 64)
+
+
 def test_bounds_errors_name_the_dim():
     with pytest.raises(nnvm.InputError, match=r"bounds= names 'sq', which is no symbolic dim of the model's "
                                               r"inputs \(dims: batch, seq\)"):

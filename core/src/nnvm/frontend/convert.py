@@ -16,7 +16,7 @@ import contextvars
 import re
 from collections.abc import Callable, Iterable, Iterator
 
-from nnvm.errors import Error, InputError, UnsupportedOperatorError
+from nnvm.errors import Error, InputError, UnboundDimError, UnsupportedOperatorError
 from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
 from nnvm.graph.dims import Dim
 
@@ -179,7 +179,7 @@ def bind_input(name: str, declared, shapes: dict, where: str) -> tuple:
         elif i == 0 and isinstance(d, str) and BATCH_NAMES.match(d):
             shape.append(1)
         else:
-            raise InputError(f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
+            raise UnboundDimError(f"input {name!r} has a symbolic dimension {i} ({d!r}) in shape {shown}; "
                              f"bind it with shapes={{{name!r}: (...)}}, or keep it symbolic (a name in "
                              "shapes=, or bounds=)")
     return tuple(shape)
