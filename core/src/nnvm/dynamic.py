@@ -129,6 +129,11 @@ class SymbolicModule:
         return self._last.target
 
     @property
+    def plan(self) -> dict:
+        """The execution plan of the most recently run specialisation (its outputs' names and shapes)."""
+        return self._last.plan
+
+    @property
     def graph(self):
         """The graph of the most recently run specialisation."""
         return self._last.graph
