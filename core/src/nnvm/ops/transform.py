@@ -484,7 +484,8 @@ def ops() -> list[OpDef]:
         _op("dim_values", _dim_values_infer, _dim_values_compute,
             # only a binding's values evaluate (int() of a symbolic dim raises, naming it)
             lambda xs, a: [np.array([int(v) for v in a["values"]], dtype=np.int64).reshape(a["shape"])],
-            {"values": Attr(tuple, doc="ints and symbolic dims, flat"), "shape": Attr(tuple)}, num_inputs=(0, 0),
+            {"values": Attr(tuple, doc="ints and symbolic dims, flat"), "shape": Attr(tuple)},
+            num_inputs=(0, 0),
             doc="an int64 tensor of symbolic dims' values (a shape computed at import, used as data: "
                 "position ids' seq * batch)"),
         _op("tile", _tile_infer, _tile_compute, lambda xs, a: [np.tile(xs[0], a["reps"])],
