@@ -79,22 +79,27 @@ class Outputs(torch.nn.Module):
 
 
 def export(name: str, path: str, batch: int, seq: int, exporter: str, layers: int | None = None,
-           width: int | None = None, heads: int | None = None) -> onnx.ModelProto:
+           width: int | None = None, heads: int | None = None, dynamic: bool = False) -> onnx.ModelProto:
     model = Outputs(build(name, layers, width, heads), name)
     inputs = example_inputs(name, batch, seq)
     output = "logits" if name == "gpt2" else "last_hidden_state"
+    # dynamic: the batch and sequence axes as dim_params ("batch", "seq"), the shapes as deployed
+    axes = {0: "batch"} if name == "vit" else {0: "batch", 1: "seq"}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporters are chatty; failures still raise
         if exporter == "dynamo":
+            dims = {k: torch.export.Dim(v, min=1, max=512 if v == "seq" else 64) for k, v in axes.items()}
             program = torch.onnx.export(model, tuple(inputs.values()), dynamo=True, external_data=False,
-                                        input_names=list(inputs), output_names=[output])
+                                        input_names=list(inputs), output_names=[output],
+                                        dynamic_shapes=(tuple(dims for _ in inputs),) if dynamic else None)
             proto = program.model_proto
         else:
             import io
 
             buf = io.BytesIO()
+            dynamic_axes = {k: axes for k in (*inputs, output)} if dynamic else None
             torch.onnx.export(model, tuple(inputs.values()), buf, dynamo=False, input_names=list(inputs),
-                              output_names=[output], opset_version=17)
+                              output_names=[output], opset_version=17, dynamic_axes=dynamic_axes)
             proto = onnx.load_from_string(buf.getvalue())
     onnx.checker.check_model(proto, full_check=True)
     onnx.save(proto, path, save_as_external_data=False)
@@ -111,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, help="fewer layers than the default config (tests)")
     parser.add_argument("--width", type=int, help="a narrower hidden size (tests)")
     parser.add_argument("--heads", type=int, help="fewer attention heads (tests)")
+    parser.add_argument("--dynamic", action="store_true", help="symbolic batch and sequence axes")
     args = parser.parse_args(argv)
     proto = export(args.model, args.out, args.batch, args.seq, args.exporter, args.layers, args.width,
-                   args.heads)
+                   args.heads, args.dynamic)
     ops = sorted({n.op_type for n in proto.graph.node})
     print(f"{args.model} (batch {args.batch}, seq {args.seq}, {args.exporter}, torch {torch.__version__}, "
           f"transformers {transformers.__version__}) -> {args.out}: {len(proto.graph.node)} nodes; ops {ops}")

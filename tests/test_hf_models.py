@@ -74,3 +74,26 @@ def test_encoder_small_config_matches_onnxruntime(name):
     (got,) = mod.run(**feeds)
     err = float(np.abs(got - want).max() / np.abs(want).max())
     assert err < 1e-4, f"{name}: max relative error {err:.2e} against onnxruntime"
+
+
+@pytest.mark.parametrize("name", ["bert", "distilbert"])
+def test_encoder_with_dynamic_axes_compiles_once_for_every_shape(name):
+    """Issue 39: an export with symbolic ``batch`` and ``seq`` (torch's tracer, ``dynamic_axes``) compiled
+    once, unbound: its kernels take the dims (no compile per shape), the mask code transformers writes
+    (Range, Expand, Where on shapes) folded at import; matches onnxruntime at every shape, padded rows
+    included."""
+    path = pytest_venv(torch_models.hf_model_path, name, 1, 16, layers=2, width=64, heads=2, dynamic=True,
+                       exporter="torchscript")
+    mod = nnvm.compile(path, target="llvm", tuning_log=False)  # the model's dim_params are kept
+    info = mod.stats()["symbolic"]
+    assert info["mode"] == "kernels", info["why_per_binding"]
+    rng = np.random.default_rng(1)
+    for batch, seq in ((1, 1), (1, 7), (4, 33), (2, 128)):
+        mask = np.ones((batch, seq), np.int64)
+        mask[1:, seq // 2 + 1:] = 0
+        feeds = {"input_ids": rng.integers(0, 30522, (batch, seq)).astype(np.int64), "attention_mask": mask}
+        want = _reference(path, feeds)
+        (got,) = mod.run(**feeds)
+        assert got.shape == want.shape == (batch, seq, 64)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err < 1e-4, f"{name} at ({batch}, {seq}): max relative error {err:.2e} against onnxruntime"

@@ -18,6 +18,7 @@ from nnvm.frontend import (
     check_shape_keys,
     check_supported,
 )
+from nnvm.frontend.convert import DimBinding, binding_dims
 from nnvm.frontend.layout import (
     channels_first_axes,
     channels_last_axes,
@@ -100,6 +101,21 @@ def test_shape_binding():
         bind_input("data", None, {}, "m")
     with pytest.raises(InputError, match=r"shapes= names 'dat', which is not an input of m \(inputs: data\)"):
         check_shape_keys({"dat": (1,)}, ["data"], "m")
+
+
+def test_bind_input_in_a_dim_binding_keeps_dims_by_name():
+    """Inside ``binding_dims`` every symbolic dim takes the binding's value (the model's names, names
+    given in shapes=, ``<input>:<axis>`` for an unnamed one) and each input's symbolic shape is recorded."""
+    binding = DimBinding({"seq": 7}, default=lambda dim: 1)
+    with binding_dims(binding):
+        assert bind_input("ids", ("batch", "seq"), {}, "m") == (1, 7)
+        assert bind_input("x", ("N", 3, "?", 8), {"x": ("N", None, None, 8)}, "m") == (1, 3, 1, 8)
+        assert bind_input("y", (2, 5), {"y": ("rows", 5)}, "m") == (1, 5)
+    assert binding.declared == {"ids": ("batch", "seq"), "x": ("N", 3, "x:2", 8), "y": ("rows", 5)}
+    assert binding.values == {"batch": 1, "seq": 7, "N": 1, "x:2": 1, "rows": 1}
+    with binding_dims(DimBinding({})), pytest.raises(InputError, match=r"input 'ids' dim 1 \(seq\)"):
+        bind_input("ids", (1, "seq"), {}, "m")
+    assert bind_input("data", ("N", 3), {}, "m") == (1, 3)  # outside the block: bound as before
 
 
 # -- padding ----------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ LAYERS = (
     ("autotune",),  # templates, tuning logs, tasks, the tuner
     ("cpu", "gpu", "testing"),  # the shared backend layers (schedule templates, GPU stages); test helpers
     ("bench", "compiler"),  # nnvm bench; nnvm.compile
+    ("dynamic",),  # symbolic modules: a compile per binding, on the compiler
     ("cli", ""),  # the command line; the root package, the public facade
 )
 

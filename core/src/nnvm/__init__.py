@@ -15,12 +15,14 @@ from nnvm import (
     te,  # noqa: F401
 )
 from nnvm.compiler import compile_model, import_model
+from nnvm.dynamic import compile_symbolic, wants_symbolic
 from nnvm.errors import (  # noqa: F401
     Error,
     InputError,
     ModelLoadError,
     ScheduleError,
     TargetError,
+    UnboundDimError,
     UnsupportedOperatorError,
 )
 from nnvm.graph.ir import Graph, Node, TensorType, detached  # noqa: F401
@@ -51,10 +53,15 @@ def load_model(model, shapes: dict | None = None, **kwargs):
     return graph, dict(graph.params)
 
 
-def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: int = 3,  # noqa: A001
-            tuning_log=None, dump_ir: str | None = None, kernel_cache=None, jobs: int | None = None,
-            options: Options | None = None, **kwargs):
+def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dict | None = None,  # noqa: A001
+            opt_level: int = 3, tuning_log=None, dump_ir: str | None = None, kernel_cache=None,
+            jobs: int | None = None, options: Options | None = None, **kwargs):
     """Compile a model (file path, framework object, or ``Graph``) into a runnable ``Module``.
+
+    ``shapes``: input name -> shape; integers bind dims, names (``("batch", "seq")``) keep them symbolic.
+    ``bounds``: dim name -> ``(lo, hi)``. With a symbolic dim or bounds the result is a
+    ``nnvm.dynamic.SymbolicModule`` that runs any shape within the bounds (docs/dynamic-shapes.md); so is
+    a model whose own symbolic dims cannot be bound (a leading batch dim alone is bound to 1, as before).
 
     ``kernel_cache``: a directory or ``nnvm.kernel_cache.KernelCache`` for compiled kernels, ``False`` for
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
@@ -78,7 +85,12 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, opt_level: 
     elif not isinstance(kernel_cache, KernelCache):
         kernel_cache = KernelCache(kernel_cache)
     options = options.replace(kernel_cache=False if kernel_cache is None else kernel_cache)
-    return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    if wants_symbolic(shapes, bounds):
+        return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
+    try:
+        return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    except UnboundDimError:  # a dim that cannot be bound (not a leading batch): one module for every shape
+        return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
 
 
 def load(path: str):

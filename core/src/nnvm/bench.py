@@ -16,7 +16,7 @@ import numpy as np
 
 import nnvm
 from nnvm.autotune.measure import relative_error  # noqa: F401  (nnvm.bench's API too)
-from nnvm.errors import Error
+from nnvm.errors import Error, InputError
 from nnvm.gpu.library import DeviceModule
 from nnvm.lowering import group_flops
 from nnvm.target import parse_target
@@ -197,6 +197,9 @@ def bench(model, target: str = "llvm", compare: str | None = None, repeat: int =
 
     start = time.perf_counter()
     mod = nnvm.compile(model, target=target, shapes=shapes, tuning_log=tuning_log)
+    if getattr(mod, "dims", None):  # a symbolic module (nnvm.dynamic): the benchmark needs one shape
+        raise InputError(f"{model}: the model has symbolic dims ({', '.join(mod.dims)}); benchmark it at one "
+                         "shape with --shape NAME=1x128 for each input")
     result: dict = {"model": os.fspath(model) if isinstance(model, str | os.PathLike) else repr(model),
                     "target": str(mod.target), "threads": threads, "repeat": repeat,
                     "compile_seconds": time.perf_counter() - start,

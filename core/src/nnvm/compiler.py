@@ -42,7 +42,7 @@ from nnvm.lowering import (  # noqa: F401  (import_model, schedule_group, GroupC
 )
 from nnvm.options import Options, activated
 from nnvm.runtime.module import Module
-from nnvm.runtime.plan import make_plan
+from nnvm.runtime.plan import make_plan, symbolic_dims
 from nnvm.te.lower import lower_schedule
 
 
@@ -162,7 +162,9 @@ def _compile(model, target, shapes, options: Options, **kwargs):
             f.write(library.source())
 
     t0 = time.perf_counter()
-    plan = make_plan(graph, calls)
+    # symbolic dims: planned here for every dim at 1; a symbolic module plans each binding it runs
+    dims = symbolic_dims(graph)
+    plan = make_plan(graph, calls, dims=dict.fromkeys(dims, 1) if dims else None)
     graph = graph.replace(params={k: detached(v) for k, v in graph.params.items()})
     seconds["plan"] = time.perf_counter() - t0
     seconds["passes_detail"] = dict(ctx.timings)

@@ -52,6 +52,11 @@ class InputError(Error):
     """A runtime input has the wrong name, shape or dtype."""
 
 
+class UnboundDimError(InputError):
+    """A model input has a symbolic dim that binding could not give a value (not a leading batch dim):
+    ``nnvm.compile`` then keeps the model's dims symbolic (docs/dynamic-shapes.md)."""
+
+
 class ScheduleError(Error):
     """A schedule primitive was used in a way that cannot be lowered (names the stage and axis)."""
 

@@ -67,8 +67,10 @@ def _size(nbytes: int) -> str:
 
 
 def check_type(ty, where: str) -> None:
-    """Refuse a tensor type whose byte size does not fit in 64 bits (``where``: the input or node)."""
-    if ty.nbytes > MAX_BYTES:
+    """Refuse a tensor type whose byte size does not fit in 64 bits (``where``: the input or node). A
+    symbolic size is checked when a run binds its dims (the memory plan's allocation)."""
+    nbytes = ty.nbytes
+    if isinstance(nbytes, int) and nbytes > MAX_BYTES:
         raise ResourceLimitError(f"{where}: {ty} holds {ty.nbytes} bytes, more than 64-bit sizes allow")
 
 

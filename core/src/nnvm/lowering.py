@@ -26,6 +26,7 @@ import numpy as np
 from nnvm import te
 from nnvm.errors import Error, with_context
 from nnvm.frontend import find_frontend
+from nnvm.graph.dims import Dim, from_extent
 from nnvm.graph.ir import Graph, TensorType
 from nnvm.ops.registry import OpPattern, get_op
 from nnvm.passes.manager import PassContext, run_pipeline
@@ -97,14 +98,37 @@ def group_values(graph: Graph, members: list, consumers: dict | None = None) -> 
 
 def group_calls(graph: Graph) -> list[dict]:
     """One kernel call per fused group, in execution order, for ``make_plan``: ``{"kernel": None (the
-    compiler names it), "group": node names, "args": group_values' inputs then outputs}``."""
+    compiler names it), "group": node names, "args": group_values' inputs then outputs}``, and where the
+    arguments' shapes have symbolic dims, ``"dims"``: their names in the order the kernel takes them
+    (``PrimFunc.dims``: first appearance in the parameters' shapes)."""
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
     calls = []
     for names in graph.groups:
         inputs, outputs = group_values(graph, [by_name[n] for n in names], consumers)
-        calls.append({"kernel": None, "group": list(names), "args": inputs + outputs})
+        call = {"kernel": None, "group": list(names), "args": inputs + outputs}
+        dims: dict = {}
+        for v in call["args"]:
+            for d in graph.type_of(v).shape:
+                if isinstance(d, Dim):
+                    dims.update(dict.fromkeys(d.names))
+        in_attrs = {n for m in names for d in _attr_dims(by_name[m].attrs) for n in d.names}
+        dims.update(dict.fromkeys(sorted(in_attrs - set(dims))))  # then those only attributes hold, by name
+        if dims:
+            call["dims"] = list(dims)
+        calls.append(call)
     return calls
+
+
+def _attr_dims(value) -> list:
+    """The symbolic dims in an attribute value (nested tuples, lists, dicts)."""
+    if isinstance(value, Dim):
+        return [value]
+    if isinstance(value, tuple | list):
+        return [d for v in value for d in _attr_dims(v)]
+    if isinstance(value, dict):
+        return [d for v in value.values() for d in _attr_dims(v)]
+    return []
 
 
 def group_compute(graph: Graph, index: int, members: list, consumers: dict | None = None) -> GroupCompute:
@@ -132,7 +156,7 @@ def group_compute(graph: Graph, index: int, members: list, consumers: dict | Non
             raise with_context(exc, f"node {node.name} ({node.op})") from None
         outs = list(outs) if isinstance(outs, list | tuple) else [outs]
         for o, t, ty in zip(node.outputs, outs, out_types):
-            if tuple(int(getattr(s, "value", s)) for s in t.shape) != ty.shape or t.dtype != ty.dtype:
+            if tuple(from_extent(s) for s in t.shape) != ty.shape or t.dtype != ty.dtype:
                 raise Error(f"node {node.name} ({node.op}): compute gives {t.dtype}{list(t.shape)} but type "
                             f"inference said {ty}")
             env[o] = t

@@ -138,3 +138,15 @@ def test_model_with_local_functions_inlines_around_mapped_weights(tmp_path):
     graph = load_onnx(str(path))
     np.testing.assert_array_equal(graph.params["w"], w)
     np.testing.assert_array_equal(graph.params["b"], b)
+
+
+def test_backend_prepared_from_a_path_holds_every_weight(tmp_path):
+    """The ONNX backend API hands the message on: read from a path, it must carry the large weights."""
+    from nnvm_frontend_onnx import backend
+
+    model, w, b = _dense_model()
+    path = tmp_path / "dense.onnx"
+    path.write_bytes(model.SerializeToString())
+    rep = backend.prepare(str(path))
+    x = np.random.default_rng(2).standard_normal((1, 64)).astype(np.float32)
+    np.testing.assert_allclose(rep.run([x])[0], x @ w + b, rtol=1e-4, atol=1e-4)

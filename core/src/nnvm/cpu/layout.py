@@ -320,6 +320,8 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     data, weight = in_types
     if data.dtype != "float32" or len(weight.shape) < 2:
         return None
+    if data.symbolic or weight.symbolic:  # packed tiles pad rows to a static count: the generic product
+        return None
     batch = len(weight.shape) - 2
     if batch and (node.op != "matmul" or tuple(data.shape[:-2]) != tuple(weight.shape[:-2])):
         return None  # a broadcast batch axis: the generic matmul

@@ -12,6 +12,7 @@ import numpy as np
 
 from nnvm.errors import Error
 from nnvm.graph.builder import GraphBuilder
+from nnvm.graph.dims import Dim
 
 
 class ConvertError(Error):
@@ -96,7 +97,7 @@ class ConversionContext:
         return self.name
 
     def reshape(self, v: str, shape) -> str:
-        shape = tuple(int(d) for d in shape)
+        shape = tuple(d if isinstance(d, Dim) else int(d) for d in shape)
         if shape == self.shape(v):
             return v
         return self.op("reshape", [v], {"newshape": shape})

@@ -68,6 +68,10 @@ class GPUProgram:
 
 def lower_for_gpu(func: S.PrimFunc) -> GPUProgram:
     """The whole pipeline of this module for one function."""
+    if func.dims:
+        raise ScheduleError(f"kernel {func.name}: its shapes have symbolic dims "
+                    f"({', '.join(d.name for d in func.dims)}), which the GPU targets do not take yet; "
+                    "bind every dim (integers in shapes=) for a GPU target")
     temps, nests = split_kernels(func.body)
     kernels = []
     for k, nest in enumerate(nests):

@@ -124,7 +124,7 @@ class GraphBuilder:
         for ty in out_types:
             check_type(ty, f"node {node_name} ({op})")
         if self.fold_constants and opdef.evaluate is not None and inputs and \
-                all((not v) or v in self.params for v in inputs):
+                all((not v) or v in self.params for v in inputs) and not any(ty.symbolic for ty in out_types):
             check_allocation(sum(ty.nbytes for ty in out_types),
                              f"node {node_name} ({op}), folded to a constant,")
             values = evaluate_node(node, [self.params[v] if v else None for v in inputs], self._ops)

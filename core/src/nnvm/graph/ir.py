@@ -18,6 +18,7 @@ from dataclasses import replace as _dc_replace
 import numpy as np
 
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim, is_symbolic, parse_dim
 from nnvm.plugins import OpRegistry, op_registry
 
 FORMAT_VERSION = 1
@@ -25,23 +26,28 @@ FORMAT_VERSION = 1
 
 @dataclass(frozen=True)
 class TensorType:
-    """Static shape and dtype of a value."""
+    """Shape and dtype of a value. A shape's entries are ints, or symbolic dims (``graph.dims.Dim``) where
+    the size is known only at run time; ``size`` and ``nbytes`` are then dims too."""
 
     shape: tuple
     dtype: str
 
     def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
+        object.__setattr__(self, "shape", tuple(d if isinstance(d, Dim) else int(d) for d in self.shape))
 
     @property
-    def size(self) -> int:
+    def symbolic(self) -> bool:
+        return is_symbolic(self.shape)
+
+    @property
+    def size(self) -> int | Dim:
         n = 1
         for d in self.shape:
-            n *= d
+            n = d * n
         return n
 
     @property
-    def nbytes(self) -> int:
+    def nbytes(self) -> int | Dim:
         return self.size * np.dtype(self.dtype).itemsize
 
     def __str__(self) -> str:
@@ -168,7 +174,8 @@ class Graph:
                  "attrs": {k: _attr_to_json(v) for k, v in n.attrs.items()}}
                 for n in self.nodes
             ],
-            "types": {k: {"shape": list(v.shape), "dtype": v.dtype} for k, v in self.types.items()},
+            "types": {k: {"shape": [str(d) if isinstance(d, Dim) else d for d in v.shape], "dtype": v.dtype}
+                      for k, v in self.types.items()},
             "groups": [list(g) for g in self.groups],
         }
         if include_params:
@@ -189,7 +196,8 @@ class Graph:
                       {k: _attr_from_json(v) for k, v in n["attrs"].items()}) for n in d["nodes"]]
         if params is None:
             params = {k: _array_from_json(v) for k, v in d.get("params", {}).items()}
-        types = {k: TensorType(tuple(v["shape"]), v["dtype"]) for k, v in d.get("types", {}).items()}
+        types = {k: TensorType(tuple(parse_dim(x) if isinstance(x, str) else x for x in v["shape"]),
+                               v["dtype"]) for k, v in d.get("types", {}).items()}
         return Graph(nodes, d["inputs"], d["outputs"], dict(params), types, d.get("name", "model"),
                      tuple(tuple(g) for g in d.get("groups", [])))
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim, from_extent
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import Attr
 from nnvm.tir import expr as E
@@ -95,6 +96,15 @@ def int_tuple(op: str, name: str, value, length: int | None = None) -> tuple[int
     return value
 
 
+def dim_tuple(op: str, name: str, value, length: int | None = None) -> tuple:
+    """``int_tuple`` where entries may also be symbolic dims (``graph.dims.Dim``): a shape attribute."""
+    if not isinstance(value, tuple) or not all(isinstance(v, int | Dim) for v in value):
+        raise Error(f"{op}: {name} must be a tuple of ints and dims, got {value!r}")
+    if length is not None and len(value) != length:
+        raise Error(f"{op}: {name} must have {length} values, got {value!r}")
+    return value
+
+
 # ---------------------------------------------------------------------------------------------------
 # broadcasting
 
@@ -120,15 +130,15 @@ def broadcast_read(t: te.Tensor, idx: tuple):
     return t[tuple(E.const(0) if d == 1 else idx[off + k] for k, d in enumerate(shape))]
 
 
-def shape_of(t: te.Tensor) -> tuple[int, ...]:
-    """The static shape of a tensor as Python ints."""
-    return tuple(int(d.value) for d in t.shape)
+def shape_of(t: te.Tensor) -> tuple:
+    """The shape of a tensor as Python ints, and symbolic dims (``graph.dims.Dim``) where it has them."""
+    return tuple(int(d.value) if isinstance(d, E.Const) else from_extent(d) for d in t.shape)
 
 
-def prod(values) -> int:
+def prod(values) -> int | Dim:
     n = 1
     for v in values:
-        n *= int(v)
+        n = v * n if isinstance(v, Dim) else n * int(v)
     return n
 
 

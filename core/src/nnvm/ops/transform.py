@@ -12,12 +12,14 @@ import numpy as np
 
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim, SymbolicDimError
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import (
     TUPLE_OR_NONE,
     broadcast_read,
     broadcast_shapes,
     checked_evaluate,
+    dim_tuple,
     float_attr,
     int_tuple,
     normalize_axis,
@@ -28,6 +30,7 @@ from nnvm.ops.common import (
     shape_of,
 )
 from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.tir import expr as E
 
 
 def _op(name, infer, compute, evaluate, attrs=None, num_inputs=(1, 1), num_outputs=1, doc=""):
@@ -45,8 +48,8 @@ def _one(op, in_types):
 
 def _reshape_infer(in_types, attrs):
     x = _one("reshape", in_types)
-    shape = int_tuple("reshape", "newshape", attrs["newshape"])
-    if any(d < 0 for d in shape):
+    shape = dim_tuple("reshape", "newshape", attrs["newshape"])
+    if any(isinstance(d, int) and d < 0 for d in shape):
         raise Error(f"reshape: newshape {shape} must be fully static (no -1; the frontend resolves it)")
     if prod(shape) != prod(x.shape):
         raise Error(f"reshape: cannot reshape {x.shape} ({prod(x.shape)} elements) to {shape} "
@@ -54,11 +57,39 @@ def _reshape_infer(in_types, attrs):
     return [TensorType(shape, x.dtype)]
 
 
+def _symbolic_reshape_source(in_shape: tuple, out_shape: tuple, i: tuple) -> tuple | None:
+    """The input index of output index ``i`` for a reshape of symbolic shapes that keeps a common leading
+    part and moves only static or size-1 dims after it (``(b, s, 64) -> (b, s, 4, 16)``, an unsqueeze to
+    ``(b, 1, 1, s)``), without dividing by a dim; None for any other reshape (the general form)."""
+    k = 0
+    while k < min(len(in_shape), len(out_shape)) and in_shape[k] == out_shape[k]:
+        k += 1
+    rest_in, rest_out = in_shape[k:], out_shape[k:]
+    if not any(isinstance(d, Dim) for d in rest_in + rest_out):  # the moved part is static
+        flat = te.const(0)
+        for idx, d in zip(i[k:], rest_out):
+            flat = flat * d + idx
+        src, stride = [], prod(rest_in)
+        for d in rest_in:
+            stride //= d
+            src.append(te.const(0) if d == 1 else flat // stride % d if stride > 1 else flat % d)
+        return tuple(i[:k]) + tuple(src)
+    kept_in = [d for d in rest_in if d != 1]
+    if kept_in != [d for d in rest_out if d != 1]:
+        return None
+    taken = iter([idx for idx, d in zip(i[k:], rest_out) if d != 1])
+    return tuple(i[:k]) + tuple(te.const(0) if d == 1 else next(taken) for d in rest_in)
+
+
 def _reshape_compute(inputs, attrs, out_types):
     (x,) = inputs
     in_shape, out_shape = shape_of(x), out_types[0].shape
+    symbolic = any(isinstance(d, Dim) for d in in_shape + tuple(out_shape))
 
     def body(*i):
+        direct = _symbolic_reshape_source(in_shape, tuple(out_shape), i) if symbolic else None
+        if direct is not None:
+            return x[direct]
         if in_shape == out_shape:
             return x[i]
         if 0 in in_shape:  # an empty tensor: the body is never evaluated, any in-bounds form will do
@@ -72,7 +103,7 @@ def _reshape_compute(inputs, attrs, out_types):
             if d == 1:
                 src.append(te.const(0))
                 continue
-            q = flat // stride if stride > 1 else flat
+            q = flat // stride if isinstance(stride, Dim) or stride > 1 else flat
             src.append(q % d if k else q)
         return x[tuple(src)]
 
@@ -101,9 +132,50 @@ def _transpose_compute(inputs, attrs, out_types):
                        tag="transpose")]
 
 
+def _arange_infer(in_types, attrs):
+    if in_types:
+        raise Error("arange: takes no inputs")
+    length = attrs["length"]
+    if not isinstance(length, int | Dim) or (isinstance(length, int) and length < 0):
+        raise Error(f"arange: length must be a non-negative int or a dim, got {length!r}")
+    return [TensorType((length,), attrs["dtype"])]
+
+
+def _arange_compute(inputs, attrs, out_types):
+    ty = out_types[0]
+    start, delta = te.const(attrs["start"], ty.dtype), te.const(attrs["delta"], ty.dtype)
+    return [te.compute(ty.shape, lambda i: start + te.cast(ty.dtype, i) * delta, name="arange", tag="arange")]
+
+
+def _dim_values_infer(in_types, attrs):
+    if in_types:
+        raise Error("dim_values: takes no inputs")
+    shape, values = int_tuple("dim_values", "shape", attrs["shape"]), dim_tuple("dim_values", "values",
+                                                                               attrs["values"])
+    if prod(shape) != len(values):
+        raise Error(f"dim_values: {len(values)} values for the shape {shape}")
+    return [TensorType(shape, "int64")]
+
+
+def _dim_values_compute(inputs, attrs, out_types):
+    shape, values = out_types[0].shape, attrs["values"]
+
+    def body(*i):
+        flat = te.const(0)
+        for idx, d in zip(i, shape):
+            flat = flat * d + idx
+        out = te.const(values[-1], "int64") if isinstance(values[-1], int) else E.convert(values[-1])
+        for k in range(len(values) - 2, -1, -1):
+            v = te.const(values[k], "int64") if isinstance(values[k], int) else E.convert(values[k])
+            out = te.select(flat == k, v, out)
+        return out
+
+    return [te.compute(shape, body, name="dim_values", tag="dim_values")]
+
+
 def _broadcast_to_infer(in_types, attrs):
     x = _one("broadcast_to", in_types)
-    shape = int_tuple("broadcast_to", "shape", attrs["shape"])
+    shape = dim_tuple("broadcast_to", "shape", attrs["shape"])
     if len(shape) < len(x.shape) or broadcast_shapes("broadcast_to", x.shape, shape) != shape:
         raise Error(f"broadcast_to: the shape {x.shape} cannot be broadcast to {shape}")
     return [TensorType(shape, x.dtype)]
@@ -226,7 +298,7 @@ def _split_eval(xs, attrs):
 def _slices(shape: tuple, attrs: dict) -> dict:
     """axis -> (start, step, length) with Python slicing's clamping."""
     begin = int_tuple("strided_slice", "begin", attrs["begin"])
-    end = int_tuple("strided_slice", "end", attrs["end"], len(begin))
+    end = dim_tuple("strided_slice", "end", attrs["end"], len(begin))
     strides = attrs["strides"] if attrs["strides"] is not None else (1,) * len(begin)
     axes = attrs["axes"] if attrs["axes"] is not None else tuple(range(len(begin)))
     int_tuple("strided_slice", "strides", strides, len(begin))
@@ -238,6 +310,13 @@ def _slices(shape: tuple, attrs: dict) -> dict:
             raise Error(f"strided_slice: the stride for axis {a} is zero")
         if a in out:
             raise Error(f"strided_slice: axis {a} is sliced twice")
+        if isinstance(e, Dim) or isinstance(shape[a], Dim):
+            # symbolic: forward from a constant start to a dim that fits (the frontend checks it at each run)
+            if s != 1 or b < 0 or not isinstance(e, Dim):
+                raise SymbolicDimError(f"strided_slice: axis {a} of size {shape[a]} sliced from {b} to {e} "
+                                       f"by {s}; with symbolic dims only forward by 1 to a dim, for now")
+            out[a] = (b, 1, e - b)
+            continue
         start, stop, step = slice(b, e, s).indices(shape[a])
         out[a] = (start, step, len(range(start, stop, step)))
     return out
@@ -288,7 +367,8 @@ def _take_compute(inputs, attrs, out_types):
     def body(*i):
         j = indices[tuple(i[axis:axis + k])].astype("int64")
         j = te.select(j < te.const(0), j + n, j)
-        j = te.minimum(te.maximum(j, te.const(0)), te.const(n - 1))
+        last = te.const(n - 1) if isinstance(n, int) else E.convert(n - 1)  # n: a symbolic dim
+        j = te.minimum(te.maximum(j, te.const(0)), last)
         return data[tuple(i[:axis]) + (j,) + tuple(i[axis + k:])]
 
     return [te.compute(out_types[0].shape, body, name="take", tag="take")]
@@ -396,6 +476,18 @@ def ops() -> list[OpDef]:
         _op("broadcast_to", _broadcast_to_infer, _broadcast_to_compute,
             lambda xs, a: [np.broadcast_to(xs[0], a["shape"])], {"shape": Attr(tuple)},
             doc="numpy broadcast to a shape"),
+        _op("arange", _arange_infer, _arange_compute,
+            lambda xs, a: [a["start"] + np.arange(a["length"], dtype=a["dtype"]) * a["delta"]],
+            {"start": Attr((int, float), 0), "delta": Attr((int, float), 1), "length": Attr((int, Dim)),
+             "dtype": Attr(str, "int64")}, num_inputs=(0, 0),
+            doc="start + i * delta for i below length (an int, or a symbolic dim: Range up to seq)"),
+        _op("dim_values", _dim_values_infer, _dim_values_compute,
+            # only a binding's values evaluate (int() of a symbolic dim raises, naming it)
+            lambda xs, a: [np.array([int(v) for v in a["values"]], dtype=np.int64).reshape(a["shape"])],
+            {"values": Attr(tuple, doc="ints and symbolic dims, flat"), "shape": Attr(tuple)},
+            num_inputs=(0, 0),
+            doc="an int64 tensor of symbolic dims' values (a shape computed at import, used as data: "
+                "position ids' seq * batch)"),
         _op("tile", _tile_infer, _tile_compute, lambda xs, a: [np.tile(xs[0], a["reps"])],
             {"reps": Attr(tuple)},
             doc="repeat the input reps times along each axis (numpy.tile)"),

@@ -159,12 +159,14 @@ def simplify_inference(graph: Graph, ctx=None) -> Graph:
 
 
 def fold_constants(graph: Graph, ctx=None) -> Graph:
-    """Evaluate, at compile time, every node whose inputs are all weights; its outputs become weights."""
+    """Evaluate, at compile time, every node whose inputs are all weights; its outputs become weights
+    (not where an output's shape is symbolic: a slice of a weight up to ``seq`` runs at each run)."""
     params = dict(graph.params)
     nodes = []
     for node in graph.nodes:
         opdef = get_op(node.op, node.name)
-        if opdef.evaluate is not None and node.inputs and all((not v) or v in params for v in node.inputs):
+        if opdef.evaluate is not None and node.inputs and all((not v) or v in params for v in node.inputs) \
+                and not any(o in graph.types and graph.types[o].symbolic for o in node.outputs):
             values = evaluate_node(node, [params[v] if v else None for v in node.inputs])
             for o, val in zip(node.outputs, values):
                 ty = graph.types.get(o)

@@ -49,6 +49,9 @@ class Module:
         runner = library.sequence_runner() if has_runner else None
         self._sequence = SEQUENCE_TYPE(runner) if runner else None
         self._lock = threading.Lock()  # guards the pool of free workspaces and the one-time export
+        # a plan for one binding of symbolic dims: the values its kernels' dim arguments point at
+        self._dim_index = {name: k for k, name in enumerate(plan.get("dims", {}))}
+        self._dim_values = np.array(list(plan.get("dims", {}).values()) or [0], dtype=np.int64)
         _check_plan(plan, self.params)
         check_allocation(plan["arena_bytes"], "the model's activations")
         # a device's own runner (weights and activations in device memory), which takes every run
@@ -67,7 +70,10 @@ class Module:
         fn = kernel_from_address(self.library.address(call["kernel"]))
         ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
         for k, ref in enumerate(call["args"]):
-            ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
+            if "dim" in ref:
+                ptrs[k] = self._dim_values.ctypes.data + 8 * self._dim_index[ref["dim"]]
+            else:
+                ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
         return fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]
 
     def _call_tables(self, calls: list) -> tuple:
@@ -169,6 +175,10 @@ class Module:
 
     def export(self, path: str) -> None:
         """Write one file with kernels, execution plan and weights; ``nnvm.load`` runs it."""
+        if self.plan.get("dims"):
+            raise Error(f"cannot export {path}: the module's kernels take symbolic dims "
+                        f"({', '.join(self.plan['dims'])}), and exporting them is not supported yet; compile "
+                        "it with every dim bound (integers in shapes=) to export it")
         meta = {
             "format": ARTIFACT_FORMAT,
             "version": ARTIFACT_VERSION,
@@ -195,6 +205,10 @@ def _check_plan(plan: dict, params: dict) -> None:
         refs = [(d["ref"], np.dtype(d["dtype"]).itemsize * _count(d["shape"]), d["name"]) for d in descs]
         refs += [(ref, None, call["kernel"]) for call in plan["calls"] for ref in call["args"]]
         for ref, nbytes, where in refs:
+            if "dim" in ref:
+                if ref["dim"] not in plan.get("dims", {}):
+                    raise ValueError(f"{where} takes a dim {ref['dim']!r} the plan does not bind")
+                continue
             if "param" in ref:
                 if ref["param"] not in params:
                     raise ValueError(f"{where} uses a weight {ref['param']!r} the module does not have")

@@ -20,7 +20,8 @@ once).
 from __future__ import annotations
 
 from nnvm.errors import Error
-from nnvm.graph.ir import Graph
+from nnvm.graph.dims import Dim
+from nnvm.graph.ir import Graph, TensorType
 from nnvm.ops.registry import OpPattern, get_op
 
 ALIGN = 64
@@ -96,8 +97,30 @@ def inplace_input(graph: Graph, call: dict, producers: dict) -> str | None:
     return None
 
 
-def make_plan(graph: Graph, calls: list, inplace: bool = True) -> dict:
-    """The JSON-able plan: inputs, outputs, kernel calls with argument locations, arena size."""
+def symbolic_dims(graph: Graph) -> list:
+    """The names of the symbolic dims in ``graph``'s types, in order of first appearance."""
+    found: dict = {}
+    for ty in graph.types.values():
+        for d in ty.shape:
+            if isinstance(d, Dim):
+                found.update(dict.fromkeys(d.names))
+    return list(found)
+
+
+def bind_types(graph: Graph, values: dict) -> Graph:
+    """``graph`` with every symbolic dim of its types evaluated with ``values`` (dim name -> int)."""
+    types = {v: TensorType(tuple(d.evaluate(values) if isinstance(d, Dim) else d for d in ty.shape), ty.dtype)
+             if ty.symbolic else ty for v, ty in graph.types.items()}
+    return graph.replace(types=types)
+
+
+def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None = None) -> dict:
+    """The JSON-able plan: inputs, outputs, kernel calls with argument locations, arena size. A graph with
+    symbolic dims is planned for one binding, ``dims`` (name -> value): shapes and sizes are evaluated
+    with it, and a call whose kernel takes dims (``call["dims"]``, ``lowering.group_calls``) gets a
+    ``{"dim": name}`` argument for each, after its buffers."""
+    if dims is not None:
+        graph = bind_types(graph, dims)
     steps = len(calls)
     lifetimes: dict = {}
     for v in graph.inputs:
@@ -147,11 +170,12 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True) -> dict:
         ty = graph.type_of(v)
         return {"name": v, "shape": list(ty.shape), "dtype": ty.dtype, "ref": ref(v)}
 
-    return {
+    plan = {
         "version": PLAN_VERSION,
         "inputs": [desc(v) for v in graph.inputs],
         "outputs": [desc(v) for v in graph.outputs],
-        "calls": [{"kernel": c["kernel"], "group": c["group"], "args": [ref(v) for v in c["args"]]}
+        "calls": [{"kernel": c["kernel"], "group": c["group"],
+                   "args": [ref(v) for v in c["args"]] + [{"dim": d} for d in c.get("dims", ())]}
                   for c in calls],
         "arena_bytes": arena,
         # Without fusion or planning every node output and input would have its own memory.
@@ -160,3 +184,6 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True) -> dict:
         "lower_bound_bytes": lower_bound,
         "placements": {v: [offsets[v], sizes[v], lifetimes[v][0], lifetimes[v][1]] for v in offsets},
     }
+    if dims is not None:
+        plan["dims"] = dict(dims)
+    return plan

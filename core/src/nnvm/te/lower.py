@@ -26,7 +26,7 @@ from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.lower import guarded, mark_double_buffers, partition_loops, unroll_loops
 from nnvm.tir.simplify import simplify
-from nnvm.tir.visit import rewrite, substitute, tensors_read
+from nnvm.tir.visit import rewrite, shape_dims, substitute, tensors_read, unbound_vars
 
 # ---------------------------------------------------------------------------------------------------
 # 1. inlining
@@ -159,7 +159,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
             if stage.storage_alignments:
                 strides[t] = _aligned_strides(shape, stage.storage_alignments)
                 shape = [strides[t][0] * shape[0]] if shape else []
-            buffers[t] = S.Buffer(t.name, tuple(E.const(x) for x in shape), t.dtype, stage.scope)
+            buffers[t] = S.Buffer(t.name, tuple(E.convert(x) for x in shape), t.dtype, stage.scope)
             own_buffers[stage].append(buffers[t])
 
     built: dict = {}
@@ -188,7 +188,10 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     body = unroll_loops(body)
     body = partition_loops(body)
     body = simplify(body)
-    return S.PrimFunc(name, tuple(params), body)
+    dims = shape_dims(params)
+    # dims the program reads beyond its parameters' shapes (a tensor of dims' values), by name
+    dims += tuple(sorted((v for v in unbound_vars(body) if v not in dims), key=lambda v: v.name))
+    return S.PrimFunc(name, tuple(params), body, {"dims": dims} if dims else {})
 
 
 def _check_attach_dominates(stage: Stage, bodies: dict, lowered, at: str) -> None:

@@ -17,7 +17,7 @@ def _leaf_loop(stage, iv: E.IterVar, ranges: dict, var: E.Var, body: S.Stmt) -> 
     kind = attrs.get("kind", S.ForKind.SERIAL)
     ext = ranges[iv][1]
     annotations = tuple(attrs.get("pragmas", ()))
-    return S.For(var, E.const(0), E.const(ext), kind, body, attrs.get("thread_tag", ""), annotations)
+    return S.For(var, E.const(0), E.convert(ext), kind, body, attrs.get("thread_tag", ""), annotations)
 
 
 def reduction_nest(stage, red: E.Reduce, out, vmap: dict, ranges: dict, spatial_guards: list,

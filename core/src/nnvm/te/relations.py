@@ -35,20 +35,39 @@ def _const_int(e, what: str, stage) -> int:
     return int(e.value)
 
 
+def _extent(e):
+    """An extent as an int when it simplifies to a constant, else the simplified expression of symbolic
+    dims (a shape such as ``(n, 64)``: docs/dynamic-shapes.md)."""
+    e = simplify(E.convert(e))
+    return int(e.value) if isinstance(e, E.Const) else e
+
+
 def root_ranges(stage) -> dict:
-    """Ranges (min, extent as ints) of the stage's original axes when computed at root."""
+    """Ranges (min as an int, extent as an int or an expression of symbolic dims) of the stage's original
+    axes when computed at root."""
     out = {}
     for iv in list(stage.op.axis) + list(stage.op.reduce_axis):
-        out[iv] = (_const_int(iv.dom.min, "an axis minimum", stage),
-                   _const_int(iv.dom.extent, "an axis extent", stage))
+        out[iv] = (_const_int(iv.dom.min, "an axis minimum", stage), _extent(iv.dom.extent))
     return out
 
 
 def infer_bounds(stage, roots: dict) -> dict:
-    """Ranges of all iter vars of a stage, from its root ranges through its relations."""
+    """Ranges of all iter vars of a stage, from its root ranges through its relations. A symbolic extent
+    split by a constant factor gives ``ceil(extent / factor)`` outer iterations of ``factor`` (the tail
+    guarded, ``root_values``); fusing with one gives the product."""
     ranges = dict(roots)
     for rel in stage.relations:
-        if isinstance(rel, Split):
+        if isinstance(rel, Split) and isinstance(ranges[rel.parent][1], E.Expr):
+            ext = ranges[rel.parent][1]
+            if rel.factor is not None:
+                factor = _const_int(rel.factor, "a split factor", stage)
+                ranges[rel.outer] = (0, _extent((ext + (factor - 1)) // factor))
+                ranges[rel.inner] = (0, factor)
+            else:
+                nparts = _const_int(rel.nparts, "a split nparts", stage)
+                ranges[rel.outer] = (0, nparts)
+                ranges[rel.inner] = (0, _extent((ext + (nparts - 1)) // nparts))
+        elif isinstance(rel, Split):
             _, ext = ranges[rel.parent]
             if rel.factor is not None:
                 factor = _const_int(rel.factor, "a split factor", stage)
@@ -62,7 +81,9 @@ def infer_bounds(stage, roots: dict) -> dict:
                 ranges[rel.outer] = (0, nparts)
                 ranges[rel.inner] = (0, inner)
         elif isinstance(rel, Fuse):
-            ranges[rel.fused] = (0, ranges[rel.outer][1] * ranges[rel.inner][1])
+            outer, inner = ranges[rel.outer][1], ranges[rel.inner][1]
+            product = outer * inner
+            ranges[rel.fused] = (0, product if isinstance(product, int) else _extent(product))
     return ranges
 
 
@@ -86,7 +107,9 @@ def root_values(stage, ranges: dict, leaf_values: dict) -> tuple[dict, list]:
             inner_ext = ranges[rel.inner][1]
             values[rel.parent] = values[rel.outer] * inner_ext + values[rel.inner]
             p_min, p_ext = ranges[rel.parent]
-            if ranges[rel.outer][1] * inner_ext != p_ext:
+            covered = ranges[rel.outer][1] * inner_ext
+            symbolic = isinstance(covered, E.Expr) or isinstance(p_ext, E.Expr)
+            if symbolic or covered != p_ext:  # a symbolic extent: the tail is guarded
                 guards.append((rel.parent, values[rel.parent] < p_ext))
         elif isinstance(rel, Fuse):
             inner_ext = ranges[rel.inner][1]

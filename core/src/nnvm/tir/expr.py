@@ -432,13 +432,16 @@ def const(value, dtype: str | None = None) -> Const:
 
 
 def convert(value) -> Expr:
-    """Python numbers and IterVars to expressions; expressions pass through."""
+    """Python numbers, IterVars and symbolic dims to expressions; expressions pass through."""
     if isinstance(value, Expr):
         return value
     if isinstance(value, IterVar):
         return value.var
     if isinstance(value, bool | int | float):
         return const(value)
+    to_expr = getattr(value, "__tir_expr__", None)  # a symbolic dim of the graph IR (graph.dims.Dim)
+    if to_expr is not None:
+        return to_expr()
     try:
         if isinstance(value, np.generic):
             return const(value.item(), str(value.dtype))
@@ -449,8 +452,8 @@ def convert(value) -> Expr:
 
 def _unify(a, b) -> tuple[Expr, Expr]:
     """Python literals take the other side's dtype, so `x * 2` stays float32 when x is."""
-    a_lit = not isinstance(a, Expr | IterVar)
-    b_lit = not isinstance(b, Expr | IterVar)
+    a_lit = not isinstance(a, Expr | IterVar) and not hasattr(a, "__tir_expr__")
+    b_lit = not isinstance(b, Expr | IterVar) and not hasattr(b, "__tir_expr__")
     if a_lit and not b_lit:
         b = convert(b)
         a = const(a, b.dtype if not isinstance(a, float) or is_float(b.dtype) else "float32")

@@ -104,12 +104,18 @@ class AttrStmt(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class PrimFunc:
-    """A compiled unit: a loop program over parameter buffers. Buffers are passed by pointer."""
+    """A compiled unit: a loop program over parameter buffers. Buffers are passed by pointer; a function
+    over symbolic shapes also takes its dims (``dims``: the variables in the parameters' shapes, each
+    passed after the buffers as a pointer to its int64 value)."""
 
     name: str
     params: tuple  # of Buffer
     body: Stmt
     attrs: dict = field(default_factory=dict)
+
+    @property
+    def dims(self) -> tuple:
+        return self.attrs.get("dims", ())
 
     def __repr__(self) -> str:
         return func_str(self)

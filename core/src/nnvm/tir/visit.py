@@ -182,3 +182,35 @@ def tensors_read(node) -> list:
 
     walk(node, fn)
     return list(seen)
+
+
+def shape_dims(buffers) -> tuple:
+    """The symbolic dims (variables) in the shapes of ``buffers``, in order of first appearance: the
+    scalar parameters of a function over symbolic shapes (``PrimFunc.dims``)."""
+    found: dict = {}
+
+    def fn(node):
+        if isinstance(node, Var):
+            found.setdefault(node, None)
+
+    for buf in buffers:
+        for d in buf.shape:
+            if isinstance(d, Expr):
+                walk(d, fn)
+    return tuple(found)
+
+
+def unbound_vars(body) -> list:
+    """The variables ``body`` reads that no loop, let or reduction in it defines, in order of first use:
+    the dims a function over symbolic shapes uses beyond its parameters' shapes."""
+    used: dict = {}
+    defined: set = set()
+
+    def fn(node):
+        if isinstance(node, Var):
+            used.setdefault(node, None)
+        elif hasattr(node, "var") and isinstance(node.var, Var):  # For, LetStmt, Let, IterVar
+            defined.add(node.var)
+
+    walk(body, fn)
+    return [v for v in used if v not in defined]

@@ -129,17 +129,21 @@ class CodeGenLLVM(ExprEmitter):
         self.kernel_names.append(name)
         self._index_keys = self._index_memo = None
         body = vectorize_loops(func.body, LLVM)
-        fnty = ir.FunctionType(I32, [PTR] * len(func.params))
+        nparams, dims = len(func.params), func.dims
+        fnty = ir.FunctionType(I32, [PTR] * nparams + [value_type(d.dtype) for d in dims])
         compute = ir.Function(self.module, fnty, name=f"{name}.compute")
         compute.linkage = "internal"
         compute.attributes.add("nounwind")
-        for arg in compute.args:
+        for arg in compute.args[:nparams]:
             arg.add_attribute("noalias")
         outer = self.frame, self.builder
         try:
             self.begin_function(name, compute)
             for buf, arg in zip(func.params, compute.args):
                 self.frame.buffers[buf] = arg
+            for dim, arg in zip(dims, compute.args[nparams:]):  # symbolic dims: at least 1
+                self.frame.vars[dim] = arg
+                self.frame.nonneg.add(dim)
             self.stmt(body)
             self.builder.ret(ir.Constant(I32, 0))
         finally:
@@ -149,9 +153,12 @@ class CodeGenLLVM(ExprEmitter):
         entry.attributes.add("nounwind")
         bld = ir.IRBuilder(entry.append_basic_block("entry"))
         ptrs = []
-        for k in range(len(func.params)):
+        for k in range(nparams + len(dims)):
             slot = bld.gep(entry.args[0], [ir.Constant(I64, k)], inbounds=True, source_etype=PTR)
             ptrs.append(bld.load(slot, typ=PTR))
+        for j, dim in enumerate(dims):  # a dim's slot points at its int64 value
+            value = bld.load(ptrs[nparams + j], typ=I64)
+            ptrs[nparams + j] = value if dim.dtype == "int64" else bld.trunc(value, value_type(dim.dtype))
         bld.ret(bld.call(compute, ptrs))
 
     def begin_function(self, name: str, fn: ir.Function, in_parallel: bool = False) -> None:

@@ -37,7 +37,7 @@ class NnvmBackendRep:
         if not isinstance(model, onnx.ModelProto):
             from nnvm_frontend_onnx.importer import read_model
 
-            model, _ = read_model(model)
+            model, _, _ = read_model(model, in_place=False)
         self.model = model
         self.device = device
         self.opt_level = opt_level

@@ -15,6 +15,7 @@ import numpy as np
 from nnvm.errors import Error
 from nnvm.frontend import ConversionContext, ConvertError, ConverterTable
 from nnvm.graph.builder import GraphBuilder
+from nnvm.graph.dims import Dim
 
 __all__ = ["CONVERTERS", "Context", "ConvertError", "ValueDependentError", "converter"]
 
@@ -53,6 +54,8 @@ class Context(ConversionContext):
         self.consumed = consumed  # ONNX value names read by some node or graph output
         self.env: dict[str, str] = {}  # ONNX value name -> nnvm value, of the scope being converted
         self.node = None  # the onnx NodeProto being converted
+        # shapes computed from symbolic dims, folded at import (``shape_values``): name -> object array
+        self.symbolic_values: dict[str, np.ndarray] = {}
 
     def begin(self, node, name: str) -> None:
         self.node = node
@@ -84,8 +87,14 @@ class Context(ConversionContext):
         """``node <name> (<OpType>, opset <N>)``, the start of every error about this node."""
         return node_label(self.name, self.op_type, self.opset)
 
+    def const_value(self, v: str):
+        if v in self.symbolic_values:
+            return self.symbolic_values[v]
+        return super().const_value(v)
+
     def const(self, v: str, what: str) -> np.ndarray:
-        """The value of an input that decides a shape; it must be known when importing."""
+        """The value of an input that decides a shape; it must be known when importing (its entries may
+        be symbolic dims: ``shape_values``)."""
         value = self.const_value(v)
         if value is None:
             raise ValueDependentError(f"{self.label}: {what} is computed at run time "
@@ -93,7 +102,8 @@ class Context(ConversionContext):
         return value
 
     def const_ints(self, v: str, what: str) -> tuple:
-        return tuple(int(x) for x in np.asarray(self.const(v, what)).reshape(-1))
+        """The ints of a constant input; symbolic dims stay dims."""
+        return tuple(x if isinstance(x, Dim) else int(x) for x in np.asarray(self.const(v, what)).reshape(-1))
 
 
 def normalize_axis(axis: int, rank: int, ctx: Context | None = None) -> int:

@@ -12,6 +12,8 @@ import math
 
 import numpy as np
 
+from nnvm.frontend.convert import require_at_most
+from nnvm.graph.dims import Dim
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
@@ -43,6 +45,8 @@ def convert_constant_of_shape(ctx: Context, inputs):
     shape = ctx.const_ints(inputs[0], "the shape input")
     value = ctx.attr("value")
     value = np.zeros((1,), np.float32) if value is None else np.asarray(value)
+    if any(isinstance(d, Dim) for d in shape):  # of symbolic dims: the scalar broadcast at each run
+        return ctx.op("broadcast_to", [ctx.param(value.reshape(()), "value")], {"shape": shape})
     return ctx.b.param(ctx.node.output[0], np.full(shape, value.reshape(-1)[0], dtype=value.dtype))
 
 
@@ -62,6 +66,12 @@ def convert_size(ctx: Context, inputs):
 def convert_range(ctx: Context, inputs):
     start, limit, delta = (ctx.const(v, what) for v, what in
                            zip(inputs[:3], ("the start input", "the limit input", "the delta input")))
+    if limit.dtype == object:  # a limit of symbolic dims (``shape_values``): counted at each run
+        dtype = ctx.dtype(inputs[0])
+        first, step, end = start.item(), delta.item(), limit.reshape(-1)[0]
+        if step != 1 or not isinstance(first, int):
+            raise ctx.error(f"a Range from {first} by {step} to the symbolic {end} is not supported yet")
+        return ctx.op("arange", [], {"start": first, "delta": 1, "length": end - first, "dtype": dtype})
     return ctx.param(np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), "range")
 
 
@@ -81,16 +91,16 @@ def resolve_reshape(ctx: Context, in_shape: tuple, spec: tuple, allowzero: bool 
             if i >= len(in_shape):
                 raise ctx.error(f"shape {spec} copies dimension {i}, which {in_shape} does not have")
             d = in_shape[i]
-        out.append(int(d))
+        out.append(d if isinstance(d, Dim) else int(d))
     total = math.prod(in_shape)
     if out.count(-1) > 1:
         raise ctx.error(f"shape {spec} has more than one -1")
     if -1 in out:
         known = math.prod(d for d in out if d != -1)
-        if known == 0 or total % known:
+        if known == 0 or total % known != 0:  # dims: the division must be exact as polynomials
             raise ctx.error(f"cannot reshape {in_shape} to {spec}")
         out[out.index(-1)] = total // known
-    if math.prod(out) != total or any(d < 0 for d in out):
+    if math.prod(out) != total or any(isinstance(d, int) and d < 0 for d in out):
         raise ctx.error(f"cannot reshape {in_shape} to {spec}")
     return tuple(out)
 
@@ -220,7 +230,10 @@ def convert_slice(ctx: Context, inputs):
         a = normalize_axis(a, len(shape), ctx)
         if st == 0:
             raise ctx.error("a step of 0")
-        lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps as Python does
+        if any(isinstance(v, Dim) for v in (s, e, shape[a])):
+            lo, hi, step = _symbolic_slice(ctx, s, e, st, shape[a], a)
+        else:
+            lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps as Python does
         if (lo, hi, step) == (0, shape[a], 1):
             continue
         if step < 0 and hi < 0:
@@ -233,6 +246,23 @@ def convert_slice(ctx: Context, inputs):
         return x
     return ctx.op("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end),
                                          "strides": tuple(strides), "axes": tuple(out_axes)})
+
+
+def _symbolic_slice(ctx: Context, start, end, step, size, axis: int) -> tuple:
+    """A slice where the bound or the axis is a symbolic dim: forward from a constant start only, the end
+    clamped to the axis. An end that is a dim, over an axis it may not fit, becomes a requirement checked
+    at each run (``require_at_most``) instead of a clamp nobody computes."""
+    if step != 1 or not isinstance(start, int) or start < 0:
+        raise ctx.error(f"axis {axis} (size {size}) sliced from {start} to {end} by {step}: a slice with "
+                        "symbolic dims must go forward by 1 from a constant start, for now")
+    if isinstance(end, int) and end >= 2 ** 31 - 1:  # "to the end", as exporters spell it
+        end = size
+    elif isinstance(end, int):
+        raise ctx.error(f"axis {axis} (size {size}) sliced to {end}: a slice with symbolic dims must end at "
+                        "the axis's end or at a symbolic dim, for now")
+    elif end != size:
+        require_at_most(end, size, f"{ctx.label} slices axis {axis} of size {size} to {end}")
+    return start, end, 1
 
 
 @converter("Gather")
@@ -296,13 +326,28 @@ def convert_pad(ctx: Context, inputs):
 def convert_expand(ctx: Context, inputs):
     x = inputs[0]
     target = ctx.const_ints(inputs[1], "the shape input")
-    try:
-        shape = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(x), target))
-    except ValueError:
-        raise ctx.error(f"cannot expand {ctx.shape(x)} to {target}") from None
+    if any(isinstance(d, Dim) for d in (*target, *ctx.shape(x))):
+        shape = _broadcast_dims(ctx, ctx.shape(x), target)
+    else:
+        try:
+            shape = tuple(int(d) for d in np.broadcast_shapes(ctx.shape(x), target))
+        except ValueError:
+            raise ctx.error(f"cannot expand {ctx.shape(x)} to {target}") from None
     if shape == ctx.shape(x):
         return x
     return ctx.op("broadcast_to", [x], {"shape": shape})
+
+
+def _broadcast_dims(ctx: Context, a: tuple, b: tuple) -> tuple:
+    """numpy broadcasting of shapes holding symbolic dims: a dim meets 1 or itself, nothing else."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and 1 not in (x, y):
+            raise ctx.error(f"cannot expand {a} to {b}: {x} against {y}")
+        out.append(y if x == 1 else x)
+    return tuple(out)
 
 
 @converter("Tile")

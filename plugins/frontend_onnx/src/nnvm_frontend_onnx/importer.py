@@ -46,6 +46,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (convert_*: fill CONVERTERS)
     convert_tensor,
     functions,
     mapped,
+    shape_values,
 )
 from nnvm_frontend_onnx.context import (
     CONVERTERS,
@@ -66,10 +67,11 @@ def is_model_proto(obj) -> bool:
     return t.__name__ == "ModelProto" and t.__module__.split(".")[0] == "onnx"
 
 
-def read_model(model) -> tuple:
+def read_model(model, in_place: bool = True) -> tuple:
     """``(ModelProto, path or None, {initializer name: array}})`` from a path, serialized bytes or a
-    ``ModelProto``: a file's large initializers are views of the mapped file, left out of the message
-    (``mapped``); every other initializer is read from the message."""
+    ``ModelProto``. ``in_place``: a file's large initializers are views of the mapped file, left out of
+    the message (``mapped``), and every other initializer is read from the message; else the message
+    holds them all (for a caller that hands the message on)."""
     import onnx
 
     if is_model_proto(model):
@@ -87,7 +89,7 @@ def read_model(model) -> tuple:
         raise ModelLoadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except ValueError:  # an empty file cannot be mapped
         mapping = b""
-    found = mapped.split(mapping)
+    found = mapped.split(mapping) if in_place else None
     if found is None:
         data = mapping[:]
         if isinstance(mapping, mmap.mmap):
@@ -244,12 +246,18 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         return
     ctx.begin(node, name)
     label = ctx.label
+    if shape_values.wants(ctx, node.op_type, inputs):  # a shape computation over symbolic dims
+        convert = lambda c, ins: shape_values.convert(c, node.op_type, ins)  # noqa: E731
+        (env[node.output[0]],) = call_converter(ctx, convert, inputs)
+        return
+    inputs = shape_values.materialize(ctx, node.op_type, inputs)
     try:
         results = call_converter(ctx, CONVERTERS[node.op_type], inputs)
     except (ValueDependentError, FailedConversionError):
         raise
     except ConvertError:
-        if functions.has_function(node.op_type, ctx.opset, node.domain):
+        symbolic = any(v in ctx.symbolic_values for v in inputs)  # a function body would need a tensor
+        if functions.has_function(node.op_type, ctx.opset, node.domain) and not symbolic:
             _convert_function(ctx, node, name, env, inputs)  # a form the converter declines
             return
         raise

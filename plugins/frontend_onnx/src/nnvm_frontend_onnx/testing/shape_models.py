@@ -99,3 +99,91 @@ def gru_net(seed: int = 0, seq: int = 8, features: int = 16, hidden: int = 32, c
 
 
 SHAPE_MODELS = {"transformer_encoder": transformer_encoder, "depthwise_net": depthwise_net, "gru": gru_net}
+
+
+def dynamic_encoder(seed: int = 0, vocab: int = 100, positions: int = 512, d: int = 64, heads: int = 4,
+                    ff: int = 128):
+    """A BERT-style embedding and encoder layer as exporters write it, with symbolic ``batch`` and
+    ``seq`` (``dim_param``s): inputs ``input_ids`` and ``attention_mask`` (int64 [batch, seq]), output
+    ``y`` [batch, seq, d]. Word embeddings (Gather) plus position embeddings sliced to the sequence
+    length taken from ``Shape``; every Reshape target built by ``Shape -> Gather -> Unsqueeze -> Concat``;
+    the mask as ``Where`` over ``Equal``; GELU by ``Erf``; a first LayerNormalization and a last one
+    written out (ReduceMean, Sub, Pow, Sqrt, Div), and a ``Tanh`` on the way out."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    dh = d // heads
+    f32 = lambda a: np.asarray(a, dtype=np.float32)  # noqa: E731
+    i64 = lambda a: np.asarray(a, dtype=np.int64)  # noqa: E731
+    w = {f"w{p}": f32(rng.normal(0, d ** -0.5, (d, d))) for p in "qkvo"}
+    w.update({f"b{p}": f32(rng.normal(0, 0.1, d)) for p in "qkvo"})
+    w.update(word=f32(rng.normal(0, 1, (vocab, d))), pos=f32(rng.normal(0, 0.5, (positions, d))),
+             w1=f32(rng.normal(0, d ** -0.5, (d, ff))), b1=f32(rng.normal(0, 0.1, ff)),
+             w2=f32(rng.normal(0, ff ** -0.5, (ff, d))), b2=f32(rng.normal(0, 0.1, d)),
+             g0=f32(rng.uniform(0.5, 1.5, d)), be0=f32(rng.normal(0, 0.1, d)),
+             g2=f32(rng.uniform(0.5, 1.5, d)), be2=f32(rng.normal(0, 0.1, d)),
+             i0=i64(0), i1=i64(1), zero1=i64([0]), axis0=i64([0]), axes0=i64([0]), axes12=i64([1, 2]),
+             tail_heads=i64([heads, dh]),
+             tail_d=i64([d]), scale=f32(dh ** -0.5), half=f32(0.5), one=f32(1.0), sqrt2=f32(2 ** 0.5),
+             two=f32(2.0), eps=f32(1e-5), neg=f32(-1e4), zero_i=i64(0))
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["input_ids"], ["ids_shape"]),
+        n("Gather", ["ids_shape", "i0"], ["batch"], axis=0),
+        n("Gather", ["ids_shape", "i1"], ["seq"], axis=0),
+        n("Unsqueeze", ["batch", "axes0"], ["batch1"]), n("Unsqueeze", ["seq", "axes0"], ["seq1"]),
+        n("Gather", ["word", "input_ids"], ["we"], axis=0),
+        n("Slice", ["pos", "zero1", "seq1", "axis0"], ["pe"]),
+        n("Add", ["we", "pe"], ["e0"]),
+        n("LayerNormalization", ["e0", "g0", "be0"], ["x"], axis=-1, epsilon=1e-12),
+        n("Concat", ["batch1", "seq1", "tail_heads"], ["heads_shape"], axis=0),
+        n("Concat", ["batch1", "seq1", "tail_d"], ["flat_shape"], axis=0),
+    ]
+    for p in "qkv":
+        nodes += [n("MatMul", ["x", f"w{p}"], [f"{p}0"]), n("Add", [f"{p}0", f"b{p}"], [f"{p}b"]),
+                  n("Reshape", [f"{p}b", "heads_shape"], [f"{p}1"]),
+                  n("Transpose", [f"{p}1"], [p], perm=[0, 2, 3, 1] if p == "k" else [0, 2, 1, 3])]
+    nodes += [
+        n("MatMul", ["q", "k"], ["s0"]), n("Mul", ["s0", "scale"], ["s1"]),
+        n("Unsqueeze", ["attention_mask", "axes12"], ["m0"]), n("Equal", ["m0", "zero_i"], ["m1"]),
+        n("Where", ["m1", "neg", "s1"], ["s2"]),
+        n("Softmax", ["s2"], ["att"], axis=-1), n("MatMul", ["att", "v"], ["o0"]),
+        n("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]), n("Reshape", ["o1", "flat_shape"], ["o2"]),
+        n("MatMul", ["o2", "wo"], ["o3"]), n("Add", ["o3", "bo"], ["o4"]), n("Add", ["x", "o4"], ["h1"]),
+        n("MatMul", ["h1", "w1"], ["f0"]), n("Add", ["f0", "b1"], ["f1"]),
+        n("Div", ["f1", "sqrt2"], ["g0_"]), n("Erf", ["g0_"], ["g1_"]), n("Add", ["g1_", "one"], ["g2_"]),
+        n("Mul", ["f1", "g2_"], ["g3_"]), n("Mul", ["g3_", "half"], ["f2"]),
+        n("MatMul", ["f2", "w2"], ["f3"]), n("Add", ["f3", "b2"], ["f4"]), n("Add", ["h1", "f4"], ["r2"]),
+        n("ReduceMean", ["r2"], ["mu"], axes=[-1]), n("Sub", ["r2", "mu"], ["c0"]),
+        n("Pow", ["c0", "two"], ["c1"]), n("ReduceMean", ["c1"], ["var"], axes=[-1]),
+        n("Add", ["var", "eps"], ["var1"]), n("Sqrt", ["var1"], ["sd"]), n("Div", ["c0", "sd"], ["c2"]),
+        n("Mul", ["c2", "g2"], ["c3"]), n("Add", ["c3", "be2"], ["c4"]), n("Tanh", ["c4"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "nnvm_dynamic_encoder",
+        [helper.make_tensor_value_info(k, TensorProto.INT64, ["batch", "seq"])
+         for k in ("input_ids", "attention_mask")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", d])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in w.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def dynamic_mlp(seed: int = 0, features: int = 32, hidden: int = 64, classes: int = 10):
+    """Gemm -> ReLU -> Gemm -> Softmax over input ``x`` [N, features] with a symbolic batch ``N``."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    w = {"w1": rng.normal(0, features ** -0.5, (hidden, features)), "b1": rng.normal(0, 0.1, hidden),
+         "w2": rng.normal(0, hidden ** -0.5, (hidden, classes)), "b2": rng.normal(0, 0.1, classes)}
+    n = helper.make_node
+    nodes = [n("Gemm", ["x", "w1", "b1"], ["h0"], transB=1), n("Relu", ["h0"], ["h1"]),
+             n("Gemm", ["h1", "w2", "b2"], ["z"]), n("Softmax", ["z"], ["y"], axis=-1)]
+    graph = helper.make_graph(
+        nodes, "nnvm_dynamic_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", features])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", classes])],
+        initializer=[numpy_helper.from_array(np.asarray(v, dtype=np.float32), k) for k, v in w.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model

@@ -86,9 +86,12 @@ def zoo_model_path(name: str, batch: int = 1) -> str:
 
 
 def hf_model_path(name: str, batch: int = 1, seq: int = 128, layers: int | None = None,
-                  width: int | None = None, heads: int | None = None) -> str:
+                  width: int | None = None, heads: int | None = None, dynamic: bool = False,
+                  exporter: str = "dynamo") -> str:
     """Path of Hugging Face model ``name`` (``HF_MODELS``: its default config, seeded random weights)
-    exported with fixed shapes; ``layers``, ``width`` and ``heads`` make a smaller one (tests)."""
+    exported with fixed shapes, or with ``dynamic`` batch and sequence axes (dim_params ``batch``, ``seq``);
+    ``layers``, ``width`` and ``heads`` make a smaller one (tests); ``exporter``: torch's ``dynamo`` or the
+    legacy ``torchscript``."""
     if name not in HF_MODELS:
         raise KeyError(f"unknown Hugging Face model {name!r}; known: {', '.join(HF_MODELS)}")
     if not HF_SCRIPT.exists():
@@ -98,6 +101,12 @@ def hf_model_path(name: str, batch: int = 1, seq: int = 128, layers: int | None 
         if value:
             args += [f"--{flag}", str(value)]
             tag += f"_{flag[0]}{value}"
+    if dynamic:
+        args.append("--dynamic")
+        tag += "_dynamic"
+    if exporter != "dynamo":
+        args += ["--exporter", exporter]
+        tag += f"_{exporter}"
     return _exported(hf_python(), [HF_SCRIPT], tag, args, f"{name} (batch {batch}, seq {seq})")
 
 

@@ -1,0 +1,257 @@
+"""Symbolic modules: one compiled model for every input shape within its bounds (docs/dynamic-shapes.md).
+
+``nnvm.compile(model, shapes={"input_ids": ("batch", "seq")}, bounds={"seq": (1, 2048)})`` returns a
+``SymbolicModule``. Its inputs' shapes hold named dims, learnt from the frontend's input binding
+(``frontend.convert.binding_dims``): the model's own ``dim_param``s, the names ``shapes=`` gives, and
+``<input>:<axis>`` for an unnamed dim. ``run`` binds every dim from the arrays it is given, checks each
+against its bounds and against the other inputs carrying it (one sentence naming the input and the
+dim), and runs the module specialised for that binding: the static compiler's module for exactly those
+shapes, compiled the first time the binding is seen (the kernel cache shares what does not depend on
+it) and kept in a small cache, most recently used last.
+
+This is stage 2a of issue 39: the user's contract end to end on every target. Symbolic-extent kernels
+(one compile for every shape) replace the per-binding compile in a later stage, with the cache kept as
+the bucket mechanism.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from nnvm.compiler import compile_model
+from nnvm.errors import Error, InputError
+from nnvm.frontend.convert import DimBinding, binding_dims
+from nnvm.graph.dims import Dim
+from nnvm.graph.ir import Graph
+from nnvm.lowering import group_calls
+from nnvm.options import Options
+from nnvm.runtime.module import Module
+from nnvm.runtime.plan import bind_types, make_plan
+
+MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
+
+
+def wants_symbolic(shapes: dict | None, bounds: dict | None) -> bool:
+    """Whether ``nnvm.compile`` keeps dims symbolic: ``bounds=`` given, or ``shapes=`` naming a dim
+    (a string) or leaving one open (None)."""
+    if bounds:
+        return True
+    return any(not isinstance(d, int | np.integer) for shape in (shapes or {}).values() for d in shape)
+
+
+def _checked_bounds(bounds: dict | None) -> dict:
+    """``bounds`` as ``{dim: (lo, hi or None)}``, each ``1 <= lo <= hi``."""
+    out = {}
+    for dim, b in (bounds or {}).items():
+        try:
+            lo, hi = b
+            lo, hi = int(lo), None if hi is None else int(hi)
+        except (TypeError, ValueError):
+            raise InputError(f"bounds= gives dim {dim!r} {b!r}; expected a pair (lo, hi)") from None
+        if lo < 1 or (hi is not None and hi < lo):
+            raise InputError(f"bounds= gives dim {dim!r} the empty or non-positive range [{lo}, {hi}]")
+        out[dim] = (lo, hi)
+    return out
+
+
+def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, options: Options,
+                     **kwargs) -> SymbolicModule:
+    """What ``nnvm.compile`` runs for a symbolic compile: the model imported and compiled once with every
+    dim at its lower bound (1 when unbounded), which checks that it converts and compiles and tells the
+    inputs' symbolic shapes; that module serves its binding."""
+    if isinstance(model, Graph):
+        raise InputError("symbolic dims (a name in shapes=, or bounds=) need a model file or framework "
+                         "object, not an nnvm Graph, for now; bind every dim with integers in shapes=")
+    bounds = _checked_bounds(bounds)
+    t0 = time.perf_counter()
+    binding = DimBinding({}, symbolic=True)
+    try:  # one compile whose kernels take the dims
+        with binding_dims(binding):
+            whole = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+        why = None
+    except Exception as exc:  # noqa: BLE001  (anything the symbolic path cannot do yet: one compile a binding)
+        whole, why = None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, Error) else str(exc)
+    if whole is None:
+        binding = DimBinding({}, default=lambda dim: bounds.get(dim, (1, None))[0])
+        with binding_dims(binding):
+            first = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+    else:
+        first = whole
+    declared = {name: binding.declared[name] for name in first.input_names}
+    dims = list(dict.fromkeys(d for shape in declared.values() for d in shape if isinstance(d, str)))
+    unknown = sorted(set(bounds) - set(dims))
+    if unknown:
+        raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no symbolic dim of the "
+                         f"model's inputs (dims: {', '.join(dims) or 'none'})")
+    mod = SymbolicModule(model, target, shapes, bounds, options, kwargs, declared, dims, whole, why,
+                         binding.requirements if whole is not None else [])
+    if whole is None:
+        mod._remember({d: binding.values[d] for d in dims}, first, time.perf_counter() - t0)
+    else:
+        mod._compile_seconds[None] = time.perf_counter() - t0
+        mod._last = whole
+    return mod
+
+
+class SymbolicModule:
+    """A compiled model whose inputs have symbolic dims; ``run`` takes any shape within the bounds."""
+
+    def __init__(self, model, target, shapes, bounds: dict, options: Options, kwargs: dict, declared: dict,
+                 dims: list, whole=None, why: str | None = None, requirements: list = ()):
+        self._model, self._target, self._shapes = model, target, shapes
+        self._options, self._kwargs = options, kwargs
+        # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
+        self._whole, self.why_specialised = whole, why
+        self.requirements = list(requirements)  # (dim, limit, where): dim <= limit, checked at each run
+        if whole is not None:
+            self._calls = group_calls(whole.graph)
+            for call, planned in zip(self._calls, whole.plan["calls"]):
+                call["kernel"] = planned["kernel"]
+        self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
+        self.input_shapes = declared  # input name -> shape of ints and dim names
+        self.dims = dims
+        self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
+        self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
+        self._last = None
+        self._lock = threading.Lock()  # the cache; a new binding compiles under it, once
+
+    # -- binding ------------------------------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.input_shapes)
+
+    @property
+    def target(self):
+        return self._last.target
+
+    @property
+    def plan(self) -> dict:
+        """The execution plan of the most recently run specialisation (its outputs' names and shapes)."""
+        return self._last.plan
+
+    @property
+    def graph(self):
+        """The graph of the most recently run specialisation."""
+        return self._last.graph
+
+    def bind_dims(self, arrays: dict) -> dict:
+        """Each dim's value from the input ``arrays`` (by name), checked: rank and static dims as
+        declared, every dim within its bounds and the same in every input carrying it."""
+        values: dict = {}
+        source: dict = {}
+        for name, shape in self.input_shapes.items():
+            got = arrays[name].shape
+            if len(got) != len(shape):
+                raise InputError(f"input {name!r} must have rank {len(shape)} {_shown(shape)}, "
+                                 f"got shape {list(got)}")
+            for axis, (d, n) in enumerate(zip(shape, got)):
+                if isinstance(d, int):
+                    if n != d:
+                        raise InputError(f"input {name!r} dim {axis} must be {d} {_shown(shape)}, got {n}")
+                    continue
+                lo, hi = self.bounds[d]
+                if d in values:
+                    if n != values[d]:
+                        raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but input {source[d]!r} "
+                                         f"has {d} = {values[d]}")
+                    continue
+                if n < lo or (hi is not None and n > hi):
+                    raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, outside its bounds "
+                                     f"[{lo}, {'inf' if hi is None else hi}]")
+                values[d], source[d] = n, name
+        for dim, limit, where in self.requirements:
+            got = dim.evaluate(values) if isinstance(dim, Dim) else dim
+            most = limit.evaluate(values) if isinstance(limit, Dim) else limit
+            if got > most:
+                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in dim.names)
+                raise InputError(f"{where}: {dim} must be at most {most}, and the inputs give {given}")
+        return values
+
+    def _arrays(self, args, kwargs) -> dict:
+        names = self.input_names
+        if len(args) > len(names):
+            raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise InputError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
+            if k in given:
+                raise InputError(f"input {k!r} given twice")
+            given[k] = v
+        for name in names:
+            if name not in given:
+                raise InputError(f"missing input {name!r} {_shown(self.input_shapes[name])}")
+        return {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
+
+    # -- running ------------------------------------------------------------------------------------
+    def run(self, *args, **kwargs) -> list[np.ndarray]:
+        """Outputs for inputs of any shape within the bounds (positionally or by name), each with its
+        actual shape. Safe from several threads at once."""
+        arrays = self._arrays(args, kwargs)
+        return self.specialised(self.bind_dims(arrays)).run(**arrays)
+
+    __call__ = run
+
+    def specialised(self, values: dict):
+        """The module for one binding (``{dim: value}``), compiled when first asked for."""
+        key = tuple(values[d] for d in self.dims)
+        with self._lock:
+            mod = self._modules.get(key)
+            if mod is None and self._whole is not None:  # the same kernels, a memory plan for this binding
+                whole = self._whole
+                t0 = time.perf_counter()
+                dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
+                plan = make_plan(whole.graph, self._calls, dims=dims)
+                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(),
+                             bind_types(whole.graph, dims))
+                self._remember(values, mod, time.perf_counter() - t0)
+            elif mod is None:
+                t0 = time.perf_counter()
+                with binding_dims(DimBinding(values)):
+                    mod = compile_model(self._model, target=self._target, shapes=self._shapes,
+                                        options=self._options, **self._kwargs)
+                self._remember(values, mod, time.perf_counter() - t0)
+            else:
+                self._modules.move_to_end(key)
+            self._last = mod
+        return mod
+
+    def _remember(self, values: dict, mod, seconds: float) -> None:
+        key = tuple(values[d] for d in self.dims)
+        self._modules[key] = mod
+        self._compile_seconds[key] = seconds
+        self._last = mod
+        while len(self._modules) > MAX_SPECIALISATIONS:
+            old, _ = self._modules.popitem(last=False)
+            self._compile_seconds.pop(old, None)
+
+    # -- inspection and export ----------------------------------------------------------------------
+    def stats(self) -> dict:
+        """The statistics of the most recently run specialisation (``Module.stats``), and ``symbolic``:
+        the dims with their bounds, the inputs' symbolic shapes, and each binding compiled (seconds)."""
+        with self._lock:
+            out = dict(self._last.stats())
+            out["symbolic"] = {
+                "dims": {d: list(b) for d, b in self.bounds.items()},
+                "inputs": {k: list(v) for k, v in self.input_shapes.items()},
+                # "kernels": one compile, its kernels take the dims; "per binding": a compile each (why)
+                "mode": "kernels" if self._whole is not None else "per binding",
+                "why_per_binding": self.why_specialised,
+                "specialisations": [{"dims": dict(zip(self.dims, key)) if key is not None else None,
+                                     "seconds": sec} for key, sec in self._compile_seconds.items()],
+            }
+        return out
+
+    def export(self, path: str) -> None:
+        """Refused for now: an exported module runs one binding (see docs/dynamic-shapes.md)."""
+        raise Error(f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)}), and "
+                    "exporting a symbolic module is not supported yet; compile it with every dim bound "
+                    "(integers in shapes=) to export it")
+
+
+def _shown(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ")"

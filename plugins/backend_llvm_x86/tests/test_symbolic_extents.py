@@ -1,0 +1,99 @@
+"""Kernels over symbolic extents (issue 39, docs/dynamic-shapes.md): a ``te.var`` in a shape lowers to loops
+over expressions of it, a constant split guards its tail, the LLVM code generator takes the dims after the
+buffers, and one built function runs every size; numbers against numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnvm
+from nnvm import te
+from nnvm.schedules import generic_schedule
+
+
+def test_elementwise_split_by_a_constant_guards_the_tail():
+    n = te.var("n")
+    a = te.placeholder((n, 24), name="A")
+    b = te.compute((n, 24), lambda i, j: a[i, j] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(b.op)
+    outer, inner = s[b].split(s[b].fuse(*b.op.axis), factor=16)
+    s[b].vectorize(inner)
+    s[b].parallel(outer)
+    func = nnvm.lower(s, [a, b])
+    assert [d.name for d in func.dims] == ["n"]
+    assert "< (n * 24)" in str(func), str(func)  # the tail's guard
+    f = nnvm.build(s, [a, b], target="llvm")
+    rng = np.random.default_rng(0)
+    for rows in (1, 2, 3, 17):
+        x = rng.normal(size=(rows, 24)).astype(np.float32)
+        y = np.zeros_like(x)
+        f(x, y)
+        np.testing.assert_allclose(y, x * 2 + 1, rtol=1e-6, err_msg=f"{rows} rows")
+
+
+def test_dense_with_symbolic_rows_tiled_by_constants():
+    m, n, k = te.var("m"), 48, 40
+    a = te.placeholder((m, k), name="A")
+    w = te.placeholder((n, k), name="W")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[j, r], axis=r), name="C")
+    s = te.create_schedule(c.op)
+    io, ii = s[c].split(c.op.axis[0], factor=8)
+    jo, ji = s[c].split(c.op.axis[1], factor=16)
+    s[c].reorder(io, jo, r, ii, ji)
+    s[c].vectorize(ji)
+    s[c].parallel(io)
+    f = nnvm.build(s, [a, w, c], target="llvm")
+    rng = np.random.default_rng(1)
+    wv = rng.normal(size=(n, k)).astype(np.float32)
+    for rows in (1, 7, 8, 33):
+        x = rng.normal(size=(rows, k)).astype(np.float32)
+        out = np.zeros((rows, n), np.float32)
+        f(x, wv, out)
+        np.testing.assert_allclose(out, x @ wv.T, rtol=1e-4, atol=1e-5, err_msg=f"{rows} rows")
+
+
+def test_batch_matmul_with_symbolic_m_n_k():
+    """Attention's two products: every extent of the product symbolic."""
+    m, n, k = te.var("M"), te.var("N"), te.var("K")
+    x = te.placeholder((3, m, k), name="X")
+    y = te.placeholder((3, k, n), name="Y")
+    r = te.reduce_axis((0, k), name="r")
+    z = te.compute((3, m, n), lambda b, i, j: te.sum(x[b, i, r] * y[b, r, j], axis=r), name="Z")
+    s = generic_schedule([z])
+    f = nnvm.build(s, [x, y, z], target="llvm")
+    rng = np.random.default_rng(2)
+    for mm, nn, kk in ((1, 1, 1), (7, 7, 16), (33, 5, 64)):
+        xv = rng.normal(size=(3, mm, kk)).astype(np.float32)
+        yv = rng.normal(size=(3, kk, nn)).astype(np.float32)
+        zv = np.zeros((3, mm, nn), np.float32)
+        f(xv, yv, zv)
+        np.testing.assert_allclose(zv, xv @ yv, rtol=1e-4, atol=1e-5, err_msg=f"{(mm, nn, kk)}")
+
+
+def test_softmax_rows_with_symbolic_extents_on_the_generic_schedule():
+    rows, cols = te.var("rows"), te.var("cols")
+    x = te.placeholder((rows, cols), name="X")
+    k1, k2 = te.reduce_axis((0, cols), name="k1"), te.reduce_axis((0, cols), name="k2")
+    mx = te.compute((rows,), lambda i: te.max(x[i, k1], axis=k1), name="mx")
+    e = te.compute((rows, cols), lambda i, j: te.exp(x[i, j] - mx[i]), name="e")
+    total = te.compute((rows,), lambda i: te.sum(e[i, k2], axis=k2), name="total")
+    y = te.compute((rows, cols), lambda i, j: e[i, j] / total[i], name="Y")
+    f = nnvm.build(generic_schedule([y]), [x, y], target="llvm")
+    rng = np.random.default_rng(3)
+    for shape in ((1, 1), (3, 7), (40, 33)):
+        xv = rng.normal(size=shape).astype(np.float32)
+        yv = np.zeros_like(xv)
+        f(xv, yv)
+        want = np.exp(xv - xv.max(1, keepdims=True))
+        np.testing.assert_allclose(yv, want / want.sum(1, keepdims=True), rtol=1e-5, err_msg=f"{shape}")
+
+
+def test_arguments_must_agree_on_a_dim():
+    n = te.var("n")
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] + 1.0, name="B")
+    f = nnvm.build(te.create_schedule(b.op), [a, b], target="llvm")
+    with pytest.raises(nnvm.InputError, match=r"argument B dim 0 \(n\) is 4, but an earlier argument has n"):
+        f(np.zeros(3, np.float32), np.zeros(4, np.float32))

@@ -1,0 +1,147 @@
+"""Symbolic dims (issue 39, docs/dynamic-shapes.md): one ``nnvm.compile`` with named dims or bounds, runs
+at many shapes matching onnxruntime, and one sentence naming the input and the dim for a shape that does
+not fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnvm
+from nnvm.dynamic import SymbolicModule
+from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
+from nnvm_frontend_onnx.testing.shape_models import dynamic_encoder, dynamic_mlp
+
+NNVM_PLUGINS = "onnx,llvm-x86"
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    model = dynamic_encoder()
+    return model, nnvm.compile(model, target="llvm", bounds={"seq": (1, 256)}, tuning_log=False)
+
+
+def _tokens(batch: int, seq: int, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), dtype=np.int64)
+    mask[1:, seq // 2 + 1:] = 0  # padded rows after the first
+    return {"input_ids": rng.integers(0, 100, (batch, seq)).astype(np.int64), "attention_mask": mask}
+
+
+@pytest.mark.parametrize("batch,seq", [(1, 1), (1, 7), (4, 33), (2, 128), (8, 256), (1, 7)])
+def test_encoder_compiled_once_matches_onnxruntime_at_every_shape(encoder, batch, seq):
+    model, mod = encoder
+    feeds = _tokens(batch, seq, seed=batch * 1000 + seq)
+    (got,) = mod.run(**feeds)
+    (want,) = run_onnxruntime(model, feeds)
+    assert got.shape == want.shape == (batch, seq, 64)
+    err = relative_error(got, want)
+    assert err < 1e-4, f"encoder at (batch, seq) = ({batch}, {seq}): relative error {err:.2e}"
+
+
+def test_encoder_compiles_once_into_kernels_taking_the_dims(encoder):
+    """No compile per shape: every run plans memory for its binding over the same kernels and weights."""
+    _, mod = encoder
+    assert isinstance(mod, SymbolicModule)
+    assert mod.input_shapes == {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "seq")}
+    stats = mod.stats()
+    assert stats["symbolic"]["dims"] == {"batch": [1, None], "seq": [1, 256]}
+    assert stats["symbolic"]["mode"] == "kernels", stats["symbolic"]["why_per_binding"]
+    assert stats["kernels"] > 0 and stats["fused_groups"]
+    one, other = mod.specialised({"batch": 1, "seq": 3}), mod.specialised({"batch": 2, "seq": 5})
+    assert one.library is other.library and one.params["word"] is other.params["word"]
+    assert one.plan["arena_bytes"] < other.plan["arena_bytes"]
+    # the position table is sliced to seq: a requirement on seq checked at each run, the table's rows
+    assert [(str(d), limit) for d, limit, _ in mod.requirements] == [("seq", 512)]
+
+
+def test_a_run_past_a_requirement_names_the_node_and_the_input():
+    model = dynamic_encoder()
+    mod = nnvm.compile(model, target="llvm", shapes={"input_ids": ("batch", "seq")}, tuning_log=False)
+    feeds = {"input_ids": np.zeros((1, 600), np.int64), "attention_mask": np.ones((1, 600), np.int64)}
+    want = (r"node Slice_6 \(Slice, opset 17\) slices axis 0 of size 512 to seq: seq must be at most 512, "
+            r"and the inputs give seq = 600 \(input 'input_ids'\)")
+    with pytest.raises(nnvm.InputError, match=want):
+        mod.run(**feeds)
+
+
+def test_a_model_the_symbolic_path_cannot_take_yet_compiles_per_binding():
+    """A ``Range`` by 2 up to a symbolic dim: the module says why, and compiles each binding it runs."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    consts = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("i0", 0), ("two", 2))]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i0"], ["n"]),
+             helper.make_node("Range", ["i0", "n", "two"], ["r"]),
+             helper.make_node("Cast", ["r"], ["y"], to=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    mod = nnvm.compile(model, target="llvm", shapes={"x": ("n", 3)}, tuning_log=False)
+    info = mod.stats()["symbolic"]
+    assert info["mode"] == "per binding"
+    assert "a Range from 0 by 2 to the symbolic n is not supported yet" in info["why_per_binding"]
+    for n in (1, 4, 5):
+        np.testing.assert_array_equal(mod.run(np.zeros((n, 3), np.float32))[0], np.arange(0, n, 2))
+
+
+@pytest.mark.parametrize("feeds,message", [
+    ({"input_ids": np.zeros((1, 300), np.int64), "attention_mask": np.ones((1, 300), np.int64)},
+     r"input 'input_ids' dim 1 \(seq\) is 300, outside its bounds \[1, 256\]"),
+    ({"input_ids": np.zeros((2, 7), np.int64), "attention_mask": np.ones((2, 9), np.int64)},
+     r"input 'attention_mask' dim 1 \(seq\) is 9, but input 'input_ids' has seq = 7"),
+    ({"input_ids": np.zeros((3, 7), np.int64), "attention_mask": np.ones((2, 7), np.int64)},
+     r"input 'attention_mask' dim 0 \(batch\) is 2, but input 'input_ids' has batch = 3"),
+    ({"input_ids": np.zeros((7,), np.int64), "attention_mask": np.ones((1, 7), np.int64)},
+     r"input 'input_ids' must have rank 2 \(batch, seq\), got shape \[7\]"),
+    ({"input_ids": np.zeros((1, 7), np.int64)}, r"missing input 'attention_mask' \(batch, seq\)"),
+])
+def test_shapes_that_do_not_fit_are_one_sentence(encoder, feeds, message):
+    _, mod = encoder
+    with pytest.raises(nnvm.InputError, match=message):
+        mod.run(**feeds)
+
+
+def test_a_symbolic_module_refuses_export(encoder, tmp_path):
+    _, mod = encoder
+    with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\).*not supported yet"):
+        mod.export(tmp_path / "m.so")
+
+
+def test_mlp_with_a_symbolic_batch():
+    """``shapes=`` naming the batch keeps it symbolic; static dims are still checked."""
+    model = dynamic_mlp()
+    mod = nnvm.compile(model, target="llvm", shapes={"x": ("N", 32)}, tuning_log=False)
+    rng = np.random.default_rng(3)
+    for batch in (1, 3, 8):
+        x = rng.normal(size=(batch, 32)).astype(np.float32)
+        (got,) = mod.run(x)
+        (want,) = run_onnxruntime(model, {"x": x})
+        assert got.shape == (batch, 10)
+        assert relative_error(got, want) < 1e-5, f"batch {batch}"
+    assert mod.stats()["symbolic"]["mode"] == "kernels"
+    with pytest.raises(nnvm.InputError, match=r"input 'x' dim 1 must be 32 \(N, 32\), got 31"):
+        mod.run(np.zeros((2, 31), np.float32))
+
+
+def test_without_names_or_bounds_the_compile_stays_bound():
+    """The default is what it always was: a batch-named dim becomes 1, a plain Module."""
+    mod = nnvm.compile(dynamic_mlp(), target="llvm", tuning_log=False)
+    assert not isinstance(mod, SymbolicModule)
+    assert mod.run(np.zeros((1, 32), np.float32))[0].shape == (1, 10)
+    with pytest.raises(nnvm.InputError, match="must have shape"):
+        mod.run(np.zeros((2, 32), np.float32))
+
+
+def test_a_model_whose_dims_cannot_be_bound_compiles_symbolic():
+    """``seq`` has no default (it was an error): the model's own dim_params are kept, unbounded."""
+    mod = nnvm.compile(dynamic_encoder(), target="llvm", tuning_log=False)
+    assert isinstance(mod, SymbolicModule) and mod.bounds == {"batch": (1, None), "seq": (1, None)}
+    assert mod.run(**_tokens(3, 5, seed=0))[0].shape == (3, 5, 64)
+
+
+def test_bounds_errors_name_the_dim():
+    with pytest.raises(nnvm.InputError, match=r"bounds= names 'sq', which is no symbolic dim of the model's "
+                                              r"inputs \(dims: batch, seq\)"):
+        nnvm.compile(dynamic_encoder(), target="llvm", bounds={"sq": (1, 8)}, tuning_log=False)
+    with pytest.raises(nnvm.InputError, match=r"dim 'seq' the empty or non-positive range \[4, 2\]"):
+        nnvm.compile(dynamic_encoder(), target="llvm", bounds={"seq": (4, 2)}, tuning_log=False)
