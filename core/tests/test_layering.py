@@ -28,7 +28,7 @@ LAYERS = (
     ("plugins", "limits", "options", "tir"),  # plugin manager and registries; limits; nnvm.Options; loop IR
     ("target", "graph", "kernel_cache"),  # target strings; the graph IR and builder; compiled-kernel store
     ("backend", "te", "kernel_jobs"),  # what a backend implements; tensor expressions; compile workers
-    ("ops", "schedules"),  # the standard operators (compute only); the generic schedule
+    ("ops", "generic_schedule"),  # the standard operators (compute only); the generic schedule
     ("frontend", "passes", "runtime"),  # the shared frontend layer; graph passes; plan, module, loader
     ("lowering",),  # a model up to each group's schedule: what the compiler and the tuner share
     ("autotune",),  # templates, tuning logs, tasks, the tuner

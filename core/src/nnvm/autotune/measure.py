@@ -30,8 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnvm.autotune.task import register_plugins
+from nnvm.generic_schedule import generic_schedule
 from nnvm.runtime.kernel import kernel_from_address, pointer_array
-from nnvm.schedules import generic_schedule
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
 from nnvm.te.tensor import PlaceholderOp

@@ -19,7 +19,7 @@ import time
 import nnvm
 from nnvm import te
 from nnvm.autotune.template import ScheduleTemplate
-from nnvm.schedules import schedule_loop_nest
+from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.te.examples import matmul
 from nnvm.te.tensor import ComputeOp
 

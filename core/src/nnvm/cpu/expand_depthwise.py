@@ -58,11 +58,11 @@ from nnvm.cpu.depthwise_nchwc import depthwise_tile, schedule_tiles
 from nnvm.cpu.schedules import divisors, extent, inline_epilogue, reduction_flops
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
+from nnvm.generic_schedule import guarded_inputs_of_reductions
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 from nnvm.passes.builtin import eliminate_dead_code, infer_types
-from nnvm.schedules import guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
 
 NAME = "cpu.expand_depthwise_nchwc.bands"

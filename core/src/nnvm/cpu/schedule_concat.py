@@ -30,8 +30,8 @@ import math
 
 from nnvm.cpu.schedule_injective import inlined_output_stage
 from nnvm.cpu.switches import enabled
+from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.ops.common import shape_of
-from nnvm.schedules import PARALLEL_MIN_WORK
 
 UNROLL_BUDGET = 4096  # channel blocks x inputs of a concatenation unrolled over its blocks, at most
 

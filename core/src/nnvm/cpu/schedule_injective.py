@@ -24,7 +24,7 @@ import re
 from nnvm import te
 from nnvm.cpu.schedules import extent
 from nnvm.cpu.switches import enabled
-from nnvm.schedules import PARALLEL_MIN_WORK
+from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
 
 INDEX_REMAPS = ("reshape", "transpose", "layout_transform")

@@ -63,7 +63,7 @@ from nnvm.cpu.schedules import (
     vector_lanes,
 )
 from nnvm.cpu.switches import enabled, switch
-from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
+from nnvm.generic_schedule import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds

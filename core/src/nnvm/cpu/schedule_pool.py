@@ -18,7 +18,7 @@ import math
 from nnvm import te
 from nnvm.cpu.schedules import extent
 from nnvm.cpu.switches import enabled
-from nnvm.schedules import PARALLEL_MIN_WORK, guarded_inputs_of_reductions
+from nnvm.generic_schedule import PARALLEL_MIN_WORK, guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
 
 POOLS = ("avg_pool2d",)

@@ -36,7 +36,7 @@ import math
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.switches import enabled
-from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
+from nnvm.generic_schedule import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 from nnvm.tir.expr import Const
 from nnvm.tir.simplify import simplify

@@ -32,11 +32,11 @@ from nnvm.cpu import serves
 from nnvm.cpu.schedules import extent
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
+from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.builtin import eliminate_dead_code, infer_types
-from nnvm.schedules import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
 
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")

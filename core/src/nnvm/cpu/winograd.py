@@ -41,8 +41,8 @@ from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import machine_of, oc_blocks_for, pixel_major, register_tile
 from nnvm.cpu.schedules import divisors, extent, largest_divisor, reduction_flops
 from nnvm.cpu.switches import switch
+from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.passes.alter_layout import AlteredNode
-from nnvm.schedules import schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 
 
