@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph
+from nnvm.cpu.schedule_conv2d import vector_lanes
 from nnvm.cpu.schedule_injective import schedule_index_remap, unblocking_block
-from nnvm.cpu.schedules import vector_lanes
 
 
 def _shuffle_model(path, c=48, hw=7, g=3):

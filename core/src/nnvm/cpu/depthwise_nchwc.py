@@ -48,8 +48,7 @@ import math
 
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import machine_of, streams_from_memory
-from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
-from nnvm.cpu.schedules import (
+from nnvm.cpu.schedule_conv2d import (
     divisors,
     extent,
     inline_epilogue,
@@ -57,6 +56,7 @@ from nnvm.cpu.schedules import (
     reduction_flops,
     vector_lanes,
 )
+from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
 from nnvm.cpu.switches import enabled
 from nnvm.te.tensor import ComputeOp
 

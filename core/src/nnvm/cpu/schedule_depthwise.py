@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedules import (
+from nnvm.cpu.schedule_conv2d import (
     divisors,
     extent,
     inline_epilogue,

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.depthwise_nchwc import depthwise_nchwc_template
 from nnvm.cpu.expand_depthwise import expand_depthwise_template
+from nnvm.cpu.schedule_conv2d import conv2d_template
 from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
 from nnvm.cpu.schedule_depthwise import depthwise_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
 from nnvm.cpu.schedule_softmax import row_kernel_template, softmax_template
-from nnvm.cpu.schedules import conv2d_template
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import winograd_template
 
