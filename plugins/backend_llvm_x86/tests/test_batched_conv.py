@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph, schedule_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.ops.layout import from_primal
+from nnvm.ops.blocked_layout import from_primal
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
 

@@ -14,7 +14,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.depthwise_nchwc import NAME, depthwise_nchwc_template
 from nnvm.cpu.templates import schedule_template
-from nnvm.ops.layout import from_primal
+from nnvm.ops.blocked_layout import from_primal
 
 # (batch, channels, height = width, stride, epilogue)
 CASES = [

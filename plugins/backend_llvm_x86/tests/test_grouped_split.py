@@ -125,7 +125,7 @@ def test_split_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
 
 def test_split_conv_evaluation_matches_a_grouped_reference():
     """conv2d_nchwc's numpy evaluation in split mode (constant folding) against a plain grouped conv."""
-    from nnvm.ops.layout import from_primal
+    from nnvm.ops.blocked_layout import from_primal
     from nnvm.ops.registry import get_op
 
     rng = np.random.default_rng(5)
@@ -147,7 +147,7 @@ def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config, isa_tar
     block, data NCHW8c; with AVX2's 8 lanes 68 in groups of 17, data NCHW4c): every config of its
     space, batch 3, against onnxruntime (the decisions only where this machine cannot run the width)."""
     from nnvm.compiler import optimized_graph, schedule_template
-    from nnvm.ops.layout import from_primal
+    from nnvm.ops.blocked_layout import from_primal
 
     lanes, target = isa_target.lanes, isa_target.build
     c = 136 * lanes // 16  # eight and a half vectors

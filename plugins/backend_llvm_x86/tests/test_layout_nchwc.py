@@ -13,7 +13,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.layout import channel_block
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.ops.layout import from_primal
+from nnvm.ops.blocked_layout import from_primal
 
 
 def _save(path, nodes, inits, in_shape, outputs=("y",)):

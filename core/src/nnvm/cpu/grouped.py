@@ -23,8 +23,8 @@ from nnvm import te
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import split_group_window
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import split_group_window
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.te.tensor import ComputeOp
 

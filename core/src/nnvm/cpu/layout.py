@@ -35,8 +35,8 @@ from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import alter_winograd
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import group_window, window_start
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import group_window, window_start
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 from nnvm.passes.alter_layout import AlteredNode
 

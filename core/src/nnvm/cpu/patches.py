@@ -17,8 +17,8 @@ import numpy as np
 from nnvm import te
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import from_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import from_primal
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 

@@ -70,8 +70,8 @@ from nnvm.cpu.schedule_conv2d import (
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import to_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
-from nnvm.ops.layout import to_primal
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency

@@ -1,6 +1,6 @@
 """Winograd F(2x2, 3x3) on CPUs: when to use it, and the schedule of its four stages.
 
-``conv2d_winograd_nchwc`` (``nnvm.ops.layout``) is pad -> input transform ``V = B^T d B`` per 4x4
+``conv2d_winograd_nchwc`` (``nnvm.ops.blocked_layout``) is pad -> input transform ``V = B^T d B`` per 4x4
 tile -> 16 matrix products ``M[e, nu] = U[e, nu] V[e, nu]`` over input channels -> output transform
 ``Y = A^T M A`` (+ the fused epilogue). The products are 2.25x fewer multiply-adds than a direct 3x3
 convolution, but the transforms read and write ``V`` and ``M`` (4x the activations) through memory,
