@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK, split_cost
-from nnvm.cpu.layout import channel_block
+from nnvm.cpu.layout_choice import channel_block
 from nnvm.target import parse_target
 from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
 

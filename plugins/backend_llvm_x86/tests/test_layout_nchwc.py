@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
-from nnvm.cpu.layout import channel_block
+from nnvm.cpu.layout_choice import channel_block
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
 from nnvm.ops.blocked_layout import from_primal
 

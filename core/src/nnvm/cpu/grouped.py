@@ -1,7 +1,7 @@
 """Grouped 1x1 convolutions whose channels per group no vector divides (ShuffleNet: 34, 68, 136).
 
 An output block of ``x`` channels that straddles two groups needs both groups' input channels. The
-straddling plan of ``layout.py`` gives every block a window of two groups (zero weights for the
+straddling plan of ``layout_choice.py`` gives every block a window of two groups (zero weights for the
 channels of the other group), which doubles the multiply-adds of the blocks inside one group too:
 ShuffleNet's 272 -> 272 convolution in 4 groups of 68 read 17 windows of 136 channels for 17 x 16
 outputs, and ran at about 105 useful GFLOP/s on a core doing 210.
@@ -55,7 +55,7 @@ def split_plan(attrs: dict, weight_shape, channels: int, lanes: int, current_cos
 
 
 def plan_cost(channels: int, out_channels: int, groups: int, blocks, straddle) -> float:
-    """Vector multiply-adds per output pixel of the plans ``layout.py`` offers: the straddling one, the
+    """Vector multiply-adds per output pixel of the plans ``layout_choice.py`` offers: the straddling one, the
     one aligned within groups, or plain NCHW (no vector at all: counted as one per multiply-add)."""
     per_in = channels // groups
     if straddle is not None:

@@ -21,7 +21,7 @@ a row; scalar sums for a prime ``k``), and the lanes are added up once per outpu
 no vector divides); a constant weight is packed instead (below).
 
 ``dense_packed`` (``cpu.dense.packed``): at small batch dense is bound by reading the weight once. The
-layout pass (``layout.py``) packs a constant weight ``[N, K]`` at compile time as ``NK{b}n``
+layout pass (``layout_choice.py``) packs a constant weight ``[N, K]`` at compile time as ``NK{b}n``
 (``[N/b, K, b]``, ``b`` the vector width), so the ``b`` outputs of one block and one ``k`` are one
 contiguous vector: no horizontal sums, and each block is read front to back exactly once::
 

@@ -30,8 +30,8 @@ TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     expand_depthwise_template,  # cpu.expand_depthwise_nchwc.bands: 1x1 expansion + depthwise, per band
     depthwise_nchwc_template,  # cpu.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
-    conv2d_nchwc_template,  # cpu.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
-    winograd_template,      # cpu.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
+    conv2d_nchwc_template,  # cpu.(depthwise_)conv2d_nchwc.direct: blocked layout from layout_choice.py
+    winograd_template,      # cpu.conv2d_winograd_nchwc: F(2x2, 3x3), when layout_choice.py chose it
     conv2d_template,      # cpu.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
     depthwise_template,   # cpu.depthwise_conv2d_nchw.direct: one channel per group
     dense_packed_template,  # cpu.dense.packed: dense over a packed constant weight, streamed
