@@ -18,7 +18,7 @@ from nnvm.frontend import (
     check_shape_keys,
     check_supported,
 )
-from nnvm.frontend.layout import (
+from nnvm.frontend.channels_last import (
     channels_first_axes,
     channels_last_axes,
     depthwise_to_oihw,
