@@ -15,7 +15,7 @@ from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.blocked_layout import from_primal, to_primal, transformed_shape
 from nnvm.ops.registry import get_op
 from nnvm.passes import builtin
-from nnvm.passes.alter_layout import AlteredNode, alter_op_layout, cancel_layout_transforms
+from nnvm.passes.alter_op_layout import AlteredNode, alter_op_layout, cancel_layout_transforms
 
 BLOCK = 4
 

@@ -38,7 +38,7 @@ from nnvm.graph.ir import TensorType
 from nnvm.ops.blocked_layout import group_window, window_start
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
-from nnvm.passes.alter_layout import AlteredNode
+from nnvm.passes.alter_op_layout import AlteredNode
 
 
 def channel_block(channels: int, lanes: int) -> int | None:

@@ -42,7 +42,7 @@ from nnvm.cpu.cost_model import machine_of, oc_blocks_for, pixel_major, register
 from nnvm.cpu.schedule_conv2d import divisors, extent, largest_divisor, reduction_flops
 from nnvm.cpu.switches import switch
 from nnvm.generic_schedule import schedule_loop_nest
-from nnvm.passes.alter_layout import AlteredNode
+from nnvm.passes.alter_op_layout import AlteredNode
 from nnvm.te.tensor import ComputeOp
 
 

@@ -7,7 +7,7 @@ with channel ``c = C_outer * 16 + c_inner``; ``OIHW16i16o`` is ``[O/16, I/16, H,
 
 Why blocked layouts exist: a conv2d over ``NCHW16c`` data keeps 16 output channels in one AVX-512
 register and walks the input contiguously, which an ``NCHW`` schedule cannot do for both operands at
-once. The AlterOpLayout pass (``nnvm.passes.alter_layout``) inserts ``layout_transform`` where
+once. The AlterOpLayout pass (``nnvm.passes.alter_op_layout``) inserts ``layout_transform`` where
 layouts change; transforms of weights are folded at compile time, so only activations pay for them.
 
 ``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
