@@ -5,7 +5,7 @@ is needed, so a test or script can change it between two calls in one process; e
 ``VARIABLES`` with what it does, and the README's table says the same.
 
 Still read elsewhere, until their modules take them from here (issue 38): ``NNVM_CACHE_DIR`` in
-``runtime/fibers.py`` and ``runtime/crt.py``, ``NNVM_GPU_THREAD_ORDER`` in ``runtime/fibers.py``,
+``runtime/host_kernels.py`` and ``runtime/crt.py``, ``NNVM_GPU_THREAD_ORDER`` in ``runtime/host_kernels.py``,
 ``NNVM_NUM_THREADS`` and ``NNVM_POOL_AFFINITY`` in ``runtime/threads.py`` (and the LLVM thread pool's
 C code), ``NNVM_KERNEL_CACHE_DIR`` and ``NNVM_KERNEL_CACHE_MB`` in ``kernel_cache.py``.
 
