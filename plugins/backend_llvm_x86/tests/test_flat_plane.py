@@ -19,7 +19,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu import templates
 from nnvm.cpu.cost_model import machine_of, register_tile
-from nnvm.cpu.schedule_conv2d import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
 
 

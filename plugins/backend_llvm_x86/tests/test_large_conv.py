@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph, schedule_group, schedule_template
 from nnvm.cpu import schedule_concat
-from nnvm.cpu.schedule_conv2d import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.winograd import ROW_BLOCK_ABOVE
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule

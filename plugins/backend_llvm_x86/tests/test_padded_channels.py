@@ -4,8 +4,8 @@ padding cropped where the tensor leaves the blocked layout. Every case against o
 followers that put non-zeros into the padding (bias, sigmoid, a residual add) before the crop.
 
 Tensors whose channel count half a vector divides (24, 40, 72 with AVX-512's 16 lanes) are stored in whole
-vectors too (``nnvm.cpu.layout_choice.padded_block``, ``NNVM_X86_PADDED_BLOCKS``): the convolution writing them
-runs full-width, plain convolutions read them in sub-blocks of 8 (the padded lanes never read), other
+vectors too (``nnvm.cpu.layout_choice.padded_block``, ``NNVM_X86_PADDED_BLOCKS``): the convolution writing
+them runs full-width, plain convolutions read them in sub-blocks of 8 (the padded lanes never read), other
 readers through a transform; sigmoid followers put 0.5 into the padding before each kind of reader, and
 every such case runs with the switch on and off."""
 

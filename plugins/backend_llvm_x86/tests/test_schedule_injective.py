@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph
-from nnvm.cpu.schedule_conv2d import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.schedule_injective import schedule_index_remap, unblocking_block
 
 

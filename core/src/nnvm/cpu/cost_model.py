@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nnvm.cpu.schedule_conv2d import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.switches import enabled
 
 FMA_PER_CYCLE = 2.0  # vector FMAs issued per cycle: two FMA pipes (Zen 4/5, Skylake-SP and later servers)

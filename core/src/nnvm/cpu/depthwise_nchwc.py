@@ -48,7 +48,7 @@ import math
 
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import machine_of, streams_from_memory
-from nnvm.cpu.schedule_conv2d import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,

@@ -55,7 +55,7 @@ from nnvm.cpu.cost_model import (
     tile_cost,
 )
 from nnvm.cpu.depthwise_nchwc import depthwise_tile, schedule_tiles
-from nnvm.cpu.schedule_conv2d import divisors, extent, inline_epilogue, reduction_flops
+from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, reduction_flops
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.generic_schedule import guarded_inputs_of_reductions

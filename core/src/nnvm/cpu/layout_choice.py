@@ -29,8 +29,8 @@ from nnvm import te
 from nnvm.cpu.cost_model import machine_of
 from nnvm.cpu.grouped import plan_cost, split_plan
 from nnvm.cpu.patches import is_patch_embedding
-from nnvm.cpu.schedule_conv2d import vector_lanes
 from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import alter_winograd
 from nnvm.errors import Error

@@ -59,7 +59,7 @@ from nnvm.cpu.cost_model import (
     registers_needed,
     streams_from_memory,
 )
-from nnvm.cpu.schedule_conv2d import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,

@@ -22,7 +22,7 @@ import math
 import re
 
 from nnvm import te
-from nnvm.cpu.schedule_conv2d import extent
+from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
 from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp

@@ -52,7 +52,7 @@ from nnvm.cpu.cost_model import (
     widest_row,
 )
 from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
-from nnvm.cpu.schedule_conv2d import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,

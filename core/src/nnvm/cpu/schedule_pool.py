@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from nnvm import te
-from nnvm.cpu.schedule_conv2d import extent
+from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
 from nnvm.generic_schedule import PARALLEL_MIN_WORK, guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp

@@ -29,7 +29,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.cpu import serves
-from nnvm.cpu.schedule_conv2d import extent
+from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.generic_schedule import PARALLEL_MIN_WORK

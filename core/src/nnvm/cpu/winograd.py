@@ -39,7 +39,7 @@ from __future__ import annotations
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import machine_of, oc_blocks_for, pixel_major, register_tile
-from nnvm.cpu.schedule_conv2d import divisors, extent, largest_divisor, reduction_flops
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, reduction_flops
 from nnvm.cpu.switches import switch
 from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.passes.alter_op_layout import AlteredNode
