@@ -16,7 +16,8 @@ block); or grouped: output block ``co`` reads a window of input channels (the we
 where its first group starts. When ``o`` divides the output channels per group that window is one
 group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
 theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in
-``nnvm.cpu.layout_choice`` packs those), and ``out_channels`` names the real output count when the last block is part padding.
+``nnvm.cpu.layout_choice`` packs those), and ``out_channels`` names the real output count when the last
+block is part padding.
 The weight block ``i`` may be narrower than the data's (channel ``c`` read at block ``c // b``, lane
 ``c % b``: 68 channels per group in ``NCHW16c``). With ``split=1`` (1x1 only) each output block reads just
 its first group, and the weight has one more block per group boundary for the next group's share of
