@@ -12,7 +12,7 @@ group boundary that reads the next group for the block straddling it (``conv2d_n
 straddling blocks start from). 272 -> 272: 17 + 3 windows of 68 (1.7x fewer multiply-adds), every
 vector full width. Taken for 1x1 kernels without padding (all of ShuffleNet's grouped convolutions)
 when it needs fewer block windows than the aligned and the straddling plans.
-``NNVM_X86_GROUPED=0`` keeps those plans.
+``cpu_switches={"grouped": "0"}`` keeps those plans.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def split_plan(attrs: dict, weight_shape, channels: int, lanes: int, current_cos
     multiply-adds than ``current_cost`` (the plan ``layout.alter_conv2d`` would take otherwise)."""
     out_channels, per_in, kh, kw = weight_shape
     groups = attrs["groups"]
-    if not enabled("NNVM_X86_GROUPED") or (kh, kw) != (1, 1) or any(attrs["padding"]):
+    if not enabled("grouped") or (kh, kw) != (1, 1) or any(attrs["padding"]):
         return None
     if tuple(attrs["dilation"]) != (1, 1):
         return None

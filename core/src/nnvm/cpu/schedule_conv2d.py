@@ -52,7 +52,7 @@ MAX_ACCUMULATORS = 28  # vector registers a tile may hold (AVX-512 has 32; a few
 def conv2d_template(target, group) -> ScheduleTemplate | None:
     """``cpu.conv2d_nchw.direct``: the register-blocked schedule for a plain or grouped NCHW conv2d
     group as a template, or None to decline."""
-    if not enabled("NNVM_X86_CONV_SCHEDULE"):
+    if not enabled("conv_schedule"):
         return None  # A/B switch for benchmarks: the generic schedule for conv2d
     found = single_conv_stage(group, depthwise=False)
     if found is None:

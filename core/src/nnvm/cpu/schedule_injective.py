@@ -67,7 +67,7 @@ def inlined_output_stage(out):
 def schedule_index_remap(target, group):
     """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
     tensor of rank 4 or more, else None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     if len(group.outputs) != 1 or not any(n.op in INDEX_REMAPS for n in group.nodes):
         return None

@@ -5,8 +5,8 @@ builder returns an ``nnvm.autotune.ScheduleTemplate`` for the group or None ("no
 first template wins. More specific templates (a blocked layout, Winograd) go before the general ones
 they improve on; a new schedule is one function and one line here.
 
-``NNVM_X86_TEMPLATES=0`` turns the whole library off (every group gets the core's generic schedule),
-for A/B benchmarks.
+``cpu_switches={"templates": "0"}`` turns the whole library off (every group gets the core's generic
+schedule), for A/B benchmarks.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
 
 def schedule_template(target, group) -> ScheduleTemplate | None:
     """The first template of ``TEMPLATE_BUILDERS`` that takes ``group`` on ``target``, or None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     for builder in TEMPLATE_BUILDERS:
         template = builder(target, group)
