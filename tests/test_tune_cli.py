@@ -26,12 +26,12 @@ from nnvm.target import parse_target
 
 
 @pytest.fixture
-def dense_templates(monkeypatch):
+def dense_templates(monkeypatch, cpu_switch):
     """The ``testing.dense`` template plugin registered by hand (the measuring child registers it too)."""
     monkeypatch.setenv("NNVM_NUM_THREADS", "1")
     # Keep the Gemms as ``dense`` groups: at opt level 3 the x86 layout pass would make them
     # ``dense_packed`` (a constant weight packed for streaming), which ``testing.dense`` does not serve.
-    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    cpu_switch("layout", "0")
     plugins.reset()
     plugins.manager().register(testing_templates, name="nnvm-autotune-testing")
     yield

@@ -85,8 +85,8 @@ def test_no_transform_to_nchw_in_front_of_a_grouped_conv(isa_target):
     assert len(to_nchw) == 1, to_nchw  # the model's output only
 
 
-def test_split_is_off_with_the_switch(monkeypatch, isa_target):
-    monkeypatch.setenv("NNVM_X86_GROUPED", "0")
+def test_split_is_off_with_the_switch(cpu_switch, isa_target):
+    cpu_switch("grouped", "0")
     mod = nnvm.compile(_sandwich(1, 16, 272, 32, 4, 1, 7), target=isa_target.build, opt_level=3)
     node = _grouped_node(mod)
     assert not node.attrs.get("split") and len(mod.graph.type_of(node.inputs[0]).shape) == 4

@@ -46,10 +46,10 @@ def test_channel_shuffle_matches_onnxruntime(tmp_path):
     assert err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
 
 
-def test_only_data_movement_groups_are_taken(tmp_path, monkeypatch):
+def test_only_data_movement_groups_are_taken(tmp_path, cpu_switch):
     # The shuffle chain as it is (not one channel_shuffle_nchwc, shuffle.py): what this schedule serves
     # when the pattern does not fit.
-    monkeypatch.setenv("NNVM_X86_SHUFFLE", "0")
+    cpu_switch("shuffle", "0")
     path = str(tmp_path / "shuffle.onnx")
     _shuffle_model(path)
     graph, tgt, *_ = optimized_graph(path, "llvm")

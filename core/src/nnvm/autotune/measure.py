@@ -31,6 +31,7 @@ import numpy as np
 
 from nnvm.autotune.task import register_plugins
 from nnvm.generic_schedule import generic_schedule
+from nnvm.options import Options, activated, active
 from nnvm.runtime.kernel import kernel_from_address, pointer_array
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
@@ -175,7 +176,9 @@ class Measurer:
         results = []
         for config in configs:
             if self._proc is None or self._task is not task:
-                reply = self._request(("setup", task, self.check), self.setup_timeout)
+                # the child compiles under the CPU switches of the options active here
+                switches = dict((active() or Options()).cpu_switches)
+                reply = self._request(("setup", task, self.check, switches), self.setup_timeout)
                 if reply[0] != "ok":  # the same for every config: do not pay the setup again
                     failed = Result(None, f"task setup failed: {reply[1]}")
                     results += [failed] * (len(configs) - len(results))
@@ -196,8 +199,10 @@ def _first_line(exc: BaseException) -> str:
 class _Worker:
     def __init__(self):
         self.state = None
+        self.options = Options()
 
-    def setup(self, task, check: bool) -> None:
+    def setup(self, task, check: bool, switches: dict) -> None:
+        self.options = Options(cpu_switches=switches)
         register_plugins(task.extra_plugins)
         template, args = task.instantiate()
         rng = np.random.default_rng(0)
@@ -284,10 +289,12 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
             return
         try:
             if kind == "setup":
-                worker.setup(message[1], message[2])
+                with activated(Options(cpu_switches=message[3])):
+                    worker.setup(*message[1:])
                 _send(write_fd, ("ok", None))
             elif kind == "measure":
-                _send(write_fd, ("ok", worker.measure(*message[1:])))
+                with activated(worker.options):
+                    _send(write_fd, ("ok", worker.measure(*message[1:])))
             else:
                 _send(write_fd, ("error", f"unknown request {kind!r}"))
         except Exception as exc:  # noqa: BLE001 - a failing candidate is a result, not a crash
