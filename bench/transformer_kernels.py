@@ -15,7 +15,7 @@ GEMM shape ``MxKxN`` or ``BxMxKxN``: ``MatMul`` by a constant [K, N] weight plus
 [B, M, K] data, the nnvm kernel and the onnxruntime session timed alternately, minimums in ms and
 GFLOP/s; with ``--tiles``
 (``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``cpu.dense.packed`` (``fallback``:
-the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``NNVM_X86_DENSE_WIDE_TILES=0``), all
+the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``dense_wide_tiles=0``), all
 alternated in the same rounds.
 """
 
