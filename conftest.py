@@ -17,7 +17,7 @@
   test (``cpu_switch("layout", "0")``; ``None`` unsets it) in the active ``nnvm.Options``, which every
   ``nnvm.compile`` without ``options=`` starts from: switches are options, not environment variables.
 - The host: what a test knows of the machine (vector width, caches, team size) comes from the ``host``
-  fixture (``nnvm.testing.hosts``). ``--host-cpu=NAME`` (``haswell``, ``znver5``, ``skylake-avx512``
+  fixture (``nnvm_testing.hosts``). ``--host-cpu=NAME`` (``haswell``, ``znver5``, ``skylake-avx512``
   ...) runs the whole suite as if on that CPU: the compiler assumes it (``nnvm.target.assume_host``)
   wherever a target names no CPU; code that runs is still built for a CPU this machine runs.
 """
@@ -33,7 +33,7 @@ import pytest
 from nnvm import options
 from nnvm.errors import TargetError
 from nnvm.target import assume_host, assumed_host
-from nnvm.testing.hosts import describe_host, host_cpu_named
+from nnvm_testing.hosts import describe_host, host_cpu_named
 
 pytest_plugins = ["pytester"]
 
@@ -71,7 +71,7 @@ def pytest_report_header(config):
 
 @pytest.fixture(scope="session")
 def host():
-    """The host the tests reason about (``nnvm.testing.hosts.Host``): this machine, or ``--host-cpu``'s
+    """The host the tests reason about (``nnvm_testing.hosts.Host``): this machine, or ``--host-cpu``'s
     CPU. Needs a backend for ``llvm`` (the x86 plugin); a core test without one does not ask."""
     found = describe_host()
     if found.note:

@@ -19,7 +19,7 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
+from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_onnx.testing import torch_models
 
 

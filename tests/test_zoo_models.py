@@ -19,7 +19,7 @@ import pytest
 
 import nnvm
 from nnvm.bench import profile, relative_error, seeded_inputs
-from nnvm.testing.venvs import pytest_venv
+from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_onnx.testing import torch_models
 
 

@@ -32,7 +32,7 @@ LAYERS = (
     ("frontend", "passes", "runtime"),  # the shared frontend layer; graph passes; plan, module, loader
     ("lowering",),  # a model up to each group's schedule: what the compiler and the tuner share
     ("autotune",),  # templates, tuning logs, tasks, the tuner
-    ("cpu", "gpu", "testing"),  # the shared backend layers (schedule templates, GPU stages); test helpers
+    ("cpu", "gpu"),  # the shared backend layers (schedule templates, GPU stages)
     ("bench", "compiler"),  # nnvm bench; nnvm.compile
     ("cli", ""),  # the command line; the root package, the public facade
 )
@@ -44,7 +44,6 @@ FUNCTION_LEVEL_IMPORTS = {
     ("nnvm.autotune.tuner", "sklearn.ensemble"): "the model-guided tuner's cost model (nnvm[tune])",
     ("nnvm.autotune.tuner", "threadpoolctl"): "comes with scikit-learn, only for its cost model",
     ("nnvm.bench", "onnxruntime"): "nnvm bench --compare onnxruntime; not a dependency of the core",
-    ("nnvm.testing.venvs", "pytest"): "a test helper; pytest is not a dependency of the core",
     # plugin loading: the backend registered for a target kind, asked when it is needed
     ("nnvm.target", "nnvm.plugins"): "Target.backend",
     ("nnvm.runtime.module", "nnvm.plugins"): "nnvm.load asks the installed backends for a foreign file",

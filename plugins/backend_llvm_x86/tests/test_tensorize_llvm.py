@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-from nnvm.testing.te_strategies import SETTINGS
+from nnvm_testing.te_strategies import SETTINGS
 from nnvm.tir.interpreter import run_primfunc
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
+from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_keras import testing
 
 CASES = ["conv_same_even", "conv_same_odd_stride3", "conv_dilated_groups", "depthwise_mult", "separable",

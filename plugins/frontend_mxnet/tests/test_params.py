@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from nnvm.errors import ModelLoadError
-from nnvm.testing.venvs import pytest_venv
+from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.params import (
     V1_MAGIC,

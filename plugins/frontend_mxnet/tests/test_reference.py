@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnvm.testing.venvs import pytest_venv
+from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.params import load_params, split_params
 

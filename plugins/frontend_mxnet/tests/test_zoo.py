@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
+from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_mxnet import testing
 
 

@@ -13,7 +13,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from nnvm.testing.venvs import VenvUnavailable, build_venv, cache_dir, clean_env, file_lock, run_checked
+from nnvm_testing.venvs import VenvUnavailable, build_venv, cache_dir, clean_env, file_lock, run_checked
 
 REQUIREMENTS = ["torch==2.13.0", "coremltools==9.0", "numpy==2.3.5"]
 FIND_LINKS = os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")

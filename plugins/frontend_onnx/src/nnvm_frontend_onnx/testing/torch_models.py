@@ -17,7 +17,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from nnvm.testing.venvs import (
+from nnvm_testing.venvs import (
     VenvBuildError,
     VenvUnavailable,
     build_venv,
@@ -54,7 +54,7 @@ def find_links() -> str:
 
 def torch_python(venv: str = VENV, requirements: list[str] = REQUIREMENTS) -> Path:
     """The torch venv's Python (or ``venv``'s, holding ``requirements`` with torch), built on first use
-    (``nnvm.testing.venvs``)."""
+    (``nnvm_testing.venvs``)."""
     ready = ready_venv(venv, requirements, PYTHON)
     if ready:
         return ready

@@ -1,6 +1,6 @@
 """Small templates for testing the tuner and for reading as examples; no backend ships them.
 
-- ``matmul_template(n, faults=False)``: a factory (``task_from_factory("nnvm.autotune.testing:
+- ``matmul_template(n, faults=False)``: a factory (``task_from_factory("nnvm_testing.autotune_templates:
   matmul_template", n=64)``) for ``C = A @ B`` with tile knobs. With ``faults=True`` it gains a
   ``fault`` knob whose values make a candidate misbehave the way real ones do: raise while building,
   kill its process (``exit``), crash it (``segfault``) or never finish (``hang``); the tuner must record
