@@ -126,8 +126,8 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
 def mxnet_python() -> str:
     """The Python of the cached MXNet environment, the one the MXNet frontend's tests use
     (``nnvm_frontend_mxnet.testing``), made with uv on first use (raises RuntimeError)."""
-    from nnvm_testing.venvs import VenvBuildError, VenvUnavailable
     from nnvm_frontend_mxnet import testing
+    from nnvm_testing.venvs import VenvBuildError, VenvUnavailable
 
     try:
         return str(testing.mxnet_python())

@@ -19,8 +19,8 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_onnx.testing import torch_models
+from nnvm_testing.venvs import pytest_venv
 
 
 def test_model_list_matches_the_export_script():

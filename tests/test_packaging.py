@@ -272,8 +272,8 @@ def test_skips_fail_under_ci_unless_marked_gpu(policy_pytester, monkeypatch):
 
 def test_core_with_mxnet_frontend_alone_reads_a_checkpoint(fresh_venv, run_in):
     """nnvm-frontend-mxnet installs alone next to the core (no mxnet, no onnx) and reads a gluon export."""
-    from nnvm_testing.venvs import pytest_venv
     from nnvm_frontend_mxnet import testing
+    from nnvm_testing.venvs import pytest_venv
 
     model = pytest_venv(testing.zoo_models, ["resnet18_v1"])["resnet18_v1"]
     bin_dir = fresh_venv("core", "plugins/frontend_mxnet")

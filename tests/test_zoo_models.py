@@ -19,8 +19,8 @@ import pytest
 
 import nnvm
 from nnvm.bench import profile, relative_error, seeded_inputs
-from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_onnx.testing import torch_models
+from nnvm_testing.venvs import pytest_venv
 
 
 def _script_models(var: str) -> list[str]:

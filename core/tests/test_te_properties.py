@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-from nnvm_testing.te_strategies import SETTINGS, definitions, empty_output, random_inputs, random_schedule
 from nnvm.tir.interpreter import run_primfunc
+from nnvm_testing.te_strategies import SETTINGS, definitions, empty_output, random_inputs, random_schedule
 
 
 @SETTINGS

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_coreml.testing.nets import coreml_ops
 from nnvm_frontend_coreml.testing.ops_ref import CASES, ios18_reference, reference
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.fixture(scope="session")

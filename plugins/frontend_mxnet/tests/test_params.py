@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from nnvm.errors import ModelLoadError
-from nnvm_testing.venvs import pytest_venv
 from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.params import (
     V1_MAGIC,
@@ -25,6 +24,7 @@ from nnvm_frontend_mxnet.params import (
     read_ndarray_list,
     split_params,
 )
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.fixture(scope="module")

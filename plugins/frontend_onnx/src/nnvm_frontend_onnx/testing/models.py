@@ -15,6 +15,8 @@ import tempfile
 
 import numpy as np
 
+from nnvm import environment
+
 # Bump when the generated models change, so cached files are rebuilt.
 MODELS_VERSION = "2"
 OPSET = 13
@@ -272,9 +274,7 @@ BUILDERS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilene
 
 def cache_dir() -> str:
     """``$NNVM_CACHE_DIR/models`` or ``~/.cache/nnvm/models``: outside any checkout."""
-    root = os.environ.get("NNVM_CACHE_DIR")
-    return os.path.join(root, "models") if root else os.path.join(os.path.expanduser("~"), ".cache", "nnvm",
-                                                                    "models")
+    return str(environment.cache_dir() / "models")
 
 
 def cached_model_path(name: str, seed: int = 0, batch: int = 1) -> str:

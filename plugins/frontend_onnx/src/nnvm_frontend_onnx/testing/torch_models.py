@@ -26,6 +26,7 @@ from nnvm_testing.venvs import (
     file_lock,
     ready_venv,
     run_checked,
+    torch_find_links,
 )
 
 # Pinned to what was tested; torch comes from the local CPU wheel (PyPI's torch would pull CUDA).
@@ -49,7 +50,7 @@ HF_MODELS = ("gpt2", "bert", "distilbert", "vit")  # keep in step with scripts/h
 
 
 def find_links() -> str:
-    return os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
+    return torch_find_links()
 
 
 def torch_python(venv: str = VENV, requirements: list[str] = REQUIREMENTS) -> Path:
