@@ -159,7 +159,7 @@ def test_compile_keywords_override_the_options_they_differ_from(testcpu, monkeyp
         with pytest.raises(_Built):
             nnvm.compile(_graph(), target=target, kernel_cache=False, options=base, **kwargs)
     assert [(o.opt_level, o.jobs, o.cpu_switches, o.kernel_cache, o.disabled_passes) for o in seen] == [
-        (1, 1, {"TEMPLATES": "0"}, False, frozenset()), (2, 1, {"TEMPLATES": "0"}, False, frozenset()),
-        (1, 1, {"TEMPLATES": "0"}, False, frozenset({"fold_scale_axis"}))]
+        (1, 1, {"templates": "0"}, False, frozenset()), (2, 1, {"templates": "0"}, False, frozenset()),
+        (1, 1, {"templates": "0"}, False, frozenset({"fold_scale_axis"}))]
     with pytest.raises(nnvm.Error, match="opt_level must be 0, 1, 2 or 3"):
         nnvm.Options(opt_level=4)

@@ -27,7 +27,7 @@ from nnvm.bench import bench, format_result
 from nnvm.cpu.switches import check_options
 from nnvm.errors import Error, InputError, reason, with_context
 from nnvm.kernel_cache import default_kernel_cache
-from nnvm.options import Options, activated
+from nnvm.options import Options, activated, active
 from nnvm.plugins import commands
 from nnvm.runtime.crt import install_runtime
 
@@ -361,14 +361,15 @@ def _add_cpu_switch(p: argparse.ArgumentParser) -> None:
 
 
 def _cpu_switches(words: list) -> Options:
-    """``--cpu-switch`` words as the options every compile of this command runs under."""
+    """The options every compile of this command runs under: the active ones (``main`` called inside an
+    ``activated`` block), with the ``--cpu-switch`` words set."""
     switches = {}
     for word in words:
         name, eq, value = word.partition("=")
         if not eq or not name:
             raise Error(f"--cpu-switch {word!r}: write NAME=VALUE (layout=0)")
         switches[name.strip()] = value.strip()
-    options = Options(cpu_switches=switches)
+    options = (active() or Options()).with_switches(**switches)
     check_options(options)
     return options
 
