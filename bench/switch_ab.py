@@ -37,7 +37,7 @@ def _is_op(mod, group, op: str, depthwise: bool) -> bool:
 def compare(model: str, batch: int, args) -> None:
     import nnvm
     from nnvm.bench import onnxruntime_session, profile, seeded_inputs
-    from nnvm_frontend_onnx.testing.torch_models import zoo_model_path
+    from nnvm_testing.frontend_onnx.torch_models import zoo_model_path
 
     path = zoo_model_path(model, batch)
     mods = {}

@@ -47,7 +47,7 @@ def _session(path, threads, profile_prefix=None):
 def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
-    from nnvm_frontend_onnx.testing import torch_models
+    from nnvm_testing.frontend_onnx import torch_models
 
     # cached; exported by the torch venv on first use
     path = torch_models.hf_model_path(name, batch) if hf else torch_models.zoo_model_path(name, batch)

@@ -93,7 +93,7 @@ case $mode in
     case " ${args[*]} " in
       *" --torch-python "*) ;;
       *) args+=(--torch-python "$(bash scripts/uv run --no-sync python -c \
-           'from nnvm_frontend_onnx.testing.torch_models import torch_python; print(torch_python())')") ;;
+           'from nnvm_testing.frontend_onnx.torch_models import torch_python; print(torch_python())')") ;;
     esac
     site=$(mktemp -d /tmp/nnvm-gpu-rehearse.XXXXXX)
     trap 'rm -rf "$site"' EXIT

@@ -105,7 +105,7 @@ def test_core_alone_runs_an_exported_module(core_alone, run_in, tmp_path):
     import onnxruntime as ort
 
     import nnvm
-    from nnvm_frontend_onnx.testing import models
+    from nnvm_testing.frontend_onnx import models
 
     path = models.cached_model_path("mobilenet_v2")
     artifact = tmp_path / "mobilenet_v2.so"
@@ -272,7 +272,7 @@ def test_skips_fail_under_ci_unless_marked_gpu(policy_pytester, monkeypatch):
 
 def test_core_with_mxnet_frontend_alone_reads_a_checkpoint(fresh_venv, run_in):
     """nnvm-frontend-mxnet installs alone next to the core (no mxnet, no onnx) and reads a gluon export."""
-    from nnvm_frontend_mxnet import testing
+    from nnvm_testing import frontend_mxnet as testing
     from nnvm_testing.venvs import pytest_venv
 
     model = pytest_venv(testing.zoo_models, ["resnet18_v1"])["resnet18_v1"]

@@ -15,7 +15,7 @@ import nnvm
 from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK, split_cost
 from nnvm.cpu.layout_choice import channel_block
 from nnvm.target import parse_target
-from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
+from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
 
 
 def _sandwich(batch: int, channels: int, mid: int, out: int, groups: int, kernel: int, hw: int):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm_frontend_keras import testing
+from nnvm_testing import frontend_keras as testing
 from nnvm_testing.venvs import pytest_venv
 
 CASES = ["conv_same_even", "conv_same_odd_stride3", "conv_dilated_groups", "depthwise_mult", "separable",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm_frontend_mxnet import testing
+from nnvm_testing import frontend_mxnet as testing
 from nnvm_testing.venvs import pytest_venv
 
 

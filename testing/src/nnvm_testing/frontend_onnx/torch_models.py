@@ -33,7 +33,7 @@ from nnvm_testing.venvs import (
 REQUIREMENTS = ["torch==2.13.0", "onnx==1.23.2", "onnxscript==0.7.2", "onnx-ir==1.1.0", "numpy==2.4.6"]
 PYTHON = "3.11"
 VENV = "torch-2.13"
-SCRIPTS = Path(__file__).resolve().parents[5] / "scripts"  # the checkout's scripts/ (workspace install)
+SCRIPTS = Path(__file__).resolve().parents[4] / "scripts"  # the checkout's scripts/ (workspace install)
 ZOO_SCRIPT = SCRIPTS / "torch_zoo.py"
 # Keep in step with scripts/torch_zoo.py (checked by tests/test_zoo_models.py).
 ZOO_CNNS = ("alexnet", "densenet121", "googlenet", "inception_v2", "resnet50", "shufflenet", "squeezenet",

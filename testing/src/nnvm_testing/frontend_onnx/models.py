@@ -107,7 +107,7 @@ class _Net:
             [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, classes])],
             initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="nnvm_frontend_onnx.testing")
+                                  producer_name="nnvm_testing.frontend_onnx")
         model.ir_version = 8  # readable by every onnxruntime from 1.12 on
         return model
 
