@@ -57,6 +57,16 @@ def test_core_alone_installs_no_plugin_dependency(core_alone, run_in):
     assert proc.stdout.strip() == "[]", f"core alone pulled in {proc.stdout.strip()}"
 
 
+def test_core_alone_ships_no_test_helpers(core_alone, run_in):
+    """The test suites' helpers live in ``nnvm-testing`` (a dev dependency), not in the core's wheel."""
+    probe = "import importlib.util as u, pathlib, nnvm; root = pathlib.Path(nnvm.__file__).parent; " \
+            "print(sorted(p.relative_to(root).as_posix() for p in root.rglob('*testing*')), " \
+            "[m for m in ('nnvm.testing', 'nnvm_testing') if u.find_spec(m)])"
+    proc = run_in(core_alone, "python", "-c", probe)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] []", f"the core's wheel ships test helpers: {proc.stdout.strip()}"
+
+
 def test_core_alone_lowers_a_tensor_expression(core_alone, run_in):
     script = textwrap.dedent("""
         import nnvm
