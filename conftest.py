@@ -13,22 +13,27 @@
   function is not part of a kernel's key, and a cached kernel would skip the code it patched.
 - Hypothesis: under CI, examples are derandomized (same examples every run, so a failure reproduces)
   and the per-example deadline is off (timings on a shared runner are noise).
+- CPU switches: the ``cpu_switch`` fixture sets one of the CPU layer's A/B switches for the rest of a
+  test (``cpu_switch("layout", "0")``; ``None`` unsets it) in the active ``nnvm.Options``, which every
+  ``nnvm.compile`` without ``options=`` starts from: switches are options, not environment variables.
 - The host: what a test knows of the machine (vector width, caches, team size) comes from the ``host``
-  fixture (``nnvm.testing.hosts``). ``--host-cpu=NAME`` (``haswell``, ``znver5``, ``skylake-avx512``
+  fixture (``nnvm_testing.hosts``). ``--host-cpu=NAME`` (``haswell``, ``znver5``, ``skylake-avx512``
   ...) runs the whole suite as if on that CPU: the compiler assumes it (``nnvm.target.assume_host``)
   wherever a target names no CPU; code that runs is still built for a CPU this machine runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
 import pytest
 
+from nnvm import options
 from nnvm.errors import TargetError
 from nnvm.target import assume_host, assumed_host
-from nnvm.testing.hosts import describe_host, host_cpu_named
+from nnvm_testing.hosts import describe_host, host_cpu_named
 
 pytest_plugins = ["pytester"]
 
@@ -66,7 +71,7 @@ def pytest_report_header(config):
 
 @pytest.fixture(scope="session")
 def host():
-    """The host the tests reason about (``nnvm.testing.hosts.Host``): this machine, or ``--host-cpu``'s
+    """The host the tests reason about (``nnvm_testing.hosts.Host``): this machine, or ``--host-cpu``'s
     CPU. Needs a backend for ``llvm`` (the x86 plugin); a core test without one does not ask."""
     found = describe_host()
     if found.note:
@@ -132,3 +137,14 @@ def _no_kernel_cache_when_patched(request):
     if "monkeypatch" in request.fixturenames:
         request.getfixturevalue("monkeypatch").setenv("NNVM_KERNEL_CACHE_DIR", "off")
     yield
+
+
+@pytest.fixture
+def cpu_switch():
+    """``cpu_switch(name, value)``: that CPU switch set (``None``: unset) for the rest of the test."""
+    with contextlib.ExitStack() as stack:
+        def set_switch(name: str, value: str | None) -> None:
+            current = options.active() or options.Options()
+            stack.enter_context(options.activated(current.with_switches(**{name: value})))
+
+        yield set_switch

@@ -14,8 +14,8 @@ and its phases (``compile_seconds``: import, passes, schedule, kernels, link, pl
 were compiled and read from the cache. The load average is printed before each model: a busy machine
 makes the cold column slower and says nothing about the code. Goals (issue 34): cold <= 5 s, warm <= 1 s.
 
-Models: ``nnvm_frontend_onnx.testing.torch_models.ZOO_CNNS`` (exported by PyTorch, cached under
-``$NNVM_CACHE_DIR/models``) and the Keras applications of ``nnvm_frontend_keras.testing`` (``.keras``
+Models: ``nnvm_testing.frontend_onnx.torch_models.ZOO_CNNS`` (exported by PyTorch, cached under
+``$NNVM_CACHE_DIR/models``) and the Keras applications of ``nnvm_testing.frontend_keras`` (``.keras``
 files written by Keras itself, small inputs). A model whose files cannot be made here is reported as
 skipped with the reason.
 """
@@ -76,8 +76,8 @@ def run_child(python: str, path: str, cache: str | None, jobs: int | None) -> di
 
 def model_paths(names: list[str]) -> tuple[dict, dict]:
     """``(name -> path, name -> why it is missing)``."""
-    from nnvm_frontend_keras.testing import keras_models
-    from nnvm_frontend_onnx.testing.torch_models import ZOO_CNNS, zoo_model_path
+    from nnvm_testing.frontend_keras import keras_models
+    from nnvm_testing.frontend_onnx.torch_models import ZOO_CNNS, zoo_model_path
 
     paths, missing = {}, {}
     for name in names:
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
         print(json.dumps(child(args.child, args.cache, args.jobs)))
         return 0
 
-    from nnvm_frontend_onnx.testing.torch_models import ZOO_CNNS
+    from nnvm_testing.frontend_onnx.torch_models import ZOO_CNNS
 
     names = args.models.split(",") if args.models else [*ZOO_CNNS, *KERAS_APPS]
     paths, missing = model_paths(names)

@@ -2,7 +2,7 @@
 
     uv run python bench/cuda_static.py [--archs sm_80,sm_90] [--models resnet18,mobilenet_v2] [--markdown]
 
-Each model (the seeded ONNX builds of ``nnvm_frontend_onnx.testing.models``) is compiled for
+Each model (the seeded ONNX builds of ``nnvm_testing.frontend_onnx.models``) is compiled for
 ``cuda -arch=...``; NVRTC's ``-Xptxas=-v`` report gives per kernel its registers, static shared memory
 and spill stores/loads, and ``nnvm_backend_cuda.compiler.occupancy`` the theoretical occupancy
 (resident warps over the SM's maximum, limited by registers, shared memory, warps and blocks); ``cap``
@@ -18,7 +18,7 @@ import sys
 
 import nnvm
 from nnvm_backend_cuda.compiler import GOAL_OCCUPANCY
-from nnvm_frontend_onnx.testing.models import cached_model_path
+from nnvm_testing.frontend_onnx.models import cached_model_path
 
 
 def report(model: str, arch: str) -> list[dict]:

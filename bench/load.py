@@ -3,7 +3,7 @@
     uv run python bench/load.py [--models resnet18,mobilenet_v2] [--threads 2] [--rounds 3] [--repeat 20]
                                 [--chunks N] [--spin-us N]
 
-Per model (the ONNX builds of ``nnvm_frontend_onnx.testing.models``, cached): nnvm (compiled for this
+Per model (the ONNX builds of ``nnvm_testing.frontend_onnx.models``, cached): nnvm (compiled for this
 CPU, ``NNVM_NUM_THREADS=threads``) and onnxruntime (default settings, spinning on, ``threads``
 intra-op threads), each timed in a block of its own (median of ``repeat`` runs), first alone and then
 while this script runs ``python -c 'while True: pass'``; rounds repeat that pair, so a drift in the
@@ -40,7 +40,7 @@ def block_ms(fn, repeat: int) -> float:
 def measure(name: str, threads: int, rounds: int, repeat: int) -> dict:
     import nnvm
     from nnvm.bench import onnxruntime_session, seeded_inputs
-    from nnvm_frontend_onnx.testing.models import cached_model_path
+    from nnvm_testing.frontend_onnx.models import cached_model_path
 
     path = cached_model_path(name)
     mod = nnvm.compile(path, target="llvm")

@@ -3,7 +3,7 @@
     uv run python bench/models.py --threads 2 --repeat 20
 
 Models: ResNet-18, MobileNetV2, ResNet-50 and SqueezeNet 1.1, the seeded-random-weight ONNX builds of
-``nnvm_frontend_onnx.testing.models`` (cached under ``$NNVM_CACHE_DIR/models``); batch 1, float32.
+``nnvm_testing.frontend_onnx.models`` (cached under ``$NNVM_CACHE_DIR/models``); batch 1, float32.
 
 - nnvm and onnxruntime: one child process per model (so the thread count holds from the start)
   compiles the model twice, untuned (every schedule template's fallback config, no log at all) and
@@ -33,7 +33,7 @@ import sys
 from nnvm.bench import cpu_name
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# key in nnvm_frontend_onnx.testing.models -> (title, MXNet gluon model zoo name)
+# key in nnvm_testing.frontend_onnx.models -> (title, MXNet gluon model zoo name)
 MODELS = {
     "resnet18": ("ResNet-18", "resnet18_v1"),
     "mobilenet_v2": ("MobileNetV2", "mobilenetv2_1.0"),
@@ -125,9 +125,9 @@ def measure_model(path: str, threads: int, repeat: int, tuning_logs: list, profi
 
 def mxnet_python() -> str:
     """The Python of the cached MXNet environment, the one the MXNet frontend's tests use
-    (``nnvm_frontend_mxnet.testing``), made with uv on first use (raises RuntimeError)."""
-    from nnvm.testing.venvs import VenvBuildError, VenvUnavailable
-    from nnvm_frontend_mxnet import testing
+    (``nnvm_testing.frontend_mxnet``), made with uv on first use (raises RuntimeError)."""
+    from nnvm_testing import frontend_mxnet as testing
+    from nnvm_testing.venvs import VenvBuildError, VenvUnavailable
 
     try:
         return str(testing.mxnet_python())
@@ -152,7 +152,7 @@ def bench_mxnet(gluon_name: str, threads: int, repeat: int) -> dict:
 
 
 def model_path(key: str) -> str | None:
-    from nnvm_frontend_onnx.testing import models
+    from nnvm_testing.frontend_onnx import models
 
     if key not in getattr(models, "BUILDERS", {}):
         return None

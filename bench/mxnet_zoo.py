@@ -5,7 +5,7 @@
 
 The seeds' benchmarks were against MXNet, so this is that baseline: each net as ``export`` wrote it
 (``-symbol.json`` + ``.params``, random weights and BatchNorm statistics, from
-``nnvm_frontend_mxnet.testing.zoo_models``), compiled by nnvm from the files alone, and run by MXNet
+``nnvm_testing.frontend_mxnet.zoo_models``), compiled by nnvm from the files alone, and run by MXNet
 1.9.1 (oneDNN) in its own venv, both with the same number of threads. MXNet runs in another process, so
 the two cannot alternate run by run: they alternate in blocks (``--rounds`` of each, the median of
 ``--repeat`` runs per block after a warm-up, the best block per side), which keeps the host's drift from
@@ -27,7 +27,7 @@ import numpy as np
 
 import nnvm
 from nnvm.bench import alternate_ms, cpu_name
-from nnvm_frontend_mxnet import testing
+from nnvm_testing import frontend_mxnet as testing
 
 BEGIN = "<!-- BEGIN bench/mxnet_zoo.py -->"
 END = "<!-- END bench/mxnet_zoo.py -->"

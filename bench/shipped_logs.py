@@ -4,7 +4,7 @@
     uv run python bench/shipped_logs.py --models resnet18,mobilenet_v2 --batch 8 --runs 7
 
 One thread by default (``--threads``): the clean view on a shared host. Prints the medians and the ratios;
-compile times too. The zoo models come from ``nnvm_frontend_onnx.testing.torch_models`` (cached).
+compile times too. The zoo models come from ``nnvm_testing.frontend_onnx.torch_models`` (cached).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     os.environ["NNVM_NUM_THREADS"] = str(args.threads)
     import nnvm
     from nnvm.bench import alternate_times, onnxruntime_session, seeded_inputs
-    from nnvm_frontend_onnx.testing.torch_models import zoo_model_path
+    from nnvm_testing.frontend_onnx.torch_models import zoo_model_path
 
     print(f"batch {args.batch}, {args.threads} thread(s), load average {os.getloadavg()[0]:.2f}")
     for name in args.models.split(","):

@@ -1,6 +1,7 @@
-"""A/B of one CPU switch (``NNVM_X86_*``) on zoo models: per-kernel minima and whole runs alternated.
+"""A/B of one CPU switch (``Options.cpu_switches``) on zoo models: per-kernel minima and whole runs
+alternated.
 
-    uv run python bench/switch_ab.py --switch NNVM_X86_DEPTHWISE_TILES [--models mobilenet_v2]
+    uv run python bench/switch_ab.py --switch depthwise_tiles [--models mobilenet_v2]
                                      [--batch 1] [--threads 1] [--rounds 8] [--runs 100]
 
 Both builds (the switch at ``0``: "before", at ``1``: "after"; untuned, ``tuning_log=False``) live in one
@@ -36,7 +37,7 @@ def _is_op(mod, group, op: str, depthwise: bool) -> bool:
 def compare(model: str, batch: int, args) -> None:
     import nnvm
     from nnvm.bench import onnxruntime_session, profile, seeded_inputs
-    from nnvm_frontend_onnx.testing.torch_models import zoo_model_path
+    from nnvm_testing.frontend_onnx.torch_models import zoo_model_path
 
     path = zoo_model_path(model, batch)
     mods = {}
@@ -78,7 +79,7 @@ def compare(model: str, batch: int, args) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--switch", default="NNVM_X86_DEPTHWISE_TILES")
+    parser.add_argument("--switch", default="depthwise_tiles")
     parser.add_argument("--models", default="mobilenet_v2")
     parser.add_argument("--batch", default="1", help="comma-separated batch sizes")
     parser.add_argument("--threads", type=int, default=1)

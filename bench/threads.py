@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 import nnvm
-from nnvm_frontend_onnx.testing.models import cached_model_path
+from nnvm_testing.frontend_onnx.models import cached_model_path
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ GEMM shape ``MxKxN`` or ``BxMxKxN``: ``MatMul`` by a constant [K, N] weight plus
 [B, M, K] data, the nnvm kernel and the onnxruntime session timed alternately, minimums in ms and
 GFLOP/s; with ``--tiles``
 (``JBxMB``: weight blocks x rows) one nnvm build per tile forced on ``cpu.dense.packed`` (``fallback``:
-the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``NNVM_X86_DENSE_WIDE_TILES=0``), all
+the untuned tile; ``NAME=VALUE``: untuned with a switch set, ``dense_wide_tiles=0``), all
 alternated in the same rounds.
 """
 
@@ -47,7 +47,7 @@ def _session(path, threads, profile_prefix=None):
 def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
-    from nnvm_frontend_onnx.testing import torch_models
+    from nnvm_testing.frontend_onnx import torch_models
 
     # cached; exported by the torch venv on first use
     path = torch_models.hf_model_path(name, batch) if hf else torch_models.zoo_model_path(name, batch)

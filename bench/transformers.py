@@ -3,7 +3,7 @@
     uv run python bench/transformers.py                              # GPT-2, BERT, DistilBERT, ViT-B/16
     uv run python bench/transformers.py --models gpt2 --rounds 5 --markdown out.md
 
-Models (``nnvm_frontend_onnx.testing.torch_models.hf_model_path``: the ``transformers`` library's own
+Models (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``: the ``transformers`` library's own
 modules at their default configs, seeded random weights, exported by PyTorch's default exporter with fixed
 shapes and cached under ``$NNVM_CACHE_DIR/models``): GPT-2 small with its LM head (logits), BERT-base and
 DistilBERT-base (``last_hidden_state``, token ids and an attention mask of ones), ViT-B/16 (224x224).
@@ -147,7 +147,7 @@ def main(argv=None) -> int:
         print(json.dumps(measure(name, path, args.threads, args.repeat, args.rounds, args.block_seconds,
                                  args.kernels)))
         return 0
-    from nnvm_frontend_onnx.testing import torch_models
+    from nnvm_testing.frontend_onnx import torch_models
 
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in TITLES]

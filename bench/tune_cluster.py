@@ -32,7 +32,7 @@ import ray.cluster_utils
 from nnvm.autotune import extract_tasks, tune
 from nnvm.autotune import log as logmod
 from nnvm.autotune.cluster import ClusterMeasurer, device_resource
-from nnvm_frontend_onnx.testing.models import cached_model_path
+from nnvm_testing.frontend_onnx.models import cached_model_path
 
 WIDTH = 96
 

@@ -4,7 +4,7 @@
     uv run python bench/zoo.py --quick               # batch 1, few repeats
     uv run python bench/zoo.py --models resnet18,bert --batch 8 --repeat 20
 
-Models (``nnvm_frontend_onnx.testing.torch_models``: written in plain torch by ``scripts/torch_zoo.py``,
+Models (``nnvm_testing.frontend_onnx.torch_models``: written in plain torch by ``scripts/torch_zoo.py``,
 seeded random weights, exported by PyTorch's default exporter with a fixed batch, cached under
 ``$NNVM_CACHE_DIR/models``): the eleven CNNs of the issue (alexnet, densenet121, googlenet = inception
 v1, inception_v2 = BN-Inception, resnet50, shufflenet = ShuffleNet v1 with grouped 1x1 convolutions,
@@ -309,7 +309,7 @@ def plot(rows: list, path: str, threads: int, shipped_logs: bool = False) -> Non
 
 
 def main(argv=None) -> int:
-    from nnvm_frontend_onnx.testing.torch_models import ZOO_CNNS, ZOO_TRANSFORMERS
+    from nnvm_testing.frontend_onnx.torch_models import ZOO_CNNS, ZOO_TRANSFORMERS
 
     everything = (*ZOO_CNNS, *ZOO_TRANSFORMERS)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -337,7 +337,7 @@ def main(argv=None) -> int:
         return 0
 
     from nnvm.bench import cpu_name
-    from nnvm_frontend_onnx.testing.torch_models import zoo_model_path
+    from nnvm_testing.frontend_onnx.torch_models import zoo_model_path
 
     models = [m for m in args.models.split(",") if m]
     unknown = [m for m in models if m not in everything]

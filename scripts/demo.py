@@ -4,7 +4,7 @@
     uv run python scripts/demo.py --threads 4 --repeat 50
 
 The model is torchvision's ResNet-18 layout with seeded random weights, built with ``onnx.helper`` by
-``nnvm_frontend_onnx.testing.models.resnet18`` and cached on disk (``$NNVM_CACHE_DIR/models``). Both
+``nnvm_testing.frontend_onnx.models.resnet18`` and cached on disk (``$NNVM_CACHE_DIR/models``). Both
 runtimes get the same input and the same number of threads. Exits 1 if the largest difference from
 onnxruntime, relative to the largest output of onnxruntime, exceeds 1e-4.
 """
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     import onnxruntime as ort
 
     import nnvm
-    from nnvm_frontend_onnx.testing.models import cached_model_path
+    from nnvm_testing.frontend_onnx.models import cached_model_path
 
     path = cached_model_path("resnet18")
     opts = ort.SessionOptions()

@@ -5,7 +5,7 @@
 
 ``--bytes``: byte-level corruption (truncation, bit flips, zeroed and overwritten spans) of every
 format, ``--mutants`` per format, each case through ``nnvm run`` in a child process
-(``nnvm_frontend_onnx.testing.byte_fuzz``, as ``tests/test_fuzz_bytes.py`` runs a few); prints a table
+(``nnvm_testing.frontend_onnx.byte_fuzz``, as ``tests/test_fuzz_bytes.py`` runs a few); prints a table
 of the outcomes per format and every failure, and exits 1 if there was one.
 
 Without ``--bytes``:
@@ -44,7 +44,7 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from nnvm_frontend_onnx.testing import fuzz
+    from nnvm_testing.frontend_onnx import fuzz
 
     failed: list = []
 
@@ -56,7 +56,7 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
         x = ["--input", f"x={models['x_npy']}"]
         compile_ = ["--target", "llvm", "-o", os.path.join(folder, "m.so")]
         if kind.startswith("keras"):
-            from nnvm_frontend_keras.testing import fuzz as kfuzz
+            from nnvm_testing.frontend_keras import fuzz as kfuzz
 
             km = models["keras"]
             if kind == "keras-bytes":
@@ -74,7 +74,7 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
                     path = kfuzz.write_h5(os.path.join(folder, "case.h5"), config, weights, layout)
             argv = ["compile", path, *compile_]
         elif kind.startswith("coreml"):
-            from nnvm_frontend_coreml.testing import fuzz as cfuzz
+            from nnvm_testing.frontend_coreml import fuzz as cfuzz
 
             cm = models["coreml"]
             if kind == "coreml-bytes":
@@ -137,7 +137,7 @@ def _one(kind: str, rng: random.Random, models: dict, folder: str) -> list[str] 
 
 def byte_campaign(formats: list[str], mutants: int, seed: int, keep: str) -> int:
     """``--bytes``: every format's mutants; a Markdown table of outcomes, then the failures."""
-    from nnvm_frontend_onnx.testing.byte_fuzz import fuzz_format
+    from nnvm_testing.frontend_onnx.byte_fuzz import fuzz_format
 
     work = Path(tempfile.mkdtemp(prefix="nnvm-bytefuzz-"))
     print(f"byte-level corruption, {mutants} mutants per format, seed {seed}, in {work}", flush=True)
@@ -174,7 +174,7 @@ def main() -> int:
     ap.add_argument("--mutants", type=int, default=200, help="with --bytes: mutants per format (default 200)")
     args = ap.parse_args()
     if args.bytes:
-        from nnvm_frontend_onnx.testing.byte_fuzz import FORMATS
+        from nnvm_testing.frontend_onnx.byte_fuzz import FORMATS
 
         formats = [f for f in (args.only or ",".join(FORMATS)).split(",") if f]
         unknown = set(formats) - set(FORMATS)
@@ -185,21 +185,21 @@ def main() -> int:
     unknown = set(kinds) - set(KINDS)
     if unknown:
         ap.error(f"unknown kinds: {', '.join(sorted(unknown))}")
-    from nnvm_frontend_onnx.testing.fuzz import base_models
+    from nnvm_testing.frontend_onnx.fuzz import base_models
 
     rng = random.Random(args.seed)
     work = tempfile.mkdtemp(prefix="nnvm-fuzz-")
     models = base_models(work)
     if any(k.startswith("keras") for k in kinds):
-        from nnvm_frontend_keras.testing.fuzz import base_models as keras_models
+        from nnvm_testing.frontend_keras.fuzz import base_models as keras_models
 
         models["keras"] = keras_models(tempfile.mkdtemp(dir=work))
     if any(k.startswith("coreml") for k in kinds):
-        from nnvm_frontend_coreml.testing.fuzz import base_models as coreml_models
+        from nnvm_testing.frontend_coreml.fuzz import base_models as coreml_models
 
         models["coreml"] = coreml_models(tempfile.mkdtemp(dir=work))
     if "gpu-artifacts" in kinds:
-        from nnvm_frontend_onnx.testing.fuzz import gpu_modules
+        from nnvm_testing.frontend_onnx.fuzz import gpu_modules
 
         models["gpu"] = gpu_modules(tempfile.mkdtemp(dir=work), models)
     print(f"fuzzing {', '.join(kinds)} for {args.seconds:g} s in {work}", flush=True)

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gen_onnx_coverage.py -k 'test_top_k' --no-write --verbose
 
 The cases are ONNX's own (``onnx.backend.test.case.node``, cached under ``~/.cache/nnvm`` by
-``nnvm_frontend_onnx.testing.node_cases``); "eligible" is defined in that module. Each case runs in a
+``nnvm_testing.frontend_onnx.node_cases``); "eligible" is defined in that module. Each case runs in a
 worker process, so a case that crashes the interpreter is counted as a crash, not the end of the run.
 """
 
@@ -29,7 +29,7 @@ def _worker_init() -> None:
 
 
 def _run(name: str, root: str) -> tuple[str, str, str]:
-    from nnvm_frontend_onnx.testing.node_cases import run_case
+    from nnvm_testing.frontend_onnx.node_cases import run_case
 
     status, message = run_case(name, root)
     return name, status, message
@@ -94,12 +94,12 @@ def render(results: dict, infos: dict, total_cases: int, seconds: float) -> str:
         f"ONNX {onnx.__version__}'s node test cases (`onnx.backend.test.case.node`) run through",
         "`nnvm_frontend_onnx.backend` (target `llvm`) and compared as ONNX's own runner compares them.",
         f"Of {total_cases} cases, {n} are eligible for an inference compiler (standard domain, tensor inputs",
-        "and outputs, numeric or bool types; see `nnvm_frontend_onnx.testing.node_cases`).",
+        "and outputs, numeric or bool types; see `nnvm_testing.frontend_onnx.node_cases`).",
         "",
         f"**{passed} / {n} eligible cases pass ({100.0 * passed / max(n, 1):.1f}%).**",
         "",
         "Cases that fail are listed, each with its reason, in",
-        "`plugins/frontend_onnx/src/nnvm_frontend_onnx/testing/expected_failures.py`.",
+        "`testing/src/nnvm_testing/frontend_onnx/expected_failures.py`.",
         "",
         "| operator | opset: passed / cases | passed | cases |",
         "| --- | --- | ---: | ---: |",
@@ -128,7 +128,7 @@ def main(argv=None) -> int:
                              "instead of running; with -k, run the matching cases and override them too")
     args = parser.parse_args(argv)
 
-    from nnvm_frontend_onnx.testing.node_cases import case_info, eligible_cases, node_cases_dir
+    from nnvm_testing.frontend_onnx.node_cases import case_info, eligible_cases, node_cases_dir
 
     root = node_cases_dir()
     every = sorted(os.listdir(os.path.join(root, "node")))

@@ -252,8 +252,8 @@ def _one_model(name: str, work: Path) -> dict:
     import onnxruntime as ort
 
     import nnvm
-    from nnvm_frontend_onnx.testing import models as zoo
-    from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+    from nnvm_testing.frontend_onnx import models as zoo
+    from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
 
     if name in SHAPE_MODELS:
         path = str(work / f"{name}.onnx")
@@ -347,8 +347,8 @@ def step_tune(check: Check) -> dict:
         raise Unavailable(f"{check.left():.0f} s left: too little to tune")
     import onnx
 
-    from nnvm_frontend_onnx.testing import models as zoo
-    from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+    from nnvm_testing.frontend_onnx import models as zoo
+    from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
 
     log = Path(check.args.out) / f"cuda_{check.arch}.jsonl"
     if check.rehearse:  # the CPU runner measures slowly: one small net

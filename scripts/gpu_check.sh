@@ -19,7 +19,8 @@ CARRIED=(hatchling==1.33.0 pathspec==1.1.1 trove-classifiers==2026.9.21.13 tomlk
          pyopencl==2026.1.4 pytools==2026.1.1 platformdirs==4.14.8 siphash24==1.9)
 # Every plugin: a conformance or export path may look up any of them, and a missing one is a failure there.
 PACKAGES=(./core ./conformance ./plugins/frontend_onnx ./plugins/backend_cuda ./plugins/backend_opencl
-          ./plugins/backend_llvm ./plugins/backend_llvm_x86 ./plugins/backend_llvm_arm ./plugins/backend_metal)
+          ./plugins/backend_llvm ./plugins/backend_llvm_x86 ./plugins/backend_llvm_arm ./plugins/backend_metal
+          ./testing)  # nnvm_testing: the reference venvs the checks compare against
 CARRY_LIMIT_MB=64
 
 say() { printf 'gpu-check: %s\n' "$*" >&2; }
@@ -92,7 +93,7 @@ case $mode in
     case " ${args[*]} " in
       *" --torch-python "*) ;;
       *) args+=(--torch-python "$(bash scripts/uv run --no-sync python -c \
-           'from nnvm_frontend_onnx.testing.torch_models import torch_python; print(torch_python())')") ;;
+           'from nnvm_testing.frontend_onnx.torch_models import torch_python; print(torch_python())')") ;;
     esac
     site=$(mktemp -d /tmp/nnvm-gpu-rehearse.XXXXXX)
     trap 'rm -rf "$site"' EXIT

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nnvm.testing.venvs import VenvBuildError, VenvUnavailable, build_venv
+from nnvm_testing.venvs import VenvBuildError, VenvUnavailable, build_venv
 
 IMAGE = Path(__file__).with_name("gpu_image.txt")
 PYTHON = "3.12"  # the image's python3

@@ -1,6 +1,6 @@
 """Export Hugging Face ``transformers`` models, default configs and seeded random weights, to ONNX.
 
-Runs in the torch venv with ``transformers`` (``nnvm_frontend_onnx.testing.torch_models.hf_model_path``
+Runs in the torch venv with ``transformers`` (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``
 builds it and calls this script); the main environment imports neither. These are the models as people
 deploy them: the library's own modules (``GPT2LMHeadModel``, ``BertModel``, ``DistilBertModel``,
 ``ViTModel``), built from their default configuration (GPT-2 small, BERT-base, DistilBERT-base, ViT-B/16)

@@ -1,7 +1,7 @@
 """PyTorch's side of ``bench/cuda_vs_torch.py``: export each model, keep its reference output, time it.
 
 Runs under an interpreter with torch (on the GPU machine, the image's python3; here, the torch venv of
-``nnvm_frontend_onnx.testing.torch_models``); the nnvm side never imports torch. For each model and batch:
+``nnvm_testing.frontend_onnx.torch_models``); the nnvm side never imports torch. For each model and batch:
 the seeded network of ``scripts/torch_zoo.py`` is exported to ONNX (what nnvm then compiles: the same
 weights), run on a seeded input whose output is saved as the reference, and timed
 

@@ -1,6 +1,6 @@
 """Export the issue-19 benchmark models (eleven CNNs, three transformers) with PyTorch's ONNX exporter.
 
-Runs in the torch venv (``nnvm_frontend_onnx.testing.torch_models`` builds it and calls this script);
+Runs in the torch venv (``nnvm_testing.frontend_onnx.torch_models`` builds it and calls this script);
 the main environment never imports torch. There is no CPU torchvision build, so every network is
 written here in plain ``torch.nn`` after the published architecture, seeded (``torch.manual_seed(0)``),
 with random BatchNorm statistics (as ``scripts/torch_export.py``, whose ResNet-18 and MobileNetV2 are

@@ -102,7 +102,7 @@ def dense(tmp_path_factory):
 def check_resnet18_two_threads(kind: str, tmp_path: Path, threads: int) -> None:
     import onnxruntime as ort
 
-    from nnvm_frontend_onnx.testing.models import cached_model_path
+    from nnvm_testing.frontend_onnx.models import cached_model_path
 
     onnx_path = cached_model_path("resnet18")
     module = tmp_path / f"resnet18-{kind}.so"

@@ -12,7 +12,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from nnvm_frontend_onnx.testing import models
+from nnvm_testing.frontend_onnx import models
 
 
 def nnvm_cli(*args, cwd=None):

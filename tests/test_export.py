@@ -11,7 +11,7 @@ import numpy as np
 import onnxruntime as ort
 
 import nnvm
-from nnvm_frontend_onnx.testing import models
+from nnvm_testing.frontend_onnx import models
 
 
 def test_export_and_load_in_fresh_process(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 import nnvm
 from nnvm.runtime import artifact
-from nnvm_frontend_onnx.testing.fuzz import base_models, check_report, run_in_child
+from nnvm_testing.frontend_onnx.fuzz import base_models, check_report, run_in_child
 
 SEED = 2024
 CASES = 40

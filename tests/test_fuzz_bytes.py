@@ -17,7 +17,7 @@ import pytest
 
 import nnvm
 from nnvm.errors import ModelLoadError, reading
-from nnvm_frontend_onnx.testing.byte_fuzz import FORMATS, corrupt, fuzz_format
+from nnvm_testing.frontend_onnx.byte_fuzz import FORMATS, corrupt, fuzz_format
 
 MUTANTS = 6
 SEED = 34
@@ -44,7 +44,7 @@ def test_mutations_damage_the_bytes():
 
 def test_mxnet_base_model_matches_numpy(tmp_path):
     """The MXNet files the fuzz suite corrupts are the model numpy computes."""
-    from nnvm_frontend_mxnet.testing.fuzz import base_model, reference
+    from nnvm_testing.frontend_mxnet.fuzz import base_model, reference
 
     m = base_model(str(tmp_path))
     x = np.load(m["x_npy"])
@@ -85,7 +85,7 @@ def test_a_read_that_hangs_or_crashes_is_the_files_error(tmp_path):
 def test_a_case_that_kills_or_hangs_the_child_is_reported(tmp_path, monkeypatch):
     """The runner's own check: a child aborting on one case and hanging on the next reports those two
     cases (a signal, a timeout) and still runs the rest in a new child."""
-    from nnvm_frontend_onnx.testing import byte_fuzz
+    from nnvm_testing.frontend_onnx import byte_fuzz
 
     cases = byte_fuzz.make_cases(FORMATS["onnx"](tmp_path), tmp_path / "cases", 3, SEED)
     sabotage = "        import os, time\n        if k == 1: os.abort()\n        if k == 2: time.sleep(60)\n"

@@ -4,7 +4,7 @@ corrupt Manifest.json, a missing or truncated weight.bin, a blob record with a b
 offset or size, an op naming a missing input, attributes and types of the wrong kind). Each gives a
 module or exit 1 with one line on stderr, never a traceback, a crash or a hang.
 
-The models are written with the protobuf classes alone (``nnvm_frontend_coreml.testing.fuzz``); both
+The models are written with the protobuf classes alone (``nnvm_testing.frontend_coreml.fuzz``); both
 bases are checked against numpy once. ``scripts/fuzz.py --only coreml-bytes,coreml-package`` runs the
 same generators for longer.
 """
@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import nnvm
-from nnvm_frontend_coreml.testing.fuzz import base_models, mutate_package
-from nnvm_frontend_onnx.testing.fuzz import check_cli, mutate_bytes
+from nnvm_testing.frontend_coreml.fuzz import base_models, mutate_package
+from nnvm_testing.frontend_onnx.fuzz import check_cli, mutate_bytes
 
 FUZZ = settings(max_examples=30, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
@@ -69,7 +69,7 @@ def test_subprocess_no_hard_crash(models, tmp_path):
     """A few truncated model files and weight files through a real ``nnvm`` process."""
     import random
 
-    from nnvm_frontend_coreml.testing.fuzz import WEIGHT_BIN, write_package
+    from nnvm_testing.frontend_coreml.fuzz import WEIGHT_BIN, write_package
 
     rng = random.Random(40)
     cases = []

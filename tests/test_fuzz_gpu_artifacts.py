@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from nnvm_frontend_onnx.testing.fuzz import (
+from nnvm_testing.frontend_onnx.fuzz import (
     GPU_TARGETS,
     base_models,
     check_report,

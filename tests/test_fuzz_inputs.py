@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm.autotune import log as tlog
-from nnvm_frontend_onnx.testing.fuzz import (
+from nnvm_testing.frontend_onnx.fuzz import (
     base_models,
     check_cli,
     mutate_bytes,

@@ -4,7 +4,7 @@ zip and of a legacy ``.h5`` truncated, flipped and spliced, and structural mutat
 weights of a wrong shape or missing, zip members that are not HDF5). Each gives a module or exit 1
 with one line on stderr, never a traceback, a crash or a hang.
 
-The base model is written with h5py and zipfile (``nnvm_frontend_keras.testing.fuzz``), so no Keras
+The base model is written with h5py and zipfile (``nnvm_testing.frontend_keras.fuzz``), so no Keras
 venv is needed; its output is checked against numpy once, so that the files really are Keras models
 the frontend reads. Hypothesis runs with a fixed seed and a small budget; ``scripts/fuzz.py --only
 keras-bytes,keras-fields`` runs the same generators for longer.
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 import nnvm
-from nnvm_frontend_keras.testing.fuzz import base_config, base_models, mutate_config, write_h5, write_keras
-from nnvm_frontend_onnx.testing.fuzz import check_cli, mutate_bytes
+from nnvm_testing.frontend_keras.fuzz import base_config, base_models, mutate_config, write_h5, write_keras
+from nnvm_testing.frontend_onnx.fuzz import check_cli, mutate_bytes
 
 FUZZ = settings(max_examples=20, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])

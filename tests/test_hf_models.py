@@ -4,7 +4,7 @@ modules with seeded random weights), small configs, compiled by nnvm and checked
 GPT-2 is the one whose default size ran at 3x onnxruntime (issue 39): its ``Conv1D`` Gemms by [K, N]
 weights over every token row, ``gelu_new``'s ``x ** 3``, the causal mask built from ``Where``, and the tied
 LM head. The exports run in the cached torch venv with ``transformers``
-(``nnvm_frontend_onnx.testing.torch_models.hf_model_path``; later runs reuse
+(``nnvm_testing.frontend_onnx.torch_models.hf_model_path``; later runs reuse
 ``$NNVM_CACHE_DIR/models/hf_*``). A missing tool skips, except under ``CI=true`` where it fails.
 """
 
@@ -19,8 +19,8 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_onnx.testing import torch_models
+from nnvm_testing.frontend_onnx import torch_models
+from nnvm_testing.venvs import pytest_venv
 
 
 def test_model_list_matches_the_export_script():

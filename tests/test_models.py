@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm_frontend_onnx.testing import models
+from nnvm_testing.frontend_onnx import models
 
 LIGHT = ["bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
          "squeezenet", "vgg19", "zfnet512"]

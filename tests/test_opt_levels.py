@@ -11,7 +11,7 @@ import onnx
 import pytest
 
 import nnvm
-from nnvm_frontend_onnx.testing import models
+from nnvm_testing.frontend_onnx import models
 
 # (kernels at most, at opt level 3) for the models built by ``models``; None: no bound checked.
 BUILT = {"resnet18": 30, "mobilenet_v2": 70}

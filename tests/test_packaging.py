@@ -57,6 +57,16 @@ def test_core_alone_installs_no_plugin_dependency(core_alone, run_in):
     assert proc.stdout.strip() == "[]", f"core alone pulled in {proc.stdout.strip()}"
 
 
+def test_core_alone_ships_no_test_helpers(core_alone, run_in):
+    """The test suites' helpers live in ``nnvm-testing`` (a dev dependency), not in the core's wheel."""
+    probe = "import importlib.util as u, pathlib, nnvm; root = pathlib.Path(nnvm.__file__).parent; " \
+            "print(sorted(p.relative_to(root).as_posix() for p in root.rglob('*testing*')), " \
+            "[m for m in ('nnvm.testing', 'nnvm_testing') if u.find_spec(m)])"
+    proc = run_in(core_alone, "python", "-c", probe)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[] []", f"the core's wheel ships test helpers: {proc.stdout.strip()}"
+
+
 def test_core_alone_lowers_a_tensor_expression(core_alone, run_in):
     script = textwrap.dedent("""
         import nnvm
@@ -105,7 +115,7 @@ def test_core_alone_runs_an_exported_module(core_alone, run_in, tmp_path):
     import onnxruntime as ort
 
     import nnvm
-    from nnvm_frontend_onnx.testing import models
+    from nnvm_testing.frontend_onnx import models
 
     path = models.cached_model_path("mobilenet_v2")
     artifact = tmp_path / "mobilenet_v2.so"
@@ -272,8 +282,8 @@ def test_skips_fail_under_ci_unless_marked_gpu(policy_pytester, monkeypatch):
 
 def test_core_with_mxnet_frontend_alone_reads_a_checkpoint(fresh_venv, run_in):
     """nnvm-frontend-mxnet installs alone next to the core (no mxnet, no onnx) and reads a gluon export."""
-    from nnvm.testing.venvs import pytest_venv
-    from nnvm_frontend_mxnet import testing
+    from nnvm_testing import frontend_mxnet as testing
+    from nnvm_testing.venvs import pytest_venv
 
     model = pytest_venv(testing.zoo_models, ["resnet18_v1"])["resnet18_v1"]
     bin_dir = fresh_venv("core", "plugins/frontend_mxnet")

@@ -22,8 +22,8 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import cache_dir, file_lock, pytest_venv
-from nnvm_frontend_onnx.testing.torch_models import torch_python
+from nnvm_testing.frontend_onnx.torch_models import torch_python
+from nnvm_testing.venvs import cache_dir, file_lock, pytest_venv
 
 REPO = Path(__file__).resolve().parents[1]
 EXPORT_SCRIPT = REPO / "scripts" / "torch_export.py"

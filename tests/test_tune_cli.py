@@ -2,7 +2,7 @@
 and ``nnvm tune`` on the command line. No timing asserts: what is checked is what got measured,
 logged, resumed and applied, and that tuned modules compute the same numbers as onnxruntime.
 
-The templates come from ``nnvm.autotune.testing`` (a matmul factory with fault knobs, and a plugin
+The templates come from ``nnvm_testing.autotune_templates`` (a matmul factory with fault knobs, and a plugin
 offering a ``dense`` template), so these tests do not depend on which templates the backends ship.
 """
 
@@ -17,7 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-import nnvm.autotune.testing as testing_templates
+import nnvm_testing.autotune_templates as testing_templates
 from nnvm import plugins
 from nnvm.autotune import Measurer, TuningLogs, extract_tasks, task_from_factory, tune
 from nnvm.autotune import log as logmod
@@ -26,12 +26,12 @@ from nnvm.target import parse_target
 
 
 @pytest.fixture
-def dense_templates(monkeypatch):
+def dense_templates(monkeypatch, cpu_switch):
     """The ``testing.dense`` template plugin registered by hand (the measuring child registers it too)."""
     monkeypatch.setenv("NNVM_NUM_THREADS", "1")
     # Keep the Gemms as ``dense`` groups: at opt level 3 the x86 layout pass would make them
     # ``dense_packed`` (a constant weight packed for streaming), which ``testing.dense`` does not serve.
-    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    cpu_switch("layout", "0")
     plugins.reset()
     plugins.manager().register(testing_templates, name="nnvm-autotune-testing")
     yield
@@ -66,7 +66,7 @@ def onnxruntime_output(path: str, x: np.ndarray) -> np.ndarray:
 
 def test_crashing_hanging_and_failing_candidates_are_errors_and_measuring_goes_on(monkeypatch):
     monkeypatch.setenv("NNVM_NUM_THREADS", "1")
-    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=32, faults=True)
+    task = task_from_factory("nnvm_testing.autotune_templates:matmul_template", n=32, faults=True)
     faults = ["none", "raise", "exit", "segfault", "hang", "none"]
     with Measurer(timeout=4, repeat=1, min_repeat_ms=1) as measurer:
         results = measurer.measure(task, [dict(task.fallback, fault=f) for f in faults])

@@ -56,7 +56,7 @@ def measurer(cluster, **kwargs) -> ClusterMeasurer:
 
 def small_resnet18_tasks() -> list:
     """ResNet-18's cheapest tasks to build and time: its 1x1 convolutions and its dense layer."""
-    from nnvm_frontend_onnx.testing import models
+    from nnvm_testing.frontend_onnx import models
 
     tasks = extract_tasks(models.cached_model_path("resnet18"), target="llvm")
     return sorted(tasks, key=lambda t: t.flops)[:3]
@@ -122,7 +122,7 @@ def _measuring_worker_pids() -> list[int]:
 
 
 def test_a_worker_killed_mid_measurement_is_retried_and_nothing_is_lost_or_logged_twice(cluster, tmp_path):
-    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=64)
+    task = task_from_factory("nnvm_testing.autotune_templates:matmul_template", n=64)
     log = tmp_path / "killed.jsonl"
     done: dict = {}
 
@@ -160,7 +160,7 @@ def test_an_aarch64_task_builds_on_x86_and_measures_on_the_qemu_node(cluster, tm
     arm = cluster.add_node(num_cpus=1, resources={device_resource("aarch64"): 1})
     try:
         cluster.wait_for_nodes()
-        task = task_from_factory("nnvm.autotune.testing:matmul_template", n=32, target="aarch64")
+        task = task_from_factory("nnvm_testing.autotune_templates:matmul_template", n=32, target="aarch64")
         log = tmp_path / "arm.jsonl"
         with measurer(cluster) as m:
             (summary,) = tune([task], 3, log, tuner="random", measurer=m, progress=False)
@@ -229,7 +229,7 @@ def test_user_mistakes_about_the_cluster_are_one_sentence(cluster, tiny_conv, tm
 
 def test_crashing_and_hanging_candidates_are_errors_on_the_worker_and_every_trial_is_accounted(cluster,
                                                                                              tmp_path):
-    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=32, faults=True)
+    task = task_from_factory("nnvm_testing.autotune_templates:matmul_template", n=32, faults=True)
     log = tmp_path / "faults.jsonl"
     with measurer(cluster, timeout=3, noise_limit=100.0) as m:
         tune([task], 6, log, tuner="grid", measurer=m, progress=False)  # the fallback, then each fault
@@ -245,7 +245,7 @@ def test_crashing_and_hanging_candidates_are_errors_on_the_worker_and_every_tria
 def test_a_node_that_measures_inconsistently_is_reported_and_its_results_kept_apart(cluster, tmp_path):
     """With a limit of 0 every node is 'noisy' after its third measurement: reported once, then logged
     as errors naming it, so its times never stand beside a quiet node's."""
-    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=32)
+    task = task_from_factory("nnvm_testing.autotune_templates:matmul_template", n=32)
     log = tmp_path / "noisy.jsonl"
     report = tmp_path / "report.txt"
     with open(report, "w") as stream, measurer(cluster, noise_limit=0.0, stream=stream) as m:
@@ -279,7 +279,7 @@ def _node_of(pid: int, nodes: list):
 
 
 def test_a_device_node_gone_mid_measurement_its_trials_move_to_another_node(cluster, tmp_path):
-    task = task_from_factory("nnvm.autotune.testing:matmul_template", n=64)
+    task = task_from_factory("nnvm_testing.autotune_templates:matmul_template", n=64)
     log = tmp_path / "gone.jsonl"
     done: dict = {}
 

@@ -2,7 +2,7 @@
 them and agrees with onnxruntime, for one small model of each family (ShuffleNet v1, whose grouped 1x1
 convolutions are the point of having it, and ViT-tiny).
 
-The exports run in the cached torch venv (``nnvm_frontend_onnx.testing.torch_models``; the first one
+The exports run in the cached torch venv (``nnvm_testing.frontend_onnx.torch_models``; the first one
 builds it, later runs reuse ``$NNVM_CACHE_DIR/models/torch_zoo_*``). A missing tool skips, except under
 ``CI=true`` where it fails.
 """
@@ -19,8 +19,8 @@ import pytest
 
 import nnvm
 from nnvm.bench import profile, relative_error, seeded_inputs
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_onnx.testing import torch_models
+from nnvm_testing.frontend_onnx import torch_models
+from nnvm_testing.venvs import pytest_venv
 
 
 def _script_models(var: str) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnvm_frontend_onnx.testing import models
+from nnvm_testing.frontend_onnx import models
 
 TORCHVISION_PARAMETERS = {"resnet18": 11_689_512, "resnet50": 25_557_032, "mobilenet_v2": 3_504_872,
                           "squeezenet1_1": 1_235_496, "densenet121": 7_978_856}

@@ -67,7 +67,7 @@ class OpHarness:
         assert all(isinstance(t.op, ComputeOp) and t.op.tag == name for t in outs), (
             f"{name}: the output stages are tagged {[t.op.tag for t in outs]}, not with the operator's name")
         if schedule == "generic":
-            from nnvm.schedules import generic_schedule
+            from nnvm.generic_schedule import generic_schedule
 
             sch = generic_schedule(outs)
         else:

@@ -123,20 +123,24 @@ def test_a_cpu_backend_that_does_not_answer_vector_lanes_gets_the_generic_schedu
     assert plugin.nnvm_schedule_template(target=parse_target("cuda"), group=None) is None  # key gpu
 
 
-def test_cpu_switches_are_options_the_environment_overlays(testcpu, monkeypatch):
-    """``Options(cpu_switches=...)`` turns a CPU switch as its ``NNVM_X86_*`` variable does, wins over the
-    variable, and an unknown switch or value is one sentence before anything compiles."""
+def test_cpu_switches_are_options_and_never_the_environment(testcpu, monkeypatch, cpu_switch):
+    """``Options(cpu_switches=...)`` turns a CPU switch; a compile without options takes the active ones
+    (``cpu_switch``), a compile's own options win over them, the environment plays no part, and an unknown
+    switch or value is one sentence before anything compiles."""
     target, backend = testcpu
     backend.blocked = True
-    monkeypatch.delenv("NNVM_X86_LAYOUT", raising=False)
+    cpu_switch("layout", None)
     names = lambda **kw: {t.name for t in _chosen(monkeypatch, target, **kw) if t is not None}  # noqa: E731
     blocked = names()
     assert "cpu.dense.packed" in blocked
     plain = names(options=nnvm.Options(cpu_switches={"layout": "0"}))
     assert "cpu.dense.packed" not in plain and plain != blocked
-    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    cpu_switch("layout", "0")
     assert names() == plain
-    assert names(options=nnvm.Options(cpu_switches={"NNVM_X86_LAYOUT": "1"})) == blocked
+    assert names(options=nnvm.Options(cpu_switches={"LAYOUT": "1"})) == blocked
+    cpu_switch("layout", None)
+    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")  # what switched it before it was an option: nothing now
+    assert names() == blocked
     for bad, says in (({"layuot": "0"}, "cpu switch 'layuot' does not exist"),
                       ({"layout": "2"}, "cpu switch layout='2': must be one of 0, 1")):
         with pytest.raises(nnvm.Error, match=says):
@@ -155,7 +159,7 @@ def test_compile_keywords_override_the_options_they_differ_from(testcpu, monkeyp
         with pytest.raises(_Built):
             nnvm.compile(_graph(), target=target, kernel_cache=False, options=base, **kwargs)
     assert [(o.opt_level, o.jobs, o.cpu_switches, o.kernel_cache, o.disabled_passes) for o in seen] == [
-        (1, 1, {"TEMPLATES": "0"}, False, frozenset()), (2, 1, {"TEMPLATES": "0"}, False, frozenset()),
-        (1, 1, {"TEMPLATES": "0"}, False, frozenset({"fold_scale_axis"}))]
+        (1, 1, {"templates": "0"}, False, frozenset()), (2, 1, {"templates": "0"}, False, frozenset()),
+        (1, 1, {"templates": "0"}, False, frozenset({"fold_scale_axis"}))]
     with pytest.raises(nnvm.Error, match="opt_level must be 0, 1, 2 or 3"):
         nnvm.Options(opt_level=4)

@@ -18,8 +18,7 @@ from nnvm.frontend import (
     check_shape_keys,
     check_supported,
 )
-from nnvm.frontend.convert import DimBinding, binding_dims
-from nnvm.frontend.layout import (
+from nnvm.frontend.channels_last import (
     channels_first_axes,
     channels_last_axes,
     depthwise_to_oihw,
@@ -27,6 +26,7 @@ from nnvm.frontend.layout import (
     to_channels_first,
     to_channels_last,
 )
+from nnvm.frontend.convert import DimBinding, binding_dims
 from nnvm.frontend.padding import explicit_pads, full_pooling_pads, pool_out_size, same_pads
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.evaluate import evaluate_graph

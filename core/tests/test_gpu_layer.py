@@ -160,17 +160,17 @@ def test_a_backend_declaring_no_target_facts_is_refused_at_registration(facts, m
 
 
 def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, monkeypatch):
-    from nnvm.gpu import plugin, schedules
+    from nnvm.gpu import block_schedules, plugin
 
     names = []
-    real = schedules.group_template
+    real = block_schedules.group_template
 
     def recording(group):
         template = real(group)
         names.append(template.name)
         return template
 
-    monkeypatch.setattr(schedules, "group_template", recording)
+    monkeypatch.setattr(block_schedules, "group_template", recording)
     mod = nnvm.compile(_graph(), target=testgpu)  # a target kind nnvm.gpu has never heard of, key gpu
     assert {"gpu.conv2d", "gpu.dense", "gpu.generic"} <= set(names)
     source = mod.library.source()
@@ -232,7 +232,7 @@ def test_export_is_one_zip_the_backend_reads_back(testgpu, tmp_path):
 def test_conv2d_chunk_shrinks_with_the_input_tile_a_round_copies():
     """``chunk`` 0 (the fallback): input channels per round such that each thread copies about
     ``COPY_PER_THREAD`` values; a stride-2 3x3 window triples the input tile of a 7x7 output tile."""
-    from nnvm.gpu.schedules import COPY_PER_THREAD, _auto_chunk
+    from nnvm.gpu.block_schedules import COPY_PER_THREAD, _auto_chunk
 
     def attrs(k, s):
         return {"kernel_shape": (128, 64, k, k), "strides": (s, s), "dilation": (1, 1)}

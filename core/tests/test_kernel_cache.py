@@ -8,7 +8,14 @@ import types
 import pytest
 
 from nnvm.errors import Error
-from nnvm.kernel_cache import MAGIC, KernelCache, default_kernel_cache, kernel_key, source_fingerprint
+from nnvm.kernel_cache import (
+    DEFAULT_MAX_BYTES,
+    MAGIC,
+    KernelCache,
+    default_kernel_cache,
+    kernel_key,
+    source_fingerprint,
+)
 from nnvm.kernel_jobs import KernelJob, compile_kernels
 
 
@@ -121,9 +128,8 @@ def test_default_location_and_overrides(tmp_path):
     own = default_kernel_cache({"NNVM_CACHE_DIR": "/x", "NNVM_KERNEL_CACHE_DIR": str(tmp_path / "own")})
     assert str(own.directory) == str(tmp_path / "own")
     assert default_kernel_cache({"NNVM_KERNEL_CACHE_DIR": "off"}) is None
-    assert default_kernel_cache({"NNVM_KERNEL_CACHE_MB": "1"}).max_bytes == 1024**2
-    with pytest.raises(Error, match="NNVM_KERNEL_CACHE_MB"):
-        default_kernel_cache({"NNVM_KERNEL_CACHE_MB": "lots"})
+    # the cap is the default: a program wanting another passes KernelCache(directory, max_bytes)
+    assert default_kernel_cache({}).max_bytes == DEFAULT_MAX_BYTES == 2 * 1024**3
 
 
 def test_key_holds_every_input():

@@ -28,11 +28,11 @@ LAYERS = (
     ("plugins", "limits", "options", "tir"),  # plugin manager and registries; limits; nnvm.Options; loop IR
     ("target", "graph", "kernel_cache"),  # target strings; the graph IR and builder; compiled-kernel store
     ("backend", "te", "kernel_jobs"),  # what a backend implements; tensor expressions; compile workers
-    ("ops", "schedules"),  # the standard operators (compute only); the generic schedule
+    ("ops", "generic_schedule"),  # the standard operators (compute only); the generic schedule
     ("frontend", "passes", "runtime"),  # the shared frontend layer; graph passes; plan, module, loader
     ("lowering",),  # a model up to each group's schedule: what the compiler and the tuner share
     ("autotune",),  # templates, tuning logs, tasks, the tuner
-    ("cpu", "gpu", "testing"),  # the shared backend layers (schedule templates, GPU stages); test helpers
+    ("cpu", "gpu"),  # the shared backend layers (schedule templates, GPU stages)
     ("bench", "compiler"),  # nnvm bench; nnvm.compile
     ("dynamic",),  # symbolic modules: a compile per binding, on the compiler
     ("cli", ""),  # the command line; the root package, the public facade
@@ -46,7 +46,6 @@ FUNCTION_LEVEL_IMPORTS = {
     ("nnvm.autotune.tuner", "threadpoolctl"): "comes with scikit-learn, only for its cost model",
     ("nnvm.bench", "onnxruntime"): "nnvm bench --compare onnxruntime; not a dependency of the core",
     ("nnvm.cli", "nnvm.autotune.cluster"): "nnvm tune --cluster: it imports Ray (nnvm[cluster])",
-    ("nnvm.testing.venvs", "pytest"): "a test helper; pytest is not a dependency of the core",
     # plugin loading: the backend registered for a target kind, asked when it is needed
     ("nnvm.target", "nnvm.plugins"): "Target.backend",
     ("nnvm.runtime.module", "nnvm.plugins"): "nnvm.load asks the installed backends for a foreign file",
@@ -200,3 +199,25 @@ def test_imports_inside_functions_are_on_the_allowed_list():
     assert len(found) <= MAX_FUNCTION_LEVEL_IMPORTS
     stale = set(FUNCTION_LEVEL_IMPORTS) - {(m, t) for m, t, _ in found}
     assert stale == set(), f"allowed but no longer there (remove from the list): {sorted(stale)}"
+
+
+# File names the core uses more than once, each with its reason; any other name says which room it is in.
+SHARED_NAMES = {
+    "__init__": "packages",
+    "plugin": "each layer's entry point module (nnvm.ops.plugin, nnvm.cpu.plugin, ...)",
+    "backend": "nnvm.backend is what every backend implements; nnvm.gpu.backend the GPU backends' base class",
+    "lower": "te.lower lowers a schedule to the loop program, tir.lower lowers the loop program further",
+}
+
+
+def test_module_names_do_not_collide():
+    """No two modules of the core share a file name (three ``schedules.py`` and four layout modules once
+    did), and no module sits beside a package of its own name (``runtime/fibers.py`` and ``fibers/``)."""
+    by_name: dict = {}
+    for path in ROOT.rglob("*.py"):
+        by_name.setdefault(path.stem, []).append(path.relative_to(ROOT).as_posix())
+    shared = {name: sorted(paths) for name, paths in by_name.items()
+              if len(paths) > 1 and name not in SHARED_NAMES}
+    assert shared == {}, f"name these for what they do: {shared}"
+    beside = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*.py") if p.with_suffix("").is_dir())
+    assert beside == []

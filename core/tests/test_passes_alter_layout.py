@@ -12,10 +12,10 @@ import pytest
 from nnvm.errors import Error
 from nnvm.graph.evaluate import evaluate_graph
 from nnvm.graph.ir import Graph, Node, TensorType
-from nnvm.ops.layout import from_primal, to_primal, transformed_shape
+from nnvm.ops.blocked_layout import from_primal, to_primal, transformed_shape
 from nnvm.ops.registry import get_op
 from nnvm.passes import builtin
-from nnvm.passes.alter_layout import AlteredNode, alter_op_layout, cancel_layout_transforms
+from nnvm.passes.alter_op_layout import AlteredNode, alter_op_layout, cancel_layout_transforms
 
 BLOCK = 4
 
@@ -259,7 +259,7 @@ def test_depthwise_conv2d_nchwc_on_plain_nchw_data(ops):
               rtol=1e-4, atol=1e-4)
 
 
-# Lavin and Gray's G for F(2x2, 3x3) and F(4x4, 3x3), typed from the paper (not from nnvm.ops.layout).
+# Lavin and Gray's G for F(2x2, 3x3) and F(4x4, 3x3), typed from the paper (not from nnvm.ops.blocked_layout).
 LAVIN_G = {2: np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]]),
            4: np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
                         [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])}

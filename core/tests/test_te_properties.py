@@ -2,7 +2,7 @@
 
 The interpreter checks every access against its buffer, so a lowering that reads or writes out of
 bounds fails here even when the numbers would happen to agree. The strategies live in
-``nnvm.testing.te_strategies`` so that each backend's tests compile the very same programs.
+``nnvm_testing.te_strategies`` so that each backend's tests compile the very same programs.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-from nnvm.testing.te_strategies import SETTINGS, definitions, empty_output, random_inputs, random_schedule
 from nnvm.tir.interpreter import run_primfunc
+from nnvm_testing.te_strategies import SETTINGS, definitions, empty_output, random_inputs, random_schedule
 
 
 @SETTINGS

@@ -12,8 +12,8 @@ import nnvm
 from nnvm import te
 from nnvm.te.examples import gemm as matmul
 from nnvm.te.examples import gemm_intrin
-from nnvm.testing.te_strategies import SETTINGS
 from nnvm.tir.interpreter import run_primfunc
+from nnvm_testing.te_strategies import SETTINGS
 
 
 def add_one_intrin(n):

@@ -1,10 +1,10 @@
-"""``nnvm.testing.venvs``: the cached reference venvs' bookkeeping (no venv is built here)."""
+"""``nnvm_testing.venvs``: the cached reference venvs' bookkeeping (no venv is built here)."""
 
 from __future__ import annotations
 
 import pytest
 
-from nnvm.testing import venvs
+from nnvm_testing import venvs
 
 
 def test_ready_venv_needs_the_exact_spec(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
 """Whole models against onnxruntime: ResNet-18, MobileNetV2, SqueezeNet 1.1 and DenseNet-121.
 
-The models are the seeded-random-weight ONNX builds of ``nnvm_frontend_onnx.testing.models`` (written
+The models are the seeded-random-weight ONNX builds of ``nnvm_testing.frontend_onnx.models`` (written
 once under ``$NNVM_CACHE_DIR/models``), compiled at the default ``opt_level=3`` so the whole pipeline
 (batch norm folded into convolutions, fusion, the target's schedules) is what gets checked. The
 criterion is the issue's: ``max |nnvm - onnxruntime| / max |onnxruntime| < 1e-4`` over the output.
@@ -31,7 +31,7 @@ def _onnxruntime(path: str, x: np.ndarray) -> np.ndarray:
 def run_model(name: str, target: str) -> Result:
     """Model ``name`` (a key of ``MODELS``) compiled for ``target`` against onnxruntime on one input."""
     import nnvm
-    from nnvm_frontend_onnx.testing.models import cached_model_path
+    from nnvm_testing.frontend_onnx.models import cached_model_path
 
     start = time.perf_counter()
     path = cached_model_path(name)

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from nnvm import options as _options
+
 # ``nnvm.plugins()`` lists loaded plugins per kind ({"frontend": [...], "backend": [...], "pass": [...],
 # "op": [...]}); the module is callable so that the plugin manager's home and the API share one name.
 # Importing it builds nothing: the manager is built on first use.
@@ -67,9 +69,10 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dic
     none; None: ``$NNVM_KERNEL_CACHE_DIR``, else ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``.
     ``jobs``: worker processes compiling kernels (None: the CPUs, when nothing else runs threads here).
     ``options``: an ``nnvm.Options`` holding all of these and the CPU layer's switches; a keyword above
-    that differs from its default overrides it.
+    that differs from its default overrides it. None: the active options (``nnvm.options.activated``),
+    else the defaults.
     """
-    options = Options() if options is None else options
+    options = (_options.active() or Options()) if options is None else options
     given = {"opt_level": (opt_level, 3), "tuning_log": (tuning_log, None), "dump_ir": (dump_ir, None),
              "kernel_cache": (kernel_cache, None), "jobs": (jobs, None)}
     changes = {k: v for k, (v, default) in given.items() if v != default}

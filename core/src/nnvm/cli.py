@@ -25,8 +25,10 @@ import nnvm
 from nnvm.autotune import Measurer, extract_tasks, tune
 from nnvm.autotune.driver import signature_of
 from nnvm.bench import bench, format_result
+from nnvm.cpu.switches import check_options
 from nnvm.errors import Error, InputError, reason, with_context
 from nnvm.kernel_cache import default_kernel_cache
+from nnvm.options import Options, activated, active
 from nnvm.plugins import commands
 from nnvm.runtime.crt import install_runtime
 
@@ -323,6 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compile", help="compile a model into one deployable file")
     p.add_argument("model")
     p.add_argument("--target", required=True)
+    _add_cpu_switch(p)
     p.add_argument("-o", "--output")
     p.add_argument("--shape", action="append", help="NAME=1x3x224x224 (repeatable)")
     p.add_argument("--opt-level", type=int, default=3)
@@ -338,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a model or a compiled artifact on .npy inputs")
     p.add_argument("model")
     p.add_argument("--target")
+    _add_cpu_switch(p)
     p.add_argument("--input", action="append", help="NAME=FILE.npy (repeatable)")
     p.add_argument("--output", help="write outputs to this .npz")
     p.add_argument("--shape", action="append")
@@ -346,6 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="time a model, optionally against onnxruntime")
     p.add_argument("model")
     p.add_argument("--target", default="llvm")
+    _add_cpu_switch(p)
     p.add_argument("--compare", choices=["onnxruntime"])
     p.add_argument("--repeat", type=int, default=20, help="timed runs (median reported; default 20)")
     p.add_argument("--threads", type=int, help="threads for nnvm (NNVM_NUM_THREADS) and onnxruntime")
@@ -361,6 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tune", help="search schedule configs for a model's kernels; append them to a log")
     p.add_argument("model")
     p.add_argument("--target", default="llvm")
+    _add_cpu_switch(p)
     p.add_argument("--trials", type=int, required=True, help="configs to measure per task (at most)")
     p.add_argument("--log", required=True, help="JSON-lines log to append to (and resume from)")
     p.add_argument("--tuner", choices=["xgb", "random", "grid"], default="xgb",
@@ -397,6 +403,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_cpu_switch(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cpu-switch", action="append", default=[], metavar="NAME=VALUE",
+                   help="set one of the CPU layer's A/B switches (layout=0, winograd=1, ...; repeatable)")
+
+
+def _cpu_switches(words: list) -> Options:
+    """The options every compile of this command runs under: the active ones (``main`` called inside an
+    ``activated`` block), with the ``--cpu-switch`` words set."""
+    switches = {}
+    for word in words:
+        name, eq, value = word.partition("=")
+        if not eq or not name:
+            raise Error(f"--cpu-switch {word!r}: write NAME=VALUE (layout=0)")
+        switches[name.strip()] = value.strip()
+    options = (active() or Options()).with_switches(**switches)
+    check_options(options)
+    return options
+
+
 def one_line(text: str) -> str:
     """``text`` with its control characters escaped (``\\n``, ``\\x07``): an error is one line even when
     it quotes a node name from a damaged file."""
@@ -415,7 +440,8 @@ def main(argv=None) -> int:
         return 1
     args = parser.parse_args(argv)
     try:
-        return args.func(args)
+        with activated(_cpu_switches(getattr(args, "cpu_switch", []))):
+            return args.func(args)
     except Error as exc:
         print(f"nnvm: error: {one_line(str(exc))}", file=sys.stderr)
         return 1

@@ -40,7 +40,7 @@ from nnvm.lowering import (  # noqa: F401  (import_model, schedule_group, GroupC
     untemplated_schedule,
     workload_key,
 )
-from nnvm.options import Options, activated
+from nnvm.options import Options, activated, active
 from nnvm.runtime.module import Module
 from nnvm.runtime.plan import make_plan, symbolic_dims
 from nnvm.te.lower import lower_schedule
@@ -63,7 +63,7 @@ def compile_model(model, target="llvm", shapes=None, options: Options | None = N
     """What ``nnvm.compile`` runs, as ``options`` say (``nnvm.Options``; they are the active options while it
     runs). Their ``kernel_cache`` is where compiled kernels are looked up and stored: a ``KernelCache``,
     anything else for none (``nnvm.compile`` resolves the default). ``kwargs`` go to the frontend."""
-    options = Options() if options is None else options
+    options = (active() or Options()) if options is None else options
     check_options(options)
     with activated(options):
         return _compile(model, target, shapes, options, **kwargs)

@@ -82,7 +82,7 @@ def nnvm_schedule_template(target, group):
 
 @hookspec(firstresult=True)
 def nnvm_alter_op_layout(target, node, in_types):
-    """Return an ``nnvm.passes.alter_layout.AlteredNode`` computing ``node`` in a layout the target
+    """Return an ``nnvm.passes.alter_op_layout.AlteredNode`` computing ``node`` in a layout the target
     prefers (``conv2d`` as ``conv2d_nchwc`` over ``NCHW16c``, say), or ``None`` to keep it as it is.
 
     Called by the ``alter_op_layout`` pass (opt level 3) for every node, in execution order, with the

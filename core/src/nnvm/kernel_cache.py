@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nnvm.errors import Error
+from nnvm import environment
 
 MAGIC = b"NNVMKC1\n"
 _HEADER = len(MAGIC) + 8 + 32
@@ -156,24 +156,13 @@ def _remove_stale_temporaries(directory: Path, age_seconds: float = 3600.0) -> N
             pass
 
 
-def default_kernel_cache(environ=os.environ) -> KernelCache | None:
+def default_kernel_cache(environ=None) -> KernelCache | None:
     """The cache a top-level entry uses: ``$NNVM_KERNEL_CACHE_DIR`` (``off`` or ``0``: none), else
-    ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels``; the cap in MiB from
-    ``$NNVM_KERNEL_CACHE_MB`` (default 2048). Read here, at the entry, and passed down."""
-    own = environ.get("NNVM_KERNEL_CACHE_DIR", "")
-    if own.lower() in ("0", "off", "none"):
-        return None
-    if own:
-        directory = own
-    else:
-        base = environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
-        directory = os.path.join(base, "kernels")
-    cap = environ.get("NNVM_KERNEL_CACHE_MB", "")
-    try:
-        max_bytes = int(float(cap) * 1024**2) if cap else DEFAULT_MAX_BYTES
-    except ValueError:
-        raise Error(f"NNVM_KERNEL_CACHE_MB={cap!r}: must be a number of MiB") from None
-    return KernelCache(directory, max_bytes)
+    ``$NNVM_CACHE_DIR/kernels``, else ``~/.cache/nnvm/kernels`` (``nnvm.environment``), capped at
+    ``DEFAULT_MAX_BYTES`` (a program wanting another cap passes ``KernelCache(directory, max_bytes)``).
+    Read here, at the entry, and passed down."""
+    directory = environment.kernel_cache_dir(environ)
+    return None if directory is None else KernelCache(directory, DEFAULT_MAX_BYTES)
 
 
 def source_fingerprint(*packages) -> str:

@@ -26,12 +26,12 @@ import numpy as np
 from nnvm import te
 from nnvm.errors import Error, with_context
 from nnvm.frontend import find_frontend
+from nnvm.generic_schedule import generic_schedule
 from nnvm.graph.dims import Dim, from_extent
 from nnvm.graph.ir import Graph, TensorType
 from nnvm.ops.registry import OpPattern, get_op
 from nnvm.passes.manager import PassContext, run_pipeline
 from nnvm.plugins import hook
-from nnvm.schedules import generic_schedule
 from nnvm.target import parse_target
 
 

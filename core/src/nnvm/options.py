@@ -5,8 +5,11 @@ hands it down (the pass context carries it) and makes it the *active* options of
 compiles, so a rule deep in a layer reads ``active()`` instead of the environment or a global. Worker
 processes are forked from that thread and see the same.
 
+``nnvm.compile`` called without ``options=`` starts from the active ones, so a ``with activated(...)`` block
+(as TVM's ``PassContext``) sets options for every compile inside it: benchmark scripts and tests use it.
+
 ``cpu_switches`` are the CPU layer's A/B switches (``nnvm.cpu.switches``: ``{"layout": "0"}``); a switch
-the options leave unset takes its ``NNVM_X86_*`` variable, else its default (``nnvm.environment``).
+the options leave unset takes its default. They are options, never environment variables.
 """
 
 from __future__ import annotations
@@ -16,13 +19,12 @@ import contextvars
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
-from nnvm.environment import CPU_SWITCH_PREFIX
 from nnvm.errors import Error
 
 
 def switch_key(name: str) -> str:
-    """A CPU switch's key in ``cpu_switches``: ``layout``, ``LAYOUT`` and ``NNVM_X86_LAYOUT`` are one."""
-    return name.upper().removeprefix(CPU_SWITCH_PREFIX)
+    """A CPU switch's key in ``cpu_switches``: ``layout`` and ``LAYOUT`` are one."""
+    return name.lower()
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Options:
     - ``disabled_passes`` / ``enabled_passes``: pass names, whatever ``opt_level`` says;
     - ``kernel_cache``: an ``nnvm.kernel_cache.KernelCache`` (None: no cache);
     - ``jobs``: worker processes for the kernels (None: ``kernel_jobs.default_jobs()``);
-    - ``cpu_switches``: the CPU layer's A/B switches by name (``{"layout": "0"}``), see above.
+    - ``cpu_switches``: the CPU layer's A/B switches by name (``{"layout": "0"}``, ``nnvm.cpu.switches``).
     """
 
     opt_level: int = 3
@@ -63,6 +65,16 @@ class Options:
         """A copy with ``changes``."""
         return replace(self, **changes)
 
+    def with_switches(self, **switches) -> Options:
+        """A copy with these CPU switches set (``with_switches(layout="0")``); a value of None unsets one."""
+        merged = dict(self.cpu_switches)
+        for name, value in switches.items():
+            if value is None:
+                merged.pop(switch_key(name), None)
+            else:
+                merged[switch_key(name)] = value
+        return replace(self, cpu_switches=merged)
+
 
 _active: contextvars.ContextVar = contextvars.ContextVar("nnvm_options", default=None)
 
@@ -74,7 +86,8 @@ def active() -> Options | None:
 
 @contextlib.contextmanager
 def activated(options: Options) -> Iterator[Options]:
-    """Make ``options`` the active ones for the ``with`` block (in this thread and its forks)."""
+    """Make ``options`` the active ones for the ``with`` block (in this thread and its forks): every
+    ``nnvm.compile`` inside it without ``options=`` of its own compiles with them."""
     token = _active.set(options)
     try:
         yield options

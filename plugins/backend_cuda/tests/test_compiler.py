@@ -24,8 +24,8 @@ from nnvm_backend_cuda.compiler import (
     parse_ptxas_log,
     with_min_blocks,
 )
-from nnvm_backend_cuda.testing import BLOCK_SUM, REVERSE, SAXPY
-from nnvm_frontend_onnx.testing.shape_models import _model, depthwise_net
+from nnvm_testing.backend_cuda import BLOCK_SUM, REVERSE, SAXPY
+from nnvm_testing.frontend_onnx.shape_models import _model, depthwise_net
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])

@@ -12,7 +12,7 @@ import pytest
 from nnvm.errors import Error
 from nnvm_backend_cuda.compiler import compile_cuda
 from nnvm_backend_cuda.emulate import HostCUDA
-from nnvm_backend_cuda.testing import BLOCK_SUM, DIVERGENT, REVERSE, REVERSE_NO_BARRIER, SAXPY, Args
+from nnvm_testing.backend_cuda import BLOCK_SUM, DIVERGENT, REVERSE, REVERSE_NO_BARRIER, SAXPY, Args
 
 ORDERS = [False, True]
 

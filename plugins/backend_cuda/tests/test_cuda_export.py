@@ -20,8 +20,8 @@ import nnvm
 from nnvm.runtime.module import Module
 from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.native import open_device
-from nnvm_backend_cuda.testing import FakeDriver
-from nnvm_frontend_onnx.testing.shape_models import _model, depthwise_net
+from nnvm_testing.backend_cuda import FakeDriver
+from nnvm_testing.frontend_onnx.shape_models import _model, depthwise_net
 
 
 @pytest.fixture(scope="module")

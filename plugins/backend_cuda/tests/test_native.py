@@ -15,7 +15,7 @@ import pytest
 from nnvm.errors import Error
 from nnvm_backend_cuda.compiler import compile_cuda
 from nnvm_backend_cuda.native import CUDADevice, open_device
-from nnvm_backend_cuda.testing import REVERSE, SAXPY, FakeDriver, errors_on_fresh_threads
+from nnvm_testing.backend_cuda import REVERSE, SAXPY, FakeDriver, errors_on_fresh_threads
 
 driver = pytest.importorskip("cuda.bindings.driver")
 OK = driver.CUresult.CUDA_SUCCESS

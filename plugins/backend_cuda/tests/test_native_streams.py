@@ -25,8 +25,8 @@ from nnvm_backend_cuda.arguments import kernel_parameters, pack_arguments
 from nnvm_backend_cuda.compiler import compile_cuda
 from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.native import open_device
-from nnvm_backend_cuda.testing import REVERSE, FakeDriver, errors_on_fresh_threads
-from nnvm_frontend_onnx.testing.shape_models import _model
+from nnvm_testing.backend_cuda import REVERSE, FakeDriver, errors_on_fresh_threads
+from nnvm_testing.frontend_onnx.shape_models import _model
 
 driver = pytest.importorskip("cuda.bindings.driver")
 R = driver.CUresult
@@ -296,7 +296,7 @@ def test_each_failing_driver_call_is_named(call, error, message):
 @pytest.mark.gpu
 @pytest.mark.skipif(open_device() is None, reason="no NVIDIA GPU and driver here")
 def test_real_gpu_stream_pinned_copies_events_and_limits():
-    from nnvm_backend_cuda.testing import SAXPY
+    from nnvm_testing.backend_cuda import SAXPY
 
     dev = open_device()
     compiled = compile_cuda(SAXPY, dev.arch if dev.arch in ("sm_80", "sm_90") else "sm_80")

@@ -112,7 +112,7 @@ def test_target_mistakes_are_one_clear_error(target, message):
 
 
 def test_targets_registered_and_neon_width():
-    from nnvm.cpu.schedules import vector_lanes
+    from nnvm.cpu.schedule_helpers import vector_lanes
     from nnvm.plugins import backends
 
     assert {"aarch64", "armv7"} <= set(backends())

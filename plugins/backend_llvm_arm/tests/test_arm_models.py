@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm_frontend_onnx.testing.models import cached_model_path
+from nnvm_testing.frontend_onnx.models import cached_model_path
 
 MODELS = ("resnet18", "mobilenet_v2", "squeezenet1_1")
 

@@ -13,8 +13,8 @@ from nnvm.runtime.kernel import BuiltFunction
 from nnvm.target import parse_target
 from nnvm.te.examples import matmul_api_schedule
 from nnvm.te.lower import lower_schedule
-from nnvm.testing.hosts import DECISION_TARGETS
 from nnvm_backend_llvm_x86.plugin import X86Backend
+from nnvm_testing.hosts import DECISION_TARGETS
 
 
 def save_conv_model(path: str, channels: int, hw: int) -> str:

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph, schedule_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.ops.layout import from_primal
+from nnvm.ops.blocked_layout import from_primal
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
 
@@ -90,10 +90,10 @@ def _nchwc_group(path):
 
 
 @pytest.mark.parametrize("depthwise", [True, False], ids=["depthwise", "plain"])
-def test_every_knob_value_at_batch_3(tmp_path, monkeypatch, depthwise, every_config):
+def test_every_knob_value_at_batch_3(tmp_path, cpu_switch, depthwise, every_config):
     """Each knob value of the NCHW[x]c template (one config per value, the rest at the fallback) on
     3 images of an odd plane at stride 2 (rows of a prime width), against onnxruntime (in NCHW)."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")
+    cpu_switch("winograd", "0")
     batch, c, hw = 3, 32, 37  # 19-pixel output rows: a partial register tile in the fallback
     path = _conv_model(str(tmp_path / "conv.onnx"), batch, c, hw, 2, depthwise)
     graph, tgt, group, template = _nchwc_group(path)
@@ -125,10 +125,10 @@ def test_batch_fallback_parallelizes_images_and_channel_blocks(tmp_path, depthwi
         assert len(parallel) == 1 and "pad = allocate(float32[8*" not in text, text[:3000]
 
 
-def test_winograd_every_config_at_batch_3(tmp_path, monkeypatch, group_of, every_config):
+def test_winograd_every_config_at_batch_3(tmp_path, cpu_switch, group_of, every_config):
     """Winograd F(2x2, 3x3) at batch 3 on an odd plane: one image at a time through its four stages
     (the fallback) and the whole batch per stage, every tile width, against onnxruntime."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    cpu_switch("winograd", "1")
     path = _conv_model(str(tmp_path / "conv.onnx"), 3, 32, 11, 1, False)
     graph, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "conv2d_winograd_nchwc")
@@ -144,10 +144,10 @@ def test_winograd_every_config_at_batch_3(tmp_path, monkeypatch, group_of, every
     every_config(template, group, graph.params, xb, want_b, "winograd at batch 3")
 
 
-def test_winograd_batch_fallback_keeps_one_image_of_transforms(tmp_path, monkeypatch, group_of):
+def test_winograd_batch_fallback_keeps_one_image_of_transforms(tmp_path, cpu_switch, group_of):
     """At batch 8 the transformed input and the products are one image's (4 x 4 x 1 x ...), not the
     batch's: on ResNet-18's 64 x 56 x 56 layer the batch's are 26 MB each, streamed through memory."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    cpu_switch("winograd", "1")
     path = _conv_model(str(tmp_path / "conv.onnx"), 8, 32, 14, 1, False)
     graph, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "conv2d_winograd_nchwc")

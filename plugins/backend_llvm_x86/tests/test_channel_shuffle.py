@@ -71,8 +71,8 @@ def test_shufflenet_shapes_take_the_vector_form(tmp_path):
                    and nd.outputs[0] in node.inputs for nd in graph.nodes)
 
 
-def test_switch_keeps_the_chain(tmp_path, monkeypatch):
-    monkeypatch.setenv("NNVM_X86_SHUFFLE", "0")
+def test_switch_keeps_the_chain(tmp_path, cpu_switch):
+    cpu_switch("shuffle", "0")
     path = str(tmp_path / "shuffle.onnx")
     _shuffle_model(path, 112, 4, 1)
     graph, *_ = optimized_graph(path, "llvm")
@@ -142,19 +142,19 @@ def test_bad_attributes_are_one_sentence():
                                          {"groups": 4, "channels": 64, "in_block": 8, "out_block": 16})
 
 
-def test_plain_nchw_shuffle_and_a_shuffle_as_graph_output(tmp_path, monkeypatch):
+def test_plain_nchw_shuffle_and_a_shuffle_as_graph_output(tmp_path, cpu_switch):
     """Without the layout pass the shuffle runs NCHW -> NCHW; a shuffle whose result is the graph's
     output keeps the output's name and layout."""
     path = str(tmp_path / "shuffle.onnx")
     _shuffle_model(path, 48, 4, 2)
     x = np.random.default_rng(6).standard_normal((2, 48, 6, 6)).astype(np.float32)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    cpu_switch("layout", "0")
     mod = nnvm.compile(path, target="llvm")
     (node,) = [nd for nd in mod.graph.nodes if nd.op == "channel_shuffle_nchwc"]
     assert (node.attrs["in_block"], node.attrs["out_block"]) == (1, 1)
     np.testing.assert_allclose(mod.run(x)[0], want, rtol=1e-5, atol=1e-5)
-    monkeypatch.delenv("NNVM_X86_LAYOUT")
+    cpu_switch("layout", None)
 
     model = onnx.load(path)  # cut after the shuffle: its reshape's output is the graph output
     del model.graph.node[5:]

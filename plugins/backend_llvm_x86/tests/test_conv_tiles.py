@@ -61,8 +61,8 @@ SHAPES = [(64, 14, 128, 1, 1), (32, 28, 64, 1, 1), (64, 28, 96, 1, 2), (32, 29, 
 @pytest.mark.parametrize("residual", [False, True], ids=["relu", "relu_add"])
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("shape", SHAPES, ids=["x".join(map(str, s)) for s in SHAPES])
-def test_conv_tiles_match_onnxruntime(tmp_path, monkeypatch, shape, batch, residual):
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")  # the direct template on every shape
+def test_conv_tiles_match_onnxruntime(tmp_path, cpu_switch, shape, batch, residual):
+    cpu_switch("winograd", "0")  # the direct template on every shape
     c, hw, oc, kernel, stride = shape
     path, feeds = _model(str(tmp_path / "conv.onnx"), batch, c, hw, oc, kernel, stride, residual)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
@@ -72,14 +72,14 @@ def test_conv_tiles_match_onnxruntime(tmp_path, monkeypatch, shape, batch, resid
     assert err < 1e-5, f"{shape} batch {batch}: max relative error {err:.2e}"
 
 
-def test_fallback_is_the_cost_models_tile(tmp_path, monkeypatch):
+def test_fallback_is_the_cost_models_tile(tmp_path, cpu_switch):
     """The fallback of a plain convolution is ``register_tile`` for this machine; with AVX-512, on a
     14-pixel row of 8 blocks of 16 channels, it holds 2+ blocks per tile (fewer loads per multiply-add
     than one block's 14 pixels) in a pixel-major body."""
     from nnvm.cpu.cost_model import machine_of, register_tile
     from nnvm.target import parse_target
 
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")
+    cpu_switch("winograd", "0")
     path, _ = _model(str(tmp_path / "conv.onnx"), 1, 64, 14, 128, 1, 1, False)
     fallback = _fallback(path)
     target = parse_target("llvm")
@@ -99,8 +99,8 @@ WINOGRAD_SHAPES = [(64, 14, 64, 3, 1), (32, 11, 48, 3, 1), (24, 9, 24, 3, 1)]
 @pytest.mark.parametrize("residual", [False, True], ids=["relu", "relu_add"])
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("shape", WINOGRAD_SHAPES, ids=["x".join(map(str, s)) for s in WINOGRAD_SHAPES])
-def test_winograd_tiles_match_onnxruntime(tmp_path, monkeypatch, shape, batch, residual):
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+def test_winograd_tiles_match_onnxruntime(tmp_path, cpu_switch, shape, batch, residual):
+    cpu_switch("winograd", "1")
     c, hw, oc, kernel, stride = shape
     path, feeds = _model(str(tmp_path / "conv.onnx"), batch, c, hw, oc, kernel, stride, residual)
     graph, *_ = optimized_graph(path, "llvm")
@@ -112,11 +112,11 @@ def test_winograd_tiles_match_onnxruntime(tmp_path, monkeypatch, shape, batch, r
 
 
 @pytest.mark.parametrize("batch", [1, 2])
-def test_avx2_stem_walks_the_kernel_window_outside_channels(tmp_path, monkeypatch, batch):
+def test_avx2_stem_walks_the_kernel_window_outside_channels(tmp_path, cpu_switch, batch):
     """A stem reading plain NCHW (3 channels, one per block): on AVX2 the fallback's reduction walks
     ry, rx outside the channels (MobileNetV2's stem ran 1.8x faster so); AVX-512 keeps channels outside.
     Numbers against onnxruntime on the host."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")
+    cpu_switch("winograd", "0")
     path, feeds = _model(str(tmp_path / "stem.onnx"), batch, 3, 56, 32, 3, 2, False)
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = nnvm.compile(path, target="llvm", tuning_log=False).run(**feeds)[0]

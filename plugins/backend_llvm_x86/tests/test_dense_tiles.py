@@ -35,7 +35,7 @@ def test_tile_fits_the_register_file(machine, blocks, rows):
     assert registers_needed(mb, jb, machine.broadcast_operand) <= register_budget(machine), (jb, mb)
 
 
-def test_tiles_chosen_for_each_register_file(monkeypatch):
+def test_tiles_chosen_for_each_register_file(cpu_switch):
     """Many rows: two weight blocks by as many rows as fit with AVX-512 (2 x 8 zmm), with AVX2 the 12
     accumulators whose step loads the fewest operands (3 x 4 ymm, rows outside blocks; 2 x 4 where 3
     does not divide the blocks); a GEMV keeps four to eight weight streams; a prime block count keeps
@@ -49,7 +49,7 @@ def test_tiles_chosen_for_each_register_file(monkeypatch):
     assert packed_tile(AVX512, 48, 1) == packed_tile(AVX2, 48, 1) == (4, 1)
     assert packed_tile(AVX512, 63, 8) == (7, 2)
     assert packed_tile(AVX2, 63, 8) == (7, 1)
-    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")
+    cpu_switch("dense_wide_tiles", "0")
     assert packed_tile(AVX2, 144, 128) == (2, 4) and not rows_first(AVX2, 2, 4)
 
 
@@ -129,7 +129,8 @@ def test_the_layout_pass_pads_blocks_for_the_targets_tiles(tmp_path, target, blo
 
 
 @pytest.mark.parametrize("batch, batch_outer", [(1, 0), (8, 1)])
-def test_batches_outside_weight_tiles_past_l3(tmp_path, group_of, monkeypatch, batch, batch_outer):
+def test_batches_outside_weight_tiles_past_l3(tmp_path, group_of, monkeypatch, cpu_switch, batch,
+                                              batch_outer):
     """Where the weight and the data stream from memory (``streams_from_memory``, here forced for anything
     over 4 MiB: GPT-2's 154 MB head on the 32 MiB L3 host), [8, 128, 768] data (3 MiB) and a 768 x 768
     weight run the weight's tiles inside the batch axes; a single batch keeps the tiles outermost, and so
@@ -141,21 +142,21 @@ def test_batches_outside_weight_tiles_past_l3(tmp_path, group_of, monkeypatch, b
     _model(path, batch, 128, 768, 768, "bias")
     graph, tgt, *_ = optimized_graph(path, "llvm")
     assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback["batch_outer"] == batch_outer
-    monkeypatch.setenv("NNVM_X86_DENSE_BATCH_OUTER", "0")
+    cpu_switch("dense_batch_outer", "0")
     assert dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback["batch_outer"] == 0
 
 
-def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, monkeypatch):
-    """``NNVM_X86_DENSE_TILES=0``: the former 4 blocks x 4 rows, for A/B benchmarks."""
+def test_switch_off_keeps_the_fixed_tile(tmp_path, group_of, cpu_switch):
+    """``cpu_switches={"dense_tiles": "0"}``: the former 4 blocks x 4 rows, for A/B benchmarks."""
     path = str(tmp_path / "gemm.onnx")
     _model(path, 1, 128, 64, 768, "bias")
-    monkeypatch.setenv("NNVM_X86_DENSE_TILES", "0")
+    cpu_switch("dense_tiles", "0")
     graph, tgt, *_ = optimized_graph(path, "llvm -mcpu=skylake-avx512")
     fallback = dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback
     assert fallback == {"jb": 4, "mb": 4, "rows_first": 0, "batch_outer": 0}
 
 
-def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
+def test_odd_blocks_are_padded_for_many_rows(cpu_switch):
     """GPT-2's head in blocks of 8 (AVX2) is 6283 = 61 x 103 blocks, ViT's keys 25: padded for tiles of
     two or more blocks, to a multiple of twice the widest tile (AVX2's 3 x 4: 6) within 1/20 more work,
     else one more block; in blocks of 16 (AVX-512) the head is 2 x 1571 and ViT's keys 13: unchanged, an
@@ -172,7 +173,7 @@ def test_odd_blocks_are_padded_for_many_rows(monkeypatch):
     assert packed_tile(AVX2, 26, 200) == (2, 5)
     assert packed_tile(AVX512, padded_blocks(AVX512, 3142, 128), 128) == (2, 8)
     assert packed_tile(AVX512, padded_blocks(AVX512, 13, 200), 200) == (1, 8)
-    monkeypatch.setenv("NNVM_X86_DENSE_WIDE_TILES", "0")  # AVX2's widest tile 2 x 4: a multiple of 4
+    cpu_switch("dense_wide_tiles", "0")  # AVX2's widest tile 2 x 4: a multiple of 4
     assert widest_tile_blocks(AVX2) == 2 and padded_blocks(AVX2, 6283, 128) == 6284
-    monkeypatch.setenv("NNVM_X86_DENSE_PAD_BLOCKS", "0")
+    cpu_switch("dense_pad_blocks", "0")
     assert padded_blocks(AVX2, 6283, 128) == 6283

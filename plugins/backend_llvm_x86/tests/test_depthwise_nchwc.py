@@ -14,7 +14,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.depthwise_nchwc import NAME, depthwise_nchwc_template
 from nnvm.cpu.templates import schedule_template
-from nnvm.ops.layout import from_primal
+from nnvm.ops.blocked_layout import from_primal
 
 # (batch, channels, height = width, stride, epilogue)
 CASES = [
@@ -131,12 +131,13 @@ def test_every_knob_value_gives_numpy_numbers(tmp_path, stride, group_of, every_
                  from_primal(want, "NCHW", layout), "depthwise", configs=template.one_knob_variants())
 
 
-def test_switch_hands_depthwise_back_to_the_direct_template(tmp_path, monkeypatch, group_of):
-    """``NNVM_X86_DEPTHWISE_TILES=0``: the template declines and conv2d_nchwc's own one takes the group."""
+def test_switch_hands_depthwise_back_to_the_direct_template(tmp_path, cpu_switch, group_of):
+    """``cpu_switches={"depthwise_tiles": "0"}``: the template declines and conv2d_nchwc's own one takes the
+    group."""
     path = _save(str(tmp_path / "dw.onnx"), 1, 32, 14, 1, "bias_relu6")
     graph, tgt, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "conv2d_nchwc")
-    monkeypatch.setenv("NNVM_X86_DEPTHWISE_TILES", "0")
+    cpu_switch("depthwise_tiles", "0")
     assert depthwise_nchwc_template(tgt, group) is None
     assert schedule_template(tgt, group).name == "cpu.depthwise_conv2d_nchwc.direct"
 
@@ -177,12 +178,12 @@ def _with_l3(monkeypatch, tgt, l3: int):
 @pytest.mark.parametrize("layer, streaming_tile", [((144, 56, 1), {"tile_rows": 1}),
                                                    ((96, 112, 2), {"tile_rows": 4, "ow_block": 2})],
                          ids=["c144_hw56_s1", "c96_hw112_s2"])
-def test_streaming_layers_get_other_tiles_on_16_registers(tmp_path, monkeypatch, group_of, target, registers,
-                                                          layer, streaming_tile):
+def test_streaming_layers_get_other_tiles_on_16_registers(tmp_path, monkeypatch, cpu_switch, group_of, target,
+                                                          registers, layer, streaming_tile):
     """MobileNetV2's 144 channels on 56 x 56 (14.4 MB in, 14.4 out) and 96 channels 112 -> 56 at batch 8,
     past half a 32 MB last-level cache: one-row tiles at stride 1 and tall ones at stride 2 with 16
     registers; a 32-register machine keeps the 2-D tile, the config it had before
-    (``NNVM_X86_DEPTHWISE_STREAM=0``); batch 1 (in cache) keeps it everywhere."""
+    (``cpu_switches={"depthwise_stream": "0"}``); batch 1 (in cache) keeps it everywhere."""
     fallbacks = {}
     for batch in (8, 1):
         path = _save(str(tmp_path / f"dw{batch}.onnx"), batch, *layer, "bias_relu6")
@@ -190,7 +191,7 @@ def test_streaming_layers_get_other_tiles_on_16_registers(tmp_path, monkeypatch,
         _with_l3(monkeypatch, tgt, 32 << 20)
         group = group_of(graph, "conv2d_nchwc")
         for switch in ("1", "0"):
-            monkeypatch.setenv("NNVM_X86_DEPTHWISE_STREAM", switch)
+            cpu_switch("depthwise_stream", switch)
             fallbacks[batch, switch] = depthwise_nchwc_template(tgt, group).fallback
     before = fallbacks[8, "0"]
     assert before["tile_rows"] > 1

@@ -136,9 +136,10 @@ def test_residual_after_it_and_groups(tmp_path, always_pays):
     assert [ops[name] for name in fused] == ["expand_depthwise_nchwc", "add", "clip", "add"]
 
 
-def test_kept_apart(tmp_path, always_pays, monkeypatch):
+def test_kept_apart(tmp_path, always_pays, cpu_switch):
     """Channels that do not fill the last block (a depthwise over padded lanes), a wide tensor that is
-    also a graph output, an unpadded depthwise of stride 1 fused, and ``NNVM_X86_EXPAND_DEPTHWISE=0``."""
+    also a graph output, an unpadded depthwise of stride 1 fused, and ``cpu_switches={"expand_depthwise":
+    "0"}``."""
     path, _ = _model(str(tmp_path / "a.onnx"), 1, 16, 14, 20, 2)  # 20 channels: 8 + 8 + 4
     assert "expand_depthwise_nchwc" not in _ops(path)
     path, x = _model(str(tmp_path / "b.onnx"), 1, 16, 14, 96, 1)
@@ -155,7 +156,7 @@ def test_kept_apart(tmp_path, always_pays, monkeypatch):
     want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0]
     assert float(np.abs(got - want).max() / np.abs(want).max()) < 1e-5
-    monkeypatch.setenv("NNVM_X86_EXPAND_DEPTHWISE", "0")
+    cpu_switch("expand_depthwise", "0")
     assert "expand_depthwise_nchwc" not in _ops(str(tmp_path / "c.onnx"))
 
 

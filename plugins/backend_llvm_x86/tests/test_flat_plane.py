@@ -19,8 +19,8 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu import templates
 from nnvm.cpu.cost_model import machine_of, register_tile
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.cpu.schedules import vector_lanes
 
 
 def _model(path, batch, c, h, w, oc, epilogue):
@@ -108,20 +108,20 @@ def _fallback(path, target):
 
 
 @pytest.mark.parametrize("batch", [1, 8])
-def test_avx2_fallback_flattens_7x7_planes_with_partial_row_tiles(tmp_path, monkeypatch, batch):
+def test_avx2_fallback_flattens_7x7_planes_with_partial_row_tiles(tmp_path, cpu_switch, batch):
     """On AVX2, MobileNetV2's 960 -> 160 on 7x7 (20 blocks: 3 x 4 tiles on 7-pixel rows, one of them a
     single pixel) takes 5 x 2 tiles over the 49-pixel plane (measured 1.12x faster); 160 -> 960 (4 x 3
     on rows: measured level) and 14x14 planes (mixed, -3% to +1%) keep their rows. Off with
-    ``NNVM_X86_FLAT_PLANE=0``."""
+    ``cpu_switches={"flat_plane": "0"}``."""
     path, _ = _model(str(tmp_path / "a.onnx"), batch, 960, 7, 7, 160, "relu")
     tgt, flat = _fallback(path, "llvm -mcpu=haswell")
     tile = register_tile(machine_of(tgt), 49, 20, max_ow=12)
     assert flat["flat_plane"]
     assert (flat["ow_block"], flat["oc_blocks"]) == (tile.ow_block, tile.oc_blocks) == (5, 2)
     assert flat["parallel"] == ("n_oc" if batch > 1 else "oc")
-    monkeypatch.setenv("NNVM_X86_FLAT_PLANE", "0")
+    cpu_switch("flat_plane", "0")
     assert not _fallback(path, "llvm -mcpu=haswell")[1]["flat_plane"]
-    monkeypatch.delenv("NNVM_X86_FLAT_PLANE")
+    cpu_switch("flat_plane", None)
     for c, hw, oc in [(160, 7, 960), (576, 14, 96), (96, 14, 576)]:
         path, _ = _model(str(tmp_path / "b.onnx"), batch, c, hw, hw, oc, "relu")
         assert not _fallback(path, "llvm -mcpu=haswell")[1]["flat_plane"], (c, hw, oc)

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
-from nnvm.cpu.layout import grouped_blocks, straddling_plan
+from nnvm.cpu.layout_choice import grouped_blocks, straddling_plan
 
 
 def _model(path, in_shape, convs, residual=False):
@@ -103,7 +103,7 @@ def test_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
     """``grouped_weight_pack`` is folded at compile time (its numpy evaluation, checked end to end
     above); its loop program must compute the same, for a window clamped at the last channel too."""
     from nnvm import te
-    from nnvm.cpu.layout import GROUPED_WEIGHT_PACK
+    from nnvm.cpu.layout_choice import GROUPED_WEIGHT_PACK
     from nnvm.graph.ir import TensorType
 
     attrs = {"groups": 3, "channels": 36, "in_block": 4, "out_block": 16, "window": 24}

@@ -13,9 +13,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK, split_cost
-from nnvm.cpu.layout import channel_block
+from nnvm.cpu.layout_choice import channel_block
 from nnvm.target import parse_target
-from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
+from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
 
 
 def _sandwich(batch: int, channels: int, mid: int, out: int, groups: int, kernel: int, hw: int):
@@ -85,8 +85,8 @@ def test_no_transform_to_nchw_in_front_of_a_grouped_conv(isa_target):
     assert len(to_nchw) == 1, to_nchw  # the model's output only
 
 
-def test_split_is_off_with_the_switch(monkeypatch, isa_target):
-    monkeypatch.setenv("NNVM_X86_GROUPED", "0")
+def test_split_is_off_with_the_switch(cpu_switch, isa_target):
+    cpu_switch("grouped", "0")
     mod = nnvm.compile(_sandwich(1, 16, 272, 32, 4, 1, 7), target=isa_target.build, opt_level=3)
     node = _grouped_node(mod)
     assert not node.attrs.get("split") and len(mod.graph.type_of(node.inputs[0]).shape) == 4
@@ -125,7 +125,7 @@ def test_split_weight_pack_kernel_matches_its_numpy_evaluation(build_all):
 
 def test_split_conv_evaluation_matches_a_grouped_reference():
     """conv2d_nchwc's numpy evaluation in split mode (constant folding) against a plain grouped conv."""
-    from nnvm.ops.layout import from_primal
+    from nnvm.ops.blocked_layout import from_primal
     from nnvm.ops.registry import get_op
 
     rng = np.random.default_rng(5)
@@ -147,7 +147,7 @@ def test_every_config_of_a_split_conv_at_batch_3(group_of, every_config, isa_tar
     block, data NCHW8c; with AVX2's 8 lanes 68 in groups of 17, data NCHW4c): every config of its
     space, batch 3, against onnxruntime (the decisions only where this machine cannot run the width)."""
     from nnvm.compiler import optimized_graph, schedule_template
-    from nnvm.ops.layout import from_primal
+    from nnvm.ops.blocked_layout import from_primal
 
     lanes, target = isa_target.lanes, isa_target.build
     c = 136 * lanes // 16  # eight and a half vectors

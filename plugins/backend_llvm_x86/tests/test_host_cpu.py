@@ -16,9 +16,9 @@ import nnvm
 from nnvm.cpu.cost_model import machine_of, streams_from_memory
 from nnvm.errors import TargetError
 from nnvm.target import HostCPU, assume_host, assumed_host, parse_target
-from nnvm.testing.hosts import DECISION_TARGETS, describe_host
 from nnvm_backend_llvm import host_cpu
 from nnvm_backend_llvm_x86 import plugin as x86_plugin
+from nnvm_testing.hosts import DECISION_TARGETS, describe_host
 
 ROOT = Path(__file__).resolve().parents[3]
 

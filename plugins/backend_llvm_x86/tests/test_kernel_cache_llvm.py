@@ -99,10 +99,10 @@ def test_key_changes_with_the_target_cpu(tmp_path, case):
     assert counts["cached"] == 0, "kernels with FMA served a compile without"
 
 
-def test_key_changes_with_a_schedule_switch(tmp_path, case, monkeypatch):
+def test_key_changes_with_a_schedule_switch(tmp_path, case, cpu_switch):
     model, x, expected = case
     _compile(model, tmp_path)
-    monkeypatch.setenv("NNVM_X86_CONV_SCHEDULE", "0")
+    cpu_switch("conv_schedule", "0")
     mod, counts = _compile(model, tmp_path)
     assert counts["compiled"] > 0, "a compile with another conv schedule was served the old kernels"
     np.testing.assert_allclose(mod.run(x)[0], expected, rtol=1e-4, atol=1e-4)

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import nnvm
 from nnvm.compiler import optimized_graph, schedule_group, schedule_template
 from nnvm.cpu import schedule_concat
-from nnvm.cpu.schedules import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.winograd import ROW_BLOCK_ABOVE
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
@@ -75,10 +75,10 @@ def _winograd_template(path, group_of, target="llvm"):
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_row_blocked_winograd_matches_onnxruntime(tmp_path, monkeypatch, group_of, batch):
+def test_row_blocked_winograd_matches_onnxruntime(tmp_path, cpu_switch, group_of, batch):
     """64 -> 64 channels on 65 x 65 (33 tile rows, the last tile half outside): one image's V and M
     are 8.9 MB, above the threshold, so the fallback runs blocks of 3 tile rows."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    cpu_switch("winograd", "1")
     path = _model(str(tmp_path / "conv.onnx"), batch, 64, 65, [(64, 3)])
     _, _, template = _winograd_template(path, group_of)
     assert template.fallback["row_tiles"] == 3 and 0 in template.space["row_tiles"]
@@ -86,10 +86,10 @@ def test_row_blocked_winograd_matches_onnxruntime(tmp_path, monkeypatch, group_o
     _check(path, x, f"row-blocked winograd at batch {batch}")
 
 
-def test_every_row_block_at_batch_3(tmp_path, monkeypatch, group_of, build):
+def test_every_row_block_at_batch_3(tmp_path, cpu_switch, group_of, build):
     """Every ``row_tiles`` value (0: whole images) on 3 images of 64 -> 80 channels on 61 x 61 (31 tile
     rows, a prime: blocks of 1 or all), against onnxruntime."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    cpu_switch("winograd", "1")
     batch, c, oc, hw = 3, 64, 80, 61
     path = _model(str(tmp_path / "conv.onnx"), batch, c, hw, [(oc, 3)])
     graph, group, template = _winograd_template(path, group_of)
@@ -113,12 +113,12 @@ def test_every_row_block_at_batch_3(tmp_path, monkeypatch, group_of, build):
 
 
 @pytest.mark.parametrize("target", ["llvm -mcpu=skylake-avx512", "llvm -mcpu=haswell"])
-def test_row_blocks_keep_transforms_in_l2(tmp_path, monkeypatch, group_of, target):
+def test_row_blocks_keep_transforms_in_l2(tmp_path, cpu_switch, group_of, target):
     """The lowered program allocates V and M for one block of tile rows (3 of 33 here: 0.4 MB each),
     not for the image (8.9 MB together); the padded input is one copy at root at batch 1 and none at
     batch 3 (it would be the whole batch's); small layers keep the old space (the shipped tuning logs
     name no ``row_tiles``). Lowered only, for AVX-512 (4 blocks of 16 channels) and AVX2 (8 of 8)."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+    cpu_switch("winograd", "1")
     lanes = vector_lanes(parse_target(target))
     path = _model(str(tmp_path / "conv.onnx"), 1, 64, 65, [(64, 3)])
     _, group, template = _winograd_template(path, group_of, target)

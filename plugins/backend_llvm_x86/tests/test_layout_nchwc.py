@@ -11,9 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import optimized_graph
-from nnvm.cpu.layout import channel_block
+from nnvm.cpu.layout_choice import channel_block
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.ops.layout import from_primal
+from nnvm.ops.blocked_layout import from_primal
 
 
 def _save(path, nodes, inits, in_shape, outputs=("y",)):
@@ -114,12 +114,12 @@ def test_mobilenet_block_in_nchwc_matches_onnxruntime(tmp_path):
     assert sum(n.op == "conv2d_nchwc" for n in mod.graph.nodes) == 4
 
 
-def test_layout_off_by_name_and_by_switch(tmp_path, monkeypatch):
+def test_layout_off_by_name_and_by_switch(tmp_path, cpu_switch):
     path = str(tmp_path / "resnet.onnx")
     resnet_stem_and_block(path, c=16, hw=8)
     graph, *_ = optimized_graph(path, "llvm", disabled_passes=("alter_op_layout",))
     assert "conv2d_nchwc" not in {n.op for n in graph.nodes}
-    monkeypatch.setenv("NNVM_X86_LAYOUT", "0")
+    cpu_switch("layout", "0")
     graph, *_ = optimized_graph(path, "llvm")
     assert "conv2d_nchwc" not in {n.op for n in graph.nodes}
     graph, *_ = optimized_graph(path, "llvm", opt_level=2)
@@ -138,9 +138,9 @@ def test_thousand_channels_get_a_block_of_eight():
 
 
 @pytest.mark.parametrize("depthwise", [False, True])
-def test_every_knob_value_gives_numpy_numbers(tmp_path, monkeypatch, depthwise, group_of, every_config):
+def test_every_knob_value_gives_numpy_numbers(tmp_path, cpu_switch, depthwise, group_of, every_config):
     """Each knob's values (one config per value, the rest at the fallback) against a numpy conv."""
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")  # the direct schedule, not Winograd, for this 3x3
+    cpu_switch("winograd", "0")  # the direct schedule, not Winograd, for this 3x3
     rng = np.random.default_rng(3)
     c, hw = (16 if depthwise else 32), 12
     w = rng.standard_normal((c, 1 if depthwise else c, 3, 3)).astype(np.float32)

@@ -151,7 +151,7 @@ def test_kernel_names_that_clash_with_runtime_functions():
 def test_feature_string_read_in_order_for_vector_width_and_recorded_extensions(text, lanes, has, lacks):
     """The schedules' vector width and the extensions an export records (its footer) follow the last
     word on a feature: ``-mattr=-avx512f`` on an AVX-512 host is AVX2 code, not AVX-512 schedules."""
-    from nnvm.cpu.schedules import vector_lanes
+    from nnvm.cpu.schedule_helpers import vector_lanes
     from nnvm_backend_llvm_x86.isa import code_features
 
     host = X86Backend().resolve(parse_target("llvm"))

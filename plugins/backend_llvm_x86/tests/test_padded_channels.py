@@ -4,9 +4,9 @@ padding cropped where the tensor leaves the blocked layout. Every case against o
 followers that put non-zeros into the padding (bias, sigmoid, a residual add) before the crop.
 
 Tensors whose channel count half a vector divides (24, 40, 72 with AVX-512's 16 lanes) are stored in whole
-vectors too (``nnvm.cpu.layout.padded_block``, ``NNVM_X86_PADDED_BLOCKS``): the convolution writing them
-runs full-width, plain convolutions read them in sub-blocks of 8 (the padded lanes never read), other
-readers through a transform; sigmoid followers put 0.5 into the padding before each kind of reader, and
+vectors too (``nnvm.cpu.layout_choice.padded_block``, ``cpu_switches["padded_blocks"]``): the convolution
+writing them runs full-width, plain convolutions read them in sub-blocks of 8 (the padded lanes never read),
+other readers through a transform; sigmoid followers put 0.5 into the padding before each kind of reader, and
 every such case runs with the switch on and off."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm.cpu.layout import output_block, padded_block
+from nnvm.cpu.layout_choice import output_block, padded_block
 
 
 def _save(path, nodes, inits, in_shape):
@@ -107,13 +107,13 @@ def _blocks(mod):
 
 @pytest.mark.parametrize("switch", ["0", "1"])
 @pytest.mark.parametrize("batch", [1, 8])
-def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, isa_target, switch, batch):
+def test_inverted_residual_on_24_channels(tmp_path, cpu_switch, isa_target, switch, batch):
     """MobileNetV2's second stage: expand 16 -> 96, depthwise stride 2, project to 24; expand 24 -> 144,
     depthwise, project to 24 + residual add; then a 24-channel reader of every other kind: a sigmoid
     (non-zeros in the padding) into a plain 3x3 (Winograd-sized), a depthwise and a grouped conv, a
     max pool and a 1x1 conv to 40 channels, stride 2. Channel counts are for 16 lanes and scale with
     the width's (AVX2: 8 -> 48, 12 -> 72, ...), so 24 stays one and a half vectors."""
-    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", switch)
+    cpu_switch("padded_blocks", switch)
     lanes = isa_target.lanes
 
     def ch(n):
@@ -156,10 +156,10 @@ def test_inverted_residual_on_24_channels(tmp_path, monkeypatch, isa_target, swi
 
 
 @pytest.mark.parametrize("channels", [3, 20, 24, 40, 72, 1000])
-def test_odd_channel_counts_in_and_out(tmp_path, monkeypatch, channels):
+def test_odd_channel_counts_in_and_out(tmp_path, cpu_switch, channels):
     """A conv to ``channels`` + sigmoid, then a 1x1 and a 3x3 stride-2 conv reading them, both to
     ``channels`` again; the switch on."""
-    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+    cpu_switch("padded_blocks", "1")
     rng = np.random.default_rng(channels)
     inits = {}
     nodes = [_conv(rng, inits, "a", "x", channels, 8), helper.make_node("Sigmoid", ["a"], ["s"]),
@@ -173,21 +173,21 @@ def test_odd_channel_counts_in_and_out(tmp_path, monkeypatch, channels):
     _check(path, (2, 8, 10, 10))
 
 
-def test_which_channel_counts_pad(monkeypatch):
-    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+def test_which_channel_counts_pad(cpu_switch):
+    cpu_switch("padded_blocks", "1")
     assert padded_block(24, 16) and padded_block(40, 16) and padded_block(72, 16)
     assert not padded_block(8, 16) and not padded_block(32, 16) and not padded_block(20, 16)
     assert padded_block(1000, 16)      # 62.5 vectors: 63, so a conv reading them needs no transform
     assert padded_block(12, 8) and not padded_block(4, 8)  # AVX2: 4-lane halves
-    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "0")
+    cpu_switch("padded_blocks", "0")
     assert not padded_block(24, 16)
 
 
 @pytest.mark.parametrize("channels", [12, 20])
-def test_avx2_pads_half_vectors_of_four(tmp_path, monkeypatch, channels):
+def test_avx2_pads_half_vectors_of_four(tmp_path, cpu_switch, channels):
     """With AVX2 (8 lanes) 12 and 20 channels are half-vector multiples: written in 8-lane blocks with a
     padded last block, read in sub-blocks of 4; against onnxruntime, through a sigmoid."""
-    monkeypatch.setenv("NNVM_X86_PADDED_BLOCKS", "1")
+    cpu_switch("padded_blocks", "1")
     rng = np.random.default_rng(channels + 1)
     inits = {}
     nodes = [_conv(rng, inits, "a", "x", channels, 8), helper.make_node("Sigmoid", ["a"], ["s"]),

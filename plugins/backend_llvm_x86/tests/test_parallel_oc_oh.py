@@ -36,12 +36,12 @@ def _model(path, in_ch, out_ch, k, stride, plane, residual):
 @pytest.mark.parametrize("in_ch,out_ch,k,stride,plane,residual", [
     (960, 160, 1, 1, 7, False), (160, 160, 1, 1, 7, True), (96, 576, 1, 1, 14, False),
     (384, 64, 1, 1, 14, False), (32, 48, 3, 1, 13, False), (48, 80, 3, 2, 15, False)])
-def test_fused_parallel_loop_matches_onnxruntime(tmp_path, monkeypatch, isa_target, in_ch, out_ch, k, stride,
-                                                 plane, residual):
+def test_fused_parallel_loop_matches_onnxruntime(tmp_path, monkeypatch, cpu_switch, isa_target, in_ch, out_ch,
+                                                 k, stride, plane, residual):
     """The loop is chosen for a team of 2 (``-cores=2``: the chunk rule depends on the team) at each
     vector width; the code runs on whatever team the pool has here."""
     # rows, not a flattened plane (which AVX2 takes for 960 -> 160 on 7x7: its loop is the channel groups)
-    monkeypatch.setenv("NNVM_X86_FLAT_PLANE", "0")
+    cpu_switch("flat_plane", "0")
     chosen = []
     original = templates.schedule_template
 
@@ -68,7 +68,7 @@ def test_fused_parallel_loop_matches_onnxruntime(tmp_path, monkeypatch, isa_targ
 
 @pytest.mark.parametrize("pad_at", ["row", "root"])
 @pytest.mark.parametrize("oc_blocks", [1, 2])
-def test_fused_loop_with_each_padding_and_tile(tmp_path, monkeypatch, pad_at, oc_blocks):
+def test_fused_loop_with_each_padding_and_tile(tmp_path, monkeypatch, cpu_switch, pad_at, oc_blocks):
     """Configs a tuner may pick: ``oc_oh`` with the padded window made per row or once at root, one or
     two channel blocks a tile, on a padded 3x3 conv (with and without an epilogue stage)."""
     original = templates.schedule_template
@@ -83,7 +83,7 @@ def test_fused_loop_with_each_padding_and_tile(tmp_path, monkeypatch, pad_at, oc
         return template
 
     monkeypatch.setattr(templates, "schedule_template", forced)
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")  # the direct template, not Winograd's
+    cpu_switch("winograd", "0")  # the direct template, not Winograd's
     for residual in (False, True):
         path = str(tmp_path / f"m{residual}.onnx")
         _model(path, 32, 32, 3, 1, 11, residual)

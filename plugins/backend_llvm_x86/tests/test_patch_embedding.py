@@ -4,7 +4,7 @@ ViT's 16x16/16 convolution over 3 channels runs as a product of its windows' row
 (``nnvm/cpu/patches.py``). These compare with onnxruntime over windows that do not divide the input
 (the rest cropped), an output count no vector divides, no bias, non-square kernels, batches, the
 output read as ViT reads it (flattened, transposed) and as a graph output; then check which
-convolutions take the rewrite and that ``NNVM_X86_PATCH_DENSE=0`` keeps them blocked.
+convolutions take the rewrite and that ``cpu_switches={"patch_dense": "0"}`` keeps them blocked.
 """
 
 from __future__ import annotations
@@ -81,10 +81,10 @@ def test_patch_embedding_at_either_vector_width(tmp_path, target):
     assert nnvm.compile(path, target=target, tuning_log=False) is not None
 
 
-def test_only_non_overlapping_windows_over_few_channels(tmp_path, monkeypatch):
+def test_only_non_overlapping_windows_over_few_channels(tmp_path, cpu_switch):
     """Overlapping windows (stride under the kernel), padding, 1x1 kernels and inputs with a channel
     block (their blocked convolution already runs vectors of input channels) stay ``conv2d_nchwc``; so
-    does a patch embedding with ``NNVM_X86_PATCH_DENSE=0``."""
+    does a patch embedding with ``cpu_switches={"patch_dense": "0"}``."""
     kept = [dict(c=3, hw=(32, 32), oc=64, kernel=(4, 4), stride=(2, 2)),
             dict(c=3, hw=(32, 32), oc=64, kernel=(4, 4), pads=(1, 1, 1, 1)),
             dict(c=3, hw=(32, 32), oc=64, kernel=(1, 1)),
@@ -94,5 +94,5 @@ def test_only_non_overlapping_windows_over_few_channels(tmp_path, monkeypatch):
         ops = _ops(path)
         assert "conv2d_nchwc" in ops and "patches" not in ops, spec
     path, _ = _model(str(tmp_path / "p.onnx"), 1, 3, (32, 32), 64, (4, 4))
-    monkeypatch.setenv("NNVM_X86_PATCH_DENSE", "0")
+    cpu_switch("patch_dense", "0")
     assert "patches" not in _ops(path) and "conv2d_nchwc" in _ops(path)

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, optimized_graph
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.schedule_injective import schedule_index_remap, unblocking_block
-from nnvm.cpu.schedules import vector_lanes
 
 
 def _shuffle_model(path, c=48, hw=7, g=3):
@@ -46,10 +46,10 @@ def test_channel_shuffle_matches_onnxruntime(tmp_path):
     assert err < 1e-5, f"max relative error {err:.2e} against onnxruntime"
 
 
-def test_only_data_movement_groups_are_taken(tmp_path, monkeypatch):
+def test_only_data_movement_groups_are_taken(tmp_path, cpu_switch):
     # The shuffle chain as it is (not one channel_shuffle_nchwc, shuffle.py): what this schedule serves
     # when the pattern does not fit.
-    monkeypatch.setenv("NNVM_X86_SHUFFLE", "0")
+    cpu_switch("shuffle", "0")
     path = str(tmp_path / "shuffle.onnx")
     _shuffle_model(path)
     graph, tgt, *_ = optimized_graph(path, "llvm")

@@ -140,9 +140,9 @@ def test_other_axes_and_log_softmax_keep_the_core_kernel(tmp_path, op, axis):
     assert np.abs(got - want).max() < 1e-5
 
 
-def test_floor_as_one_select_gives_the_same_results(tmp_path, monkeypatch):
-    """``softmax_exp``'s floor as a select on its own compare (``NNVM_X86_SOFTMAX_SELECT``, default) and as
-    ``maximum`` (off) agree bit for bit: values below the floor (-1e9, -inf), at it, a NaN row and an
+def test_floor_as_one_select_gives_the_same_results(tmp_path, cpu_switch):
+    """``softmax_exp``'s floor as a select on its own compare (``cpu_switches["softmax_select"]``, default)
+    and as ``maximum`` (off) agree bit for bit: values below the floor (-1e9, -inf), at it, a NaN row and an
     all -inf row (NaN either way)."""
     path = str(tmp_path / "sm.onnx")
     shape = (4, 37)
@@ -152,19 +152,19 @@ def test_floor_as_one_select_gives_the_same_results(tmp_path, monkeypatch):
     x[1, 3] = np.nan
     x[2, :] = -np.inf
     outs = []
-    monkeypatch.setenv("NNVM_X86_SOFTMAX_BOUNDED_EXP", "0")  # the clamped exp, where the select is used
+    cpu_switch("softmax_bounded_exp", "0")  # the clamped exp, where the select is used
     for value in ("0", "1"):
-        monkeypatch.setenv("NNVM_X86_SOFTMAX_SELECT", value)
+        cpu_switch("softmax_select", value)
         outs.append(nnvm.compile(path, target="llvm", tuning_log=False).run(x)[0])
     np.testing.assert_array_equal(outs[0], outs[1])
     assert np.isnan(outs[1][1]).all() and np.isnan(outs[1][2]).all() and not np.isnan(outs[1][[0, 3]]).any()
 
 
 @pytest.mark.parametrize("bounded_exp, max_skips_nan", [("1", "1"), ("1", "0"), ("0", "1")])
-def test_short_forms_match_onnxruntime_on_special_rows(tmp_path, monkeypatch, bounded_exp, max_skips_nan):
-    """``softmax_exp``'s exp without clamps (``exp_bounded``, ``NNVM_X86_SOFTMAX_BOUNDED_EXP``) and row
-    maximum skipping NaN (``NNVM_X86_SOFTMAX_MAX_SKIPS_NAN``), both default, against onnxruntime and the
-    full forms: arguments below exp's range (-1e9, -inf: flushed to 0 by the select, whatever exp gave),
+def test_short_forms_match_onnxruntime_on_special_rows(tmp_path, cpu_switch, bounded_exp, max_skips_nan):
+    """``softmax_exp``'s exp without clamps (``exp_bounded``, ``cpu_switches["softmax_bounded_exp"]``) and row
+    maximum skipping NaN (``cpu_switches["softmax_max_skips_nan"]``), both default, against onnxruntime and
+    the full forms: arguments below exp's range (-1e9, -inf: flushed to 0 by the select, whatever exp gave),
     at the floor; rows with a NaN, all NaN, all -inf and with +inf (NaN, as onnxruntime's), rows of 37
     (vector and scalar tails); within 1e-6 of onnxruntime and of the full forms."""
     path = str(tmp_path / "sm.onnx")
@@ -180,8 +180,8 @@ def test_short_forms_match_onnxruntime_on_special_rows(tmp_path, monkeypatch, bo
     x[7, 20] = np.inf
     outs = {}
     for value in ("0", "1"):
-        monkeypatch.setenv("NNVM_X86_SOFTMAX_BOUNDED_EXP", value if bounded_exp == "1" else "0")
-        monkeypatch.setenv("NNVM_X86_SOFTMAX_MAX_SKIPS_NAN", value if max_skips_nan == "1" else "0")
+        cpu_switch("softmax_bounded_exp", value if bounded_exp == "1" else "0")
+        cpu_switch("softmax_max_skips_nan", value if max_skips_nan == "1" else "0")
         mod, outs[value], want = _run(path, x)
     got = outs["1"]
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))

@@ -9,7 +9,7 @@ import pytest
 
 import nnvm
 from nnvm import te
-from nnvm.schedules import generic_schedule
+from nnvm.generic_schedule import generic_schedule
 
 
 def test_elementwise_split_by_a_constant_guards_the_tail():

@@ -1,5 +1,5 @@
 """Property tests through the LLVM backend: the random computes and schedules of the core's property
-test (``nnvm.testing.te_strategies``), compiled for the host CPU and run, equal numpy.
+test (``nnvm_testing.te_strategies``), compiled for the host CPU and run, equal numpy.
 
 The core's version runs the same programs in the reference interpreter; this one checks what the
 code generator makes of them (parallel loops on the thread pool, vector code, unrolled copies,
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-from nnvm.testing.te_strategies import SETTINGS, definitions, empty_output, random_inputs, random_schedule
+from nnvm_testing.te_strategies import SETTINGS, definitions, empty_output, random_inputs, random_schedule
 
 
 @SETTINGS

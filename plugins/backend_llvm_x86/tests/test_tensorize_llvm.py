@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 import nnvm
 from nnvm import te
-from nnvm.testing.te_strategies import SETTINGS
 from nnvm.tir.interpreter import run_primfunc
+from nnvm_testing.te_strategies import SETTINGS
 
 
 def matmul(m, n, k, dtype="float32", transposed_b=False):

@@ -15,7 +15,7 @@ from nnvm.autotune import extract_tasks
 from nnvm.autotune import log as logmod
 from nnvm.autotune.signature import host_caches
 from nnvm.compiler import tuning_logs_for
-from nnvm.cpu.schedules import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.runtime.threads import team_size
 from nnvm.target import HostCPU, parse_target
 

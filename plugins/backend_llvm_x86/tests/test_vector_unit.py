@@ -1,7 +1,7 @@
 """The vector unit the x86 backend answers for the CPU layer's cost model (``Backend.vector_registers``,
 ``broadcast_operand``), from what it resolved of the target: 32 zmm registers and an embedded broadcast
 with AVX-512, 16 and none with AVX2; SSE, without FMA, counted with one (as before: no measured mixed); the
-``NNVM_X86_AVX2_TILES=0`` A/B switch."""
+``cpu_switches={"avx2_tiles": "0"}`` A/B switch."""
 
 from __future__ import annotations
 
@@ -26,10 +26,10 @@ def test_the_x86_backend_answers_its_vector_unit(target, lanes, registers, opera
     assert (machine.lanes, machine.registers, machine.broadcast_operand) == (lanes, registers, operand)
 
 
-def test_the_avx2_tiles_switch_models_avx2_with_a_broadcast_operand(monkeypatch):
-    """``NNVM_X86_AVX2_TILES=0``: AVX2 counted as if it had a broadcast operand (the tiles before session
-    11, for A/B benchmarks); AVX-512 and SSE answer as before, and so do the registers."""
-    monkeypatch.setenv("NNVM_X86_AVX2_TILES", "0")
+def test_the_avx2_tiles_switch_models_avx2_with_a_broadcast_operand(cpu_switch):
+    """``cpu_switches={"avx2_tiles": "0"}``: AVX2 counted as if it had a broadcast operand (the tiles before
+    session 11, for A/B benchmarks); AVX-512 and SSE answer as before, and so do the registers."""
+    cpu_switch("avx2_tiles", "0")
     for target, operand in (("llvm -mcpu=haswell", True), ("llvm -mcpu=skylake-avx512", True),
                             ("llvm -mcpu=x86-64", True)):
         tgt = parse_target(target)

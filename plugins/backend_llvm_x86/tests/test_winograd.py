@@ -43,9 +43,9 @@ def _model(path, c, hw, rng):
 
 # 7: partial tiles at the bottom and right edges; tile 4 is F(4x4, 3x3), opt-in
 @pytest.mark.parametrize("hw,tile", [(8, 2), (7, 2), (7, 4)])
-def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, monkeypatch, hw, tile):
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
-    monkeypatch.setenv("NNVM_X86_WINOGRAD_TILE", str(tile))
+def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, cpu_switch, hw, tile):
+    cpu_switch("winograd", "1")
+    cpu_switch("winograd_tile", str(tile))
     rng = np.random.default_rng(hw)
     path = str(tmp_path / "wino.onnx")
     c = 16
@@ -65,8 +65,8 @@ def test_winograd_conv_matches_numpy_and_onnxruntime(tmp_path, monkeypatch, hw, 
     assert np.abs(got - ref).max() / np.abs(ref).max() < 1e-4
 
 
-def test_tile_widths_give_numpy_numbers(tmp_path, monkeypatch, group_of):
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "1")
+def test_tile_widths_give_numpy_numbers(tmp_path, cpu_switch, group_of):
+    cpu_switch("winograd", "1")
     rng = np.random.default_rng(5)
     path = str(tmp_path / "wino.onnx")
     c, hw = 16, 8
@@ -90,9 +90,9 @@ def test_tile_widths_give_numpy_numbers(tmp_path, monkeypatch, group_of):
         assert err < 1e-4, f"tw_block={tw}: max relative error {err:.2e}"
 
 
-def test_rule_picks_sizes_of_seven_or_more(monkeypatch):
-    monkeypatch.delenv("NNVM_X86_WINOGRAD", raising=False)
+def test_rule_picks_sizes_of_seven_or_more(cpu_switch):
+    cpu_switch("winograd", None)
     assert use_winograd((1, 64, 56, 56)) and use_winograd((1, 256, 14, 14)) and use_winograd((1, 512, 7, 7))
     assert not use_winograd((1, 16, 6, 6)) and not use_winograd((1, 16, 6, 9))
-    monkeypatch.setenv("NNVM_X86_WINOGRAD", "0")
+    cpu_switch("winograd", "0")
     assert not use_winograd((1, 64, 56, 56))

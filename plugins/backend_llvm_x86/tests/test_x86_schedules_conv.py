@@ -10,7 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm.compiler import group_compute, import_model, schedule_template
-from nnvm.cpu.schedules import schedule_conv2d, vector_lanes
+from nnvm.cpu.schedule_conv2d import schedule_conv2d
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.target import parse_target
 
 # (in channels, out channels, height = width, kernel, stride, padding, groups, relu epilogue)

@@ -15,7 +15,7 @@ import pytest
 
 import nnvm
 from nnvm_backend_metal.native import open_device
-from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
 
 
 def _reference(name: str, tmp_path):

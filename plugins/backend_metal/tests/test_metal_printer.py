@@ -17,8 +17,8 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.gpu.block_schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm.gpu.kernels import lower_for_gpu
-from nnvm.gpu.schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import get_op
 from nnvm.tir import stmt as S

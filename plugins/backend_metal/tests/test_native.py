@@ -15,8 +15,8 @@ from nnvm.errors import Error
 from nnvm.runtime.module import Module
 from nnvm_backend_metal.library import MetalKernelLibrary
 from nnvm_backend_metal.native import open_device
-from nnvm_backend_metal.testing import FakeMetal
-from nnvm_frontend_onnx.testing.shape_models import depthwise_net
+from nnvm_testing.backend_metal import FakeMetal
+from nnvm_testing.frontend_onnx.shape_models import depthwise_net
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
-from nnvm_frontend_onnx.testing.models import cached_model_path
+from nnvm_testing.frontend_onnx.models import cached_model_path
 
 TARGET = "opencl -device=cpu"
 

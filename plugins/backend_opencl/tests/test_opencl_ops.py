@@ -9,7 +9,7 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.errors import Error, TargetError
-from nnvm.gpu.schedules import schedule_conv2d, schedule_dense, schedule_generic
+from nnvm.gpu.block_schedules import schedule_conv2d, schedule_dense, schedule_generic
 from nnvm.graph.ir import TensorType
 from nnvm.ops.registry import get_op
 from nnvm_backend_opencl import runtime
@@ -88,9 +88,9 @@ def test_tiles_that_do_not_divide_leave_idle_threads_at_barriers_and_stay_right(
     """Tail blocks with idle threads around barriers (a user's own schedule can make them; ours choose
     dividing tiles): the guards sit below the barriers, so every thread reaches them and the numbers
     match numpy on PoCL."""
-    from nnvm.gpu import schedules
+    from nnvm.gpu import block_schedules
 
-    monkeypatch.setattr(schedules, "_divisor_at_most", lambda size, cap: cap)  # 8 x 8 tiles, any size
+    monkeypatch.setattr(block_schedules, "_divisor_at_most", lambda size, cap: cap)  # 8 x 8 tiles, any size
     data = te.placeholder((m, k), name="data")
     weight = te.placeholder((n, k), name="weight")
     out = op_output("dense", [data, weight], {}, (m, n))

@@ -18,8 +18,8 @@ import pytest
 import nnvm
 from nnvm.environment import cache_dir
 from nnvm_backend_webgpu.web import runtime_js
-from nnvm_frontend_onnx.testing.models import cached_model_path
-from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+from nnvm_testing.frontend_onnx.models import cached_model_path
+from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
 
 RUNNER = os.path.join(os.path.dirname(__file__), "run_model.js")
 

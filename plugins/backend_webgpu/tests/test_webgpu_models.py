@@ -14,7 +14,7 @@ import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm_frontend_onnx.testing.shape_models import SHAPE_MODELS
+from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
 
 
 def _reference(name: str, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import nnvm
 from nnvm.errors import ModelLoadError, UnsupportedOperatorError
 from nnvm_frontend_coreml.reader import WeightFile, unpack_bits
-from nnvm_frontend_coreml.testing.fuzz import nn_model, package
+from nnvm_testing.frontend_coreml.fuzz import nn_model, package
 
 CLI = "import sys; from nnvm.cli import main; sys.argv = ['nnvm', *sys.argv[1:]]; sys.exit(main())"
 

@@ -1,5 +1,5 @@
 """One-op ML Programs built with coremltools' MIL builder, compiled for llvm and compared with numpy
-implementations of each op's documented semantics (``nnvm_frontend_coreml.testing.ops_ref``)."""
+implementations of each op's documented semantics (``nnvm_testing.frontend_coreml.ops_ref``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_coreml.testing.nets import coreml_ops
-from nnvm_frontend_coreml.testing.ops_ref import CASES, ios18_reference, reference
+from nnvm_testing.frontend_coreml.nets import coreml_ops
+from nnvm_testing.frontend_coreml.ops_ref import CASES, ios18_reference, reference
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_coreml.testing.nets import coreml_nets
+from nnvm_testing.frontend_coreml.nets import coreml_nets
+from nnvm_testing.venvs import pytest_venv
 
 TOLERANCE = {"nn.mlmodel": 1e-4, "fp32.mlpackage": 1e-4, "fp16.mlpackage": 1e-2}
 

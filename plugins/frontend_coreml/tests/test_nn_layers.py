@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_coreml.testing.nets import coreml_nn_ops
-from nnvm_frontend_coreml.testing.ops_ref import NN_CASES, nn_reference
+from nnvm_testing.frontend_coreml.nets import coreml_nn_ops
+from nnvm_testing.frontend_coreml.ops_ref import NN_CASES, nn_reference
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_keras import testing
+from nnvm_testing import frontend_keras as testing
+from nnvm_testing.venvs import pytest_venv
 
 NETS = ["MobileNetV2", "ResNet50", "DenseNet121", "EfficientNetB0", "InceptionV3", "Xception", "VGG16",
         "NASNetMobile", "ConvNeXtTiny"]

@@ -208,7 +208,7 @@ def test_live_keras_model_by_duck_typing():
 def test_malformed_config_is_one_sentence(tmp_path, damage, words):
     """Damaged configs found by ``tests/test_fuzz_keras.py``: each was an internal error (a KeyError or
     TypeError in the importer's walk) before the reader checked the config's structure."""
-    from nnvm_frontend_keras.testing.fuzz import base_config, base_weights, write_keras
+    from nnvm_testing.frontend_keras.fuzz import base_config, base_weights, write_keras
 
     cfg = base_config()
     layers = cfg["config"]["layers"]

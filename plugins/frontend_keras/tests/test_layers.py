@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_keras import testing
+from nnvm_testing import frontend_keras as testing
+from nnvm_testing.venvs import pytest_venv
 
 CASES = ["conv_same_even", "conv_same_odd_stride3", "conv_dilated_groups", "depthwise_mult", "separable",
          "pool_same_even", "avgpool_same", "pool_valid_global", "global_keepdims", "batchnorm_flags",

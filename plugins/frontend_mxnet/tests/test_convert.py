@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from nnvm.graph.evaluate import evaluate_graph
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.importer import load_mxnet
 from nnvm_frontend_mxnet.symbol import AUX_INPUTS
+from nnvm_testing import frontend_mxnet as testing
+from nnvm_testing.venvs import pytest_venv
 
 
 class FakeSymbol:

@@ -16,9 +16,9 @@ import pytest
 import nnvm
 from nnvm.errors import InputError, ModelLoadError, UnsupportedOperatorError
 from nnvm.frontend import ConvertError
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.importer import load_mxnet
+from nnvm_testing import frontend_mxnet as testing
+from nnvm_testing.venvs import pytest_venv
 
 
 class FakeSymbol:

@@ -1,6 +1,6 @@
 """The ``.params`` reader against files MXNet 1.9.1 wrote and against what MXNet's ``nd.load`` reads.
 
-MXNet runs in its own cached venv (``nnvm_frontend_mxnet.testing``); the forms MXNet 1.9.1 no longer
+MXNet runs in its own cached venv (``nnvm_testing.frontend_mxnet``); the forms MXNet 1.9.1 no longer
 writes (V1 and legacy arrays, dtype codes its Python API cannot make) are built here byte by byte and
 still checked against ``nd.load`` where MXNet can read them, else against numpy.
 """
@@ -13,8 +13,6 @@ import numpy as np
 import pytest
 
 from nnvm.errors import ModelLoadError
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.params import (
     V1_MAGIC,
     V2_MAGIC,
@@ -25,6 +23,8 @@ from nnvm_frontend_mxnet.params import (
     read_ndarray_list,
     split_params,
 )
+from nnvm_testing import frontend_mxnet as testing
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.fixture(scope="module")
@@ -289,7 +289,7 @@ def test_corrupted_params_and_symbol_through_the_cli(tmp_path):
     and whose symbol JSON is truncated."""
     import json
 
-    from nnvm_frontend_onnx.testing.fuzz import check_cli
+    from nnvm_testing.frontend_onnx.fuzz import check_cli
 
     rng = np.random.default_rng(20)
     symbol = {"nodes": [{"op": "null", "name": "data", "inputs": []},

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.params import load_params, split_params
+from nnvm_testing import frontend_mxnet as testing
+from nnvm_testing.venvs import pytest_venv
 
 FC_BN = """{"nodes": [
   {"op": "null", "name": "data", "inputs": []},

@@ -10,10 +10,10 @@ import re
 import pytest
 
 from nnvm.errors import ModelLoadError
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_mxnet import testing
 from nnvm_frontend_mxnet.params import load_params, split_params
 from nnvm_frontend_mxnet.symbol import Symbol, load_symbol, loads_symbol, parse_attr
+from nnvm_testing import frontend_mxnet as testing
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.fixture(scope="module")

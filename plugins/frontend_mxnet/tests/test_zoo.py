@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import nnvm
-from nnvm.testing.venvs import pytest_venv
-from nnvm_frontend_mxnet import testing
+from nnvm_testing import frontend_mxnet as testing
+from nnvm_testing.venvs import pytest_venv
 
 
 @pytest.mark.parametrize("name", testing.ZOO)

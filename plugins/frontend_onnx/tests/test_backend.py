@@ -140,7 +140,7 @@ def test_cast_float64_to_float16_is_one_rounding_on_x86():
     """Cast goes float64 -> float16 directly (the x86 JIT once lacked double-to-half, and the frontend
     went through float32): one rounding, as numpy does, even where two roundings differ."""
     from nnvm_frontend_onnx import load_onnx
-    from nnvm_frontend_onnx.testing.check import single_node_model
+    from nnvm_testing.frontend_onnx.check import single_node_model
 
     x = np.array([1 + 2**-11 + 2**-40, -3.14159265358979, 65504.0, 1e-8, 70000.0, 0.0, -1e-30])
     graph = load_onnx(single_node_model("Cast", [("x", x)], {"to": 10}))

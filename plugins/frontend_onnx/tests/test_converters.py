@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from nnvm_frontend_onnx import load_onnx
-from nnvm_frontend_onnx.testing.check import assert_matches_onnxruntime, single_node_model
+from nnvm_testing.frontend_onnx.check import assert_matches_onnxruntime, single_node_model
 
 I64_MAX = np.iinfo(np.int64).max
 

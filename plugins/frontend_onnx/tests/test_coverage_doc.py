@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nnvm_frontend_onnx.testing import node_cases
-from nnvm_frontend_onnx.testing.expected_failures import EXPECTED_FAILURES
+from nnvm_testing.frontend_onnx import node_cases
+from nnvm_testing.frontend_onnx.expected_failures import EXPECTED_FAILURES
 
 ROOT = Path(__file__).resolve().parents[3]
 

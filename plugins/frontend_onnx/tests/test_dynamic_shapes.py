@@ -9,8 +9,8 @@ import pytest
 
 import nnvm
 from nnvm.dynamic import SymbolicModule
-from nnvm_frontend_onnx.testing.check import relative_error, run_onnxruntime
-from nnvm_frontend_onnx.testing.shape_models import dynamic_encoder, dynamic_mlp
+from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
+from nnvm_testing.frontend_onnx.shape_models import dynamic_encoder, dynamic_mlp
 
 NNVM_PLUGINS = "onnx,llvm-x86"
 

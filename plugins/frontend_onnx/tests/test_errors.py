@@ -8,8 +8,8 @@ import pytest
 import nnvm
 from nnvm.errors import InputError, ModelLoadError, UnsupportedOperatorError
 from nnvm_frontend_onnx import load_onnx
-from nnvm_frontend_onnx.testing import models
-from nnvm_frontend_onnx.testing.check import single_node_model
+from nnvm_testing.frontend_onnx import models
+from nnvm_testing.frontend_onnx.check import single_node_model
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=13):

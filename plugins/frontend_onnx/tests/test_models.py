@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from nnvm_frontend_onnx import load_onnx
-from nnvm_frontend_onnx.testing import models
-from nnvm_frontend_onnx.testing.check import assert_matches_onnxruntime
+from nnvm_testing.frontend_onnx import models
+from nnvm_testing.frontend_onnx.check import assert_matches_onnxruntime
 
 LIGHT_OUTPUT_SHAPES = {
     "bvlc_alexnet": (1, 1000), "densenet121": (1, 1000, 1, 1), "inception_v1": (1, 1000),

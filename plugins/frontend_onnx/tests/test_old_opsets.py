@@ -14,7 +14,7 @@ import pytest
 import nnvm
 from nnvm.graph.evaluate import evaluate_graph
 from nnvm_frontend_onnx import load_onnx
-from nnvm_frontend_onnx.testing.check import run_onnxruntime, single_node_model
+from nnvm_testing.frontend_onnx.check import run_onnxruntime, single_node_model
 
 X = np.random.default_rng(0).random((2, 3, 4, 4), dtype=np.float32)
 STATS = [(n, np.full(3, v, np.float32)) for n, v in (("s", 1.5), ("b", 0.5), ("m", 0.25), ("v", 2.0))]

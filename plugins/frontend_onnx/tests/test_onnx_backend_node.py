@@ -19,8 +19,8 @@ import pytest
 onnx_backend_test = pytest.importorskip("onnx.backend.test")
 
 from nnvm_frontend_onnx import backend  # noqa: E402
-from nnvm_frontend_onnx.testing import node_cases  # noqa: E402
-from nnvm_frontend_onnx.testing.expected_failures import EXPECTED_FAILURES  # noqa: E402
+from nnvm_testing.frontend_onnx import node_cases  # noqa: E402
+from nnvm_testing.frontend_onnx.expected_failures import EXPECTED_FAILURES  # noqa: E402
 
 NNVM_PLUGINS = "onnx,llvm-x86"  # the backend compiles: the x86 code generator too (see conftest)
 

@@ -9,7 +9,7 @@ import numpy as np
 import nnvm
 from nnvm.frontend import find_frontend
 from nnvm_frontend_onnx.importer import looks_like_onnx
-from nnvm_frontend_onnx.testing import models
+from nnvm_testing.frontend_onnx import models
 
 
 def test_registered_as_onnx_frontend():

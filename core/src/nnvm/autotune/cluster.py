@@ -26,7 +26,6 @@ asked for.
 from __future__ import annotations
 
 import json
-import os
 import platform
 import socket
 import sys
@@ -35,14 +34,15 @@ import time
 import ray
 import ray.exceptions
 
+from nnvm import environment
 from nnvm.autotune.driver import signature_of
 from nnvm.autotune.measure import Measurer, Result
 from nnvm.errors import Error
+from nnvm.options import Options, activated, active
 from nnvm.target import parse_target
 
 RESOURCE_PREFIX = "nnvm:"
 NOISE_LIMIT = 0.2  # (median round - fastest) / fastest above which a measurement is noisy
-FORWARDED_ENV = ("NNVM_NUM_THREADS",)  # what the driver's environment says about the measured kernels
 
 
 def device_resource(target: str) -> str:
@@ -80,7 +80,8 @@ def connect(address: str) -> None:
         return
     if address != "auto":
         check_reachable(address)
-    env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
+    # the driver's thread count is the measured kernels' (the one variable that says how they run)
+    env = {"NNVM_NUM_THREADS": environment.num_threads()} if environment.num_threads() else {}
     try:
         ray.init(address=address, runtime_env={"env_vars": env} if env else None, logging_level="ERROR",
                  log_to_driver=False)
@@ -107,19 +108,21 @@ def _node() -> str:
     return f"{socket.gethostname()}/{ray.get_runtime_context().get_node_id()[:8]}"
 
 
-def _build_remote(task, config: dict, options: tuple):
+def _build_remote(task, config: dict, options: tuple, switches: tuple):
     start = time.time()
-    built = _measurer(options).build(task, [config])[0]
+    with activated(Options(cpu_switches=dict(switches))):  # the driver's CPU switches
+        built = _measurer(options).build(task, [config])[0]
     return built, {"kind": "build", "node": _node(), "start": start, "end": time.time()}
 
 
-def _measure_remote(task, built_and_event, options: tuple):
+def _measure_remote(task, built_and_event, options: tuple, switches: tuple):
     built, build_event = built_and_event
     start = time.time()
     if isinstance(built, Result):  # the build failed: that is the config's result
         result = built
     else:
-        result = _measurer(options).run(task, [built])[0]
+        with activated(Options(cpu_switches=dict(switches))):
+            result = _measurer(options).run(task, [built])[0]
     result.node = _node()
     result.signature = signature_of(task.target)
     return result, [build_event, {"kind": "measure", "node": result.node, "start": start, "end": time.time()}]
@@ -145,6 +148,7 @@ class ClusterMeasurer:
         self.address = address
         self.retries = retries
         self.options = (timeout, repeat, min_repeat_ms, check)
+        self.switches = tuple(sorted(dict((active() or Options()).cpu_switches).items()))
         self.noise_limit = noise_limit
         self.stream = stream or sys.stderr
         self.timeline: list = []
@@ -191,8 +195,9 @@ class ClusterMeasurer:
         resource = device_resource(task.target)
         self.devices(task.target)
         task_ref = ray.put(task)
-        builds = [self._build.remote(task_ref, c, self.options) for c in configs]
-        pending = {self._measure.options(resources={resource: 1}).remote(task_ref, b, self.options): k
+        builds = [self._build.remote(task_ref, c, self.options, self.switches) for c in configs]
+        measure = self._measure.options(resources={resource: 1})
+        pending = {measure.remote(task_ref, b, self.options, self.switches): k
                    for k, b in enumerate(builds)}
         results: list = [None] * len(configs)
         while pending:  # completion order: a slow config does not hold up the others' bookkeeping

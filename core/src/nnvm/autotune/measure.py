@@ -37,8 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnvm.autotune.task import register_plugins
+from nnvm.generic_schedule import generic_schedule
+from nnvm.options import Options, activated, active
 from nnvm.runtime.kernel import kernel_from_address, pointer_array
-from nnvm.schedules import generic_schedule
 from nnvm.target import parse_target
 from nnvm.te.lower import lower_schedule
 from nnvm.te.tensor import PlaceholderOp
@@ -198,14 +199,16 @@ class Measurer:
     def _each(self, task, items: list, check: bool, message, reply_to) -> list:
         """One request per item (after the task's setup, when the child lacks it), replies in order."""
         results = []
+        # the child compiles under the CPU switches of the options active here
+        switches = dict((active() or Options()).cpu_switches)
         for item in items:
-            if self._proc is None or self._task != (task, check):
-                reply = self._request(("setup", task, check), self.setup_timeout)
+            if self._proc is None or self._task != (task, check, switches):
+                reply = self._request(("setup", task, check, switches), self.setup_timeout)
                 if reply[0] != "ok":  # the same for every config: do not pay the setup again
                     failed = Result(None, f"task setup failed: {reply[1]}")
                     results += [failed] * (len(items) - len(results))
                     break
-                self._task = (task, check)
+                self._task = (task, check, switches)
             reply = self._request(message(item), self.timeout)
             results.append(reply_to(reply[1]) if reply[0] == "ok" else Result(None, reply[1]))
         return results
@@ -240,8 +243,13 @@ def _first_line(exc: BaseException) -> str:
 class _Worker:
     def __init__(self):
         self.state = None
+        self.options = Options()
 
-    def setup(self, task, check: bool) -> None:
+    def setup(self, task, check: bool, switches: dict) -> None:
+        options = Options(cpu_switches=switches)
+        if dict(options.cpu_switches) != dict(self.options.cpu_switches):
+            self.state = None  # built under other switches: set up afresh
+        self.options = options
         st = self.state
         if st is not None and st["task"] == task:  # builds and measurements take turns on a cluster node
             if check and not st["checked"]:
@@ -361,10 +369,12 @@ def _worker_main(read_fd: int, write_fd: int) -> None:
             return
         try:
             if kind == "setup":
-                worker.setup(message[1], message[2])
+                with activated(Options(cpu_switches=message[3])):
+                    worker.setup(*message[1:])
                 _send(write_fd, ("ok", None))
             elif kind in ("measure", "build", "run"):
-                _send(write_fd, ("ok", getattr(worker, kind)(*message[1:])))
+                with activated(worker.options):
+                    _send(write_fd, ("ok", getattr(worker, kind)(*message[1:])))
             else:
                 _send(write_fd, ("error", f"unknown request {kind!r}"))
         except Exception as exc:  # noqa: BLE001 - a failing candidate is a result, not a crash

@@ -6,7 +6,7 @@ expressions, which do not pickle), so it carries a recipe, not the template itse
 - a fused group of a model: the group's nodes as a small stand-alone graph (JSON, no weights) that the
   child turns back into the same ``GroupCompute`` and asks the backends for the template again;
 - a factory: ``"module:function"`` and keyword arguments, the function returning ``(template, args)``
-  (for templates written by hand, as in ``nnvm.autotune.testing``).
+  (for templates written by hand, as in ``nnvm_testing.autotune_templates``).
 
 Groups with the same workload key compute the same function, so they share one task, whose ``weight``
 counts how often the model runs it (the tuner reports, and may spend, by weight).

@@ -12,7 +12,7 @@
   and the ops it makes;
 - ``shuffle``: channel shuffles in ``NCHW[x]c`` (an op, the pass that makes it, its schedule);
 - ``schedule_pool``: average pools a row at a time;
-- ``switches``: the ``NNVM_X86_*`` A/B switches.
+- ``switches``: the A/B switches a compile sets in ``Options.cpu_switches``.
 
 ``plugin`` registers them for the key ``cpu``. A backend is asked, never guessed at: its
 ``vector_lanes`` (float32 lanes; answering it is how a backend takes these templates) and its

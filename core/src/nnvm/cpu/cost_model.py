@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from nnvm.cpu.schedules import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.switches import enabled
 
 FMA_PER_CYCLE = 2.0  # vector FMAs issued per cycle: two FMA pipes (Zen 4/5, Skylake-SP and later servers)
@@ -211,12 +211,12 @@ def parallel_loop(machine: Machine, batch: int, oc_chunks: int, rows: int | None
     groups of two blocks) ran 3 groups on one thread and 2 on the other, and its 7x7 and 14x14 layers ran
     1.4-1.6x faster on 2 threads than on one; fused, 1.1-1.2x faster than that. The pool now cuts such
     loops into chunks of one size (``even_chunks`` in the x86 plugin's ``nnvm_pool.c``), and the rule,
-    still counting 4 a thread, measured level against ``NNVM_X86_FUSED_PARALLEL=0`` (never fused, for
-    A/B benchmarks) on MobileNetV2 at batch 1: kept, not re-derived."""
+    still counting 4 a thread, measured level against ``cpu_switches={"fused_parallel": "0"}`` (never fused,
+    for A/B benchmarks) on MobileNetV2 at batch 1: kept, not re-derived."""
     if batch > 1:
         return "n_oc"
     loop = "oc" if oc_chunks >= 2 * max(machine.threads, 2) else "oh"
-    if rows is None or not enabled("NNVM_X86_FUSED_PARALLEL"):
+    if rows is None or not enabled("fused_parallel"):
         return loop
     units = oc_chunks if loop == "oc" else rows
     return loop if units % (max(machine.threads, 1) * POOL_CHUNKS_PER_THREAD) == 0 else "oc_oh"

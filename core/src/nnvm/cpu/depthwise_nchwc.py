@@ -35,11 +35,11 @@ level (7% slower on 96 channels 112 -> 56). In the models only the 48 MB layer (
 gained (9-25%); the 17-18 MB ones ran level (within the 5% that identical kernels swing by in these
 runs), so at stride 2 the data must exceed the whole last-level cache. Not measured on a 32-register
 machine, which keeps its tile.
-``NNVM_X86_DEPTHWISE_STREAM=0`` keeps the 2-D tile, for A/B benchmarks.
+``cpu_switches={"depthwise_stream": "0"}`` keeps the 2-D tile, for A/B benchmarks.
 
 Knobs: ``oh_block`` (rows a parallel chunk), ``tile_rows`` x ``ow_block`` (the register tile),
-``unroll_ry`` (unroll the kernel rows too; rolled it ran 1.2x slower). ``NNVM_X86_DEPTHWISE_TILES=0``
-declines every group (``conv2d_nchwc_template`` then takes them), for A/B benchmarks.
+``unroll_ry`` (unroll the kernel rows too; rolled it ran 1.2x slower). ``cpu_switches={"depthwise_tiles":
+"0"}`` declines every group (``conv2d_nchwc_template`` then takes them), for A/B benchmarks.
 """
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ import math
 
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import machine_of, streams_from_memory
-from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
-from nnvm.cpu.schedules import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,
@@ -57,6 +56,7 @@ from nnvm.cpu.schedules import (
     reduction_flops,
     vector_lanes,
 )
+from nnvm.cpu.schedule_nchwc import nchwc_stage, row_block
 from nnvm.cpu.switches import enabled
 from nnvm.te.tensor import ComputeOp
 
@@ -79,7 +79,7 @@ def depthwise_tile(target, rows: int, cols: int, lanes_c: int, stride: int) -> t
 
 def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     """``cpu.depthwise_conv2d_nchwc.tiles`` for a depthwise conv2d_nchwc group, or None to decline."""
-    if not enabled("NNVM_X86_DEPTHWISE_TILES") or not enabled("NNVM_X86_CONV_SCHEDULE"):
+    if not enabled("depthwise_tiles") or not enabled("conv_schedule"):
         return None
     found = nchwc_stage(group)
     if found is None:
@@ -95,7 +95,7 @@ def depthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
     per_pixel = max(1, -(-lanes_c // vector_lanes(target)))
     stride = conv.op.attrs.get("strides", (1, 1))[1]
     rows_fallback, ow_fallback = depthwise_tile(target, ext_oh, ext_ow, lanes_c, stride)
-    if rows_fallback > 1 and stride <= 2 and enabled("NNVM_X86_DEPTHWISE_STREAM") \
+    if rows_fallback > 1 and stride <= 2 and enabled("depthwise_stream") \
             and machine_of(target).registers < TILE_VECTORS + ext_ry * ext_rx * per_pixel:
         data_bytes = (1 + stride * stride) * 4 * batch * blocks * ext_oh * ext_ow * lanes_c  # input + output
         # at stride 2 the data must exceed twice the threshold: the whole cache (17-18 MB layers gained

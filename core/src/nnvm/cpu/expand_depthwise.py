@@ -33,7 +33,7 @@ lacks: the 1x1 convolution's parallel loop and flat planes chosen for its shape,
 whose 9 weight vectors and 8 accumulators do not exceed AVX2's 16 registers (here they spill).
 So the pass fuses a pair only where the depthwise convolution strides and the wide tensor, written
 and read back, exceeds ``cost_model.streams_from_memory``'s share of the last-level cache.
-``NNVM_X86_EXPAND_DEPTHWISE=0`` keeps the two convolutions everywhere, for A/B benchmarks.
+``cpu_switches={"expand_depthwise": "0"}`` keeps the two convolutions everywhere, for A/B benchmarks.
 """
 
 from __future__ import annotations
@@ -55,14 +55,14 @@ from nnvm.cpu.cost_model import (
     tile_cost,
 )
 from nnvm.cpu.depthwise_nchwc import depthwise_tile, schedule_tiles
-from nnvm.cpu.schedules import divisors, extent, inline_epilogue, reduction_flops
+from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, reduction_flops
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
+from nnvm.generic_schedule import guarded_inputs_of_reductions
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 from nnvm.passes.builtin import eliminate_dead_code, infer_types
-from nnvm.schedules import guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
 
 NAME = "cpu.expand_depthwise_nchwc.bands"
@@ -176,10 +176,10 @@ def _pays(target, graph, depthwise: Node) -> bool:
 def fuse_expand_depthwise(graph, ctx=None):
     """Each 1x1 expansion (+ bias ``add``, ``clip``/``relu``) read only by a depthwise convolution, with
     it, as one ``expand_depthwise_nchwc`` (on CPU targets whose backend wants the blocked layout, after
-    ``alter_op_layout``; ``NNVM_X86_EXPAND_DEPTHWISE=0`` keeps them apart)."""
+    ``alter_op_layout``; ``cpu_switches={"expand_depthwise": "0"}`` keeps them apart)."""
     target = getattr(ctx, "target", None)
     if target is None or not serves(target) or not target.backend.blocked_layout(target) \
-            or not enabled("NNVM_X86_EXPAND_DEPTHWISE"):
+            or not enabled("expand_depthwise"):
         return graph
     consumers = graph.consumers()
 
@@ -284,7 +284,7 @@ def band_rows(target, batch: int, groups: int, out_rows: int, tile_rows: int, st
 
 def expand_depthwise_template(target, group) -> ScheduleTemplate | None:
     """``cpu.expand_depthwise_nchwc.bands`` for an expand_depthwise_nchwc group, or None to decline."""
-    if not enabled("NNVM_X86_CONV_SCHEDULE"):
+    if not enabled("conv_schedule"):
         return None
     found = _stages(group)
     if found is None:

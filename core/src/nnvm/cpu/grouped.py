@@ -1,7 +1,7 @@
 """Grouped 1x1 convolutions whose channels per group no vector divides (ShuffleNet: 34, 68, 136).
 
 An output block of ``x`` channels that straddles two groups needs both groups' input channels. The
-straddling plan of ``layout.py`` gives every block a window of two groups (zero weights for the
+straddling plan of ``layout_choice.py`` gives every block a window of two groups (zero weights for the
 channels of the other group), which doubles the multiply-adds of the blocks inside one group too:
 ShuffleNet's 272 -> 272 convolution in 4 groups of 68 read 17 windows of 136 channels for 17 x 16
 outputs, and ran at about 105 useful GFLOP/s on a core doing 210.
@@ -12,7 +12,7 @@ group boundary that reads the next group for the block straddling it (``conv2d_n
 straddling blocks start from). 272 -> 272: 17 + 3 windows of 68 (1.7x fewer multiply-adds), every
 vector full width. Taken for 1x1 kernels without padding (all of ShuffleNet's grouped convolutions)
 when it needs fewer block windows than the aligned and the straddling plans.
-``NNVM_X86_GROUPED=0`` keeps those plans.
+``cpu_switches={"grouped": "0"}`` keeps those plans.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from nnvm import te
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import split_group_window
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import split_group_window
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.te.tensor import ComputeOp
 
@@ -44,7 +44,7 @@ def split_plan(attrs: dict, weight_shape, channels: int, lanes: int, current_cos
     multiply-adds than ``current_cost`` (the plan ``layout.alter_conv2d`` would take otherwise)."""
     out_channels, per_in, kh, kw = weight_shape
     groups = attrs["groups"]
-    if not enabled("NNVM_X86_GROUPED") or (kh, kw) != (1, 1) or any(attrs["padding"]):
+    if not enabled("grouped") or (kh, kw) != (1, 1) or any(attrs["padding"]):
         return None
     if tuple(attrs["dilation"]) != (1, 1):
         return None
@@ -55,7 +55,7 @@ def split_plan(attrs: dict, weight_shape, channels: int, lanes: int, current_cos
 
 
 def plan_cost(channels: int, out_channels: int, groups: int, blocks, straddle) -> float:
-    """Vector multiply-adds per output pixel of the plans ``layout.py`` offers: the straddling one, the
+    """Vector multiply-adds per output pixel of the plans ``layout_choice.py`` offers: the straddling one, the
     one aligned within groups, or plain NCHW (no vector at all: counted as one per multiply-add)."""
     per_in = channels // groups
     if straddle is not None:

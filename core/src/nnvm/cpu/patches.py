@@ -7,7 +7,7 @@ folded at compile time). Its output, a pixel's channels in a row, is the convolu
 
 Blocked ``conv2d_nchwc`` reading a 3-channel input broadcasts one input value per multiply-add over
 16x16 windows at stride 16 (ViT-tiny's 3 -> 192: 0.84 ms, 34 GFLOP/s a core); the product runs at the
-packed GEMM's rate. ``NNVM_X86_PATCH_DENSE=0`` keeps such convolutions blocked, for A/B benchmarks.
+packed GEMM's rate. ``cpu_switches={"patch_dense": "0"}`` keeps such convolutions blocked, for A/B benchmarks.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 from nnvm import te
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import from_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import from_primal
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 

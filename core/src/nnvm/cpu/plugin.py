@@ -10,7 +10,7 @@ as for the GPU layer (``nnvm.gpu.plugin``).
 from nnvm.cpu import serves, templates
 from nnvm.cpu.expand_depthwise import EXPAND_DEPTHWISE_NCHWC, fuse_expand_depthwise
 from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
-from nnvm.cpu.layout import GROUPED_WEIGHT_PACK, alter_op_layout
+from nnvm.cpu.layout_choice import GROUPED_WEIGHT_PACK, alter_op_layout
 from nnvm.cpu.patches import PATCH_WEIGHT_PACK, PATCHES
 from nnvm.cpu.schedule_concat import schedule_channel_concat
 from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
@@ -28,7 +28,7 @@ def nnvm_register_ops(register):
     matmul's right side for it), ``grouped_weight_pack`` (grouped convolution weights for blocks that
     straddle groups), ``split_weight_pack`` (``grouped.py``), ``patches`` and ``patch_weight_pack`` (a patch
     embedding as a product, ``patches.py``) and softmax's two row kernels
-    (``softmax_rows.py``), made by the layout pass (``layout.py``); ``channel_shuffle_nchwc`` and
+    (``softmax_rows.py``), made by the layout pass (``layout_choice.py``); ``channel_shuffle_nchwc`` and
     ``expand_depthwise_nchwc``, made by the passes below."""
     register(DENSE_PACKED)
     register(BATCHED_WEIGHT_PACK)
@@ -79,7 +79,7 @@ def nnvm_schedule_group(target, group):
 
 @hookimpl(trylast=True)
 def nnvm_alter_op_layout(target, node, in_types):
-    """conv2d in NCHW[x]c, dense with a constant weight packed (``layout.py``), where the backend wants
+    """conv2d in NCHW[x]c, dense with a constant weight packed (``layout_choice.py``), where the backend wants
     the blocked layout; every other node keeps its layout."""
     if not serves(target) or not target.backend.blocked_layout(target):
         return None

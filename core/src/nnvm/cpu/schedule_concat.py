@@ -30,15 +30,15 @@ import math
 
 from nnvm.cpu.schedule_injective import inlined_output_stage
 from nnvm.cpu.switches import enabled
+from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.ops.common import shape_of
-from nnvm.schedules import PARALLEL_MIN_WORK
 
 UNROLL_BUDGET = 4096  # channel blocks x inputs of a concatenation unrolled over its blocks, at most
 
 
 def schedule_channel_concat(target, group):
     """The schedule above for a group that concatenates along channels (then elementwise ops), or None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     concats = [n for n in group.nodes if n.op == "concatenate"]
     if len(group.outputs) != 1 or len(concats) != 1 or concats[0].attrs.get("axis") != 1:

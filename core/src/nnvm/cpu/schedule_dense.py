@@ -21,7 +21,7 @@ a row; scalar sums for a prime ``k``), and the lanes are added up once per outpu
 no vector divides); a constant weight is packed instead (below).
 
 ``dense_packed`` (``cpu.dense.packed``): at small batch dense is bound by reading the weight once. The
-layout pass (``layout.py``) packs a constant weight ``[N, K]`` at compile time as ``NK{b}n``
+layout pass (``layout_choice.py``) packs a constant weight ``[N, K]`` at compile time as ``NK{b}n``
 (``[N/b, K, b]``, ``b`` the vector width), so the ``b`` outputs of one block and one ``k`` are one
 contiguous vector: no horizontal sums, and each block is read front to back exactly once::
 
@@ -59,7 +59,7 @@ from nnvm.cpu.cost_model import (
     registers_needed,
     streams_from_memory,
 )
-from nnvm.cpu.schedules import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,
@@ -70,8 +70,8 @@ from nnvm.cpu.schedules import (
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import to_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
-from nnvm.ops.layout import to_primal
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency
@@ -193,12 +193,12 @@ def padded_blocks(machine, blocks: int, rows: int) -> int:
     ViT's ``Q @ K^T`` 25 (197 tokens) in tiles of 1 block x 8 rows: one weight load and 8 broadcasts
     per 8 multiply-adds, load-bound; one more block, one thread: the head 211 -> 175 ms, Q @ K^T 4.18
     -> 2.3 ms a run; a multiple of 6: the head 6288 blocks in 3 x 4 tiles of 12 accumulators (ViT's
-    25 to 26: 30 is over the bound). ``NNVM_X86_DENSE_WIDE_TILES=0`` (2 x 4): a multiple of 4, the head
-    6284 as before. With AVX-512 (16 lanes, widest 4 x 4: a multiple of 8) the head is 2 x 1571 blocks
-    and ViT's keys 13 blocks: unchanged. ``NNVM_X86_DENSE_PAD_BLOCKS=0``: never padded, for A/B
+    25 to 26: 30 is over the bound). ``cpu_switches={"dense_wide_tiles": "0"}`` (2 x 4): a multiple of 4, the
+    head 6284 as before. With AVX-512 (16 lanes, widest 4 x 4: a multiple of 8) the head is 2 x 1571 blocks
+    and ViT's keys 13 blocks: unchanged. ``cpu_switches={"dense_pad_blocks": "0"}``: never padded, for A/B
     benchmarks."""
     if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
-            or not enabled("NNVM_X86_DENSE_PAD_BLOCKS")):
+            or not enabled("dense_pad_blocks")):
         return blocks
     multiple = 2 * widest_tile_blocks(machine)
     rounded = -(-blocks // multiple) * multiple
@@ -209,7 +209,7 @@ def widest_tile_blocks(machine) -> int:
     """The most weight blocks a tile of ``packed_tile`` takes on ``machine`` with many rows, over every
     block count and every row count ``padded_rows`` leaves (840 rows cover each set of tile rows 4 to 8
     dividing them): 3 with AVX2 (3 x 4), 4 with AVX-512 (4 x 4 where 8 rows do not divide)."""
-    return _widest_tile_blocks(machine, enabled("NNVM_X86_DENSE_WIDE_TILES"))
+    return _widest_tile_blocks(machine, enabled("dense_wide_tiles"))
 
 
 @functools.cache
@@ -349,7 +349,7 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     mb_space = divisors(rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
     machine = machine_of(target)
-    if enabled("NNVM_X86_DENSE_TILES"):
+    if enabled("dense_tiles"):
         jb, mb = packed_tile(machine, blocks, rows)
     else:  # the fixed tile of session 9, for A/B benchmarks
         jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
@@ -374,7 +374,7 @@ def batch_outer(target, dense, rows: int, depth: int) -> bool:
     and QKV (10-12 MB) ran 1-2% slower inside the batches."""
     batches = math.prod(extent(iv) for iv in dense.op.axis[:-2])
     weight_bytes = extent(dense.op.axis[-1]) * depth * 4
-    return ("weight_batch" not in dense.op.attrs and batches > 1 and enabled("NNVM_X86_DENSE_BATCH_OUTER")
+    return ("weight_batch" not in dense.op.attrs and batches > 1 and enabled("dense_batch_outer")
             and streams_from_memory(target, (rows * depth) * 4 + weight_bytes))
 
 
@@ -385,7 +385,7 @@ def rows_first(machine, jb: int, mb: int) -> bool:
     is kept). Only where a broadcast takes a register of its own (AVX2): there 3 x 4 blocks first held
     12 accumulators, 4 broadcasts and a weight, one over the 16 registers, and LLVM spilled (68 against
     89 GFLOP/s rows first). With a broadcast operand (AVX-512's 32 registers) the step is as it was."""
-    return (not machine.broadcast_operand and enabled("NNVM_X86_DENSE_WIDE_TILES")
+    return (not machine.broadcast_operand and enabled("dense_wide_tiles")
             and pixel_major(mb, jb))
 
 
@@ -410,8 +410,8 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
     whose step loads the fewest operands (``jb + mb``): 3 x 4 (3 weights held, one broadcast at a time,
     16 registers; ``rows_first``), 7 loads per 12 multiply-adds against 2 x 4's 6 per 8. Zen 4, one
     thread, 132 x 768 x 768 and 132 x 768 x 3072: 89 and 84 GFLOP/s against 80 and 74 for 2 x 4
-    (2 x 6, 8 loads, 88 and 81). ``NNVM_X86_DENSE_WIDE_TILES=0``: 8 accumulators (2 x 4), the former
-    AVX2 tile (the fixed 16 before it, 4 x 4 with 4 weights, spilled: 86 GFLOP/s on Zen 5 against
+    (2 x 6, 8 loads, 88 and 81). ``cpu_switches={"dense_wide_tiles": "0"}``: 8 accumulators (2 x 4), the
+    former AVX2 tile (the fixed 16 before it, 4 x 4 with 4 weights, spilled: 86 GFLOP/s on Zen 5 against
     122-124 for 2 x 4).
     """
     budget = machine.registers - SPARE_REGISTERS * machine.registers // 32
@@ -421,7 +421,7 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
         return jb * mb <= cap and registers_needed(mb, jb) <= budget
 
     if rows >= 2 * MAX_TILE_ROWS:  # padded_rows leaves such rows a divisor of 4 to 8
-        if not machine.broadcast_operand and enabled("NNVM_X86_DENSE_WIDE_TILES"):
+        if not machine.broadcast_operand and enabled("dense_wide_tiles"):
             tiles = [(jb, mb) for jb in divisors(blocks, machine.registers)
                      for mb in divisors(rows, MAX_TILE_ROWS, 4)
                      if registers_needed(mb, jb, False) <= register_budget(machine)]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedules import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,
@@ -32,7 +32,7 @@ from nnvm.cpu.schedules import (
     single_conv_stage,
     vector_lanes,
 )
-from nnvm.schedules import schedule_loop_nest
+from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 
 MAX_TILE = 24  # accumulator vectors per tile: AVX-512 has 32 registers, some hold inputs and weights

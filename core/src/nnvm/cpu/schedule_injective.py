@@ -22,9 +22,9 @@ import math
 import re
 
 from nnvm import te
-from nnvm.cpu.schedules import extent
+from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
-from nnvm.schedules import PARALLEL_MIN_WORK
+from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
 
 INDEX_REMAPS = ("reshape", "transpose", "layout_transform")
@@ -67,7 +67,7 @@ def inlined_output_stage(out):
 def schedule_index_remap(target, group):
     """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
     tensor of rank 4 or more, else None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     if len(group.outputs) != 1 or not any(n.op in INDEX_REMAPS for n in group.nodes):
         return None

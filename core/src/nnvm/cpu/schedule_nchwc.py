@@ -52,7 +52,7 @@ from nnvm.cpu.cost_model import (
     widest_row,
 )
 from nnvm.cpu.grouped import extra_stage, schedule_extra, split_anchor
-from nnvm.cpu.schedules import (
+from nnvm.cpu.schedule_helpers import (
     divisors,
     extent,
     inline_epilogue,
@@ -63,7 +63,7 @@ from nnvm.cpu.schedules import (
     vector_lanes,
 )
 from nnvm.cpu.switches import enabled, switch
-from nnvm.schedules import guarded_inputs_of_reductions, schedule_loop_nest
+from nnvm.generic_schedule import guarded_inputs_of_reductions, schedule_loop_nest
 from nnvm.te.tensor import ComputeOp
 
 FALLBACK_ACCUMULATORS = 14  # output vectors a fallback register tile holds
@@ -108,7 +108,7 @@ def nchwc_stage(group):
 
 def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     """The template for a conv2d_nchwc group (plain or depthwise), or None to decline."""
-    if not enabled("NNVM_X86_CONV_SCHEDULE"):
+    if not enabled("conv_schedule"):
         return None
     found = nchwc_stage(group)
     if found is None:
@@ -139,7 +139,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     # and the kernel faults in on every call (the stride-2 one ran at 2 GFLOP/s, 8.6x slower than per
     # row). Per row is also 1.5-2x faster at batch 1. A plain conv reads every input channel per row, so
     # it would pad each input row once per output channel block: one copy at root.
-    pad_at = switch("NNVM_X86_PAD_AT") or ("row" if depthwise else "root")
+    pad_at = switch("pad_at") or ("row" if depthwise else "root")
     parallel = "n_oc" if batch > 1 else "oc" if ext_oco >= 8 else "oh"
     fallback = {"ow_block": ow_fallback, "unroll_kw": depthwise, "parallel": parallel, "pad_at": pad_at}
     if not depthwise:
@@ -163,7 +163,7 @@ def conv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
                                      max_ow=min(fit, FALLBACK_ACCUMULATORS))
                 space["ow_block"] = sorted(set(space["ow_block"]) | {flat.ow_block})
                 fallback["flat_plane"] = False
-                if enabled("NNVM_X86_FLAT_PLANE") and flat_plane_pays(machine, tile, flat, batch, ext_oco):
+                if enabled("flat_plane") and flat_plane_pays(machine, tile, flat, batch, ext_oco):
                     fallback.update(flat_plane=True, ow_block=flat.ow_block, oc_blocks=flat.oc_blocks,
                                     parallel="n_oc" if batch > 1 else "oc")
         else:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import math
 
 from nnvm import te
-from nnvm.cpu.schedules import extent
+from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
-from nnvm.schedules import PARALLEL_MIN_WORK, guarded_inputs_of_reductions
+from nnvm.generic_schedule import PARALLEL_MIN_WORK, guarded_inputs_of_reductions
 from nnvm.te.tensor import ComputeOp
 
 POOLS = ("avg_pool2d",)
@@ -26,7 +26,7 @@ POOLS = ("avg_pool2d",)
 
 def schedule_pool_rows(target, group):
     """The row-at-a-time schedule for an NCHW average pool group (with elementwise followers), else None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     if len(group.outputs) != 1 or group.anchor_op not in POOLS or len(group.outputs[0].shape) != 4:
         return None

@@ -30,7 +30,7 @@ import math
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedules import extent, vector_lanes
+from nnvm.cpu.schedule_helpers import extent, vector_lanes
 from nnvm.te.tensor import ComputeOp
 
 SCALAR_LANES = 4  # partial results a row's statistic adds up one by one, after halving them in vector steps

@@ -29,14 +29,14 @@ import numpy as np
 
 from nnvm import te
 from nnvm.cpu import serves
-from nnvm.cpu.schedules import extent
+from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
+from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.builtin import eliminate_dead_code, infer_types
-from nnvm.schedules import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
 
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -161,10 +161,10 @@ def _shuffle_groups(graph, first: Node, consumers: dict) -> tuple | None:
 def fuse_channel_shuffle(graph, ctx=None):
     """Each channel shuffle chain, with the layout transforms around it, as one ``channel_shuffle_nchwc``
     (on CPU targets whose backend wants the blocked layout, after ``alter_op_layout``;
-    ``NNVM_X86_SHUFFLE=0`` keeps the chains)."""
+    ``cpu_switches={"shuffle": "0"}`` keeps the chains)."""
     target = getattr(ctx, "target", None)
     if target is None or not serves(target) or not target.backend.blocked_layout(target) \
-            or not enabled("NNVM_X86_SHUFFLE"):
+            or not enabled("shuffle"):
         return graph
     producers, consumers = graph.producers(), graph.consumers()
     replace: dict = {}  # node name -> the node taking its place (None: dropped)
@@ -215,7 +215,7 @@ def fuse_channel_shuffle(graph, ctx=None):
 def schedule_channel_shuffle(target, group):
     """A group computing ``channel_shuffle_nchwc``: (batch, channel block, row) parallel, then the row,
     the channel lanes vectorized (a plain NCHW output: the row's pixels vectorized); else None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     if len(group.outputs) != 1 or not any(n.op == "channel_shuffle_nchwc" for n in group.nodes):
         return None

@@ -48,16 +48,16 @@ def _exp_compute(inputs, attrs, out_types):
     (x,) = inputs
     *lead, n = shape_of(x)
     k = te.reduce_axis((0, n), name="k")
-    row_max = _largest if enabled("NNVM_X86_SOFTMAX_MAX_SKIPS_NAN") else te.max
+    row_max = _largest if enabled("softmax_max_skips_nan") else te.max
     m = te.compute(tuple(lead), lambda *i: row_max(x[(*i, k)], axis=k), name="softmax_exp_max", tag="max")
     floor = te.const(EXP_FLOOR, "float32")
 
     def body(*i):
         z = x[i] - m[i[:-1]]
-        if enabled("NNVM_X86_SOFTMAX_BOUNDED_EXP"):
+        if enabled("softmax_bounded_exp"):
             # z is in [floor, 0] or NaN where the select keeps exp's value: the short exp, no clamp
             return te.select(z < floor, te.const(0.0, "float32"), te.exp_bounded(z))
-        if not enabled("NNVM_X86_SOFTMAX_SELECT"):
+        if not enabled("softmax_select"):
             return te.select(z < floor, te.const(0.0, "float32"), te.exp(te.maximum(z, floor)))
         # one compare for both selects; maximum() also orders NaN (4 vector instructions with AVX2)
         low = z < floor

@@ -1,64 +1,62 @@
-"""The CPU layer's A/B switches, read in one place: ``nnvm.Options.cpu_switches``, else ``NNVM_X86_*``.
+"""The CPU layer's A/B switches, read in one place: the active ``nnvm.Options``' ``cpu_switches``.
 
-A compile's options set them by name (``Options(cpu_switches={"layout": "0"})``); a switch they leave
-unset takes its environment variable (``NNVM_X86_LAYOUT``, listed in the README; ``nnvm.environment``
-reads them), else its default. The variables keep the ``X86`` from when these schedules were the x86
-plugin's own: benchmark scripts and tests set them. They turn the shared CPU templates and layout pass
-on or off for every CPU backend (x86 and Arm).
+A compile's options set them by name (``nnvm.compile(..., options=nnvm.Options(cpu_switches={"layout":
+"0"}))``; ``nnvm compile --cpu-switch layout=0``); a switch they leave unset takes its default. They turn
+the shared CPU templates and layout pass on or off for every CPU backend (x86 and Arm), for benchmarks
+(``bench/switch_ab.py``) and the tests that compare both sides. They are not environment variables: the
+options a compile runs under are active while it compiles (``nnvm.options.activated``), and a rule deep in
+the layer reads them here.
 
-Each is read when it is needed, so a test or benchmark can flip it between two compiles in one
-process. A value outside the switch's choices is a user's mistake: one sentence naming the switch,
-not a traceback and not a silent "off".
+A value outside the switch's choices is a user's mistake: one sentence naming the switch, not a
+traceback and not a silent "off".
 """
 
 from __future__ import annotations
 
-from nnvm import environment, options
+from nnvm import options
 from nnvm.errors import Error
 
 # name -> (choices, default); None as default: unset means "let the backend's rule decide"
 SWITCHES = {
-    "NNVM_X86_TEMPLATES": (("0", "1"), "1"),
-    "NNVM_X86_CONV_SCHEDULE": (("0", "1"), "1"),
-    "NNVM_X86_LAYOUT": (("0", "1"), "1"),
-    "NNVM_X86_WINOGRAD": (("0", "1"), None),
-    "NNVM_X86_WINOGRAD_TILE": (("2", "4"), "2"),
-    "NNVM_X86_PAD_AT": (("row", "root"), None),
-    "NNVM_X86_SHUFFLE": (("0", "1"), "1"),
-    "NNVM_X86_GROUPED": (("0", "1"), "1"),
-    "NNVM_X86_DEPTHWISE_TILES": (("0", "1"), "1"),
-    "NNVM_X86_DEPTHWISE_STREAM": (("0", "1"), "1"),  # one-row depthwise tiles where data streams (AVX2)
-    "NNVM_X86_DENSE_TILES": (("0", "1"), "1"),  # cpu.dense.packed's fallback tile from the register file
-    "NNVM_X86_DENSE_PAD_BLOCKS": (("0", "1"), "1"),  # cpu.dense.packed: an odd block count padded by one
-    "NNVM_X86_DENSE_WIDE_TILES": (("0", "1"), "1"),  # cpu.dense.packed: AVX2 tiles of 12 accumulators
-    "NNVM_X86_DENSE_BATCH_OUTER": (("0", "1"), "1"),  # cpu.dense.packed: weight tiles inside the batches
-    "NNVM_X86_SOFTMAX_SELECT": (("0", "1"), "1"),  # softmax_exp's floor as a select on one compare
-    "NNVM_X86_SOFTMAX_BOUNDED_EXP": (("0", "1"), "1"),  # softmax_exp's exp without clamps (exp_bounded)
-    "NNVM_X86_SOFTMAX_MAX_SKIPS_NAN": (("0", "1"), "1"),  # softmax_exp's row maximum as one vmaxps a vector
-    "NNVM_X86_PADDED_BLOCKS": (("0", "1"), "1"),
-    "NNVM_X86_FUSED_PARALLEL": (("0", "1"), "1"),
-    "NNVM_X86_AVX2_TILES": (("0", "1"), "1"),  # AVX2 without a broadcast operand (the x86 plugin's answer)
-    "NNVM_X86_FLAT_PLANE": (("0", "1"), "1"),  # 1x1 convs on small planes tiled as one row (schedule_nchwc)
-    "NNVM_X86_PATCH_DENSE": (("0", "1"), "1"),  # stride == kernel convs on few channels as products
-    "NNVM_X86_EXPAND_DEPTHWISE": (("0", "1"), "1"),  # a 1x1 expansion + depthwise conv as one kernel
+    "templates": (("0", "1"), "1"),
+    "conv_schedule": (("0", "1"), "1"),
+    "layout": (("0", "1"), "1"),
+    "winograd": (("0", "1"), None),
+    "winograd_tile": (("2", "4"), "2"),
+    "pad_at": (("row", "root"), None),
+    "shuffle": (("0", "1"), "1"),
+    "grouped": (("0", "1"), "1"),
+    "depthwise_tiles": (("0", "1"), "1"),
+    "depthwise_stream": (("0", "1"), "1"),  # one-row depthwise tiles where data streams (AVX2)
+    "dense_tiles": (("0", "1"), "1"),  # cpu.dense.packed's fallback tile from the register file
+    "dense_pad_blocks": (("0", "1"), "1"),  # cpu.dense.packed: an odd block count padded by one
+    "dense_wide_tiles": (("0", "1"), "1"),  # cpu.dense.packed: AVX2 tiles of 12 accumulators
+    "dense_batch_outer": (("0", "1"), "1"),  # cpu.dense.packed: weight tiles inside the batches
+    "softmax_select": (("0", "1"), "1"),  # softmax_exp's floor as a select on one compare
+    "softmax_bounded_exp": (("0", "1"), "1"),  # softmax_exp's exp without clamps (exp_bounded)
+    "softmax_max_skips_nan": (("0", "1"), "1"),  # softmax_exp's row maximum as one vmaxps a vector
+    "padded_blocks": (("0", "1"), "1"),
+    "fused_parallel": (("0", "1"), "1"),
+    "avx2_tiles": (("0", "1"), "1"),  # AVX2 without a broadcast operand (the x86 plugin's answer)
+    "flat_plane": (("0", "1"), "1"),  # 1x1 convs on small planes tiled as one row (schedule_nchwc)
+    "patch_dense": (("0", "1"), "1"),  # stride == kernel convs on few channels as products
+    "expand_depthwise": (("0", "1"), "1"),  # a 1x1 expansion + depthwise conv as one kernel
 }
 
 
 def _value(name: str, default: str | None) -> str | None:
-    key = options.switch_key(name)
     opts = options.active()
-    if opts is not None and key in opts.cpu_switches:
-        return opts.cpu_switches[key]
-    return environment.cpu_switch(key) or default
+    if opts is not None and name in opts.cpu_switches:
+        return opts.cpu_switches[name]
+    return default
 
 
 def switch(name: str) -> str | None:
-    """The value of the switch ``name`` (``NNVM_X86_LAYOUT``): the active options', else the environment's,
-    else its default."""
+    """The value of the switch ``name`` (``layout``): the active options', else its default."""
     choices, default = SWITCHES[name]
     value = _value(name, default)
     if value is not None and value not in choices:
-        raise Error(f"{name}={value!r}: must be one of {', '.join(choices)} (unset: "
+        raise Error(f"cpu switch {name}={value!r}: must be one of {', '.join(choices)} (unset: "
                     f"{default if default is not None else 'the backend decides'})")
     return value
 
@@ -76,12 +74,11 @@ def switch_state() -> dict:
 
 def check_options(opts) -> None:
     """One sentence for a switch ``opts.cpu_switches`` names that does not exist or a value outside its
-    choices (the environment's are checked where a schedule reads them, as always)."""
-    known = {options.switch_key(name): name for name in SWITCHES}
-    for key, value in opts.cpu_switches.items():
-        if key not in known:
-            raise Error(f"cpu switch {key.lower()!r} does not exist (switches: "
-                        f"{', '.join(sorted(k.lower() for k in known))})")
-        choices, default = SWITCHES[known[key]]
+    choices, before anything is compiled."""
+    for name, value in opts.cpu_switches.items():
+        if name not in SWITCHES:
+            raise Error(f"cpu switch {name!r} does not exist (switches: {', '.join(sorted(SWITCHES))})")
+        choices, default = SWITCHES[name]
         if value not in choices:
-            raise Error(f"cpu switch {key.lower()}={value!r}: must be one of {', '.join(choices)}")
+            raise Error(f"cpu switch {name}={value!r}: must be one of {', '.join(choices)} (unset: "
+                        f"{default if default is not None else 'the backend decides'})")

@@ -5,8 +5,8 @@ builder returns an ``nnvm.autotune.ScheduleTemplate`` for the group or None ("no
 first template wins. More specific templates (a blocked layout, Winograd) go before the general ones
 they improve on; a new schedule is one function and one line here.
 
-``NNVM_X86_TEMPLATES=0`` turns the whole library off (every group gets the core's generic schedule),
-for A/B benchmarks.
+``cpu_switches={"templates": "0"}`` turns the whole library off (every group gets the core's generic
+schedule), for A/B benchmarks.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from collections.abc import Callable
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.depthwise_nchwc import depthwise_nchwc_template
 from nnvm.cpu.expand_depthwise import expand_depthwise_template
+from nnvm.cpu.schedule_conv2d import conv2d_template
 from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
 from nnvm.cpu.schedule_depthwise import depthwise_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
 from nnvm.cpu.schedule_softmax import row_kernel_template, softmax_template
-from nnvm.cpu.schedules import conv2d_template
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import winograd_template
 
@@ -30,8 +30,8 @@ TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     expand_depthwise_template,  # cpu.expand_depthwise_nchwc.bands: 1x1 expansion + depthwise, per band
     depthwise_nchwc_template,  # cpu.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
-    conv2d_nchwc_template,  # cpu.(depthwise_)conv2d_nchwc.direct: blocked layout from layout.py
-    winograd_template,      # cpu.conv2d_winograd_nchwc: F(2x2, 3x3), when layout.py chose it
+    conv2d_nchwc_template,  # cpu.(depthwise_)conv2d_nchwc.direct: blocked layout from layout_choice.py
+    winograd_template,      # cpu.conv2d_winograd_nchwc: F(2x2, 3x3), when layout_choice.py chose it
     conv2d_template,      # cpu.conv2d_nchw.direct: groups=1 NCHW conv2d, register tile oc x ow
     depthwise_template,   # cpu.depthwise_conv2d_nchw.direct: one channel per group
     dense_packed_template,  # cpu.dense.packed: dense over a packed constant weight, streamed
@@ -43,7 +43,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
 
 def schedule_template(target, group) -> ScheduleTemplate | None:
     """The first template of ``TEMPLATE_BUILDERS`` that takes ``group`` on ``target``, or None."""
-    if not enabled("NNVM_X86_TEMPLATES"):
+    if not enabled("templates"):
         return None
     for builder in TEMPLATE_BUILDERS:
         template = builder(target, group)

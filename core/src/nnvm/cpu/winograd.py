@@ -1,12 +1,12 @@
 """Winograd F(2x2, 3x3) on CPUs: when to use it, and the schedule of its four stages.
 
-``conv2d_winograd_nchwc`` (``nnvm.ops.layout``) is pad -> input transform ``V = B^T d B`` per 4x4
+``conv2d_winograd_nchwc`` (``nnvm.ops.blocked_layout``) is pad -> input transform ``V = B^T d B`` per 4x4
 tile -> 16 matrix products ``M[e, nu] = U[e, nu] V[e, nu]`` over input channels -> output transform
 ``Y = A^T M A`` (+ the fused epilogue). The products are 2.25x fewer multiply-adds than a direct 3x3
 convolution, but the transforms read and write ``V`` and ``M`` (4x the activations) through memory,
 so it wins only where the products dominate: many channels on small images.
 
-``NNVM_X86_WINOGRAD``: ``1`` uses it for every eligible convolution, ``0`` never; unset, the rule of
+``cpu_switches["winograd"]``: ``1`` uses it for every eligible convolution, ``0`` never; unset, the rule of
 ``use_winograd`` decides (where it measured faster on this machine: see its docstring).
 
 The loop program::
@@ -39,10 +39,10 @@ from __future__ import annotations
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.cost_model import machine_of, oc_blocks_for, pixel_major, register_tile
-from nnvm.cpu.schedules import divisors, extent, largest_divisor, reduction_flops
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, reduction_flops
 from nnvm.cpu.switches import switch
-from nnvm.passes.alter_layout import AlteredNode
-from nnvm.schedules import schedule_loop_nest
+from nnvm.generic_schedule import schedule_loop_nest
+from nnvm.passes.alter_op_layout import AlteredNode
 from nnvm.te.tensor import ComputeOp
 
 
@@ -51,7 +51,7 @@ def use_winograd(out_shape: tuple) -> bool:
     faster at 56x56x64 and 14x14x256 (single thread, Zen 4), and on ResNet-18's 7x7x512 layers (whose
     2x2 tiles cover 8x8, 30% wasted) 4.5% faster for the whole model at 2 threads on the Cascade Lake
     host, though it was a tie on Zen 4. Below 7x7 the transforms outweigh the saved products."""
-    flag = switch("NNVM_X86_WINOGRAD")
+    flag = switch("winograd")
     if flag is not None:
         return flag == "1"
     _, _, oh, ow = out_shape
@@ -59,10 +59,10 @@ def use_winograd(out_shape: tuple) -> bool:
 
 
 def winograd_tile() -> int:
-    """m of F(m x m, 3x3): 2 unless ``NNVM_X86_WINOGRAD_TILE=4``. F(4x4) does 1.8x fewer products
+    """m of F(m x m, 3x3): 2 unless ``cpu_switches={"winograd_tile": "4"}``. F(4x4) does 1.8x fewer products
     than F(2x2) but measured no faster on ResNet-18 here (its 6x6 transforms, computed per output
     point, eat the gain) and its unrolled transforms take minutes to lower, so it is opt-in."""
-    return int(switch("NNVM_X86_WINOGRAD_TILE"))
+    return int(switch("winograd_tile"))
 
 
 def alter_winograd(node, attrs: dict, data, weight, ic: int | None, oc: int) -> AlteredNode | None:

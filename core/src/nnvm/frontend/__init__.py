@@ -6,7 +6,7 @@
 - ``convert``: the loop's parts: ``check_supported`` (all unsupported operators at once),
   ``call_converter`` (errors name the source node), ``bind_input`` (declared shapes and ``shapes=``).
 - ``padding``: explicit, SAME_UPPER/LOWER (Keras/TF 'same'), ceil mode, MXNet 'full' pooling.
-- ``layout``: NHWC <-> NCHW and weight transposes.
+- ``channels_last``: NHWC <-> NCHW and weight transposes.
 - ``reading(path, what)``: the ``with`` block a frontend reads a user's file in (h5py, zipfile,
   protobuf, json, numpy): anything the library raises there is one ``ModelLoadError`` naming the file;
   ``isolation.read_isolated``: a first read in a child process, for libraries that hang or crash (HDF5).

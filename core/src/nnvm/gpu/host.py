@@ -4,7 +4,7 @@
 (``HostMemory``: a 64-byte aligned numpy allocation, a device pointer its host address, so a launch's
 argument array, ``argv``, is the one the fiber runner's trampolines unpack) and a launch runs the very
 source the backend generated, compiled for the CPU by the language plugin's ``HostSource`` subclass
-(``nnvm.runtime.fibers``), built on the first launch. ``say_once`` is the one line a CPU run prints
+(``nnvm.runtime.host_kernels``), built on the first launch. ``say_once`` is the one line a CPU run prints
 on stderr.
 """
 
@@ -16,7 +16,7 @@ import threading
 
 import numpy as np
 
-from nnvm.runtime.fibers import HostSource
+from nnvm.runtime.host_kernels import HostSource
 
 _notes_shown: set = set()
 _note_lock = threading.Lock()

@@ -4,7 +4,7 @@
 serve every ``gpu`` target that has none, so a new GPU backend gets blocks and threads on day one.
 """
 
-from nnvm.gpu import schedules
+from nnvm.gpu import block_schedules
 from nnvm.hookspecs import hookimpl
 
 
@@ -12,4 +12,4 @@ from nnvm.hookspecs import hookimpl
 def nnvm_schedule_template(target, group):
     if "gpu" not in getattr(target, "keys", ()):
         return None
-    return schedules.group_template(group)  # through the module: tests spy on it
+    return block_schedules.group_template(group)  # through the module: tests spy on it

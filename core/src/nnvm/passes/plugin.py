@@ -1,11 +1,11 @@
 """Registers the core's graph passes through the same hook any pass plugin uses.
 
 The pass table lives here, above every pass module, so the modules import one another one way only
-(``alter_layout`` uses ``builtin``'s helpers; nothing below imports the table).
+(``alter_op_layout`` uses ``builtin``'s helpers; nothing below imports the table).
 """
 
 from nnvm.hookspecs import hookimpl
-from nnvm.passes.alter_layout import alter_op_layout
+from nnvm.passes.alter_op_layout import alter_op_layout
 from nnvm.passes.builtin import (
     eliminate_common_subexpressions,
     eliminate_dead_code,

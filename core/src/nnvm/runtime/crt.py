@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from nnvm import environment
 from nnvm.backend import NativeTarget
 from nnvm.errors import Error
 from nnvm.plugins import backends
@@ -42,8 +43,7 @@ HOST_KIND = "llvm"  # the target API.md defines as this machine's CPU
 
 
 def cache_root() -> str:
-    base = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
-    return os.path.join(base, "c-runtime")
+    return str(environment.cache_dir() / "c-runtime")
 
 
 def runtime_target(target_text: str) -> NativeTarget:

@@ -17,9 +17,10 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+from nnvm import environment
 from nnvm.errors import Error
 
-ENV = "NNVM_NUM_THREADS"
+ENV = environment.NUM_THREADS  # set here for the thread pool, which reads it (nnvm.environment says why)
 
 
 def physical_cores() -> int:
@@ -48,26 +49,23 @@ def physical_cores() -> int:
     return len(allowed) if allowed else (os.cpu_count() or 1)
 
 
-AFFINITY = "NNVM_POOL_AFFINITY"  # the LLVM backends' pool reads it (C getenv); checked here first
-
-
 def set_default_threads() -> None:
     """Set ``NNVM_NUM_THREADS`` to the physical core count unless the user chose a team size; refuse a
     ``NNVM_POOL_AFFINITY`` other than 0 or 1, which the thread pool would read as on without a word."""
-    affinity = os.environ.get(AFFINITY, "")
+    affinity = environment.pool_affinity()
     if affinity not in ("", "0", "1"):
-        raise Error(f"{AFFINITY}={affinity!r}: must be 0 (one shared counter) or 1 (unset: each thread "
-                    "its own run of a loop's chunks first)")
-    if not os.environ.get(ENV) and not os.environ.get("OMP_NUM_THREADS"):
+        raise Error(f"NNVM_POOL_AFFINITY={affinity!r}: must be 0 (one shared counter) or 1 (unset: each "
+                    "thread its own run of a loop's chunks first)")
+    if not environment.num_threads() and not os.environ.get("OMP_NUM_THREADS"):
         os.environ[ENV] = str(physical_cores())
 
 
 def team_size() -> int:
     """The number of threads one parallel kernel runs on (what ``set_default_threads`` chose, or the
     user's ``NNVM_NUM_THREADS``/``OMP_NUM_THREADS``)."""
-    for var in (ENV, "OMP_NUM_THREADS"):
+    for value in (environment.num_threads(), os.environ.get("OMP_NUM_THREADS", "")):
         try:
-            return max(1, int(os.environ.get(var, "").split(",")[0]))
+            return max(1, int(value.split(",")[0]))
         except ValueError:
             continue
     return physical_cores()

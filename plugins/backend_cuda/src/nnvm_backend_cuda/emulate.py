@@ -1,5 +1,5 @@
 """The CPU runner: the generated CUDA source compiled as host C++ and run under the core's fiber
-scheduler (``nnvm.runtime.fibers``), for machines without an NVIDIA GPU.
+scheduler (``nnvm.runtime.host_kernels``), for machines without an NVIDIA GPU.
 
 The ``.cu`` text is not rewritten: ``host/cuda_shim.h`` is force-included before it (CUDA's keywords,
 thread indices, ``__shared__``, ``__syncthreads``, vector structs) and ``host/`` is on the include path
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nnvm.runtime.fibers import HostSource
+from nnvm.runtime.host_kernels import HostSource
 from nnvm_backend_cuda.compiler import KERNEL
 
 HOST_DIR = Path(__file__).with_name("host")

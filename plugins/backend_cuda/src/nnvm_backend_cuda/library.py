@@ -51,7 +51,7 @@ class CUDAKernelLibrary(GPUKernelLibrary):
         self.compiled = compiled
         self.device = device if device is not None else native.open_device()
         # the CPU runner; reversed_threads: each block's threads in reverse order (None: as the
-        # environment says, ``nnvm.runtime.fibers.threads_reversed``)
+        # environment says, ``nnvm.runtime.host_kernels.threads_reversed``)
         self._host = HostRunner(HostCUDA, source, CPU_NOTE, reversed_threads)
         self._module = None
         self._functions: dict = {}

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import llvmlite.binding as llvm
 
+from nnvm import environment
 from nnvm.backend import KernelLibrary
 from nnvm.errors import Error
 from nnvm.runtime.artifact import host_lacks
@@ -75,8 +76,7 @@ def pool_build(cc: str, kind: str, what: str) -> str:
     key = hashlib.sha256(POOL_SOURCE.read_bytes())
     real = os.path.realpath(path)
     key.update(f"{cc}\0{real}\0{os.stat(real).st_mtime_ns}\0{' '.join(flags)}".encode())
-    base = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
-    out = os.path.join(base, "thread-pool", f"nnvm_pool-{key.hexdigest()[:16]}.{kind}")
+    out = os.path.join(environment.cache_dir(), "thread-pool", f"nnvm_pool-{key.hexdigest()[:16]}.{kind}")
     if os.path.exists(out):
         return out
     os.makedirs(os.path.dirname(out), exist_ok=True)

@@ -23,6 +23,12 @@
  * - fork: a child forked after the workers started has none of them, so it runs loops serially;
  * - unloading (dlclose of an exported module): a destructor stops and joins the workers.
  *
+ * Environment: the pool reads NNVM_NUM_THREADS (nnvm_pool_team) and NNVM_POOL_AFFINITY (start_workers)
+ * itself, the only NNVM_* reads outside nnvm/environment.py (which lists them, as the README does): an
+ * exported module runs this pool under the C runtime with no Python in the process, where nothing could
+ * pass them in. Under Python, nnvm.runtime.threads sets NNVM_NUM_THREADS before the first kernel runs and
+ * refuses an NNVM_POOL_AFFINITY other than 0 or 1, so both read the same either way.
+ *
  * API (what the generated code calls):
  *   void nnvm_pool_run(void (*fn)(void *closure, int64_t lo, int64_t hi), void *closure, int64_t extent,
  *                      int32_t team): fn over [0, extent) in chunks, on at most `team` threads;

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from nnvm import environment
 from nnvm.errors import Error
 from nnvm.runtime.crt import build_runtime, runtime_target
 from nnvm_backend_llvm.cross import CrossToolchain
@@ -72,8 +73,7 @@ def build_timer(tc: CrossToolchain) -> str:
     """``kernel_timer.c`` built with ``tc``'s compiler, cached like the thread pool (source, compiler)."""
     cc = tc.require_cc("timing a kernel for the tuner")
     key = hashlib.sha256(TIMER_SOURCE.read_bytes() + cc.encode()).hexdigest()[:16]
-    base = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
-    out = os.path.join(base, "kernel-timer", f"{tc.kind}-{key}")
+    out = os.path.join(environment.cache_dir(), "kernel-timer", f"{tc.kind}-{key}")
     if os.path.exists(out):
         return out
     os.makedirs(os.path.dirname(out), exist_ok=True)

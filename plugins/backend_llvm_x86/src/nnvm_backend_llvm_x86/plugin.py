@@ -95,14 +95,14 @@ class X86Backend(LLVMBackend):
 
     def broadcast_operand(self, target: Target) -> bool:
         """With AVX-512: ``vfmadd231ps zmm, zmm, [mem]{1to16}`` broadcasts inside the multiply-add. Not
-        with AVX2 (a ``vbroadcastss`` into a register first); ``NNVM_X86_AVX2_TILES=0`` answers yes
+        with AVX2 (a ``vbroadcastss`` into a register first); ``cpu_switches={"avx2_tiles": "0"}`` answers yes
         there too: the cost model's tiles before session 11, for A/B benchmarks. SSE (4 lanes) is
         answered yes, as before, although its broadcast takes a register: it has no FMA either (a
         product takes a register too), and the exact count of no measured mixed there. Zen 4, one
         thread, ``-mcpu=x86-64``, kernel sums: ResNet-18 90 -> 81 ms, SqueezeNet 47 -> 45, but ViT-B/16
         93 -> 114 (its packed dense tiles and the patch convolution slower)."""
         lanes = self.vector_lanes(target)
-        return lanes != 8 or not enabled("NNVM_X86_AVX2_TILES")
+        return lanes != 8 or not enabled("avx2_tiles")
 
     def blocked_layout(self, target: Target) -> bool:
         """Yes: on x86, conv2d in ``NCHW16c``/``NCHW8c`` and dense over packed weights beat NCHW."""

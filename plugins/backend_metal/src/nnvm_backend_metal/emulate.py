@@ -1,5 +1,5 @@
 """The CPU runner: the printed MSL compiled as C++ by clang and run under the core's fiber scheduler
-(``nnvm.runtime.fibers``), for every machine that is not a Mac.
+(``nnvm.runtime.host_kernels``), for every machine that is not a Mac.
 
 The source is not rewritten: its ``#include <metal_stdlib>`` finds ``host/metal_stdlib``, which brings
 in ``host/metal_shim.h`` (address spaces as clang address spaces, vectors as ``ext_vector_type``,
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from nnvm.errors import Error
-from nnvm.runtime.fibers import HostSource
+from nnvm.runtime.host_kernels import HostSource
 from nnvm_backend_metal.printer import KERNEL
 
 HOST_DIR = Path(__file__).with_name("host")

@@ -38,7 +38,7 @@ class MetalKernelLibrary(GPUKernelLibrary):
         super().__init__(tables, {"kernels.metal": source}, {}, blobs)
         self.device = None if on_cpu else (device if device is not None else native.open_device())
         # the CPU runner; reversed_threads: each block's threads in reverse order (None: as the
-        # environment says, ``nnvm.runtime.fibers.threads_reversed``)
+        # environment says, ``nnvm.runtime.host_kernels.threads_reversed``)
         self._host = HostRunner(HostMetal, source, CPU_NOTE, reversed_threads)
         self._library = None
         self._pipelines: dict = {}

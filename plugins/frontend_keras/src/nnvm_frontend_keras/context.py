@@ -2,7 +2,7 @@
 are.
 
 Keras tensors are channels-last. A value in ``cf`` holds its Keras tensor channels-first (NCHW for a
-4-D tensor, the permutation ``nnvm.frontend.layout.channels_first_axes``); ``first``/``last`` give a
+4-D tensor, the permutation ``nnvm.frontend.channels_last.channels_first_axes``); ``first``/``last`` give a
 value in either layout, transposing once per value and layout (the transpose is remembered, so a
 tensor read by three convolutions is transposed once).
 """
@@ -12,7 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.frontend import ConversionContext, ConverterTable
-from nnvm.frontend.layout import channels_first_axes, channels_last_axes, to_channels_first, to_channels_last
+from nnvm.frontend.channels_last import (
+    channels_first_axes,
+    channels_last_axes,
+    to_channels_first,
+    to_channels_last,
+)
 from nnvm_frontend_keras.reader import is_ops_node
 
 CONVERTERS = ConverterTable("Keras")

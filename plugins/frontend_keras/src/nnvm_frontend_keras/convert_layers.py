@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.frontend import compose
-from nnvm.frontend.layout import depthwise_to_oihw, hwio_to_oihw, hwoi_to_iohw
+from nnvm.frontend.channels_last import depthwise_to_oihw, hwio_to_oihw, hwoi_to_iohw
 from nnvm.frontend.padding import same_pads
 from nnvm_frontend_keras.context import CONVERTERS, Context
 

@@ -28,6 +28,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from nnvm import environment
 from nnvm.errors import Error
 
 FIBERS_DIR = Path(__file__).with_name("fibers")
@@ -38,13 +39,12 @@ _loaded: dict = {}  # path -> HostKernels
 def threads_reversed() -> bool:
     """Whether launches run the threads of a block in reverse order by default
     (``NNVM_GPU_THREAD_ORDER=reversed``; ``forward`` is the default)."""
-    return os.environ.get("NNVM_GPU_THREAD_ORDER", "forward").strip().lower() == "reversed"
+    return environment.gpu_threads_reversed()
 
 
 def cache_dir() -> str:
     """``$NNVM_CACHE_DIR/host-kernels`` (default ``~/.cache/nnvm/host-kernels``)."""
-    base = os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
-    return os.path.join(base, "host-kernels")
+    return str(environment.cache_dir() / "host-kernels")
 
 
 def compile_host_library(source: str, *, compiler: str = "g++", flags: tuple = (), headers: tuple = (),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from nnvm.errors import Error
 from nnvm.graph.ir import Graph, Node
-from nnvm.ops.layout import transformed_shape
+from nnvm.ops.blocked_layout import transformed_shape
 from nnvm.ops.registry import OpPattern, get_op
 from nnvm.passes.builtin import eliminate_dead_code, infer_types, rename_uses
 from nnvm.plugins import hook

@@ -17,7 +17,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from nnvm.testing.venvs import (
+from nnvm_testing.venvs import (
     VenvBuildError,
     VenvUnavailable,
     build_venv,
@@ -26,13 +26,14 @@ from nnvm.testing.venvs import (
     file_lock,
     ready_venv,
     run_checked,
+    torch_find_links,
 )
 
 # Pinned to what was tested; torch comes from the local CPU wheel (PyPI's torch would pull CUDA).
 REQUIREMENTS = ["torch==2.13.0", "onnx==1.23.2", "onnxscript==0.7.2", "onnx-ir==1.1.0", "numpy==2.4.6"]
 PYTHON = "3.11"
 VENV = "torch-2.13"
-SCRIPTS = Path(__file__).resolve().parents[5] / "scripts"  # the checkout's scripts/ (workspace install)
+SCRIPTS = Path(__file__).resolve().parents[4] / "scripts"  # the checkout's scripts/ (workspace install)
 ZOO_SCRIPT = SCRIPTS / "torch_zoo.py"
 # Keep in step with scripts/torch_zoo.py (checked by tests/test_zoo_models.py).
 ZOO_CNNS = ("alexnet", "densenet121", "googlenet", "inception_v2", "resnet50", "shufflenet", "squeezenet",
@@ -49,12 +50,12 @@ HF_MODELS = ("gpt2", "bert", "distilbert", "vit")  # keep in step with scripts/h
 
 
 def find_links() -> str:
-    return os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
+    return torch_find_links()
 
 
 def torch_python(venv: str = VENV, requirements: list[str] = REQUIREMENTS) -> Path:
     """The torch venv's Python (or ``venv``'s, holding ``requirements`` with torch), built on first use
-    (``nnvm.testing.venvs``)."""
+    (``nnvm_testing.venvs``)."""
     ready = ready_venv(venv, requirements, PYTHON)
     if ready:
         return ready

@@ -2,7 +2,7 @@
 the Keras frontend's tests read and the predictions they compare against (nnvm never imports keras).
 
 * ``keras_python()``: the venv ``$NNVM_CACHE_DIR/venvs/keras-3`` (Python 3.11, keras 3.15, CPU jax,
-  h5py), built with uv on first use through ``nnvm.testing.venvs``.
+  h5py), built with uv on first use through ``nnvm_testing.venvs``.
 * ``keras_models(names)``: keras.applications nets (``weights=None``, small inputs, random weights and
   BatchNorm statistics) and the per-layer cases of ``keras_tool.CASES``, each saved as ``.keras`` and
   ``.h5`` with a seeded NHWC input and Keras's output, cached under ``$NNVM_CACHE_DIR/models/keras/``
@@ -17,7 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from nnvm.testing.venvs import build_venv, cache_dir, clean_env, file_lock, run_checked
+from nnvm_testing.venvs import build_venv, cache_dir, clean_env, file_lock, run_checked
 
 TOOL = Path(__file__).with_name("keras_tool.py")
 CASES_SCRIPT = Path(__file__).with_name("keras_cases.py")

@@ -15,6 +15,8 @@ import tempfile
 
 import numpy as np
 
+from nnvm import environment
+
 # Bump when the generated models change, so cached files are rebuilt.
 MODELS_VERSION = "2"
 OPSET = 13
@@ -105,7 +107,7 @@ class _Net:
             [helper.make_tensor_value_info("output", TensorProto.FLOAT, [batch, classes])],
             initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                                  producer_name="nnvm_frontend_onnx.testing")
+                                  producer_name="nnvm_testing.frontend_onnx")
         model.ir_version = 8  # readable by every onnxruntime from 1.12 on
         return model
 
@@ -272,9 +274,7 @@ BUILDERS = {"resnet18": resnet18, "resnet50": resnet50, "mobilenet_v2": mobilene
 
 def cache_dir() -> str:
     """``$NNVM_CACHE_DIR/models`` or ``~/.cache/nnvm/models``: outside any checkout."""
-    root = os.environ.get("NNVM_CACHE_DIR")
-    return os.path.join(root, "models") if root else os.path.join(os.path.expanduser("~"), ".cache", "nnvm",
-                                                                    "models")
+    return str(environment.cache_dir() / "models")
 
 
 def cached_model_path(name: str, seed: int = 0, batch: int = 1) -> str:

@@ -1,6 +1,6 @@
 """Small templates for testing the tuner and for reading as examples; no backend ships them.
 
-- ``matmul_template(n, faults=False)``: a factory (``task_from_factory("nnvm.autotune.testing:
+- ``matmul_template(n, faults=False)``: a factory (``task_from_factory("nnvm_testing.autotune_templates:
   matmul_template", n=64)``) for ``C = A @ B`` with tile knobs. With ``faults=True`` it gains a
   ``fault`` knob whose values make a candidate misbehave the way real ones do: raise while building,
   kill its process (``exit``), crash it (``segfault``) or never finish (``hang``); the tuner must record
@@ -19,7 +19,7 @@ import time
 import nnvm
 from nnvm import te
 from nnvm.autotune.template import ScheduleTemplate
-from nnvm.schedules import schedule_loop_nest
+from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.te.examples import matmul
 from nnvm.te.tensor import ComputeOp
 

@@ -18,7 +18,7 @@ convolutions (ShuffleNet, ResNeXt, RegNet) are blocked within each group (``grou
 block divides the channels per group they read sub-blocks of the blocked input (``subblock_read``), and
 1x1 ones may run split (``grouped.py``).
 
-``NNVM_X86_LAYOUT=0`` keeps every operator in NCHW (an A/B switch for benchmarks).
+``cpu_switches={"layout": "0"}`` keeps every operator in NCHW (an A/B switch for benchmarks).
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from nnvm.cpu.cost_model import machine_of
 from nnvm.cpu.grouped import plan_cost, split_plan
 from nnvm.cpu.patches import is_patch_embedding
 from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
-from nnvm.cpu.schedules import vector_lanes
+from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import alter_winograd
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
+from nnvm.ops.blocked_layout import group_window, window_start
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
-from nnvm.ops.layout import group_window, window_start
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
-from nnvm.passes.alter_layout import AlteredNode
+from nnvm.passes.alter_op_layout import AlteredNode
 
 
 def channel_block(channels: int, lanes: int) -> int | None:
@@ -68,14 +68,14 @@ def output_block(out_channels: int, lanes: int) -> int | None:
 
 def padded_block(channels: int, lanes: int) -> bool:
     """Whether a tensor of ``channels`` channels that half a vector divides (24, 40, 72 with 16 lanes) is
-    stored in whole vectors instead, its last block part padding (``NNVM_X86_PADDED_BLOCKS``): the
+    stored in whole vectors instead, its last block part padding (``cpu_switches["padded_blocks"]``): the
     convolution writing it then runs full-width vectors (24 -> 32 lanes: a third more multiply-adds at
     twice the width; MobileNetV2's 1x1 convolutions to 24 channels ran 1.5x faster, as onnxruntime's
     NCHWc rounds channels up), and a plain convolution reading it reads sub-blocks of ``lanes / 2``
     (``conv2d_nchwc`` with a narrower weight block), so the padded lanes are never read. Other readers
     (depthwise, grouped, Winograd, pooling followed by them) get it through a transform."""
     return (channels % lanes == lanes // 2 and channels > lanes and lanes // 2 >= 4
-            and enabled("NNVM_X86_PADDED_BLOCKS"))
+            and enabled("padded_blocks"))
 
 
 def grouped_blocks(channels: int, out_channels: int, groups: int, lanes: int) -> tuple | None:
@@ -127,9 +127,10 @@ def subblock_read(channels: int, groups: int, lanes: int) -> tuple | None:
     ``b`` and the convolution reads sub-blocks of the widest of b, b/2, .. 1 dividing the channels per
     group (channel ``c`` at block ``c // b``, lane ``c % b``): the broadcast input scalars are the same
     either way, and the transform of the whole tensor back to NCHW in front of the convolution goes
-    (ShuffleNet: 29 of them, 0.2 ms of 3 at batch 1, 2.5 ms at batch 8). ``NNVM_X86_GROUPED=0``: None."""
+    (ShuffleNet: 29 of them, 0.2 ms of 3 at batch 1, 2.5 ms at batch 8). ``cpu_switches={"grouped": "0"}``:
+    None."""
     block = channel_block(channels, lanes)
-    if block is None or not enabled("NNVM_X86_GROUPED"):
+    if block is None or not enabled("grouped"):
         return None
     per_group = channels // groups
     read = next(b for b in (block, block // 2, block // 4, block // 8, 1) if b and per_group % b == 0)
@@ -264,7 +265,7 @@ def alter_patch_embedding(target, attrs, data, weight, lanes: int) -> AlteredNod
     """A convolution with non-overlapping windows over few channels (``patches.py``) -> ``dense_packed``
     of its input's windows as rows by its weight packed ``NK{b}n``, its output leaving in ``NHWC``; None
     for any other convolution."""
-    if not is_patch_embedding(attrs, weight.shape) or not enabled("NNVM_X86_PATCH_DENSE"):
+    if not is_patch_embedding(attrs, weight.shape) or not enabled("patch_dense"):
         return None
     out_channels, kernel = weight.shape[0], tuple(weight.shape[2:])
     block = packed_block(out_channels, lanes)
@@ -381,7 +382,7 @@ def alter_softmax(target, node, in_types) -> AlteredNode | None:
 
 def alter_op_layout(target, node, in_types) -> AlteredNode | None:
     """What ``nnvm_alter_op_layout`` answers where the backend wants the blocked layout (``plugin.py``)."""
-    if not enabled("NNVM_X86_LAYOUT"):
+    if not enabled("layout"):
         return None
     if node.op == "conv2d":
         return alter_conv2d(target, node, in_types)

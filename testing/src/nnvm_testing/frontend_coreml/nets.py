@@ -10,13 +10,20 @@ to either rebuilds them.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
-from nnvm.testing.venvs import VenvUnavailable, build_venv, cache_dir, clean_env, file_lock, run_checked
+from nnvm_testing.venvs import (
+    VenvUnavailable,
+    build_venv,
+    cache_dir,
+    clean_env,
+    file_lock,
+    run_checked,
+    torch_find_links,
+)
 
 REQUIREMENTS = ["torch==2.13.0", "coremltools==9.0", "numpy==2.3.5"]
-FIND_LINKS = os.environ.get("NNVM_TORCH_FIND_LINKS", "/opt/wheels")
+FIND_LINKS = torch_find_links()
 SCRIPT = Path(__file__).with_name("make_nets.py")
 
 

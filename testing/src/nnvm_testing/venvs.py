@@ -36,6 +36,13 @@ def cache_dir() -> Path:
     return environment.cache_dir()
 
 
+def torch_find_links() -> str:
+    """Where the local torch CPU wheel for the reference venvs is: ``$NNVM_TORCH_FIND_LINKS``, else
+    ``/opt/wheels``. A fact of the test machine, read only here, by the test helpers (README, "Environment
+    variables"): nothing in nnvm or a plugin's runtime reads it."""
+    return os.environ.get("NNVM_TORCH_FIND_LINKS") or "/opt/wheels"
+
+
 def under_ci() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

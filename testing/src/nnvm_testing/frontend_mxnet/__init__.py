@@ -2,7 +2,7 @@
 frontend's tests compare against (nnvm never imports mxnet; it only imports beside numpy < 1.24).
 
 * ``mxnet_python()``: the venv ``$NNVM_CACHE_DIR/venvs/mxnet-1.9.1`` (Python 3.11, ``mxnet==1.9.1``,
-  ``numpy<1.24``), built with uv on first use (``nnvm.testing.venvs``, shared with the torch tests).
+  ``numpy<1.24``), built with uv on first use (``nnvm_testing.venvs``, shared with the torch tests).
 * ``zoo_models(names)``: gluon model-zoo nets with random weights and random BatchNorm statistics, exported
   with ``hybridize()`` + ``export()``, plus a seeded input and MXNet's output, cached under
   ``$NNVM_CACHE_DIR/models/mxnet/`` and redone when ``mxnet_tool.py`` or the venv changes.
@@ -14,7 +14,7 @@ frontend's tests compare against (nnvm never imports mxnet; it only imports besi
   ``.params`` files MXNet writes for the reader tests (dtypes, sparse, gluon keys, unnamed list, V3).
 
 Failures are ``VenvUnavailable`` (a tool is missing: tests may skip, except under ``CI=true``) or
-``VenvBuildError``; wrap calls in ``nnvm.testing.venvs.pytest_venv`` inside tests.
+``VenvBuildError``; wrap calls in ``nnvm_testing.venvs.pytest_venv`` inside tests.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nnvm.testing.venvs import VenvBuildError, build_venv, cache_dir, clean_env, file_lock, run_checked
+from nnvm_testing.venvs import VenvBuildError, build_venv, cache_dir, clean_env, file_lock, run_checked
 
 TOOL = Path(__file__).with_name("mxnet_tool.py")
 ZOO_SCRIPT = Path(__file__).with_name("mxnet_zoo.py")

@@ -7,7 +7,7 @@ with channel ``c = C_outer * 16 + c_inner``; ``OIHW16i16o`` is ``[O/16, I/16, H,
 
 Why blocked layouts exist: a conv2d over ``NCHW16c`` data keeps 16 output channels in one AVX-512
 register and walks the input contiguously, which an ``NCHW`` schedule cannot do for both operands at
-once. The AlterOpLayout pass (``nnvm.passes.alter_layout``) inserts ``layout_transform`` where
+once. The AlterOpLayout pass (``nnvm.passes.alter_op_layout``) inserts ``layout_transform`` where
 layouts change; transforms of weights are folded at compile time, so only activations pay for them.
 
 ``conv2d_nchwc`` (data ``NCHW{i}c`` or plain ``NCHW``, weight ``OIHW{i}i{o}o``, output ``NCHW{o}c``)
@@ -15,8 +15,9 @@ takes ``groups=1``; depthwise (``groups`` = channels, weight ``OIHW1i{o}o``, inp
 block); or grouped: output block ``co`` reads a window of input channels (the weight's ``I``) from
 where its first group starts. When ``o`` divides the output channels per group that window is one
 group (the weight ``[O, I/groups, KH, KW]`` blocked as usual); a block straddling groups reads all of
-theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in ``nnvm.cpu.layout``
-packs those), and ``out_channels`` names the real output count when the last block is part padding.
+theirs, with zero weights for the other groups' channels (``grouped_weight_pack`` in
+``nnvm.cpu.layout_choice`` packs those), and ``out_channels`` names the real output count when the last
+block is part padding.
 The weight block ``i`` may be narrower than the data's (channel ``c`` read at block ``c // b``, lane
 ``c % b``: 68 channels per group in ``NCHW16c``). With ``split=1`` (1x1 only) each output block reads just
 its first group, and the weight has one more block per group boundary for the next group's share of

@@ -1,4 +1,4 @@
-"""The MXNet model the byte-level fuzz suite corrupts (``nnvm_frontend_onnx.testing.byte_fuzz``).
+"""The MXNet model the byte-level fuzz suite corrupts (``nnvm_testing.frontend_onnx.byte_fuzz``).
 
 MXNet itself only runs in its own venv (seconds to start, minutes to build), so the files are written
 here as ``mx.nd.save`` and ``sym.tojson()`` write them: the symbol JSON MXNet 1.9 emits and the NDArray
@@ -15,7 +15,7 @@ import struct
 import numpy as np
 
 from nnvm_frontend_mxnet.params import LIST_MAGIC, V2_MAGIC
-from nnvm_frontend_mxnet.testing import attr_string
+from nnvm_testing.frontend_mxnet import attr_string
 
 SHAPE = (1, 2, 4, 4)
 

@@ -75,21 +75,21 @@ class Format:
 
 
 def _onnx(folder: Path) -> Format:
-    from nnvm_frontend_onnx.testing.fuzz import base_models
+    from nnvm_testing.frontend_onnx.fuzz import base_models
 
     m = base_models(str(folder))
     return Format("onnx", Path(m["path"]), Path(m["path"]), {"x": m["x_npy"]})
 
 
 def _onnx_mapped(folder: Path) -> Format:
-    from nnvm_frontend_onnx.testing.fuzz import mapped_model
+    from nnvm_testing.frontend_onnx.fuzz import mapped_model
 
     m = mapped_model(str(folder))
     return Format("onnx-mapped", Path(m["path"]), Path(m["path"]), {"x": m["x_npy"]})
 
 
 def _npy(folder: Path) -> Format:
-    from nnvm_frontend_onnx.testing.fuzz import base_models
+    from nnvm_testing.frontend_onnx.fuzz import base_models
 
     m = base_models(str(folder))
     # The model is the root; the input is what is corrupted (``case_argv`` puts it in place).
@@ -98,7 +98,7 @@ def _npy(folder: Path) -> Format:
 
 def _mxnet(part: str) -> Callable[[Path], Format]:
     def build(folder: Path) -> Format:
-        from nnvm_frontend_mxnet.testing.fuzz import base_model
+        from nnvm_testing.frontend_mxnet.fuzz import base_model
 
         m = base_model(str(folder))
         target = Path(m["symbol"] if part == "symbol" else m["params"])
@@ -110,7 +110,7 @@ def _mxnet(part: str) -> Callable[[Path], Format]:
 
 def _keras(ext: str) -> Callable[[Path], Format]:
     def build(folder: Path) -> Format:
-        from nnvm_frontend_keras.testing.fuzz import base_models
+        from nnvm_testing.frontend_keras.fuzz import base_models
 
         m = base_models(str(folder))
         path = Path(m["keras" if ext == "keras" else "h5"])
@@ -125,7 +125,7 @@ def _keras_input(config: dict) -> str:
 
 def _coreml(kind: str, member: str | None = None) -> Callable[[Path], Format]:
     def build(folder: Path) -> Format:
-        from nnvm_frontend_coreml.testing import fuzz as cfuzz
+        from nnvm_testing.frontend_coreml import fuzz as cfuzz
 
         m = cfuzz.base_models(str(folder))
         if kind == "mlmodel":
@@ -144,7 +144,7 @@ def _coreml(kind: str, member: str | None = None) -> Callable[[Path], Format]:
 def _module(target: str) -> Callable[[Path], Format]:
     def build(folder: Path) -> Format:
         import nnvm
-        from nnvm_frontend_onnx.testing.fuzz import base_models
+        from nnvm_testing.frontend_onnx.fuzz import base_models
 
         m = base_models(str(folder))
         path = folder / f"good-{target}.so"

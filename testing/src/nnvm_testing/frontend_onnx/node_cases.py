@@ -16,6 +16,8 @@ import os
 import shutil
 import tempfile
 
+from nnvm import environment
+
 # Operators whose results are random (nothing to compare with) or only make sense while training.
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
               "Bernoulli"}
@@ -32,7 +34,7 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 def cache_root() -> str:
     """``$NNVM_CACHE_DIR`` or ``~/.cache/nnvm``: outside any checkout."""
-    return os.environ.get("NNVM_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "nnvm")
+    return str(environment.cache_dir())
 
 
 def node_cases_dir() -> str:

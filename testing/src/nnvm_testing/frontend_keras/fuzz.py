@@ -3,7 +3,7 @@
 The base model is written here with h5py and zipfile alone, in the layout Keras 3 itself writes
 (``nnvm_frontend_keras.reader`` documents it), so the fuzz tests need no Keras venv: an input
 (1, 4, 4, 2), Conv2D (relu) and Conv2D 1x1 joined by Add, Flatten, Dense. Generators take
-Hypothesis's ``draw`` like those of ``nnvm_frontend_onnx.testing.fuzz``.
+Hypothesis's ``draw`` like those of ``nnvm_testing.frontend_onnx.fuzz``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tiny CoreML models written with the protobuf classes alone (no coremltools converter, no venv), and
 hostile variants of them, for ``tests/test_errors.py`` and ``tests/test_fuzz_coreml.py`` (issue 20).
 
-Generators take Hypothesis's ``draw`` like those of ``nnvm_frontend_onnx.testing.fuzz``.
+Generators take Hypothesis's ``draw`` like those of ``nnvm_testing.frontend_onnx.fuzz``.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def mutate_package(draw, models: dict, pkg: Path) -> Path:
     """``pkg`` written as the base package with one thing broken: the manifest, the weight file
     (missing, truncated, a record with a bad magic, dtype, offset or size), an op naming a missing
     input, an attribute or type of the wrong kind, or the model file's bytes."""
-    from nnvm_frontend_onnx.testing.fuzz import mutate_bytes
+    from nnvm_testing.frontend_onnx.fuzz import mutate_bytes
 
     mil = proto("MIL_pb2")
     spec = proto().Model()
