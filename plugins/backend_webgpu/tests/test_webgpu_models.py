@@ -76,3 +76,20 @@ def test_a_damaged_web_folder_is_one_error_naming_what_is_wrong(tmp_path, damage
     damage(folder)
     with pytest.raises(nnvm.Error, match=message):
         nnvm.load(str(folder))
+
+
+def test_int64_beyond_32_bits_is_an_error_not_a_wrong_answer():
+    """WGSL computes int64 in 32 bits: values within them are exact, a value beyond them is refused."""
+    from onnx import TensorProto, helper
+
+    from nnvm.errors import InputError
+
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "add",
+                              [helper.make_tensor_value_info("x", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    mod = nnvm.compile(model, target="webgpu")
+    small = np.array([-(2**29), -1, 7, 2**29], np.int64)
+    np.testing.assert_array_equal(mod.run(small)[0], small + small)
+    with pytest.raises(InputError, match="the input .x. holds 4294967296, beyond the 32 bits"):
+        mod.run(np.array([0, 1, 2, 2**32], np.int64))

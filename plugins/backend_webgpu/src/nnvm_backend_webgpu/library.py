@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error
-from nnvm.gpu.library import GPUKernelLibrary
+from nnvm.errors import Error, InputError
+from nnvm.gpu.library import DeviceModule, GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.web import export_web, read_web
 from nnvm_backend_webgpu.wgsl import pack_plan
@@ -30,6 +30,32 @@ def _wgpu_reason(exc: Exception) -> str:
     cause = lines[lines.index("Caused by:") + 1:] if "Caused by:" in lines else lines
     text = "; ".join(cause) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+def check_32_bits(host: np.ndarray, what: str) -> None:
+    """WGSL computes int64 and uint64 in 32 bits (``wgsl.WIDE``): a weight or input beyond them would give a
+    wrong answer, so it is an error instead."""
+    if host.dtype.kind in "iu" and host.dtype.itemsize == 8 and host.size:
+        info = np.iinfo(np.int32 if host.dtype.kind == "i" else np.uint32)
+        low, high = host.min(), host.max()
+        if low < info.min or high > info.max:
+            value = low if low < info.min else high
+            raise InputError(f"{what} holds {value}, beyond the 32 bits the webgpu target computes "
+                             f"{host.dtype} in; compile for another target")
+
+
+class WebGPUDeviceModule(DeviceModule):
+    """The GPU layer's device module, refusing 64-bit integers that 32 bits do not hold."""
+
+    def __init__(self, lib, plan: dict, params: dict):
+        for name, value in params.items():
+            check_32_bits(np.asarray(value), f"the weight {name!r}")
+        super().__init__(lib, plan, params)
+
+    def run(self, values: list, timings: dict | None = None) -> list[np.ndarray]:
+        for d, v in zip(self.plan["inputs"], values):
+            check_32_bits(np.asarray(v), f"the input {d['name']!r}")
+        return super().run(values, timings)
 
 
 def _round4(n: int) -> int:
@@ -132,6 +158,9 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
 
     def view(self, buf, offset: int, nbytes: int):
         return buf, offset, min(_round4(nbytes), buf.size - offset)
+
+    def device_module(self, plan: dict, params: dict) -> WebGPUDeviceModule:
+        return WebGPUDeviceModule(self, plan, params)
 
     def copy_in(self, stream, buf, offset: int, host: np.ndarray) -> None:
         data = host.view(np.uint8).reshape(-1)

@@ -128,6 +128,13 @@ export class Model {
       if (!(value instanceof Type) || value.length !== count) {
         throw new Error(`nnvm: the input ${d.name} must be a ${Type.name} of ${count} elements (shape [${d.shape}])`);
       }
+      if (value instanceof BigInt64Array || value instanceof BigUint64Array) {
+        // WGSL computes 64-bit integers in 32 bits: a value beyond them would give a wrong answer
+        const lo = value instanceof BigInt64Array ? -(2n ** 31n) : 0n, hi = value instanceof BigInt64Array ? 2n ** 31n - 1n : 2n ** 32n - 1n;
+        for (const v of value) {
+          if (v < lo || v > hi) throw new Error(`nnvm: the input ${d.name} holds ${v}, beyond the 32 bits WebGPU computes ${d.dtype} in`);
+        }
+      }
       if (!("arena" in d.ref)) continue;
       const bytes = new Uint8Array(round4(value.byteLength));
       bytes.set(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
