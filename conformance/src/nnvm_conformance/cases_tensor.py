@@ -239,6 +239,31 @@ def _tile(draw):
     return Example((_any_values(draw, shape),), {"reps": reps})
 
 
+@st.composite
+def _arange(draw):
+    """Exact in every dtype: starts and steps are multiples of 1/4, at most 64 steps."""
+    dtype = draw(st.sampled_from(["int64", "int32", "float32"]))
+    if dtype == "float32":
+        start, delta = draw(st.integers(-40, 40)) / 4, draw(st.integers(-8, 8)) / 4
+    else:
+        start, delta = draw(st.integers(-50, 50)), draw(st.integers(-5, 5))
+    attrs = {"start": start, "delta": delta, "length": draw(st.integers(0, 64)), "dtype": dtype}
+    return Example((), attrs, out_dtypes=(dtype,))
+
+
+def _arange_reference(xs, a):
+    return [(a["start"] + np.arange(a["length"], dtype=np.float64) * a["delta"]).astype(a["dtype"])]
+
+
+@st.composite
+def _dim_values(draw):
+    """Bound dims (ints) here: a symbolic module's binding gives the same node its values per run."""
+    shape = draw(shapes(1, 2, 1, 4))
+    values = tuple(draw(st.lists(st.integers(0, 1 << 20), min_size=int(np.prod(shape)),
+                                 max_size=int(np.prod(shape)))))
+    return Example((), {"values": values, "shape": shape}, out_dtypes=("int64",))
+
+
 def _prod_scale(ex) -> float:
     """K times the largest product: each of the K multiplications rounds relative to the result."""
     (want,) = _reduce_reference("prod")(list(ex.inputs), ex.attrs)
@@ -266,5 +291,8 @@ def cases() -> list[OpCase]:
         OpCase("broadcast_to", _broadcast_to(), lambda xs, a: [np.broadcast_to(xs[0], a["shape"]).copy()],
                EXACT),
         OpCase("tile", _tile(), lambda xs, a: [np.tile(xs[0], a["reps"])], EXACT),
+        OpCase("arange", _arange(), _arange_reference, EXACT),
+        OpCase("dim_values", _dim_values(),
+               lambda xs, a: [np.array(a["values"], dtype=np.int64).reshape(a["shape"])], EXACT),
     ]
     return out

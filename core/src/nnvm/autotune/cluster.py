@@ -26,6 +26,7 @@ asked for.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import socket
 import sys
@@ -33,6 +34,7 @@ import time
 
 import ray
 import ray.exceptions
+from ray._private import ray_constants  # the uv hook's switch: see _workers_run_their_own_nnvm
 
 from nnvm import environment
 from nnvm.autotune.driver import signature_of
@@ -80,6 +82,7 @@ def connect(address: str) -> None:
         return
     if address != "auto":
         check_reachable(address)
+    _workers_run_their_own_nnvm()
     # the driver's thread count is the measured kernels' (the one variable that says how they run)
     env = {"NNVM_NUM_THREADS": environment.num_threads()} if environment.num_threads() else {}
     try:
@@ -88,6 +91,15 @@ def connect(address: str) -> None:
     except (ConnectionError, ValueError, RuntimeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise Error(f"cannot reach the Ray cluster at {address}: {first}") from None
+
+
+def _workers_run_their_own_nnvm() -> None:
+    """A driver started by ``uv run`` (``make test``, a project's scripts) makes Ray start every worker
+    through ``uv run`` in a copy of the driver's working directory (its uv runtime-env hook): each worker
+    then builds an environment of its own, without nnvm or even Ray, and never starts. A farm node runs the
+    nnvm installed on it, so the hook is off for this driver and the processes it starts."""
+    os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+    ray_constants.RAY_ENABLE_UV_RUN_RUNTIME_ENV = False
 
 
 # -- what runs on the workers ----------------------------------------------------------------------------
