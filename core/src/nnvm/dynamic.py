@@ -29,7 +29,7 @@ from nnvm.graph.dims import Dim
 from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
-from nnvm.runtime.module import Module
+from nnvm.runtime.module import Module, inputs_by_name
 from nnvm.runtime.plan import bind_types, make_plan
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
@@ -173,15 +173,7 @@ class SymbolicModule:
 
     def _arrays(self, args, kwargs) -> dict:
         names = self.input_names
-        if len(args) > len(names):
-            raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
-        given = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise InputError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
-            if k in given:
-                raise InputError(f"input {k!r} given twice")
-            given[k] = v
+        given = inputs_by_name(names, args, kwargs)
         for name in names:
             if name not in given:
                 raise InputError(f"missing input {name!r} {_shown(self.input_shapes[name])}")

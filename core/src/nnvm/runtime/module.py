@@ -144,16 +144,7 @@ class Module:
         return self.library.run_exported(self._exported, values, self.plan["outputs"])
 
     def _bind(self, args, kwargs) -> list:
-        names = self.input_names
-        if len(args) > len(names):
-            raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
-        given = dict(zip(names, args))
-        for k, v in kwargs.items():
-            if k not in names:
-                raise InputError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
-            if k in given:
-                raise InputError(f"input {k!r} given twice")
-            given[k] = v
+        given = inputs_by_name(self.input_names, args, kwargs)
         out = []
         for name, shape, dtype, _ in self._inputs:
             if name not in given:
@@ -191,6 +182,21 @@ class Module:
         self.library.export(path, blobs)
         if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
             artifact.seal(path, str(self.target).split()[0], getattr(self.library, "cpu_features", None))
+
+
+def inputs_by_name(names: list, args: tuple, kwargs: dict) -> dict:
+    """``mod.run``'s arguments, positional then by name, as ``{input name: value}``; a surplus, unknown
+    or twice-given input is an ``InputError`` (a missing one is the caller's to report)."""
+    if len(args) > len(names):
+        raise InputError(f"the model takes {len(names)} input(s) ({', '.join(names)}), got {len(args)}")
+    given = dict(zip(names, args))
+    for k, v in kwargs.items():
+        if k not in names:
+            raise InputError(f"the model has no input named {k!r} (inputs: {', '.join(names)})")
+        if k in given:
+            raise InputError(f"input {k!r} given twice")
+        given[k] = v
+    return given
 
 
 def _check_plan(plan: dict, params: dict) -> None:
