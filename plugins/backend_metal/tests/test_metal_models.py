@@ -9,34 +9,23 @@ import sys
 import zipfile
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 
 import nnvm
 from nnvm_backend_metal.native import open_device
-from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
-
-
-def _reference(name: str, tmp_path):
-    path = str(tmp_path / f"{name}.onnx")
-    onnx.save(SHAPE_MODELS[name](seed=0), path)
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    x = np.random.default_rng(1).standard_normal(inp.shape).astype("float32")
-    return path, x, sess.run(None, {inp.name: x})[0]
+from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS, shape_model_reference
 
 
 @pytest.mark.parametrize("name", sorted(SHAPE_MODELS))
 def test_model_of_another_shape_matches_onnxruntime(name, tmp_path):
-    path, x, want = _reference(name, tmp_path)
+    path, x, want = shape_model_reference(name, tmp_path)
     got = nnvm.compile(path, target="metal").run(x)[0]
     err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
     assert err < 1e-4, f"{name} on metal: max relative error {err:.2e} against onnxruntime"
 
 
 def test_export_is_one_file_that_a_fresh_process_runs(tmp_path):
-    path, x, want = _reference("depthwise_net", tmp_path)
+    path, x, want = shape_model_reference("depthwise_net", tmp_path)
     mod = nnvm.compile(path, target="metal")
     assert "kernel void" in mod.library.source() and "threadgroup" in mod.library.source()
     out = tmp_path / "dw.nnvm"

@@ -9,33 +9,22 @@ import sys
 import zipfile
 
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
 
 import nnvm
-from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS
-
-
-def _reference(name: str, tmp_path):
-    path = str(tmp_path / f"{name}.onnx")
-    onnx.save(SHAPE_MODELS[name](seed=0), path)
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    inp = sess.get_inputs()[0]
-    x = np.random.default_rng(1).standard_normal(inp.shape).astype("float32")
-    return path, x, sess.run(None, {inp.name: x})[0]
+from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS, shape_model_reference
 
 
 @pytest.mark.parametrize("name", sorted(SHAPE_MODELS))
 def test_model_of_another_shape_matches_onnxruntime(name, tmp_path):
-    path, x, want = _reference(name, tmp_path)
+    path, x, want = shape_model_reference(name, tmp_path)
     got = nnvm.compile(path, target="webgpu").run(x)[0]
     err = float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
     assert err < 1e-4, f"{name} on webgpu: max relative error {err:.2e} against onnxruntime"
 
 
 def test_weights_stay_on_the_device_and_a_run_moves_inputs_and_outputs_only(tmp_path):
-    path, x, want = _reference("transformer_encoder", tmp_path)
+    path, x, want = shape_model_reference("transformer_encoder", tmp_path)
     mod = nnvm.compile(path, target="webgpu")
     mod.run(x)
     lib = mod.library
@@ -46,7 +35,7 @@ def test_weights_stay_on_the_device_and_a_run_moves_inputs_and_outputs_only(tmp_
 
 
 def test_export_is_one_file_that_a_fresh_process_runs(tmp_path):
-    path, x, want = _reference("depthwise_net", tmp_path)
+    path, x, want = shape_model_reference("depthwise_net", tmp_path)
     mod = nnvm.compile(path, target="webgpu")
     source = mod.library.source()
     assert "@compute @workgroup_size" in source and "var<workgroup>" in source
@@ -70,7 +59,7 @@ def test_export_is_one_file_that_a_fresh_process_runs(tmp_path):
     (lambda d: (d / "weights.bin").write_bytes(b""), "lies outside weights.bin"),
 ])
 def test_a_damaged_web_folder_is_one_error_naming_what_is_wrong(tmp_path, damage, message):
-    path, _, _ = _reference("gru", tmp_path)
+    path, _, _ = shape_model_reference("gru", tmp_path)
     folder = tmp_path / "gru.webgpu"
     nnvm.compile(path, target="webgpu").export(str(folder))
     damage(folder)

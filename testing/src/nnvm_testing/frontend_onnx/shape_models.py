@@ -101,6 +101,22 @@ def gru_net(seed: int = 0, seq: int = 8, features: int = 16, hidden: int = 32, c
 SHAPE_MODELS = {"transformer_encoder": transformer_encoder, "depthwise_net": depthwise_net, "gru": gru_net}
 
 
+def shape_model_reference(name: str, folder) -> tuple:
+    """``(path, x, onnxruntime's output)``: ``SHAPE_MODELS[name]`` (seed 0) saved in ``folder``, run by
+    onnxruntime on a seeded input of its declared shape: what each GPU plugin's model tests compare to."""
+    import os
+
+    import onnx
+    import onnxruntime as ort
+
+    path = os.path.join(str(folder), f"{name}.onnx")
+    onnx.save(SHAPE_MODELS[name](seed=0), path)
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    inp = sess.get_inputs()[0]
+    x = np.random.default_rng(1).standard_normal(inp.shape).astype("float32")
+    return path, x, sess.run(None, {inp.name: x})[0]
+
+
 def dynamic_encoder(seed: int = 0, vocab: int = 100, positions: int = 512, d: int = 64, heads: int = 4,
                     ff: int = 128):
     """A BERT-style embedding and encoder layer as exporters write it, with symbolic ``batch`` and
