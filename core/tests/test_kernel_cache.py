@@ -4,6 +4,7 @@ where it lives, and how ``compile_kernels`` uses it."""
 import multiprocessing
 import os
 import types
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,28 @@ def test_source_fingerprint_follows_every_source_file(tmp_path):
         changed = source_fingerprint(module, single)
         assert changed != first, f"editing {path.name} left the fingerprint as it was"
         first = changed
+
+
+def test_source_fingerprint_leaves_out_what_generates_no_kernel(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "front").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "gen.py").write_text("A = 1\n")
+    (package / "cli.py").write_text("B = 1\n")
+    (package / "front" / "read.py").write_text("C = 1\n")
+    module = types.SimpleNamespace(__file__=str(package / "__init__.py"), __path__=[str(package)])
+    first = source_fingerprint(module, leave_out=("cli.py", "front"))
+    for path in (package / "cli.py", package / "front" / "read.py"):
+        path.write_text("X = 2\n")
+        assert source_fingerprint(module, leave_out=("cli.py", "front")) == first, path.name
+    (package / "gen.py").write_text("A = 2\n")
+    assert source_fingerprint(module, leave_out=("cli.py", "front")) != first
+
+
+def test_the_core_leaves_out_only_files_that_exist():
+    import nnvm
+    from nnvm.compiler import NOT_KERNEL_SOURCE
+
+    root = Path(nnvm.__file__).parent
+    missing = [entry for entry in NOT_KERNEL_SOURCE if not (root / entry).exists()]
+    assert not missing, f"{missing} name no file: a renamed module is kept in the key unnoticed"

@@ -165,15 +165,17 @@ def default_kernel_cache(environ=None) -> KernelCache | None:
     return None if directory is None else KernelCache(directory, DEFAULT_MAX_BYTES)
 
 
-def source_fingerprint(*packages) -> str:
+def source_fingerprint(*packages, leave_out: tuple = ()) -> str:
     """A hash of the Python (and C) source files of ``packages`` (imported packages, or single-file
     modules): part of every kernel key, so a change to the code that generates kernels never serves a
-    stale one."""
+    stale one. ``leave_out``: paths relative to a package (a file, or a folder with everything in it)
+    that generate no kernel code, so editing them keeps the cache warm."""
     digest = hashlib.sha256()
     for package in packages:
         if hasattr(package, "__path__"):
             root = Path(package.__file__).parent
-            files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file())
+            files = sorted(p for p in root.rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file()
+                           and not _left_out(p.relative_to(root), leave_out))
         else:
             root = Path(package.__file__).parent
             files = [Path(package.__file__)]
@@ -181,6 +183,10 @@ def source_fingerprint(*packages) -> str:
             digest.update(str(path.relative_to(root)).encode() + b"\0")
             digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def _left_out(relative: Path, leave_out: tuple) -> bool:
+    return any(relative == Path(entry) or Path(entry) in relative.parents for entry in leave_out)
 
 
 def kernel_key(workload: str, outputs: list, schedule: dict, switches: dict, backend_identity: str,
