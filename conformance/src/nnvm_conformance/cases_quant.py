@@ -122,12 +122,12 @@ def _requantize(draw):
     per_channel = draw(st.booleans())
     acc = rng.integers(-40000, 40000, shape).astype(np.int32)
     if draw(st.booleans()):  # powers of two: exact ties, which round to even
-        scale = 2.0 ** rng.integers(-9, -5, (c,) if per_channel else ())
+        scale = 2.0 ** rng.integers(-9, -5, (c,) if per_channel else (1,))
     else:
-        scale = rng.uniform(1e-4, 1e-2, (c,) if per_channel else ())
+        scale = rng.uniform(1e-4, 1e-2, (c,) if per_channel else (1,))
     inputs = [acc, np.asarray(scale, np.float32)]
     if draw(st.booleans()):
-        inputs.append(rng.integers(-3000, 3000, (c,) if per_channel else ()).astype(np.int32))
+        inputs.append(rng.integers(-3000, 3000, (c,) if per_channel else (1,)).astype(np.int32))
     attrs = {"axis": 1, "out_dtype": out, "zero_point": 0, "out_min": None, "out_max": None}
     if out != "float32":
         attrs["zero_point"] = _zero_point(rng, out)
@@ -141,8 +141,8 @@ def _requantize_reference(xs, a):
     acc = xs[0].astype(np.int64)
     shape = (1, -1, 1)
     if len(xs) > 2:
-        acc = acc + xs[2].astype(np.int64).reshape(shape if xs[2].ndim else ())
-    scale = xs[1].reshape(shape if xs[1].ndim else ())
+        acc = acc + xs[2].astype(np.int64).reshape(shape if xs[2].size > 1 else ())
+    scale = xs[1].reshape(shape if xs[1].size > 1 else ())
     v = acc.astype(np.float32) * scale  # float32, as MLAS: the sum converts to float32 first
     if a["out_dtype"] == "float32":
         return [v.astype(np.float64)]

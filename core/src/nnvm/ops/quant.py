@@ -235,8 +235,8 @@ def _requantize_infer(in_types, attrs):
             continue
         if t.dtype != dtype:
             raise Error(f"requantize: the {name} must be {dtype}, got {t.dtype}")
-        if t.shape not in ((), (channels,)):
-            raise Error(f"requantize: the {name} must be a scalar or have shape ({channels},) for axis "
+        if t.shape not in ((), (1,), (channels,)):
+            raise Error(f"requantize: the {name} must be a scalar, (1,) or have shape ({channels},) for axis "
                         f"{axis} of {acc.shape}, got {t.shape}")
     if out != "float32":
         _check_zero_point("requantize", "zero_point", attrs["zero_point"], out)
@@ -254,7 +254,9 @@ def _requantize_compute(inputs, attrs, out_types):
     out = attrs["out_dtype"]
 
     def per_channel(t, i):
-        return t[()] if not shape_of(t) else t[i[axis]]
+        if not shape_of(t):
+            return t[()]
+        return t[te.const(0)] if shape_of(t) == (1,) and shape[axis] != 1 else t[i[axis]]
 
     def body(*i):
         v = acc[i]
@@ -274,8 +276,8 @@ def _requantize_eval(xs, attrs):
     shape = [1] * acc.ndim
     shape[axis] = -1
     if len(xs) > 2:
-        acc = acc + xs[2].astype(np.int32).reshape(shape if xs[2].ndim else ())
-    v = acc.astype(np.float32) * scale.reshape(shape if scale.ndim else ())
+        acc = acc + xs[2].astype(np.int32).reshape(shape if xs[2].size > 1 else ())
+    v = acc.astype(np.float32) * scale.reshape(shape if scale.size > 1 else ())
     if attrs["out_dtype"] == "float32":
         return [v]
     a = attrs
