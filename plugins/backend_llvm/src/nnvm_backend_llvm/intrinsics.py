@@ -16,6 +16,7 @@ the Arm backend (same code generator) offers it too.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from nnvm import te
@@ -51,6 +52,8 @@ TENSOR_INTRINSICS = {"gemm": gemm}
 def emit_tensor_intrin(cg, call: E.TensorIntrinCall):
     """Emit ``call`` with the code generator ``cg`` (a ``CodeGenLLVM``); returns an i32 0."""
     params = call.intrin.params
+    if params.get("kernel") == DOT_U8S8_KERNEL:
+        return _emit_dot_u8s8(cg, call, params["m"], params["lanes"], params["k4"], params["isa"])
     if params.get("kernel") != GEMM_KERNEL:
         raise Error(f"kernel {cg.frame.name}: the llvm backend does not implement the tensor intrinsic "
                     f"{call.intrin.name}; use one of te.backend_intrinsic('llvm', ...): "
@@ -116,4 +119,101 @@ def _emit_gemm(cg, call, m: int, n: int, k: int, dtype: str):
         off = ir.Constant(I64, i * sc0)
         total = b.fadd(load_row(pc, off, sc1), b.load(slot, typ=vty))
         store_row(pc, off, sc1, total)
+    return ir.Constant(I32, 0)
+
+
+# -- 8-bit dot products ------------------------------------------------------------------------------
+DOT_U8S8_KERNEL = "llvm.dot_u8s8"
+DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "widened": 8}
+
+
+def dot_u8s8(m: int = 4, k4: int = 1, isa: str = "widened") -> TensorIntrin:
+    """``c[i, j] += sum(int32(a[i, q, r]) * int32(b[q, j, r]) for q < k4, r < 4)``: ``m`` rows of uint8
+    ``a`` against ``lanes`` int8 columns of ``b`` packed four consecutive ``r`` per 32-bit lane, the
+    layout ``vpdpbusd`` reads. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row and ``q``),
+    ``avxvnni`` (8 lanes, its VEX form), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits
+    and multiplied exactly; no ``vpmaddubsw``, whose int16 pair sums saturate)."""
+    if isa not in DOT_ISAS:
+        raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
+                            f"got {isa!r}")
+    for what, v in (("m", m), ("k4", k4)):
+        if not isinstance(v, int) or v <= 0:
+            raise ScheduleError(f"tensor intrinsic dot_u8s8: {what} must be a positive integer, got {v!r}")
+    lanes = DOT_ISAS[isa]
+    a = te.placeholder((m, k4, 4), "uint8", name="a")
+    b = te.placeholder((k4, lanes, 4), "int8", name="b")
+    q = te.reduce_axis((0, k4), name="q")
+    r = te.reduce_axis((0, 4), name="r")
+    c = te.compute((m, lanes), lambda i, j: te.sum(a[i, q, r].astype("int32") * b[q, j, r].astype("int32"),
+                                                    axis=[q, r]), name="c")
+
+    def reference(a, b, c):
+        c += np.einsum("iqr,qjr->ij", a.astype(np.int64), b.astype(np.int64)).astype(c.dtype)
+
+    return te.decl_tensor_intrin(c, reference, name=f"dot_u8s8_{isa}_{m}x{lanes}x{k4}",
+                                 params={"kernel": DOT_U8S8_KERNEL, "m": m, "lanes": lanes, "k4": k4,
+                                         "isa": isa})
+
+
+def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
+    from nnvm_backend_llvm.codegen_expr import I32, I64
+
+    i8, i16 = ir.IntType(8), ir.IntType(16)
+    (sa0, sa1, sa2), (sb0, sb1, sb2), (sc0, sc1) = [[int(s.value) for s in row] for row in call.strides]
+    if sa2 != 1 or sb2 != 1 or sb1 != 4 or sc1 != 1:
+        raise ScheduleError(f"kernel {cg.frame.name}: {call.intrin.name} needs four consecutive bytes per "
+                            f"lane and contiguous lanes (strides a {sa0, sa1, sa2}, b {sb0, sb1, sb2}, "
+                            f"c {sc0, sc1})")
+    pa, pb, pc = [cg.element_ptr(r.buffer, cg.index(r.index)) for r in call.regions]
+    vty = ir.VectorType(I32, lanes)
+    bytes_ty = ir.VectorType(i8, 4 * lanes)
+
+    def at(ptr, ety, offset):
+        if isinstance(offset, int):
+            offset = ir.Constant(I64, offset)
+        return cg.builder.gep(ptr, [offset], inbounds=True, source_etype=ety)
+
+    accs = [cg.entry_alloca(vty, 64) for _ in range(m)]
+    for slot in accs:
+        cg.builder.store(ir.Constant(vty, [ir.Constant(I32, 0)] * lanes), slot)
+    if isa != "widened":
+        width = 32 * lanes
+        vpdpbusd = cg.declare(f"llvm.x86.avx512.vpdpbusd.{width}", vty, [vty, vty, vty])
+    q = E.Var("dot.q")
+
+    def widened(b, acc, a_word, b_bytes):
+        """acc + per lane: sum over its 4 bytes of zext(a) * sext(b), in 16-bit products (exact:
+        |255 * -128| < 2^15) added pairwise into 32 bits."""
+        a4 = b.bitcast(a_word, ir.VectorType(i8, 4))
+        mask = ir.Constant(ir.VectorType(I32, 4 * lanes), [t % 4 for t in range(4 * lanes)])
+        spread = b.shuffle_vector(a4, ir.Constant(ir.VectorType(i8, 4), ir.Undefined), mask)
+        wide_ty = ir.VectorType(i16, 4 * lanes)
+        prod = b.mul(b.zext(spread, wide_ty), b.sext(b_bytes, wide_ty))
+        wide32 = b.sext(prod, ir.VectorType(I32, 4 * lanes))
+        total = acc
+        for r in range(4):
+            mask = ir.Constant(ir.VectorType(I32, lanes), [4 * j + r for j in range(lanes)])
+            total = b.add(total, b.shuffle_vector(wide32, ir.Constant(wide32.type, ir.Undefined), mask))
+        return total
+
+    def body():
+        b = cg.builder
+        qq = cg.frame.vars[q]
+        b_bytes = b.load(at(pb, i8, b.mul(qq, ir.Constant(I64, sb0))), typ=bytes_ty, align=1)
+        b_words = b.bitcast(b_bytes, vty)
+        a_off = b.mul(qq, ir.Constant(I64, sa1))
+        for i, slot in enumerate(accs):
+            a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
+            acc = b.load(slot, typ=vty)
+            if isa == "widened":
+                acc = widened(b, acc, a_word, b_bytes)
+            else:
+                acc = b.call(vpdpbusd, [acc, cg.splat(a_word, lanes), b_words])
+            b.store(acc, slot)
+
+    cg.loop(q, I64, ir.Constant(I64, 0), ir.Constant(I64, k4), body)
+    b = cg.builder
+    for i, slot in enumerate(accs):
+        ptr = at(pc, I32, ir.Constant(I64, i * sc0))
+        b.store(b.add(b.load(ptr, typ=vty, align=4), b.load(slot, typ=vty)), ptr, align=4)
     return ir.Constant(I32, 0)
