@@ -50,8 +50,9 @@ def dot_lanes(target) -> int | None:
 
 
 def _packed_shape(weight_shape: tuple, lanes: int) -> tuple:
+    """``[O/L, KH * KW * C/4, L, 4]``: the reduction in (ky, kx, channel) order, channels padded to 4."""
     o, c, kh, kw = weight_shape
-    return (-(-o // lanes), -(-(c * kh * kw) // 4), lanes, 4)
+    return (-(-o // lanes), kh * kw * -(-c // 4), lanes, 4)
 
 
 def _pack_infer(in_types, attrs):
@@ -64,23 +65,26 @@ def _pack_infer(in_types, attrs):
 def _pack_compute(inputs, attrs, out_types):
     (w,) = inputs
     o, c, kh, kw = shape_of(w)
-    lanes, k = attrs["lanes"], c * kh * kw
+    lanes = attrs["lanes"]
+
+    c4 = -(-c // 4)
 
     def body(ob, q, j, r):
-        oc, kk = ob * lanes + j, q * 4 + r
-        inside = te.all_of(oc < o, kk < k)
-        return te.if_then_else(inside, w[oc, kk // (kh * kw), (kk // kw) % kh, kk % kw], te.const(0, "int8"))
+        oc, ch, kyx = ob * lanes + j, (q % c4) * 4 + r, q // c4
+        inside = te.all_of(oc < o, ch < c)
+        return te.if_then_else(inside, w[oc, ch, kyx // kw, kyx % kw], te.const(0, "int8"))
 
     return [te.compute(out_types[0].shape, body, name="qconv2d_weight_pack", tag="injective")]
 
 
 def _pack_eval(xs, attrs):
     w = xs[0]
-    o = w.shape[0]
+    o, c, kh, kw = w.shape
     ob, k4, lanes, _ = _packed_shape(w.shape, attrs["lanes"])
-    flat = np.zeros((ob * lanes, k4 * 4), np.int8)
-    flat[:o, :w[0].size] = w.reshape(o, -1)
-    return [flat.reshape(ob, lanes, k4, 4).transpose(0, 2, 1, 3)]
+    c4 = k4 // (kh * kw)
+    full = np.zeros((ob * lanes, kh, kw, c4 * 4), np.int8)
+    full[:o, :, :, :c] = w.transpose(0, 2, 3, 1)
+    return [full.reshape(ob, lanes, k4, 4).transpose(0, 2, 1, 3)]
 
 
 QCONV2D_WEIGHT_PACK = OpDef(
@@ -113,18 +117,19 @@ def _packed_compute(inputs, attrs, out_types):
     kh, kw = attrs["kernel"]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
     pt, pl = attrs["padding"][0], attrs["padding"][1]
-    k = c * kh * kw
     signed = data.dtype == "int8"
     zp = attrs["data_zero_point"] + (128 if signed else 0)  # int8 data is read as uint8 + 128
 
+    c4 = k4 // (kh * kw)
+
     def window(b, y, x, q, r):
-        kk = q * 4 + r
-        ch, ky, kx = kk // (kh * kw), (kk // kw) % kh, kk % kw
+        ch, kyx = (q % c4) * 4 + r, q // c4
+        ky, kx = kyx // kw, kyx % kw
         iy, ix = y * sh + ky * dh - pt, x * sw + kx * dw - pl
-        inside = te.all_of(kk < k, iy >= 0, iy < h, ix >= 0, ix < w)
+        inside = te.all_of(ch < c, iy >= 0, iy < h, ix >= 0, ix < w)
         v = data[b, ch, iy, ix]
         v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
-        # past K the weight is zero, so any byte does; the zero point keeps padding a real zero
+        # padded channels meet zero weights, any byte does; the zero point keeps padding a real zero
         return te.if_then_else(inside, v, te.const(zp, "uint8"))
 
     rows = te.compute((n, oh, ow, k4, 4), window, name="qconv2d_im2col", tag="qconv2d_im2col")
@@ -157,8 +162,9 @@ def _packed_eval(xs, attrs):
     data, packed = xs
     o, (kh, kw) = attrs["channels"], attrs["kernel"]
     ob, k4, lanes, _ = packed.shape
-    flat = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, k4 * 4)[:o, :data.shape[1] * kh * kw]
-    weight = flat.reshape(o, data.shape[1], kh, kw).astype(np.int64)
+    c = data.shape[1]
+    full = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, -1)[:o, :, :, :c]
+    weight = full.transpose(0, 3, 1, 2).astype(np.int64)
     x = data.astype(np.int64) - attrs["data_zero_point"]
     return _conv2d_eval([x, weight], {**attrs, "groups": 1})
 
@@ -233,17 +239,29 @@ def build_qconv2d_packed(target, group, config: dict):
         if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
             stage.compute_inline()
     rows = stages["qconv2d_im2col"]
+    kh, kw = stages["qconv2d_packed"].op.attrs["kernel"]
     b, y, x, q, r = rows.op.axis
+    # q walks (ky, kx, channel block): split so each index is a loop variable, not a division
+    kyx, c4 = rows.split(q, nparts=kh * kw)
+    ky, kx = rows.split(kyx, factor=kw)
+    rows.reorder(b, y, ky, kx, x, c4, r)
     rows.parallel(rows.fuse(b, y))
+    rows.unroll(r)
     if "qconv2d_wsum" in stages:
         schedule_loop_nest(stages["qconv2d_wsum"])
     gemm = stages["qconv2d_gemm"]
-    b, o, y, x, j = gemm.op.axis
+    lanes = extent(gemm.op.axis[-1])
+    out = sch[group.outputs[0].op]
+    # the epilogue runs per tile, on the tile just computed: m pixels x L channels, still in L1
+    b, o, y, x = out.op.axis
+    oo, oi = out.split(o, factor=lanes)
+    xo, xi = out.split(x, factor=config["m"])
+    out.reorder(b, oo, y, xo, oi, xi)
+    out.parallel(out.fuse(b, oo, y))
+    out.vectorize(xi)
+    gemm.compute_at(out, xo)
+    _, _, _, gx, j = gemm.op.axis
     q, r = gemm.op.reduce_axis
-    xo, xi = gemm.split(x, factor=config["m"])
-    gemm.reorder(b, o, y, xo, xi, j, q, r)
-    gemm.parallel(gemm.fuse(b, o, y))
-    k4 = extent(q)
-    gemm.tensorize(xi, te.backend_intrinsic(target, "dot_u8s8", m=config["m"], k4=k4))
-    schedule_loop_nest(sch[group.outputs[0].op])
+    gemm.reorder(gx, j, q, r)
+    gemm.tensorize(gx, te.backend_intrinsic(target, "dot_u8s8", m=config["m"], k4=extent(q)))
     return sch
