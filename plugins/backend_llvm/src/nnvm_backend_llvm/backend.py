@@ -111,13 +111,13 @@ class LLVMBackend(Backend):
     def dot_isa(self, target: Target) -> str:
         """How ``dot_u8s8`` multiplies bytes on ``target``: ``avx512vnni`` where the code uses 512-bit
         vectors and has VNNI, ``avxvnni`` where it has VNNI on 256-bit vectors (AVX-VNNI, or AVX-512
-        VNNI with VL), else ``widened`` (exact 16-bit products, any CPU)."""
+        VNNI with VL), ``avx2`` (``vpmaddubsw``, exact), else ``widened`` (exact 16-bit products, any CPU)."""
         on = set(self.code_features(self.resolve(target)))
         if "avx512vnni" in on and self.vector_lanes(target) == 16:
             return "avx512vnni"
         if "avxvnni" in on or {"avx512vnni", "avx512vl"} <= on:
             return "avxvnni"
-        return "widened"
+        return "avx2" if "avx2" in on else "widened"
 
     def host_can_run(self, target: Target) -> bool:
         """This OS and architecture, and every extension the code may use (code for a CPU with extensions

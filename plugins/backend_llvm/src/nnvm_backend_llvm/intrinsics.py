@@ -124,15 +124,16 @@ def _emit_gemm(cg, call, m: int, n: int, k: int, dtype: str):
 
 # -- 8-bit dot products ------------------------------------------------------------------------------
 DOT_U8S8_KERNEL = "llvm.dot_u8s8"
-DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "widened": 8}
+DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8}
 
 
 def dot_u8s8(m: int = 4, k4: int = 1, isa: str = "widened") -> TensorIntrin:
     """``c[i, j] += sum(int32(a[i, q, r]) * int32(b[q, j, r]) for q < k4, r < 4)``: ``m`` rows of uint8
     ``a`` against ``lanes`` int8 columns of ``b`` packed four consecutive ``r`` per 32-bit lane, the
     layout ``vpdpbusd`` reads. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row and ``q``),
-    ``avxvnni`` (8 lanes, its VEX form), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits
-    and multiplied exactly; no ``vpmaddubsw``, whose int16 pair sums saturate)."""
+    ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact: see
+    ``_avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied exactly).
+    Every form gives the exact sum, the same bits as ``vpdpbusd``."""
     if isa not in DOT_ISAS:
         raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
                             f"got {isa!r}")
@@ -176,9 +177,13 @@ def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
     accs = [cg.entry_alloca(vty, 64) for _ in range(m)]
     for slot in accs:
         cg.builder.store(ir.Constant(vty, [ir.Constant(I32, 0)] * lanes), slot)
-    if isa != "widened":
+    if isa in ("avx512vnni", "avxvnni"):
         width = 32 * lanes
         vpdpbusd = cg.declare(f"llvm.x86.avx512.vpdpbusd.{width}", vty, [vty, vty, vty])
+    if isa == "avx2":
+        words_ty = ir.VectorType(i16, 2 * lanes)
+        pmaddubsw = cg.declare("llvm.x86.avx2.pmadd.ub.sw", words_ty, [bytes_ty, bytes_ty])
+        pmaddwd = cg.declare("llvm.x86.avx2.pmadd.wd", vty, [words_ty, words_ty])
     q = E.Var("dot.q")
 
     def widened(b, acc, a_word, b_bytes):
@@ -196,6 +201,21 @@ def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
             total = b.add(total, b.shuffle_vector(wide32, ir.Constant(wide32.type, ir.Undefined), mask))
         return total
 
+    def avx2_dot(b, acc, a_word, b_bytes):
+        """acc + per lane the exact sum of 4 byte products, with ``vpmaddubsw``. Its int16 sum of two
+        u8 x s8 products saturates (255 * 127 * 2 > 2^15), where ``vpdpbusd`` and onnxruntime's VNNI
+        kernels do not. So the activation is split, ``a = 2 * (a >> 1) + (a & 1)``: the high part is
+        7 bits, whose pair sums fit (127 * 128 * 2 < 2^15), and the low bit's are tiny; ``vpmaddwd``
+        by 2 and by 1 widens each into 32-bit lane sums."""
+        a_bytes = b.bitcast(cg.splat(a_word, lanes), bytes_ty)
+        ones8 = ir.Constant(bytes_ty, [ir.Constant(i8, 1)] * (4 * lanes))
+        high = b.lshr(a_bytes, ones8)
+        low = b.and_(a_bytes, ones8)
+        twos = ir.Constant(words_ty, [ir.Constant(i16, 2)] * (2 * lanes))
+        ones = ir.Constant(words_ty, [ir.Constant(i16, 1)] * (2 * lanes))
+        acc = b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [high, b_bytes]), twos]))
+        return b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [low, b_bytes]), ones]))
+
     def body():
         b = cg.builder
         qq = cg.frame.vars[q]
@@ -207,6 +227,8 @@ def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
             acc = b.load(slot, typ=vty)
             if isa == "widened":
                 acc = widened(b, acc, a_word, b_bytes)
+            elif isa == "avx2":
+                acc = avx2_dot(b, acc, a_word, b_bytes)
             else:
                 acc = b.call(vpdpbusd, [acc, cg.splat(a_word, lanes), b_words])
             b.store(acc, slot)
