@@ -35,6 +35,7 @@ from nnvm.passes.alter_op_layout import AlteredNode
 from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
+MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving registers for operands
 
 
 def dot_lanes(target) -> int | None:
@@ -225,8 +226,12 @@ def qconv2d_packed_template(target, group) -> ScheduleTemplate | None:
     n, ob, oh, ow, lanes = (extent(iv) for iv in gemm.op.axis)
     k4 = extent(gemm.op.reduce_axis[0])
     limit = MAX_TILE_PIXELS.get(lanes, 4)
-    space = {"m": divisors(ow, limit)}
-    fallback = {"m": largest_divisor(ow, limit)}
+    m = largest_divisor(ow, limit)
+    nb_space = divisors(ob, 4)
+    nb = max(d for d in nb_space if d * m <= MAX_ACCUMULATORS.get(lanes, 4)) if lanes in MAX_ACCUMULATORS \
+        else 1
+    space = {"m": divisors(ow, limit), "nb": nb_space}
+    fallback = {"m": m, "nb": nb}
     return ScheduleTemplate("cpu.qconv2d.packed", space, fallback,
                             lambda config: build_qconv2d_packed(target, group, config),
                             flops=2.0 * n * ob * lanes * oh * ow * k4 * 4)
@@ -254,14 +259,15 @@ def build_qconv2d_packed(target, group, config: dict):
     out = sch[group.outputs[0].op]
     # the epilogue runs per tile, on the tile just computed: m pixels x L channels, still in L1
     b, o, y, x = out.op.axis
-    oo, oi = out.split(o, factor=lanes)
+    oo, oi = out.split(o, factor=lanes * config["nb"])
     xo, xi = out.split(x, factor=config["m"])
     out.reorder(b, oo, y, xo, oi, xi)
     out.parallel(out.fuse(b, oo, y))
     out.vectorize(xi)
     gemm.compute_at(out, xo)
-    _, _, _, gx, j = gemm.op.axis
+    gb, go, gy, gx, j = gemm.op.axis
     q, r = gemm.op.reduce_axis
-    gemm.reorder(gx, j, q, r)
-    gemm.tensorize(gx, te.backend_intrinsic(target, "dot_u8s8", m=config["m"], k4=extent(q)))
+    gemm.reorder(gb, gy, go, gx, j, q, r)
+    intrin = te.backend_intrinsic(target, "dot_u8s8", m=config["m"], k4=extent(q), nb=config["nb"])
+    gemm.tensorize(go, intrin)
     return sch

@@ -53,7 +53,8 @@ def emit_tensor_intrin(cg, call: E.TensorIntrinCall):
     """Emit ``call`` with the code generator ``cg`` (a ``CodeGenLLVM``); returns an i32 0."""
     params = call.intrin.params
     if params.get("kernel") == DOT_U8S8_KERNEL:
-        return _emit_dot_u8s8(cg, call, params["m"], params["lanes"], params["k4"], params["isa"])
+        p = params
+        return _emit_dot_u8s8(cg, call, p["m"], p["nb"], p["lanes"], p["k4"], p["isa"])
     if params.get("kernel") != GEMM_KERNEL:
         raise Error(f"kernel {cg.frame.name}: the llvm backend does not implement the tensor intrinsic "
                     f"{call.intrin.name}; use one of te.backend_intrinsic('llvm', ...): "
@@ -127,44 +128,47 @@ DOT_U8S8_KERNEL = "llvm.dot_u8s8"
 DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8}
 
 
-def dot_u8s8(m: int = 4, k4: int = 1, isa: str = "widened") -> TensorIntrin:
-    """``c[i, j] += sum(int32(a[i, q, r]) * int32(b[q, j, r]) for q < k4, r < 4)``: ``m`` rows of uint8
-    ``a`` against ``lanes`` int8 columns of ``b`` packed four consecutive ``r`` per 32-bit lane, the
-    layout ``vpdpbusd`` reads. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row and ``q``),
-    ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact: see
-    ``_avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied exactly).
-    Every form gives the exact sum, the same bits as ``vpdpbusd``."""
+def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened") -> TensorIntrin:
+    """``c[t, i, j] += sum(int32(a[i, q, r]) * int32(b[t, q, j, r]) for q < k4, r < 4)``: ``m`` rows of
+    uint8 ``a`` against ``nb`` blocks of ``lanes`` int8 columns of ``b``, packed four consecutive ``r``
+    per 32-bit lane, the layout ``vpdpbusd`` reads; ``m x nb`` accumulator vectors stay in registers
+    for the whole reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and
+    ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
+    see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
+    exactly). Every form gives the exact sum, the same bits as ``vpdpbusd``."""
     if isa not in DOT_ISAS:
         raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
                             f"got {isa!r}")
-    for what, v in (("m", m), ("k4", k4)):
+    for what, v in (("m", m), ("k4", k4), ("nb", nb)):
         if not isinstance(v, int) or v <= 0:
             raise ScheduleError(f"tensor intrinsic dot_u8s8: {what} must be a positive integer, got {v!r}")
     lanes = DOT_ISAS[isa]
     a = te.placeholder((m, k4, 4), "uint8", name="a")
-    b = te.placeholder((k4, lanes, 4), "int8", name="b")
+    b = te.placeholder((nb, k4, lanes, 4), "int8", name="b")
     q = te.reduce_axis((0, k4), name="q")
     r = te.reduce_axis((0, 4), name="r")
-    c = te.compute((m, lanes), lambda i, j: te.sum(a[i, q, r].astype("int32") * b[q, j, r].astype("int32"),
-                                                    axis=[q, r]), name="c")
+    c = te.compute((nb, m, lanes), lambda t, i, j: te.sum(a[i, q, r].astype("int32")
+                                                          * b[t, q, j, r].astype("int32"), axis=[q, r]),
+                   name="c")
 
     def reference(a, b, c):
-        c += np.einsum("iqr,qjr->ij", a.astype(np.int64), b.astype(np.int64)).astype(c.dtype)
+        c += np.einsum("iqr,tqjr->tij", a.astype(np.int64), b.astype(np.int64)).astype(c.dtype)
 
-    return te.decl_tensor_intrin(c, reference, name=f"dot_u8s8_{isa}_{m}x{lanes}x{k4}",
-                                 params={"kernel": DOT_U8S8_KERNEL, "m": m, "lanes": lanes, "k4": k4,
-                                         "isa": isa})
+    return te.decl_tensor_intrin(c, reference, name=f"dot_u8s8_{isa}_{nb}x{m}x{lanes}x{k4}",
+                                 params={"kernel": DOT_U8S8_KERNEL, "m": m, "nb": nb, "lanes": lanes,
+                                         "k4": k4, "isa": isa})
 
 
-def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
+def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str):
     from nnvm_backend_llvm.codegen_expr import I32, I64
 
     i8, i16 = ir.IntType(8), ir.IntType(16)
-    (sa0, sa1, sa2), (sb0, sb1, sb2), (sc0, sc1) = [[int(s.value) for s in row] for row in call.strides]
+    (sa0, sa1, sa2), (sbt, sb0, sb1, sb2), (sct, sc0, sc1) = [[int(s.value) for s in row]
+                                                              for row in call.strides]
     if sa2 != 1 or sb2 != 1 or sb1 != 4 or sc1 != 1:
         raise ScheduleError(f"kernel {cg.frame.name}: {call.intrin.name} needs four consecutive bytes per "
-                            f"lane and contiguous lanes (strides a {sa0, sa1, sa2}, b {sb0, sb1, sb2}, "
-                            f"c {sc0, sc1})")
+                            f"lane and contiguous lanes (strides a {sa0, sa1, sa2}, b {sbt, sb0, sb1, sb2}, "
+                            f"c {sct, sc0, sc1})")
     pa, pb, pc = [cg.element_ptr(r.buffer, cg.index(r.index)) for r in call.regions]
     vty = ir.VectorType(I32, lanes)
     bytes_ty = ir.VectorType(i8, 4 * lanes)
@@ -174,8 +178,8 @@ def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
             offset = ir.Constant(I64, offset)
         return cg.builder.gep(ptr, [offset], inbounds=True, source_etype=ety)
 
-    accs = [cg.entry_alloca(vty, 64) for _ in range(m)]
-    for slot in accs:
+    accs = [[cg.entry_alloca(vty, 64) for _ in range(m)] for _ in range(nb)]
+    for slot in (s for row in accs for s in row):
         cg.builder.store(ir.Constant(vty, [ir.Constant(I32, 0)] * lanes), slot)
     if isa in ("avx512vnni", "avxvnni"):
         width = 32 * lanes
@@ -219,23 +223,28 @@ def _emit_dot_u8s8(cg, call, m: int, lanes: int, k4: int, isa: str):
     def body():
         b = cg.builder
         qq = cg.frame.vars[q]
-        b_bytes = b.load(at(pb, i8, b.mul(qq, ir.Constant(I64, sb0))), typ=bytes_ty, align=1)
-        b_words = b.bitcast(b_bytes, vty)
+        b_off = b.mul(qq, ir.Constant(I64, sb0))
+        weights = [b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, t * sbt))), typ=bytes_ty, align=1)
+                   for t in range(nb)]
         a_off = b.mul(qq, ir.Constant(I64, sa1))
-        for i, slot in enumerate(accs):
+        for i in range(m):
             a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
-            acc = b.load(slot, typ=vty)
-            if isa == "widened":
-                acc = widened(b, acc, a_word, b_bytes)
-            elif isa == "avx2":
-                acc = avx2_dot(b, acc, a_word, b_bytes)
-            else:
-                acc = b.call(vpdpbusd, [acc, cg.splat(a_word, lanes), b_words])
-            b.store(acc, slot)
+            a_splat = cg.splat(a_word, lanes)
+            for t, b_bytes in enumerate(weights):
+                slot = accs[t][i]
+                acc = b.load(slot, typ=vty)
+                if isa == "widened":
+                    acc = widened(b, acc, a_word, b_bytes)
+                elif isa == "avx2":
+                    acc = avx2_dot(b, acc, a_word, b_bytes)
+                else:
+                    acc = b.call(vpdpbusd, [acc, a_splat, b.bitcast(b_bytes, vty)])
+                b.store(acc, slot)
 
     cg.loop(q, I64, ir.Constant(I64, 0), ir.Constant(I64, k4), body)
     b = cg.builder
-    for i, slot in enumerate(accs):
-        ptr = at(pc, I32, ir.Constant(I64, i * sc0))
-        b.store(b.add(b.load(ptr, typ=vty, align=4), b.load(slot, typ=vty)), ptr, align=4)
+    for t in range(nb):
+        for i, slot in enumerate(accs[t]):
+            ptr = at(pc, I32, ir.Constant(I64, t * sct + i * sc0))
+            b.store(b.add(b.load(ptr, typ=vty, align=4), b.load(slot, typ=vty)), ptr, align=4)
     return ir.Constant(I32, 0)
