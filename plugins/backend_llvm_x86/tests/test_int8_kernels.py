@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import nnvm
+from nnvm import te
 from nnvm.graph.builder import GraphBuilder
 from nnvm.target import parse_target
 
@@ -96,3 +97,41 @@ def test_no_packed_kernel_for_a_weight_zero_point():
     b.output(b.node("qconv2d", [x, w], {"padding": (1, 1, 1, 1), "weight_zero_point": 3})[0])
     mod = nnvm.compile(b.build(), target="llvm -mcpu=znver5", opt_level=3)
     assert "vpdpbusd" not in mod.library.assembly()
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avxvnni", "avx2", "widened"])
+def test_dot_u8s8_intrinsic_is_exact_in_every_form(isa):
+    """The intrinsic alone, each form run by the reference interpreter and, where this CPU has the
+    form's instructions, compiled for it and run:
+    saturating bytes (255 against 127 and -128), two channel blocks, against int64 numpy and against the
+    reference interpreter's run of the same program."""
+    from nnvm.tir.interpreter import run_primfunc
+    from nnvm_backend_llvm.intrinsics import DOT_ISAS, dot_u8s8
+
+    lanes, m, nb, k4 = DOT_ISAS[isa], 3, 2, 5
+    A = te.placeholder((2 * m, k4, 4), "uint8", name="A")
+    B = te.placeholder((nb, k4, lanes, 4), "int8", name="B")
+    q, r = te.reduce_axis((0, k4), name="q"), te.reduce_axis((0, 4), name="r")
+    C = te.compute((nb, 2 * m, lanes), lambda t, i, j: te.sum(A[i, q, r].astype("int32")
+                                                               * B[t, q, j, r].astype("int32"), axis=[q, r]),
+                   name="C")
+    s = te.create_schedule(C.op)
+    t, i, j = C.op.axis
+    io, ii = s[C].split(i, factor=m)
+    s[C].reorder(io, t, ii, j)
+    s[C].tensorize(t, dot_u8s8(m=m, k4=k4, nb=nb, isa=isa))
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (2 * m, k4, 4)).astype(np.uint8)
+    b = rng.integers(-128, 128, (nb, k4, lanes, 4)).astype(np.int8)
+    a[0], b[0, :, 0], b[1, :, 1] = 255, 127, -128
+    want = np.einsum("iqr,tqjr->tij", a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    interpreted = np.zeros(want.shape, np.int32)
+    run_primfunc(nnvm.lower(s, [A, B, C]), [a, b, interpreted])
+    np.testing.assert_array_equal(interpreted, want)
+    needs = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2": "avx2"}.get(isa)
+    host = parse_target("llvm")
+    if needs is None or needs in host.backend.code_features(host.backend.resolve(host)):
+        f = nnvm.build(s, [A, B, C], target="llvm")
+        got = np.zeros(want.shape, np.int32)
+        f(a, b, got)
+        np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa}")
