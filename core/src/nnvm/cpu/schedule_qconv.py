@@ -36,6 +36,7 @@ from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
 MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving registers for operands
+ROW_WINDOWS = 1  # im2col one output row at a time, inside the parallel loop (0: the whole image first)
 
 
 def dot_lanes(target) -> int | None:
@@ -230,8 +231,8 @@ def qconv2d_packed_template(target, group) -> ScheduleTemplate | None:
     nb_space = divisors(ob, 4)
     nb = max(d for d in nb_space if d * m <= MAX_ACCUMULATORS.get(lanes, 4)) if lanes in MAX_ACCUMULATORS \
         else 1
-    space = {"m": divisors(ow, limit), "nb": nb_space}
-    fallback = {"m": m, "nb": nb}
+    space = {"m": divisors(ow, limit), "nb": nb_space, "row_windows": [0, 1]}
+    fallback = {"m": m, "nb": nb, "row_windows": ROW_WINDOWS}
     return ScheduleTemplate("cpu.qconv2d.packed", space, fallback,
                             lambda config: build_qconv2d_packed(target, group, config),
                             flops=2.0 * n * ob * lanes * oh * ow * k4 * 4)
@@ -245,12 +246,11 @@ def build_qconv2d_packed(target, group, config: dict):
             stage.compute_inline()
     rows = stages["qconv2d_im2col"]
     kh, kw = stages["qconv2d_packed"].op.attrs["kernel"]
-    b, y, x, q, r = rows.op.axis
+    rb, ry, rx, q, r = rows.op.axis
     # q walks (ky, kx, channel block): split so each index is a loop variable, not a division
     kyx, c4 = rows.split(q, nparts=kh * kw)
     ky, kx = rows.split(kyx, factor=kw)
-    rows.reorder(b, y, ky, kx, x, c4, r)
-    rows.parallel(rows.fuse(b, y))
+    rows.reorder(rb, ry, ky, kx, rx, c4, r)
     rows.unroll(r)
     if "qconv2d_wsum" in stages:
         schedule_loop_nest(stages["qconv2d_wsum"])
@@ -261,8 +261,17 @@ def build_qconv2d_packed(target, group, config: dict):
     b, o, y, x = out.op.axis
     oo, oi = out.split(o, factor=lanes * config["nb"])
     xo, xi = out.split(x, factor=config["m"])
-    out.reorder(b, oo, y, xo, oi, xi)
-    out.parallel(out.fuse(b, oo, y))
+    if config["row_windows"]:
+        # each output row's windows are gathered once, next to the tiles that read them (a row of
+        # windows is ~OW x K bytes: L1 or L2), instead of the whole image's going through memory
+        out.reorder(b, y, oo, xo, oi, xi)
+        row = out.fuse(b, y)
+        out.parallel(row)
+        rows.compute_at(out, row)
+    else:
+        out.reorder(b, oo, y, xo, oi, xi)
+        out.parallel(out.fuse(b, oo, y))
+        rows.parallel(rows.fuse(rb, ry))
     out.vectorize(xi)
     gemm.compute_at(out, xo)
     gb, go, gy, gx, j = gemm.op.axis
