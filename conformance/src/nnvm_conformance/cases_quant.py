@@ -153,10 +153,8 @@ def cases() -> list[OpCase]:
     """The quantized operators' cases."""
     return [
         OpCase("quantize", _quantize(), _quantize_reference, EXACT, count=6),
-        OpCase("dequantize", _dequantize(), _dequantize_reference, DEQUANTIZE,
-               scale=lambda ex: 0.0, count=6),
+        OpCase("dequantize", _dequantize(), _dequantize_reference, DEQUANTIZE, count=6),
         OpCase("qconv2d", _qconv2d(), _qconv2d_reference, EXACT, count=8),
         OpCase("qdense", _qdense(), _qdense_reference, EXACT, count=6),
-        OpCase("requantize", _requantize(), _requantize_reference, FLOAT_REQUANTIZE,
-               scale=lambda ex: 0.0, count=8),
+        OpCase("requantize", _requantize(), _requantize_reference, FLOAT_REQUANTIZE, count=8),
     ]
