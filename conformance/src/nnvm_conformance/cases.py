@@ -14,10 +14,10 @@ STANDARD_SET = "nnvm-std-ops"  # the plugin name the core registers its operator
 
 def all_cases() -> dict[str, OpCase]:
     """operator name -> its case."""
-    from nnvm_conformance import cases_elementwise, cases_layout, cases_nn, cases_tensor
+    from nnvm_conformance import cases_elementwise, cases_layout, cases_nn, cases_quant, cases_tensor
 
     out: dict[str, OpCase] = {}
-    for module in (cases_elementwise, cases_nn, cases_tensor, cases_layout):
+    for module in (cases_elementwise, cases_nn, cases_tensor, cases_layout, cases_quant):
         for case in module.cases():
             if case.op in out:
                 raise ValueError(f"two conformance cases for operator {case.op!r}")

@@ -89,7 +89,8 @@ def test_strided_b_rows_take_the_gather_path():
 
 
 def test_unknown_intrinsic_name_and_foreign_intrinsic():
-    with pytest.raises(nnvm.ScheduleError, match="no tensor intrinsic named 'conv' \\(offered: gemm\\)"):
+    with pytest.raises(nnvm.ScheduleError,
+                       match="no tensor intrinsic named 'conv' \\(offered: dot_u8s8, gemm\\)"):
         te.backend_intrinsic("llvm", "conv")
     # an intrinsic declared only in Python has no LLVM implementation: a clear error, not a crash
     A, B, C, r = matmul(4, 16, 8)

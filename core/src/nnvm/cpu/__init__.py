@@ -12,6 +12,8 @@
   and the ops it makes;
 - ``shuffle``: channel shuffles in ``NCHW[x]c`` (an op, the pass that makes it, its schedule);
 - ``schedule_pool``: average pools a row at a time;
+- ``schedule_qconv``: 8-bit conv2d over a weight packed for the backend's ``dot_u8s8`` tensor intrinsic
+  (``vpdpbusd`` on VNNI), its layout answer, op and template (docs/quantization.md);
 - ``switches``: the A/B switches a compile sets in ``Options.cpu_switches``.
 
 ``plugin`` registers them for the key ``cpu``. A backend is asked, never guessed at: its

@@ -44,7 +44,7 @@ from nnvm_backend_llvm.codegen import CodeGenLLVM
 from nnvm_backend_llvm.cross import CrossToolchain
 from nnvm_backend_llvm.cross_library import CrossKernelLibrary, ForeignArtifact
 from nnvm_backend_llvm.elf import elf_header
-from nnvm_backend_llvm.intrinsics import TENSOR_INTRINSICS
+from nnvm_backend_llvm.intrinsics import TENSOR_INTRINSICS, dot_u8s8
 from nnvm_backend_llvm.kernel_unit import KernelUnit, compile_unit, empty_module, runtime_module
 from nnvm_backend_llvm.library import LLVMKernelLibrary
 from nnvm_backend_llvm.toolchain import (
@@ -104,8 +104,20 @@ class LLVMBackend(Backend):
         self.resolve(target)
 
     def tensor_intrinsics(self, target: Target) -> dict:
-        """The micro-kernels of ``intrinsics.py`` (``gemm``), for ``Stage.tensorize``."""
-        return dict(TENSOR_INTRINSICS)
+        """The micro-kernels of ``intrinsics.py``, for ``Stage.tensorize``: ``gemm``, and ``dot_u8s8`` in
+        the form ``target``'s features allow (``dot_isa``)."""
+        return {**TENSOR_INTRINSICS, "dot_u8s8": functools.partial(dot_u8s8, isa=self.dot_isa(target))}
+
+    def dot_isa(self, target: Target) -> str:
+        """How ``dot_u8s8`` multiplies bytes on ``target``: ``avx512vnni`` where the code uses 512-bit
+        vectors and has VNNI, ``avxvnni`` where it has VNNI on 256-bit vectors (AVX-VNNI, or AVX-512
+        VNNI with VL), ``avx2`` (``vpmaddubsw``, exact), else ``widened`` (exact 16-bit products, any CPU)."""
+        on = set(self.code_features(self.resolve(target)))
+        if "avx512vnni" in on and self.vector_lanes(target) == 16:
+            return "avx512vnni"
+        if "avxvnni" in on or {"avx512vnni", "avx512vl"} <= on:
+            return "avxvnni"
+        return "avx2" if "avx2" in on else "widened"
 
     def host_can_run(self, target: Target) -> bool:
         """This OS and architecture, and every extension the code may use (code for a CPU with extensions

@@ -16,6 +16,7 @@ the Arm backend (same code generator) offers it too.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 
 from nnvm import te
@@ -51,6 +52,9 @@ TENSOR_INTRINSICS = {"gemm": gemm}
 def emit_tensor_intrin(cg, call: E.TensorIntrinCall):
     """Emit ``call`` with the code generator ``cg`` (a ``CodeGenLLVM``); returns an i32 0."""
     params = call.intrin.params
+    if params.get("kernel") == DOT_U8S8_KERNEL:
+        p = params
+        return _emit_dot_u8s8(cg, call, p["m"], p["nb"], p["lanes"], p["k4"], p["isa"])
     if params.get("kernel") != GEMM_KERNEL:
         raise Error(f"kernel {cg.frame.name}: the llvm backend does not implement the tensor intrinsic "
                     f"{call.intrin.name}; use one of te.backend_intrinsic('llvm', ...): "
@@ -116,4 +120,131 @@ def _emit_gemm(cg, call, m: int, n: int, k: int, dtype: str):
         off = ir.Constant(I64, i * sc0)
         total = b.fadd(load_row(pc, off, sc1), b.load(slot, typ=vty))
         store_row(pc, off, sc1, total)
+    return ir.Constant(I32, 0)
+
+
+# -- 8-bit dot products ------------------------------------------------------------------------------
+DOT_U8S8_KERNEL = "llvm.dot_u8s8"
+DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8}
+
+
+def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened") -> TensorIntrin:
+    """``c[t, i, j] += sum(int32(a[i, q, r]) * int32(b[t, q, j, r]) for q < k4, r < 4)``: ``m`` rows of
+    uint8 ``a`` against ``nb`` blocks of ``lanes`` int8 columns of ``b``, packed four consecutive ``r``
+    per 32-bit lane, the layout ``vpdpbusd`` reads; ``m x nb`` accumulator vectors stay in registers
+    for the whole reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and
+    ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
+    see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
+    exactly). Every form gives the exact sum, the same bits as ``vpdpbusd``."""
+    if isa not in DOT_ISAS:
+        raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
+                            f"got {isa!r}")
+    for what, v in (("m", m), ("k4", k4), ("nb", nb)):
+        if not isinstance(v, int) or v <= 0:
+            raise ScheduleError(f"tensor intrinsic dot_u8s8: {what} must be a positive integer, got {v!r}")
+    lanes = DOT_ISAS[isa]
+    a = te.placeholder((m, k4, 4), "uint8", name="a")
+    b = te.placeholder((nb, k4, lanes, 4), "int8", name="b")
+    q = te.reduce_axis((0, k4), name="q")
+    r = te.reduce_axis((0, 4), name="r")
+    c = te.compute((nb, m, lanes), lambda t, i, j: te.sum(a[i, q, r].astype("int32")
+                                                          * b[t, q, j, r].astype("int32"), axis=[q, r]),
+                   name="c")
+
+    def reference(a, b, c):
+        c += np.einsum("iqr,tqjr->tij", a.astype(np.int64), b.astype(np.int64)).astype(c.dtype)
+
+    return te.decl_tensor_intrin(c, reference, name=f"dot_u8s8_{isa}_{nb}x{m}x{lanes}x{k4}",
+                                 params={"kernel": DOT_U8S8_KERNEL, "m": m, "nb": nb, "lanes": lanes,
+                                         "k4": k4, "isa": isa})
+
+
+def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str):
+    from nnvm_backend_llvm.codegen_expr import I32, I64
+
+    i8, i16 = ir.IntType(8), ir.IntType(16)
+    (sa0, sa1, sa2), (sbt, sb0, sb1, sb2), (sct, sc0, sc1) = [[int(s.value) for s in row]
+                                                              for row in call.strides]
+    if sa2 != 1 or sb2 != 1 or sb1 != 4 or sc1 != 1:
+        raise ScheduleError(f"kernel {cg.frame.name}: {call.intrin.name} needs four consecutive bytes per "
+                            f"lane and contiguous lanes (strides a {sa0, sa1, sa2}, b {sbt, sb0, sb1, sb2}, "
+                            f"c {sct, sc0, sc1})")
+    pa, pb, pc = [cg.element_ptr(r.buffer, cg.index(r.index)) for r in call.regions]
+    vty = ir.VectorType(I32, lanes)
+    bytes_ty = ir.VectorType(i8, 4 * lanes)
+
+    def at(ptr, ety, offset):
+        if isinstance(offset, int):
+            offset = ir.Constant(I64, offset)
+        return cg.builder.gep(ptr, [offset], inbounds=True, source_etype=ety)
+
+    accs = [[cg.entry_alloca(vty, 64) for _ in range(m)] for _ in range(nb)]
+    for slot in (s for row in accs for s in row):
+        cg.builder.store(ir.Constant(vty, [ir.Constant(I32, 0)] * lanes), slot)
+    if isa in ("avx512vnni", "avxvnni"):
+        width = 32 * lanes
+        vpdpbusd = cg.declare(f"llvm.x86.avx512.vpdpbusd.{width}", vty, [vty, vty, vty])
+    if isa == "avx2":
+        words_ty = ir.VectorType(i16, 2 * lanes)
+        pmaddubsw = cg.declare("llvm.x86.avx2.pmadd.ub.sw", words_ty, [bytes_ty, bytes_ty])
+        pmaddwd = cg.declare("llvm.x86.avx2.pmadd.wd", vty, [words_ty, words_ty])
+    q = E.Var("dot.q")
+
+    def widened(b, acc, a_word, b_bytes):
+        """acc + per lane: sum over its 4 bytes of zext(a) * sext(b), in 16-bit products (exact:
+        |255 * -128| < 2^15) added pairwise into 32 bits."""
+        a4 = b.bitcast(a_word, ir.VectorType(i8, 4))
+        mask = ir.Constant(ir.VectorType(I32, 4 * lanes), [t % 4 for t in range(4 * lanes)])
+        spread = b.shuffle_vector(a4, ir.Constant(ir.VectorType(i8, 4), ir.Undefined), mask)
+        wide_ty = ir.VectorType(i16, 4 * lanes)
+        prod = b.mul(b.zext(spread, wide_ty), b.sext(b_bytes, wide_ty))
+        wide32 = b.sext(prod, ir.VectorType(I32, 4 * lanes))
+        total = acc
+        for r in range(4):
+            mask = ir.Constant(ir.VectorType(I32, lanes), [4 * j + r for j in range(lanes)])
+            total = b.add(total, b.shuffle_vector(wide32, ir.Constant(wide32.type, ir.Undefined), mask))
+        return total
+
+    def avx2_dot(b, acc, a_word, b_bytes):
+        """acc + per lane the exact sum of 4 byte products, with ``vpmaddubsw``. Its int16 sum of two
+        u8 x s8 products saturates (255 * 127 * 2 > 2^15), where ``vpdpbusd`` and onnxruntime's VNNI
+        kernels do not. So the activation is split, ``a = 2 * (a >> 1) + (a & 1)``: the high part is
+        7 bits, whose pair sums fit (127 * 128 * 2 < 2^15), and the low bit's are tiny; ``vpmaddwd``
+        by 2 and by 1 widens each into 32-bit lane sums."""
+        a_bytes = b.bitcast(cg.splat(a_word, lanes), bytes_ty)
+        ones8 = ir.Constant(bytes_ty, [ir.Constant(i8, 1)] * (4 * lanes))
+        high = b.lshr(a_bytes, ones8)
+        low = b.and_(a_bytes, ones8)
+        twos = ir.Constant(words_ty, [ir.Constant(i16, 2)] * (2 * lanes))
+        ones = ir.Constant(words_ty, [ir.Constant(i16, 1)] * (2 * lanes))
+        acc = b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [high, b_bytes]), twos]))
+        return b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [low, b_bytes]), ones]))
+
+    def body():
+        b = cg.builder
+        qq = cg.frame.vars[q]
+        b_off = b.mul(qq, ir.Constant(I64, sb0))
+        weights = [b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, t * sbt))), typ=bytes_ty, align=1)
+                   for t in range(nb)]
+        a_off = b.mul(qq, ir.Constant(I64, sa1))
+        for i in range(m):
+            a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
+            a_splat = cg.splat(a_word, lanes)
+            for t, b_bytes in enumerate(weights):
+                slot = accs[t][i]
+                acc = b.load(slot, typ=vty)
+                if isa == "widened":
+                    acc = widened(b, acc, a_word, b_bytes)
+                elif isa == "avx2":
+                    acc = avx2_dot(b, acc, a_word, b_bytes)
+                else:
+                    acc = b.call(vpdpbusd, [acc, a_splat, b.bitcast(b_bytes, vty)])
+                b.store(acc, slot)
+
+    cg.loop(q, I64, ir.Constant(I64, 0), ir.Constant(I64, k4), body)
+    b = cg.builder
+    for t in range(nb):
+        for i, slot in enumerate(accs[t]):
+            ptr = at(pc, I32, ir.Constant(I64, t * sct + i * sc0))
+            b.store(b.add(b.load(ptr, typ=vty, align=4), b.load(slot, typ=vty)), ptr, align=4)
     return ir.Constant(I32, 0)

@@ -27,6 +27,11 @@ _BASE_AVX512 = (*_BASE_AVX2, "avx512f", "avx512cd", "avx512bw", "avx512dq", "avx
 # x86 CPUs by LLVM name (prefixes), for ``-mcpu`` alone: llvmlite does not list a named CPU's features.
 AVX512_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
                "graniterapids", "rocketlake", "cannonlake", "znver4", "znver5", "x86-64-v4")
+# ... and those of them with the 8-bit dot product: AVX-512 VNNI (``vpdpbusd`` on zmm), AVX-VNNI (on ymm)
+AVX512_VNNI_CPUS = ("cascadelake", "cooperlake", "icelake", "tigerlake", "sapphirerapids", "emeraldrapids",
+                    "graniterapids", "rocketlake", "znver4", "znver5")
+AVX_VNNI_CPUS = ("alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake", "sierraforest",
+                 "grandridge", "sapphirerapids", "emeraldrapids", "graniterapids", "znver5")
 AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "znver",
              "x86-64-v3")
 
@@ -65,6 +70,11 @@ def cpu_name_features(cpu: str) -> str:
     its vector width (``cpu_name_lanes``); llvmlite does not list a named CPU's own."""
     lanes = cpu_name_lanes(cpu)
     implied = _BASE_AVX512 if lanes == 16 else _BASE_AVX2 if lanes == 8 else ()
+    name = cpu.lower()
+    if lanes == 16 and name.startswith(AVX512_VNNI_CPUS):
+        implied += ("avx512vnni",)
+    if lanes >= 8 and name.startswith(AVX_VNNI_CPUS):
+        implied += ("avxvnni",)
     return ",".join("+" + name for name in implied)
 
 

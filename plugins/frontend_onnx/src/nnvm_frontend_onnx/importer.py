@@ -46,6 +46,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (convert_*: fill CONVERTERS)
     convert_tensor,
     functions,
     mapped,
+    qdq,
     shape_values,
 )
 from nnvm_frontend_onnx.context import (
@@ -204,19 +205,18 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
     names = _node_names(graph)
     _check_defined(graph, names, where)
     nodes = _live_nodes(graph, names)
+    arrays = _initializer_arrays(graph, mapped_weights, where)
+    fused = qdq.fuse_qdq(nodes, arrays.get, [o.name for o in graph.output])
+    if fused is not nodes:
+        nodes = _live_pairs(fused, {o.name for o in graph.output})
     _check_supported(nodes, opset, path)
 
     b = GraphBuilder(name=graph.name or (os.path.splitext(os.path.basename(path))[0] if path else "model"))
     env: dict[str, str] = {}  # ONNX value name -> nnvm value name
     initializers = {t.name for t in graph.initializer}
-    from onnx import numpy_helper
 
     for t in graph.initializer:
-        array = mapped_weights.get(t.name)
-        if array is None:
-            with reading(where, f"initializer {t.name!r} cannot be read"):  # corrupt or unusual tensor data
-                array = numpy_helper.to_array(t)
-        env[t.name] = b.param(t.name, array)
+        env[t.name] = b.param(t.name, arrays[t.name])
     _add_inputs(b, env, [vi for vi in graph.input if vi.name not in initializers], shapes, where)
 
     consumed = {v for n, _ in nodes for v in n.input if v} | {o.name for o in graph.output}
@@ -333,12 +333,30 @@ def _node_names(graph) -> list[str]:
     return unique_names((node.name, node.op_type) for node in graph.node)
 
 
+def _initializer_arrays(graph, mapped_weights: dict, where: str) -> dict:
+    """initializer name -> its array (a view of the mapped file where ``mapped`` left it out)."""
+    from onnx import numpy_helper
+
+    arrays = {}
+    for t in graph.initializer:
+        array = mapped_weights.get(t.name)
+        if array is None:
+            with reading(where, f"initializer {t.name!r} cannot be read"):  # corrupt or unusual tensor data
+                array = numpy_helper.to_array(t)
+        arrays[t.name] = array
+    return arrays
+
+
 def _live_nodes(graph, names: list[str]) -> list:
     """``(node, name)`` for the nodes the graph outputs depend on, in order; dead nodes are dropped
     (exporters leave some behind, such as index computations for a MaxPool's unused Indices)."""
-    needed = {o.name for o in graph.output}
+    return _live_pairs(list(zip(graph.node, names)), {o.name for o in graph.output})
+
+
+def _live_pairs(pairs: list, outputs: set) -> list:
+    needed = set(outputs)
     live = []
-    for node, name in reversed(list(zip(graph.node, names))):
+    for node, name in reversed(pairs):
         if any(o in needed for o in node.output if o):
             live.append((node, name))
             needed.update(v for v in node.input if v)
@@ -368,6 +386,8 @@ def _check_supported(nodes, opset: int, path) -> None:
 
     supported = {key(node) for node, _ in nodes if node.domain in ONNX_DOMAINS and (
         node.op_type in CONVERTERS or functions.has_function(node.op_type, opset))}
+    supported |= {key(node) for node, _ in nodes
+                  if node.domain == qdq.MICROSOFT and node.op_type in convert_quant.MICROSOFT_OPS}
     check_supported(((key(node), name) for node, name in nodes), supported.__contains__,
                     f"ONNX (opset {opset})", path)
 

@@ -1,0 +1,113 @@
+"""Int8 ResNet-18 against onnxruntime int8 and OpenVINO int8 (issue 40).
+
+    uv run python bench/int8.py                     # QDQ ResNet-18, batch 1, 2 threads
+    uv run python bench/int8.py --rounds 5 --threads 1
+
+The model is ``nnvm_testing.frontend_onnx.quantized.quantized_model_path("resnet18", "qdq")``: the
+generated ResNet-18 quantized by onnxruntime's ``quantize_static`` (uint8 activations, int8 weights per
+channel, 8 calibration inputs), cached under ``$NNVM_CACHE_DIR/models``. In one child process (so the
+thread count holds from the start), all with ``--threads`` threads, on the same seeded input: nnvm's
+int8 module, nnvm's float32 module of the float model it came from (for scale), onnxruntime on the QDQ
+file (its own QDQ fusion makes it int8; default settings, spinning on), and OpenVINO on the QDQ file
+(CPU plugin, ``INFERENCE_NUM_THREADS``, one stream, the latency hint, no precision hint: it runs the
+quantized operators in int8; the settings read back and printed). The int8 outputs are compared with
+onnxruntime's. Each runtime is timed in blocks of its own, the blocks alternated ``--rounds`` times and
+the steady rounds kept as ``bench/zoo.py`` does: the machine is shared, so a slow period hits all alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import zoo  # bench/zoo.py: the timing rules are the zoo's, not a copy
+
+RUNTIMES = ("nnvm_int8", "nnvm_f32", "ort_int8", "openvino_int8")
+
+
+def openvino_model(path: str, threads: int):
+    """(infer request, the settings read back) of the OpenVINO CPU plugin for ``path``."""
+    import openvino as ov
+
+    core = ov.Core()
+    config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    compiled = core.compile_model(path, "CPU", config)
+    settings = {k: str(compiled.get_property(k)) for k in (*config, "INFERENCE_PRECISION_HINT")}
+    settings["version"] = ov.get_version()
+    return compiled.create_infer_request(), settings
+
+
+def measure(threads: int, repeat: int, rounds: int, block_seconds: float) -> dict:
+    """Everything, in the child process (see the module docstring)."""
+    os.environ["NNVM_NUM_THREADS"] = str(threads)
+    import numpy as np
+
+    import nnvm
+    from nnvm.bench import alternate_times, blocks_times, onnxruntime_session
+    from nnvm_testing.frontend_onnx import models, quantized
+
+    load = os.getloadavg()[0]
+    qpath = quantized.quantized_model_path("resnet18", "qdq")
+    int8 = nnvm.compile(qpath, target="llvm")
+    f32 = nnvm.compile(models.cached_model_path("resnet18"), target="llvm")
+    sess, ort_version = onnxruntime_session(qpath, threads, spinning=True)
+    request, ov_settings = openvino_model(qpath, threads)
+    feeds = quantized.calibration_inputs(qpath, count=1, seed=11)[0]
+    want = sess.run(None, feeds)[0]
+    result = {"ort_version": ort_version, "openvino": ov_settings, "threads": threads}
+    scale = float(np.abs(want).max())
+    outs = {"nnvm_int8": int8.run(**feeds)[0], "openvino_int8": next(iter(request.infer(feeds).values()))}
+    for who, got in outs.items():
+        result[f"{who}_max_rel_err"] = float(np.abs(got - want).max()) / scale
+        result[f"{who}_same_top1"] = bool(got.argmax() == want.argmax())
+    fns = [lambda: int8.run(**feeds), lambda: f32.run(**feeds), lambda: sess.run(None, feeds),
+           lambda: request.infer(feeds)]
+    one = max(min(t) for t in alternate_times(fns, 2, warmup=1))
+    n = max(3, min(repeat, round(1e3 * block_seconds / max(one, 1e-3))))
+    blocks = blocks_times(fns, n, rounds, warmup=2)
+    steady = zoo.steady_rounds(blocks, lambda: blocks_times(fns, n, 1, warmup=2), rounds)
+    result["repeat"], result["steady_rounds"] = n, len(steady[0])
+    result["load"] = sorted((load, os.getloadavg()[0]))  # one-minute load averages, before and after
+    for who, per in zip(RUNTIMES, steady):
+        result[f"{who}_ms"] = statistics.median(statistics.median(b) for b in per)
+        result[f"{who}_best_ms"] = min(min(b) for b in per)
+    result["vs_ort_int8"] = result["nnvm_int8_ms"] / result["ort_int8_ms"]
+    result["vs_openvino_int8"] = result["nnvm_int8_ms"] / result["openvino_int8_ms"]
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=50, help="most runs in one block")
+    parser.add_argument("--rounds", type=int, default=3, help="blocks of each runtime, alternated")
+    parser.add_argument("--block-seconds", type=float, default=1.0, help="aim of one block's length")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.threads, args.repeat, args.rounds, args.block_seconds)))
+        return 0
+    print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(args.threads),
+           "--repeat", str(args.repeat), "--rounds", str(args.rounds),
+           "--block-seconds", str(args.block_seconds)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["no output"]
+        print(f"the measurement failed: {lines[-1]}", file=sys.stderr)
+        return 1
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(json.dumps(result, indent=1))
+    print(f"ResNet-18 int8, batch 1, {args.threads} threads: nnvm {result['nnvm_int8_ms']:.2f} ms, "
+          f"onnxruntime {result['ort_int8_ms']:.2f} ms ({result['vs_ort_int8']:.2f}x), OpenVINO "
+          f"{result['openvino_int8_ms']:.2f} ms ({result['vs_openvino_int8']:.2f}x); nnvm float32 "
+          f"{result['nnvm_f32_ms']:.2f} ms; load {result['load']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

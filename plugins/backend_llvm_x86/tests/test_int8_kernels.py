@@ -1,0 +1,137 @@
+"""8-bit convolution kernels (``nnvm.cpu.schedule_qconv``, the ``dot_u8s8`` intrinsic) per x86 target.
+
+Each target is compiled explicitly, so the decision is checked whatever this machine is: ``vpdpbusd``
+on zmm registers with AVX-512 VNNI (``znver5``, ``icelake-server``), its VEX form on ymm with AVX-VNNI
+(``alderlake``), ``vpmaddubsw`` + ``vpmaddwd`` with AVX2 alone (``haswell``). The numbers are checked
+on every target this machine can run, exactly, against an int64 numpy convolution and onnxruntime's
+requantization formula, on data that makes the AVX2 instruction's int16 pair sums saturate
+(255 x 127 + 255 x 127) if the kernel let them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import nnvm
+from nnvm import te
+from nnvm.graph.builder import GraphBuilder
+from nnvm.target import parse_target
+
+KERNELS = {
+    "llvm -mcpu=znver5": r"vpdpbusd\s+.*%zmm",
+    "llvm -mcpu=icelake-server": r"vpdpbusd\s+.*%zmm",
+    "llvm -mcpu=alderlake": r"vpdpbusd\s+.*%ymm",
+    "llvm -mcpu=haswell": r"vpmaddubsw\s+.*%ymm",
+}
+CASES = [  # data dtype, channels in, out, size, kernel, stride, padding, data zero point
+    ("uint8", 16, 24, 9, 3, 1, 1, 7),
+    ("uint8", 3, 20, 11, 7, 2, 3, 0),  # channels padded to 4, a large kernel, stride 2 (ResNet's first)
+    ("int8", 8, 16, 6, 1, 1, 0, -5),  # signed data, moved to unsigned by the kernel
+]
+
+
+def _add_case(b: GraphBuilder, tag: str, case, rng):
+    dtype, c, o, hw, k, stride, pad, zp = case
+    info = np.iinfo(dtype)
+    data = rng.integers(int(info.min), int(info.max) + 1, (1, c, hw, hw))
+    data[..., ::2] = info.max  # saturating pairs for vpmaddubsw, had the kernel not split the bytes
+    weight = rng.integers(-128, 128, (o, c, k, k)).astype(np.int8)
+    weight[: o // 2, :, :, ::2] = 127
+    scale = rng.uniform(1e-4, 1e-3, o).astype(np.float32)
+    bias = rng.integers(-2000, 2000, o).astype(np.int32)
+    x = b.input(f"x{tag}", data.shape, dtype)
+    attrs = {"strides": (stride, stride), "padding": (pad,) * 4, "data_zero_point": zp}
+    acc = b.node("qconv2d", [x, b.param(f"w{tag}", weight)], attrs, name=f"conv{tag}")[0]
+    y = b.node("requantize", [acc, b.param(f"scale{tag}", scale), b.param(f"bias{tag}", bias)],
+               {"zero_point": 3, "out_dtype": "uint8", "out_min": 3}, name=f"requantize{tag}")[0]
+    b.output(y)
+    return data.astype(dtype), (weight, scale, bias)
+
+
+def _reference(case, data, params):
+    """int64 convolution of the centred data, then onnxruntime's requantization in float32."""
+    _, _, _, _, k, stride, pad, zp = case
+    weight, scale, bias = params
+    x = np.pad(data.astype(np.int64) - zp, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    n, c, h, w = x.shape
+    oh, ow = (h - k) // stride + 1, (w - k) // stride + 1
+    acc = np.zeros((n, weight.shape[0], oh, ow), np.int64)
+    for i in range(k):
+        for j in range(k):
+            patch = x[:, :, i:i + stride * (oh - 1) + 1:stride, j:j + stride * (ow - 1) + 1:stride]
+            acc += np.einsum("nchw,oc->nohw", patch, weight[:, :, i, j].astype(np.int64))
+    v = (acc + bias.reshape(1, -1, 1, 1)).astype(np.float32) * scale.reshape(1, -1, 1, 1)
+    return np.clip(np.rint(np.clip(v, 0 - 0, 255 - 3)) + 3, 3, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("target", list(KERNELS))
+def test_int8_conv_kernels_per_target(target):
+    rng = np.random.default_rng(0)
+    b = GraphBuilder(name="qconv")
+    made = [_add_case(b, str(k), case, rng) for k, case in enumerate(CASES)]
+    mod = nnvm.compile(b.build(), target=target, opt_level=3)
+    asm = mod.library.assembly()
+    assert re.search(KERNELS[target], asm), f"{target}: no {KERNELS[target]!r} in the int8 convolution"
+    if "haswell" in target:
+        assert "vpdpbusd" not in asm, "haswell has no VNNI"
+    parsed = parse_target(target)
+    if not parsed.backend.host_can_run(parsed):
+        return  # the decision above is checked; this machine cannot run the code
+    outs = mod.run(**{f"x{k}": data for k, (data, _) in enumerate(made)})
+    for case, (data, params), got in zip(CASES, made, outs):
+        want = _reference(case, data, params)
+        bad = got != want
+        assert not bad.any(), (f"{target} {case}: {int(bad.sum())} of {bad.size} outputs differ, first got "
+                               f"{got[bad][0]} expected {want[bad][0]}")
+
+
+def test_no_packed_kernel_for_a_weight_zero_point():
+    """A weight with a zero point is not what the packed kernel computes: the generic one runs it."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder(name="qconv_wzp")
+    x = b.input("x", (1, 4, 5, 5), "uint8")
+    w = b.param("w", rng.integers(-128, 128, (8, 4, 3, 3)).astype(np.int8))
+    b.output(b.node("qconv2d", [x, w], {"padding": (1, 1, 1, 1), "weight_zero_point": 3})[0])
+    mod = nnvm.compile(b.build(), target="llvm -mcpu=znver5", opt_level=3)
+    assert "vpdpbusd" not in mod.library.assembly()
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avxvnni", "avx2", "widened"])
+def test_dot_u8s8_intrinsic_is_exact_in_every_form(isa):
+    """The intrinsic alone, each form run by the reference interpreter and, where this CPU has the
+    form's instructions, compiled for it and run:
+    saturating bytes (255 against 127 and -128), two channel blocks, against int64 numpy and against the
+    reference interpreter's run of the same program."""
+    from nnvm.tir.interpreter import run_primfunc
+    from nnvm_backend_llvm.intrinsics import DOT_ISAS, dot_u8s8
+
+    lanes, m, nb, k4 = DOT_ISAS[isa], 3, 2, 5
+    A = te.placeholder((2 * m, k4, 4), "uint8", name="A")
+    B = te.placeholder((nb, k4, lanes, 4), "int8", name="B")
+    q, r = te.reduce_axis((0, k4), name="q"), te.reduce_axis((0, 4), name="r")
+    C = te.compute((nb, 2 * m, lanes), lambda t, i, j: te.sum(A[i, q, r].astype("int32")
+                                                               * B[t, q, j, r].astype("int32"), axis=[q, r]),
+                   name="C")
+    s = te.create_schedule(C.op)
+    t, i, j = C.op.axis
+    io, ii = s[C].split(i, factor=m)
+    s[C].reorder(io, t, ii, j)
+    s[C].tensorize(t, dot_u8s8(m=m, k4=k4, nb=nb, isa=isa))
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 256, (2 * m, k4, 4)).astype(np.uint8)
+    b = rng.integers(-128, 128, (nb, k4, lanes, 4)).astype(np.int8)
+    a[0], b[0, :, 0], b[1, :, 1] = 255, 127, -128
+    want = np.einsum("iqr,tqjr->tij", a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    interpreted = np.zeros(want.shape, np.int32)
+    run_primfunc(nnvm.lower(s, [A, B, C]), [a, b, interpreted])
+    np.testing.assert_array_equal(interpreted, want)
+    needs = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2": "avx2"}.get(isa)
+    host = parse_target("llvm")
+    if needs is None or needs in host.backend.code_features(host.backend.resolve(host)):
+        f = nnvm.build(s, [A, B, C], target="llvm")
+        got = np.zeros(want.shape, np.int32)
+        f(a, b, got)
+        np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa}")
