@@ -24,7 +24,7 @@ import numpy as np
 
 from nnvm.compiler import compile_model
 from nnvm.errors import Error, InputError
-from nnvm.frontend.convert import DimBinding, binding_dims
+from nnvm.frontend.convert import DimBinding, binding_dims, dim_expression
 from nnvm.graph.dims import Dim
 from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
@@ -52,8 +52,8 @@ def _checked_bounds(bounds: dict | None) -> dict:
             lo, hi = int(lo), None if hi is None else int(hi)
         except (TypeError, ValueError):
             raise InputError(f"bounds= gives dim {dim!r} {b!r}; expected a pair (lo, hi)") from None
-        if lo < 1 or (hi is not None and hi < lo):
-            raise InputError(f"bounds= gives dim {dim!r} the empty or non-positive range [{lo}, {hi}]")
+        if lo < 0 or (hi is not None and hi < lo):  # 0: an empty past (a KV cache's first step)
+            raise InputError(f"bounds= gives dim {dim!r} the empty or negative range [{lo}, {hi}]")
         out[dim] = (lo, hi)
     return out
 
@@ -82,7 +82,8 @@ def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, op
     else:
         first = whole
     declared = {name: binding.declared[name] for name in first.input_names}
-    dims = list(dict.fromkeys(d for shape in declared.values() for d in shape if isinstance(d, str)))
+    dims = list(dict.fromkeys(n for shape in declared.values() for d in shape if isinstance(d, str)
+                              for n in _dim_names(d)))
     unknown = sorted(set(bounds) - set(dims))
     if unknown:
         raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no symbolic dim of the "
@@ -114,6 +115,9 @@ class SymbolicModule:
         self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
         self.input_shapes = declared  # input name -> shape of ints and dim names
         self.dims = dims
+        # dims the model names by arithmetic of others (``past + seq``), by their text
+        self._expressions = {d: dim_expression(d) for shape in declared.values() for d in shape
+                             if isinstance(d, str) and dim_expression(d) is not None}
         self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
         self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
         self._last = None
@@ -143,6 +147,7 @@ class SymbolicModule:
         declared, every dim within its bounds and the same in every input carrying it."""
         values: dict = {}
         source: dict = {}
+        later: list = []
         for name, shape in self.input_shapes.items():
             got = arrays[name].shape
             if len(got) != len(shape):
@@ -152,6 +157,9 @@ class SymbolicModule:
                 if isinstance(d, int):
                     if n != d:
                         raise InputError(f"input {name!r} dim {axis} must be {d} {_shown(shape)}, got {n}")
+                    continue
+                if d in self._expressions:  # ``past + seq``: checked once its names are bound
+                    later.append((name, axis, d, n))
                     continue
                 lo, hi = self.bounds[d]
                 if d in values:
@@ -163,6 +171,11 @@ class SymbolicModule:
                     raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, outside its bounds "
                                      f"[{lo}, {'inf' if hi is None else hi}]")
                 values[d], source[d] = n, name
+        for name, axis, d, n in later:
+            want = self._expressions[d].evaluate(values)
+            if n != want:
+                given = ", ".join(f"{k} = {values[k]} (input {source[k]!r})" for k in self._expressions[d].names)
+                raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but {given} make it {want}")
         for dim, limit, where in self.requirements:
             got = dim.evaluate(values) if isinstance(dim, Dim) else dim
             most = limit.evaluate(values) if isinstance(limit, Dim) else limit
@@ -243,6 +256,12 @@ class SymbolicModule:
         raise Error(f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)}), and "
                     "exporting a symbolic module is not supported yet; compile it with every dim bound "
                     "(integers in shapes=) to export it")
+
+
+def _dim_names(d: str) -> tuple:
+    """The dims a declared dim binds: itself, or the names in ``past + seq``."""
+    expr = dim_expression(d)
+    return (d,) if expr is None else expr.names
 
 
 def _shown(shape) -> str:

@@ -73,10 +73,44 @@ def _poly(e: E.Expr, atoms: dict) -> dict:
             (mb, c), = b.items()
             if c > 0 and all(v % c == 0 and _holds(ma, mb) for ma, v in a.items()):
                 return {_without(ma, mb): v // c for ma, v in a.items()} if e.op == "floordiv" else {}
+        if len(b) > 1:  # (64 * past + 64 * seq) // (32 * past + 32 * seq) is 2, and % is 0
+            q = _exact_quotient(a, b)
+            if q is not None:
+                return q if e.op == "floordiv" else {}
         key = (e.op, _poly_key(a), _poly_key(b))
         atoms[key] = E.binop(e.op, _expr(a, atoms), _expr(b, atoms))
         return {(key,): 1}
     raise Error(f"a dim must be built of dim names, integers and + - * // %, not {e}")
+
+
+def _times(a: dict, b: dict) -> dict:
+    out: dict = {}
+    for ma, ca in a.items():
+        for mb, cb in b.items():
+            mono = tuple(sorted(ma + mb))
+            out[mono] = out.get(mono, 0) + ca * cb
+    return {m: c for m, c in out.items() if c}
+
+
+def _exact_quotient(a: dict, b: dict) -> dict | None:
+    """``a / b`` when polynomial ``b`` divides ``a`` exactly with integer coefficients, else None: long
+    division by leading terms (degree, then atoms), the result checked by multiplying back."""
+    def lead(p):
+        return max(p, key=lambda m: (len(m), m))
+
+    rest, q, lb = dict(a), {}, lead(b)
+    for _ in range(64):
+        if not rest:
+            return q if _times(q, b) == {m: c for m, c in a.items() if c} else None
+        la = lead(rest)
+        if rest[la] % b[lb] or not _holds(la, lb):
+            return None
+        term = {_without(la, lb): rest[la] // b[lb]}
+        q[_without(la, lb)] = q.get(_without(la, lb), 0) + rest[la] // b[lb]
+        for m, c in _times(term, b).items():
+            rest[m] = rest.get(m, 0) - c
+        rest = {m: c for m, c in rest.items() if c}
+    return None
 
 
 def _holds(mono: tuple, factor: tuple) -> bool:
