@@ -35,6 +35,23 @@ from nnvm.runtime.plan import bind_types, make_plan
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
 
 
+def bucket(value: int, hi: int | None = None) -> int:
+    """The dim value a memory plan is made for, serving every value up to it: a power of two up to 64,
+    then a multiple of 64 (at most twice the bytes, and a 64-step decode builds about 3 plans)."""
+    if value <= 1:
+        return value
+    up = min(1 << (value - 1).bit_length(), -(-value // 64) * 64)
+    return up if hi is None else max(value, min(up, hi))
+
+
+def _grows(d) -> bool:
+    """Whether dim ``d`` never shrinks as its names grow: non-negative coefficients, no ``%``; a plan for
+    larger dims then has room for every buffer at smaller ones."""
+    if not isinstance(d, Dim):
+        return True
+    return all(c >= 0 and not any(atom[0] == "floormod" for atom in mono) for mono, c in d._key)
+
+
 def wants_symbolic(shapes: dict | None, bounds: dict | None) -> bool:
     """Whether ``nnvm.compile`` keeps dims symbolic: ``bounds=`` given, or ``shapes=`` naming a dim
     (a string) or leaving one open (None)."""
@@ -108,10 +125,15 @@ class SymbolicModule:
         # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
         self._whole, self.why_specialised = whole, why
         self.requirements = list(requirements)  # (dim, limit, where): dim <= limit, checked at each run
+        self._bucketed = False  # plans made for a bucket of dim values (``bucket``), run shaped
         if whole is not None:
             self._calls = group_calls(whole.graph)
             for call, planned in zip(self._calls, whole.plan["calls"]):
                 call["kernel"] = planned["kernel"]
+            types = whole.graph.types
+            self._output_shapes = [types[v].shape for v in whole.graph.outputs]
+            self._bucketed = (whole.runs_shaped and
+                              all(_grows(d) for ty in types.values() for d in ty.shape))
         self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
         self.input_shapes = declared  # input name -> shape of ints and dim names
         self.dims = dims
@@ -197,12 +219,20 @@ class SymbolicModule:
         """Outputs for inputs of any shape within the bounds (positionally or by name), each with its
         actual shape. Safe from several threads at once."""
         arrays = self._arrays(args, kwargs)
-        return self.specialised(self.bind_dims(arrays)).run(**arrays)
+        values = self.bind_dims(arrays)
+        mod = self.specialised(values)
+        if mod.plan.get("dims") is None or all(mod.plan["dims"].get(d, v) == v for d, v in values.items()):
+            return mod.run(**arrays)
+        out_shapes = [tuple(d.evaluate(values) if isinstance(d, Dim) else d for d in shape)
+                      for shape in self._output_shapes]
+        return mod.run_shaped([arrays[n] for n in mod.input_names], values, out_shapes)
 
     __call__ = run
 
     def specialised(self, values: dict):
         """The module for one binding (``{dim: value}``), compiled when first asked for."""
+        if self._bucketed:  # one plan serves a bucket of bindings
+            values = {d: bucket(v, self.bounds[d][1]) for d, v in values.items()}
         key = tuple(values[d] for d in self.dims)
         with self._lock:
             mod = self._modules.get(key)
