@@ -148,7 +148,7 @@ def _expr(p: dict, atoms: dict) -> E.Expr:
 class Dim:
     """A symbolic dim: see the module docstring. Build one with ``Dim.named("seq")`` or by arithmetic."""
 
-    __slots__ = ("expr", "_key")
+    __slots__ = ("expr", "_key", "_names")
 
     def __init__(self, expr: E.Expr):
         atoms: dict = {}
@@ -165,10 +165,14 @@ class Dim:
 
     @property
     def names(self) -> tuple:
-        """The dim variables' names, in order of first appearance."""
-        found: dict = {}
-        walk(self.expr, lambda n: found.setdefault(n.name, None) if isinstance(n, E.Var) else None)
-        return tuple(found)
+        """The dim variables' names, in order of first appearance (found once: plans evaluate dims often)."""
+        try:
+            return self._names
+        except AttributeError:
+            found: dict = {}
+            walk(self.expr, lambda n: found.setdefault(n.name, None) if isinstance(n, E.Var) else None)
+            self._names = tuple(found)
+            return self._names
 
     def evaluate(self, values: dict) -> int:
         """The dim's value when each name has the value ``values[name]``."""
