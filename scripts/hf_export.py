@@ -221,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.model not in DECODERS or not args.with_past:
             parser.error(f"--with-past exports {', '.join(DECODERS)}; {args.model} needs --with-past")
         proto = export_with_past(args.model, args.out, args.layers, args.width, args.heads, args.kv_heads)
+        ops = sorted({n.op_type for n in proto.graph.node})
         print(f"{args.model} with past (torch {torch.__version__}, transformers {transformers.__version__}) "
-              f"-> {args.out}: {len(proto.graph.node)} nodes; ops {sorted({n.op_type for n in proto.graph.node})}")
+              f"-> {args.out}: {len(proto.graph.node)} nodes; ops {ops}")
         return 0
     proto = export(args.model, args.out, args.batch, args.seq, args.exporter, args.layers, args.width,
                    args.heads, args.dynamic)

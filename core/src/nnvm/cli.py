@@ -226,7 +226,8 @@ def cmd_generate(args) -> int:
         try:
             ids = np.array([[int(t) for t in args.prompt_ids.split(",")]], dtype=np.int64)
         except ValueError:
-            raise Error(f"--prompt-ids {args.prompt_ids!r}: write token ids separated by commas (1,2,3)") from None
+            raise Error(f"--prompt-ids {args.prompt_ids!r}: write token ids separated by commas "
+                        "(1,2,3)") from None
     else:
         ids = np.random.default_rng(args.seed).integers(0, args.vocab, (1, args.prompt_len), dtype=np.int64)
     t0 = time.perf_counter()

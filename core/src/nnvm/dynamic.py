@@ -196,7 +196,8 @@ class SymbolicModule:
         for name, axis, d, n in later:
             want = self._expressions[d].evaluate(values)
             if n != want:
-                given = ", ".join(f"{k} = {values[k]} (input {source[k]!r})" for k in self._expressions[d].names)
+                given = ", ".join(f"{k} = {values[k]} (input {source[k]!r})"
+                                  for k in self._expressions[d].names)
                 raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but {given} make it {want}")
         for dim, limit, where in self.requirements:
             got = dim.evaluate(values) if isinstance(dim, Dim) else dim

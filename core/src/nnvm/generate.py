@@ -42,7 +42,8 @@ class DecoderSpec:
             raise InputError(f"{where} is not a decoder exported with its KV cache: it needs inputs "
                              f"'input_ids' and 'past_key_values.<i>.key|value', and has "
                              f"{', '.join(map(repr, names))}")
-        unknown = [n for n in names if n not in ("input_ids", "attention_mask", "position_ids") and n not in past]
+        known = ("input_ids", "attention_mask", "position_ids")
+        unknown = [n for n in names if n not in known and n not in past]
         if unknown:
             raise InputError(f"{where}: input {unknown[0]!r} is none of a decoder's inputs (input_ids, "
                              "attention_mask, position_ids, past_key_values.<i>.key|value)")
@@ -174,7 +175,8 @@ def peer_step(runtime: str, path: str, threads: int | None):
         from nnvm.bench import onnxruntime_session
 
         session, version = onnxruntime_session(path, threads)
-        shapes = {i.name: [d if isinstance(d, int) else str(d) for d in i.shape] for i in session.get_inputs()}
+        shapes = {i.name: [d if isinstance(d, int) else str(d) for d in i.shape]
+                  for i in session.get_inputs()}
         outputs = [o.name for o in session.get_outputs()]
         spec = DecoderSpec(path, shapes, outputs)
         return (lambda feeds: session.run(None, feeds)), spec, f"onnxruntime {version}"
@@ -184,14 +186,15 @@ def peer_step(runtime: str, path: str, threads: int | None):
         except ImportError:
             raise Error("--compare openvino needs the openvino package (pip install openvino)") from None
         core = ov.Core()
-        config = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": "1"}
+        config = {"INFERENCE_PRECISION_HINT": "f32", "NUM_STREAMS": "1", "PERFORMANCE_HINT": "LATENCY"}
         if threads:
             config["INFERENCE_NUM_THREADS"] = str(threads)
         compiled = core.compile_model(core.read_model(path), "CPU", config)
         request = compiled.create_infer_request()
         shapes = {}
         for port in compiled.inputs:
-            shapes[port.get_any_name()] = [d.get_length() if d.is_static else "?" for d in port.get_partial_shape()]
+            shapes[port.get_any_name()] = [d.get_length() if d.is_static else "?"
+                                           for d in port.get_partial_shape()]
         outputs = [port.get_any_name() for port in compiled.outputs]
         spec = DecoderSpec(path, shapes, outputs)
 

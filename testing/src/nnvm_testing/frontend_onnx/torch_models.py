@@ -150,5 +150,6 @@ def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what
 
 
 __all__ = ["REQUIREMENTS", "PYTHON", "VENV", "ZOO_CNNS", "ZOO_TRANSFORMERS", "HF_REQUIREMENTS", "HF_VENV",
-           "HF_MODELS", "HF_DECODERS", "VenvBuildError", "VenvUnavailable", "find_links", "torch_python", "hf_python",
+           "HF_MODELS", "HF_DECODERS",
+           "VenvBuildError", "VenvUnavailable", "find_links", "torch_python", "hf_python",
            "zoo_model_path", "hf_model_path", "hf_decoder_path"]
