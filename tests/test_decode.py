@@ -82,3 +82,15 @@ def test_generate_refuses_a_model_without_a_cache(tmp_path, capsys):
     assert main(["generate", str(path), "--new-tokens", "2"]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "is not a decoder exported with its KV cache" in err, err
+
+
+def test_a_mask_of_the_wrong_length_names_the_input(decoder):
+    """``attention_mask`` is declared [batch, past + seq]: a length that is not past + seq is one sentence."""
+    import nnvm
+
+    _, dec = decoder
+    feeds = dec.spec.first_feeds(np.zeros((1, 3), np.int64))
+    feeds["attention_mask"] = np.ones((1, 4), np.int64)
+    with pytest.raises(nnvm.InputError, match=r"input 'attention_mask' dim 1 \(past \+ seq\) is 4, but "
+                                              r"past = 0 .*seq = 3 .* make it 3"):
+        dec.step(feeds)
