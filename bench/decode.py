@@ -66,22 +66,40 @@ def main(argv=None) -> int:
             agree = all(np.array_equal(x["tokens"], base) for x in rs)
             same = "" if k == "nnvm" else " same tokens" if agree else " DIFFERENT tokens"
             print(f"  {versions[k]:<44} prefill {pre:8.1f} ms  {tps:7.2f} tokens/s{same}")
-        print(f"  nnvm memory plans built in a fresh {args.new_tokens}-token decode: {plans['plans']} "
+        print(f"  nnvm memory plans built in one more {args.new_tokens}-token decode: {plans['plans']} "
               f"({plans['plan_ms']:.1f} ms); step ms min/median/max "
               f"{min(plans['step_ms']):.1f}/{statistics.median(plans['step_ms']):.1f}/{max(plans['step_ms']):.1f}")
         if args.profile:
-            from nnvm.bench import profile
-
-            outs = dec.step(dec.spec.first_feeds(ids))
+            first = dec.spec.first_feeds(ids)
+            outs = dec.step(first)
             token = np.argmax(outs[dec.spec.logits][:, -1], -1)[:, None]
-            feeds = dec.spec.next_feeds(outs, token, args.prompt_len)
-            mod = dec.module.specialised(dec.module.bind_dims(feeds))
-            print(f"  nnvm's slowest kernels in a decode step (at the plan's dims {mod.plan.get('dims')}):")
-            rows = profile(mod, _padded(mod), 3)
-            for row in sorted(rows, key=lambda r: -r.get("ms", 0))[:8]:
-                print(f"    {row['ms']:7.3f} ms {100 * row['share']:5.1f}%  {row['kernel'][:90]}")
+            step_feeds = dec.spec.next_feeds(outs, token, len(ids[0]))
+            for what, feeds in (("prefill", first), ("a decode step", step_feeds)):
+                _profile(dec.module, feeds, what)
     print(f"\nload after: {os.getloadavg()}")
     return 0
+
+
+def _profile(module, feeds: dict, what: str) -> None:
+    """nnvm's kernels in ``what`` (at its plan's dims), summed by kernel, slowest first."""
+    from collections import defaultdict
+
+    from nnvm.bench import profile
+
+    mod = module.specialised(module.bind_dims(feeds))
+    rows = profile(mod, _padded(mod), 3)
+    total = sum(r["ms"] for r in rows)
+    by_kernel: dict = defaultdict(lambda: [0.0, 0, None])
+    for r in rows:
+        entry = by_kernel[r["kernel"]]
+        entry[0] += r["ms"]
+        entry[1] += 1
+        entry[2] = entry[2] or r["group"]
+    print(f"  nnvm's kernels in {what} (dims {mod.plan.get('dims')}; {total:.1f} ms in all, "
+          "summed by kernel):")
+    for kernel, (ms, n, group) in sorted(by_kernel.items(), key=lambda kv: -kv[1][0])[:8]:
+        print(f"    {ms:8.2f} ms {100 * ms / total:5.1f}%  {n:3d} calls  {kernel[:40]}  "
+              f"e.g. {', '.join(group)[:60]}")
 
 
 def _padded(mod):

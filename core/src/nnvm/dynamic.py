@@ -45,11 +45,17 @@ def bucket(value: int, hi: int | None = None) -> int:
 
 
 def _grows(d) -> bool:
-    """Whether dim ``d`` never shrinks as its names grow: non-negative coefficients, no ``%``; a plan for
-    larger dims then has room for every buffer at smaller ones."""
-    if not isinstance(d, Dim):
-        return True
-    return all(c >= 0 and not any(atom[0] == "floormod" for atom in mono) for mono, c in d._key)
+    """Whether dim ``d`` never shrinks as its names grow: non-negative coefficients (the constant term
+    aside: ``seq - 1``), no ``%``; a plan for larger dims then has room for every buffer at smaller ones."""
+    return not isinstance(d, Dim) or _poly_grows(d._key)
+
+
+def _poly_grows(key: tuple) -> bool:
+    def atom_grows(atom):  # a dim, or a division of a growing polynomial by a constant
+        return atom[0] == "var" or (atom[0] == "floordiv" and _poly_grows(atom[1])
+                                    and all(not mono for mono, _ in atom[2]))
+
+    return all((c >= 0 or not mono) and all(atom_grows(a) for a in mono) for mono, c in key)
 
 
 def wants_symbolic(shapes: dict | None, bounds: dict | None) -> bool:
