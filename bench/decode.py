@@ -69,6 +69,10 @@ def main(argv=None) -> int:
         print(f"  nnvm memory plans built in one more {args.new_tokens}-token decode: {plans['plans']} "
               f"({plans['plan_ms']:.1f} ms); step ms min/median/max "
               f"{min(plans['step_ms']):.1f}/{statistics.median(plans['step_ms']):.1f}/{max(plans['step_ms']):.1f}")
+        built = [(x["dims"], 1e3 * x["seconds"]) for x in dec.module.stats()["symbolic"]["specialisations"]
+                 if x["dims"] is not None]
+        print("  nnvm plans kept (bucket dims: ms to build): "
+              + "; ".join(f"{dims}: {ms:.1f}" for dims, ms in built))
         if args.profile:
             first = dec.spec.first_feeds(ids)
             outs = dec.step(first)
