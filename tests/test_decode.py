@@ -60,8 +60,9 @@ def test_batch_of_two_prompts(decoder):
         np.testing.assert_array_equal(both[row], dec.generate(ids[row:row + 1], 4)["tokens"][0])
 
 
-def test_generate_cli(decoder, capsys):
-    path, _ = decoder
+def test_generate_cli(capsys):
+    """End to end on one model (the command is the same for every decoder; its compile is the cost)."""
+    path = pytest_venv(torch_models.hf_decoder_path, "llama", **TINY["llama"])
     assert main(["generate", path, "--prompt-len", "6", "--new-tokens", "5", "--threads", "1",
                  "--compare", "onnxruntime"]) == 0
     out = capsys.readouterr().out
