@@ -137,7 +137,7 @@ class Module:
         for (name, _, dtype, _), v in zip(self._inputs, values):
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
-        dim_values = [int(dims[name]) for name in self._dim_index]
+        dim_values = [int(dims.get(name, 1)) for name in self._dim_index]  # as ``specialised`` plans
         return run_kernels(self._run_in_workspace, values, (dim_values, output_shapes))
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
