@@ -95,3 +95,17 @@ def test_a_mask_of_the_wrong_length_names_the_input(decoder):
     with pytest.raises(nnvm.InputError, match=r"input 'attention_mask' dim 1 \(past \+ seq\) is 4, but "
                                               r"past = 0 .*seq = 3 .* make it 3"):
         dec.step(feeds)
+
+
+def test_plan_buckets():
+    """A plan serves every binding up to its bucket: powers of two to 64, then multiples of 64, within the
+    bounds; only where no buffer shrinks as the dims grow (``seq - 1`` grows, ``64 - seq`` and ``seq % 8``
+    do not)."""
+    from nnvm.dynamic import _grows, bucket
+    from nnvm.graph.dims import Dim
+
+    assert [bucket(v) for v in (0, 1, 2, 3, 5, 33, 64, 65, 129, 200)] == [0, 1, 2, 4, 8, 64, 64, 128, 192, 256]
+    assert bucket(33, hi=40) == 40 and bucket(50, hi=40) == 50
+    past, seq = Dim.named("past"), Dim.named("seq")
+    assert _grows(past + seq - 1) and _grows((past + seq) // 2) and _grows(4 * past * seq)
+    assert not _grows(64 - seq) and not _grows(past % 8) and not _grows(past // seq)
