@@ -104,7 +104,8 @@ def test_plan_buckets():
     from nnvm.dynamic import _grows, bucket
     from nnvm.graph.dims import Dim
 
-    assert [bucket(v) for v in (0, 1, 2, 3, 5, 33, 64, 65, 129, 200)] == [0, 1, 2, 4, 8, 64, 64, 128, 192, 256]
+    values = (0, 1, 2, 3, 5, 33, 64, 65, 129, 200)
+    assert [bucket(v) for v in values] == [0, 1, 2, 4, 8, 64, 64, 128, 192, 256]
     assert bucket(33, hi=40) == 40 and bucket(50, hi=40) == 50
     past, seq = Dim.named("past"), Dim.named("seq")
     assert _grows(past + seq - 1) and _grows((past + seq) // 2) and _grows(4 * past * seq)
