@@ -230,13 +230,17 @@ def cmd_generate(args) -> int:
                         "(1,2,3)") from None
     else:
         ids = np.random.default_rng(args.seed).integers(0, args.vocab, (1, args.prompt_len), dtype=np.int64)
+    peers = [p.strip() for p in (args.compare or "").split(",") if p.strip()]
+    for peer in peers:
+        if peer not in ("onnxruntime", "openvino"):
+            raise Error(f"--compare {peer!r}: the peers are onnxruntime and openvino")
     t0 = time.perf_counter()
     decoder = Decoder(args.model, target=args.target)
     compile_s = time.perf_counter() - t0
     greedy(decoder.step, decoder.spec, ids, 2)  # warm: the first runs fault in the weights
     result = decoder.generate(ids, args.new_tokens)
     rows = [("nnvm", result)]
-    for peer in [p.strip() for p in (args.compare or "").split(",") if p.strip()]:
+    for peer in peers:
         step, spec, version = peer_step(peer, args.model, args.threads)
         greedy(step, spec, ids, 2)
         rows.append((version, greedy(step, spec, ids, args.new_tokens)))
