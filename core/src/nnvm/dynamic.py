@@ -30,7 +30,7 @@ from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
 from nnvm.runtime.module import Module, inputs_by_name
-from nnvm.runtime.plan import bind_types, make_plan
+from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
 
@@ -136,6 +136,7 @@ class SymbolicModule:
             self._calls = group_calls(whole.graph)
             for call, planned in zip(self._calls, whole.plan["calls"]):
                 call["kernel"] = planned["kernel"]
+            self._pairs = inplace_pairs(whole.graph, self._calls)  # hold for every binding
             types = whole.graph.types
             self._output_shapes = [types[v].shape for v in whole.graph.outputs]
             self._bucketed = (whole.runs_shaped and
@@ -247,9 +248,10 @@ class SymbolicModule:
                 whole = self._whole
                 t0 = time.perf_counter()
                 dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
-                plan = make_plan(whole.graph, self._calls, dims=dims)
-                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(),
-                             bind_types(whole.graph, dims))
+                bound = bind_types(whole.graph, dims)
+                plan = make_plan(bound, self._calls, pairs=self._pairs)
+                plan["dims"] = dims
+                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(), bound)
                 self._remember(values, mod, time.perf_counter() - t0)
             elif mod is None:
                 t0 = time.perf_counter()
