@@ -74,7 +74,10 @@ def _poly(e: E.Expr, atoms: dict) -> dict:
             if c > 0 and all(v % c == 0 and _holds(ma, mb) for ma, v in a.items()):
                 return {_without(ma, mb): v // c for ma, v in a.items()} if e.op == "floordiv" else {}
         if len(b) > 1:  # (64 * past + 64 * seq) // (32 * past + 32 * seq) is 2, and % is 0
-            q = _exact_quotient(a, b)
+            try:
+                q = _exact_quotient(a, b)
+            except TypeError:  # atoms of different kinds that do not order: no quotient found
+                q = None
             if q is not None:
                 return q if e.op == "floordiv" else {}
         key = (e.op, _poly_key(a), _poly_key(b))
