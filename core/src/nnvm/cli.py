@@ -27,6 +27,7 @@ from nnvm.autotune.driver import signature_of
 from nnvm.bench import bench, format_result
 from nnvm.cpu.switches import check_options
 from nnvm.errors import Error, InputError, reason, with_context
+from nnvm.generate import Decoder, greedy, peer_step
 from nnvm.kernel_cache import default_kernel_cache
 from nnvm.options import Options, activated, active
 from nnvm.plugins import commands
@@ -214,8 +215,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from nnvm.generate import Decoder, greedy, peer_step
-
     if args.threads is not None:
         if args.threads < 1:
             raise Error(f"--threads must be at least 1, got {args.threads}")

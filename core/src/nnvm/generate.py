@@ -25,6 +25,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+import nnvm
+from nnvm.bench import onnxruntime_session
+from nnvm.dynamic import SymbolicModule
 from nnvm.errors import Error, InputError
 
 PAST = re.compile(r"^past_key_values\.(\d+)\.(key|value)$")
@@ -124,8 +127,6 @@ class Decoder:
     ``max_length``: the longest cache a run may have (``past + seq``), the ``past`` dims' upper bound."""
 
     def __init__(self, model, target: str = "llvm", max_length: int = 2048, **compile_kwargs):
-        from nnvm.dynamic import SymbolicModule
-
         where = model if isinstance(model, str) else type(model).__name__
         if isinstance(model, SymbolicModule):
             mod = model
@@ -133,8 +134,6 @@ class Decoder:
             raise InputError(f"{where}: the module was compiled with every dim bound; a decoder needs one "
                              "compiled unbound (nnvm.compile without integer shapes for its inputs)")
         else:
-            import nnvm
-
             mod = nnvm.compile(model, target=target, **compile_kwargs)
             if not isinstance(mod, SymbolicModule):
                 raise InputError(f"{where} has no symbolic dims (batch, seq, past), so it is no decoder "
@@ -172,8 +171,6 @@ def peer_step(runtime: str, path: str, threads: int | None):
     """``(step, spec, version)`` for ``runtime`` (onnxruntime or openvino) on the export at ``path``,
     with ``threads`` intra-op threads (read back where the runtime says)."""
     if runtime == "onnxruntime":
-        from nnvm.bench import onnxruntime_session
-
         session, version = onnxruntime_session(path, threads)
         shapes = {i.name: [d if isinstance(d, int) else str(d) for d in i.shape]
                   for i in session.get_inputs()}
