@@ -10,6 +10,16 @@ only; it has no ONNX form for the ``aten::diff`` in transformers 5's causal-mask
 
     python scripts/hf_export.py gpt2 OUT.onnx --seq 128
     python scripts/hf_export.py gpt2 OUT.onnx --seq 16 --layers 2 --width 64 --heads 2   # a test's size
+    python scripts/hf_export.py llama OUT.onnx --with-past         # a decoder with its KV cache
+
+``--with-past`` exports a decoder (``DECODERS``: GPT-2 small, and a Llama-style ~150M model with
+grouped-query attention: hidden 768, 12 layers, 12 heads, 4 KV heads, vocabulary 32000) as Hugging Face
+Optimum does: inputs ``input_ids`` [batch, seq], ``attention_mask`` [batch, past + seq] and
+``past_key_values.{i}.key|value`` [batch, kv_heads, past, head_dim]; outputs ``logits`` and
+``present.{i}.key|value`` [batch, kv_heads, past + seq, head_dim]; every dim symbolic (``past`` may be
+0: the prompt's step). Positions follow from ``past`` (no ``position_ids`` input: no padding). The causal
+mask is built here from ``attention_mask`` with plain comparisons (transformers 5's own mask code exports
+a ``GatherND`` over vmapped indices).
 
 Text models take ``input_ids`` (int64 [batch, seq]) and, the encoders, an ``attention_mask`` (int64, as
 tokenizers give it); GPT-2 returns ``logits`` (its tied LM head: [batch, seq, 50257]) without a cache,
@@ -27,6 +37,7 @@ import torch
 import transformers
 
 MODELS = ("gpt2", "bert", "distilbert", "vit")
+DECODERS = ("gpt2", "llama")  # with --with-past
 
 
 def build(name: str, layers: int | None, width: int | None, heads: int | None) -> torch.nn.Module:
@@ -106,9 +117,95 @@ def export(name: str, path: str, batch: int, seq: int, exporter: str, layers: in
     return proto
 
 
+def build_decoder(name: str, layers: int | None, width: int | None, heads: int | None,
+                  kv_heads: int | None) -> torch.nn.Module:
+    """GPT-2 small, or the Llama-style GQA decoder, optionally smaller (tests); seeded random weights."""
+    torch.manual_seed(0)
+    if name == "gpt2":
+        config = transformers.GPT2Config()
+        sizes = {"n_layer": layers, "n_embd": width, "n_head": heads}
+        cls = transformers.GPT2LMHeadModel
+    else:
+        config = transformers.LlamaConfig(hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                                          num_attention_heads=12, num_key_value_heads=4, vocab_size=32000,
+                                          tie_word_embeddings=False)
+        sizes = {"num_hidden_layers": layers, "hidden_size": width, "num_attention_heads": heads,
+                 "num_key_value_heads": kv_heads, "intermediate_size": width and 4 * width}
+        cls = transformers.LlamaForCausalLM
+    for key, value in sizes.items():
+        if value:
+            setattr(config, key, value)
+    if name == "llama":
+        config.head_dim = config.hidden_size // config.num_attention_heads
+    config.use_cache = True
+    return cls(config).eval()
+
+
+class WithPast(torch.nn.Module):
+    """A decoder taking and returning its KV cache as flat tensors (Optimum's input and output names)."""
+
+    def __init__(self, model: torch.nn.Module, layers: int):
+        super().__init__()
+        self.model, self.layers = model, layers
+
+    def forward(self, input_ids, attention_mask, *past):
+        cache = transformers.DynamicCache(config=self.model.config)
+        for i in range(self.layers):
+            cache.update(past[2 * i], past[2 * i + 1], i)
+        past_len, seq = past[0].shape[2], input_ids.shape[1]
+        query = torch.arange(seq) + past_len
+        key = torch.arange(past_len + seq)
+        # [batch, 1, seq, past + seq]: causal, and the padding of attention_mask
+        mask = (key[None, :] <= query[:, None])[None, None] & attention_mask[:, None, None, :].bool()
+        out = self.model(input_ids=input_ids, attention_mask=mask, past_key_values=cache, use_cache=True,
+                         return_dict=True)
+        present = [t for layer in out.past_key_values.layers for t in (layer.keys, layer.values)]
+        return (out.logits, *present)
+
+
+def export_with_past(name: str, path: str, layers: int | None = None, width: int | None = None,
+                     heads: int | None = None, kv_heads: int | None = None) -> onnx.ModelProto:
+    """Decoder ``name`` with its KV cache (the module docstring), exported by the dynamo exporter."""
+    model = build_decoder(name, layers, width, heads, kv_heads)
+    config = model.config
+    n_layers = config.num_hidden_layers
+    kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = config.hidden_size // config.num_attention_heads
+    # example sizes above 1 everywhere, so the exporter keeps each dim symbolic
+    batch, seq, past_len = 2, 3, 5
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 1000, (batch, seq), dtype=torch.int64, generator=g)
+    mask = torch.ones(batch, past_len + seq, dtype=torch.int64)
+    past = tuple(torch.randn(batch, kv, past_len, head_dim, generator=g) for _ in range(2 * n_layers))
+    b = torch.export.Dim("batch", min=1, max=64)
+    s = torch.export.Dim("seq", min=1, max=2048)
+    p = torch.export.Dim("past", min=0, max=2048)
+    dynamic = ({0: b, 1: s}, {0: b, 1: torch.export.Dim.DYNAMIC}, tuple({0: b, 2: p} for _ in past))
+    kv_names = [f"{i}.{k}" for i in range(n_layers) for k in ("key", "value")]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(WithPast(model, n_layers), (ids, mask, *past), dynamo=True,
+                                    external_data=False,
+                                    input_names=["input_ids", "attention_mask",
+                                                 *(f"past_key_values.{n}" for n in kv_names)],
+                                    output_names=["logits", *(f"present.{n}" for n in kv_names)],
+                                    dynamic_shapes=dynamic)
+    proto = program.model_proto
+    # the exporter names the mask's length after its own symbol; Optimum's files say what it is
+    mask_dim = proto.graph.input[1].type.tensor_type.shape.dim[1]
+    internal = mask_dim.dim_param
+    for value in (*proto.graph.input, *proto.graph.output, *proto.graph.value_info):
+        for d in value.type.tensor_type.shape.dim:
+            if d.dim_param == internal:
+                d.dim_param = "past + seq"
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save(proto, path, save_as_external_data=False)
+    return proto
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("model", choices=MODELS)
+    parser.add_argument("model", choices=tuple(dict.fromkeys((*MODELS, *DECODERS))))
     parser.add_argument("out", help="path of the .onnx file to write")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=128)
@@ -117,7 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, help="a narrower hidden size (tests)")
     parser.add_argument("--heads", type=int, help="fewer attention heads (tests)")
     parser.add_argument("--dynamic", action="store_true", help="symbolic batch and sequence axes")
+    parser.add_argument("--with-past", action="store_true", help="a decoder with its KV cache (DECODERS)")
+    parser.add_argument("--kv-heads", type=int, help="fewer key/value heads (llama; tests)")
     args = parser.parse_args(argv)
+    if args.with_past or args.model not in MODELS:
+        if args.model not in DECODERS or not args.with_past:
+            parser.error(f"--with-past exports {', '.join(DECODERS)}; {args.model} needs --with-past")
+        proto = export_with_past(args.model, args.out, args.layers, args.width, args.heads, args.kv_heads)
+        ops = sorted({n.op_type for n in proto.graph.node})
+        print(f"{args.model} with past (torch {torch.__version__}, transformers {transformers.__version__}) "
+              f"-> {args.out}: {len(proto.graph.node)} nodes; ops {ops}")
+        return 0
     proto = export(args.model, args.out, args.batch, args.seq, args.exporter, args.layers, args.width,
                    args.heads, args.dynamic)
     ops = sorted({n.op_type for n in proto.graph.node})

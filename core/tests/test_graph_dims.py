@@ -21,6 +21,16 @@ def test_equal_dims_compare_equal_whatever_their_order():
     assert {batch * seq: "x"}[seq * batch] == "x"
 
 
+def test_exact_division_by_a_sum_of_dims():
+    """A KV cache's reshape: ``(batch, 2, past + seq, 32)`` to ``(-1, past + seq, 32)`` divides by a sum."""
+    past = Dim.named("past")
+    assert (batch * 2 * (past + seq) * 32) // ((past + seq) * 32) == batch * 2
+    assert (batch * 2 * (past + seq) * 32) % ((past + seq) * 32) == 0
+    assert (past * past - seq * seq) // (past - seq) == past + seq
+    inexact = (batch * (past + seq)) // (past + seq + 1)  # no quotient: kept as a division
+    assert isinstance(inexact, Dim) and inexact.evaluate({"batch": 2, "past": 3, "seq": 4}) == 1
+
+
 def test_a_dim_has_no_value_at_compile_time():
     for use in (int, lambda d: range(d), lambda d: d < 5, lambda d: d >= 1):
         with pytest.raises(SymbolicDimError, match="the symbolic dim seq has no value at compile time"):

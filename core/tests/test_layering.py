@@ -35,6 +35,7 @@ LAYERS = (
     ("cpu", "gpu"),  # the shared backend layers (schedule templates, GPU stages)
     ("bench", "compiler"),  # nnvm bench; nnvm.compile
     ("dynamic",),  # symbolic modules: a compile per binding, on the compiler
+    ("generate",),  # greedy decoding with a KV cache on a symbolic module (nnvm generate)
     ("cli", ""),  # the command line; the root package, the public facade
 )
 
@@ -45,6 +46,7 @@ FUNCTION_LEVEL_IMPORTS = {
     ("nnvm.autotune.tuner", "sklearn.ensemble"): "the model-guided tuner's cost model (nnvm[tune])",
     ("nnvm.autotune.tuner", "threadpoolctl"): "comes with scikit-learn, only for its cost model",
     ("nnvm.bench", "onnxruntime"): "nnvm bench --compare onnxruntime; not a dependency of the core",
+    ("nnvm.generate", "openvino"): "nnvm generate --compare openvino; not a dependency of the core",
     ("nnvm.cli", "nnvm.autotune.cluster"): "nnvm tune --cluster: it imports Ray (nnvm[cluster])",
     # plugin loading: the backend registered for a target kind, asked when it is needed
     ("nnvm.target", "nnvm.plugins"): "Target.backend",

@@ -27,6 +27,7 @@ from nnvm.errors import (  # noqa: F401
     UnboundDimError,
     UnsupportedOperatorError,
 )
+from nnvm.generate import Decoder  # noqa: F401  (nnvm.Decoder: greedy decoding with a KV cache)
 from nnvm.graph.ir import Graph, Node, TensorType, detached  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
 from nnvm.kernel_cache import KernelCache, default_kernel_cache

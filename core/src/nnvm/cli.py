@@ -27,6 +27,7 @@ from nnvm.autotune.driver import signature_of
 from nnvm.bench import bench, format_result
 from nnvm.cpu.switches import check_options
 from nnvm.errors import Error, InputError, reason, with_context
+from nnvm.generate import Decoder, greedy, peer_step
 from nnvm.kernel_cache import default_kernel_cache
 from nnvm.options import Options, activated, active
 from nnvm.plugins import commands
@@ -213,6 +214,47 @@ def cmd_bench(args) -> int:
     return 0 if result.get("match", True) else 1
 
 
+def cmd_generate(args) -> int:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise Error(f"--threads must be at least 1, got {args.threads}")
+        os.environ["NNVM_NUM_THREADS"] = str(args.threads)
+    if args.new_tokens < 1 or args.prompt_len < 1:
+        raise Error("--prompt-len and --new-tokens must be at least 1")
+    if args.prompt_ids:
+        try:
+            ids = np.array([[int(t) for t in args.prompt_ids.split(",")]], dtype=np.int64)
+        except ValueError:
+            raise Error(f"--prompt-ids {args.prompt_ids!r}: write token ids separated by commas "
+                        "(1,2,3)") from None
+    else:
+        ids = np.random.default_rng(args.seed).integers(0, args.vocab, (1, args.prompt_len), dtype=np.int64)
+    peers = [p.strip() for p in (args.compare or "").split(",") if p.strip()]
+    for peer in peers:
+        if peer not in ("onnxruntime", "openvino"):
+            raise Error(f"--compare {peer!r}: the peers are onnxruntime and openvino")
+    t0 = time.perf_counter()
+    decoder = Decoder(args.model, target=args.target)
+    compile_s = time.perf_counter() - t0
+    greedy(decoder.step, decoder.spec, ids, 2)  # warm: the first runs fault in the weights
+    result = decoder.generate(ids, args.new_tokens)
+    rows = [("nnvm", result)]
+    for peer in peers:
+        step, spec, version = peer_step(peer, args.model, args.threads)
+        greedy(step, spec, ids, 2)
+        rows.append((version, greedy(step, spec, ids, args.new_tokens)))
+    tokens = result["tokens"][0].tolist()
+    print(f"{args.model}: prompt {ids.shape[1]} tokens, {args.new_tokens} new (greedy), compiled in "
+          f"{compile_s:.1f} s ({decoder.module.stats()['symbolic']['mode']})")
+    print(f"tokens: {' '.join(map(str, tokens))}")
+    for name, r in rows:
+        same = "" if r is result else (", same tokens" if np.array_equal(r["tokens"], result["tokens"])
+                                       else ", DIFFERENT tokens")
+        print(f"{name:<28} prefill {r['prefill_ms']:8.2f} ms   {r['tokens_per_s']:8.2f} tokens/s{same}")
+    print(f"memory plans built while decoding: {result['plans']} ({result['plan_ms']:.2f} ms in all)")
+    return 0 if all(np.array_equal(r["tokens"], result["tokens"]) for _, r in rows) else 1
+
+
 def cmd_tune(args) -> int:
     if args.threads is not None:
         if args.threads < 1:
@@ -362,6 +404,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--untuned", action="store_true",
                    help="use every template's fallback config: no tuning log, not even the shipped ones")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("generate", help="greedy decoding of a decoder exported with its KV cache")
+    p.add_argument("model", help="a with-past decoder export (.onnx: past_key_values.* in, present.* out)")
+    p.add_argument("--target", default="llvm")
+    _add_cpu_switch(p)
+    p.add_argument("--prompt-len", type=int, default=32, help="random prompt tokens (default 32)")
+    p.add_argument("--prompt-ids", help="the prompt's token ids, comma-separated (instead of random ones)")
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random prompt")
+    p.add_argument("--vocab", type=int, default=1000, help="random prompt tokens are below this")
+    p.add_argument("--threads", type=int, help="threads for nnvm (NNVM_NUM_THREADS) and the peers")
+    p.add_argument("--compare", help="also decode with onnxruntime,openvino (comma-separated)")
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("tune", help="search schedule configs for a model's kernels; append them to a log")
     p.add_argument("model")

@@ -206,7 +206,7 @@ def _output_positions(graph: Graph, members: list, consumers: dict) -> tuple:
 # module plans memory and runs, and the command line are left out of the fingerprint, and editing them
 # keeps every cached kernel (the test suite's cold run is ~3x its warm one).
 NOT_KERNEL_SOURCE = ("frontend", "runtime/module.py", "runtime/plan.py", "runtime/crt.py", "runtime/c",
-                     "runtime/fibers", "cli.py", "bench.py", "autotune/cluster.py",
+                     "runtime/fibers", "cli.py", "bench.py", "generate.py", "autotune/cluster.py",
                      "autotune/driver.py", "errors.py", "kernel_cache.py")
 
 

@@ -24,15 +24,38 @@ import numpy as np
 
 from nnvm.compiler import compile_model
 from nnvm.errors import Error, InputError
-from nnvm.frontend.convert import DimBinding, binding_dims
+from nnvm.frontend.convert import DimBinding, binding_dims, dim_expression
 from nnvm.graph.dims import Dim
 from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
 from nnvm.runtime.module import Module, inputs_by_name
-from nnvm.runtime.plan import bind_types, make_plan
+from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
+
+
+def bucket(value: int, hi: int | None = None) -> int:
+    """The dim value a memory plan is made for, serving every value up to it: a power of two up to 64,
+    then a multiple of 64 (at most twice the bytes, and a 64-step decode builds about 3 plans)."""
+    if value <= 1:
+        return value
+    up = min(1 << (value - 1).bit_length(), -(-value // 64) * 64)
+    return up if hi is None else max(value, min(up, hi))
+
+
+def _grows(d) -> bool:
+    """Whether dim ``d`` never shrinks as its names grow: non-negative coefficients (the constant term
+    aside: ``seq - 1``), no ``%``; a plan for larger dims then has room for every buffer at smaller ones."""
+    return not isinstance(d, Dim) or _poly_grows(d._key)
+
+
+def _poly_grows(key: tuple) -> bool:
+    def atom_grows(atom):  # a dim, or a division of a growing polynomial by a constant
+        return atom[0] == "var" or (atom[0] == "floordiv" and _poly_grows(atom[1])
+                                    and all(not mono for mono, _ in atom[2]))
+
+    return all((c >= 0 or not mono) and all(atom_grows(a) for a in mono) for mono, c in key)
 
 
 def wants_symbolic(shapes: dict | None, bounds: dict | None) -> bool:
@@ -52,8 +75,8 @@ def _checked_bounds(bounds: dict | None) -> dict:
             lo, hi = int(lo), None if hi is None else int(hi)
         except (TypeError, ValueError):
             raise InputError(f"bounds= gives dim {dim!r} {b!r}; expected a pair (lo, hi)") from None
-        if lo < 1 or (hi is not None and hi < lo):
-            raise InputError(f"bounds= gives dim {dim!r} the empty or non-positive range [{lo}, {hi}]")
+        if lo < 0 or (hi is not None and hi < lo):  # 0: an empty past (a KV cache's first step)
+            raise InputError(f"bounds= gives dim {dim!r} the empty or negative range [{lo}, {hi}]")
         out[dim] = (lo, hi)
     return out
 
@@ -82,7 +105,8 @@ def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, op
     else:
         first = whole
     declared = {name: binding.declared[name] for name in first.input_names}
-    dims = list(dict.fromkeys(d for shape in declared.values() for d in shape if isinstance(d, str)))
+    dims = list(dict.fromkeys(n for shape in declared.values() for d in shape if isinstance(d, str)
+                              for n in _dim_names(d)))
     unknown = sorted(set(bounds) - set(dims))
     if unknown:
         raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no symbolic dim of the "
@@ -107,13 +131,22 @@ class SymbolicModule:
         # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
         self._whole, self.why_specialised = whole, why
         self.requirements = list(requirements)  # (dim, limit, where): dim <= limit, checked at each run
+        self._bucketed = False  # plans made for a bucket of dim values (``bucket``), run shaped
         if whole is not None:
             self._calls = group_calls(whole.graph)
             for call, planned in zip(self._calls, whole.plan["calls"]):
                 call["kernel"] = planned["kernel"]
+            self._pairs = inplace_pairs(whole.graph, self._calls)  # hold for every binding
+            types = whole.graph.types
+            self._output_shapes = [types[v].shape for v in whole.graph.outputs]
+            self._bucketed = (whole.runs_shaped and
+                              all(_grows(d) for ty in types.values() for d in ty.shape))
         self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
         self.input_shapes = declared  # input name -> shape of ints and dim names
         self.dims = dims
+        # dims the model names by arithmetic of others (``past + seq``), by their text
+        self._expressions = {d: dim_expression(d) for shape in declared.values() for d in shape
+                             if isinstance(d, str) and dim_expression(d) is not None}
         self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
         self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
         self._last = None
@@ -143,6 +176,7 @@ class SymbolicModule:
         declared, every dim within its bounds and the same in every input carrying it."""
         values: dict = {}
         source: dict = {}
+        later: list = []
         for name, shape in self.input_shapes.items():
             got = arrays[name].shape
             if len(got) != len(shape):
@@ -152,6 +186,9 @@ class SymbolicModule:
                 if isinstance(d, int):
                     if n != d:
                         raise InputError(f"input {name!r} dim {axis} must be {d} {_shown(shape)}, got {n}")
+                    continue
+                if d in self._expressions:  # ``past + seq``: checked once its names are bound
+                    later.append((name, axis, d, n))
                     continue
                 lo, hi = self.bounds[d]
                 if d in values:
@@ -163,6 +200,12 @@ class SymbolicModule:
                     raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, outside its bounds "
                                      f"[{lo}, {'inf' if hi is None else hi}]")
                 values[d], source[d] = n, name
+        for name, axis, d, n in later:
+            want = self._expressions[d].evaluate(values)
+            if n != want:
+                given = ", ".join(f"{k} = {values[k]} (input {source[k]!r})"
+                                  for k in self._expressions[d].names)
+                raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but {given} make it {want}")
         for dim, limit, where in self.requirements:
             got = dim.evaluate(values) if isinstance(dim, Dim) else dim
             most = limit.evaluate(values) if isinstance(limit, Dim) else limit
@@ -184,12 +227,20 @@ class SymbolicModule:
         """Outputs for inputs of any shape within the bounds (positionally or by name), each with its
         actual shape. Safe from several threads at once."""
         arrays = self._arrays(args, kwargs)
-        return self.specialised(self.bind_dims(arrays)).run(**arrays)
+        values = self.bind_dims(arrays)
+        mod = self.specialised(values)
+        if mod.plan.get("dims") is None or all(mod.plan["dims"].get(d, v) == v for d, v in values.items()):
+            return mod.run(**arrays)
+        out_shapes = [tuple(d.evaluate(values) if isinstance(d, Dim) else d for d in shape)
+                      for shape in self._output_shapes]
+        return mod.run_shaped([arrays[n] for n in mod.input_names], values, out_shapes)
 
     __call__ = run
 
     def specialised(self, values: dict):
         """The module for one binding (``{dim: value}``), compiled when first asked for."""
+        if self._bucketed:  # one plan serves a bucket of bindings
+            values = {d: bucket(v, self.bounds[d][1]) for d, v in values.items()}
         key = tuple(values[d] for d in self.dims)
         with self._lock:
             mod = self._modules.get(key)
@@ -197,9 +248,10 @@ class SymbolicModule:
                 whole = self._whole
                 t0 = time.perf_counter()
                 dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
-                plan = make_plan(whole.graph, self._calls, dims=dims)
-                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(),
-                             bind_types(whole.graph, dims))
+                bound = bind_types(whole.graph, dims)
+                plan = make_plan(bound, self._calls, pairs=self._pairs)
+                plan["dims"] = dims
+                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(), bound)
                 self._remember(values, mod, time.perf_counter() - t0)
             elif mod is None:
                 t0 = time.perf_counter()
@@ -243,6 +295,12 @@ class SymbolicModule:
         raise Error(f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)}), and "
                     "exporting a symbolic module is not supported yet; compile it with every dim bound "
                     "(integers in shapes=) to export it")
+
+
+def _dim_names(d: str) -> tuple:
+    """The dims a declared dim binds: itself, or the names in ``past + seq``."""
+    expr = dim_expression(d)
+    return (d,) if expr is None else expr.names
 
 
 def _shown(shape) -> str:

@@ -73,10 +73,47 @@ def _poly(e: E.Expr, atoms: dict) -> dict:
             (mb, c), = b.items()
             if c > 0 and all(v % c == 0 and _holds(ma, mb) for ma, v in a.items()):
                 return {_without(ma, mb): v // c for ma, v in a.items()} if e.op == "floordiv" else {}
+        if len(b) > 1:  # (64 * past + 64 * seq) // (32 * past + 32 * seq) is 2, and % is 0
+            try:
+                q = _exact_quotient(a, b)
+            except TypeError:  # atoms of different kinds that do not order: no quotient found
+                q = None
+            if q is not None:
+                return q if e.op == "floordiv" else {}
         key = (e.op, _poly_key(a), _poly_key(b))
         atoms[key] = E.binop(e.op, _expr(a, atoms), _expr(b, atoms))
         return {(key,): 1}
     raise Error(f"a dim must be built of dim names, integers and + - * // %, not {e}")
+
+
+def _times(a: dict, b: dict) -> dict:
+    out: dict = {}
+    for ma, ca in a.items():
+        for mb, cb in b.items():
+            mono = tuple(sorted(ma + mb))
+            out[mono] = out.get(mono, 0) + ca * cb
+    return {m: c for m, c in out.items() if c}
+
+
+def _exact_quotient(a: dict, b: dict) -> dict | None:
+    """``a / b`` when polynomial ``b`` divides ``a`` exactly with integer coefficients, else None: long
+    division by leading terms (degree, then atoms), the result checked by multiplying back."""
+    def lead(p):
+        return max(p, key=lambda m: (len(m), m))
+
+    rest, q, lb = dict(a), {}, lead(b)
+    for _ in range(64):
+        if not rest:
+            return q if _times(q, b) == {m: c for m, c in a.items() if c} else None
+        la = lead(rest)
+        if rest[la] % b[lb] or not _holds(la, lb):
+            return None
+        term = {_without(la, lb): rest[la] // b[lb]}
+        q[_without(la, lb)] = q.get(_without(la, lb), 0) + rest[la] // b[lb]
+        for m, c in _times(term, b).items():
+            rest[m] = rest.get(m, 0) - c
+        rest = {m: c for m, c in rest.items() if c}
+    return None
 
 
 def _holds(mono: tuple, factor: tuple) -> bool:
@@ -114,7 +151,7 @@ def _expr(p: dict, atoms: dict) -> E.Expr:
 class Dim:
     """A symbolic dim: see the module docstring. Build one with ``Dim.named("seq")`` or by arithmetic."""
 
-    __slots__ = ("expr", "_key")
+    __slots__ = ("expr", "_key", "_names")
 
     def __init__(self, expr: E.Expr):
         atoms: dict = {}
@@ -131,10 +168,14 @@ class Dim:
 
     @property
     def names(self) -> tuple:
-        """The dim variables' names, in order of first appearance."""
-        found: dict = {}
-        walk(self.expr, lambda n: found.setdefault(n.name, None) if isinstance(n, E.Var) else None)
-        return tuple(found)
+        """The dim variables' names, in order of first appearance (found once: plans evaluate dims often)."""
+        try:
+            return self._names
+        except AttributeError:
+            found: dict = {}
+            walk(self.expr, lambda n: found.setdefault(n.name, None) if isinstance(n, E.Var) else None)
+            self._names = tuple(found)
+            return self._names
 
     def evaluate(self, values: dict) -> int:
         """The dim's value when each name has the value ``values[name]``."""

@@ -66,12 +66,12 @@ class Module:
         self._calls = first.calls if first is not None else None
         self._exported = None  # an exported copy, for a library whose code runs out of process
 
-    def _prepared_call(self, call: dict, base: int) -> tuple:
+    def _prepared_call(self, call: dict, base: int, dims: np.ndarray) -> tuple:
         fn = kernel_from_address(self.library.address(call["kernel"]))
         ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
         for k, ref in enumerate(call["args"]):
             if "dim" in ref:
-                ptrs[k] = self._dim_values.ctypes.data + 8 * self._dim_index[ref["dim"]]
+                ptrs[k] = dims.ctypes.data + 8 * self._dim_index[ref["dim"]]
             else:
                 ptrs[k] = base + ref["arena"] if "arena" in ref else self.params[ref["param"]].ctypes.data
         return fn, ctypes.cast(ptrs, ctypes.c_void_p), ptrs, call["kernel"]
@@ -109,7 +109,7 @@ class Module:
             return self._run_out_of_process(values)
         return run_kernels(self._run_in_workspace, values)
 
-    def _run_in_workspace(self, values: list) -> list[np.ndarray]:
+    def _run_in_workspace(self, values: list, shaped: tuple | None = None) -> list[np.ndarray]:
         """One run, where ``threads.run_kernels`` puts it. There are as many workspaces as runs at once,
         at most the number of runner slots, so with one the arena stays in cache."""
         with self._lock:
@@ -117,12 +117,28 @@ class Module:
         if ws is None:
             ws = _Workspace(self)  # outside the lock: building one touches every kernel's arguments
         try:
-            return ws.run(values)
+            return ws.run(values) if shaped is None else ws.run_shaped(values, *shaped)
         finally:
             with self._lock:
                 self._free.append(ws)
 
     __call__ = run
+
+    @property
+    def runs_shaped(self) -> bool:
+        """Whether ``run_shaped`` serves this module: its kernels run here, on the host."""
+        return self._device is None and self._in_process
+
+    def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
+        """A run of a plan made for larger dims (a bucket, ``nnvm.dynamic``) at smaller ones: ``values``
+        (the plan's inputs in order, already checked) and ``dims`` (name -> value, each at most the
+        plan's) with the outputs' shapes for them. Every buffer is at its planned offset and no larger
+        than planned, so the plan's placements hold; the kernels read the dims from the workspace."""
+        for (name, _, dtype, _), v in zip(self._inputs, values):
+            if v.dtype != dtype:
+                raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
+        dim_values = [int(dims.get(name, 1)) for name in self._dim_index]  # as ``specialised`` plans
+        return run_kernels(self._run_in_workspace, values, (dim_values, output_shapes))
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
         """Code for another CPU (an Arm module on x86): export once, let the library run the file (under
@@ -256,14 +272,36 @@ class _Workspace:
         self.outputs = [mod._view(d, self.arena) for d in plan["outputs"]]
         self.recycled: dict = {}  # output index -> arrays handed out by earlier runs (``_copy_out``)
         base = self.arena.ctypes.data
+        # the dims the kernels read: the plan's binding, or a run's (``run_shaped``)
+        self.dims = mod._dim_values.copy()
+        self.plan_dims = mod._dim_values.copy()
+        self.plan = plan
         # (kernel, its argument array as void*, the array kept alive, kernel name)
-        self.calls = [mod._prepared_call(call, base) for call in plan["calls"]] if mod._in_process else []
+        self.calls = ([mod._prepared_call(call, base, self.dims) for call in plan["calls"]]
+                      if mod._in_process else [])
         self.sequence = mod._sequence
         self.tables = mod._call_tables(self.calls) if self.sequence is not None else None
 
     def run(self, values: list) -> list[np.ndarray]:
         for view, value in zip(self.inputs, values):
             view[...] = value
+        return self._run_kernels(self.outputs)
+
+    def run_shaped(self, values: list, dim_values: list, output_shapes: list) -> list[np.ndarray]:
+        """``run`` with the dims and the inputs' and outputs' shapes of this run (``Module.run_shaped``)."""
+        self.dims[:len(dim_values)] = dim_values
+        try:
+            for d, value in zip(self.plan["inputs"], values):
+                if "arena" in d["ref"]:
+                    _arena_view(self.arena, value.dtype, value.shape, d["ref"]["arena"])[...] = value
+            outputs = [_arena_view(self.arena, np.dtype(d["dtype"]), shape, d["ref"]["arena"])
+                       if "arena" in d["ref"] else view
+                       for d, shape, view in zip(self.plan["outputs"], output_shapes, self.outputs)]
+            return self._run_kernels(outputs)
+        finally:
+            self.dims[:] = self.plan_dims
+
+    def _run_kernels(self, outputs: list) -> list[np.ndarray]:
         if self.sequence is not None:
             failed = ctypes.c_int64(-1)
             rc = self.sequence(len(self.calls), *self.tables, ctypes.byref(failed))
@@ -274,7 +312,7 @@ class _Workspace:
                 rc = fn(arg)
                 if rc != 0:
                     raise Error(f"kernel {kernel} failed with status {rc}")
-        return [self._copy_out(i, view) for i, view in enumerate(self.outputs)]
+        return [self._copy_out(i, view) for i, view in enumerate(outputs)]
 
     def _copy_out(self, i: int, view: np.ndarray) -> np.ndarray:
         """Output ``i`` as an array of its own, in a buffer an earlier run handed out and its holders have
@@ -289,13 +327,18 @@ class _Workspace:
         for buf in kept:
             # references: ``kept``, ``buf`` and getrefcount's argument; a user's array, or a view of it
             # (whose base is the buffer), adds one
-            if sys.getrefcount(buf) == 3:
+            if sys.getrefcount(buf) == 3 and buf.shape == view.shape:
                 np.copyto(buf, view)
                 return buf
         buf = np.array(view, copy=True)
         kept.append(buf)
         del kept[:-RECYCLED_OUTPUTS]
         return buf
+
+
+def _arena_view(arena: np.ndarray, dtype: np.dtype, shape: tuple, offset: int) -> np.ndarray:
+    count = int(np.prod(shape)) if len(shape) else 1
+    return np.frombuffer(arena, dtype=dtype, count=count, offset=offset).reshape(shape)
 
 
 def _aligned_bytes(n: int, align: int = 64) -> np.ndarray:

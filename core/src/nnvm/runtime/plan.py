@@ -114,11 +114,29 @@ def bind_types(graph: Graph, values: dict) -> Graph:
     return graph.replace(types=types)
 
 
-def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None = None) -> dict:
+def inplace_pairs(graph: Graph, calls: list) -> dict:
+    """Call index -> the input whose storage its output may take (``inplace_input``). On a graph with
+    symbolic dims the shapes compare as expressions, so the pairs hold for every binding: a symbolic
+    module finds them once and plans each binding (or bucket of bindings) with them."""
+    producers = graph.producers()
+    pairs = {}
+    for k, call in enumerate(calls):
+        v = inplace_input(graph, call, producers)
+        if v is not None:
+            pairs[k] = v
+    return pairs
+
+
+def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None = None,
+              pairs: dict | None = None) -> dict:
     """The JSON-able plan: inputs, outputs, kernel calls with argument locations, arena size. A graph with
     symbolic dims is planned for one binding, ``dims`` (name -> value): shapes and sizes are evaluated
     with it, and a call whose kernel takes dims (``call["dims"]``, ``lowering.group_calls``) gets a
-    ``{"dim": name}`` argument for each, after its buffers."""
+    ``{"dim": name}`` argument for each, after its buffers. ``pairs``: the in-place pairs
+    (``inplace_pairs``), found here when not given; on a symbolic graph they are found before binding,
+    so they hold for any smaller binding a bucket's plan serves."""
+    if inplace and pairs is None:
+        pairs = inplace_pairs(graph, calls)
     if dims is not None:
         graph = bind_types(graph, dims)
     steps = len(calls)
@@ -139,7 +157,7 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
     # In-place pairs: the input's life ends as the output's begins; both join one storage block.
     block_of = {v: v for v in lifetimes}
     for k, call in enumerate(calls if inplace else ()):
-        v = inplace_input(graph, call, producers)
+        v = pairs.get(k)
         if v is None or lifetimes[v][1] != 2 * k + 1:
             continue  # read again later: its storage is not free
         out = next(o for o in call["args"] if o in producers and producers[o].name in set(call["group"]))
@@ -156,9 +174,13 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
         block_life[b] = (min(bf, f), max(bl, last))
     block_offsets, arena = plan_memory(block_size, block_life)
     offsets = {v: block_offsets[b] for v, b in block_of.items()}
-    lower_bound = 0
+    change = [0] * (2 * steps + 3)  # bytes becoming live (+) and dead (-) at each step: one sweep
+    for v, (f, last) in lifetimes.items():
+        change[f] += _aligned(sizes[v])
+        change[last + 1] -= _aligned(sizes[v])
+    lower_bound = live = 0
     for step in range(2 * steps + 2):
-        live = sum(_aligned(sizes[v]) for v, (f, l) in lifetimes.items() if f <= step <= l)
+        live += change[step]
         lower_bound = max(lower_bound, live)
 
     def ref(v):

@@ -47,6 +47,7 @@ HF_REQUIREMENTS = [*REQUIREMENTS, "transformers==5.23.0", "tokenizers==0.23.3", 
 HF_VENV = "torch-2.13-transformers"
 HF_SCRIPT = SCRIPTS / "hf_export.py"
 HF_MODELS = ("gpt2", "bert", "distilbert", "vit")  # keep in step with scripts/hf_export.py
+HF_DECODERS = ("gpt2", "llama")  # with their KV cache (``--with-past``); scripts/hf_export.py's DECODERS
 
 
 def find_links() -> str:
@@ -111,6 +112,22 @@ def hf_model_path(name: str, batch: int = 1, seq: int = 128, layers: int | None 
     return _exported(hf_python(), [HF_SCRIPT], tag, args, f"{name} (batch {batch}, seq {seq})")
 
 
+def hf_decoder_path(name: str, layers: int | None = None, width: int | None = None, heads: int | None = None,
+                    kv_heads: int | None = None) -> str:
+    """Path of decoder ``name`` (``HF_DECODERS``) exported with its KV cache (``--with-past``: every dim
+    symbolic, ``past`` may be 0); ``layers``, ``width``, ``heads`` and ``kv_heads`` make a smaller one."""
+    if name not in HF_DECODERS:
+        raise KeyError(f"unknown Hugging Face decoder {name!r}; known: {', '.join(HF_DECODERS)}")
+    if not HF_SCRIPT.exists():
+        raise VenvUnavailable(f"{HF_SCRIPT} is missing: the models are exported from a source checkout")
+    args, tag = [name, "--with-past"], f"hf_{name}_with_past"
+    for flag, value in (("layers", layers), ("width", width), ("heads", heads), ("kv-heads", kv_heads)):
+        if value:
+            args += [f"--{flag}", str(value)]
+            tag += f"_{flag[0]}{value}"
+    return _exported(hf_python(), [HF_SCRIPT], tag, args, f"{name} with past")
+
+
 def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what: str) -> str:
     """``$NNVM_CACHE_DIR/models/<tag>.onnx``, written by ``scripts[0] args... OUT`` unless a file made by
     the same scripts and venv is there."""
@@ -133,5 +150,6 @@ def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what
 
 
 __all__ = ["REQUIREMENTS", "PYTHON", "VENV", "ZOO_CNNS", "ZOO_TRANSFORMERS", "HF_REQUIREMENTS", "HF_VENV",
-           "HF_MODELS", "VenvBuildError", "VenvUnavailable", "find_links", "torch_python", "hf_python",
-           "zoo_model_path", "hf_model_path"]
+           "HF_MODELS", "HF_DECODERS",
+           "VenvBuildError", "VenvUnavailable", "find_links", "torch_python", "hf_python",
+           "zoo_model_path", "hf_model_path", "hf_decoder_path"]
