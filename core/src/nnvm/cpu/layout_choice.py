@@ -321,9 +321,11 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     data, weight = in_types
     if data.dtype != "float32" or len(weight.shape) < 2:
         return None
-    if data.symbolic or weight.symbolic:  # packed tiles pad rows to a static count: the generic product
-        return None
     batch = len(weight.shape) - 2
+    if weight.symbolic or (data.symbolic and (batch or not isinstance(data.shape[-1], int))):
+        # symbolic rows of a constant weight are padded to a multiple of the tile rows (``padded_rows``);
+        # a symbolic depth, or a batched product of two activations, keeps the generic product
+        return None
     if batch and (node.op != "matmul" or tuple(data.shape[:-2]) != tuple(weight.shape[:-2])):
         return None  # a broadcast batch axis: the generic matmul
     if node.op == "dense" and len(data.shape) != 2:

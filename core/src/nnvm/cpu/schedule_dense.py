@@ -150,6 +150,7 @@ ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``pad
 EVEN_CHUNKS = 4 * POOL_CHUNKS_PER_THREAD  # a count the pool's chunks at 2 and 4 threads share evenly (8, 16)
 MIN_PADDED_BLOCKS = 20  # an odd block count from this up gets one more block (``padded_blocks``): <= 5% work
 MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
+SYMBOLIC_ROW_PAD = MAX_TILE_ROWS  # symbolic rows are computed in multiples of this (``padded_rows``)
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -169,10 +170,15 @@ def _dense_packed_infer(in_types, attrs):
     return [TensorType((*data.shape[:-1], units), dtype)]
 
 
-def padded_rows(rows: int) -> int:
+def padded_rows(rows):
     """The rows ``dense_packed`` computes for ``rows`` data rows: ``rows`` when a tile of 4 to 8 rows
     divides it (or it is at most 8), else the next multiple of ``ROW_PAD``. ViT's 197 tokens (a prime)
-    left tiles of one row: 4 accumulator chains per tile, latency-bound at a third of the FMA rate."""
+    left tiles of one row: 4 accumulator chains per tile, latency-bound at a third of the FMA rate.
+    A symbolic row count (``graph.dims.Dim``, ``seq``) is padded to a multiple of ``SYMBOLIC_ROW_PAD``
+    (every tile of ``packed_tile`` divides it), so the reduction never holds a guard; only the output
+    stores of the last row tile are guarded."""
+    if not isinstance(rows, int):
+        return (rows + (SYMBOLIC_ROW_PAD - 1)) // SYMBOLIC_ROW_PAD * SYMBOLIC_ROW_PAD
     if rows <= 8 or divisors(rows, 8, 4):
         return rows
     return -(-rows // ROW_PAD) * ROW_PAD
@@ -328,9 +334,18 @@ def _packed_stages(group):
         return None
     sch = te.create_schedule([out.op])
     dense = sole_anchor(sch, "dense_packed")
-    if dense is None or any(extent(iv) is None for iv in (*dense.op.axis, *dense.op.reduce_axis)):
+    if dense is None or any(extent(iv) is None for iv in (dense.op.axis[-1], *dense.op.reduce_axis)):
+        return None
+    if _symbolic_rows(dense) and "weight_batch" in dense.op.attrs:
         return None
     return sch, dense
+
+
+def _symbolic_rows(dense) -> bool:
+    """Whether a ``dense_packed`` stage's rows (or the batch axes around them) are symbolic dims: its
+    rows are then padded to a multiple of ``SYMBOLIC_ROW_PAD`` (``padded_rows``), which every tile
+    height divides."""
+    return any(extent(iv) is None for iv in dense.op.axis[:-1])
 
 
 def dense_packed_template(target, group) -> ScheduleTemplate | None:
@@ -345,8 +360,13 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
     blocks = -(-n // b)
-    rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
-    mb_space = divisors(rows, MAX_TILE_ROWS)
+    symbolic = _symbolic_rows(dense)
+    # batch rows are blocked along the last leading axis; the others are loops around. Symbolic rows are
+    # a multiple of SYMBOLIC_ROW_PAD: the tiles are those of many rows (16 offers the heights 4 and 8)
+    rows = 2 * SYMBOLIC_ROW_PAD if symbolic else lead[-1]
+    if symbolic:
+        m = SYMBOLIC_ROW_PAD * MAX_TILE_ROWS  # the template's flops: a nominal row count, never a guess
+    mb_space = divisors(SYMBOLIC_ROW_PAD if symbolic else rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
     machine = machine_of(target)
     if enabled("dense_tiles"):
@@ -356,7 +376,7 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
         mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
     units = dense.op.attrs["weight_shape"][0]
     fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
-                "batch_outer": int(batch_outer(target, dense, m, k))}
+                "batch_outer": int(not symbolic and batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
     return ScheduleTemplate("cpu.dense.packed", space, fallback,
                             lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
@@ -470,6 +490,11 @@ def build_dense_packed(group, config: dict):
     # Each fused iteration is whole tiles, so its bounds stay exact.
     if "weight_batch" in dense.op.attrs:
         par, inner = [*outer, it], [jt]
+    elif _symbolic_rows(dense):
+        # symbolic batch axes and rows: the weight's tiles inside the batch axes (a fused index divided
+        # by a constant, so each tile's bounds stay exact), every tile of rows in turn inside; the rows'
+        # count is not known, so they never join the parallel loop
+        par, inner = [*outer, jt], [it]
     else:
         par, inner = ([*outer, jt] if config.get("batch_outer") else [jt, *outer]), [it]
         tiles = math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"]))

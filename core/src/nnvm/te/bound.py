@@ -70,6 +70,35 @@ def _sym_bound(e, relax: dict, simp: Simplifier):
     raise _Unbounded
 
 
+def _increasing(e) -> bool:
+    """Whether ``e`` never decreases as any loop variable in it grows: sums, products by non-negative
+    constants and floor divisions by positive ones of variables, dims and constants."""
+    if isinstance(e, (E.Const, E.Var)):
+        return True
+    if isinstance(e, E.Cast):
+        return _increasing(e.value)
+    if isinstance(e, E.BinOp):
+        if e.op == "add":
+            return _increasing(e.a) and _increasing(e.b)
+        if e.op in ("mul", "floordiv"):
+            c = simplify(e.b)
+            return isinstance(c, E.Const) and c.value >= (0 if e.op == "mul" else 1) and _increasing(e.a)
+    return False
+
+
+def _fits(lo, extent: int, end, outer_last: dict) -> bool:
+    """Whether a region ``[lo, lo + extent)`` ends by the symbolic domain end ``end`` at every iteration
+    of the outer loops: ``lo`` grows with them, so at their last iterations (``outer_last``, expressions
+    of the dims for split dims) it is largest. The padded rows of a symbolic dense are whole tiles: the
+    region ``[8 * it, 8 * it + 8)`` of ``8 * ((seq + 7) // 8)`` rows with ``it < (seq + 7) // 8`` needs no
+    guard, which would otherwise sit in the reduction."""
+    if not _increasing(lo):
+        return False
+    last = simplify(substitute(lo, outer_last) + extent)
+    slack = simplify(end - last)
+    return isinstance(slack, E.Const) and slack.value >= 0
+
+
 def _reads_of(expr, tensor) -> list:
     found = []
 
@@ -135,8 +164,13 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     relax = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[pos + 1:]}
     if stage.scope == "shared":
         relax.update(_thread_loops(consumer, stage_ranges))
-    # Outer loop variables, for bounding extents that depend on them.
-    outer_ranges = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[:pos + 1]}
+    # Outer loop variables, for bounding extents that depend on them; a symbolic loop extent (a split
+    # of a dim) is unbounded for the simplifier, and its last iteration an expression (``_fits``)
+    outer_ranges, outer_last = {}, {}
+    for iv in leaves[:pos + 1]:
+        ext = c_ranges[iv][1]
+        outer_ranges[iv.var] = (0, ext - 1) if isinstance(ext, int) else (0, math.inf)
+        outer_last[iv.var] = E.const(ext - 1) if isinstance(ext, int) else simplify(ext - 1)
     simp = Simplifier(outer_ranges)
 
     accesses = []
@@ -153,7 +187,8 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     limits: dict = {}
     for d, iv in enumerate(stage.op.axis):
         dom_min = int(simplify(iv.dom.min).value)
-        dom_ext = int(simplify(iv.dom.extent).value)
+        dom_ext = simplify(iv.dom.extent)
+        dom_ext = int(dom_ext.value) if isinstance(dom_ext, E.Const) else dom_ext
         los, his, raw = [], [], []
         try:
             for idx in accesses:
@@ -183,12 +218,15 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
                 out[iv] = (dom_min, dom_ext)
                 continue
             extent = int(whi)
-        extent = min(extent, dom_ext)
         lo_bounds = simp.bound(lo)
         if lo_bounds[0] < dom_min:
             lo = simp.expr(E.binop("max", lo, E.const(dom_min)))
-        if lo_bounds[1] + extent > dom_min + dom_ext:
-            limits[iv] = dom_min + dom_ext
+        if isinstance(dom_ext, int):
+            extent = min(extent, dom_ext)
+            if lo_bounds[1] + extent > dom_min + dom_ext:
+                limits[iv] = dom_min + dom_ext
+        elif not _fits(lo, extent, dom_min + dom_ext, outer_last):
+            limits[iv] = simplify(dom_ext + dom_min)
         out[iv] = (lo, extent)
     for iv in stage.op.reduce_axis:
         out[iv] = (int(simplify(iv.dom.min).value), int(simplify(iv.dom.extent).value))
