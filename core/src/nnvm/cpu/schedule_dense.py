@@ -69,6 +69,7 @@ from nnvm.cpu.schedule_helpers import (
 )
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim
 from nnvm.graph.ir import TensorType
 from nnvm.ops.blocked_layout import to_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
@@ -163,7 +164,7 @@ def _dense_packed_infer(in_types, attrs):
                     f"with the data's batch axes) with the same K, got {data.shape} and {weight.shape}")
     padded = weight.shape[-3] * weight.shape[-1]
     units = attrs.get("units") or padded
-    if not padded - weight.shape[-1] < units <= padded:
+    if isinstance(units, int) and not padded - weight.shape[-1] < units <= padded:
         raise Error(f"dense_packed: {units} outputs do not end in the last block of a {weight.shape} weight")
     if 0 < attrs.get("blocks", 0) < weight.shape[-3]:
         raise Error(f"dense_packed: {attrs['blocks']} blocks computed, fewer than a {weight.shape} weight's")
@@ -278,8 +279,9 @@ def _dense_packed_eval(xs, attrs):
 
 DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                      OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 2),
-                     attrs={"units": Attr(int, 0, "the outputs when the last weight block is part zero "
-                                                  "padding; 0: every output of the blocks"),
+                     attrs={"units": Attr((int, Dim), 0, "the outputs when the last weight block is part "
+                                                         "padding (a symbolic dim: attention's keys); 0: every "
+                                                         "output of the blocks"),
                             "blocks": Attr(int, 0, "the weight blocks computed where more than the weight "
                                                    "has (padded_blocks: the last one re-read, cropped); "
                                                    "0: the weight's")},
@@ -295,7 +297,7 @@ def _pack_infer(in_types, attrs):
         raise Error(f"batched_weight_pack: the data must be [*batch, K, N], got shape {x.shape}")
     *batch, k, n = x.shape
     b = attrs["block"]
-    return [TensorType((*batch, -(-n // b), k, b), x.dtype)]
+    return [TensorType((*batch, (n + (b - 1)) // b, k, b), x.dtype)]
 
 
 def _pack_compute(inputs, attrs, out_types):
@@ -334,10 +336,11 @@ def _packed_stages(group):
         return None
     sch = te.create_schedule([out.op])
     dense = sole_anchor(sch, "dense_packed")
-    if dense is None or any(extent(iv) is None for iv in (dense.op.axis[-1], *dense.op.reduce_axis)):
+    if dense is None:
         return None
-    if _symbolic_rows(dense) and "weight_batch" in dense.op.attrs:
-        return None
+    if "weight_batch" not in dense.op.attrs and any(
+            extent(iv) is None for iv in (dense.op.axis[-1], *dense.op.reduce_axis)):
+        return None  # a shared weight is constant: only the data's rows may be symbolic
     return sch, dense
 
 
@@ -345,7 +348,7 @@ def _symbolic_rows(dense) -> bool:
     """Whether a ``dense_packed`` stage's rows (or the batch axes around them) are symbolic dims: its
     rows are then padded to a multiple of ``SYMBOLIC_ROW_PAD`` (``padded_rows``), which every tile
     height divides."""
-    return any(extent(iv) is None for iv in dense.op.axis[:-1])
+    return any(extent(iv) is None for iv in (*dense.op.axis, *dense.op.reduce_axis))
 
 
 def dense_packed_template(target, group) -> ScheduleTemplate | None:
@@ -359,8 +362,12 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     m, _ = dense.op.attrs["data_shape"]  # the rows before padding (``padded_rows``)
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
-    blocks = -(-n // b)
     symbolic = _symbolic_rows(dense)
+    # attention over a symbolic sequence: a symbolic count of key blocks is tiled one block at a time (a
+    # tile of several would overhang the last block, and its guard sit in the reduction)
+    blocks = 1 if n is None else -(-n // b)
+    if symbolic and k is None:
+        k = 64  # the template's flops: a nominal depth
     # batch rows are blocked along the last leading axis; the others are loops around. Symbolic rows are
     # a multiple of SYMBOLIC_ROW_PAD: the tiles are those of many rows (16 offers the heights 4 and 8)
     rows = 2 * SYMBOLIC_ROW_PAD if symbolic else lead[-1]
@@ -374,7 +381,7 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     else:  # the fixed tile of session 9, for A/B benchmarks
         jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
         mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
-    units = dense.op.attrs["weight_shape"][0]
+    units = dense.op.attrs["weight_shape"][0] if n is not None else b
     fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
                 "batch_outer": int(not symbolic and batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
@@ -488,7 +495,12 @@ def build_dense_packed(group, config: dict):
     # are 12 tiles, 8 chunks of 1 and 2 tiles, and the thread left with a 2 waits for it. One thread:
     # 768-deep products level, ViT's 192-deep ones 1-2% slower (a tile's row index is a div/mod).
     # Each fused iteration is whole tiles, so its bounds stay exact.
-    if "weight_batch" in dense.op.attrs:
+    if "weight_batch" in dense.op.attrs and _symbolic_rows(dense):
+        # symbolic batch, rows or keys: the batch axes are the parallel loop (a fused index divided by
+        # the constant head count, so each tile's bounds stay exact), each row tile runs every tile of
+        # its weight
+        par, inner = list(outer), [it, jt]
+    elif "weight_batch" in dense.op.attrs:
         par, inner = [*outer, it], [jt]
     elif _symbolic_rows(dense):
         # symbolic batch axes and rows: the weight's tiles inside the batch axes (a fused index divided

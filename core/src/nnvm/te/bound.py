@@ -229,5 +229,6 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
             limits[iv] = simplify(dom_ext + dom_min)
         out[iv] = (lo, extent)
     for iv in stage.op.reduce_axis:
-        out[iv] = (int(simplify(iv.dom.min).value), int(simplify(iv.dom.extent).value))
+        ext = simplify(iv.dom.extent)  # a reduction over a symbolic dim (attention's keys) runs whole
+        out[iv] = (int(simplify(iv.dom.min).value), int(ext.value) if isinstance(ext, E.Const) else ext)
     return out, limits
