@@ -74,6 +74,7 @@ from nnvm.graph.ir import TensorType
 from nnvm.ops.blocked_layout import to_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
 from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.tir.visit import free_vars
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency
 
@@ -258,11 +259,46 @@ def _dense_packed_compute(inputs, attrs, out_types):
         w = weight[(*i[:len(batch)], block, rk, i[-1] % b)]
         return te.sum(data[(*i[:-2], row, rk)] * w, axis=rk)
 
+    if not batch and any(isinstance(d, Dim) for d in lead[:-1]):
+        return [_flat_rows(data, weight, lead, rk, units, padded_b, workload)]
     full = te.compute((*lead[:-1], padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
                       attrs={"workload": workload, **workload})
     if units == padded_b * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
+
+
+def _flat_rows(data, weight, lead: list, rk, units, padded_b: int, workload: dict):
+    """``dense_packed`` of ``[*lead, K]`` data with a symbolic batch axis by a shared weight: the rows of
+    every batch are one axis of ``prod(lead)`` rows, padded to whole tiles (``padded_rows``), so the
+    padding is one tile in all, not one a batch ((4, 33): 136 rows computed, not 160), and cropped to
+    ``[*lead, units]``. The crop's row index ``b * S + s`` is the fused loop's, which bound inference
+    sees through (``te.bound``: ``(f // S) * S + f % S`` is ``f``)."""
+    blocks, _, b = shape_of(weight)
+    flat = 1
+    for d in lead:
+        flat = d * flat
+    padded = padded_rows(flat)
+
+    def body(r, j):
+        r = te.minimum(r, flat - 1)
+        idx = []
+        for d in reversed(lead[1:]):
+            idx.append(r % d)
+            r = r // d
+        block = j // b if padded_b == blocks else te.minimum(j // b, blocks - 1)
+        return te.sum(data[(r, *reversed(idx), rk)] * weight[block, rk, j % b], axis=rk)
+
+    full = te.compute((padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
+                      attrs={"workload": workload, **workload, "flat_rows": True})
+
+    def crop(*i):
+        r = i[0]
+        for ax, d in zip(i[1:-1], lead[1:]):
+            r = r * d + ax
+        return full[r, i[-1]]
+
+    return te.compute((*lead, units), crop, name="dense_packed_crop", tag="injective")
 
 
 def packed_layout(batch_axes: int, block: int) -> str:
@@ -344,6 +380,11 @@ def _packed_stages(group):
     return sch, dense
 
 
+def dim_names(extent) -> list:
+    """The names of the symbolic dims in an extent, sorted."""
+    return sorted(v.name for v in free_vars(extent))
+
+
 def _symbolic_rows(dense) -> bool:
     """Whether a ``dense_packed`` stage's rows (or the batch axes around them) are symbolic dims: its
     rows are then padded to a multiple of ``SYMBOLIC_ROW_PAD`` (``padded_rows``), which every tile
@@ -385,8 +426,19 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
                 "batch_outer": int(not symbolic and batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
-    return ScheduleTemplate("cpu.dense.packed", space, fallback,
-                            lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
+    build = functools.partial(build_dense_packed, group)
+    if symbolic and "weight_batch" not in dense.op.attrs:
+        # one row (a decoding step, batch 1): the static kernel's GEMV tile, not a tile of 8 padded rows
+        one_row = {d: 1 for iv in dense.op.axis[:-1] for d in dim_names(iv.dom.extent)}
+        gemv = {"jb": packed_tile(machine, blocks, 1)[0], "mb": 1, "rows_first": 0, "batch_outer": 0}
+        build = functools.partial(_with_one_row_case, group, one_row, gemv)
+    return ScheduleTemplate("cpu.dense.packed", space, fallback, build, flops=2.0 * m * units * k)
+
+
+def _with_one_row_case(group, one_row: dict, gemv: dict, config: dict):
+    """``build_dense_packed`` for symbolic rows, with the one-row binding as a case of its own
+    (``te.Specialised``): 8 padded rows made BERT-base at (batch, seq) = (1, 1) 1.5x the static kernel."""
+    return te.Specialised(build_dense_packed(group, config), [(one_row, build_dense_packed(group, gemv))])
 
 
 def batch_outer(target, dense, rows: int, depth: int) -> bool:
@@ -474,6 +526,8 @@ def build_dense_packed(group, config: dict):
     # [B, S, K] data: the rows of S are blocked, B is a loop around them (fusing B and S would leave
     # the bounds of a tile's rows to a div/mod, which bound inference widens to every row)
     *outer, i, j = out_stage.op.axis
+    if dense.op.attrs.get("flat_rows") and outer:  # the rows of every batch, one axis (``_flat_rows``)
+        i, outer = out_stage.fuse(*outer, i), []
     jo, ji = out_stage.split(j, factor=b)
     jt, jb = out_stage.split(jo, factor=config["jb"])
     it, ib = out_stage.split(i, factor=config["mb"])

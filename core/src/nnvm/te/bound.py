@@ -15,7 +15,7 @@ from nnvm.errors import ScheduleError
 from nnvm.te.relations import root_values
 from nnvm.tir import expr as E
 from nnvm.tir.simplify import Simplifier, simplify
-from nnvm.tir.visit import free_vars, substitute, walk
+from nnvm.tir.visit import free_vars, rewrite, substitute, walk
 
 
 class _Unbounded(Exception):
@@ -68,6 +68,37 @@ def _sym_bound(e, relax: dict, simp: Simplifier):
             blo, bhi = _sym_bound(e.b, relax, simp)
             return E.binop(e.op, alo, blo), E.binop(e.op, ahi, bhi)
     raise _Unbounded
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    diff = simplify(a - b)
+    return isinstance(diff, E.Const) and diff.value == 0
+
+
+def _fold_divmod(e):
+    """``e`` with each ``(x // d) * d + x % d`` written ``x``: the row of a fused loop over a symbolic
+    batch and sequence (``f // seq``, ``f % seq``) read back as ``b * seq + s`` (a packed dense's flat
+    rows), whose bounds are then those of ``f``; the simplifier does not know the identity for a
+    symbolic ``d``."""
+    def div_times(m):  # (x, d) of ``(x // d) * d``, else None
+        if isinstance(m, E.BinOp) and m.op == "mul":
+            for q, d in ((m.a, m.b), (m.b, m.a)):
+                if isinstance(q, E.BinOp) and q.op == "floordiv" and _same(q.b, d):
+                    return q.a, d
+        return None
+
+    def fn(node):
+        if isinstance(node, E.BinOp) and node.op == "add":
+            for m, r in ((node.a, node.b), (node.b, node.a)):
+                found = div_times(m)
+                if (found and isinstance(r, E.BinOp) and r.op == "floormod" and _same(r.a, found[0])
+                        and _same(r.b, found[1])):
+                    return found[0]
+        return None
+
+    return rewrite(e, fn)
 
 
 def _increasing(e) -> bool:
@@ -182,7 +213,7 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
             inner = inner.attach_stage
         for body in bodies[reader.op]:
             for t in stage.op.outputs:
-                accesses.extend([substitute(i, vmap) for i in idx] for idx in _reads_of(body, t))
+                accesses.extend([_fold_divmod(substitute(i, vmap)) for i in idx] for idx in _reads_of(body, t))
     out: dict = {}
     limits: dict = {}
     for d, iv in enumerate(stage.op.axis):

@@ -278,6 +278,29 @@ class Stage:
         self.double_buffered = True
 
 
+class Specialised:
+    """A schedule over symbolic dims with cases for given dim values (a shape bucket inside one kernel).
+
+    ``general`` serves every binding; each ``(values, schedule)`` of ``cases`` (``values``: dim name ->
+    int) serves the bindings with exactly those values, lowered with the dims replaced by them, so its
+    loops are the static kernel's. Lowering puts the cases first, each under its test of the dims
+    (``if seq == 1 && batch == 1``), and the general program last: one kernel, one call, no plan change.
+    A packed dense over symbolic rows computes its rows in tiles of 8 (``padded_rows``); a decoding
+    step's single row would compute 8, so the one-row case keeps the static kernel's tile.
+    """
+
+    def __init__(self, general: Schedule, cases: list):
+        self.general = general
+        self.cases = list(cases)
+
+    @property
+    def stages(self) -> list:
+        return self.general.stages
+
+    def __getitem__(self, key):
+        return self.general[key]
+
+
 class Schedule:
     """A stage per operation reachable from the outputs, producers before consumers."""
 
