@@ -72,7 +72,7 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
         got = unbound.run(**feeds)[0]
         err = float(np.abs(got - want).max() / np.abs(want).max())
         one = unbound.specialised(unbound.bind_dims(feeds))  # the binding's plan, made once
-        fns = [lambda m=one: m.run(**feeds), lambda m=bound: m.run(**feeds)]
+        fns = [lambda m=one, f=feeds: m.run(**f), lambda m=bound, f=feeds: m.run(**f)]
         start = time.perf_counter()
         fns[1]()
         n = max(3, min(repeat, round(0.5 / max(time.perf_counter() - start, 1e-4))))
@@ -107,7 +107,8 @@ def main(argv=None) -> int:
         shapes = [tuple(int(x) for x in s.split("x")) for s in args.shapes.split(",") if s]
         assert all(len(s) == 2 and min(s) >= 1 for s in shapes)
     except (ValueError, AssertionError):
-        print(f"--shapes {args.shapes!r}: expected comma-separated BATCHxSEQ, such as 1x128,4x33", file=sys.stderr)
+        print(f"--shapes {args.shapes!r}: expected comma-separated BATCHxSEQ, such as 1x128,4x33",
+              file=sys.stderr)
         return 1
     if args.child:
         print(json.dumps(measure(args.child, shapes, args.threads, args.repeat, args.rounds, args.cpu_time)))
@@ -120,8 +121,8 @@ def main(argv=None) -> int:
     from nnvm_testing.frontend_onnx import torch_models
 
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    lines = [f"| model | (batch, seq) | unbound ms | bound ms | unbound / bound | max rel err vs onnxruntime "
-             f"| load |", "| --- | --- | ---: | ---: | ---: | --- | --- |"]
+    lines = ["| model | (batch, seq) | unbound ms | bound ms | unbound / bound | max rel err vs onnxruntime "
+             "| load |", "| --- | --- | ---: | ---: | ---: | --- | --- |"]
     for name in names:
         path = torch_models.hf_model_path(name, 1, 128, dynamic=True, exporter=args.exporter)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--shapes", args.shapes,

@@ -213,7 +213,8 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
             inner = inner.attach_stage
         for body in bodies[reader.op]:
             for t in stage.op.outputs:
-                accesses.extend([_fold_divmod(substitute(i, vmap)) for i in idx] for idx in _reads_of(body, t))
+                accesses.extend([_fold_divmod(substitute(i, vmap)) for i in idx]
+                                for idx in _reads_of(body, t))
     out: dict = {}
     limits: dict = {}
     for d, iv in enumerate(stage.op.axis):
