@@ -316,8 +316,8 @@ def _dense_packed_eval(xs, attrs):
 DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                      OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 2),
                      attrs={"units": Attr((int, Dim), 0, "the outputs when the last weight block is "
-                                                         "part padding (a symbolic dim: attention's keys); 0: "
-                                                         "every output of the blocks"),
+                                                         "part padding (a symbolic dim: attention's keys); "
+                                                         "0: every output of the blocks"),
                             "blocks": Attr(int, 0, "the weight blocks computed where more than the weight "
                                                    "has (padded_blocks: the last one re-read, cropped); "
                                                    "0: the weight's")},
