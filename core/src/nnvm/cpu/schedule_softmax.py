@@ -58,8 +58,9 @@ def _softmax_stages(group):
     if len(computes) != 3 or tuple(st.op.tag for st in stats) != tags or out_stage.op.reduce_axis or any(
             len(st.op.reduce_axis) != 1 for st in stats):
         return None
-    if any(extent(iv) is None for st in computes for iv in (*st.op.axis, *st.op.reduce_axis)):
-        return None
+    if extent(out_stage.op.axis[-1]) is None or any(extent(iv) is None for st in stats
+                                                    for iv in st.op.reduce_axis):
+        return None  # a symbolic count of rows (a sequence) is served; a symbolic row length is not yet
     return sch, out_stage, stats
 
 
@@ -103,8 +104,9 @@ def _parallel_rows(stage, axes, row_length: int):
     if not axes:
         return None
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    rows = math.prod(extent(iv) for iv in axes)
-    if rows > 1 and rows * row_length >= PARALLEL_MIN_WORK:
+    extents = [extent(iv) for iv in axes]
+    rows = None if None in extents else math.prod(extents)  # None: symbolic, parallel (one fork a run)
+    if rows is None or rows > 1 and rows * row_length >= PARALLEL_MIN_WORK:
         stage.parallel(fused)
     return fused
 
