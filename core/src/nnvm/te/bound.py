@@ -175,13 +175,14 @@ def _axis_values(stage, ranges) -> dict:
     return vmap
 
 
-def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
+def attach_ranges(stage, sch, bodies, stage_ranges, stage_limits: dict | None = None) -> tuple[dict, dict]:
     """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``, and
     the domain end of each axis whose region may overhang the domain (lowering guards those).
 
     Its readers are the stage it is computed in, or stages computed inside that loop (a band of an
     intermediate tensor filled once for the register tiles of a band that read it): their loops, and
-    those of the stages between, range over their whole extent within one iteration."""
+    those of the stages between, range over their whole extent within one iteration. ``stage_limits``:
+    the axes of each stage computed so far whose region may overhang its domain (the consumer's)."""
     consumer = stage.attach_stage
     leaves = consumer.leaf_iter_vars
     pos = leaves.index(stage.attach_ivar)
@@ -205,8 +206,18 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     simp = Simplifier(outer_ranges)
 
     accesses = []
+    exact: dict = {}  # id of a consumer axis's value -> (value, its extent): a loop value within it
     for reader in readers:
         vmap = _axis_values(reader, stage_ranges[reader])
+        if reader is consumer:
+            # an axis the consumer's loops cover exactly (fused, or split without a guard) takes only
+            # values inside its domain: a stage computed at a fused loop over a symbolic batch and
+            # sequence (softmax's row statistic) reads one of them, and needs no guard
+            _, guards = root_values(consumer, c_ranges, {iv: iv.var for iv in leaves})
+            overhang = {g for g, _ in guards} | set((stage_limits or {}).get(consumer, {}))
+            for a in consumer.op.axis:
+                if a not in overhang and _same(a.dom.min, E.const(0)):
+                    exact[id(vmap[a.var])] = (vmap[a.var], a.dom.extent)
         inner = reader
         while inner is not consumer:  # every loop of a reader inside the attach loop ranges fully
             relax.update({iv.var: (0, stage_ranges[inner][iv][1] - 1) for iv in inner.leaf_iter_vars})
@@ -250,6 +261,11 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
                 out[iv] = (dom_min, dom_ext)
                 continue
             extent = int(whi)
+        if dom_min == 0 and all(id(idx[d]) in exact and not (free_vars(idx[d]) & relax.keys())
+                                and _same(E.convert(exact[id(idx[d])][1]), E.convert(dom_ext))
+                                for idx in accesses):
+            out[iv] = (lo, extent)  # one of the consumer's own axis values, inside the same domain
+            continue
         lo_bounds = simp.bound(lo)
         if lo_bounds[0] < dom_min:
             lo = simp.expr(E.binop("max", lo, E.const(dom_min)))

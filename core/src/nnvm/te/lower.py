@@ -141,7 +141,7 @@ def lower_schedule(sch: Schedule | Specialised, args: list, name: str = "main") 
                 raise ScheduleError(f"stage {stage.name}: {at}: that stage is not computed before it can be "
                                     "attached to (inlined or attached later)")
             _check_attach_dominates(stage, bodies, stage_ranges, at)
-            roots, stage_limits[stage] = attach_ranges(stage, sch, bodies, stage_ranges)
+            roots, stage_limits[stage] = attach_ranges(stage, sch, bodies, stage_ranges, stage_limits)
         else:
             roots = root_ranges(stage)
         stage_ranges[stage] = infer_bounds(stage, roots)

@@ -424,7 +424,7 @@ class Schedule:
         new_leaf = {}
         for lv in reduce_leaves:
             kind = E.IterKind.DATA_PAR if lv is iv else E.IterKind.REDUCE
-            new_leaf[lv] = E.IterVar(E.Range(E.const(0), E.const(ranges[lv][1])), E.Var(lv.var.name), kind)
+            new_leaf[lv] = E.IterVar(E.Range(E.const(0), E.convert(ranges[lv][1])), E.Var(lv.var.name), kind)
         spatial = [E.IterVar(a.dom, E.Var(a.var.name), a.kind) for a in op.axis]
         leaf_values = {lv: new_leaf[lv].var if lv in new_leaf else lv.var for lv in stage.leaf_iter_vars}
         vmap, guards = axis_values(stage, ranges, leaf_values)
@@ -443,9 +443,9 @@ class Schedule:
         else:
             rf_body = src if cond is None else E.select(cond, src, red.combiner.identity(red.dtype))
         rf_op = ComputeOp(f"{op.name}.rf", (new_leaf[iv], *spatial), rf_reduce, (rf_body,), op.tag)
-        rf_op.outputs = [Tensor(rf_op, 0, (E.const(ranges[iv][1]), *tensor.shape), red.dtype)]
+        rf_op.outputs = [Tensor(rf_op, 0, (E.convert(ranges[iv][1]), *tensor.shape), red.dtype)]
         rf = rf_op.outputs[0]
-        rv = E.IterVar(E.Range(E.const(0), E.const(ranges[iv][1])), E.Var(iv.var.name + ".v"),
+        rv = E.IterVar(E.Range(E.const(0), E.convert(ranges[iv][1])), E.Var(iv.var.name + ".v"),
                        E.IterKind.REDUCE)
         final = E.Reduce(red.combiner, rf[(rv.var, *[a.var for a in op.axis])], (rv,), None, red.dtype,
                          red.init)
