@@ -153,6 +153,7 @@ EVEN_CHUNKS = 4 * POOL_CHUNKS_PER_THREAD  # a count the pool's chunks at 2 and 4
 MIN_PADDED_BLOCKS = 20  # an odd block count from this up gets one more block (``padded_blocks``): <= 5% work
 MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
 SYMBOLIC_ROW_PAD = MAX_TILE_ROWS  # symbolic rows are computed in multiples of this (``padded_rows``)
+KEY_TILE_BLOCKS = 2  # a symbolic count of weight blocks (attention's keys) is computed in multiples of this
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -248,6 +249,8 @@ def _dense_packed_compute(inputs, attrs, out_types):
     rows = lead[-1]
     padded = padded_rows(rows)
     padded_b = attrs.get("blocks") or blocks  # ``padded_blocks``, asked by the layout pass
+    if isinstance(blocks, Dim):  # attention's keys: whole tiles of KEY_TILE_BLOCKS (the last one re-read)
+        padded_b = (blocks + (KEY_TILE_BLOCKS - 1)) // KEY_TILE_BLOCKS * KEY_TILE_BLOCKS
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
     if batch:
@@ -404,9 +407,9 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
     symbolic = _symbolic_rows(dense)
-    # attention over a symbolic sequence: a symbolic count of key blocks is tiled one block at a time (a
-    # tile of several would overhang the last block, and its guard sit in the reduction)
-    blocks = 1 if n is None else -(-n // b)
+    # attention over a symbolic sequence: a symbolic count of key blocks is padded to whole tiles of
+    # KEY_TILE_BLOCKS (a tile overhanging the last block would put its guard in the reduction)
+    blocks = KEY_TILE_BLOCKS if n is None else -(-n // b)
     if symbolic and k is None:
         k = 64  # the template's flops: a nominal depth
     # batch rows are blocked along the last leading axis; the others are loops around. Symbolic rows are
