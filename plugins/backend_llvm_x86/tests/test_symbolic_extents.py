@@ -97,3 +97,68 @@ def test_arguments_must_agree_on_a_dim():
     f = nnvm.build(te.create_schedule(b.op), [a, b], target="llvm")
     with pytest.raises(nnvm.InputError, match=r"argument B dim 0 \(n\) is 4, but an earlier argument has n"):
         f(np.zeros(3, np.float32), np.zeros(4, np.float32))
+
+
+def _loops(text: str) -> list[list[str]]:
+    """The top-level loops of a printed function, each as its lines."""
+    out: list[list[str]] = []
+    for line in text.splitlines()[1:]:
+        if line.startswith("  for "):
+            out.append([line])
+        elif out and line.startswith("   "):
+            out[-1].append(line)
+    return out
+
+
+def test_a_constant_split_of_a_dim_gets_an_unguarded_main_loop():
+    """Loop partitioning over a symbolic extent: the main loop runs ``n // 16`` whole vectors without a
+    guard, the tail keeps it; every size from one element to several vectors and a part."""
+    n = te.var("n")
+    a = te.placeholder((n,), name="A")
+    b = te.compute((n,), lambda i: a[i] * 2.0 + 1.0, name="B")
+    s = te.create_schedule(b.op)
+    _, inner = s[b].split(b.op.axis[0], factor=16)
+    s[b].vectorize(inner)
+    text = str(nnvm.lower(s, [a, b]))
+    main, tail = _loops(text)
+    assert "(n // 16)" in main[0] and not any("if " in line for line in main), text
+    assert any("if (((i.outer * 16) + i.inner) < n)" in line for line in tail), text
+    f = nnvm.build(s, [a, b], target="llvm")
+    for size in (1, 15, 16, 17, 40):
+        x = np.arange(size, dtype=np.float32)
+        y = np.full_like(x, np.nan)
+        f(x, y)
+        np.testing.assert_array_equal(y, x * 2 + 1, err_msg=f"n = {size}")
+
+
+def test_a_specialised_case_runs_for_its_dim_values_only():
+    """``te.Specialised``: a case for ``m == 1`` (its loops those of the static kernel: no tail) under a
+    test of the dim, the general schedule for every other value; one function, the same numbers."""
+    m, n, k = te.var("m"), 32, 24
+    a = te.placeholder((m, k), name="A")
+    w = te.placeholder((n, k), name="W")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * w[j, r], axis=r), name="C")
+
+    def tiled(rows: int):
+        s = te.create_schedule(c.op)
+        io, ii = s[c].split(c.op.axis[0], factor=rows)
+        jo, ji = s[c].split(c.op.axis[1], factor=16)
+        s[c].reorder(io, jo, r, ii, ji)
+        s[c].vectorize(ji)
+        return s
+
+    sch = te.Specialised(tiled(8), [({"m": 1}, tiled(1))])
+    func = nnvm.lower(sch, [a, w, c])
+    text = str(func)
+    assert text.splitlines()[1].strip() == "if (m == 1):", text
+    case = text.split("else:")[0]
+    assert " m" not in case.split("if (m == 1):")[1] and "if " not in case.split("if (m == 1):")[1], text
+    f = nnvm.build(sch, [a, w, c], target="llvm")
+    rng = np.random.default_rng(4)
+    wv = rng.normal(size=(n, k)).astype(np.float32)
+    for rows in (1, 2, 9):
+        x = rng.normal(size=(rows, k)).astype(np.float32)
+        out = np.zeros((rows, n), np.float32)
+        f(x, wv, out)
+        np.testing.assert_allclose(out, x @ wv.T, rtol=1e-4, atol=1e-5, err_msg=f"{rows} rows")

@@ -55,6 +55,17 @@ def test_encoder_compiles_once_into_kernels_taking_the_dims(encoder):
     assert [(str(d), limit) for d, limit, _ in mod.requirements] == [("seq", 512)]
 
 
+def test_the_symbolic_products_run_the_packed_template(encoder):
+    """Issue 39 stage 3: every MatMul of the unbound encoder (the four projections, the feed-forward pair,
+    attention's Q @ K^T and scores @ V) is a packed product over symbolic rows, as in a bound compile,
+    not the generic schedule's matmul."""
+    _, mod = encoder
+    calls = mod.specialised({"batch": 2, "seq": 5}).plan["calls"]
+    products = {c["kernel"] for c in calls if any(n.startswith("MatMul") for n in c["group"])}
+    assert len([c for c in calls if any(n.startswith("MatMul") for n in c["group"])]) == 8
+    assert products and all(k.endswith("_dense_packed") for k in products), sorted(products)
+
+
 def test_a_run_past_a_requirement_names_the_node_and_the_input():
     model = dynamic_encoder()
     mod = nnvm.compile(model, target="llvm", shapes={"input_ids": ("batch", "seq")}, tuning_log=False)

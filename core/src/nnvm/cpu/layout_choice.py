@@ -321,9 +321,11 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     data, weight = in_types
     if data.dtype != "float32" or len(weight.shape) < 2:
         return None
-    if data.symbolic or weight.symbolic:  # packed tiles pad rows to a static count: the generic product
-        return None
     batch = len(weight.shape) - 2
+    if not batch and (weight.symbolic or not isinstance(data.shape[-1], int)):
+        # symbolic rows are padded to a multiple of the tile rows (``padded_rows``); a symbolic depth of
+        # a constant weight keeps the generic product
+        return None
     if batch and (node.op != "matmul" or tuple(data.shape[:-2]) != tuple(weight.shape[:-2])):
         return None  # a broadcast batch axis: the generic matmul
     if node.op == "dense" and len(data.shape) != 2:
@@ -333,6 +335,10 @@ def alter_dense(target, node, in_types) -> AlteredNode | None:
     lanes = vector_lanes(target)
     src = "NK" if node.op == "dense" else "KN"
     n = weight.shape[-2 + src.index("N")]
+    if not isinstance(n, int):  # attention's Q @ K^T over a symbolic sequence: whole vectors, cropped
+        attrs = {"units": n}
+        return AlteredNode("dense_packed", attrs, inputs=(None, None), outputs=((None, None),),
+                           prepare=(None, ("batched_weight_pack", {"block": lanes})))
     if node.op == "dense" and n % 4:  # a dense with a few odd outputs (7) stays on the rfactor schedule
         return None
     block = packed_block(n, lanes)

@@ -69,10 +69,12 @@ from nnvm.cpu.schedule_helpers import (
 )
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim
 from nnvm.graph.ir import TensorType
 from nnvm.ops.blocked_layout import to_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
 from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.tir.visit import free_vars
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency
 
@@ -150,6 +152,8 @@ ROW_PAD = 4  # rows that no tile divides are padded to a multiple of this (``pad
 EVEN_CHUNKS = 4 * POOL_CHUNKS_PER_THREAD  # a count the pool's chunks at 2 and 4 threads share evenly (8, 16)
 MIN_PADDED_BLOCKS = 20  # an odd block count from this up gets one more block (``padded_blocks``): <= 5% work
 MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: rows stay inside
+SYMBOLIC_ROW_PAD = MAX_TILE_ROWS  # symbolic rows are computed in multiples of this (``padded_rows``)
+KEY_TILE_BLOCKS = 2  # a symbolic count of weight blocks (attention's keys) is computed in multiples of this
 
 
 def _dense_packed_infer(in_types, attrs):
@@ -162,17 +166,22 @@ def _dense_packed_infer(in_types, attrs):
                     f"with the data's batch axes) with the same K, got {data.shape} and {weight.shape}")
     padded = weight.shape[-3] * weight.shape[-1]
     units = attrs.get("units") or padded
-    if not padded - weight.shape[-1] < units <= padded:
+    if isinstance(units, int) and not padded - weight.shape[-1] < units <= padded:
         raise Error(f"dense_packed: {units} outputs do not end in the last block of a {weight.shape} weight")
     if 0 < attrs.get("blocks", 0) < weight.shape[-3]:
         raise Error(f"dense_packed: {attrs['blocks']} blocks computed, fewer than a {weight.shape} weight's")
     return [TensorType((*data.shape[:-1], units), dtype)]
 
 
-def padded_rows(rows: int) -> int:
+def padded_rows(rows):
     """The rows ``dense_packed`` computes for ``rows`` data rows: ``rows`` when a tile of 4 to 8 rows
     divides it (or it is at most 8), else the next multiple of ``ROW_PAD``. ViT's 197 tokens (a prime)
-    left tiles of one row: 4 accumulator chains per tile, latency-bound at a third of the FMA rate."""
+    left tiles of one row: 4 accumulator chains per tile, latency-bound at a third of the FMA rate.
+    A symbolic row count (``graph.dims.Dim``, ``seq``) is padded to a multiple of ``SYMBOLIC_ROW_PAD``
+    (every tile of ``packed_tile`` divides it), so the reduction never holds a guard; only the output
+    stores of the last row tile are guarded."""
+    if not isinstance(rows, int):
+        return (rows + (SYMBOLIC_ROW_PAD - 1)) // SYMBOLIC_ROW_PAD * SYMBOLIC_ROW_PAD
     if rows <= 8 or divisors(rows, 8, 4):
         return rows
     return -(-rows // ROW_PAD) * ROW_PAD
@@ -240,6 +249,8 @@ def _dense_packed_compute(inputs, attrs, out_types):
     rows = lead[-1]
     padded = padded_rows(rows)
     padded_b = attrs.get("blocks") or blocks  # ``padded_blocks``, asked by the layout pass
+    if isinstance(blocks, Dim):  # attention's keys: whole tiles of KEY_TILE_BLOCKS (the last one re-read)
+        padded_b = (blocks + (KEY_TILE_BLOCKS - 1)) // KEY_TILE_BLOCKS * KEY_TILE_BLOCKS
     rk = te.reduce_axis((0, k), name="k")
     workload = {"data_shape": (m, k), "weight_shape": (units, k), "block": b, "dtype": data.dtype}
     if batch:
@@ -251,11 +262,46 @@ def _dense_packed_compute(inputs, attrs, out_types):
         w = weight[(*i[:len(batch)], block, rk, i[-1] % b)]
         return te.sum(data[(*i[:-2], row, rk)] * w, axis=rk)
 
+    if not batch and any(isinstance(d, Dim) for d in lead[:-1]):
+        return [_flat_rows(data, weight, lead, rk, units, padded_b, workload)]
     full = te.compute((*lead[:-1], padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
                       attrs={"workload": workload, **workload})
     if units == padded_b * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
+
+
+def _flat_rows(data, weight, lead: list, rk, units, padded_b: int, workload: dict):
+    """``dense_packed`` of ``[*lead, K]`` data with a symbolic batch axis by a shared weight: the rows of
+    every batch are one axis of ``prod(lead)`` rows, padded to whole tiles (``padded_rows``), so the
+    padding is one tile in all, not one a batch ((4, 33): 136 rows computed, not 160), and cropped to
+    ``[*lead, units]``. The crop's row index ``b * S + s`` is the fused loop's, which bound inference
+    sees through (``te.bound``: ``(f // S) * S + f % S`` is ``f``)."""
+    blocks, _, b = shape_of(weight)
+    flat = 1
+    for d in lead:
+        flat = d * flat
+    padded = padded_rows(flat)
+
+    def body(r, j):
+        r = te.minimum(r, flat - 1)
+        idx = []
+        for d in reversed(lead[1:]):
+            idx.append(r % d)
+            r = r // d
+        block = j // b if padded_b == blocks else te.minimum(j // b, blocks - 1)
+        return te.sum(data[(r, *reversed(idx), rk)] * weight[block, rk, j % b], axis=rk)
+
+    full = te.compute((padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
+                      attrs={"workload": workload, **workload, "flat_rows": True})
+
+    def crop(*i):
+        r = i[0]
+        for ax, d in zip(i[1:-1], lead[1:]):
+            r = r * d + ax
+        return full[r, i[-1]]
+
+    return te.compute((*lead, units), crop, name="dense_packed_crop", tag="injective")
 
 
 def packed_layout(batch_axes: int, block: int) -> str:
@@ -272,8 +318,9 @@ def _dense_packed_eval(xs, attrs):
 
 DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                      OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=(2, 2),
-                     attrs={"units": Attr(int, 0, "the outputs when the last weight block is part zero "
-                                                  "padding; 0: every output of the blocks"),
+                     attrs={"units": Attr((int, Dim), 0, "the outputs when the last weight block is "
+                                                         "part padding (a symbolic dim: attention's keys); "
+                                                         "0: every output of the blocks"),
                             "blocks": Attr(int, 0, "the weight blocks computed where more than the weight "
                                                    "has (padded_blocks: the last one re-read, cropped); "
                                                    "0: the weight's")},
@@ -289,7 +336,7 @@ def _pack_infer(in_types, attrs):
         raise Error(f"batched_weight_pack: the data must be [*batch, K, N], got shape {x.shape}")
     *batch, k, n = x.shape
     b = attrs["block"]
-    return [TensorType((*batch, -(-n // b), k, b), x.dtype)]
+    return [TensorType((*batch, (n + (b - 1)) // b, k, b), x.dtype)]
 
 
 def _pack_compute(inputs, attrs, out_types):
@@ -328,9 +375,24 @@ def _packed_stages(group):
         return None
     sch = te.create_schedule([out.op])
     dense = sole_anchor(sch, "dense_packed")
-    if dense is None or any(extent(iv) is None for iv in (*dense.op.axis, *dense.op.reduce_axis)):
+    if dense is None:
         return None
+    if "weight_batch" not in dense.op.attrs and any(
+            extent(iv) is None for iv in (dense.op.axis[-1], *dense.op.reduce_axis)):
+        return None  # a shared weight is constant: only the data's rows may be symbolic
     return sch, dense
+
+
+def dim_names(extent) -> list:
+    """The names of the symbolic dims in an extent, sorted."""
+    return sorted(v.name for v in free_vars(extent))
+
+
+def _symbolic_rows(dense) -> bool:
+    """Whether a ``dense_packed`` stage's rows (or the batch axes around them) are symbolic dims: its
+    rows are then padded to a multiple of ``SYMBOLIC_ROW_PAD`` (``padded_rows``), which every tile
+    height divides."""
+    return any(extent(iv) is None for iv in (*dense.op.axis, *dense.op.reduce_axis))
 
 
 def dense_packed_template(target, group) -> ScheduleTemplate | None:
@@ -344,9 +406,18 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     m, _ = dense.op.attrs["data_shape"]  # the rows before padding (``padded_rows``)
     (k,) = (extent(iv) for iv in dense.op.reduce_axis)
     b = dense.op.attrs["block"]
-    blocks = -(-n // b)
-    rows = lead[-1]  # batch rows are blocked along the last leading axis; the others are loops around
-    mb_space = divisors(rows, MAX_TILE_ROWS)
+    symbolic = _symbolic_rows(dense)
+    # attention over a symbolic sequence: a symbolic count of key blocks is padded to whole tiles of
+    # KEY_TILE_BLOCKS (a tile overhanging the last block would put its guard in the reduction)
+    blocks = KEY_TILE_BLOCKS if n is None else -(-n // b)
+    if symbolic and k is None:
+        k = 64  # the template's flops: a nominal depth
+    # batch rows are blocked along the last leading axis; the others are loops around. Symbolic rows are
+    # a multiple of SYMBOLIC_ROW_PAD: the tiles are those of many rows (16 offers the heights 4 and 8)
+    rows = 2 * SYMBOLIC_ROW_PAD if symbolic else lead[-1]
+    if symbolic:
+        m = SYMBOLIC_ROW_PAD * MAX_TILE_ROWS  # the template's flops: a nominal row count, never a guess
+    mb_space = divisors(SYMBOLIC_ROW_PAD if symbolic else rows, MAX_TILE_ROWS)
     jb_space = divisors(blocks, MAX_TILE_ACCUMULATORS)
     machine = machine_of(target)
     if enabled("dense_tiles"):
@@ -354,12 +425,23 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     else:  # the fixed tile of session 9, for A/B benchmarks
         jb = next((d for d in divisors(blocks, 8, 4)), largest_divisor(blocks, 4))
         mb = largest_divisor(rows, max(1, min(MAX_TILE_ROWS, MAX_TILE_ACCUMULATORS // jb)))
-    units = dense.op.attrs["weight_shape"][0]
+    units = dense.op.attrs["weight_shape"][0] if n is not None else b
     fallback = {"jb": jb, "mb": mb, "rows_first": int(rows_first(machine, jb, mb)),
-                "batch_outer": int(batch_outer(target, dense, m, k))}
+                "batch_outer": int(not symbolic and batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
-    return ScheduleTemplate("cpu.dense.packed", space, fallback,
-                            lambda config: build_dense_packed(group, config), flops=2.0 * m * units * k)
+    build = functools.partial(build_dense_packed, group)
+    if symbolic and "weight_batch" not in dense.op.attrs:
+        # one row (a decoding step, batch 1): the static kernel's GEMV tile, not a tile of 8 padded rows
+        one_row = {d: 1 for iv in dense.op.axis[:-1] for d in dim_names(iv.dom.extent)}
+        gemv = {"jb": packed_tile(machine, blocks, 1)[0], "mb": 1, "rows_first": 0, "batch_outer": 0}
+        build = functools.partial(_with_one_row_case, group, one_row, gemv)
+    return ScheduleTemplate("cpu.dense.packed", space, fallback, build, flops=2.0 * m * units * k)
+
+
+def _with_one_row_case(group, one_row: dict, gemv: dict, config: dict):
+    """``build_dense_packed`` for symbolic rows, with the one-row binding as a case of its own
+    (``te.Specialised``): 8 padded rows made BERT-base at (batch, seq) = (1, 1) 1.5x the static kernel."""
+    return te.Specialised(build_dense_packed(group, config), [(one_row, build_dense_packed(group, gemv))])
 
 
 def batch_outer(target, dense, rows: int, depth: int) -> bool:
@@ -447,6 +529,8 @@ def build_dense_packed(group, config: dict):
     # [B, S, K] data: the rows of S are blocked, B is a loop around them (fusing B and S would leave
     # the bounds of a tile's rows to a div/mod, which bound inference widens to every row)
     *outer, i, j = out_stage.op.axis
+    if dense.op.attrs.get("flat_rows") and outer:  # the rows of every batch, one axis (``_flat_rows``)
+        i, outer = out_stage.fuse(*outer, i), []
     jo, ji = out_stage.split(j, factor=b)
     jt, jb = out_stage.split(jo, factor=config["jb"])
     it, ib = out_stage.split(i, factor=config["mb"])
@@ -468,8 +552,18 @@ def build_dense_packed(group, config: dict):
     # are 12 tiles, 8 chunks of 1 and 2 tiles, and the thread left with a 2 waits for it. One thread:
     # 768-deep products level, ViT's 192-deep ones 1-2% slower (a tile's row index is a div/mod).
     # Each fused iteration is whole tiles, so its bounds stay exact.
-    if "weight_batch" in dense.op.attrs:
+    if "weight_batch" in dense.op.attrs and _symbolic_rows(dense):
+        # symbolic batch, rows or keys: the batch axes are the parallel loop (a fused index divided by
+        # the constant head count, so each tile's bounds stay exact), each row tile runs every tile of
+        # its weight
+        par, inner = list(outer), [it, jt]
+    elif "weight_batch" in dense.op.attrs:
         par, inner = [*outer, it], [jt]
+    elif _symbolic_rows(dense):
+        # symbolic batch axes and rows: the weight's tiles inside the batch axes (a fused index divided
+        # by a constant, so each tile's bounds stay exact), every tile of rows in turn inside; the rows'
+        # count is not known, so they never join the parallel loop
+        par, inner = [*outer, jt], [it]
     else:
         par, inner = ([*outer, jt] if config.get("batch_outer") else [jt, *outer]), [it]
         tiles = math.prod(extent(iv) for iv in outer) * -(-extent(j) // (b * config["jb"]))

@@ -12,8 +12,9 @@ size fold away (the shuffle of a 60 x 28 x 28 tensor 2.1x faster, NCHW -> NCHW16
 A transform back from ``NCHW{b}c`` to ``NCHW`` walks the ``b`` channels of a block inside the row
 loop instead (``for n.c_outer: for h: for c_inner: vectorized for w``), reusing the row it reads.
 
-Offered through ``nnvm_schedule_group`` (no knobs to tune); groups with a reduction, one output
-short of rank 4, or symbolic extents keep the generic schedule.
+Offered through ``nnvm_schedule_group`` (no knobs to tune); groups with a reduction, or one output
+short of rank 4, keep the generic schedule; symbolic extents take the same nest, the rows' count and
+a symbolic innermost axis as loops over dims.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ def unblocking_block(group, extents) -> int | None:
     return int(found.group(1))
 
 
-def inlined_output_stage(out):
+def inlined_output_stage(out, symbolic: bool = False):
     """(schedule, output stage, its axes, their constant extents, the compute stages) for a group that
     only moves data: every other compute stage inlined into the output, so its schedule is the output's
-    loop nest alone. None when a stage reduces or an extent is symbolic. Shared by the data-movement
-    schedules (this one, ``schedule_concat``)."""
+    loop nest alone. None when a stage reduces, or an extent is symbolic unless ``symbolic`` (then its
+    extent is None). Shared by the data-movement schedules (this one, ``schedule_concat``)."""
     sch = te.create_schedule([out.op])
     computes = [st for st in sch.stages if isinstance(st.op, ComputeOp)]
     if any(st.op.reduce_axis for st in computes):
@@ -56,7 +57,7 @@ def inlined_output_stage(out):
     stage = sch[out.op]
     axes = list(stage.op.axis)
     extents = [extent(iv) for iv in axes]
-    if None in extents:
+    if None in extents and not symbolic:
         return None
     for st in computes:
         if st is not stage:
@@ -74,10 +75,19 @@ def schedule_index_remap(target, group):
     out = group.outputs[0]
     if len(out.shape) < 4:
         return None
-    found = inlined_output_stage(out)
+    found = inlined_output_stage(out, symbolic=True)
     if found is None:
         return None
     sch, stage, axes, extents, _ = found
+    if None in extents:
+        # symbolic (attention's heads split from [batch, seq, hidden]): the same nest, parallel over the
+        # outer axes whatever their count, the innermost vectorized where it is constant
+        outer = axes[:-2]
+        fused = stage.fuse(*outer) if len(outer) > 1 else outer[0]
+        stage.parallel(fused)
+        if extents[-1] is not None and extents[-1] > 1:
+            stage.vectorize(axes[-1])
+        return sch
     block = unblocking_block(group, extents)
     if block:
         # NCHW{b}c -> NCHW: the b channels of one block row are written one after the other, so the

@@ -58,8 +58,9 @@ def _softmax_stages(group):
     if len(computes) != 3 or tuple(st.op.tag for st in stats) != tags or out_stage.op.reduce_axis or any(
             len(st.op.reduce_axis) != 1 for st in stats):
         return None
-    if any(extent(iv) is None for st in computes for iv in (*st.op.axis, *st.op.reduce_axis)):
-        return None
+    if extent(out_stage.op.axis[-1]) is None or any(extent(iv) is None for st in stats
+                                                    for iv in st.op.reduce_axis):
+        return None  # a symbolic count of rows (a sequence) is served; a symbolic row length is not yet
     return sch, out_stage, stats
 
 
@@ -88,6 +89,11 @@ def row_template(target, name: str, out_stage, build, chains: int = 1) -> Schedu
     ``vb`` the output's vector (the target's lanes)."""
     n = extent(out_stage.op.axis[-1])
     lanes = vector_lanes(target)
+    if n is None:  # a symbolic row length: whole vectors, the row's last partial one peeled off
+        kb = chains * lanes
+        space = sorted({kb, lanes})
+        return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes}, build,
+                                revision=2)
     kb = reduce_block(n, lanes)
     if kb == lanes and n >= chains * lanes:
         kb = chains * lanes
@@ -103,8 +109,9 @@ def _parallel_rows(stage, axes, row_length: int):
     if not axes:
         return None
     fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
-    rows = math.prod(extent(iv) for iv in axes)
-    if rows > 1 and rows * row_length >= PARALLEL_MIN_WORK:
+    extents = [extent(iv) for iv in axes]
+    rows = None if None in extents else math.prod(extents)  # None: symbolic, parallel (one fork a run)
+    if rows is None or row_length is None or rows > 1 and rows * row_length >= PARALLEL_MIN_WORK:
         stage.parallel(fused)
     return fused
 
@@ -179,8 +186,8 @@ def _row_kernel_stages(group):
     stats = [st for st in computes if st.op.reduce_axis]
     if len(computes) != 2 or len(stats) != 1 or stats[0].op.tag != tag or out_stage.op.reduce_axis:
         return None
-    if any(extent(iv) is None for st in computes for iv in (*st.op.axis, *st.op.reduce_axis)):
-        return None
+    # symbolic rows and row lengths (attention's [batch, heads, seq, seq]) are served: the row's vector
+    # steps are a constant split of it, whose tail lowering peels off (``tir.lower.partition_loops``)
     return sch, out_stage, stats[0]
 
 

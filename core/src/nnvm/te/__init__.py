@@ -8,7 +8,7 @@ In the style TVM users know::
     s = te.create_schedule(C.op)
 """
 
-from nnvm.te.schedule import Schedule, Stage, create_schedule  # noqa: F401
+from nnvm.te.schedule import Schedule, Specialised, Stage, create_schedule  # noqa: F401
 from nnvm.te.tensor import (  # noqa: F401
     ComputeOp,
     Operation,

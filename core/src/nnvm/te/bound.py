@@ -15,7 +15,7 @@ from nnvm.errors import ScheduleError
 from nnvm.te.relations import root_values
 from nnvm.tir import expr as E
 from nnvm.tir.simplify import Simplifier, simplify
-from nnvm.tir.visit import free_vars, substitute, walk
+from nnvm.tir.visit import free_vars, rewrite, substitute, walk
 
 
 class _Unbounded(Exception):
@@ -70,6 +70,66 @@ def _sym_bound(e, relax: dict, simp: Simplifier):
     raise _Unbounded
 
 
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    diff = simplify(a - b)
+    return isinstance(diff, E.Const) and diff.value == 0
+
+
+def _fold_divmod(e):
+    """``e`` with each ``(x // d) * d + x % d`` written ``x``: the row of a fused loop over a symbolic
+    batch and sequence (``f // seq``, ``f % seq``) read back as ``b * seq + s`` (a packed dense's flat
+    rows), whose bounds are then those of ``f``; the simplifier does not know the identity for a
+    symbolic ``d``."""
+    def div_times(m):  # (x, d) of ``(x // d) * d``, else None
+        if isinstance(m, E.BinOp) and m.op == "mul":
+            for q, d in ((m.a, m.b), (m.b, m.a)):
+                if isinstance(q, E.BinOp) and q.op == "floordiv" and _same(q.b, d):
+                    return q.a, d
+        return None
+
+    def fn(node):
+        if isinstance(node, E.BinOp) and node.op == "add":
+            for m, r in ((node.a, node.b), (node.b, node.a)):
+                found = div_times(m)
+                if (found and isinstance(r, E.BinOp) and r.op == "floormod" and _same(r.a, found[0])
+                        and _same(r.b, found[1])):
+                    return found[0]
+        return None
+
+    return rewrite(e, fn)
+
+
+def _increasing(e) -> bool:
+    """Whether ``e`` never decreases as any loop variable in it grows: sums, products by non-negative
+    constants and floor divisions by positive ones of variables, dims and constants."""
+    if isinstance(e, (E.Const, E.Var)):
+        return True
+    if isinstance(e, E.Cast):
+        return _increasing(e.value)
+    if isinstance(e, E.BinOp):
+        if e.op == "add":
+            return _increasing(e.a) and _increasing(e.b)
+        if e.op in ("mul", "floordiv"):
+            c = simplify(e.b)
+            return isinstance(c, E.Const) and c.value >= (0 if e.op == "mul" else 1) and _increasing(e.a)
+    return False
+
+
+def _fits(lo, extent: int, end, outer_last: dict) -> bool:
+    """Whether a region ``[lo, lo + extent)`` ends by the symbolic domain end ``end`` at every iteration
+    of the outer loops: ``lo`` grows with them, so at their last iterations (``outer_last``, expressions
+    of the dims for split dims) it is largest. The padded rows of a symbolic dense are whole tiles: the
+    region ``[8 * it, 8 * it + 8)`` of ``8 * ((seq + 7) // 8)`` rows with ``it < (seq + 7) // 8`` needs no
+    guard, which would otherwise sit in the reduction."""
+    if not _increasing(lo):
+        return False
+    last = simplify(substitute(lo, outer_last) + extent)
+    slack = simplify(end - last)
+    return isinstance(slack, E.Const) and slack.value >= 0
+
+
 def _reads_of(expr, tensor) -> list:
     found = []
 
@@ -115,13 +175,14 @@ def _axis_values(stage, ranges) -> dict:
     return vmap
 
 
-def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
+def attach_ranges(stage, sch, bodies, stage_ranges, stage_limits: dict | None = None) -> tuple[dict, dict]:
     """Root ranges of ``stage`` when computed at ``stage.attach_ivar`` of ``stage.attach_stage``, and
     the domain end of each axis whose region may overhang the domain (lowering guards those).
 
     Its readers are the stage it is computed in, or stages computed inside that loop (a band of an
     intermediate tensor filled once for the register tiles of a band that read it): their loops, and
-    those of the stages between, range over their whole extent within one iteration."""
+    those of the stages between, range over their whole extent within one iteration. ``stage_limits``:
+    the axes of each stage computed so far whose region may overhang its domain (the consumer's)."""
     consumer = stage.attach_stage
     leaves = consumer.leaf_iter_vars
     pos = leaves.index(stage.attach_ivar)
@@ -135,25 +196,42 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
     relax = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[pos + 1:]}
     if stage.scope == "shared":
         relax.update(_thread_loops(consumer, stage_ranges))
-    # Outer loop variables, for bounding extents that depend on them.
-    outer_ranges = {iv.var: (0, c_ranges[iv][1] - 1) for iv in leaves[:pos + 1]}
+    # Outer loop variables, for bounding extents that depend on them; a symbolic loop extent (a split
+    # of a dim) is unbounded for the simplifier, and its last iteration an expression (``_fits``)
+    outer_ranges, outer_last = {}, {}
+    for iv in leaves[:pos + 1]:
+        ext = c_ranges[iv][1]
+        outer_ranges[iv.var] = (0, ext - 1) if isinstance(ext, int) else (0, math.inf)
+        outer_last[iv.var] = E.const(ext - 1) if isinstance(ext, int) else simplify(ext - 1)
     simp = Simplifier(outer_ranges)
 
     accesses = []
+    exact: dict = {}  # id of a consumer axis's value -> (value, its extent): a loop value within it
     for reader in readers:
         vmap = _axis_values(reader, stage_ranges[reader])
+        if reader is consumer:
+            # an axis the consumer's loops cover exactly (fused, or split without a guard) takes only
+            # values inside its domain: a stage computed at a fused loop over a symbolic batch and
+            # sequence (softmax's row statistic) reads one of them, and needs no guard
+            _, guards = root_values(consumer, c_ranges, {iv: iv.var for iv in leaves})
+            overhang = {g for g, _ in guards} | set((stage_limits or {}).get(consumer, {}))
+            for a in consumer.op.axis:
+                if a not in overhang and _same(a.dom.min, E.const(0)):
+                    exact[id(vmap[a.var])] = (vmap[a.var], a.dom.extent)
         inner = reader
         while inner is not consumer:  # every loop of a reader inside the attach loop ranges fully
             relax.update({iv.var: (0, stage_ranges[inner][iv][1] - 1) for iv in inner.leaf_iter_vars})
             inner = inner.attach_stage
         for body in bodies[reader.op]:
             for t in stage.op.outputs:
-                accesses.extend([substitute(i, vmap) for i in idx] for idx in _reads_of(body, t))
+                accesses.extend([_fold_divmod(substitute(i, vmap)) for i in idx]
+                                for idx in _reads_of(body, t))
     out: dict = {}
     limits: dict = {}
     for d, iv in enumerate(stage.op.axis):
         dom_min = int(simplify(iv.dom.min).value)
-        dom_ext = int(simplify(iv.dom.extent).value)
+        dom_ext = simplify(iv.dom.extent)
+        dom_ext = int(dom_ext.value) if isinstance(dom_ext, E.Const) else dom_ext
         los, his, raw = [], [], []
         try:
             for idx in accesses:
@@ -183,13 +261,22 @@ def attach_ranges(stage, sch, bodies, stage_ranges) -> tuple[dict, dict]:
                 out[iv] = (dom_min, dom_ext)
                 continue
             extent = int(whi)
-        extent = min(extent, dom_ext)
+        if dom_min == 0 and all(id(idx[d]) in exact and not (free_vars(idx[d]) & relax.keys())
+                                and _same(E.convert(exact[id(idx[d])][1]), E.convert(dom_ext))
+                                for idx in accesses):
+            out[iv] = (lo, extent)  # one of the consumer's own axis values, inside the same domain
+            continue
         lo_bounds = simp.bound(lo)
         if lo_bounds[0] < dom_min:
             lo = simp.expr(E.binop("max", lo, E.const(dom_min)))
-        if lo_bounds[1] + extent > dom_min + dom_ext:
-            limits[iv] = dom_min + dom_ext
+        if isinstance(dom_ext, int):
+            extent = min(extent, dom_ext)
+            if lo_bounds[1] + extent > dom_min + dom_ext:
+                limits[iv] = dom_min + dom_ext
+        elif not _fits(lo, extent, dom_min + dom_ext, outer_last):
+            limits[iv] = simplify(dom_ext + dom_min)
         out[iv] = (lo, extent)
     for iv in stage.op.reduce_axis:
-        out[iv] = (int(simplify(iv.dom.min).value), int(simplify(iv.dom.extent).value))
+        ext = simplify(iv.dom.extent)  # a reduction over a symbolic dim (attention's keys) runs whole
+        out[iv] = (int(simplify(iv.dom.min).value), int(ext.value) if isinstance(ext, E.Const) else ext)
     return out, limits

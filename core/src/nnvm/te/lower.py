@@ -15,11 +15,13 @@ The steps, each a function below or in the module named:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nnvm.errors import ScheduleError
 from nnvm.te.bound import attach_ranges, nested_in
 from nnvm.te.nest import reduction_nest, wrap_loops
 from nnvm.te.relations import axis_values, infer_bounds, root_ranges
-from nnvm.te.schedule import Schedule, Stage
+from nnvm.te.schedule import Schedule, Specialised, Stage
 from nnvm.te.tensor import ComputeOp, PlaceholderOp, Tensor
 from nnvm.te.tensorize import finish_tensor_intrin_calls, tensorized_nest
 from nnvm.tir import expr as E
@@ -104,8 +106,10 @@ def make_stage_nest(stage: Stage, body_exprs: tuple, out_tensors: list, ranges: 
 # 4. the whole program
 
 
-def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
+def lower_schedule(sch: Schedule | Specialised, args: list, name: str = "main") -> S.PrimFunc:
     """Lower a schedule to a PrimFunc whose parameters are the buffers of ``args`` (in order)."""
+    if isinstance(sch, Specialised):
+        return _lower_specialised(sch, args, name)
     args = list(args)
     for a in args:
         if not isinstance(a, Tensor):
@@ -137,7 +141,7 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
                 raise ScheduleError(f"stage {stage.name}: {at}: that stage is not computed before it can be "
                                     "attached to (inlined or attached later)")
             _check_attach_dominates(stage, bodies, stage_ranges, at)
-            roots, stage_limits[stage] = attach_ranges(stage, sch, bodies, stage_ranges)
+            roots, stage_limits[stage] = attach_ranges(stage, sch, bodies, stage_ranges, stage_limits)
         else:
             roots = root_ranges(stage)
         stage_ranges[stage] = infer_bounds(stage, roots)
@@ -192,6 +196,34 @@ def lower_schedule(sch: Schedule, args: list, name: str = "main") -> S.PrimFunc:
     # dims the program reads beyond its parameters' shapes (a tensor of dims' values), by name
     dims += tuple(sorted((v for v in unbound_vars(body) if v not in dims), key=lambda v: v.name))
     return S.PrimFunc(name, tuple(params), body, {"dims": dims} if dims else {})
+
+
+def _lower_specialised(sch: Specialised, args: list, name: str) -> S.PrimFunc:
+    """``Specialised``: the general program, after each case under its test of the dims."""
+    func = lower_schedule(sch.general, args, name)
+    dims = {v.name: v for v in func.attrs.get("dims", ())}
+    body = func.body
+    for values, case in reversed(sch.cases):
+        unknown = sorted(set(values) - set(dims))
+        if unknown:
+            raise ScheduleError(f"lower: a case of {name} gives values to {', '.join(unknown)}, which are "
+                                f"no dims of it (dims: {', '.join(dims) or 'none'})")
+        vmap = {dims[d]: E.const(v, dims[d].dtype) for d, v in values.items()}
+        own = lower_schedule(case, args, name)
+        buffers = dict(zip(own.params, func.params))
+
+        def fn(node, buffers=buffers, vmap=vmap):  # children first: a load's index is already rewritten
+            if isinstance(node, (E.Load, S.Store)) and node.buffer in buffers:
+                return replace(node, buffer=buffers[node.buffer])
+            return vmap.get(node) if isinstance(node, E.Var) else None
+
+        cased = simplify(partition_loops(simplify(rewrite(own.body, fn))))
+        test = None
+        for d, v in values.items():
+            eq = E.binop("eq", dims[d], E.const(v, dims[d].dtype))
+            test = eq if test is None else test & eq
+        body = S.IfThenElse(test, cased, body)
+    return replace(func, body=body)
 
 
 def _check_attach_dominates(stage: Stage, bodies: dict, lowered, at: str) -> None:

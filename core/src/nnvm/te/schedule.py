@@ -278,6 +278,29 @@ class Stage:
         self.double_buffered = True
 
 
+class Specialised:
+    """A schedule over symbolic dims with cases for given dim values (a shape bucket inside one kernel).
+
+    ``general`` serves every binding; each ``(values, schedule)`` of ``cases`` (``values``: dim name ->
+    int) serves the bindings with exactly those values, lowered with the dims replaced by them, so its
+    loops are the static kernel's. Lowering puts the cases first, each under its test of the dims
+    (``if seq == 1 && batch == 1``), and the general program last: one kernel, one call, no plan change.
+    A packed dense over symbolic rows computes its rows in tiles of 8 (``padded_rows``); a decoding
+    step's single row would compute 8, so the one-row case keeps the static kernel's tile.
+    """
+
+    def __init__(self, general: Schedule, cases: list):
+        self.general = general
+        self.cases = list(cases)
+
+    @property
+    def stages(self) -> list:
+        return self.general.stages
+
+    def __getitem__(self, key):
+        return self.general[key]
+
+
 class Schedule:
     """A stage per operation reachable from the outputs, producers before consumers."""
 
@@ -401,7 +424,7 @@ class Schedule:
         new_leaf = {}
         for lv in reduce_leaves:
             kind = E.IterKind.DATA_PAR if lv is iv else E.IterKind.REDUCE
-            new_leaf[lv] = E.IterVar(E.Range(E.const(0), E.const(ranges[lv][1])), E.Var(lv.var.name), kind)
+            new_leaf[lv] = E.IterVar(E.Range(E.const(0), E.convert(ranges[lv][1])), E.Var(lv.var.name), kind)
         spatial = [E.IterVar(a.dom, E.Var(a.var.name), a.kind) for a in op.axis]
         leaf_values = {lv: new_leaf[lv].var if lv in new_leaf else lv.var for lv in stage.leaf_iter_vars}
         vmap, guards = axis_values(stage, ranges, leaf_values)
@@ -420,9 +443,9 @@ class Schedule:
         else:
             rf_body = src if cond is None else E.select(cond, src, red.combiner.identity(red.dtype))
         rf_op = ComputeOp(f"{op.name}.rf", (new_leaf[iv], *spatial), rf_reduce, (rf_body,), op.tag)
-        rf_op.outputs = [Tensor(rf_op, 0, (E.const(ranges[iv][1]), *tensor.shape), red.dtype)]
+        rf_op.outputs = [Tensor(rf_op, 0, (E.convert(ranges[iv][1]), *tensor.shape), red.dtype)]
         rf = rf_op.outputs[0]
-        rv = E.IterVar(E.Range(E.const(0), E.const(ranges[iv][1])), E.Var(iv.var.name + ".v"),
+        rv = E.IterVar(E.Range(E.const(0), E.convert(ranges[iv][1])), E.Var(iv.var.name + ".v"),
                        E.IterKind.REDUCE)
         final = E.Reduce(red.combiner, rf[(rv.var, *[a.var for a in op.axis])], (rv,), None, red.dtype,
                          red.init)

@@ -135,6 +135,11 @@ def _partition(stmt, ranges: dict):
     if not isinstance(stmt, S.For):
         return stmt
     if not (isinstance(stmt.min, E.Const) and isinstance(stmt.extent, E.Const)):
+        parts = _split_symbolic_loop(stmt, ranges) if stmt.kind in _PARTITIONABLE else None
+        if parts is not None:
+            main, tail = parts
+            main = replace(main, body=_partition(main.body, {**ranges, stmt.var: (0, math.inf)}))
+            return main if tail is None else S.seq(main, tail)
         return replace(stmt, body=_partition(stmt.body, ranges))
     lo, ext = int(stmt.min.value), int(stmt.extent.value)
     parts = _split_loop(stmt, lo, ext, ranges) if stmt.kind in _PARTITIONABLE else None
@@ -166,6 +171,130 @@ def _split_loop(loop: S.For, lo: int, ext: int, ranges: dict):
     main = replace(loop, extent=E.const(main_ext), body=main_body)
     tail = replace(loop, min=E.const(lo + main_ext), extent=E.const(ext - main_ext))
     return main, tail
+
+
+def _split_symbolic_loop(loop: S.For, ranges: dict):
+    """(main, tail) cut from a loop over a symbolic extent (a constant split of a dim), or None.
+
+    Before (``j`` split by 16 over ``n`` columns)::
+
+        for j.outer in range((n + 15) // 16):
+          for j.inner in range(16):  # vectorized
+            if (j.outer * 16 + j.inner) < n:
+              B[...] = ...
+
+    After::
+
+        for j.outer in range(max(min(n // 16, (n + 15) // 16), 0)):    # main: no guard, one vector
+          for j.inner in range(16):  # vectorized
+            B[...] = ...
+        for j.outer in range(main, (n + 15) // 16):                   # tail: guarded
+          ...
+
+    Each guard linear in the loop's variable whose other terms are loops of known range (their worst
+    case taken) and dims or outer loops (kept as an expression) gives a limit; the main loop runs to the
+    least of them and drops those guards, which hold in all of its iterations. Its extent is clipped to
+    the loop's own, so the cut is correct whatever the dims' values; where it is the loop's own, there
+    is no tail."""
+    if not isinstance(loop.min, E.Const):
+        return None
+    lo = int(loop.min.value)
+    limits, conds = [], []
+
+    def visit(st, rng):
+        if isinstance(st, S.Seq):
+            for x in st.stmts:
+                visit(x, rng)
+        elif isinstance(st, S.For):
+            if isinstance(st.min, E.Const) and isinstance(st.extent, E.Const):
+                rng = {**rng, st.var: (int(st.min.value), int(st.min.value) + int(st.extent.value) - 1)}
+            else:  # an inner loop over a symbolic extent: no worst case (``_symbolic_limit``)
+                rng = {**rng, st.var: (0, math.inf)}
+            visit(st.body, rng)
+        elif isinstance(st, (S.Allocate, S.AttrStmt, S.LetStmt)):
+            visit(st.body, rng)
+        elif isinstance(st, S.IfThenElse):
+            for conj in _conjuncts(st.cond):
+                if loop.var in free_vars(conj):
+                    got = _symbolic_limit(loop.var, conj, rng)
+                    if got is not None:
+                        conds.append(conj)
+                        if not any(_same_expr(got, x) for x in limits):
+                            limits.append(got)
+            visit(st.then_body, rng)
+            if st.else_body is not None:
+                visit(st.else_body, rng)
+
+    visit(loop.body, {**ranges, loop.var: (lo, math.inf)})
+    if not limits:
+        return None
+    holds = {id(c) for c in conds}
+
+    def drop(node):
+        if isinstance(node, S.IfThenElse):
+            kept = [c for c in _conjuncts(node.cond) if id(c) not in holds]
+            if len(kept) == len(_conjuncts(node.cond)):
+                return None
+            if not kept:
+                return node.then_body
+            cond = kept[0]
+            for c in kept[1:]:
+                cond = cond & c
+            return replace(node, cond=cond)
+        return None
+
+    zero = E.const(0, loop.extent.dtype)
+    last = limits[0]
+    for x in limits[1:]:
+        last = E.binop("min", last, x)
+    main_ext = simplify(E.binop("max", E.binop("min", last - lo + 1, loop.extent), zero))
+    main = replace(loop, extent=main_ext, body=rewrite(loop.body, drop))
+    if _same_expr(main_ext, loop.extent):  # every guard holds in every iteration: no tail
+        return main, None
+    tail = replace(loop, min=simplify(main_ext + lo), extent=simplify(loop.extent - main_ext))
+    return main, tail
+
+
+def _same_expr(a, b) -> bool:
+    diff = simplify(a - b)
+    return isinstance(diff, E.Const) and diff.value == 0
+
+
+def _symbolic_limit(var: E.Var, cond, ranges: dict):
+    """The largest ``var`` (an expression of dims) for which ``cond`` (``a < b`` or ``<=``, ``>``,
+    ``>=``, linear in ``var`` with a positive coefficient) holds whatever the other loops' values, or
+    None; ``_upper_limit`` for a bound that is a dim."""
+    if not isinstance(cond, E.BinOp) or cond.op not in ("lt", "le", "gt", "ge"):
+        return None
+    a, b = (cond.a, cond.b) if cond.op in ("lt", "le") else (cond.b, cond.a)
+    if not (E.is_int(a.dtype) and E.is_int(b.dtype)):
+        return None
+    simp = Simplifier(ranges)
+    diff = simp.linear(E.BinOp("sub", a, b, a.dtype))
+    if diff is None:
+        return None
+    coef = diff.terms.get(var, 0)
+    if coef <= 0:
+        return None
+    worst, dims = diff.const + (1 if cond.op in ("lt", "gt") else 0), []
+    for atom, c in diff.terms.items():
+        if atom is var:
+            continue
+        if var in free_vars(atom):
+            return None
+        lo_b, hi_b = simp.bound(atom)
+        if not math.isinf(lo_b) and not math.isinf(hi_b):
+            worst += c * (hi_b if c > 0 else lo_b)
+        elif any(v in ranges for v in free_vars(atom)):
+            return None  # a loop of unknown range: no worst case
+        else:
+            dims.append((atom, c))
+    if not dims:
+        return None  # a constant limit: the loop over a symbolic extent runs past it only by its tail
+    rest = E.const(worst, diff.dtype)
+    for atom, c in dims:
+        rest = rest + atom * c
+    return simplify(E.binop("floordiv", E.const(0, diff.dtype) - rest, E.const(coef, diff.dtype)))
 
 
 def _guard_limits(var: E.Var, stmt, ranges: dict) -> list:

@@ -142,9 +142,9 @@ class Simplifier:
             if e.op == "sub":
                 return (a[0] - b[1], a[1] - b[0])
             if e.op == "mul":
-                cands = [x * y for x in a for y in b if not (math.isinf(x) or math.isinf(y))]
-                if len(cands) < 4:
-                    return (-math.inf, math.inf)
+                # 0 x inf is 0 here (a bound, not a limit): a loop over a symbolic extent, (0, inf),
+                # times a constant stays non-negative
+                cands = [0 if x == 0 or y == 0 else x * y for x in a for y in b]
                 return (min(cands), max(cands))
             if e.op == "floordiv" and b[0] == b[1] and b[0] > 0:
                 k = b[0]
