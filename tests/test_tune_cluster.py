@@ -201,8 +201,11 @@ def tiny_conv(tmp_path_factory) -> str:
 
 def test_nnvm_tune_cluster_on_the_command_line(cluster, tiny_conv, tmp_path):
     log = tmp_path / "cli.jsonl"
-    proc = nnvm_cli("tune", tiny_conv, "--trials", "2", "--log", str(log), "--cluster", cluster.address,
-                    "--quiet", "--json")
+    # the CPU the nodes measure for, named: the command runs in a process of its own, which does not share
+    # a CPU this run assumes (``--host-cpu``)
+    cpu = device_resource("llvm").rsplit(":", 1)[1]
+    proc = nnvm_cli("tune", tiny_conv, "--target", f"llvm -mcpu={cpu}", "--trials", "2", "--log", str(log),
+                    "--cluster", cluster.address, "--quiet", "--json")
     assert proc.returncode == 0, proc.stderr
     assert "2 device(s)" in proc.stdout
     records = logmod.read(log)
