@@ -8,6 +8,7 @@ from nnvm.errors import Error, with_context
 from nnvm.graph.evaluate import evaluate_node
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.registry import OpPattern, get_op
+from nnvm.ops.transform import is_view
 
 # ---------------------------------------------------------------------------------------------------
 # helpers
@@ -237,7 +238,8 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
     an elementwise or broadcast node follows anything up to a conv/dense (its epilogue, including a
     residual add and the activation after it); an injective node follows injective groups; a reduction
     takes its injective inputs. After joining, only the new node's outputs may be read outside the
-    group, which keeps every group convex (no path leaves it and comes back).
+    group, which keeps every group convex (no path leaves it and comes back). A view (``is_view``: a
+    concatenation planned in place) stays alone: it has no kernel to fuse into.
     """
     level = getattr(ctx, "opt_level", 3) if ctx is not None else 3
     consumers = graph.consumers()
@@ -249,10 +251,10 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
     for node in graph.nodes:
         p = get_op(node.op, node.name).pattern
         joined = None
-        if level >= 2 and len(node.outputs) == 1 and p <= OpPattern.REDUCTION:
+        if level >= 2 and len(node.outputs) == 1 and p <= OpPattern.REDUCTION and not is_view(node):
             for v in node.inputs:
                 prod = producers.get(v)
-                if prod is None or len(prod.outputs) != 1:
+                if prod is None or len(prod.outputs) != 1 or is_view(prod):
                     continue
                 if v in outputs or [c.name for c in consumers.get(v, [])] != [node.name]:
                     continue
