@@ -25,7 +25,7 @@ from nnvm_testing.plans import run_plan
 TARGETS = ("llvm -mcpu=haswell", "llvm -mcpu=skylake-avx512", "llvm -mcpu=znver5")
 
 
-def dense_block(batch=1, layers=3, growth=8, channels=16, size=6, seed=0):
+def dense_block(batch=1, layers=3, growth=16, channels=16, size=6, seed=0):
     """A DenseNet block: layer k reads relu(concat(first k features)) and adds ``growth`` channels; the
     output pools all of them. The first feature is a convolution's (a kernel output, not the input)."""
     rng = np.random.default_rng(seed)
@@ -150,3 +150,18 @@ def test_compiled_dense_block_matches_numpy_with_and_without_the_copies(switch):
                        options=nnvm.Options(cpu_switches={"concat_in_place": switch}))
     assert ("views" in mod.plan) == (switch == "1")
     np.testing.assert_allclose(mod.run(x)[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_concatenation_fusion_puts_in_an_inputs_kernel_stays_a_copy():
+    """An input made by an injective or elementwise kernel and read by the concatenation alone: fused, the
+    concatenation is that kernel's tail (NASNet's crops); marked, the input would be a kernel of its own."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder("tail", fold_constants=False)
+    x = b.input("x", (1, 16, 4, 4))
+    a = b.node1("conv2d", [x, b.param(None, rng.standard_normal((16, 16, 1, 1)).astype(np.float32))])
+    r = b.node1("sigmoid", [b.node1("relu", [x])])  # read by the concatenation alone
+    b.output(b.node1("global_avg_pool2d", [b.node1("concatenate", [a, r], {"axis": 1})]))
+    graph, calls, plan = planned(b.build(), "llvm -mcpu=znver5")
+    (cat,) = concats(graph)
+    assert not cat.attrs.get("in_place") and "views" not in plan
+    assert any(cat.name in c["group"] and len(c["group"]) > 1 for c in calls)

@@ -15,7 +15,10 @@ walk ``make_plan`` does) and leaves a concatenation a copy where that would put 
 places or two values on the same bytes. It also leaves one alone where an input is not a kernel's
 output of its own (a graph input, a weight, a graph output, the same value twice), where the
 output is a graph output, and on graphs with symbolic dims (plans per binding place values afresh).
-Only CPU targets: their runtimes take any byte offset (the GPU runtimes align theirs).
+It leaves a concatenation a copy, too, where fusion would make it part of an input's kernel (NASNet's
+concatenations of cropped or padded values: marked, each crop would become a kernel of its own, 18 more
+calls); a trial ``fuse_ops`` says where. Only CPU targets: their runtimes take any byte offset (the GPU
+runtimes align theirs).
 ``cpu_switches={"concat_in_place": "0"}`` keeps the copies.
 """
 
@@ -26,6 +29,7 @@ import math
 from nnvm.cpu import serves
 from nnvm.cpu.switches import enabled
 from nnvm.graph.dims import Dim
+from nnvm.passes.builtin import fuse_ops
 
 
 def concat_in_place(graph, ctx=None):
@@ -37,11 +41,14 @@ def concat_in_place(graph, ctx=None):
         return graph
     producers = graph.producers()
     outputs = set(graph.outputs)
+    starts = {g[0] for g in fuse_ops(graph, ctx).groups}  # nodes that start a kernel of their own
     places = _Places()
     nodes = []
     for node in graph.nodes:
-        marked = node.op == "concatenate" and _eligible(graph, node, producers, outputs)
-        if marked and places.tie(graph, node):
+        if node.op != "concatenate" or node.name not in starts:
+            nodes.append(node)
+            continue
+        if _eligible(graph, node, producers, outputs) and places.tie(graph, node):
             node = node.replace(attrs={**node.attrs, "in_place": True})
         nodes.append(node)
     return graph.replace(nodes=tuple(nodes))
