@@ -17,7 +17,6 @@ from nnvm import (
     te,  # noqa: F401
 )
 from nnvm.compiler import compile_model, import_model
-from nnvm.frontend import find_frontend
 from nnvm.dynamic import compile_symbolic, wants_symbolic
 from nnvm.errors import (  # noqa: F401
     CalibrationInputError,
@@ -29,6 +28,7 @@ from nnvm.errors import (  # noqa: F401
     UnboundDimError,
     UnsupportedOperatorError,
 )
+from nnvm.frontend import find_frontend
 from nnvm.generate import Decoder  # noqa: F401  (nnvm.Decoder: greedy decoding with a KV cache)
 from nnvm.graph.ir import Graph, Node, TensorType, detached  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401

@@ -44,8 +44,8 @@ MIN_OPSET = 13
 DIRECT_OPS = {"MaxPool", "Flatten", "Reshape", "Transpose", "Squeeze", "Unsqueeze"}
 REMOVABLE = {"Relu", "Clip"}
 # Operators that mean the model is quantized already.
-QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
-                 "ConvInteger", "MatMulInteger"}
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv",
+                 "QLinearMatMul", "ConvInteger", "MatMulInteger"}
 
 
 def quantize_onnx(model, calibration_inputs, per_channel: bool = True, method: str = "minmax",
@@ -128,8 +128,9 @@ def _fold_batch_norm(graph) -> None:
             continue
         conv = producer.get(bn.input[0])
         params = [inits.get(v) for v in bn.input[1:5]]
-        if (conv is None or conv.op_type != "Conv" or conv.domain not in ONNX_DOMAINS or len(readers[bn.input[0]]) != 1
-                or bn.input[0] in outputs or any(p is None for p in params) or conv.input[1] not in inits):
+        if (conv is None or conv.op_type != "Conv" or conv.domain not in ONNX_DOMAINS
+                or len(readers[bn.input[0]]) != 1 or bn.input[0] in outputs
+                or any(p is None for p in params) or conv.input[1] not in inits):
             continue
         gamma, beta, mean, var = (numpy_helper.to_array(p).astype(np.float64) for p in params)
         factor = gamma / np.sqrt(var + _attr(bn, "epsilon", 1e-5))
@@ -141,7 +142,8 @@ def _fold_batch_norm(graph) -> None:
         shape = (-1,) + (1,) * (w.ndim - 1)
         graph.initializer.append(numpy_helper.from_array(
             (w.astype(np.float64) * factor.reshape(shape)).astype(np.float32), w_name))
-        graph.initializer.append(numpy_helper.from_array(((b - mean) * factor + beta).astype(np.float32), b_name))
+        b = ((b - mean) * factor + beta).astype(np.float32)
+        graph.initializer.append(numpy_helper.from_array(b, b_name))
         del conv.input[1:]
         conv.input.extend([w_name, b_name])
         conv.output[0] = bn.output[0]
@@ -189,11 +191,13 @@ def _plan(graph, floats: set) -> _Plan:
         if node.domain not in ONNX_DOMAINS or not node.output or not act(node.output[0]):
             return None
         op, ins = node.op_type, list(node.input)
-        if op == "Conv" and act(ins[0]) and len(ins) > 1 and ins[1] in inits and ins[1] in floats:
+        weight = len(ins) > 1 and ins[1] in inits and ins[1] in floats
+        if op == "Conv" and act(ins[0]) and weight:
             bias = ins[2] if len(ins) > 2 and ins[2] in inits and ins[2] in floats else ""
             return (ins[1], 0, bias) if len(ins) < 3 or not ins[2] or bias else None
-        if op == "Gemm" and act(ins[0]) and ins[1] in inits and ins[1] in floats and not _attr(node, "transA", 0):
-            if _attr(node, "alpha", 1.0) != 1.0 or _attr(node, "beta", 1.0) != 1.0 or len(inits[ins[1]].dims) != 2:
+        if op == "Gemm" and act(ins[0]) and weight and not _attr(node, "transA", 0):
+            if (_attr(node, "alpha", 1.0) != 1.0 or _attr(node, "beta", 1.0) != 1.0
+                    or len(inits[ins[1]].dims) != 2):
                 return None
             axis = 0 if _attr(node, "transB", 0) else 1
             n = inits[ins[1]].dims[axis]
@@ -201,7 +205,7 @@ def _plan(graph, floats: set) -> _Plan:
             if bias and not (bias in inits and bias in floats and list(inits[bias].dims) == [n]):
                 return None
             return ins[1], axis, bias
-        if op == "MatMul" and act(ins[0]) and ins[1] in inits and ins[1] in floats and len(inits[ins[1]].dims) == 2:
+        if op == "MatMul" and act(ins[0]) and weight and len(inits[ins[1]].dims) == 2:
             return ins[1], 1, ""
         if op in ("Add", "Mul") and len(ins) == 2 and all(act(v) for v in ins):
             return None, None, ""
@@ -289,8 +293,9 @@ def _check_samples(graph, calibration_inputs) -> list[dict]:
     for k, sample in enumerate(calibration_inputs):
         if not isinstance(sample, dict):
             if len(inputs) != 1:
-                raise CalibrationInputError(k, None, f"the model has {len(inputs)} inputs "
-                                            f"({', '.join(i.name for i in inputs)}): give a dict by input name")
+                names = ", ".join(i.name for i in inputs)
+                raise CalibrationInputError(k, None, f"the model has {len(inputs)} inputs ({names}): "
+                                            f"give a dict by input name")
             sample = {inputs[0].name: sample}
         unknown = sorted(set(sample) - {i.name for i in inputs})
         if unknown:
@@ -310,8 +315,8 @@ def _check_samples(graph, calibration_inputs) -> list[dict]:
             if tt.HasField("shape") and (len(dims) != array.ndim
                                          or any(d is not None and d != s for d, s in zip(dims, array.shape))):
                 shown = "x".join("?" if d is None else str(d) for d in dims)
-                raise CalibrationInputError(k, info.name, f"shape {'x'.join(map(str, array.shape))} where the "
-                                            f"model takes {shown}")
+                raise CalibrationInputError(k, info.name, f"shape {'x'.join(map(str, array.shape))} "
+                                            f"where the model takes {shown}")
             if first is not None and array.shape != first:
                 raise CalibrationInputError(k, info.name, f"shape {'x'.join(map(str, array.shape))} differs "
                                             f"from the first calibration input's {'x'.join(map(str, first))}")
@@ -361,11 +366,12 @@ def _write(proto, plan: _Plan, ranges: dict, per_channel: bool):
     rename = {}
     for t in plan.activations:
         (s, z), _ = qparams_of(t)
-        q_out, dq_out = _fresh(f"{t}_QuantizeLinear_Output", taken), _fresh(f"{t}_DequantizeLinear_Output", taken)
-        pair = [helper.make_node("QuantizeLinear", [t, s, z], [q_out], name=_fresh(f"{t}_QuantizeLinear", taken)),
-                helper.make_node("DequantizeLinear", [q_out, s, z], [dq_out],
-                                 name=_fresh(f"{t}_DequantizeLinear", taken))]
-        after[t] = pair
+        q_out = _fresh(f"{t}_QuantizeLinear_Output", taken)
+        dq_out = _fresh(f"{t}_DequantizeLinear_Output", taken)
+        after[t] = [helper.make_node("QuantizeLinear", [t, s, z], [q_out],
+                                     name=_fresh(f"{t}_QuantizeLinear", taken)),
+                    helper.make_node("DequantizeLinear", [q_out, s, z], [dq_out],
+                                     name=_fresh(f"{t}_DequantizeLinear", taken))]
         rename[t] = dq_out
 
     weights_done = {}
@@ -389,7 +395,8 @@ def _write(proto, plan: _Plan, ranges: dict, per_channel: bool):
         node.input[1], w_scale = weights_done[key]
         if b is not None:
             qb, b_scale = quantize_bias(b, x_scale, w_scale)
-            node.input[2] = _dq_const(qb, b_scale, 0 if axis is not None else None, bias, taken, new_inits, head)
+            b_axis = 0 if axis is not None else None
+            node.input[2] = _dq_const(qb, b_scale, b_axis, bias, taken, new_inits, head)
 
     body = []
     for node in graph.node:
@@ -423,8 +430,8 @@ def _dq_const(q, scale, axis, base: str, taken: set, new_inits: list, head: list
                       numpy_helper.from_array(zp, names[2])])
     out = _fresh(f"{base}_DequantizeLinear_Output", taken)
     attrs = {"axis": axis} if axis is not None and np.ndim(scale) == 1 else {}
-    head.append(helper.make_node("DequantizeLinear", names, [out], name=_fresh(f"{base}_DequantizeLinear", taken),
-                                 **attrs))
+    name = _fresh(f"{base}_DequantizeLinear", taken)
+    head.append(helper.make_node("DequantizeLinear", names, [out], name=name, **attrs))
     return out
 
 
@@ -448,7 +455,7 @@ def _readers(graph) -> dict:
 
 
 def _names(graph) -> set:
-    names = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
+    names = {t.name for t in graph.initializer} | {v.name for v in [*graph.input, *graph.output]}
     for node in graph.node:
         names.update(node.input)
         names.update(node.output)
