@@ -13,7 +13,7 @@ Calibration runs the float model over the samples once for min-max and twice for
 - ``percentile``: the ``percentile`` (99.99 by default) of ``|x|`` over all samples, clipped to what was
   seen; a tensor that is never negative (a ReLU's output) keeps 0 as its lower end.
 - ``entropy``: TensorRT's calibration (Migacz, "8-bit Inference with TensorRT", GTC 2017): a histogram of
-  ``|x|`` in 2048 bins; every candidate threshold's clipped distribution P is compared with its
+  ``|x|`` in 2048 bins (exact zeros left out: they are exact at any scale); every candidate threshold's clipped distribution P is compared with its
   quantized form Q by the KL divergence, and the threshold of the smallest one is kept. A tensor that is
   never negative is quantized into 256 levels, a signed one into 128 per side.
 """
@@ -64,7 +64,10 @@ def calibrate(run: Callable[[object], dict], samples: Iterable, method: str = "m
     for sample in samples:
         for name, array in run(sample).items():
             if name in hists and top[name] > 0:
-                hists[name] += np.histogram(np.abs(array), HISTOGRAM_BINS, range=(0.0, top[name]))[0]
+                # exact zeros (half of a ReLU's output) are exact in any range: they would only pull the
+                # entropy threshold down by crowding the first bin, so they are left out
+                magnitude = np.abs(array[array != 0])
+                hists[name] += np.histogram(magnitude, HISTOGRAM_BINS, range=(0.0, top[name]))[0]
     ranges = {}
     for name in lo:
         if top[name] == 0:
