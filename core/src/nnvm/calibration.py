@@ -13,9 +13,10 @@ Calibration runs the float model over the samples once for min-max and twice for
 - ``percentile``: the ``percentile`` (99.99 by default) of ``|x|`` over all samples, clipped to what was
   seen; a tensor that is never negative (a ReLU's output) keeps 0 as its lower end.
 - ``entropy``: TensorRT's calibration (Migacz, "8-bit Inference with TensorRT", GTC 2017): a histogram of
-  ``|x|`` in 2048 bins (exact zeros left out: they are exact at any scale); every candidate threshold's clipped distribution P is compared with its
-  quantized form Q by the KL divergence, and the threshold of the smallest one is kept. A tensor that is
-  never negative is quantized into 256 levels, a signed one into 128 per side.
+  ``|x|`` in 2048 bins (exact zeros left out: they are exact at any scale); every candidate threshold's
+  clipped distribution P is compared with its quantized form Q by the KL divergence, and the threshold
+  of the smallest one is kept. A tensor that is never negative is quantized into 256 levels, a signed
+  one into 128 per side.
 """
 
 from __future__ import annotations
