@@ -1,0 +1,153 @@
+"""nnvm's own quantizer (``nnvm.quantize``) against onnxruntime's ``quantize_static`` (issue 40).
+
+    uv run python bench/quantize.py                       # ResNet-18 and MobileNetV2, 256 inputs, 32 calib
+    uv run python bench/quantize.py --models resnet18 --inputs 64 --methods minmax
+
+For each generated zoo model (seeded random weights, ``nnvm_testing.frontend_onnx.models``), in two forms:
+
+- ``zoo``: the model as the tests build it. With random weights its logits are dominated by one
+  input-independent vector, so nearly every input has the same top-1 class (the table says how many
+  distinct classes the inputs reach): agreement there checks little.
+- ``centred``: the same network with the classifier's bias re-centred on the mean logits of 64 other
+  generated images (``quantized.centred_model_path``); the top-1 then follows the input.
+
+Inputs: ``quantized.generated_images`` (gratings and blobs with varied colour, gain and offset, in the
+range of ImageNet-normalized pixels): ``--calibration`` images with seed 2 to calibrate, ``--inputs``
+with seed 1 to compare. The reference is the float model run by onnxruntime. nnvm's QDQ file is run by
+onnxruntime and by nnvm's own compile of it; the peer is ``quantize_static`` (QDQ, per-channel int8
+weights, uint8 activations, the same calibration images and the matching calibration method; its
+``quant_pre_process`` first, as its documentation asks) run by onnxruntime. Agreement: the fraction
+of inputs whose top-1 class is the float model's. Quantizing time is each quantizer's, one after the
+other (both calibrate by running the model: nnvm with nnvm, onnxruntime with onnxruntime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from collections import Counter
+
+import numpy as np
+
+PEER_METHODS = {"minmax": "MinMax", "percentile": "Percentile", "entropy": "Entropy"}
+
+
+def ort_session(model, threads: int):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    data = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+
+
+def logits(run, images) -> np.ndarray:
+    return np.stack([run(x).reshape(-1) for x in images])
+
+
+def peer_quantize(path: str, out: str, calibration: list, method: str) -> None:
+    """onnxruntime's ``quantize_static`` with ``method``'s calibration."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"data": x} for x in calibration])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pre = os.path.join(tmp, "pre.onnx")
+        quant_pre_process(path, pre)
+        quantize_static(pre, out, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        calibrate_method=getattr(CalibrationMethod, PEER_METHODS[method]))
+
+
+def agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
+    """(top-1 agreement, max |got - want| over max |want|)."""
+    return (float(np.mean(got.argmax(1) == want.argmax(1))),
+            float(np.abs(got - want).max() / np.abs(want).max()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,mobilenet_v2")
+    parser.add_argument("--forms", default="centred,zoo")
+    parser.add_argument("--methods", default="minmax,percentile,entropy")
+    parser.add_argument("--inputs", type=int, default=256)
+    parser.add_argument("--calibration", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-peer", action="store_true", help="skip onnxruntime's quantize_static")
+    args = parser.parse_args()
+    os.environ.setdefault("NNVM_NUM_THREADS", str(args.threads))
+
+    import onnx
+
+    import nnvm
+    from nnvm_testing.frontend_onnx import models, quantized
+
+    images = quantized.generated_images(args.inputs, seed=1)
+    calibration = quantized.generated_images(args.calibration, seed=2)
+    print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.inputs} inputs, {args.calibration} "
+          f"calibration inputs, {args.threads} threads", flush=True)
+    rows = []
+    for name in args.models.split(","):
+        for form in args.forms.split(","):
+            path = quantized.centred_model_path(name) if form == "centred" else models.cached_model_path(name)
+            sess = ort_session(path, args.threads)
+            want = logits(lambda x, s=sess: s.run(None, {"data": x})[0], images)
+            top = Counter(want.argmax(1).tolist())
+            classes = f"{len(top)} ({top.most_common(1)[0][1] / len(images):.0%})"
+            for method in args.methods.split(","):
+                load = os.getloadavg()[0]
+                t0 = time.perf_counter()
+                q = nnvm.quantize(path, calibration, method=method)
+                ours_s = time.perf_counter() - t0
+                with tempfile.TemporaryDirectory() as tmp:
+                    qpath = os.path.join(tmp, "q.onnx")
+                    onnx.save(q, qpath)
+                    s = ort_session(qpath, args.threads)
+                    in_ort = agreement(logits(lambda x, s=s: s.run(None, {"data": x})[0], images), want)
+                    mod = nnvm.compile(qpath, target="llvm")
+                    in_nnvm = agreement(logits(lambda x, m=mod: m.run(x)[0], images), want)
+                    peer, peer_s = (None, None), None
+                    if not args.no_peer:
+                        ppath = os.path.join(tmp, "peer.onnx")
+                        t0 = time.perf_counter()
+                        peer_quantize(path, ppath, calibration, method)
+                        peer_s = time.perf_counter() - t0
+                        p = ort_session(ppath, args.threads)
+                        peer = agreement(logits(lambda x, p=p: p.run(None, {"data": x})[0], images), want)
+                rows.append((name, form, classes, method, in_ort, in_nnvm, peer, ours_s, peer_s, load))
+                print(_row(rows[-1]), flush=True)
+    print()
+    print("| model | form | distinct top-1 (most common) | method | nnvm.quantize, run by onnxruntime: "
+          "agreement / max rel err | same file run by nnvm | quantize_static (peer), run by onnxruntime | "
+          "ratio of agreements (ours/peer) | quantize s (ours / peer) | load |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(_row(row))
+
+
+def _row(row) -> str:
+    name, form, classes, method, in_ort, in_nnvm, peer, ours_s, peer_s, load = row
+    ratio = f"{in_ort[0] / peer[0]:.2f}" if peer[0] else "-"
+    peer_text = f"{peer[0]:.1%} / {peer[1]:.3f}" if peer[0] is not None else "-"
+    peer_time = f"{peer_s:.1f}" if peer_s is not None else "-"
+    return (f"| {name} | {form} | {classes} | {method} | {in_ort[0]:.1%} / {in_ort[1]:.3f} | "
+            f"{in_nnvm[0]:.1%} / {in_nnvm[1]:.3f} | {peer_text} | {ratio} | {ours_s:.1f} / {peer_time} | "
+            f"{load:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
