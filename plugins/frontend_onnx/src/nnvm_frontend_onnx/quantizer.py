@@ -49,10 +49,11 @@ QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", 
 
 
 def quantize_onnx(model, calibration_inputs, per_channel: bool = True, method: str = "minmax",
-                  percentile: float = 99.99, target: str = "llvm"):
+                  percentile: float = 99.99, target: str = "llvm", bias_correction: bool = True):
     """The QDQ ``onnx.ModelProto`` of an ONNX float ``model`` (path, bytes or ``ModelProto``), calibrated
     on ``calibration_inputs`` (a sequence of ``{input name: array}``, or of arrays for a one-input
-    model) run by nnvm for ``target``."""
+    model) run by nnvm for ``target``. ``bias_correction``: see ``_bias_correction`` (an A/B switch for
+    ``bench/quantize.py``)."""
     check_method(method, percentile)
     proto, path, _ = read_model(model, in_place=False)
     where = path or "the ONNX model"
@@ -65,8 +66,13 @@ def quantize_onnx(model, calibration_inputs, per_channel: bool = True, method: s
         raise Error(f"{where}: nothing to quantize (no Conv, Gemm, MatMul with a constant weight, or other "
                     f"quantizable operator on float tensors)")
     wanted = [t for t in plan.activations if t not in plan.shared]
-    ranges = _calibrate(float_model, wanted, samples, method, percentile, target)
-    return _write(proto, plan, ranges, per_channel)
+    axes = {}  # the inputs of weighted nodes, whose per-channel means bias correction needs
+    for index, (weight, _, _) in plan.nodes.items():
+        node = graph.node[index]
+        if weight is not None and bias_correction and node.op_type in ("Conv", "Gemm"):
+            axes[node.input[0]] = 1
+    ranges, means = _calibrate(float_model, wanted, axes, samples, method, percentile, target)
+    return _write(proto, plan, ranges, means, per_channel)
 
 
 # -- preparing ---------------------------------------------------------------------------------------
@@ -325,24 +331,39 @@ def _check_samples(graph, calibration_inputs) -> list[dict]:
     return samples
 
 
-def _calibrate(proto, tensors: list, samples: list, method: str, percentile: float, target: str) -> dict:
-    """Ranges of ``tensors``, from nnvm running the float model with them as extra outputs."""
+def _calibrate(proto, tensors: list, axes: dict, samples: list, method: str, percentile: float,
+               target: str) -> tuple[dict, dict]:
+    """(ranges of ``tensors``, means of the tensors in ``axes`` per channel along their axis), from nnvm
+    running the float model ``proto`` with them as extra outputs."""
     import onnx
 
-    model = proto
-    first = len(model.graph.output)
-    model.graph.output.extend([onnx.ValueInfoProto(name=t) for t in tensors])
+    names = list(dict.fromkeys([*tensors, *axes]))
+    index = {o.name: k for k, o in enumerate(proto.graph.output)}
+    for t in names:
+        if t not in index:
+            index[t] = len(proto.graph.output)
+            proto.graph.output.append(onnx.ValueInfoProto(name=t))
     shapes = {name: a.shape for name, a in samples[0].items()}
-    mod = nnvm.compile(model, target=target, shapes=shapes)
+    mod = nnvm.compile(proto, target=target, shapes=shapes)
+    sums: dict = {}
+    calls = [0]
 
     def run(sample):
-        return dict(zip(tensors, mod.run(**sample)[first:]))
+        outs = mod.run(**sample)
+        if calls[0] < len(samples):  # the first pass over the samples: the means too
+            for t, axis in axes.items():
+                a = outs[index[t]]
+                sums[t] = sums.get(t, 0.0) + np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis]).mean(0,
+                                                                                                  np.float64)
+        calls[0] += 1
+        return {t: outs[index[t]] for t in tensors}
 
-    return calibrate(run, samples, method, percentile)
+    ranges = calibrate(run, samples, method, percentile)
+    return ranges, {t: total / len(samples) for t, total in sums.items()}
 
 
 # -- writing -----------------------------------------------------------------------------------------
-def _write(proto, plan: _Plan, ranges: dict, per_channel: bool):
+def _write(proto, plan: _Plan, ranges: dict, means: dict, per_channel: bool):
     from onnx import helper, numpy_helper
 
     graph = proto.graph
@@ -391,8 +412,14 @@ def _write(proto, plan: _Plan, ranges: dict, per_channel: bool):
         key = (w_name, axis, None if floor is None else floor.tobytes())
         if key not in weights_done:
             q, w_scale = quantize_weight(w, axis, floor)
-            weights_done[key] = (_dq_const(q, w_scale, axis, w_name, taken, new_inits, head), w_scale)
-        node.input[1], w_scale = weights_done[key]
+            weights_done[key] = (_dq_const(q, w_scale, axis, w_name, taken, new_inits, head), w_scale, q)
+        node.input[1], w_scale, q = weights_done[key]
+        if node.input[0] in means:
+            shift = _bias_correction(node, w, q, w_scale, axis, means[node.input[0]])
+            b = (b if b is not None else np.zeros_like(shift)) - shift
+            bias = bias or _fresh(f"{node.name or w_name}_bias", taken)
+            if len(node.input) < 3:
+                node.input.append(bias)
         if b is not None:
             qb, b_scale = quantize_bias(b, x_scale, w_scale)
             b_axis = 0 if axis is not None else None
@@ -417,6 +444,24 @@ def _write(proto, plan: _Plan, ranges: dict, per_channel: bool):
     del graph.value_info[:]
     graph.value_info.extend(infos)
     return proto
+
+
+def _bias_correction(node, w, q, w_scale, axis, mean: np.ndarray) -> np.ndarray:
+    """The mean shift the rounding of the weights puts on each output channel: (dequantized - float
+    weights) applied to the input's per-channel mean over the calibration inputs (padding ignored).
+    Subtracted from the bias, it keeps the outputs' means where the float model has them (Nagel et al.,
+    "Data-Free Quantization", 2019, section 4.2, with measured means): with random-weight nets, whose
+    activations carry large constant parts, it halves the error of the logits."""
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    error = (q.astype(np.float64) * w_scale.reshape(shape)) - w.astype(np.float64)
+    if node.op_type == "Conv":
+        per_tap = error.reshape(error.shape[0], error.shape[1], -1).sum(2)  # [O, C / groups]
+        groups = mean.size // error.shape[1]
+        group_of = np.arange(error.shape[0]) // (error.shape[0] // groups)
+        return (per_tap * mean.reshape(groups, -1)[group_of]).sum(1)
+    return error @ mean if _attr(node, "transB", 0) else mean @ error  # Gemm: [N, K] or [K, N]
 
 
 def _dq_const(q, scale, axis, base: str, taken: set, new_inits: list, head: list) -> str:
