@@ -108,6 +108,14 @@ def main() -> None:
             want = logits(lambda x, s=sess: s.run(None, {"data": x})[0], images)
             top = Counter(want.argmax(1).tolist())
             classes = f"{len(top)} ({top.most_common(1)[0][1] / len(images):.0%})"
+            # the ceiling of any 8-bit quantizer: the float model on the inputs rounded to uint8 alone
+            lo = min(0.0, *(float(x.min()) for x in calibration))
+            step = (max(0.0, *(float(x.max()) for x in calibration)) - lo) / 255
+            rounded = [(np.round((x - lo) / step).clip(0, 255) * step + lo).astype(np.float32)
+                       for x in images]
+            ceiling = agreement(logits(lambda x, s=sess: s.run(None, {"data": x})[0], rounded), want)[0]
+            print(f"{name} {form}: distinct top-1 {classes}; float model on uint8-rounded inputs: top-1 "
+                  f"agreement {ceiling:.1%}", flush=True)
             for method in args.methods.split(","):
                 load = os.getloadavg()[0]
                 t0 = time.perf_counter()
@@ -128,23 +136,25 @@ def main() -> None:
                         peer_s = time.perf_counter() - t0
                         p = ort_session(ppath, args.threads)
                         peer = agreement(logits(lambda x, p=p: p.run(None, {"data": x})[0], images), want)
-                rows.append((name, form, classes, method, in_ort, in_nnvm, peer, ours_s, peer_s, load))
+                rows.append((name, form, classes, ceiling, method, in_ort, in_nnvm, peer, ours_s, peer_s,
+                             load))
                 print(_row(rows[-1]), flush=True)
     print()
-    print("| model | form | distinct top-1 (most common) | method | nnvm.quantize, run by onnxruntime: "
+    print("| model | form | distinct top-1 (most common) | float on uint8 inputs | method | nnvm.quantize, "
+          "run by onnxruntime: "
           "agreement / max rel err | same file run by nnvm | quantize_static (peer), run by onnxruntime | "
           "ratio of agreements (ours/peer) | quantize s (ours / peer) | load |")
-    print("| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print(_row(row))
 
 
 def _row(row) -> str:
-    name, form, classes, method, in_ort, in_nnvm, peer, ours_s, peer_s, load = row
+    name, form, classes, ceiling, method, in_ort, in_nnvm, peer, ours_s, peer_s, load = row
     ratio = f"{in_ort[0] / peer[0]:.2f}" if peer[0] else "-"
     peer_text = f"{peer[0]:.1%} / {peer[1]:.3f}" if peer[0] is not None else "-"
     peer_time = f"{peer_s:.1f}" if peer_s is not None else "-"
-    return (f"| {name} | {form} | {classes} | {method} | {in_ort[0]:.1%} / {in_ort[1]:.3f} | "
+    return (f"| {name} | {form} | {classes} | {ceiling:.1%} | {method} | {in_ort[0]:.1%} / {in_ort[1]:.3f} | "
             f"{in_nnvm[0]:.1%} / {in_nnvm[1]:.3f} | {peer_text} | {ratio} | {ours_s:.1f} / {peer_time} | "
             f"{load:.2f} |")
 
