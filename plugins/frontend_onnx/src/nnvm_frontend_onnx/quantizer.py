@@ -37,7 +37,7 @@ from nnvm.calibration import (
     quantize_bias,
     quantize_weight,
 )
-from nnvm.errors import CalibrationInputError, Error, ModelLoadError
+from nnvm.errors import CalibrationInputError, Error, ModelLoadError, reason
 from nnvm_frontend_onnx.importer import ONNX_DOMAINS, _inline_functions, _opset, read_model
 
 MIN_OPSET = 13
@@ -98,7 +98,7 @@ def _prepare(proto, where: str):
             proto = version_converter.convert_version(proto, MIN_OPSET)
         except Exception as exc:  # the converter raises plain RuntimeErrors
             raise ModelLoadError(f"{where}: opset {_opset(proto, where)} cannot be raised to {MIN_OPSET} for "
-                                 f"per-channel quantization ({str(exc).splitlines()[0]})") from None
+                                 f"per-channel quantization ({reason(exc)})") from None
     _constants_to_initializers(proto.graph)
     _fold_batch_norm(proto.graph)
     return proto
@@ -376,7 +376,7 @@ def _write(proto, plan: _Plan, ranges: dict, means: dict, per_channel: bool):
     def qparams_of(t: str):
         owner = plan.shared.get(t, t)
         if owner not in qparams:
-            lo, hi = ranges[owner]
+            lo, hi = ranges.get(owner, (0.0, 0.0))  # an empty tensor has no range: scale 1
             scale, zp = activation_qparams(lo, hi)
             names = _fresh(f"{owner}_scale", taken), _fresh(f"{owner}_zero_point", taken)
             new_inits.append(numpy_helper.from_array(np.array(scale, np.float32), names[0]))
