@@ -18,6 +18,7 @@ onnxruntime and by nnvm's own compile of it, and once more without bias correcti
 ``quantize_static`` (QDQ, per-channel int8 weights, uint8 activations, the same calibration images and
 the matching calibration method; its ``quant_pre_process`` first, as its documentation asks; the Q/DQ
 pair it puts on the logits removed, since nnvm.quantize leaves graph outputs float) run by onnxruntime.
+``--openvino``: nnvm.quantize's file run by OpenVINO too (printed as a line of its own).
 Agreement: the fraction of inputs whose top-1 class is the float model's. Quantizing time is each
 quantizer's, one after the other (both calibrate by running the model: nnvm with nnvm, onnxruntime with
 onnxruntime).
@@ -75,6 +76,13 @@ def peer_quantize(path: str, out: str, calibration: list, method: str) -> None:
                         calibrate_method=getattr(CalibrationMethod, PEER_METHODS[method]))
 
 
+def openvino_request(path: str, threads: int):
+    import openvino as ov
+
+    config = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY"}
+    return ov.Core().compile_model(path, "CPU", config).create_infer_request()
+
+
 def float_outputs(path: str) -> None:
     """Drop the Q -> DQ pair that ``quantize_static`` puts on each graph output, in place: the outputs
     then come float from the last quantized node, as nnvm.quantize writes them (uint8 logits would add
@@ -116,6 +124,8 @@ def main() -> None:
     parser.add_argument("--calibration", type=int, default=32)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-peer", action="store_true", help="skip onnxruntime's quantize_static")
+    parser.add_argument("--openvino", action="store_true",
+                        help="also run nnvm.quantize's file in OpenVINO (CPU plugin, its default precision)")
     args = parser.parse_args()
     os.environ.setdefault("NNVM_NUM_THREADS", str(args.threads))
 
@@ -157,6 +167,11 @@ def main() -> None:
                     in_ort = agreement(logits(lambda x, s=s: s.run(None, {"data": x})[0], images), want)
                     mod = nnvm.compile(qpath, target="llvm")
                     in_nnvm = agreement(logits(lambda x, m=mod: m.run(x)[0], images), want)
+                    if args.openvino:
+                        request = openvino_request(qpath, args.threads)
+                        in_ov = agreement(logits(lambda x, r=request: r.infer({0: x})[0], images), want)
+                        print(f"{name} {form} {method}: nnvm.quantize's file run by OpenVINO: agreement "
+                              f"{in_ov[0]:.1%}, max rel err {in_ov[1]:.3f}", flush=True)
                     plain = quantize_onnx(path, calibration, method=method, bias_correction=False)
                     s = ort_session(plain, args.threads)
                     uncorrected = agreement(logits(lambda x, s=s: s.run(None, {"data": x})[0], images), want)
