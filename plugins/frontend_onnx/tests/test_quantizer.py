@@ -174,3 +174,20 @@ def test_user_mistakes_are_one_sentence():
     q = nnvm.quantize(model, _tiny_inputs(2, 0))
     with pytest.raises(nnvm.Error, match="quantized already"):
         nnvm.quantize(q, _tiny_inputs(2, 0))
+
+
+def test_bias_correction_keeps_the_float_mean_of_the_logits(resnet18):
+    """The logits' error averaged over inputs (its systematic part) is what bias correction removes:
+    smaller with it than without, both measured against the float model."""
+    from nnvm_frontend_onnx.quantizer import quantize_onnx
+
+    path, corrected = resnet18
+    plain = quantize_onnx(path, generated_images(8, seed=2), bias_correction=False)
+    images = generated_images(12, seed=1)
+    want = np.stack([_session(path).run(None, {"data": x})[0][0] for x in images])
+    shift = {}
+    for label, q in (("corrected", corrected), ("plain", plain)):
+        sess = _session(q)
+        got = np.stack([sess.run(None, {"data": x})[0][0] for x in images])
+        shift[label] = float(np.sqrt(np.mean((got - want).mean(0) ** 2)))
+    assert shift["corrected"] < 0.75 * shift["plain"], shift
