@@ -191,3 +191,35 @@ def test_bias_correction_keeps_the_float_mean_of_the_logits(resnet18):
         got = np.stack([sess.run(None, {"data": x})[0][0] for x in images])
         shift[label] = float(np.sqrt(np.mean((got - want).mean(0) ** 2)))
     assert shift["corrected"] < 0.75 * shift["plain"], shift
+
+
+@pytest.mark.parametrize("attrs,cin,groups", [
+    ({"pads": [1, 1, 1, 1], "strides": [2, 2]}, 4, 1),
+    ({"auto_pad": "SAME_UPPER", "strides": [2, 2]}, 4, 1),
+    ({"pads": [0, 1, 2, 0], "dilations": [2, 1]}, 6, 3),
+    ({}, 4, 1),
+])
+def test_bias_correction_is_the_mean_shift_onnxruntime_computes(attrs, cin, groups):
+    """The correction of a Conv is exactly the mean output shift of its rounded weights, padding and
+    borders included: onnxruntime's Conv with the dequantized weights less with the float ones."""
+    from nnvm.calibration import quantize_weight
+    from nnvm_frontend_onnx.quantizer import _bias_correction, _tap_means
+
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, cin, 7, 9)) + 2).astype(np.float32)  # a large mean, as after a ReLU
+    w = rng.standard_normal((6, cin // groups, 3, 3)).astype(np.float32)
+    q, scale = quantize_weight(w, 0)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], group=groups, **attrs)
+
+    def conv(weights):
+        graph = helper.make_graph([node], "conv",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(weights, "w")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        model.ir_version = 8
+        return _session(model).run(None, {"x": x})[0].astype(np.float64)
+
+    want = (conv((q * scale.reshape(-1, 1, 1, 1)).astype(np.float32)) - conv(w)).mean((0, 2, 3))
+    got = _bias_correction(node, w, q, scale, 0, _tap_means(node)(x))
+    assert np.abs(got - want).max() < 1e-5 * max(np.abs(want).max(), 1.0), (got, want)

@@ -66,12 +66,12 @@ def quantize_onnx(model, calibration_inputs, per_channel: bool = True, method: s
         raise Error(f"{where}: nothing to quantize (no Conv, Gemm, MatMul with a constant weight, or other "
                     f"quantizable operator on float tensors)")
     wanted = [t for t in plan.activations if t not in plan.shared]
-    axes = {}  # the inputs of weighted nodes, whose per-channel means bias correction needs
+    stats = {}  # node index -> (its input, the mean its bias correction needs, from one input array)
     for index, (weight, _, _) in plan.nodes.items():
         node = graph.node[index]
         if weight is not None and bias_correction and node.op_type in ("Conv", "Gemm"):
-            axes[node.input[0]] = 1
-    ranges, means = _calibrate(float_model, wanted, axes, samples, method, percentile, target)
+            stats[index] = (node.input[0], _tap_means(node) if node.op_type == "Conv" else _row_mean)
+    ranges, means = _calibrate(float_model, wanted, stats, samples, method, percentile, target)
     return _write(proto, plan, ranges, means, per_channel)
 
 
@@ -331,13 +331,13 @@ def _check_samples(graph, calibration_inputs) -> list[dict]:
     return samples
 
 
-def _calibrate(proto, tensors: list, axes: dict, samples: list, method: str, percentile: float,
+def _calibrate(proto, tensors: list, stats: dict, samples: list, method: str, percentile: float,
                target: str) -> tuple[dict, dict]:
-    """(ranges of ``tensors``, means of the tensors in ``axes`` per channel along their axis), from nnvm
-    running the float model ``proto`` with them as extra outputs."""
+    """(ranges of ``tensors``, ``{node index: mean of stats[index][1](its input)}``), from nnvm running
+    the float model ``proto`` with those tensors as extra outputs."""
     import onnx
 
-    names = list(dict.fromkeys([*tensors, *axes]))
+    names = list(dict.fromkeys([*tensors, *(t for t, _ in stats.values())]))
     index = {o.name: k for k, o in enumerate(proto.graph.output)}
     for t in names:
         if t not in index:
@@ -351,15 +351,13 @@ def _calibrate(proto, tensors: list, axes: dict, samples: list, method: str, per
     def run(sample):
         outs = mod.run(**sample)
         if calls[0] < len(samples):  # the first pass over the samples: the means too
-            for t, axis in axes.items():
-                a = outs[index[t]]
-                sums[t] = sums.get(t, 0.0) + np.moveaxis(a, axis, -1).reshape(-1, a.shape[axis]).mean(0,
-                                                                                                  np.float64)
+            for node, (t, statistic) in stats.items():
+                sums[node] = sums.get(node, 0.0) + statistic(outs[index[t]])
         calls[0] += 1
         return {t: outs[index[t]] for t in tensors}
 
     ranges = calibrate(run, samples, method, percentile)
-    return ranges, {t: total / len(samples) for t, total in sums.items()}
+    return ranges, {node: total / len(samples) for node, total in sums.items()}
 
 
 # -- writing -----------------------------------------------------------------------------------------
@@ -414,8 +412,8 @@ def _write(proto, plan: _Plan, ranges: dict, means: dict, per_channel: bool):
             q, w_scale = quantize_weight(w, axis, floor)
             weights_done[key] = (_dq_const(q, w_scale, axis, w_name, taken, new_inits, head), w_scale, q)
         node.input[1], w_scale, q = weights_done[key]
-        if node.input[0] in means:
-            shift = _bias_correction(node, w, q, w_scale, axis, means[node.input[0]])
+        if index in means:
+            shift = _bias_correction(node, w, q, w_scale, axis, means[index])
             b = (b if b is not None else np.zeros_like(shift)) - shift
             bias = bias or _fresh(f"{node.name or w_name}_bias", taken)
             if len(node.input) < 3:
@@ -448,20 +446,65 @@ def _write(proto, plan: _Plan, ranges: dict, means: dict, per_channel: bool):
 
 def _bias_correction(node, w, q, w_scale, axis, mean: np.ndarray) -> np.ndarray:
     """The mean shift the rounding of the weights puts on each output channel: (dequantized - float
-    weights) applied to the input's per-channel mean over the calibration inputs (padding ignored).
-    Subtracted from the bias, it keeps the outputs' means where the float model has them (Nagel et al.,
-    "Data-Free Quantization", 2019, section 4.2, with measured means): with random-weight nets, whose
-    activations carry large constant parts, it halves the error of the logits."""
+    weights) applied to the mean input each weight sees over the calibration inputs (``_tap_means``,
+    ``_row_mean``). Subtracted from the bias, it keeps the outputs' means where the float model has them
+    (Nagel et al., "Data-Free Quantization", 2019, section 4.2, with measured means): with random-weight
+    nets, whose activations carry large constant parts, it takes a third off the error of the logits."""
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
     error = (q.astype(np.float64) * w_scale.reshape(shape)) - w.astype(np.float64)
-    if node.op_type == "Conv":
-        per_tap = error.reshape(error.shape[0], error.shape[1], -1).sum(2)  # [O, C / groups]
-        groups = mean.size // error.shape[1]
+    if node.op_type == "Conv":  # mean: [C, *kernel], per input channel and kernel tap
+        groups = mean.shape[0] // error.shape[1]
         group_of = np.arange(error.shape[0]) // (error.shape[0] // groups)
-        return (per_tap * mean.reshape(groups, -1)[group_of]).sum(1)
+        per_group = mean.reshape(groups, error.shape[1], -1)[group_of]  # [O, C / groups, taps]
+        return (error.reshape(per_group.shape) * per_group).sum((1, 2))
     return error @ mean if _attr(node, "transB", 0) else mean @ error  # Gemm: [N, K] or [K, N]
+
+
+def _row_mean(a: np.ndarray) -> np.ndarray:
+    """A Gemm input's mean per column (its K axis)."""
+    return a.reshape(-1, a.shape[-1]).mean(0, dtype=np.float64)
+
+
+def _tap_means(node):
+    """For a Conv: a function of its input giving, per input channel and kernel tap, the mean of the
+    input values that tap reads over all output positions, padding zeros included, so the correction is
+    right at the borders too (a third of the positions of a 3x3 convolution on a 7x7 map)."""
+    kernel = list(_attr(node, "kernel_shape", []))
+    strides = list(_attr(node, "strides", []))
+    dilations = list(_attr(node, "dilations", []))
+    pads = list(_attr(node, "pads", []))
+    auto = _attr(node, "auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+
+    def statistic(x: np.ndarray) -> np.ndarray:
+        spatial = x.shape[2:]
+        n = len(spatial)
+        k = kernel or [1] * n
+        st, dl = strides or [1] * n, dilations or [1] * n
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            total = [max((-(-d // s) - 1) * s + (kk - 1) * di + 1 - d, 0)
+                     for d, s, kk, di in zip(spatial, st, k, dl)]
+            lo = [t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in total]
+            pad = [(a, t - a) for a, t in zip(lo, total)]
+        elif auto == "VALID":
+            pad = [(0, 0)] * n
+        else:
+            p = pads or [0] * (2 * n)
+            pad = list(zip(p[:n], p[n:]))
+        padded = np.pad(x.astype(np.float64), [(0, 0), (0, 0), *pad])
+        out = [(d + a + b - (kk - 1) * di - 1) // s + 1
+               for d, (a, b), kk, di, s in zip(spatial, pad, k, dl, st)]
+        result = np.empty((x.shape[1], *k))
+        for tap in np.ndindex(*k):
+            window = tuple(slice(t * di, t * di + (o - 1) * s + 1, s)
+                           for t, di, o, s in zip(tap, dl, out, st))
+            reads = padded[(slice(None), slice(None), *window)]
+            result[(slice(None), *tap)] = reads.mean((0, *range(2, 2 + n)))
+        return result
+
+    return statistic
 
 
 def _dq_const(q, scale, axis, base: str, taken: set, new_inits: list, head: list) -> str:
