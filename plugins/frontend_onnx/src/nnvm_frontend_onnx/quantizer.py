@@ -66,11 +66,13 @@ def quantize_onnx(model, calibration_inputs, per_channel: bool = True, method: s
         raise Error(f"{where}: nothing to quantize (no Conv, Gemm, MatMul with a constant weight, or other "
                     f"quantizable operator on float tensors)")
     wanted = [t for t in plan.activations if t not in plan.shared]
+    dims = {t.name: list(t.dims) for t in graph.initializer}
     stats = {}  # node index -> (its input, the mean its bias correction needs, from one input array)
     for index, (weight, _, _) in plan.nodes.items():
         node = graph.node[index]
         if weight is not None and bias_correction and node.op_type in ("Conv", "Gemm"):
-            stats[index] = (node.input[0], _tap_means(node) if node.op_type == "Conv" else _row_mean)
+            stats[index] = (node.input[0], _tap_means(node, dims[weight][2:]) if node.op_type == "Conv"
+                            else _row_mean)
     ranges, means = _calibrate(float_model, wanted, stats, samples, method, percentile, target)
     return _write(proto, plan, ranges, means, per_channel)
 
@@ -467,11 +469,10 @@ def _row_mean(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1, a.shape[-1]).mean(0, dtype=np.float64)
 
 
-def _tap_means(node):
+def _tap_means(node, kernel: list):
     """For a Conv: a function of its input giving, per input channel and kernel tap, the mean of the
     input values that tap reads over all output positions, padding zeros included, so the correction is
     right at the borders too (a third of the positions of a 3x3 convolution on a 7x7 map)."""
-    kernel = list(_attr(node, "kernel_shape", []))
     strides = list(_attr(node, "strides", []))
     dilations = list(_attr(node, "dilations", []))
     pads = list(_attr(node, "pads", []))
@@ -481,7 +482,7 @@ def _tap_means(node):
     def statistic(x: np.ndarray) -> np.ndarray:
         spatial = x.shape[2:]
         n = len(spatial)
-        k = kernel or [1] * n
+        k = list(kernel)
         st, dl = strides or [1] * n, dilations or [1] * n
         if auto in ("SAME_UPPER", "SAME_LOWER"):
             total = [max((-(-d // s) - 1) * s + (kk - 1) * di + 1 - d, 0)
