@@ -451,7 +451,7 @@ def _bias_correction(node, w, q, w_scale, axis, mean: np.ndarray) -> np.ndarray:
     weights) applied to the mean input each weight sees over the calibration inputs (``_tap_means``,
     ``_row_mean``). Subtracted from the bias, it keeps the outputs' means where the float model has them
     (Nagel et al., "Data-Free Quantization", 2019, section 4.2, with measured means): with random-weight
-    nets, whose activations carry large constant parts, it takes a third off the error of the logits."""
+    nets, whose activations carry large constant parts, it takes a quarter off the logits' error."""
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1
