@@ -223,3 +223,40 @@ def test_bias_correction_is_the_mean_shift_onnxruntime_computes(attrs, cin, grou
     want = (conv((q * scale.reshape(-1, 1, 1, 1)).astype(np.float32)) - conv(w)).mean((0, 2, 3))
     got = _bias_correction(node, w, q, scale, 0, _tap_means(node, [3, 3])(x))
     assert np.abs(got - want).max() < 1e-5 * max(np.abs(want).max(), 1.0), (got, want)
+
+
+def test_two_inputs_matmul_and_gemm_without_transpose():
+    """Samples as dicts by input name; MatMul and Gemm (transB=0) weights per column (axis 1); a Gemm
+    without a bias gets one from bias correction; the tail after the last MatMul stays float."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (16, 12)).astype(np.float32), "w1"),
+             numpy_helper.from_array(rng.normal(0, 0.3, (12, 6)).astype(np.float32), "w2")]
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("MatMul", ["s", "w1"], ["m"]),
+             helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [4, 16])
+                                             for n in ("a", "b")],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+
+    def sample(seed):
+        r = np.random.default_rng(seed)
+        return {"a": r.standard_normal((4, 16)).astype(np.float32),
+                "b": r.uniform(0, 1, (4, 16)).astype(np.float32)}
+
+    q = nnvm.quantize(model, [sample(k) for k in range(8)])
+    onnx.checker.check_model(q)
+    producer = {o: n for n in q.graph.node for o in n.output}
+    for op in ("MatMul", "Gemm"):
+        (node,) = [n for n in q.graph.node if n.op_type == op]
+        w_dq = producer[node.input[1]]
+        assert w_dq.op_type == "DequantizeLinear" and w_dq.attribute[0].i == 1, op
+    (gemm,) = [n for n in q.graph.node if n.op_type == "Gemm"]
+    assert len(gemm.input) == 3 and producer[gemm.input[2]].op_type == "DequantizeLinear"
+    assert "Relu" not in [n.op_type for n in q.graph.node]
+    f, s = _session(model), _session(q)
+    for k in (0, 1):  # calibration samples: no value beyond the min-max ranges, only rounding
+        want, got = f.run(None, sample(k))[0], s.run(None, sample(k))[0]
+        assert np.abs(got - want).max() < 0.05 * np.abs(want).max()
