@@ -101,6 +101,8 @@ def test_user_mistakes(model, tmp_path, capsys):
     cal = _samples(tmp_path / "ok", [(1, 3, 8, 8)])
     one_sentence("quantize", model, "--calibration", cal, "-o", out, "--method", "kl",
                  needles=["unknown calibration method 'kl'"])
+    one_sentence("quantize", model, "--calibration", cal, "-o", str(tmp_path / "no" / "q.onnx"),
+                 needles=["cannot be written", "No such file or directory"])
     (tmp_path / "m-symbol.json").write_text("{}")
     one_sentence("quantize", str(tmp_path / "m-symbol.json"), "--calibration", cal, "-o", out,
                  needles=["convert it to ONNX first"])

@@ -293,8 +293,11 @@ def cmd_quantize(args) -> int:
         files = samples[exc.sample]
         path = files.get(exc.input, files.get("", next(iter(files.values()))))
         raise Error(f"{args.model}: calibration file {path}: {exc.reason}") from None
-    with open(args.output, "wb") as f:
-        f.write(model.SerializeToString())
+    try:
+        with open(args.output, "wb") as f:
+            f.write(model.SerializeToString())
+    except OSError as exc:
+        raise Error(f"-o {args.output}: cannot be written ({exc.strerror or exc})") from None
     weights = "per channel" if args.per_channel else "per tensor"
     print(f"quantized {args.model} -> {args.output} ({len(arrays)} calibration inputs, {args.method}, int8 "
           f"weights {weights}, uint8 activations) in {time.perf_counter() - start:.1f} s")
