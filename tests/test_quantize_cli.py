@@ -103,6 +103,10 @@ def test_user_mistakes(model, tmp_path, capsys):
                  needles=["unknown calibration method 'kl'"])
     one_sentence("quantize", model, "--calibration", cal, "-o", str(tmp_path / "no" / "q.onnx"),
                  needles=["cannot be written", "No such file or directory"])
+    (tmp_path / "sub" / "s0").mkdir(parents=True)
+    np.save(tmp_path / "sub" / "s0" / "img.npy", np.zeros((1, 3, 8, 8), np.float32))
+    one_sentence("quantize", model, "--calibration", str(tmp_path / "sub"), "-o", out,
+                 needles=["img.npy", "the model has no such input (its inputs: image)"])
     (tmp_path / "m-symbol.json").write_text("{}")
     one_sentence("quantize", str(tmp_path / "m-symbol.json"), "--calibration", cal, "-o", out,
                  needles=["convert it to ONNX first"])

@@ -291,7 +291,10 @@ def cmd_quantize(args) -> int:
                               percentile=args.percentile)
     except CalibrationInputError as exc:  # name the file, not the sample's index
         files = samples[exc.sample]
-        path = files.get(exc.input, files.get("", next(iter(files.values()))))
+        path = files.get(exc.input) or files.get("")
+        if path is None:  # a subfolder without the input's file
+            folder = os.path.dirname(next(iter(files.values())))
+            raise Error(f"{args.model}: calibration folder {folder} has no {exc.input}.npy") from None
         raise Error(f"{args.model}: calibration file {path}: {exc.reason}") from None
     try:
         with open(args.output, "wb") as f:
