@@ -10,6 +10,10 @@ import pytest
 import nnvm
 from nnvm import te
 from nnvm.generic_schedule import generic_schedule
+from nnvm.graph.dims import Dim, shape_exprs
+from nnvm.graph.ir import TensorType
+from nnvm.ops.common import shape_of
+from nnvm.ops.registry import get_op
 
 
 def test_elementwise_split_by_a_constant_guards_the_tail():
@@ -162,3 +166,41 @@ def test_a_specialised_case_runs_for_its_dim_values_only():
         out = np.zeros((rows, n), np.float32)
         f(x, wv, out)
         np.testing.assert_allclose(out, x @ wv.T, rtol=1e-4, atol=1e-5, err_msg=f"{rows} rows")
+
+
+def test_gqa_repeat_kv_and_key_transpose_divide_by_no_dim():
+    """Llama's ``repeat_kv`` and the reshapes around ``K^T`` (the ops' own computes over the dims
+    ``batch`` and ``past``): each reshape maps runs of axes with the same product, so the only divisions
+    left are by constants (a reshape flattened whole divided by ``past`` per element: the decode step's
+    key packing was 0.9 ms a layer); numbers against numpy at several sizes."""
+    b, p = Dim.named("batch"), Dim.named("past")
+
+    def apply(op, x, **attrs):
+        opdef = get_op(op)
+        attrs = opdef.normalize_attrs(attrs)
+        types = opdef.infer_type([TensorType(shape_of(x), "float32")], attrs)
+        return opdef.compute([x], attrs, types)[0]
+
+    k = te.placeholder(shape_exprs((b, 2, p, 8)), name="K")
+    x = apply("reshape", k, newshape=(b, 2, 1, p, 8))
+    x = apply("broadcast_to", x, shape=(b, 2, 3, p, 8))
+    x = apply("reshape", x, newshape=(b, 6, p, 8))
+    x = apply("reshape", x, newshape=(b * 6, p, 8))
+    x = apply("transpose", x, axes=(0, 2, 1))
+    out = apply("reshape", x, newshape=(b, 6, 8, p))
+    s = te.create_schedule(out.op)
+    for stage in s.stages:
+        if stage.op is not out.op and hasattr(stage.op, "body"):
+            stage.compute_inline()
+    text = str(nnvm.lower(s, [k, out]))
+    body = text.split("\n", 1)[1]
+    for dim in ("batch", "past"):
+        assert f"// {dim}" not in body and f"% {dim}" not in body and f"// ({dim}" not in body, text
+    f = nnvm.build(s, [k, out], target="llvm")
+    rng = np.random.default_rng(5)
+    for batch, past in ((1, 1), (1, 33), (2, 7)):
+        kv = rng.normal(size=(batch, 2, past, 8)).astype(np.float32)
+        got = np.zeros((batch, 6, 8, past), np.float32)
+        f(kv, got)
+        want = np.repeat(kv, 3, axis=1).transpose(0, 1, 3, 2)
+        np.testing.assert_array_equal(got, want, err_msg=f"batch {batch}, past {past}")
