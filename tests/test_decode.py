@@ -60,6 +60,33 @@ def test_batch_of_two_prompts(decoder):
         np.testing.assert_array_equal(both[row], dec.generate(ids[row:row + 1], 4)["tokens"][0])
 
 
+def test_present_is_fed_back_as_past_without_copies(decoder):
+    """The cache is never copied but by the graph's own ``Concat(past, new)``: every ``past`` input is read
+    where the caller's array is and every ``present`` output written into the array handed back
+    (``make_plan``'s ``uses``), so the step's ``present`` is the next step's ``past`` as it stands. The
+    arrays passed in are left as they were, no output lies in the module's arena, and a step's
+    ``present`` holds its ``past`` followed by the new token's entry."""
+    from nnvm.generate import PAST, PRESENT
+
+    _, dec = decoder
+    ids = np.random.default_rng(5).integers(0, 1000, (1, 6))
+    outs = dec.step(dec.spec.first_feeds(ids))
+    token = np.argmax(outs[dec.spec.logits][:, -1], -1)[:, None]
+    feeds = dec.spec.next_feeds(outs, token, 6)
+    before = {k: v.copy() for k, v in feeds.items() if PAST.match(k)}
+    outs2 = dec.step(feeds)
+    plan = dec.module.plan
+    assert all("uses" in d for d in plan["inputs"] if PAST.match(d["name"])), plan["inputs"]
+    assert all("uses" in d for d in plan["outputs"] if PRESENT.match(d["name"])), plan["outputs"]
+    arena = dec.module._last._free[0].arena
+    by_name = dict(zip(dec.spec.outputs, outs2))
+    for past, present in dec.spec.feeds.items():
+        np.testing.assert_array_equal(feeds[past], before[past], err_msg=f"{past} was written")
+        assert not np.shares_memory(by_name[present], arena), present
+        assert by_name[present].shape[2] == 7
+        np.testing.assert_array_equal(by_name[present][:, :, :6], before[past], err_msg=present)
+
+
 def test_generate_cli(capsys):
     """End to end on one model (the command is the same for every decoder; its compile is the cost)."""
     path = pytest_venv(torch_models.hf_decoder_path, "llama", **TINY["llama"])

@@ -229,7 +229,7 @@ class SymbolicModule:
         arrays = self._arrays(args, kwargs)
         values = self.bind_dims(arrays)
         mod = self.specialised(values)
-        if mod.plan.get("dims") is None or all(mod.plan["dims"].get(d, v) == v for d, v in values.items()):
+        if mod.plan.get("dims") is None or not mod.runs_shaped:
             return mod.run(**arrays)
         out_shapes = [tuple(d.evaluate(values) if isinstance(d, Dim) else d for d in shape)
                       for shape in self._output_shapes]
@@ -249,7 +249,7 @@ class SymbolicModule:
                 t0 = time.perf_counter()
                 dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
                 bound = bind_types(whole.graph, dims)
-                plan = make_plan(bound, self._calls, pairs=self._pairs)
+                plan = make_plan(bound, self._calls, pairs=self._pairs, bindable=True)
                 plan["dims"] = dims
                 mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(), bound)
                 self._remember(values, mod, time.perf_counter() - t0)

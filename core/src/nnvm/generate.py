@@ -6,12 +6,12 @@ head_dim] in; ``logits`` and ``present.{i}.key|value`` out; ``position_ids`` [ba
 takes it) compiles once, unbound (``nnvm.compile``: one symbolic module, its kernels take the dims), and
 runs every step with it: the prompt with an empty past (``past`` = 0), then one token at a time.
 
-The cache is the model's own ``present`` outputs fed back as the next step's ``past``: each step's
-outputs are fresh arrays the caller owns, so passing them on costs no copy in Python; the module copies
-each input into its arena (one memcpy per tensor, the cache being a few MB: measured by
-``Decoder.generate``'s ``copy_ms``) and each output out. A preallocated max-length cache the kernels
-write into would save those copies but needs the graph's ``Concat(past, new)`` to write in place into a
-strided buffer, which the plan cannot express yet (docs/dynamic-shapes.md says what it would take).
+The cache is the model's own ``present`` outputs fed back as the next step's ``past``, with no copy:
+each step's outputs are fresh arrays the caller owns, which the module's kernels wrote in place, and the
+next step's kernels read them in place as its ``past`` (``Module.run_shaped`` points the kernels'
+arguments at the caller's arrays; ``make_plan``'s ``bindable``). The one copy of the cache a step is the
+graph's own ``Concat(past, new)`` writing ``present`` (docs/dynamic-shapes.md says what removing it would
+take: a preallocated max-length cache the kernels append to).
 
 The same loop drives onnxruntime and OpenVINO (``peer_step``), so ``--compare`` and ``bench/decode.py``
 time all three the same way and check that they choose the same tokens.

@@ -288,20 +288,46 @@ class _Workspace:
         return self._run_kernels(self.outputs)
 
     def run_shaped(self, values: list, dim_values: list, output_shapes: list) -> list[np.ndarray]:
-        """``run`` with the dims and the inputs' and outputs' shapes of this run (``Module.run_shaped``)."""
+        """``run`` with the dims and the inputs' and outputs' shapes of this run (``Module.run_shaped``).
+
+        Where the plan lists an input's or output's kernel arguments (``make_plan``'s ``bindable``), they
+        point at the caller's array (a C-contiguous input, read in place) and at a fresh array handed
+        back as the output (written in place) for this run, instead of a copy through the arena each
+        way: a decoder's ``present`` outputs, fed back as the next step's ``past``, are then never
+        copied but by the graph's own ``Concat(past, new)``."""
         self.dims[:len(dim_values)] = dim_values
+        moved: list = []  # (argument array, index, arena address) to put back after the run
+        fresh: set = set()
         try:
             for d, value in zip(self.plan["inputs"], values):
-                if "arena" in d["ref"]:
+                if "uses" in d and value.flags.c_contiguous and value.flags.aligned:
+                    self._point(d["uses"], value.ctypes.data, moved)
+                elif "arena" in d["ref"]:
                     _arena_view(self.arena, value.dtype, value.shape, d["ref"]["arena"])[...] = value
-            outputs = [_arena_view(self.arena, np.dtype(d["dtype"]), shape, d["ref"]["arena"])
-                       if "arena" in d["ref"] else view
-                       for d, shape, view in zip(self.plan["outputs"], output_shapes, self.outputs)]
-            return self._run_kernels(outputs)
+            outputs = []
+            for i, (d, shape, view) in enumerate(zip(self.plan["outputs"], output_shapes, self.outputs)):
+                if "uses" in d:
+                    out = np.empty(shape, np.dtype(d["dtype"]))
+                    self._point(d["uses"], out.ctypes.data, moved)
+                    fresh.add(i)
+                elif "arena" in d["ref"]:
+                    out = _arena_view(self.arena, np.dtype(d["dtype"]), shape, d["ref"]["arena"])
+                else:
+                    out = view
+                outputs.append(out)
+            return self._run_kernels(outputs, fresh)
         finally:
+            for ptrs, a, address in reversed(moved):
+                ptrs[a] = address
             self.dims[:] = self.plan_dims
 
-    def _run_kernels(self, outputs: list) -> list[np.ndarray]:
+    def _point(self, uses: list, address: int, moved: list) -> None:
+        for k, a in uses:
+            ptrs = self.calls[k][2]
+            moved.append((ptrs, a, ptrs[a]))
+            ptrs[a] = address
+
+    def _run_kernels(self, outputs: list, fresh: set = frozenset()) -> list[np.ndarray]:
         if self.sequence is not None:
             failed = ctypes.c_int64(-1)
             rc = self.sequence(len(self.calls), *self.tables, ctypes.byref(failed))
@@ -312,7 +338,7 @@ class _Workspace:
                 rc = fn(arg)
                 if rc != 0:
                     raise Error(f"kernel {kernel} failed with status {rc}")
-        return [self._copy_out(i, view) for i, view in enumerate(outputs)]
+        return [view if i in fresh else self._copy_out(i, view) for i, view in enumerate(outputs)]
 
     def _copy_out(self, i: int, view: np.ndarray) -> np.ndarray:
         """Output ``i`` as an array of its own, in a buffer an earlier run handed out and its holders have

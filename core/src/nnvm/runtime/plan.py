@@ -186,13 +186,17 @@ def inplace_pairs(graph: Graph, calls: list) -> dict:
 
 
 def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None = None,
-              pairs: dict | None = None) -> dict:
+              pairs: dict | None = None, bindable: bool = False) -> dict:
     """The JSON-able plan: inputs, outputs, kernel calls with argument locations, arena size. A graph with
     symbolic dims is planned for one binding, ``dims`` (name -> value): shapes and sizes are evaluated
     with it, and a call whose kernel takes dims (``call["dims"]``, ``lowering.group_calls``) gets a
     ``{"dim": name}`` argument for each, after its buffers. ``pairs``: the in-place pairs
     (``inplace_pairs``), found here when not given; on a symbolic graph they are found before binding,
-    so they hold for any smaller binding a bucket's plan serves."""
+    so they hold for any smaller binding a bucket's plan serves.
+
+    ``bindable``: each input and output whose storage no other value shares (no in-place partner) lists
+    the kernel arguments that read or write it (``"uses"``: ``[call, argument]`` pairs), so a run can
+    point them at the caller's arrays instead of copying through the arena (``Module.run_shaped``)."""
     if inplace and pairs is None:
         pairs = inplace_pairs(graph, calls)
     if dims is not None:
@@ -258,9 +262,23 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
             return {"param": v}
         return {"arena": offsets[v], "nbytes": sizes[v]}
 
+    uses: dict = {}
+    sharers: dict = {}
+    if bindable:
+        for k, c in enumerate(calls):
+            for a, v in enumerate(c["args"]):
+                uses.setdefault(v, []).append([k, a])
+        for b in block_of.values():
+            sharers[b] = sharers.get(b, 0) + 1
+        ends = list(graph.inputs) + list(graph.outputs)
+
     def desc(v):
         ty = graph.type_of(v)
-        return {"name": v, "shape": list(ty.shape), "dtype": ty.dtype, "ref": ref(v)}
+        d = {"name": v, "shape": list(ty.shape), "dtype": ty.dtype, "ref": ref(v)}
+        # a value both input and output, or twice an output, has one storage: it stays in the arena
+        if bindable and "arena" in d["ref"] and sharers[block_of[v]] == 1 and ends.count(v) == 1:
+            d["uses"] = uses.get(v, [])
+        return d
 
     plan = {
         "version": PLAN_VERSION,
