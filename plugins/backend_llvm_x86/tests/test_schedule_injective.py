@@ -98,3 +98,42 @@ def test_cropping_transform_walks_blocks(build_all):
         fn(data, got)
         want = np.concatenate([data[:, k] for k in range(shape[1])], axis=-1)[..., :c].transpose(0, 3, 1, 2)
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_lone_pack_over_a_symbolic_cache_is_an_index_remap(build_all):
+    """GPT-2's ``present`` value packed for ``softmax @ V`` (``batched_weight_pack`` alone in its group,
+    ``[batch, 12, past, 64] -> [batch, 12, 4, past, 16]``): with symbolic dims the rows-apart nest (heads
+    and blocks parallel, a loop over the cache rows, 16 lanes vectorized; the generic schedule fused every
+    axis and divided by ``past`` per vector), for an explicit target; a bound pack keeps the generic
+    schedule (None here). Numbers against numpy at several cache lengths."""
+    from nnvm import te
+    from nnvm.compiler import GroupCompute
+    from nnvm.graph.dims import Dim, shape_exprs
+    from nnvm.graph.ir import Node, TensorType
+    from nnvm.ops.registry import get_op
+    from nnvm.target import parse_target
+
+    op = get_op("batched_weight_pack")
+    attrs = op.normalize_attrs({"block": 16}, "pack")
+    node = Node("batched_weight_pack", "pack", ("v",), ("p",), attrs)
+    target = parse_target("llvm -mcpu=znver5")
+    batch, past = Dim.named("batch"), Dim.named("past")
+    for shape, symbolic in (((batch, 3, past, 64), True), ((1, 3, 40, 64), False)):
+        x = te.placeholder(shape_exprs(shape), "float32", "v")
+        (out,) = op.compute([x], attrs, op.infer_type([TensorType(shape, "float32")], attrs))
+        group = GroupCompute(0, [node], node, [("v", x)], [out], ["p"])
+        sch = schedule_index_remap(target, group)
+        if not symbolic:
+            assert sch is None
+            continue
+        text = str(nnvm.lower(sch, [x, out]))
+        assert "// past" not in text and "% past" not in text, text
+        assert "for i3 in range(past)" in text and "# vectorized" in text, text
+        fn = build_all([("pack", schedule_index_remap(parse_target("llvm"), group), [x, out])])["pack"]
+        rng = np.random.default_rng(7)
+        for b, p in ((1, 1), (1, 33), (2, 5)):
+            data = rng.standard_normal((b, 3, p, 64)).astype(np.float32)
+            got = np.full((b, 3, 4, p, 16), np.nan, np.float32)
+            fn(data, got)
+            want = data.reshape(b, 3, p, 4, 16).transpose(0, 1, 3, 2, 4)
+            np.testing.assert_array_equal(got, want, err_msg=f"batch {b}, past {p}")

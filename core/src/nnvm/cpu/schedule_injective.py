@@ -67,18 +67,27 @@ def inlined_output_stage(out, symbolic: bool = False):
 
 def schedule_index_remap(target, group):
     """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
-    tensor of rank 4 or more, else None."""
+    tensor of rank 4 or more, or packs one over symbolic dims (``batched_weight_pack``), else None."""
     if not enabled("templates"):
         return None
-    if len(group.outputs) != 1 or not any(n.op in INDEX_REMAPS for n in group.nodes):
+    if len(group.outputs) != 1:
         return None
     out = group.outputs[0]
     if len(out.shape) < 4:
+        return None
+    # a lone pack of attention's V over a symbolic cache (GPT-2's ``present`` value) is an index remap
+    # too: generically its loops fused into one, it divided by ``past + seq`` per vector (0.28 ms of
+    # a decode step's kernels against 0.03 for Llama's, whose pack takes in a reshape); bound, it keeps
+    # the generic schedule it had
+    remaps = any(n.op in INDEX_REMAPS for n in group.nodes)
+    if not remaps and not any(n.op == "batched_weight_pack" for n in group.nodes):
         return None
     found = inlined_output_stage(out, symbolic=True)
     if found is None:
         return None
     sch, stage, axes, extents, _ = found
+    if not remaps and None not in extents:
+        return None
     if None in extents:
         # symbolic (attention's heads split from [batch, seq, hidden]): the same nest, parallel over the
         # outer axes whatever their count, the innermost vectorized where it is constant
