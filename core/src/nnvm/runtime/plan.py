@@ -194,9 +194,10 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
     (``inplace_pairs``), found here when not given; on a symbolic graph they are found before binding,
     so they hold for any smaller binding a bucket's plan serves.
 
-    ``bindable``: each input and output whose storage no other value shares (no in-place partner) lists
-    the kernel arguments that read or write it (``"uses"``: ``[call, argument]`` pairs), so a run can
-    point them at the caller's arrays instead of copying through the arena (``Module.run_shaped``)."""
+    ``bindable``: each input and output whose storage no other value shares (no in-place partner, no
+    view) lists the kernel arguments that read or write it (``"uses"``: ``[call, argument]`` pairs), so
+    a run can point them at the caller's arrays instead of copying through the arena
+    (``Module.run_shaped``)."""
     if inplace and pairs is None:
         pairs = inplace_pairs(graph, calls)
     if dims is not None:
@@ -265,7 +266,7 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
     uses: dict = {}
     sharers: dict = {}
     if bindable:
-        for k, c in enumerate(calls):
+        for k, (_, c) in enumerate(runs):  # the plan's calls: views get none
             for a, v in enumerate(c["args"]):
                 uses.setdefault(v, []).append([k, a])
         for b in block_of.values():
@@ -276,7 +277,8 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
         ty = graph.type_of(v)
         d = {"name": v, "shape": list(ty.shape), "dtype": ty.dtype, "ref": ref(v)}
         # a value both input and output, or twice an output, has one storage: it stays in the arena
-        if bindable and "arena" in d["ref"] and sharers[block_of[v]] == 1 and ends.count(v) == 1:
+        # (a view's family, an in-place pair: one storage for several values)
+        if bindable and "arena" in d["ref"] and sharers.get(block_of.get(v)) == 1 and ends.count(v) == 1:
             d["uses"] = uses.get(v, [])
         return d
 
