@@ -204,3 +204,49 @@ def test_gqa_repeat_kv_and_key_transpose_divide_by_no_dim():
         f(kv, got)
         want = np.repeat(kv, 3, axis=1).transpose(0, 1, 3, 2)
         np.testing.assert_array_equal(got, want, err_msg=f"batch {batch}, past {past}")
+
+
+def test_attention_products_have_a_one_query_row_case(build_all):
+    """A decode step's ``Q @ K^T`` (``dense_packed`` by the batched, packed keys; query rows ``seq``, keys
+    ``past + seq``): the packed template, for an explicit target, has a case for ``seq == 1`` whose tile
+    is one row (the general program computes tiles of 8 padded query rows, 8 times a decode step's work).
+    Numbers against numpy with and without the case, the keys and their blocks dims of their own (a
+    built function's parameters take a single dim)."""
+    from nnvm.compiler import GroupCompute
+    from nnvm.cpu.schedule_dense import dense_packed_template
+    from nnvm.graph.ir import Node
+    from nnvm.target import parse_target
+
+    batch, seq, past, blocks, keys = (Dim.named(d) for d in ("batch", "seq", "past", "blocks", "keys"))
+    op = get_op("dense_packed")
+
+    def group_for(k_shape, units):
+        attrs = op.normalize_attrs({"units": units} if units is not None else {}, "qk")
+        q_shape = (batch, 2, seq, 64)
+        q = te.placeholder(shape_exprs(q_shape), "float32", "q")
+        k = te.placeholder(shape_exprs(k_shape), "float32", "k")
+        types = op.infer_type([TensorType(q_shape, "float32"), TensorType(k_shape, "float32")], attrs)
+        (out,) = op.compute([q, k], attrs, types)
+        node = Node("dense_packed", "qk", ("q", "k"), ("s",), attrs)
+        return GroupCompute(0, [node], node, [("q", q), ("k", k)], [out], ["s"]), [q, k, out]
+
+    decode, _ = group_for((batch, 2, (past + seq + 15) // 16, 64, 16), past + seq)
+    template = dense_packed_template(parse_target("llvm -mcpu=znver5"), decode)
+    sch = template.build(template.fallback)
+    assert isinstance(sch, te.Specialised) and [values for values, _ in sch.cases] == [{"seq": 1}]
+    assert template.fallback["mb"] == 8
+    group, tensors = group_for((batch, 2, blocks, 64, 16), keys)
+    host = dense_packed_template(parse_target("llvm"), group)
+    assert [values for values, _ in host.build(host.fallback).cases] == [{"seq": 1}]
+    fn = build_all([("qk", host.build(host.fallback), tensors)])["qk"]
+    rng = np.random.default_rng(8)
+    for b, s, n in ((1, 1, 41), (2, 1, 1), (1, 3, 32), (1, 9, 70)):
+        nb = -(-n // 16)
+        qv = rng.standard_normal((b, 2, s, 64)).astype(np.float32)
+        kv = rng.standard_normal((b, 2, n, 64)).astype(np.float32)
+        padded = np.pad(kv, [(0, 0), (0, 0), (0, 16 * nb - n), (0, 0)], mode="edge")
+        packed = np.ascontiguousarray(padded.reshape(b, 2, nb, 16, 64).transpose(0, 1, 2, 4, 3))
+        got = np.full((b, 2, s, n), np.nan, np.float32)
+        fn(qv, packed, got)
+        np.testing.assert_allclose(got, qv @ kv.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5,
+                                   err_msg=f"batch {b}, seq {s}, {n} keys")

@@ -430,9 +430,12 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
                 "batch_outer": int(not symbolic and batch_outer(target, dense, m, k))}
     space = {"jb": jb_space, "mb": mb_space, "rows_first": [0, 1], "batch_outer": [0, 1]}
     build = functools.partial(build_dense_packed, group)
-    if symbolic and "weight_batch" not in dense.op.attrs:
-        # one row (a decoding step, batch 1): the static kernel's GEMV tile, not a tile of 8 padded rows
-        one_row = {d: 1 for iv in dense.op.axis[:-1] for d in dim_names(iv.dom.extent)}
+    # one row (a decoding step, batch 1): the static kernel's GEMV tile, not a tile of 8 padded rows.
+    # Attention's products (a batched weight) take it for one query row, whatever the keys: a decode
+    # step computed 8 query rows of Q @ K^T and softmax @ V for its one
+    row_axes = dense.op.axis[-2:-1] if "weight_batch" in dense.op.attrs else dense.op.axis[:-1]
+    one_row = {d: 1 for iv in row_axes for d in dim_names(iv.dom.extent)}
+    if symbolic and one_row:
         gemv = {"jb": packed_tile(machine, blocks, 1)[0], "mb": 1, "rows_first": 0, "batch_outer": 0}
         build = functools.partial(_with_one_row_case, group, one_row, gemv)
     return ScheduleTemplate("cpu.dense.packed", space, fallback, build, flops=2.0 * m * units * k)
