@@ -69,6 +69,11 @@ def main(argv=None) -> int:
         print(f"  nnvm memory plans built in one more {args.new_tokens}-token decode: {plans['plans']} "
               f"({plans['plan_ms']:.1f} ms); step ms min/median/max "
               f"{min(plans['step_ms']):.1f}/{statistics.median(plans['step_ms']):.1f}/{max(plans['step_ms']):.1f}")
+        plan = dec.module.plan  # the last step's: which inputs and outputs the kernels used where they are
+        read, written = (sum("uses" in d for d in plan[k]) for k in ("inputs", "outputs"))
+        print(f"  nnvm cache fed back in place (make_plan's uses): {read} of {len(plan['inputs'])} inputs "
+              f"read where the caller has them, {written} of {len(plan['outputs'])} outputs written where "
+              "they are returned")
         built = [(x["dims"], 1e3 * x["seconds"]) for x in dec.module.stats()["symbolic"]["specialisations"]
                  if x["dims"] is not None]
         print("  nnvm plans kept (bucket dims: ms to build): "
