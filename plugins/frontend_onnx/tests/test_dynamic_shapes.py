@@ -167,6 +167,35 @@ def test_inputs_read_and_outputs_written_in_place_are_the_callers():
     assert not any(np.shares_memory(a, b) for a in runs[0] for b in runs[2])
 
 
+def test_a_large_output_written_in_place_reuses_a_dropped_buffer():
+    """An output of a megabyte or more is written into a buffer an earlier run handed out once nothing
+    holds it (a fresh one is page-faulted in by the kernel's stores), never into one still held."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    mod = nnvm.compile(model, target="llvm", shapes={"x": ("N", 64)}, tuning_log=False)
+    rng = np.random.default_rng(9)
+    # 1.3 MB outputs, one plan (the bucket of 5056 rows) for the three runs
+    xs = [rng.normal(size=(n, 64)).astype(np.float32) for n in (5000, 5040, 5000)]
+    (a,) = mod.run(xs[0])
+    (b,) = mod.run(xs[1])
+    assert mod.plan["dims"] == {"N": 5056} and "uses" in mod.plan["outputs"][0]
+    assert not np.shares_memory(a, b)
+    where = a.ctypes.data
+    want = [run_onnxruntime(model, {"x": x})[0] for x in xs]
+    np.testing.assert_array_equal(a, want[0])
+    del a
+    (c,) = mod.run(xs[2])
+    assert c.ctypes.data == where and not np.shares_memory(b, c)
+    np.testing.assert_array_equal(b, want[1])
+    np.testing.assert_array_equal(c, want[2])
+
+
 def test_without_names_or_bounds_the_compile_stays_bound():
     """The default is what it always was: a batch-named dim becomes 1, a plain Module."""
     mod = nnvm.compile(dynamic_mlp(), target="llvm", tuning_log=False)

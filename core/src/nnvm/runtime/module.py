@@ -307,7 +307,7 @@ class _Workspace:
             outputs = []
             for i, (d, shape, view) in enumerate(zip(self.plan["outputs"], output_shapes, self.outputs)):
                 if "uses" in d:
-                    out = np.empty(shape, np.dtype(d["dtype"]))
+                    out = self._fresh(i, shape, np.dtype(d["dtype"]), d["ref"]["nbytes"])
                     self._point(d["uses"], out.ctypes.data, moved)
                     fresh.add(i)
                 elif "arena" in d["ref"]:
@@ -320,6 +320,24 @@ class _Workspace:
             for ptrs, a, address in reversed(moved):
                 ptrs[a] = address
             self.dims[:] = self.plan_dims
+
+    def _fresh(self, i: int, shape: tuple, dtype: np.dtype, capacity: int) -> np.ndarray:
+        """An array for output ``i`` that the kernels write in place and the caller then owns: from
+        ``RECYCLE_MIN_BYTES``, a view of a buffer an earlier run handed out and its holders have since
+        dropped (``_copy_out``'s reasons: a fresh one is page-faulted in by the kernel's stores), sized
+        for the plan's bucket so every binding it serves fits."""
+        nbytes = dtype.itemsize * int(np.prod(shape))
+        if nbytes < RECYCLE_MIN_BYTES:
+            return np.empty(shape, dtype)
+        kept = self.recycled.setdefault(("in place", i), [])  # flat bytes, apart from _copy_out's
+        for buf in kept:
+            # references: ``kept``, ``buf`` and getrefcount's argument; an array handed out adds one
+            if sys.getrefcount(buf) == 3 and buf.nbytes >= nbytes:
+                return buf[:nbytes].view(dtype).reshape(shape)
+        buf = np.empty(max(nbytes, capacity), np.uint8)
+        kept.append(buf)
+        del kept[:-RECYCLED_OUTPUTS]
+        return buf[:nbytes].view(dtype).reshape(shape)
 
     def _point(self, uses: list, address: int, moved: list) -> None:
         for k, a in uses:
