@@ -49,6 +49,7 @@ class Module:
         runner = library.sequence_runner() if has_runner else None
         self._sequence = SEQUENCE_TYPE(runner) if runner else None
         self._lock = threading.Lock()  # guards the pool of free workspaces and the one-time export
+        self._kernels: dict = {}  # kernel name -> its ctypes function (``_prepared_call``)
         # a plan for one binding of symbolic dims: the values its kernels' dim arguments point at
         self._dim_index = {name: k for k, name in enumerate(plan.get("dims", {}))}
         self._dim_values = np.array(list(plan.get("dims", {}).values()) or [0], dtype=np.int64)
@@ -67,7 +68,9 @@ class Module:
         self._exported = None  # an exported copy, for a library whose code runs out of process
 
     def _prepared_call(self, call: dict, base: int, dims: np.ndarray) -> tuple:
-        fn = kernel_from_address(self.library.address(call["kernel"]))
+        fn = self._kernels.get(call["kernel"])
+        if fn is None:  # a kernel serves many calls (a transformer's layers): looked up once
+            fn = self._kernels[call["kernel"]] = kernel_from_address(self.library.address(call["kernel"]))
         ptrs = (ctypes.c_void_p * max(len(call["args"]), 1))()
         for k, ref in enumerate(call["args"]):
             if "dim" in ref:
