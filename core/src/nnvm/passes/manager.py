@@ -51,6 +51,7 @@ DEFAULT_PIPELINE = (
     "infer_types",
     "simplify_inference",
     "fold_scale_axis",
+    "combine_parallel_matmuls",
     "alter_op_layout",
     "fold_constants",
     "eliminate_common_subexpressions",

@@ -14,6 +14,7 @@ from nnvm.passes.builtin import (
     infer_types,
     simplify_inference,
 )
+from nnvm.passes.combine_parallel import combine_parallel_matmuls
 from nnvm.passes.fold_scale import fold_scale_axis
 from nnvm.passes.manager import Pass
 
@@ -34,6 +35,9 @@ def all_passes() -> list:
              "batch_norm to scale and shift; dropout and identity removed; x ** 2|3|4 as multiplies"),
         Pass("fold_scale_axis", fold_scale_axis, 1, ("infer_types",),
              "per-channel scale and shift after conv2d/dense folded into its weights and a bias_add"),
+        Pass("combine_parallel_matmuls", combine_parallel_matmuls, 3, ("infer_types",),
+             "products of one activation by several constant weights as one product and a split "
+             "(graphs with symbolic dims: a decoder's q, k, v)"),
         Pass("alter_op_layout", alter_op_layout, 3, ("infer_types",),
              "operators the backend prefers in a blocked layout (NCHW[x]c) rewritten, transforms at borders"),
         Pass("fold_constants", fold_constants, 1, ("infer_types",),
