@@ -36,7 +36,7 @@ def all_passes() -> list:
         Pass("fold_scale_axis", fold_scale_axis, 1, ("infer_types",),
              "per-channel scale and shift after conv2d/dense folded into its weights and a bias_add"),
         Pass("combine_parallel_matmuls", combine_parallel_matmuls, 3, ("infer_types",),
-             "products of one activation by several constant weights as one product and a split "
+             "products of one activation by several constant weights as one product and a slice each "
              "(graphs with symbolic dims: a decoder's q, k, v)"),
         Pass("alter_op_layout", alter_op_layout, 3, ("infer_types",),
              "operators the backend prefers in a blocked layout (NCHW[x]c) rewritten, transforms at borders"),
