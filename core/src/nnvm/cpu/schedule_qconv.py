@@ -51,17 +51,18 @@ def dot_lanes(target) -> int | None:
 # qconv2d_weight_pack: [O, C, KH, KW] int8 -> [O/L, K/4, L, 4]
 
 
-def _packed_shape(weight_shape: tuple, lanes: int) -> tuple:
-    """``[O/L, KH * KW * C/4, L, 4]``: the reduction in (ky, kx, channel) order, channels padded to 4."""
+def packed_shape(weight_shape: tuple, lanes: int, in_block: int = 0) -> tuple:
+    """``[O/L, KH * KW * C/4, L, 4]``: the reduction in (ky, kx, channel) order, channels padded to 4 (or
+    to ``in_block``, the channel block of the data ``qconv2d_nchwc`` reads)."""
     o, c, kh, kw = weight_shape
-    return (-(-o // lanes), kh * kw * -(-c // 4), lanes, 4)
+    return (-(-o // lanes), kh * kw * -(-max(c, in_block) // 4), lanes, 4)
 
 
 def _pack_infer(in_types, attrs):
     (w,) = require_inputs("qconv2d_weight_pack", in_types, ("weight",))
     if w.dtype != "int8" or len(w.shape) != 4:
         raise Error(f"qconv2d_weight_pack: expects an int8 OIHW weight, got {w.dtype}{list(w.shape)}")
-    return [TensorType(_packed_shape(w.shape, attrs["lanes"]), "int8")]
+    return [TensorType(packed_shape(w.shape, attrs["lanes"], attrs["in_block"]), "int8")]
 
 
 def _pack_compute(inputs, attrs, out_types):
@@ -69,7 +70,7 @@ def _pack_compute(inputs, attrs, out_types):
     o, c, kh, kw = shape_of(w)
     lanes = attrs["lanes"]
 
-    c4 = -(-c // 4)
+    c4 = -(-max(c, attrs["in_block"]) // 4)
 
     def body(ob, q, j, r):
         oc, ch, kyx = ob * lanes + j, (q % c4) * 4 + r, q // c4
@@ -82,7 +83,7 @@ def _pack_compute(inputs, attrs, out_types):
 def _pack_eval(xs, attrs):
     w = xs[0]
     o, c, kh, kw = w.shape
-    ob, k4, lanes, _ = _packed_shape(w.shape, attrs["lanes"])
+    ob, k4, lanes, _ = packed_shape(w.shape, attrs["lanes"], attrs["in_block"])
     c4 = k4 // (kh * kw)
     full = np.zeros((ob * lanes, kh, kw, c4 * 4), np.int8)
     full[:o, :, :, :c] = w.transpose(0, 2, 3, 1)
@@ -90,7 +91,8 @@ def _pack_eval(xs, attrs):
 
 
 QCONV2D_WEIGHT_PACK = OpDef(
-    "qconv2d_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE, attrs={"lanes": Attr(int)},
+    "qconv2d_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE,
+    attrs={"lanes": Attr(int), "in_block": Attr(int, 0, "channels padded to this (0: to 4)")},
     num_inputs=(1, 1), evaluate=checked_evaluate(_pack_infer, _pack_eval),
     doc="an int8 OIHW weight as [O/L, K/4, L, 4] for dot_u8s8 (zeros past O and K)")
 
@@ -106,7 +108,7 @@ def _packed_infer(in_types, attrs):
                     f"{data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
     o, (kh, kw) = attrs["channels"], attrs["kernel"]
     weight = (o, data.shape[1], kh, kw)
-    if tuple(packed.shape) != _packed_shape(weight, attrs["lanes"]):
+    if tuple(packed.shape) != packed_shape(weight, attrs["lanes"]):
         raise Error(f"qconv2d_packed: the packed weight {list(packed.shape)} does not fit {weight}")
     return [TensorType(conv2d_geometry(data.shape, weight, {**attrs, "groups": 1}), "int32")]
 

@@ -1,0 +1,242 @@
+"""8-bit convolution over channel-blocked uint8 activations: ``qconv2d`` as ``qconv2d_nchwc``.
+
+``schedule_qconv.py``'s kernel gathers every window into an im2col row first: with NCHW data the four
+bytes one ``vpdpbusd`` lane reads come from four channel planes, and for 64 output channels that
+gather costs as much as the products. Here activations between quantized convolutions are stored as
+``NCHW[Cb]c`` with the block ``Cb`` the whole channel count (rounded up to the intrinsic's lanes;
+NHWC in effect), so at each kernel offset ``(ky, kx)`` a pixel's channels are ``Cb`` consecutive
+bytes: the 32-bit word one lane reads is a plain load, and one ``dot_u8s8`` call reduces all of a
+pixel's channels. No im2col buffer; the weight is ``qconv2d_weight_pack``'s ``[O/L, KH·KW·Cb/4, L, 4]``
+(channels padded to the block with zero weights, folded at compile time).
+
+The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantize]`` group::
+
+    parallel for y, o_outer:                         # output rows x blocks of L * nb channels
+      for x_outer:                                   # tiles of m pixels of the row
+        acc[nb, m, L] = 0
+        for ky, kx:                                  # dot_u8s8: m x nb accumulator vectors in
+          acc += data[y*s + ky, x*s + kx, 0:Cb] . w[o, ky, kx]   # registers over Cb/4 words
+        for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed:
+          out[y, x, o] = u8(requantize(acc - zp * wsum) [+ residual])   # bias, ReLU, residual add
+
+The layout pass (``alter_qconv2d_nchwc``) takes a plain 8-bit ``qconv2d`` with a constant int8 weight
+of zero point 0 and at least ``MIN_CHANNELS`` input channels (a stem with 3 channels would run one
+dot step per call: it keeps ``schedule_qconv.py``'s im2col kernel); ``requantize`` and the residual
+``dequantize -> add -> quantize`` then follow in the blocked layout (``alter_op_layout.follow``), so
+the next convolution reads the bytes this one wrote.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm import te
+from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
+from nnvm.cpu.schedule_qconv import MAX_ACCUMULATORS, MAX_TILE_PIXELS, dot_lanes, packed_shape
+from nnvm.errors import Error
+from nnvm.generic_schedule import schedule_loop_nest
+from nnvm.graph.ir import TensorType
+from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
+from nnvm.ops.nn import _conv2d_eval, conv2d_geometry
+from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.passes.alter_op_layout import AlteredNode
+from nnvm.te.tensor import ComputeOp
+
+MIN_CHANNELS = 16  # fewer input channels: too few dot steps per call (the im2col kernel serves them)
+
+
+def channel_block(channels: int, lanes: int) -> int:
+    """The block (the whole padded channel count) an 8-bit activation of ``channels`` is stored in:
+    rounded up to ``lanes``, so the producer's tiles of ``lanes`` channels fill it and its consumer
+    reads it as it is."""
+    return -(-channels // lanes) * lanes
+
+
+def _geometry(data_shape, attrs) -> tuple:
+    n, _, h, w, cb = data_shape
+    kh, kw = attrs["kernel"]
+    _, _, oh, ow = conv2d_geometry((n, cb, h, w), (attrs["channels"], cb, kh, kw), {**attrs, "groups": 1})
+    return n, oh, ow
+
+
+def _infer(in_types, attrs):
+    data, packed = require_inputs("qconv2d_nchwc", in_types, ("data", "packed_weight"))
+    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 5 \
+            or data.shape[1] != 1:
+        raise Error(f"qconv2d_nchwc: expects 8-bit NCHW[x]c data with one channel block and an int8 packed "
+                    f"weight, got {data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
+    o, (kh, kw), lanes = attrs["channels"], attrs["kernel"], attrs["lanes"]
+    cb = data.shape[4]
+    if tuple(packed.shape) != packed_shape((o, cb, kh, kw), lanes):
+        raise Error(f"qconv2d_nchwc: the packed weight {list(packed.shape)} does not fit {(o, cb, kh, kw)}")
+    n, oh, ow = _geometry(data.shape, attrs)
+    return [TensorType((n, 1, oh, ow, channel_block(o, lanes)), "int32")]
+
+
+def _compute(inputs, attrs, out_types):
+    data, packed = inputs
+    _, _, h, w, cb = shape_of(data)
+    n, _, oh, ow, ob = out_types[0].shape
+    _, k4, lanes, _ = shape_of(packed)
+    kh, kw = attrs["kernel"]
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    pt, pl, pb, pr = attrs["padding"]
+    signed = data.dtype == "int8"
+    zp = attrs["data_zero_point"] + (128 if signed else 0)  # int8 data is read as uint8 + 128
+    if signed or any(attrs["padding"]):
+        def pad_body(b, c, y, x, ch):
+            iy, ix = y - pt, x - pl
+            v = data[b, c, iy, ix, ch]
+            v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
+            return te.if_then_else(te.all_of(iy >= 0, iy < h, ix >= 0, ix < w), v, te.const(zp, "uint8"))
+
+        src = te.compute((n, 1, h + pt + pb, w + pl + pr, cb), pad_body, name="qconv2d_nchwc_pad",
+                         tag="qconv2d_nchwc_pad")
+    else:
+        src = data
+    c4 = cb // 4
+    ky = te.reduce_axis((0, kh), name="ky")
+    kx = te.reduce_axis((0, kw), name="kx")
+    q = te.reduce_axis((0, c4), name="q")
+    r = te.reduce_axis((0, 4), name="r")
+
+    def gemm_body(b, o, y, x, j):
+        a = src[b, 0, y * sh + ky * dh, x * sw + kx * dw, q * 4 + r].astype("int32")
+        return te.sum(a * packed[o, (ky * kw + kx) * c4 + q, j, r].astype("int32"), axis=[ky, kx, q, r])
+
+    gemm = te.compute((n, ob // lanes, oh, ow, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+                      tag="qconv2d_nchwc_gemm")
+    workload = {"data_shape": (n, 1, h, w, cb), "channels": attrs["channels"], "kernel": (kh, kw),
+                "lanes": lanes, "strides": (sh, sw), "padding": tuple(attrs["padding"]),
+                "dilation": (dh, dw), "data_dtype": data.dtype, "data_zero_point": zp, "layout": f"NCHW{cb}c"}
+    if zp == 0:
+        def body(b, c, y, x, o):
+            return gemm[b, o // lanes, y, x, o % lanes]
+    else:
+        qs = te.reduce_axis((0, k4), name="qs")
+        rs = te.reduce_axis((0, 4), name="rs")
+        wsum = te.compute((ob,), lambda o: te.sum(packed[o // lanes, qs, o % lanes, rs].astype("int32"),
+                                                  axis=[qs, rs]), name="qconv2d_nchwc_wsum",
+                          tag="qconv2d_nchwc_wsum")
+
+        def body(b, c, y, x, o):
+            return gemm[b, o // lanes, y, x, o % lanes] - te.const(zp, "int32") * wsum[o]
+
+    return [te.compute(out_types[0].shape, body, name="qconv2d_nchwc", tag="qconv2d_nchwc",
+                       attrs={"workload": workload, **workload})]
+
+
+def _eval(xs, attrs):
+    data, packed = xs
+    o, (kh, kw), lanes = attrs["channels"], attrs["kernel"], attrs["lanes"]
+    ob, k4, _, _ = packed.shape
+    cb = data.shape[4]
+    weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, cb).transpose(0, 3, 1, 2)
+    x = data[:, 0].transpose(0, 3, 1, 2).astype(np.int64) - attrs["data_zero_point"]
+    (y,) = _conv2d_eval([x, weight.astype(np.int64)], {**attrs, "groups": 1})
+    return [y.transpose(0, 2, 3, 1)[:, None]]
+
+
+QCONV2D_NCHWC = OpDef(
+    "qconv2d_nchwc", _infer, _compute, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs={"strides": Attr(tuple), "padding": Attr(tuple), "dilation": Attr(tuple), "kernel": Attr(tuple),
+           "channels": Attr(int), "lanes": Attr(int), "data_zero_point": Attr(int, 0)},
+    num_inputs=(2, 2), evaluate=checked_evaluate(_infer, _eval),
+    doc="qconv2d (weight zero point 0, groups 1) of NCHW[C]c 8-bit data into NCHW[O]c int32, over a "
+        "weight packed by qconv2d_weight_pack with the channels padded to the data's block")
+
+
+def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
+    """qconv2d -> qconv2d_nchwc where the backend has ``dot_u8s8``, the weight is an int8 constant with
+    zero point 0, one group and at least ``MIN_CHANNELS`` input channels; None: not mine."""
+    if node.op != "qconv2d" or len(in_types) != 2 or None in in_types:
+        return None
+    data, weight = in_types
+    attrs = dict(node.attrs)
+    if (weight.dtype != "int8" or data.dtype not in ("uint8", "int8") or attrs.get("groups", 1) != 1
+            or attrs.get("weight_zero_point", 0) != 0 or data.symbolic or weight.symbolic
+            or data.shape[1] < MIN_CHANNELS):
+        return None
+    lanes = dot_lanes(target)
+    if lanes is None:
+        return None
+    cb, ob = channel_block(data.shape[1], lanes), channel_block(weight.shape[0], lanes)
+    new = {"strides": tuple(attrs.get("strides", (1, 1))),
+           "padding": tuple(attrs.get("padding", (0, 0, 0, 0))),
+           "dilation": tuple(attrs.get("dilation", (1, 1))), "kernel": tuple(weight.shape[2:]),
+           "channels": int(weight.shape[0]), "lanes": lanes,
+           "data_zero_point": int(attrs.get("data_zero_point", 0))}
+    return AlteredNode("qconv2d_nchwc", new, inputs=(("NCHW", f"NCHW{cb}c"), None),
+                       outputs=(("NCHW", f"NCHW{ob}c"),),
+                       prepare=(None, ("qconv2d_weight_pack", {"lanes": lanes, "in_block": cb})),
+                       constant_inputs=(1,))
+
+
+# ---------------------------------------------------------------------------------------------------
+# the schedule
+
+_TAGS = ("qconv2d_nchwc_pad", "qconv2d_nchwc_gemm", "qconv2d_nchwc_wsum", "qconv2d_nchwc")
+
+
+def _stages(group):
+    if group.anchor_op != "qconv2d_nchwc" or len(group.outputs) != 1:
+        return None
+    sch = te.create_schedule([group.outputs[0].op])
+    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in _TAGS}
+    if not {"qconv2d_nchwc_gemm", "qconv2d_nchwc"} <= set(found):
+        return None
+    return sch, found
+
+
+def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
+    """``cpu.qconv2d_nchwc.direct``: tiles of ``m`` pixels of a row x ``nb`` blocks of ``L`` channels,
+    one ``dot_u8s8`` call per kernel offset; None to decline."""
+    found = _stages(group)
+    if found is None:
+        return None
+    gemm = found[1]["qconv2d_nchwc_gemm"]
+    n, ob, oh, ow, lanes = (extent(iv) for iv in gemm.op.axis)
+    steps = 1
+    for iv in gemm.op.reduce_axis:
+        steps *= extent(iv)
+    limit = MAX_TILE_PIXELS.get(lanes, 4)
+    m = largest_divisor(ow, limit)
+    nb_space = divisors(ob, 4)
+    budget = MAX_ACCUMULATORS.get(lanes, 4)
+    nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
+    space = {"m": divisors(ow, limit), "nb": nb_space}
+    return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, {"m": m, "nb": nb},
+                            lambda config: build_qconv2d_nchwc(target, group, config),
+                            flops=2.0 * n * ob * lanes * oh * ow * steps)
+
+
+def build_qconv2d_nchwc(target, group, config: dict):
+    sch, stages = _stages(group)
+    keep = {stages[t].op for t in _TAGS[:3] if t in stages}
+    for stage in sch.stages:
+        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
+            stage.compute_inline()
+    if "qconv2d_nchwc_pad" in stages:  # one padded copy of the input, a row per task
+        pad = stages["qconv2d_nchwc_pad"]
+        pb, pcb, py, _, pc = pad.op.axis
+        pad.parallel(pad.fuse(pb, pcb, py))
+        pad.vectorize(pc)
+    if "qconv2d_nchwc_wsum" in stages:
+        schedule_loop_nest(stages["qconv2d_nchwc_wsum"])
+    gemm = stages["qconv2d_nchwc_gemm"]
+    lanes = extent(gemm.op.axis[-1])
+    m, nb = config["m"], config["nb"]
+    out = sch[group.outputs[0].op]
+    b, cb, y, x, o = out.op.axis
+    oo, oi = out.split(o, factor=lanes * nb)
+    xo, xi = out.split(x, factor=m)
+    out.reorder(b, cb, y, oo, xo, xi, oi)
+    out.parallel(out.fuse(b, cb, y, oo))
+    out.vectorize(oi)
+    gemm.compute_at(out, xo)
+    gb, go, gy, gx, j = gemm.op.axis
+    ky, kx, q, r = gemm.op.reduce_axis
+    gemm.reorder(gb, gy, ky, kx, go, gx, j, q, r)
+    gemm.tensorize(go, te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb))
+    return sch
