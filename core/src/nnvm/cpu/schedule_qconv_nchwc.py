@@ -5,23 +5,23 @@ bytes one ``vpdpbusd`` lane reads come from four channel planes, and for 64 outp
 gather costs as much as the products. Here activations between quantized convolutions are stored as
 ``NCHW[Cb]c`` with the block ``Cb`` the whole channel count (rounded up to the intrinsic's lanes;
 NHWC in effect), so at each kernel offset ``(ky, kx)`` a pixel's channels are ``Cb`` consecutive
-bytes: the 32-bit word one lane reads is a plain load, and one ``dot_u8s8`` call reduces all of a
-pixel's channels. No im2col buffer; the weight is ``qconv2d_weight_pack``'s ``[O/L, KH·KW·Cb/4, L, 4]``
-(channels padded to the block with zero weights, folded at compile time).
+bytes: the 32-bit word one lane reads is a plain load, and one ``dot_u8s8`` call (with its ``window``
+axes) reduces the whole kernel window, its accumulators in registers throughout. No im2col buffer;
+the weight is ``qconv2d_weight_pack``'s ``[O/L, KH·KW·Cb/4, L, 4]`` (channels padded to the block with
+zero weights, folded at compile time).
 
 The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantize]`` group::
 
     parallel for y, o_outer:                         # output rows x blocks of L * nb channels
       for x_outer:                                   # tiles of m pixels of the row
         acc[nb, m, L] = 0
-        for ky, kx:                                  # dot_u8s8: m x nb accumulator vectors in
-          acc += data[y*s + ky, x*s + kx, 0:Cb] . w[o, ky, kx]   # registers over Cb/4 words
+        for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
+          acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
         for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed:
           out[y, x, o] = u8(requantize(acc - zp * wsum) [+ residual])   # bias, ReLU, residual add
 
 The layout pass (``alter_qconv2d_nchwc``) takes a plain 8-bit ``qconv2d`` with a constant int8 weight
-of zero point 0 and at least ``MIN_CHANNELS`` input channels (a stem with 3 channels would run one
-dot step per call: it keeps ``schedule_qconv.py``'s im2col kernel); ``requantize`` and the residual
+of zero point 0 (an RGB stem reads 4-byte pixels: ``input_block``); ``requantize`` and the residual
 ``dequantize -> add -> quantize`` then follow in the blocked layout (``alter_op_layout.follow``), so
 the next convolution reads the bytes this one wrote.
 """
@@ -43,14 +43,18 @@ from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_op_layout import AlteredNode
 from nnvm.te.tensor import ComputeOp
 
-MIN_CHANNELS = 16  # fewer input channels: too few dot steps per call (the im2col kernel serves them)
-
 
 def channel_block(channels: int, lanes: int) -> int:
     """The block (the whole padded channel count) an 8-bit activation of ``channels`` is stored in:
     rounded up to ``lanes``, so the producer's tiles of ``lanes`` channels fill it and its consumer
     reads it as it is."""
     return -(-channels // lanes) * lanes
+
+
+def input_block(channels: int, lanes: int) -> int:
+    """The block a convolution reads: ``channel_block``, but only rounded up to 4 (one dot word) below
+    ``lanes`` channels (an RGB image: 4 bytes a pixel, not 16)."""
+    return -(-channels // 4) * 4 if channels < lanes else channel_block(channels, lanes)
 
 
 def _geometry(data_shape, attrs) -> tuple:
@@ -129,7 +133,7 @@ def _compute(inputs, attrs, out_types):
 
 def _eval(xs, attrs):
     data, packed = xs
-    o, (kh, kw), lanes = attrs["channels"], attrs["kernel"], attrs["lanes"]
+    (kh, kw), lanes = attrs["kernel"], attrs["lanes"]
     ob, k4, _, _ = packed.shape
     cb = data.shape[4]
     weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, cb).transpose(0, 3, 1, 2)
@@ -149,19 +153,19 @@ QCONV2D_NCHWC = OpDef(
 
 def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
     """qconv2d -> qconv2d_nchwc where the backend has ``dot_u8s8``, the weight is an int8 constant with
-    zero point 0, one group and at least ``MIN_CHANNELS`` input channels; None: not mine."""
+    zero point 0 and one group; None: not mine (``schedule_qconv.py``'s im2col kernel may take it)."""
     if node.op != "qconv2d" or len(in_types) != 2 or None in in_types:
         return None
     data, weight = in_types
     attrs = dict(node.attrs)
     if (weight.dtype != "int8" or data.dtype not in ("uint8", "int8") or attrs.get("groups", 1) != 1
             or attrs.get("weight_zero_point", 0) != 0 or data.symbolic or weight.symbolic
-            or data.shape[1] < MIN_CHANNELS):
+            ):
         return None
     lanes = dot_lanes(target)
     if lanes is None:
         return None
-    cb, ob = channel_block(data.shape[1], lanes), channel_block(weight.shape[0], lanes)
+    cb, ob = input_block(data.shape[1], lanes), channel_block(weight.shape[0], lanes)
     new = {"strides": tuple(attrs.get("strides", (1, 1))),
            "padding": tuple(attrs.get("padding", (0, 0, 0, 0))),
            "dilation": tuple(attrs.get("dilation", (1, 1))), "kernel": tuple(weight.shape[2:]),
@@ -191,7 +195,7 @@ def _stages(group):
 
 def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     """``cpu.qconv2d_nchwc.direct``: tiles of ``m`` pixels of a row x ``nb`` blocks of ``L`` channels,
-    one ``dot_u8s8`` call per kernel offset; None to decline."""
+    one ``dot_u8s8`` call over the whole kernel window; None to decline."""
     found = _stages(group)
     if found is None:
         return None
@@ -231,12 +235,15 @@ def build_qconv2d_nchwc(target, group, config: dict):
     b, cb, y, x, o = out.op.axis
     oo, oi = out.split(o, factor=lanes * nb)
     xo, xi = out.split(x, factor=m)
-    out.reorder(b, cb, y, oo, xo, xi, oi)
-    out.parallel(out.fuse(b, cb, y, oo))
+    # channel blocks outside rows: a block's weights (up to KH*KW*C*L*nb bytes) stay in L2 for its rows
+    out.reorder(b, cb, oo, y, xo, xi, oi)
+    out.parallel(out.fuse(b, cb, oo, y))
     out.vectorize(oi)
     gemm.compute_at(out, xo)
     gb, go, gy, gx, j = gemm.op.axis
     ky, kx, q, r = gemm.op.reduce_axis
-    gemm.reorder(gb, gy, ky, kx, go, gx, j, q, r)
-    gemm.tensorize(go, te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb))
+    gemm.reorder(gb, gy, go, gx, j, ky, kx, q, r)
+    intrin = te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb,
+                                  window=(extent(ky), extent(kx)))
+    gemm.tensorize(go, intrin)
     return sch
