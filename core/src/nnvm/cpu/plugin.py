@@ -18,6 +18,7 @@ from nnvm.cpu.schedule_injective import schedule_index_remap
 from nnvm.cpu.schedule_pool import schedule_pool_rows
 from nnvm.cpu.schedule_qconv import QCONV2D_PACKED, QCONV2D_WEIGHT_PACK, alter_qconv2d
 from nnvm.cpu.schedule_qconv_nchwc import QCONV2D_NCHWC, alter_qconv2d_nchwc
+from nnvm.cpu.schedule_qdense import QDENSE_PACKED, QDENSE_WEIGHT_PACK, alter_qdense
 from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC, fuse_channel_shuffle, schedule_channel_shuffle
 from nnvm.cpu.softmax_rows import SOFTMAX_EXP, SOFTMAX_NORMALIZE
 from nnvm.hookspecs import hookimpl
@@ -45,6 +46,8 @@ def nnvm_register_ops(register):
     register(QCONV2D_PACKED)  # schedule_qconv.py: qconv2d over a weight packed for dot_u8s8
     register(QCONV2D_WEIGHT_PACK)
     register(QCONV2D_NCHWC)  # schedule_qconv_nchwc.py: qconv2d over channel-blocked uint8 activations
+    register(QDENSE_PACKED)  # schedule_qdense.py: qdense over a weight packed for dot_u8s8
+    register(QDENSE_WEIGHT_PACK)
 
 
 @hookimpl
@@ -90,4 +93,4 @@ def nnvm_alter_op_layout(target, node, in_types):
         return None
 
     return (alter_qconv2d_nchwc(target, node, in_types) or alter_qconv2d(target, node, in_types)
-            or alter_op_layout(target, node, in_types))
+            or alter_qdense(target, node, in_types) or alter_op_layout(target, node, in_types))
