@@ -135,3 +135,55 @@ def test_dot_u8s8_intrinsic_is_exact_in_every_form(isa):
         got = np.zeros(want.shape, np.int32)
         f(a, b, got)
         np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa}")
+
+
+def _blocked_chain():
+    """conv -> requantize(ReLU) -> conv -> requantize, + a residual (dequantize, add, quantize) of the
+    first output, -> a classifier qdense: what a quantized ResNet block and its head compile to."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder(name="qblock")
+    x = b.input("x", (1, 16, 14, 14), "uint8")
+
+    def conv(name, data, zp):
+        channels = 16 if name == "c1" else 32
+        w = b.param(f"{name}_w", rng.integers(-127, 128, (32, channels, 3, 3)).astype(np.int8))
+        acc = b.node("qconv2d", [data, w], {"padding": (1, 1, 1, 1), "data_zero_point": zp}, name=name)[0]
+        scale = b.param(f"{name}_s", rng.uniform(1e-4, 1e-3, 32).astype(np.float32))
+        bias = b.param(f"{name}_b", rng.integers(-2000, 2000, 32).astype(np.int32))
+        return b.node("requantize", [acc, scale, bias], {"zero_point": 0, "out_dtype": "uint8", "out_min": 0},
+                      name=f"{name}_rq")[0]
+
+    y1 = conv("c1", x, 3)
+    y2 = conv("c2", y1, 0)
+    d1 = b.node("dequantize", [y1], {"scale": 0.1, "zero_point": 0}, name="res_d1")[0]
+    d2 = b.node("dequantize", [y2], {"scale": 0.2, "zero_point": 0}, name="res_d2")[0]
+    s = b.node("add", [d1, d2], name="res_add")[0]
+    y3 = b.node("quantize", [s], {"scale": 0.3, "zero_point": 0, "out_dtype": "uint8"}, name="res_q")[0]
+    flat = b.node("reshape", [y3], {"newshape": (1, 32 * 14 * 14)}, name="flat")[0]
+    fc = b.param("fc_w", rng.integers(-127, 128, (10, 32 * 14 * 14)).astype(np.int8))
+    b.output(b.node("qdense", [flat, fc], {"data_zero_point": 0}, name="fc")[0])
+    return b.build()
+
+
+@pytest.mark.parametrize("target", list(KERNELS))
+def test_blocked_int8_kernels_chosen_per_target(target):
+    """Compiled for each x86 target: both convolutions are ``qconv2d_nchwc`` (no im2col kernel), the
+    second reads the first's uint8 bytes with no layout transform between them, the requantize and the
+    residual add run in the second convolution's kernel, the classifier is ``qdense_packed``, all with
+    the target's form of ``dot_u8s8`` (``vpdpbusd`` zmm / ymm, the exact ``vpmaddubsw`` form on AVX2)."""
+    mod = nnvm.compile(_blocked_chain(), target=target, opt_level=3)
+    calls = mod.plan["calls"]
+    kernels = [c["kernel"] for c in calls]
+    convs = [c for c in calls if "qconv2d_nchwc" in c["kernel"]]
+    assert len(convs) == 2 and not any(k.endswith(("qconv2d_packed", "_qconv2d")) for k in kernels), kernels
+    c2 = next(c for c in convs if "c2" in c["group"])
+    # the shortcut's dequantize too: the kernel reads its uint8 bytes, no float32 copy in between
+    assert {"c2_rq", "res_d1", "res_add", "res_q"} <= set(c2["group"]), c2["group"]
+    between = [c for c in calls if "layout_transform" in c["kernel"] and "c1" not in c["group"]
+               and any(n.startswith(("c1", "c2", "res")) for n in c["group"])]
+    assert not between, f"{target}: layout transforms between the convolutions: {between}"
+    assert any("qdense_packed" in k for k in kernels), kernels
+    asm = mod.library.assembly()
+    assert re.search(KERNELS[target], asm), f"{target}: no {KERNELS[target]!r}"
+    if "haswell" in target:
+        assert "vpdpbusd" not in asm, "haswell has no VNNI"
