@@ -19,6 +19,7 @@ from nnvm.cpu.schedule_pool import schedule_pool_rows
 from nnvm.cpu.schedule_qconv import QCONV2D_PACKED, QCONV2D_WEIGHT_PACK, alter_qconv2d
 from nnvm.cpu.schedule_qconv_nchwc import QCONV2D_NCHWC, alter_qconv2d_nchwc
 from nnvm.cpu.schedule_qdense import QDENSE_PACKED, QDENSE_WEIGHT_PACK, alter_qdense
+from nnvm.cpu.schedule_qdepthwise import QDEPTHWISE_NCHWC, QDEPTHWISE_WEIGHT_PACK, alter_qdepthwise
 from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC, fuse_channel_shuffle, schedule_channel_shuffle
 from nnvm.cpu.softmax_rows import SOFTMAX_EXP, SOFTMAX_NORMALIZE
 from nnvm.hookspecs import hookimpl
@@ -48,6 +49,8 @@ def nnvm_register_ops(register):
     register(QCONV2D_NCHWC)  # schedule_qconv_nchwc.py: qconv2d over channel-blocked uint8 activations
     register(QDENSE_PACKED)  # schedule_qdense.py: qdense over a weight packed for dot_u8s8
     register(QDENSE_WEIGHT_PACK)
+    register(QDEPTHWISE_NCHWC)  # schedule_qdepthwise.py: depthwise qconv2d in the same channel blocks
+    register(QDEPTHWISE_WEIGHT_PACK)
 
 
 @hookimpl
@@ -93,4 +96,5 @@ def nnvm_alter_op_layout(target, node, in_types):
         return None
 
     return (alter_qconv2d_nchwc(target, node, in_types) or alter_qconv2d(target, node, in_types)
-            or alter_qdense(target, node, in_types) or alter_op_layout(target, node, in_types))
+            or alter_qdepthwise(target, node, in_types) or alter_qdense(target, node, in_types)
+            or alter_op_layout(target, node, in_types))
