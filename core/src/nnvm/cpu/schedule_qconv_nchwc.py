@@ -234,11 +234,12 @@ def build_qconv2d_nchwc(target, group, config: dict):
     out = sch[group.outputs[0].op]
     b, cb, y, x, o = out.op.axis
     oo, oi = out.split(o, factor=lanes * nb)
+    ot, ol = out.split(oi, factor=lanes)  # one vector per accumulator block: contiguous, no gather
     xo, xi = out.split(x, factor=m)
     # channel blocks outside rows: a block's weights (up to KH*KW*C*L*nb bytes) stay in L2 for its rows
-    out.reorder(b, cb, oo, y, xo, xi, oi)
+    out.reorder(b, cb, oo, y, xo, xi, ot, ol)
     out.parallel(out.fuse(b, cb, oo, y))
-    out.vectorize(oi)
+    out.vectorize(ol)
     gemm.compute_at(out, xo)
     gb, go, gy, gx, j = gemm.op.axis
     ky, kx, q, r = gemm.op.reduce_axis

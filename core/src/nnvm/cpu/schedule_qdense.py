@@ -209,10 +209,11 @@ def build_qdense_packed(target, group, config: dict):
     out = sch[group.outputs[0].op]
     i, n = out.op.axis
     no, ni = out.split(n, factor=lanes * nb)
+    nt, nl = out.split(ni, factor=lanes)  # one vector per accumulator block: contiguous, no gather
     io, ii = out.split(i, factor=m)
-    out.reorder(io, no, ii, ni)
+    out.reorder(io, no, ii, nt, nl)
     out.parallel(out.fuse(io, no))
-    out.vectorize(ni)
+    out.vectorize(nl)
     gemm.compute_at(out, out.leaf_iter_vars[0])
     go, gi, j = gemm.op.axis
     q, r = gemm.op.reduce_axis
