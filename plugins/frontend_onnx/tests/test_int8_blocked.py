@@ -40,12 +40,13 @@ class _Chain:
         self.inits.append(numpy_helper.from_array(value, name))
         return name
 
-    def conv(self, name: str, out: int, k: int, stride: int, pad: int, y_zp: int, y_dtype: str = "uint8"):
+    def conv(self, name: str, out: int, k: int, stride: int, pad: int, y_zp: int, y_dtype: str = "uint8",
+             group: int = 1):
         rng, c = self.rng, self.channels
-        w = rng.integers(-127, 128, (out, c, k, k)).astype(np.int8)
+        w = rng.integers(-127, 128, (out, c // group, k, k)).astype(np.int8)
         w[: out // 2, :, :, ::2] = 127  # with 255-byte activations: AVX2's saturating pair sums
         w_scale = rng.uniform(0.002, 0.01, out).astype(np.float32)
-        y_scale = float(self.scale * np.sqrt(c * k * k) * 0.004 * 40)
+        y_scale = float(self.scale * np.sqrt(c // group * k * k) * 0.004 * 40)
         ins = [self.value, f"{self.value}_s", f"{self.value}_z",
                self.const(f"{name}_w", w), self.const(f"{name}_ws", w_scale),
                self.const(f"{name}_wz", np.zeros(out, np.int8)),
@@ -53,7 +54,7 @@ class _Chain:
                self.const(f"{name}_z", np.array(y_zp, y_dtype)),
                self.const(f"{name}_b", rng.integers(-3000, 3000, out).astype(np.int32))]
         self.nodes.append(helper.make_node("QLinearConv", ins, [name], strides=[stride, stride],
-                                           pads=[pad] * 4))
+                                           pads=[pad] * 4, group=group))
         self.value, self.channels, self.scale = name, out, y_scale
         self.out_types[name] = TensorProto.UINT8 if y_dtype == "uint8" else TensorProto.INT8
         return name
@@ -95,7 +96,7 @@ def test_qlinearconv_chain_matches_onnxruntime_exactly(tmp_path):
     mod = nnvm.compile(path, target="llvm", opt_level=3)
     kernels = _kernels(mod)
     assert sum("qconv2d_nchwc" in k for k in kernels) == 4, kernels
-    assert not any("qconv2d_packed" in k for k in kernels), kernels
+    assert not any(k.endswith("_qconv2d") for k in kernels), kernels  # not the generic schedule
     x = rng.integers(0, 256, shape).astype(np.uint8)
     x[..., ::2] = 255
     _compare(path, {"x": x}, outs, mod)
@@ -140,3 +141,25 @@ def test_qlinearmatmul_matches_onnxruntime_exactly(tmp_path):
         a = rng.integers(int(info.min), int(info.max) + 1, (rows, k)).astype(dtype)
         a[:, ::3] = info.max
         _compare(path, {"a": a}, ["y"], mod)
+
+
+def test_mobilenet_block_matches_onnxruntime_exactly(tmp_path):
+    """MobileNetV2's expand (1x1) -> depthwise 3x3 (stride 1 and 2) -> project (1x1), with zero points on
+    the depthwise input, 24 channels (a padded block) and 144: ``qdepthwise_nchwc`` between the
+    ``qconv2d_nchwc`` 1x1s."""
+    rng = np.random.default_rng(3)
+    shape = (1, 24, 14, 14)
+    chain = _Chain(rng, "uint8", 9, shape)
+    outs = [chain.conv("expand", 144, 1, 1, 0, 11),
+            chain.conv("dw1", 144, 3, 1, 1, 0, group=144),
+            chain.conv("dw2", 144, 3, 2, 1, 2, group=144),
+            chain.conv("project", 24, 1, 1, 0, 120)]
+    path = str(tmp_path / "mbblock.onnx")
+    chain.save(path, shape, outs)
+    mod = nnvm.compile(path, target="llvm", opt_level=3)
+    kernels = _kernels(mod)
+    assert sum("qdepthwise_nchwc" in k for k in kernels) == 2, kernels
+    assert sum("qconv2d_nchwc" in k for k in kernels) == 2, kernels
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    x[..., ::2] = 255
+    _compare(path, {"x": x}, outs, mod)

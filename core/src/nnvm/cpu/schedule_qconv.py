@@ -1,21 +1,36 @@
-"""8-bit convolution on CPUs with a byte dot product: ``qconv2d`` as ``qconv2d_packed``.
+"""8-bit convolution on CPUs with a byte dot product, over channel-blocked uint8 activations:
+``qconv2d`` as ``qconv2d_nchwc``.
 
-The layout pass (``alter_qconv2d``) rewrites a ``qconv2d`` of uint8 (or int8) data and a constant
-int8 weight with zero point 0 (onnxruntime's quantizer writes symmetric weights) into
-``qconv2d_packed`` over the weight packed at compile time (``qconv2d_weight_pack``) in the layout the
-backend's ``dot_u8s8`` tensor intrinsic reads: ``[O/L, K/4, L, 4]``, four consecutive reduction
-elements per 32-bit lane, ``L`` output channels per vector (16 with AVX-512 VNNI's ``vpdpbusd``, 8
-with AVX-VNNI or the exact widened form). The lane count is the backend's answer, never a guess.
+With NCHW data the four bytes one ``vpdpbusd`` lane reads (four input channels) come from four
+channel planes, and gathering them into im2col rows costs as much as the products at 64 output
+channels (issue 40, stage 1). Here activations between quantized convolutions are stored as
+``NCHW[Cb]c`` with the block ``Cb`` the whole channel count (rounded up to the intrinsic's lanes;
+NHWC in effect), so at each kernel offset ``(ky, kx)`` a pixel's channels are ``Cb`` consecutive
+bytes: the 32-bit word one lane reads is a plain load, and one ``dot_u8s8`` call (with its ``window``
+axes) reduces the whole kernel window, its accumulators in registers throughout. No im2col buffer;
+the weight is packed at compile time by ``qconv2d_weight_pack`` as ``[O/L, KH·KW·Cb/4, L, 4]``: the
+reduction in (ky, kx, channel) order, channels padded to the block with zero weights, four consecutive
+reduction bytes per 32-bit lane, ``L`` output channels per vector (16 with AVX-512 VNNI's ``vpdpbusd``,
+8 with AVX-VNNI or AVX2's exact form: the backend's answer, never a guess).
 
-``qconv2d_packed`` computes, in one kernel (``cpu.qconv2d.packed``):
+The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantize]`` group::
 
-1. ``im2col``: the windows as ``[N, OH, OW, K/4, 4]`` uint8 rows (``K = C * KH * KW``; padding is the
-   data's zero point; int8 data moves to uint8 by adding 128, and its zero point with it);
-2. ``gemm``: ``[N, O/L, OH, OW, L]`` int32, each tile of ``m`` pixels x ``L`` channels one
-   ``dot_u8s8`` call over the whole reduction (its accumulators stay in registers);
-3. ``wsum``: the weight's sum per output channel, so that ``sum((x - zp) * w) = sum(x * w) - zp * wsum``
-   (the products run on raw bytes, as ``vpdpbusd`` multiplies them);
-4. the NCHW int32 result, where the requantize epilogue fuses.
+    parallel for o_outer, y:                         # blocks of L * nb channels x output rows
+      for x_outer:                                   # tiles of m pixels of the row
+        acc[nb, m, L] = 0
+        for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
+          acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
+        for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed:
+          out[y, x, o] = u8(requantize(acc - zp * wsum) [+ residual])   # bias, ReLU, residual add
+
+The products run on raw bytes, as ``vpdpbusd`` multiplies them, so a data zero point is taken off as
+``zp * wsum`` (the weight's sum per output channel); int8 data is moved to uint8 by adding 128 (its
+zero point with it) in the padded copy of the input that a padded convolution reads anyway.
+
+The layout pass (``alter_qconv2d_nchwc``) takes a plain 8-bit ``qconv2d`` with a constant int8 weight
+of zero point 0 (an RGB stem reads 4-byte pixels: ``input_block``); ``requantize`` and the residual
+``dequantize -> add -> quantize`` then follow in the blocked layout (``alter_op_layout.follow``), so
+the next convolution reads the bytes this one wrote.
 """
 
 from __future__ import annotations
@@ -36,7 +51,6 @@ from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
 MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving registers for operands
-ROW_WINDOWS = 1  # im2col one output row at a time, inside the parallel loop (0: the whole image first)
 
 
 def dot_lanes(target) -> int | None:
@@ -97,188 +111,212 @@ QCONV2D_WEIGHT_PACK = OpDef(
     doc="an int8 OIHW weight as [O/L, K/4, L, 4] for dot_u8s8 (zeros past O and K)")
 
 
+
 # ---------------------------------------------------------------------------------------------------
-# qconv2d_packed
+# qconv2d_nchwc
 
 
-def _packed_infer(in_types, attrs):
-    data, packed = require_inputs("qconv2d_packed", in_types, ("data", "packed_weight"))
-    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 4:
-        raise Error(f"qconv2d_packed: expects 8-bit NCHW data and an int8 packed weight, got "
-                    f"{data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
-    o, (kh, kw) = attrs["channels"], attrs["kernel"]
-    weight = (o, data.shape[1], kh, kw)
-    if tuple(packed.shape) != packed_shape(weight, attrs["lanes"]):
-        raise Error(f"qconv2d_packed: the packed weight {list(packed.shape)} does not fit {weight}")
-    return [TensorType(conv2d_geometry(data.shape, weight, {**attrs, "groups": 1}), "int32")]
+def channel_block(channels: int, lanes: int) -> int:
+    """The block (the whole padded channel count) an 8-bit activation of ``channels`` is stored in:
+    rounded up to ``lanes``, so the producer's tiles of ``lanes`` channels fill it and its consumer
+    reads it as it is."""
+    return -(-channels // lanes) * lanes
 
 
-def _packed_compute(inputs, attrs, out_types):
+def input_block(channels: int, lanes: int) -> int:
+    """The block a convolution reads: ``channel_block``, but only rounded up to 4 (one dot word) below
+    ``lanes`` channels (an RGB image: 4 bytes a pixel, not 16)."""
+    return -(-channels // 4) * 4 if channels < lanes else channel_block(channels, lanes)
+
+
+def _geometry(data_shape, attrs) -> tuple:
+    n, _, h, w, cb = data_shape
+    kh, kw = attrs["kernel"]
+    _, _, oh, ow = conv2d_geometry((n, cb, h, w), (attrs["channels"], cb, kh, kw), {**attrs, "groups": 1})
+    return n, oh, ow
+
+
+def _infer(in_types, attrs):
+    data, packed = require_inputs("qconv2d_nchwc", in_types, ("data", "packed_weight"))
+    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 5 \
+            or data.shape[1] != 1:
+        raise Error(f"qconv2d_nchwc: expects 8-bit NCHW[x]c data with one channel block and an int8 packed "
+                    f"weight, got {data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
+    o, (kh, kw), lanes = attrs["channels"], attrs["kernel"], attrs["lanes"]
+    cb = data.shape[4]
+    if tuple(packed.shape) != packed_shape((o, cb, kh, kw), lanes):
+        raise Error(f"qconv2d_nchwc: the packed weight {list(packed.shape)} does not fit {(o, cb, kh, kw)}")
+    n, oh, ow = _geometry(data.shape, attrs)
+    return [TensorType((n, 1, oh, ow, channel_block(o, lanes)), "int32")]
+
+
+def _compute(inputs, attrs, out_types):
     data, packed = inputs
-    n, c, h, w = shape_of(data)
-    _, oc, oh, ow = out_types[0].shape
-    ob, k4, lanes, _ = shape_of(packed)
+    _, _, h, w, cb = shape_of(data)
+    n, _, oh, ow, ob = out_types[0].shape
+    _, k4, lanes, _ = shape_of(packed)
     kh, kw = attrs["kernel"]
     (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
-    pt, pl = attrs["padding"][0], attrs["padding"][1]
+    pt, pl, pb, pr = attrs["padding"]
     signed = data.dtype == "int8"
     zp = attrs["data_zero_point"] + (128 if signed else 0)  # int8 data is read as uint8 + 128
+    if signed or any(attrs["padding"]):
+        def pad_body(b, c, y, x, ch):
+            iy, ix = y - pt, x - pl
+            v = data[b, c, iy, ix, ch]
+            v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
+            return te.if_then_else(te.all_of(iy >= 0, iy < h, ix >= 0, ix < w), v, te.const(zp, "uint8"))
 
-    c4 = k4 // (kh * kw)
-
-    def window(b, y, x, q, r):
-        ch, kyx = (q % c4) * 4 + r, q // c4
-        ky, kx = kyx // kw, kyx % kw
-        iy, ix = y * sh + ky * dh - pt, x * sw + kx * dw - pl
-        inside = te.all_of(ch < c, iy >= 0, iy < h, ix >= 0, ix < w)
-        v = data[b, ch, iy, ix]
-        v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
-        # padded channels meet zero weights, any byte does; the zero point keeps padding a real zero
-        return te.if_then_else(inside, v, te.const(zp, "uint8"))
-
-    rows = te.compute((n, oh, ow, k4, 4), window, name="qconv2d_im2col", tag="qconv2d_im2col")
-    q = te.reduce_axis((0, k4), name="q")
+        src = te.compute((n, 1, h + pt + pb, w + pl + pr, cb), pad_body, name="qconv2d_nchwc_pad",
+                         tag="qconv2d_nchwc_pad")
+    else:
+        src = data
+    c4 = cb // 4
+    ky = te.reduce_axis((0, kh), name="ky")
+    kx = te.reduce_axis((0, kw), name="kx")
+    q = te.reduce_axis((0, c4), name="q")
     r = te.reduce_axis((0, 4), name="r")
-    gemm = te.compute((n, ob, oh, ow, lanes),
-                      lambda b, o, y, x, j: te.sum(rows[b, y, x, q, r].astype("int32")
-                                                   * packed[o, q, j, r].astype("int32"), axis=[q, r]),
-                      name="qconv2d_gemm", tag="qconv2d_gemm")
-    workload = {"data_shape": (n, c, h, w), "channels": oc, "kernel": (kh, kw), "lanes": lanes,
-                "strides": tuple(attrs["strides"]), "padding": tuple(attrs["padding"]),
-                "dilation": tuple(attrs["dilation"]), "data_dtype": data.dtype, "data_zero_point": zp}
+
+    def gemm_body(b, o, y, x, j):
+        a = src[b, 0, y * sh + ky * dh, x * sw + kx * dw, q * 4 + r].astype("int32")
+        return te.sum(a * packed[o, (ky * kw + kx) * c4 + q, j, r].astype("int32"), axis=[ky, kx, q, r])
+
+    gemm = te.compute((n, ob // lanes, oh, ow, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+                      tag="qconv2d_nchwc_gemm")
+    workload = {"data_shape": (n, 1, h, w, cb), "channels": attrs["channels"], "kernel": (kh, kw),
+                "lanes": lanes, "strides": (sh, sw), "padding": tuple(attrs["padding"]),
+                "dilation": (dh, dw), "data_dtype": data.dtype, "data_zero_point": zp, "layout": f"NCHW{cb}c"}
     if zp == 0:
-        def body(b, o, y, x):
+        def body(b, c, y, x, o):
             return gemm[b, o // lanes, y, x, o % lanes]
     else:
         qs = te.reduce_axis((0, k4), name="qs")
         rs = te.reduce_axis((0, 4), name="rs")
-        wsum = te.compute((oc,), lambda o: te.sum(packed[o // lanes, qs, o % lanes, rs].astype("int32"),
-                                                  axis=[qs, rs]), name="qconv2d_wsum", tag="qconv2d_wsum")
+        wsum = te.compute((ob,), lambda o: te.sum(packed[o // lanes, qs, o % lanes, rs].astype("int32"),
+                                                  axis=[qs, rs]), name="qconv2d_nchwc_wsum",
+                          tag="qconv2d_nchwc_wsum")
 
-        def body(b, o, y, x):
+        def body(b, c, y, x, o):
             return gemm[b, o // lanes, y, x, o % lanes] - te.const(zp, "int32") * wsum[o]
 
-    return [te.compute((n, oc, oh, ow), body, name="qconv2d_packed", tag="qconv2d_packed",
+    return [te.compute(out_types[0].shape, body, name="qconv2d_nchwc", tag="qconv2d_nchwc",
                        attrs={"workload": workload, **workload})]
 
 
-def _packed_eval(xs, attrs):
+def _eval(xs, attrs):
     data, packed = xs
-    o, (kh, kw) = attrs["channels"], attrs["kernel"]
-    ob, k4, lanes, _ = packed.shape
-    c = data.shape[1]
-    full = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, -1)[:o, :, :, :c]
-    weight = full.transpose(0, 3, 1, 2).astype(np.int64)
-    x = data.astype(np.int64) - attrs["data_zero_point"]
-    return _conv2d_eval([x, weight], {**attrs, "groups": 1})
+    (kh, kw), lanes = attrs["kernel"], attrs["lanes"]
+    ob, k4, _, _ = packed.shape
+    cb = data.shape[4]
+    weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, cb).transpose(0, 3, 1, 2)
+    x = data[:, 0].transpose(0, 3, 1, 2).astype(np.int64) - attrs["data_zero_point"]
+    (y,) = _conv2d_eval([x, weight.astype(np.int64)], {**attrs, "groups": 1})
+    return [y.transpose(0, 2, 3, 1)[:, None]]
 
 
-QCONV2D_PACKED = OpDef(
-    "qconv2d_packed", _packed_infer, _packed_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
+QCONV2D_NCHWC = OpDef(
+    "qconv2d_nchwc", _infer, _compute, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"strides": Attr(tuple), "padding": Attr(tuple), "dilation": Attr(tuple), "kernel": Attr(tuple),
            "channels": Attr(int), "lanes": Attr(int), "data_zero_point": Attr(int, 0)},
-    num_inputs=(2, 2), evaluate=checked_evaluate(_packed_infer, _packed_eval),
-    doc="qconv2d (weight zero point 0, groups 1) over a weight packed by qconv2d_weight_pack")
+    num_inputs=(2, 2), evaluate=checked_evaluate(_infer, _eval),
+    doc="qconv2d (weight zero point 0, groups 1) of NCHW[C]c 8-bit data into NCHW[O]c int32, over a "
+        "weight packed by qconv2d_weight_pack with the channels padded to the data's block")
 
 
-def alter_qconv2d(target, node, in_types) -> AlteredNode | None:
-    """qconv2d -> qconv2d_packed where the backend has ``dot_u8s8`` and the weight is an int8 constant
-    with zero point 0 and one group; None keeps it (the generic schedule runs it, exactly)."""
+def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
+    """qconv2d -> qconv2d_nchwc where the backend has ``dot_u8s8``, the weight is an int8 constant with
+    zero point 0 and one group; None: not mine (``schedule_qconv.py``'s im2col kernel may take it)."""
     if node.op != "qconv2d" or len(in_types) != 2 or None in in_types:
         return None
     data, weight = in_types
     attrs = dict(node.attrs)
     if (weight.dtype != "int8" or data.dtype not in ("uint8", "int8") or attrs.get("groups", 1) != 1
-            or attrs.get("weight_zero_point", 0) != 0 or data.symbolic or weight.symbolic):
+            or attrs.get("weight_zero_point", 0) != 0 or data.symbolic or weight.symbolic
+            ):
         return None
     lanes = dot_lanes(target)
     if lanes is None:
         return None
+    cb, ob = input_block(data.shape[1], lanes), channel_block(weight.shape[0], lanes)
     new = {"strides": tuple(attrs.get("strides", (1, 1))),
            "padding": tuple(attrs.get("padding", (0, 0, 0, 0))),
            "dilation": tuple(attrs.get("dilation", (1, 1))), "kernel": tuple(weight.shape[2:]),
            "channels": int(weight.shape[0]), "lanes": lanes,
            "data_zero_point": int(attrs.get("data_zero_point", 0))}
-    return AlteredNode("qconv2d_packed", new, inputs=(None, None), outputs=((None, None),),
-                       prepare=(None, ("qconv2d_weight_pack", {"lanes": lanes})), constant_inputs=(1,))
+    return AlteredNode("qconv2d_nchwc", new, inputs=(("NCHW", f"NCHW{cb}c"), None),
+                       outputs=(("NCHW", f"NCHW{ob}c"),),
+                       prepare=(None, ("qconv2d_weight_pack", {"lanes": lanes, "in_block": cb})),
+                       constant_inputs=(1,))
 
 
 # ---------------------------------------------------------------------------------------------------
 # the schedule
 
+_TAGS = ("qconv2d_nchwc_pad", "qconv2d_nchwc_gemm", "qconv2d_nchwc_wsum", "qconv2d_nchwc")
+
 
 def _stages(group):
-    if group.anchor_op != "qconv2d_packed" or len(group.outputs) != 1:
+    if group.anchor_op != "qconv2d_nchwc" or len(group.outputs) != 1:
         return None
     sch = te.create_schedule([group.outputs[0].op])
-    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp)
-             and st.op.tag in ("qconv2d_im2col", "qconv2d_gemm", "qconv2d_wsum", "qconv2d_packed")}
-    if not {"qconv2d_im2col", "qconv2d_gemm", "qconv2d_packed"} <= set(found):
+    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in _TAGS}
+    if not {"qconv2d_nchwc_gemm", "qconv2d_nchwc"} <= set(found):
         return None
     return sch, found
 
 
-def qconv2d_packed_template(target, group) -> ScheduleTemplate | None:
-    """``cpu.qconv2d.packed``: tiles of ``m`` pixels of a row x ``L`` channels, one ``dot_u8s8`` call
-    each over the whole reduction; None to decline."""
+def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
+    """``cpu.qconv2d_nchwc.direct``: tiles of ``m`` pixels of a row x ``nb`` blocks of ``L`` channels,
+    one ``dot_u8s8`` call over the whole kernel window; None to decline."""
     found = _stages(group)
     if found is None:
         return None
-    _, stages = found
-    gemm = stages["qconv2d_gemm"]
+    gemm = found[1]["qconv2d_nchwc_gemm"]
     n, ob, oh, ow, lanes = (extent(iv) for iv in gemm.op.axis)
-    k4 = extent(gemm.op.reduce_axis[0])
+    steps = 1
+    for iv in gemm.op.reduce_axis:
+        steps *= extent(iv)
     limit = MAX_TILE_PIXELS.get(lanes, 4)
     m = largest_divisor(ow, limit)
     nb_space = divisors(ob, 4)
-    nb = max(d for d in nb_space if d * m <= MAX_ACCUMULATORS.get(lanes, 4)) if lanes in MAX_ACCUMULATORS \
-        else 1
-    space = {"m": divisors(ow, limit), "nb": nb_space, "row_windows": [0, 1]}
-    fallback = {"m": m, "nb": nb, "row_windows": ROW_WINDOWS}
-    return ScheduleTemplate("cpu.qconv2d.packed", space, fallback,
-                            lambda config: build_qconv2d_packed(target, group, config),
-                            flops=2.0 * n * ob * lanes * oh * ow * k4 * 4)
+    budget = MAX_ACCUMULATORS.get(lanes, 4)
+    nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
+    space = {"m": divisors(ow, limit), "nb": nb_space}
+    return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, {"m": m, "nb": nb},
+                            lambda config: build_qconv2d_nchwc(target, group, config),
+                            flops=2.0 * n * ob * lanes * oh * ow * steps)
 
 
-def build_qconv2d_packed(target, group, config: dict):
+def build_qconv2d_nchwc(target, group, config: dict):
     sch, stages = _stages(group)
-    keep = {stages[t].op for t in ("qconv2d_im2col", "qconv2d_gemm", "qconv2d_wsum") if t in stages}
+    keep = {stages[t].op for t in _TAGS[:3] if t in stages}
     for stage in sch.stages:
         if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
             stage.compute_inline()
-    rows = stages["qconv2d_im2col"]
-    kh, kw = stages["qconv2d_packed"].op.attrs["kernel"]
-    rb, ry, rx, q, r = rows.op.axis
-    # q walks (ky, kx, channel block): split so each index is a loop variable, not a division
-    kyx, c4 = rows.split(q, nparts=kh * kw)
-    ky, kx = rows.split(kyx, factor=kw)
-    rows.reorder(rb, ry, ky, kx, rx, c4, r)
-    rows.unroll(r)
-    if "qconv2d_wsum" in stages:
-        schedule_loop_nest(stages["qconv2d_wsum"])
-    gemm = stages["qconv2d_gemm"]
+    if "qconv2d_nchwc_pad" in stages:  # one padded copy of the input, a row per task
+        pad = stages["qconv2d_nchwc_pad"]
+        pb, pcb, py, _, pc = pad.op.axis
+        pad.parallel(pad.fuse(pb, pcb, py))
+        pad.vectorize(pc)
+    if "qconv2d_nchwc_wsum" in stages:
+        schedule_loop_nest(stages["qconv2d_nchwc_wsum"])
+    gemm = stages["qconv2d_nchwc_gemm"]
     lanes = extent(gemm.op.axis[-1])
+    m, nb = config["m"], config["nb"]
     out = sch[group.outputs[0].op]
-    # the epilogue runs per tile, on the tile just computed: m pixels x L channels, still in L1
-    b, o, y, x = out.op.axis
-    oo, oi = out.split(o, factor=lanes * config["nb"])
-    xo, xi = out.split(x, factor=config["m"])
-    if config["row_windows"]:
-        # each output row's windows are gathered once, next to the tiles that read them (a row of
-        # windows is ~OW x K bytes: L1 or L2), instead of the whole image's going through memory
-        out.reorder(b, y, oo, xo, oi, xi)
-        row = out.fuse(b, y)
-        out.parallel(row)
-        rows.compute_at(out, row)
-    else:
-        out.reorder(b, oo, y, xo, oi, xi)
-        out.parallel(out.fuse(b, oo, y))
-        rows.parallel(rows.fuse(rb, ry))
-    out.vectorize(xi)
+    b, cb, y, x, o = out.op.axis
+    oo, oi = out.split(o, factor=lanes * nb)
+    ot, ol = out.split(oi, factor=lanes)  # one vector per accumulator block: contiguous, no gather
+    xo, xi = out.split(x, factor=m)
+    # channel blocks outside rows: a block's weights (up to KH*KW*C*L*nb bytes) stay in L2 for its rows
+    out.reorder(b, cb, oo, y, xo, xi, ot, ol)
+    out.parallel(out.fuse(b, cb, oo, y))
+    out.vectorize(ol)
     gemm.compute_at(out, xo)
     gb, go, gy, gx, j = gemm.op.axis
-    q, r = gemm.op.reduce_axis
-    gemm.reorder(gb, gy, go, gx, j, q, r)
-    intrin = te.backend_intrinsic(target, "dot_u8s8", m=config["m"], k4=extent(q), nb=config["nb"])
+    ky, kx, q, r = gemm.op.reduce_axis
+    gemm.reorder(gb, gy, go, gx, j, ky, kx, q, r)
+    intrin = te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb,
+                                  window=(extent(ky), extent(kx)))
     gemm.tensorize(go, intrin)
     return sch

@@ -3,7 +3,7 @@ as ``qdepthwise_nchwc``.
 
 A depthwise convolution has no reduction over channels, so there is nothing for a byte dot product
 to sum: each output is 9 products (3x3) of one channel. It runs in int32 vectors along the channels
-instead, which the blocked layout of ``schedule_qconv_nchwc.py`` (``NCHW[Cb]c``, a pixel's channels
+instead, which the blocked layout of ``schedule_qconv.py`` (``NCHW[Cb]c``, a pixel's channels
 contiguous) makes plain loads; it reads and writes the same blocks as the 1x1 convolutions around
 it (MobileNetV2's expand -> depthwise -> project), so no layout transform sits between them. The
 weight is packed at compile time by ``qdepthwise_weight_pack`` as int32 ``[KH, KW, Cb]`` with its zero
@@ -25,8 +25,7 @@ import numpy as np
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, vector_lanes
-from nnvm.cpu.schedule_qconv import dot_lanes
-from nnvm.cpu.schedule_qconv_nchwc import channel_block
+from nnvm.cpu.schedule_qconv import channel_block, dot_lanes
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
