@@ -16,7 +16,12 @@ from nnvm.cpu.schedule_concat import schedule_channel_concat
 from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
 from nnvm.cpu.schedule_injective import schedule_index_remap
 from nnvm.cpu.schedule_pool import schedule_pool_rows
-from nnvm.cpu.schedule_qconv import QCONV2D_NCHWC, QCONV2D_WEIGHT_PACK, alter_qconv2d_nchwc
+from nnvm.cpu.schedule_qconv import (
+    DOT_ZERO_POINT_CORRECTION,
+    QCONV2D_NCHWC,
+    QCONV2D_WEIGHT_PACK,
+    alter_qconv2d_nchwc,
+)
 from nnvm.cpu.schedule_qdense import QDENSE_PACKED, QDENSE_WEIGHT_PACK, alter_qdense
 from nnvm.cpu.schedule_qdepthwise import QDEPTHWISE_NCHWC, QDEPTHWISE_WEIGHT_PACK, alter_qdepthwise
 from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC, fuse_channel_shuffle, schedule_channel_shuffle
@@ -45,6 +50,7 @@ def nnvm_register_ops(register):
     register(SOFTMAX_NORMALIZE)
     register(QCONV2D_NCHWC)  # schedule_qconv.py: qconv2d over channel-blocked uint8 activations
     register(QCONV2D_WEIGHT_PACK)
+    register(DOT_ZERO_POINT_CORRECTION)
     register(QDENSE_PACKED)  # schedule_qdense.py: qdense over a weight packed for dot_u8s8
     register(QDENSE_WEIGHT_PACK)
     register(QDEPTHWISE_NCHWC)  # schedule_qdepthwise.py: depthwise qconv2d in the same channel blocks

@@ -21,10 +21,11 @@ The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantiz
         for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
           acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
         for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed:
-          out[y, x, o] = u8(requantize(acc - zp * wsum) [+ residual])   # bias, ReLU, residual add
+          out[y, x, o] = u8(requantize(acc - zp * wsum[o]) [+ residual])   # bias, ReLU, residual add
 
 The products run on raw bytes, as ``vpdpbusd`` multiplies them, so a data zero point is taken off as
-``zp * wsum`` (the weight's sum per output channel); int8 data is moved to uint8 by adding 128 (its
+``zp * wsum`` (the weight's sum per output channel: ``dot_zero_point_correction``, a third input
+folded at compile time, not summed on every run); int8 data is moved to uint8 by adding 128 (its
 zero point with it) in the padded copy of the input that a padded convolution reads anyway.
 
 The layout pass (``alter_qconv2d_nchwc``) takes a plain 8-bit ``qconv2d`` with a constant int8 weight
@@ -41,7 +42,6 @@ from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
 from nnvm.errors import Error, ScheduleError
-from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.nn import _conv2d_eval, conv2d_geometry
@@ -113,6 +113,48 @@ QCONV2D_WEIGHT_PACK = OpDef(
 
 
 # ---------------------------------------------------------------------------------------------------
+# dot_zero_point_correction: a packed weight [B, K/4, L, 4] -> int32 [B * L], zp * its sums
+
+
+def _correction_infer(in_types, attrs):
+    (w,) = require_inputs("dot_zero_point_correction", in_types, ("packed_weight",))
+    if w.dtype != "int8" or len(w.shape) != 4 or w.shape[3] != 4:
+        raise Error(f"dot_zero_point_correction: expects an int8 [B, K/4, L, 4] packed weight, got "
+                    f"{w.dtype}{list(w.shape)}")
+    return [TensorType((w.shape[0] * w.shape[2],), "int32")]
+
+
+def _correction_compute(inputs, attrs, out_types):
+    (w,) = inputs
+    _, k4, lanes, _ = shape_of(w)
+    q = te.reduce_axis((0, k4), name="q")
+    r = te.reduce_axis((0, 4), name="r")
+    zp = te.const(attrs["zero_point"], "int32")
+    return [te.compute(out_types[0].shape, lambda o: zp * te.sum(
+        w[o // lanes, q, o % lanes, r].astype("int32"), axis=[q, r]), name="dot_zero_point_correction")]
+
+
+def _correction_eval(xs, attrs):
+    w = xs[0].astype(np.int64)
+    sums = w.sum(axis=(1, 3)).reshape(-1)  # [B, L] in output-channel order
+    return [(attrs["zero_point"] * sums).astype(np.int32)]
+
+
+DOT_ZERO_POINT_CORRECTION = OpDef(
+    "dot_zero_point_correction", _correction_infer, _correction_compute, OpPattern.REDUCTION,
+    attrs={"zero_point": Attr(int)}, num_inputs=(1, 1),
+    evaluate=checked_evaluate(_correction_infer, _correction_eval),
+    doc="zero_point * the sums of a weight packed for dot_u8s8, per output channel (folded at compile "
+        "time: the term a data zero point takes off products run on raw bytes)")
+
+
+def zero_point_correction(zp: int, packed_input: int = 1) -> tuple:
+    """``AlteredNode.extra`` for a kernel whose data zero point ``zp`` (with int8 data's 128) is not 0:
+    the correction computed from its packed weight (input ``packed_input``), else nothing."""
+    return ((packed_input, "dot_zero_point_correction", {"zero_point": zp}),) if zp else ()
+
+
+# ---------------------------------------------------------------------------------------------------
 # qconv2d_nchwc
 
 
@@ -137,7 +179,7 @@ def _geometry(data_shape, attrs) -> tuple:
 
 
 def _infer(in_types, attrs):
-    data, packed = require_inputs("qconv2d_nchwc", in_types, ("data", "packed_weight"))
+    data, packed = require_inputs("qconv2d_nchwc", in_types[:2], ("data", "packed_weight"))
     if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 5 \
             or data.shape[1] != 1:
         raise Error(f"qconv2d_nchwc: expects 8-bit NCHW[x]c data with one channel block and an int8 packed "
@@ -147,11 +189,25 @@ def _infer(in_types, attrs):
     if tuple(packed.shape) != packed_shape((o, cb, kh, kw), lanes):
         raise Error(f"qconv2d_nchwc: the packed weight {list(packed.shape)} does not fit {(o, cb, kh, kw)}")
     n, oh, ow = _geometry(data.shape, attrs)
-    return [TensorType((n, 1, oh, ow, channel_block(o, lanes)), "int32")]
+    ob = channel_block(o, lanes)
+    check_correction("qconv2d_nchwc", in_types, attrs, data.dtype, ob)
+    return [TensorType((n, 1, oh, ow, ob), "int32")]
+
+
+def check_correction(op: str, in_types, attrs, dtype: str, channels: int) -> None:
+    """The third input: ``dot_zero_point_correction``'s [channels] int32, there exactly when the data's zero
+    point as the kernel reads it (int8 data: plus 128) is not 0."""
+    zp = attrs["data_zero_point"] + (128 if dtype == "int8" else 0)
+    extra = in_types[2:]
+    fits = bool(extra) and (extra[0].dtype, tuple(extra[0].shape)) == ("int32", (channels,))
+    if bool(zp) != bool(extra) or (extra and not fits):
+        got = f"{extra[0].dtype}{list(extra[0].shape)}" if extra else "none"
+        raise Error(f"{op}: a data zero point of {zp} needs a zero point correction int32[{channels}] "
+                    f"(0: none), got {got}")
 
 
 def _compute(inputs, attrs, out_types):
-    data, packed = inputs
+    data, packed = inputs[:2]
     _, _, h, w, cb = shape_of(data)
     n, _, oh, ow, ob = out_types[0].shape
     _, k4, lanes, _ = shape_of(packed)
@@ -190,21 +246,17 @@ def _compute(inputs, attrs, out_types):
         def body(b, c, y, x, o):
             return gemm[b, o // lanes, y, x, o % lanes]
     else:
-        qs = te.reduce_axis((0, k4), name="qs")
-        rs = te.reduce_axis((0, 4), name="rs")
-        wsum = te.compute((ob,), lambda o: te.sum(packed[o // lanes, qs, o % lanes, rs].astype("int32"),
-                                                  axis=[qs, rs]), name="qconv2d_nchwc_wsum",
-                          tag="qconv2d_nchwc_wsum")
+        correction = inputs[2]
 
         def body(b, c, y, x, o):
-            return gemm[b, o // lanes, y, x, o % lanes] - te.const(zp, "int32") * wsum[o]
+            return gemm[b, o // lanes, y, x, o % lanes] - correction[o]
 
     return [te.compute(out_types[0].shape, body, name="qconv2d_nchwc", tag="qconv2d_nchwc",
                        attrs={"workload": workload, **workload})]
 
 
 def _eval(xs, attrs):
-    data, packed = xs
+    data, packed = xs[:2]
     (kh, kw), lanes = attrs["kernel"], attrs["lanes"]
     ob, k4, _, _ = packed.shape
     cb = data.shape[4]
@@ -218,9 +270,10 @@ QCONV2D_NCHWC = OpDef(
     "qconv2d_nchwc", _infer, _compute, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"strides": Attr(tuple), "padding": Attr(tuple), "dilation": Attr(tuple), "kernel": Attr(tuple),
            "channels": Attr(int), "lanes": Attr(int), "data_zero_point": Attr(int, 0)},
-    num_inputs=(2, 2), evaluate=checked_evaluate(_infer, _eval),
+    num_inputs=(2, 3), evaluate=checked_evaluate(_infer, _eval),
     doc="qconv2d (weight zero point 0, groups 1) of NCHW[C]c 8-bit data into NCHW[O]c int32, over a "
-        "weight packed by qconv2d_weight_pack with the channels padded to the data's block")
+        "weight packed by qconv2d_weight_pack with the channels padded to the data's block (and, with a "
+        "data zero point, its dot_zero_point_correction)")
 
 
 def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
@@ -243,16 +296,17 @@ def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
            "dilation": tuple(attrs.get("dilation", (1, 1))), "kernel": tuple(weight.shape[2:]),
            "channels": int(weight.shape[0]), "lanes": lanes,
            "data_zero_point": int(attrs.get("data_zero_point", 0))}
+    zp = new["data_zero_point"] + (128 if data.dtype == "int8" else 0)
     return AlteredNode("qconv2d_nchwc", new, inputs=(("NCHW", f"NCHW{cb}c"), None),
                        outputs=(("NCHW", f"NCHW{ob}c"),),
                        prepare=(None, ("qconv2d_weight_pack", {"lanes": lanes, "in_block": cb})),
-                       constant_inputs=(1,))
+                       constant_inputs=(1,), extra=zero_point_correction(zp))
 
 
 # ---------------------------------------------------------------------------------------------------
 # the schedule
 
-_TAGS = ("qconv2d_nchwc_pad", "qconv2d_nchwc_gemm", "qconv2d_nchwc_wsum", "qconv2d_nchwc")
+_TAGS = ("qconv2d_nchwc_pad", "qconv2d_nchwc_gemm", "qconv2d_nchwc")
 
 
 def _stages(group):
@@ -289,7 +343,7 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
 
 def build_qconv2d_nchwc(target, group, config: dict):
     sch, stages = _stages(group)
-    keep = {stages[t].op for t in _TAGS[:3] if t in stages}
+    keep = {stages[t].op for t in _TAGS[:2] if t in stages}
     for stage in sch.stages:
         if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
             stage.compute_inline()
@@ -298,8 +352,6 @@ def build_qconv2d_nchwc(target, group, config: dict):
         pb, pcb, py, _, pc = pad.op.axis
         pad.parallel(pad.fuse(pb, pcb, py))
         pad.vectorize(pc)
-    if "qconv2d_nchwc_wsum" in stages:
-        schedule_loop_nest(stages["qconv2d_nchwc_wsum"])
     gemm = stages["qconv2d_nchwc_gemm"]
     lanes = extent(gemm.op.axis[-1])
     m, nb = config["m"], config["nb"]

@@ -10,7 +10,8 @@ outputs of four consecutive ``k`` per vector. The loop program (``cpu.qdense.pac
       for q in K/4:                                  # one dot_u8s8 call: m x nb accumulators in
         acc += x[i, 4q:4q+4] . w[n, q]               # registers, each weight vector read once
       for i_inner: vectorized for n_inner:
-        y[i, n] = epilogue(acc - zp * wsum[n])       # requantize (bias, ReLU) or float out
+        y[i, n] = epilogue(acc - zp * wsum[n])       # requantize (bias, ReLU) or float out; zp * wsum:
+                                                     # dot_zero_point_correction, folded at compile time
 
 At batch 1 (a classifier, a decoder step) it reads the weight once, front to back; for the rows of a
 transformer's dynamically quantized MatMul each weight vector serves ``m`` rows. The data is read in
@@ -25,7 +26,13 @@ import numpy as np
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
-from nnvm.cpu.schedule_qconv import MAX_ACCUMULATORS, MAX_TILE_PIXELS, dot_lanes
+from nnvm.cpu.schedule_qconv import (
+    MAX_ACCUMULATORS,
+    MAX_TILE_PIXELS,
+    check_correction,
+    dot_lanes,
+    zero_point_correction,
+)
 from nnvm.errors import Error
 from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.graph.ir import TensorType
@@ -74,7 +81,7 @@ QDENSE_WEIGHT_PACK = OpDef(
 
 
 def _infer(in_types, attrs):
-    data, packed = require_inputs("qdense_packed", in_types, ("data", "packed_weight"))
+    data, packed = require_inputs("qdense_packed", in_types[:2], ("data", "packed_weight"))
     if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 2:
         raise Error(f"qdense_packed: expects 8-bit [M, K] data and an int8 packed weight, got "
                     f"{data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
@@ -82,11 +89,12 @@ def _infer(in_types, attrs):
     if tuple(packed.shape) != _packed_shape((n, data.shape[1]), attrs["lanes"]):
         raise Error(f"qdense_packed: the packed weight {list(packed.shape)} does not fit "
                     f"{[n, data.shape[1]]}")
+    check_correction("qdense_packed", in_types, attrs, data.dtype, packed.shape[0] * packed.shape[2])
     return [TensorType((data.shape[0], n), "int32")]
 
 
 def _compute(inputs, attrs, out_types):
-    data, packed = inputs
+    data, packed = inputs[:2]
     m, k = shape_of(data)
     ob, k4, lanes, _ = shape_of(packed)
     signed = data.dtype == "int8"
@@ -111,21 +119,17 @@ def _compute(inputs, attrs, out_types):
         def body(i, n):
             return gemm[n // lanes, i, n % lanes]
     else:
-        qs = te.reduce_axis((0, k4), name="qs")
-        rs = te.reduce_axis((0, 4), name="rs")
-        wsum = te.compute((ob * lanes,), lambda o: te.sum(
-            packed[o // lanes, qs, o % lanes, rs].astype("int32"), axis=[qs, rs]),
-            name="qdense_packed_wsum", tag="qdense_packed_wsum")
+        correction = inputs[2]
 
         def body(i, n):
-            return gemm[n // lanes, i, n % lanes] - te.const(zp, "int32") * wsum[n]
+            return gemm[n // lanes, i, n % lanes] - correction[n]
 
     return [te.compute(out_types[0].shape, body, name="qdense_packed", tag="qdense_packed",
                        attrs={"workload": workload, **workload})]
 
 
 def _eval(xs, attrs):
-    data, packed = xs
+    data, packed = xs[:2]
     ob, k4, lanes, _ = packed.shape
     weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, k4 * 4)[: attrs["units"], : data.shape[1]]
     x = data.astype(np.int64) - attrs["data_zero_point"]
@@ -135,8 +139,9 @@ def _eval(xs, attrs):
 QDENSE_PACKED = OpDef(
     "qdense_packed", _infer, _compute, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"units": Attr(int), "lanes": Attr(int), "data_zero_point": Attr(int, 0)},
-    num_inputs=(2, 2), evaluate=checked_evaluate(_infer, _eval),
-    doc="qdense (weight zero point 0) over a weight packed by qdense_weight_pack")
+    num_inputs=(2, 3), evaluate=checked_evaluate(_infer, _eval),
+    doc="qdense (weight zero point 0) over a weight packed by qdense_weight_pack (and, with a data zero "
+        "point, its dot_zero_point_correction)")
 
 
 def alter_qdense(target, node, in_types) -> AlteredNode | None:
@@ -154,14 +159,16 @@ def alter_qdense(target, node, in_types) -> AlteredNode | None:
         return None
     new = {"units": int(weight.shape[0]), "lanes": lanes,
            "data_zero_point": int(attrs.get("data_zero_point", 0))}
+    zp = new["data_zero_point"] + (128 if data.dtype == "int8" else 0)
     return AlteredNode("qdense_packed", new, inputs=(None, None), outputs=((None, None),),
-                       prepare=(None, ("qdense_weight_pack", {"lanes": lanes})), constant_inputs=(1,))
+                       prepare=(None, ("qdense_weight_pack", {"lanes": lanes})), constant_inputs=(1,),
+                       extra=zero_point_correction(zp))
 
 
 # ---------------------------------------------------------------------------------------------------
 # the schedule
 
-_TAGS = ("qdense_packed_data", "qdense_packed_gemm", "qdense_packed_wsum", "qdense_packed")
+_TAGS = ("qdense_packed_data", "qdense_packed_gemm", "qdense_packed")
 
 
 def _stages(group):
@@ -196,13 +203,12 @@ def qdense_packed_template(target, group) -> ScheduleTemplate | None:
 
 def build_qdense_packed(target, group, config: dict):
     sch, stages = _stages(group)
-    keep = {stages[t].op for t in _TAGS[:3] if t in stages}
+    keep = {stages[t].op for t in _TAGS[:2] if t in stages}
     for stage in sch.stages:
         if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
             stage.compute_inline()
-    for tag in ("qdense_packed_data", "qdense_packed_wsum"):
-        if tag in stages:
-            schedule_loop_nest(stages[tag])
+    if "qdense_packed_data" in stages:
+        schedule_loop_nest(stages["qdense_packed_data"])
     gemm = stages["qdense_packed_gemm"]
     lanes = extent(gemm.op.axis[-1])
     m, nb = config["m"], config["nb"]

@@ -42,7 +42,10 @@ class AlteredNode:
     per input, ``(op, attrs)`` of a node applied to the re-laid-out input before the new operator
     reads it (a Winograd weight transform, say: on a weight, ``fold_constants`` evaluates it).
     ``constant_inputs`` lists inputs that must be computable from weights alone (so their transform is
-    folded at compile time, not paid per run); when one is not, the node is kept as it is.
+    folded at compile time, not paid per run); when one is not, the node is kept as it is. ``extra``
+    holds ``(k, op, attrs)`` per input the new operator reads beyond the original ones: ``op(attrs)``
+    applied to its (prepared) input ``k``, appended in order (a packed weight's per-channel sums, say:
+    on a weight, folded at compile time too).
     """
 
     op: str
@@ -51,6 +54,7 @@ class AlteredNode:
     outputs: tuple = ()
     prepare: tuple = ()
     constant_inputs: tuple = ()
+    extra: tuple = ()
 
 
 class _Rewriter:
@@ -157,6 +161,10 @@ class _Rewriter:
                     self.nodes.append(Node(prep[0], self.fresh(f"{out}_node"), (ins[k],), (out,),
                                            dict(prep[1])))
                     ins[k] = out
+            for k, op, attrs in spec.extra:
+                out = self.fresh(f"{ins[k]}_{op}")
+                self.nodes.append(Node(op, self.fresh(f"{out}_node"), (ins[k],), (out,), dict(attrs)))
+                ins.append(out)
             self.emit(node, ins, spec.outputs, spec.op, spec.attrs)
             self.altered = True
             return
