@@ -30,7 +30,9 @@ CASES = [  # data dtype, channels in, out, size, kernel, stride, padding, data z
     ("uint8", 16, 24, 9, 3, 1, 1, 7),
     ("uint8", 3, 20, 11, 7, 2, 3, 0),  # channels padded to 4, a large kernel, stride 2 (ResNet's first)
     ("int8", 8, 16, 6, 1, 1, 0, -5),  # signed data, moved to unsigned by the kernel
+    ("int8", 2, 16, 10, 5, 1, 2, -7),  # read planar (words of 4 pixels of a row), signed, 5 = 4 + 1 wide
 ]
+PLANAR = (1, 3)  # the cases with few channels and a wide window: read from NCHW, no layout transform
 
 
 def _add_case(b: GraphBuilder, tag: str, case, rng):
@@ -77,6 +79,10 @@ def test_int8_conv_kernels_per_target(target):
     assert re.search(KERNELS[target], asm), f"{target}: no {KERNELS[target]!r} in the int8 convolution"
     if "haswell" in target:
         assert "vpdpbusd" not in asm, "haswell has no VNNI"
+    groups = [c["group"] for c in mod.plan["calls"]]
+    for k in PLANAR:
+        assert not any(f"x{k}" in n and "transform" in n for g in groups for n in g), \
+            f"{target}: case {k} should read its NCHW input as it is: {groups}"
     parsed = parse_target(target)
     if not parsed.backend.host_can_run(parsed):
         return  # the decision above is checked; this machine cannot run the code

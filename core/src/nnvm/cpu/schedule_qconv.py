@@ -28,8 +28,13 @@ The products run on raw bytes, as ``vpdpbusd`` multiplies them, so a data zero p
 folded at compile time, not summed on every run); int8 data is moved to uint8 by adding 128 (its
 zero point with it) in the padded copy of the input that a padded convolution reads anyway.
 
+An input of fewer than ``PLANAR_CHANNELS`` channels with a wide window (ResNet's 7x7 RGB stem) is read
+*planar*, from NCHW as it is: a word is four consecutive pixels of one channel's row (``kx`` padded
+to 4 with zero weights), the intrinsic's window axes walk (channel, ky): 42 words per output where
+4-byte pixels would take 49, and no layout transform of the image before it.
+
 The layout pass (``alter_qconv2d_nchwc``) takes a plain 8-bit ``qconv2d`` with a constant int8 weight
-of zero point 0 (an RGB stem reads 4-byte pixels: ``input_block``); ``requantize`` and the residual
+of zero point 0; ``requantize`` and the residual
 ``dequantize -> add -> quantize`` then follow in the blocked layout (``alter_op_layout.follow``), so
 the next convolution reads the bytes this one wrote.
 """
@@ -51,6 +56,7 @@ from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
 MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving registers for operands
+PLANAR_CHANNELS = 4  # fewer input channels (an RGB stem): read NCHW, four pixels of a row per word
 
 
 def dot_lanes(target) -> int | None:
@@ -65,10 +71,13 @@ def dot_lanes(target) -> int | None:
 # qconv2d_weight_pack: [O, C, KH, KW] int8 -> [O/L, K/4, L, 4]
 
 
-def packed_shape(weight_shape: tuple, lanes: int, in_block: int = 0) -> tuple:
+def packed_shape(weight_shape: tuple, lanes: int, in_block: int = 0, planar: bool = False) -> tuple:
     """``[O/L, KH * KW * C/4, L, 4]``: the reduction in (ky, kx, channel) order, channels padded to 4 (or
-    to ``in_block``, the channel block of the data ``qconv2d_nchwc`` reads)."""
+    to ``in_block``, the channel block of the data ``qconv2d_nchwc`` reads). ``planar``: ``[O/L, C * KH
+    * KW/4, L, 4]`` in (channel, ky, kx) order, ``kx`` padded to 4 (four pixels of one row per word)."""
     o, c, kh, kw = weight_shape
+    if planar:
+        return (-(-o // lanes), c * kh * -(-kw // 4), lanes, 4)
     return (-(-o // lanes), kh * kw * -(-max(c, in_block) // 4), lanes, 4)
 
 
@@ -76,13 +85,22 @@ def _pack_infer(in_types, attrs):
     (w,) = require_inputs("qconv2d_weight_pack", in_types, ("weight",))
     if w.dtype != "int8" or len(w.shape) != 4:
         raise Error(f"qconv2d_weight_pack: expects an int8 OIHW weight, got {w.dtype}{list(w.shape)}")
-    return [TensorType(packed_shape(w.shape, attrs["lanes"], attrs["in_block"]), "int8")]
+    return [TensorType(packed_shape(w.shape, attrs["lanes"], attrs["in_block"], attrs["planar"]), "int8")]
 
 
 def _pack_compute(inputs, attrs, out_types):
     (w,) = inputs
     o, c, kh, kw = shape_of(w)
     lanes = attrs["lanes"]
+    if attrs["planar"]:
+        g4 = -(-kw // 4)
+
+        def planar(ob, q, j, r):
+            oc, kx = ob * lanes + j, (q % g4) * 4 + r
+            inside = te.all_of(oc < o, kx < kw)
+            return te.if_then_else(inside, w[oc, q // (kh * g4), (q // g4) % kh, kx], te.const(0, "int8"))
+
+        return [te.compute(out_types[0].shape, planar, name="qconv2d_weight_pack", tag="injective")]
 
     c4 = -(-max(c, attrs["in_block"]) // 4)
 
@@ -97,7 +115,11 @@ def _pack_compute(inputs, attrs, out_types):
 def _pack_eval(xs, attrs):
     w = xs[0]
     o, c, kh, kw = w.shape
-    ob, k4, lanes, _ = packed_shape(w.shape, attrs["lanes"], attrs["in_block"])
+    ob, k4, lanes, _ = packed_shape(w.shape, attrs["lanes"], attrs["in_block"], attrs["planar"])
+    if attrs["planar"]:
+        full = np.zeros((ob * lanes, c, kh, -(-kw // 4) * 4), np.int8)
+        full[:o, :, :, :kw] = w
+        return [full.reshape(ob, lanes, k4, 4).transpose(0, 2, 1, 3)]
     c4 = k4 // (kh * kw)
     full = np.zeros((ob * lanes, kh, kw, c4 * 4), np.int8)
     full[:o, :, :, :c] = w.transpose(0, 2, 3, 1)
@@ -106,7 +128,8 @@ def _pack_eval(xs, attrs):
 
 QCONV2D_WEIGHT_PACK = OpDef(
     "qconv2d_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE,
-    attrs={"lanes": Attr(int), "in_block": Attr(int, 0, "channels padded to this (0: to 4)")},
+    attrs={"lanes": Attr(int), "in_block": Attr(int, 0, "channels padded to this (0: to 4)"),
+           "planar": Attr(bool, False, "words of four kx of one channel row (NCHW data)")},
     num_inputs=(1, 1), evaluate=checked_evaluate(_pack_infer, _pack_eval),
     doc="an int8 OIHW weight as [O/L, K/4, L, 4] for dot_u8s8 (zeros past O and K)")
 
@@ -172,23 +195,29 @@ def input_block(channels: int, lanes: int) -> int:
 
 
 def _geometry(data_shape, attrs) -> tuple:
-    n, _, h, w, cb = data_shape
+    """(n, oh, ow, channels read): NCHW[C]c data, or NCHW data read planar (``PLANAR_CHANNELS``)."""
+    if len(data_shape) == 4:
+        n, cb, h, w = data_shape
+    else:
+        n, _, h, w, cb = data_shape
     kh, kw = attrs["kernel"]
     _, _, oh, ow = conv2d_geometry((n, cb, h, w), (attrs["channels"], cb, kh, kw), {**attrs, "groups": 1})
-    return n, oh, ow
+    return n, oh, ow, cb
 
 
 def _infer(in_types, attrs):
     data, packed = require_inputs("qconv2d_nchwc", in_types[:2], ("data", "packed_weight"))
-    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 5 \
-            or data.shape[1] != 1:
-        raise Error(f"qconv2d_nchwc: expects 8-bit NCHW[x]c data with one channel block and an int8 packed "
-                    f"weight, got {data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
+    planar = len(data.shape) == 4
+    blocked = len(data.shape) == 5 and data.shape[1] == 1
+    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or not (planar or blocked) \
+            or (planar and tuple(attrs["dilation"]) != (1, 1)):
+        raise Error(f"qconv2d_nchwc: expects 8-bit NCHW[x]c data with one channel block (or NCHW, undilated) "
+                    f"and an int8 packed weight, got {data.dtype}{list(data.shape)} and "
+                    f"{packed.dtype}{list(packed.shape)}")
     o, (kh, kw), lanes = attrs["channels"], attrs["kernel"], attrs["lanes"]
-    cb = data.shape[4]
-    if tuple(packed.shape) != packed_shape((o, cb, kh, kw), lanes):
+    n, oh, ow, cb = _geometry(data.shape, attrs)
+    if tuple(packed.shape) != packed_shape((o, cb, kh, kw), lanes, planar=planar):
         raise Error(f"qconv2d_nchwc: the packed weight {list(packed.shape)} does not fit {(o, cb, kh, kw)}")
-    n, oh, ow = _geometry(data.shape, attrs)
     ob = channel_block(o, lanes)
     check_correction("qconv2d_nchwc", in_types, attrs, data.dtype, ob)
     return [TensorType((n, 1, oh, ow, ob), "int32")]
@@ -207,6 +236,8 @@ def check_correction(op: str, in_types, attrs, dtype: str, channels: int) -> Non
 
 
 def _compute(inputs, attrs, out_types):
+    if len(shape_of(inputs[0])) == 4:
+        return _compute_planar(inputs, attrs, out_types)
     data, packed = inputs[:2]
     _, _, h, w, cb = shape_of(data)
     n, _, oh, ow, ob = out_types[0].shape
@@ -255,10 +286,64 @@ def _compute(inputs, attrs, out_types):
                        attrs={"workload": workload, **workload})]
 
 
+def _compute_planar(inputs, attrs, out_types):
+    """NCHW data (a few channels: an RGB image), each word four consecutive ``kx`` of one channel's row:
+    ``gemm[.., o, y, x, j] = sum(c, ky, g, r) src[c, y*sh + ky, x*sw + 4g + r] * w[o, c, ky, 4g + r]``,
+    the window axes of ``dot_u8s8`` walking (channel, ky). The padded copy is wide enough for the last
+    word's bytes past the window (they meet zero weights)."""
+    data, packed = inputs[:2]
+    _, c, h, w = shape_of(data)
+    n, _, oh, ow, ob = out_types[0].shape
+    _, _, lanes, _ = shape_of(packed)
+    kh, kw = attrs["kernel"]
+    g4 = -(-kw // 4)
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["padding"]
+    signed = data.dtype == "int8"
+    zp = attrs["data_zero_point"] + (128 if signed else 0)
+    width = max(w + pl + pr, (ow - 1) * sw + 4 * g4)
+
+    def pad_body(b, ch, y, x):
+        iy, ix = y - pt, x - pl
+        v = data[b, ch, iy, ix]
+        v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
+        return te.if_then_else(te.all_of(iy >= 0, iy < h, ix >= 0, ix < w), v, te.const(zp, "uint8"))
+
+    src = te.compute((n, c, h + pt + pb, width), pad_body, name="qconv2d_nchwc_pad", tag="qconv2d_nchwc_pad")
+    u = te.reduce_axis((0, c), name="u")
+    v = te.reduce_axis((0, kh), name="v")
+    g = te.reduce_axis((0, g4), name="g")
+    r = te.reduce_axis((0, 4), name="r")
+
+    def gemm_body(b, o, y, x, j):
+        a = src[b, u, y * sh + v, x * sw + g * 4 + r].astype("int32")
+        return te.sum(a * packed[o, (u * kh + v) * g4 + g, j, r].astype("int32"), axis=[u, v, g, r])
+
+    gemm = te.compute((n, ob // lanes, oh, ow, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+                      tag="qconv2d_nchwc_gemm")
+    workload = {"data_shape": (n, c, h, w), "channels": attrs["channels"], "kernel": (kh, kw), "lanes": lanes,
+                "strides": (sh, sw), "padding": tuple(attrs["padding"]), "dilation": (1, 1),
+                "data_dtype": data.dtype, "data_zero_point": zp, "layout": "NCHW"}
+    correction = inputs[2] if zp else None
+
+    def body(b, cb, y, x, o):
+        acc = gemm[b, o // lanes, y, x, o % lanes]
+        return acc - correction[o] if zp else acc
+
+    return [te.compute(out_types[0].shape, body, name="qconv2d_nchwc", tag="qconv2d_nchwc",
+                       attrs={"workload": workload, **workload})]
+
+
 def _eval(xs, attrs):
     data, packed = xs[:2]
     (kh, kw), lanes = attrs["kernel"], attrs["lanes"]
     ob, k4, _, _ = packed.shape
+    if data.ndim == 4:  # planar
+        c = data.shape[1]
+        weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, c, kh, -1)[:, :, :, :kw]
+        x = data.astype(np.int64) - attrs["data_zero_point"]
+        (y,) = _conv2d_eval([x, weight.astype(np.int64)], {**attrs, "groups": 1})
+        return [y.transpose(0, 2, 3, 1)[:, None]]
     cb = data.shape[4]
     weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, cb).transpose(0, 3, 1, 2)
     x = data[:, 0].transpose(0, 3, 1, 2).astype(np.int64) - attrs["data_zero_point"]
@@ -291,15 +376,19 @@ def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
     if lanes is None:
         return None
     cb, ob = input_block(data.shape[1], lanes), channel_block(weight.shape[0], lanes)
+    kw = weight.shape[3]
+    # a few channels and a wide window (a 7x7 RGB stem): words of four pixels of a row, read from NCHW
+    planar = (data.shape[1] < PLANAR_CHANNELS and tuple(attrs.get("dilation", (1, 1))) == (1, 1)
+              and data.shape[1] * -(-kw // 4) <= kw)
     new = {"strides": tuple(attrs.get("strides", (1, 1))),
            "padding": tuple(attrs.get("padding", (0, 0, 0, 0))),
            "dilation": tuple(attrs.get("dilation", (1, 1))), "kernel": tuple(weight.shape[2:]),
            "channels": int(weight.shape[0]), "lanes": lanes,
            "data_zero_point": int(attrs.get("data_zero_point", 0))}
     zp = new["data_zero_point"] + (128 if data.dtype == "int8" else 0)
-    return AlteredNode("qconv2d_nchwc", new, inputs=(("NCHW", f"NCHW{cb}c"), None),
-                       outputs=(("NCHW", f"NCHW{ob}c"),),
-                       prepare=(None, ("qconv2d_weight_pack", {"lanes": lanes, "in_block": cb})),
+    pack = {"lanes": lanes, "in_block": 0 if planar else cb, "planar": planar}
+    return AlteredNode("qconv2d_nchwc", new, inputs=(None if planar else ("NCHW", f"NCHW{cb}c"), None),
+                       outputs=(("NCHW", f"NCHW{ob}c"),), prepare=(None, ("qconv2d_weight_pack", pack)),
                        constant_inputs=(1,), extra=zero_point_correction(zp))
 
 
@@ -349,9 +438,10 @@ def build_qconv2d_nchwc(target, group, config: dict):
             stage.compute_inline()
     if "qconv2d_nchwc_pad" in stages:  # one padded copy of the input, a row per task
         pad = stages["qconv2d_nchwc_pad"]
-        pb, pcb, py, _, pc = pad.op.axis
+        pb, pcb, py, *_, pc = pad.op.axis
         pad.parallel(pad.fuse(pb, pcb, py))
-        pad.vectorize(pc)
+        if len(pad.op.axis) == 5:
+            pad.vectorize(pc)
     gemm = stages["qconv2d_nchwc_gemm"]
     lanes = extent(gemm.op.axis[-1])
     m, nb = config["m"], config["nb"]
