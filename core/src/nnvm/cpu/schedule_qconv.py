@@ -453,6 +453,8 @@ def build_qconv2d_nchwc(target, group, config: dict):
     # channel blocks outside rows: a block's weights (up to KH*KW*C*L*nb bytes) stay in L2 for its rows
     out.reorder(b, cb, oo, y, xo, xi, ot, ol)
     out.parallel(out.fuse(b, cb, oo, y))
+    out.unroll(xi)  # the epilogue on the accumulators where they are, in registers: a loop would
+    out.unroll(ot)  # store them to the stack and read them back (LLVM unrolls only short bodies)
     out.vectorize(ol)
     gemm.compute_at(out, xo)
     gb, go, gy, gx, j = gemm.op.axis
