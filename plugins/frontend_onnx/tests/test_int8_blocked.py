@@ -163,3 +163,20 @@ def test_mobilenet_block_matches_onnxruntime_exactly(tmp_path):
     x = rng.integers(0, 256, shape).astype(np.uint8)
     x[..., ::2] = 255
     _compare(path, {"x": x}, outs, mod)
+
+
+def test_prime_width_matches_onnxruntime_exactly(tmp_path):
+    """13-pixel rows (a prime: no tile divides them, so the accumulators are computed for 14 and the
+    extra pixel is never stored): a planar 7x7 stem, a padded 3x3, an unpadded 1x1."""
+    rng = np.random.default_rng(4)
+    shape = (1, 3, 25, 25)
+    chain = _Chain(rng, "uint8", 6, shape)
+    outs = [chain.conv("stem", 32, 7, 2, 3, 0), chain.conv("c3", 48, 3, 1, 1, 2),
+            chain.conv("c1", 40, 1, 1, 0, 0)]
+    path = str(tmp_path / "prime.onnx")
+    chain.save(path, shape, outs)
+    mod = nnvm.compile(path, target="llvm", opt_level=3)
+    assert sum("qconv2d_nchwc" in k for k in _kernels(mod)) == 3, _kernels(mod)
+    x = rng.integers(0, 256, shape).astype(np.uint8)
+    x[..., ::2] = 255
+    _compare(path, {"x": x}, outs, mod)

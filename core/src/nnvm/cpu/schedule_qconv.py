@@ -20,7 +20,8 @@ The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantiz
         acc[nb, m, L] = 0
         for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
           acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
-        for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed:
+        for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed
+                                                     # (a ragged last tile: tile_width):
           out[y, x, o] = u8(requantize(acc - zp * wsum[o]) [+ residual])   # bias, ReLU, residual add
 
 The products run on raw bytes, as ``vpdpbusd`` multiplies them, so a data zero point is taken off as
@@ -235,6 +236,16 @@ def check_correction(op: str, in_types, attrs, dtype: str, channels: int) -> Non
                     f"(0: none), got {got}")
 
 
+def tile_width(width: int, lanes: int) -> int:
+    """The width the accumulator stage computes: ``width``, or rounded up to a whole number of good tiles
+    where ``width`` has no divisor of at least half the tile limit (a 13-pixel row would otherwise be
+    thirteen 1-pixel tiles): the extra pixels read padding and are never stored."""
+    limit = MAX_TILE_PIXELS.get(lanes, 4)
+    if width <= limit or largest_divisor(width, limit) * 2 > limit:
+        return width
+    return min(-(-width // m) * m for m in range(limit, limit // 2, -1))
+
+
 def _compute(inputs, attrs, out_types):
     if len(shape_of(inputs[0])) == 4:
         return _compute_planar(inputs, attrs, out_types)
@@ -247,14 +258,16 @@ def _compute(inputs, attrs, out_types):
     pt, pl, pb, pr = attrs["padding"]
     signed = data.dtype == "int8"
     zp = attrs["data_zero_point"] + (128 if signed else 0)  # int8 data is read as uint8 + 128
-    if signed or any(attrs["padding"]):
+    owp = tile_width(ow, lanes)
+    width = max(w + pl + pr, (owp - 1) * sw + (kw - 1) * dw + 1)  # the last tile's extra pixels too
+    if signed or any(attrs["padding"]) or width > w:
         def pad_body(b, c, y, x, ch):
             iy, ix = y - pt, x - pl
             v = data[b, c, iy, ix, ch]
             v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
             return te.if_then_else(te.all_of(iy >= 0, iy < h, ix >= 0, ix < w), v, te.const(zp, "uint8"))
 
-        src = te.compute((n, 1, h + pt + pb, w + pl + pr, cb), pad_body, name="qconv2d_nchwc_pad",
+        src = te.compute((n, 1, h + pt + pb, width, cb), pad_body, name="qconv2d_nchwc_pad",
                          tag="qconv2d_nchwc_pad")
     else:
         src = data
@@ -268,7 +281,7 @@ def _compute(inputs, attrs, out_types):
         a = src[b, 0, y * sh + ky * dh, x * sw + kx * dw, q * 4 + r].astype("int32")
         return te.sum(a * packed[o, (ky * kw + kx) * c4 + q, j, r].astype("int32"), axis=[ky, kx, q, r])
 
-    gemm = te.compute((n, ob // lanes, oh, ow, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+    gemm = te.compute((n, ob // lanes, oh, owp, lanes), gemm_body, name="qconv2d_nchwc_gemm",
                       tag="qconv2d_nchwc_gemm")
     workload = {"data_shape": (n, 1, h, w, cb), "channels": attrs["channels"], "kernel": (kh, kw),
                 "lanes": lanes, "strides": (sh, sw), "padding": tuple(attrs["padding"]),
@@ -301,7 +314,8 @@ def _compute_planar(inputs, attrs, out_types):
     pt, pl, pb, pr = attrs["padding"]
     signed = data.dtype == "int8"
     zp = attrs["data_zero_point"] + (128 if signed else 0)
-    width = max(w + pl + pr, (ow - 1) * sw + 4 * g4)
+    owp = tile_width(ow, lanes)
+    width = max(w + pl + pr, (owp - 1) * sw + 4 * g4)
 
     def pad_body(b, ch, y, x):
         iy, ix = y - pt, x - pl
@@ -319,7 +333,7 @@ def _compute_planar(inputs, attrs, out_types):
         a = src[b, u, y * sh + v, x * sw + g * 4 + r].astype("int32")
         return te.sum(a * packed[o, (u * kh + v) * g4 + g, j, r].astype("int32"), axis=[u, v, g, r])
 
-    gemm = te.compute((n, ob // lanes, oh, ow, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+    gemm = te.compute((n, ob // lanes, oh, owp, lanes), gemm_body, name="qconv2d_nchwc_gemm",
                       tag="qconv2d_nchwc_gemm")
     workload = {"data_shape": (n, c, h, w), "channels": attrs["channels"], "kernel": (kh, kw), "lanes": lanes,
                 "strides": (sh, sw), "padding": tuple(attrs["padding"]), "dilation": (1, 1),
