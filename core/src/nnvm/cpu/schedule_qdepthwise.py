@@ -10,6 +10,7 @@ weight is packed at compile time by ``qdepthwise_weight_pack`` as int32 ``[KH, K
 point already subtracted (so any weight zero point is served). The loop program::
 
     parallel for y:                                  # output rows
+      pad[KH rows] = data rows, zero point around    # (pad_at "row"; "root": one copy before)
       for x_outer, c_outer:                          # tiles of m pixels x V channels (V: the vector)
         acc[m, V] = 0                                 # m vector registers
         for ky, kx:
@@ -35,6 +36,7 @@ from nnvm.passes.alter_op_layout import AlteredNode
 from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = 8  # accumulator vectors per tile
+PAD_AT = "row"  # where the padded input is made: per output row, in L1 ("row"), or one copy ("root")
 
 
 def _pack_infer(in_types, attrs):
@@ -191,7 +193,9 @@ def qdepthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
         return None
     kh, kw = (extent(iv) for iv in conv.op.reduce_axis)
     m = largest_divisor(ow, MAX_TILE_PIXELS)
-    return ScheduleTemplate("cpu.qdepthwise_nchwc.tiles", {"m": divisors(ow, MAX_TILE_PIXELS)}, {"m": m},
+    return ScheduleTemplate("cpu.qdepthwise_nchwc.tiles", {"m": divisors(ow, MAX_TILE_PIXELS),
+                                                            "pad_at": ["row", "root"]},
+                            {"m": m, "pad_at": PAD_AT},
                             lambda config: build_qdepthwise_nchwc(target, group, config),
                             flops=2.0 * n * oh * ow * cb * kh * kw)
 
@@ -204,17 +208,21 @@ def build_qdepthwise_nchwc(target, group, config: dict):
         if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
             stage.compute_inline()
     lanes = vector_lanes(target)
-    if "qdepthwise_nchwc_pad" in stages:  # one padded copy of the input, a row per task
-        pad = stages["qdepthwise_nchwc_pad"]
-        pb, pcb, py, _, pc = pad.op.axis
-        pad.parallel(pad.fuse(pb, pcb, py))
-        pad.vectorize(pc)
     out = sch[group.outputs[0].op]
     b, cb, y, x, c = out.op.axis
     xo, xi = out.split(x, factor=config["m"])
     co, ci = out.split(c, factor=lanes)
     out.reorder(b, cb, y, xo, co, xi, ci)
-    out.parallel(out.fuse(b, cb, y))
+    row = out.fuse(b, cb, y)
+    out.parallel(row)
+    if "qdepthwise_nchwc_pad" in stages:
+        pad = stages["qdepthwise_nchwc_pad"]
+        if config["pad_at"] == "row":  # the KH padded rows an output row reads, in L1
+            pad.compute_at(out, row)
+        else:  # one padded copy of the input, a row per task
+            pb, pcb, py, _, _ = pad.op.axis
+            pad.parallel(pad.fuse(pb, pcb, py))
+        pad.vectorize(pad.op.axis[-1])
     out.unroll(xi)
     out.vectorize(ci)
     conv.compute_at(out, co)
