@@ -25,6 +25,7 @@ ROOT = pathlib.Path(nnvm.__file__).parent
 # from itself). A new package or module goes into the layer it belongs to.
 LAYERS = (
     ("errors", "hookspecs", "environment"),  # error types; the hook specifications; NNVM_* variables
+    ("calibration",),  # post-training quantization arithmetic (ranges, scales), numpy only
     ("plugins", "limits", "options", "tir"),  # plugin manager and registries; limits; nnvm.Options; loop IR
     ("target", "graph", "kernel_cache"),  # target strings; the graph IR and builder; compiled-kernel store
     ("backend", "te", "kernel_jobs"),  # what a backend implements; tensor expressions; compile workers

@@ -19,6 +19,7 @@ from nnvm import (
 from nnvm.compiler import compile_model, import_model
 from nnvm.dynamic import compile_symbolic, wants_symbolic
 from nnvm.errors import (  # noqa: F401
+    CalibrationInputError,
     Error,
     InputError,
     ModelLoadError,
@@ -27,6 +28,7 @@ from nnvm.errors import (  # noqa: F401
     UnboundDimError,
     UnsupportedOperatorError,
 )
+from nnvm.frontend import find_frontend
 from nnvm.generate import Decoder  # noqa: F401  (nnvm.Decoder: greedy decoding with a KV cache)
 from nnvm.graph.ir import Graph, Node, TensorType, detached  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
@@ -95,6 +97,24 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dic
         return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
     except UnboundDimError:  # a dim that cannot be bound (not a leading batch): one module for every shape
         return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
+
+
+def quantize(model, calibration_inputs, per_channel: bool = True, method: str = "minmax",
+             percentile: float = 99.99, target: str = "llvm"):
+    """A float model quantized after calibration, as a QDQ ``onnx.ModelProto`` (docs/quantization.md).
+
+    ``model``: an ONNX path, bytes or ``onnx.ModelProto`` (other formats are refused: convert them to
+    ONNX first). ``calibration_inputs``: a list of samples, each ``{input name: array}`` (or an array for
+    a one-input model); nnvm runs the float model on them for ``target``. Weights int8 symmetric, per
+    output channel (``per_channel``) or per tensor; activations uint8 over ranges found by ``method``:
+    ``minmax``, ``percentile`` (``percentile`` of ``|x|``) or ``entropy`` (TensorRT's KL calibration).
+    """
+    frontend = find_frontend(model)
+    if frontend.quantize is None:
+        raise Error(f"nnvm.quantize writes QDQ ONNX and reads ONNX float models; this is a {frontend.name} "
+                    f"model: convert it to ONNX first")
+    return frontend.quantize(model, calibration_inputs, per_channel=per_channel, method=method,
+                             percentile=percentile, target=target)
 
 
 def load(path: str):

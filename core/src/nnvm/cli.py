@@ -26,7 +26,7 @@ from nnvm.autotune import Measurer, extract_tasks, tune
 from nnvm.autotune.driver import signature_of
 from nnvm.bench import bench, format_result
 from nnvm.cpu.switches import check_options
-from nnvm.errors import Error, InputError, reason, with_context
+from nnvm.errors import CalibrationInputError, Error, InputError, reason, with_context
 from nnvm.generate import Decoder, greedy, peer_step
 from nnvm.kernel_cache import default_kernel_cache
 from nnvm.options import Options, activated, active
@@ -255,6 +255,58 @@ def cmd_generate(args) -> int:
     return 0 if all(np.array_equal(r["tokens"], result["tokens"]) for _, r in rows) else 1
 
 
+def calibration_files(folder: str) -> list[dict]:
+    """The calibration samples in ``folder``: ``{input name: .npy path}`` per sample. Either every
+    ``*.npy`` directly in it is one sample of a one-input model (``""`` stands for that input), or each
+    subfolder is one sample holding ``INPUT.npy`` per model input; sorted by name."""
+    if not os.path.exists(folder):
+        raise Error(f"--calibration {folder}: no such folder")
+    if not os.path.isdir(folder):
+        raise Error(f"--calibration {folder} is a file; give a folder of .npy files")
+    entries = sorted(os.listdir(folder))
+    files = [e for e in entries if e.endswith(".npy") and os.path.isfile(os.path.join(folder, e))]
+    if files:
+        return [{"": os.path.join(folder, f)} for f in files]
+    samples = []
+    for sub in (os.path.join(folder, e) for e in entries):
+        if os.path.isdir(sub):
+            inner = sorted(f for f in os.listdir(sub) if f.endswith(".npy"))
+            if inner:
+                samples.append({f[:-4]: os.path.join(sub, f) for f in inner})
+    if not samples:
+        raise Error(f"--calibration {folder}: no .npy files in it (one per sample, or one subfolder per "
+                    f"sample with INPUT.npy per model input)")
+    return samples
+
+
+def cmd_quantize(args) -> int:
+    samples = calibration_files(args.calibration)
+    arrays = []
+    for sample in samples:
+        loaded = {name: read_npy(path, "--calibration") for name, path in sample.items()}
+        arrays.append(loaded[""] if "" in loaded else loaded)
+    start = time.perf_counter()
+    try:
+        model = nnvm.quantize(args.model, arrays, per_channel=args.per_channel, method=args.method,
+                              percentile=args.percentile)
+    except CalibrationInputError as exc:  # name the file, not the sample's index
+        files = samples[exc.sample]
+        path = files.get(exc.input) or files.get("")
+        if path is None:  # a subfolder without the input's file
+            folder = os.path.dirname(next(iter(files.values())))
+            raise Error(f"{args.model}: calibration folder {folder} has no {exc.input}.npy") from None
+        raise Error(f"{args.model}: calibration file {path}: {exc.reason}") from None
+    try:
+        with open(args.output, "wb") as f:
+            f.write(model.SerializeToString())
+    except OSError as exc:
+        raise Error(f"-o {args.output}: cannot be written ({exc.strerror or exc})") from None
+    weights = "per channel" if args.per_channel else "per tensor"
+    print(f"quantized {args.model} -> {args.output} ({len(arrays)} calibration inputs, {args.method}, int8 "
+          f"weights {weights}, uint8 activations) in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
 def cmd_tune(args) -> int:
     if args.threads is not None:
         if args.threads < 1:
@@ -417,6 +469,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="threads for nnvm (NNVM_NUM_THREADS) and the peers")
     p.add_argument("--compare", help="also decode with onnxruntime,openvino (comma-separated)")
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("quantize", help="quantize an ONNX float model after calibration; writes QDQ ONNX")
+    p.add_argument("model", help="an ONNX float model")
+    p.add_argument("--calibration", required=True, metavar="DIR",
+                   help="calibration inputs: one .npy per sample (one-input models), or one subfolder per "
+                        "sample holding INPUT_NAME.npy for each input")
+    p.add_argument("-o", "--output", required=True, help="the QDQ ONNX model to write")
+    p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
+                   help="int8 weights with one scale per output channel (default), or per tensor")
+    p.add_argument("--method", default="minmax",
+                   help="how activation ranges are found: minmax (default), percentile, entropy")
+    p.add_argument("--percentile", type=float, default=99.99, help="for --method percentile (default 99.99)")
+    p.set_defaults(func=cmd_quantize)
 
     p = sub.add_parser("tune", help="search schedule configs for a model's kernels; append them to a log")
     p.add_argument("model")

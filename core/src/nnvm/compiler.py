@@ -92,6 +92,8 @@ def _compile(model, target, shapes, options: Options, **kwargs):
     jobs_list: list[KernelJob] = []
     calls = group_calls(graph)
     for k, (names, call) in enumerate(zip(graph.groups, calls)):
+        if call.get("view"):
+            continue  # computes nothing: make_plan places its inputs inside its output
         members = [by_name[n] for n in names]
         key = workload_key(graph, members)
         outputs = _output_positions(graph, members, consumers)
@@ -173,10 +175,10 @@ def _compile(model, target, shapes, options: Options, **kwargs):
     stats = {
         "nodes_before": nodes_before,
         "nodes_after": len(graph.nodes),
-        "kernels": len(calls),
+        "kernels": len(plan["calls"]),
         "distinct_kernels": len(jobs_list),
         # distinct kernels compiled here, read from the kernel cache, and groups that reused another's
-        "kernel_cache": {**cache_stats, "deduplicated": len(calls) - len(jobs_list)},
+        "kernel_cache": {**cache_stats, "deduplicated": len(plan["calls"]) - len(jobs_list)},
         "tuned_kernels": tuned,  # distinct kernels scheduled with a config from a tuning log
         "tuning": {"signature": logs.signature.describe() if logs.signature is not None else None,
                    "logs": logs.summary(), "kernels": served},

@@ -52,6 +52,17 @@ class InputError(Error):
     """A runtime input has the wrong name, shape or dtype."""
 
 
+class CalibrationInputError(InputError):
+    """A calibration input of ``nnvm.quantize`` that does not fit the model: ``sample`` (its index),
+    ``input`` (the model input's name, or None) and ``reason`` apart, so ``nnvm quantize`` can name the
+    .npy file instead of the index."""
+
+    def __init__(self, sample: int, input: str | None, reason: str):  # noqa: A002
+        self.sample, self.input, self.reason = sample, input, reason
+        what = f", input {input!r}" if input else ""
+        super().__init__(f"calibration input {sample}{what}: {reason}")
+
+
 class UnboundDimError(InputError):
     """A model input has a symbolic dim that binding could not give a value (not a leading batch dim):
     ``nnvm.compile`` then keeps the model's dims symbolic (docs/dynamic-shapes.md)."""

@@ -30,6 +30,7 @@ from nnvm.generic_schedule import generic_schedule
 from nnvm.graph.dims import Dim, from_extent
 from nnvm.graph.ir import Graph, TensorType
 from nnvm.ops.registry import OpPattern, get_op
+from nnvm.ops.transform import is_view
 from nnvm.passes.manager import PassContext, run_pipeline
 from nnvm.plugins import hook
 from nnvm.target import parse_target
@@ -100,13 +101,16 @@ def group_calls(graph: Graph) -> list[dict]:
     """One kernel call per fused group, in execution order, for ``make_plan``: ``{"kernel": None (the
     compiler names it), "group": node names, "args": group_values' inputs then outputs}``, and where the
     arguments' shapes have symbolic dims, ``"dims"``: their names in the order the kernel takes them
-    (``PrimFunc.dims``: first appearance in the parameters' shapes)."""
+    (``PrimFunc.dims``: first appearance in the parameters' shapes). A view's group (``is_view``) gets
+    ``"view": True``: no kernel, only a placement for ``make_plan``."""
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
     calls = []
     for names in graph.groups:
         inputs, outputs = group_values(graph, [by_name[n] for n in names], consumers)
         call = {"kernel": None, "group": list(names), "args": inputs + outputs}
+        if len(names) == 1 and is_view(by_name[names[0]]):
+            call["view"] = True
         dims: dict = {}
         for v in call["args"]:
             for d in graph.type_of(v).shape:

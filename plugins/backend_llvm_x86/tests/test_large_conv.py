@@ -157,11 +157,13 @@ def test_blocked_concat_matches_onnxruntime(tmp_path, monkeypatch, batch, budget
     _check(path, x, f"blocked concat at batch {batch}, budget {budget}")
 
 
-def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of):
+def test_concat_unrolls_blocks_and_keeps_rows_rolled(tmp_path, group_of, cpu_switch):
     """The lowered concatenation: no ``if_then_else`` left (each unrolled block reads its one input),
     the row loop holding the blocks carries the pragma that keeps LLVM from unrolling it, and an input
     whose channels take another block (24: blocks of 8 or padded ones, against 16; with AVX2's 8 lanes
-    12 against 8) keeps the concatenation in NCHW, right."""
+    12 against 8) keeps the concatenation in NCHW, right. At batch 1 the concatenation would be planned
+    in place (``concat_in_place``, no kernel): switched off here, as it is at a batch above 1."""
+    cpu_switch("concat_in_place", "0")
     path = _model(str(tmp_path / "cat.onnx"), 1, 16, 13, CONCAT_BRANCHES, concat=True)
     graph, tgt, *_ = optimized_graph(path, "llvm")
     group = group_of(graph, "concatenate")

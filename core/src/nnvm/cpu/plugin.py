@@ -8,6 +8,7 @@ as for the GPU layer (``nnvm.gpu.plugin``).
 """
 
 from nnvm.cpu import serves, templates
+from nnvm.cpu.concat_in_place import concat_in_place
 from nnvm.cpu.expand_depthwise import EXPAND_DEPTHWISE_NCHWC, fuse_expand_depthwise
 from nnvm.cpu.grouped import SPLIT_WEIGHT_PACK
 from nnvm.cpu.layout_choice import GROUPED_WEIGHT_PACK, alter_op_layout
@@ -62,11 +63,14 @@ def nnvm_register_passes(register):
     """``fuse_channel_shuffle``: a ShuffleNet channel shuffle and the layout transforms around it as one
     ``channel_shuffle_nchwc`` in NCHW[x]c (``shuffle.py``); ``fuse_expand_depthwise``: a 1x1 expansion
     and the depthwise convolution reading it as one ``expand_depthwise_nchwc`` (``expand_depthwise.py``).
-    Both after the layout pass, where they run."""
+    Both after the layout pass, where they run. Last, ``concat_in_place``: concatenations whose inputs the
+    memory plan can place inside the output, marked so that none is copied (``concat_in_place.py``)."""
     register(Pass("fuse_channel_shuffle", fuse_channel_shuffle, 3, ("infer_types",),
                   "channel shuffles (reshape, transpose, reshape) in NCHW[x]c as channel_shuffle_nchwc"))
     register(Pass("fuse_expand_depthwise", fuse_expand_depthwise, 3, ("infer_types",),
                   "a 1x1 expansion read only by a depthwise convolution, with it, as expand_depthwise_nchwc"))
+    register(Pass("concat_in_place", concat_in_place, 3, ("infer_types",),
+                  "concatenations over leading dims of 1 planned in place: no copy, no kernel"))
 
 
 @hookimpl(trylast=True)

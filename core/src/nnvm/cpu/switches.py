@@ -41,6 +41,7 @@ SWITCHES = {
     "flat_plane": (("0", "1"), "1"),  # 1x1 convs on small planes tiled as one row (schedule_nchwc)
     "patch_dense": (("0", "1"), "1"),  # stride == kernel convs on few channels as products
     "expand_depthwise": (("0", "1"), "1"),  # a 1x1 expansion + depthwise conv as one kernel
+    "concat_in_place": (("0", "1"), "1"),  # concatenations planned in place (concat_in_place.py)
 }
 
 

@@ -41,6 +41,8 @@ class Frontend:
       must not import the source framework unless the object already comes from it.
     - ``load(model, shapes) -> Graph``: ``shapes`` maps input names to shapes that bind symbolic
       dimensions; the graph it returns is validated and typed by the core.
+    - ``quantize(model, calibration_inputs, per_channel, method, percentile, target)``, optional: the
+      model quantized after calibration, in the frontend's own format (``nnvm.quantize``).
     """
 
     name: str
@@ -49,6 +51,7 @@ class Frontend:
     accepts: Callable | None = None
     description: str = ""
     kwargs: dict = field(default_factory=dict)
+    quantize: Callable | None = None
 
 
 def find_frontend(model) -> Frontend:

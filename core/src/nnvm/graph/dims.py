@@ -53,13 +53,7 @@ def _poly(e: E.Expr, atoms: dict) -> dict:
             out[mono] = out.get(mono, 0) + sign * c
         return {m: c for m, c in out.items() if c}
     if t is E.BinOp and e.op == "mul":
-        a, b = _poly(e.a, atoms), _poly(e.b, atoms)
-        out: dict = {}
-        for ma, ca in a.items():
-            for mb, cb in b.items():
-                mono = tuple(sorted(ma + mb))
-                out[mono] = out.get(mono, 0) + ca * cb
-        return {m: c for m, c in out.items() if c}
+        return _times(_poly(e.a, atoms), _poly(e.b, atoms))
     if t is E.BinOp and e.op in ("floordiv", "floormod"):
         a, b = _poly(e.a, atoms), _poly(e.b, atoms)
         if list(b) == [()] and b[()] > 0:

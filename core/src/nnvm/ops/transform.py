@@ -253,6 +253,14 @@ def _concat_compute(inputs, attrs, out_types):
     return [te.compute(out_types[0].shape, body, name="concatenate", tag="concatenate")]
 
 
+def is_view(node) -> bool:
+    """Whether ``node`` computes nothing: a concatenation whose inputs the memory plan places side by side
+    inside its output (``in_place``, set only where the dims before the axis are all 1, so the output's
+    bytes are its inputs' bytes one after the other). It gets no kernel; ``make_plan`` places the values.
+    Were one run anyway, it would copy each input onto itself."""
+    return node.op == "concatenate" and bool(node.attrs.get("in_place"))
+
+
 def _split_bounds(op, shape, attrs) -> tuple[int, list]:
     axis = normalize_axis(op, attrs["axis"], len(shape))
     points = int_tuple(op, "indices", attrs["indices"])
@@ -457,8 +465,11 @@ def ops() -> list[OpDef]:
             {"axes": Attr(TUPLE_OR_NONE, None, "output axis k is input axis axes[k]; None reverses")},
             doc="permute axes"),
         _op("concatenate", _concat_infer, _concat_compute,
-            lambda xs, a: [np.concatenate(xs, axis=a["axis"])], {"axis": Attr(int, 0)}, num_inputs=(1, None),
-            doc="join inputs along axis"),
+            lambda xs, a: [np.concatenate(xs, axis=a["axis"])],
+            {"axis": Attr(int, 0),
+             "in_place": Attr(bool, False, "the inputs are planned where they lie in the output, so no "
+                              "kernel runs (set by a backend's pass; see is_view)")},
+            num_inputs=(1, None), doc="join inputs along axis"),
         _op("split", _split_infer, _split_compute, _split_eval,
             {"indices": Attr(tuple, doc="split points along axis"), "axis": Attr(int, 0)}, num_outputs=0,
             doc="cut along axis at the split points: len(indices) + 1 outputs"),

@@ -8,6 +8,7 @@ from nnvm.errors import Error, with_context
 from nnvm.graph.evaluate import evaluate_node
 from nnvm.graph.ir import Graph, Node, TensorType
 from nnvm.ops.registry import OpPattern, get_op
+from nnvm.ops.transform import is_view
 
 # ---------------------------------------------------------------------------------------------------
 # helpers
@@ -238,7 +239,8 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
     residual add and the activation after it); an injective node follows injective groups; a reduction
     takes its injective inputs (a node with several such producers joins a conv/dense group first, in
     input order otherwise). After joining, only the new node's outputs may be read outside the
-    group, which keeps every group convex (no path leaves it and comes back).
+    group, which keeps every group convex (no path leaves it and comes back). A view (``is_view``: a
+    concatenation planned in place) stays alone: it has no kernel to fuse into.
     """
     level = getattr(ctx, "opt_level", 3) if ctx is not None else 3
     consumers = graph.consumers()
@@ -250,11 +252,11 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
     for node in graph.nodes:
         p = get_op(node.op, node.name).pattern
         joined = None
-        if level >= 2 and len(node.outputs) == 1 and p <= OpPattern.REDUCTION:
+        if level >= 2 and len(node.outputs) == 1 and p <= OpPattern.REDUCTION and not is_view(node):
             # a conv/dense group first: a residual add is its epilogue whichever operand comes first
             for v in sorted(node.inputs, key=lambda v: _anchor_rank(v, producers, group_of, pattern)):
                 prod = producers.get(v)
-                if prod is None or len(prod.outputs) != 1:
+                if prod is None or len(prod.outputs) != 1 or is_view(prod):
                     continue
                 if v in outputs or [c.name for c in consumers.get(v, [])] != [node.name]:
                     continue

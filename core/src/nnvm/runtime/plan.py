@@ -12,6 +12,13 @@ and that input dies at this call, the output takes the input's storage: the inpu
 written and no other element is read after, so sharing is safe; the two are planned as one block,
 never at two offsets that partially overlap.
 
+Views: a concatenation marked ``in_place`` (``is_view``; only where the dims before its axis are 1, so
+its output's bytes are its inputs' bytes one after the other) gets no kernel call. Its inputs are
+placed side by side inside its output, the producers writing there directly; a value may sit inside
+several views (DenseNet: each layer's concatenation is a prefix of the next one's). Each family of
+values tied this way is one storage block, live from the first member's write to the last member's
+read; its members never take part in in-place pairs.
+
 Blocks are placed largest first at the lowest offset that does not overlap any already placed block
 whose lifetime overlaps, a greedy that lands close to the lower bound (the most bytes ever live at
 once).
@@ -55,10 +62,13 @@ def check_plan(plan: dict) -> None:
     """Raise ``Error`` naming the values when two that are live at the same time share bytes, or when
     the arena is below the lower bound: the planner's invariants, for its tests and for debugging it."""
     placed = sorted(plan["placements"].items(), key=lambda item: item[1][0])
+    views = plan.get("views", {})
     for i, (v, (o1, s1, f1, l1)) in enumerate(placed):
         for w, (o2, s2, f2, l2) in placed[i + 1:]:
             if o2 >= o1 + s1:
                 break  # sorted by offset: no later value starts inside v
+            if v in views and views[v] == views.get(w):
+                continue  # one view family: view_placements checked the values kernels write
             if f1 <= l2 and f2 <= l1:
                 raise Error(f"memory plan: {v} [{o1}, {o1 + s1}) live {f1}..{l1} overlaps {w} "
                             f"[{o2}, {o2 + s2}) live {f2}..{l2}")
@@ -97,6 +107,52 @@ def inplace_input(graph: Graph, call: dict, producers: dict) -> str | None:
     return None
 
 
+def view_placements(graph: Graph, calls: list) -> dict:
+    """value -> (block, byte offset in the block) for every value the views tie together (see the module
+    docstring); a block is named by one of its values. Raises ``Error`` where two values the kernels
+    write would share bytes (the pass that marks views must never let that happen)."""
+    by_name = {n.name: n for n in graph.nodes}
+    parent: dict = {}  # value -> (value it is placed in, byte offset there); roots absent
+
+    def find(v):
+        offset = 0
+        while v in parent:
+            v, d = parent[v][0], offset + parent[v][1]
+            offset = d
+        return v, offset
+
+    views = set()
+    for call in calls:
+        if not call.get("view"):
+            continue
+        node = by_name[call["group"][0]]
+        out = node.outputs[0]
+        views.add(out)
+        at = 0
+        for v in node.inputs:
+            root_in, off_in = find(v)
+            root_out, off_out = find(out)
+            if root_in == root_out:
+                if off_in != off_out + at:
+                    raise Error(f"memory plan: {v} would lie at two places inside {out}")
+            else:
+                parent[root_in] = (root_out, off_out + at - off_in)
+            at += graph.type_of(v).nbytes
+    members: dict = {}
+    for v in list(parent) + list(views):
+        root, offset = find(v)
+        members.setdefault(root, {})[v] = offset
+    placed = {}
+    for root, found in members.items():
+        low = min(found.values())
+        written = sorted((o - low, graph.type_of(v).nbytes, v) for v, o in found.items() if v not in views)
+        for (o1, s1, v1), (o2, _, v2) in zip(written, written[1:]):
+            if o2 < o1 + s1:
+                raise Error(f"memory plan: the views place {v1} and {v2} on the same bytes")
+        placed.update({v: (root, o - low) for v, o in found.items()})
+    return placed
+
+
 def symbolic_dims(graph: Graph) -> list:
     """The names of the symbolic dims in ``graph``'s types, in order of first appearance."""
     found: dict = {}
@@ -121,6 +177,8 @@ def inplace_pairs(graph: Graph, calls: list) -> dict:
     producers = graph.producers()
     pairs = {}
     for k, call in enumerate(calls):
+        if call.get("view"):
+            continue
         v = inplace_input(graph, call, producers)
         if v is not None:
             pairs[k] = v
@@ -139,45 +197,57 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
         pairs = inplace_pairs(graph, calls)
     if dims is not None:
         graph = bind_types(graph, dims)
-    steps = len(calls)
+    in_views = view_placements(graph, calls)
+    runs = [(k, call) for k, call in enumerate(calls) if not call.get("view")]  # (index in calls, call)
+    steps = len(runs)
     lifetimes: dict = {}
     for v in graph.inputs:
         lifetimes[v] = [0, 1]
     producers = graph.producers()
-    for k, call in enumerate(calls):
+    for step, (_, call) in enumerate(runs):
         for v in call["args"]:
             if v in graph.params:
                 continue
             if v not in lifetimes:
-                lifetimes[v] = [2 * k, 2 * k + 1]
-            lifetimes[v][1] = max(lifetimes[v][1], 2 * k + 1)
+                lifetimes[v] = [2 * step, 2 * step + 1]
+            lifetimes[v][1] = max(lifetimes[v][1], 2 * step + 1)
     for v in graph.outputs:
         if v in lifetimes:
             lifetimes[v][1] = 2 * steps + 1
     # In-place pairs: the input's life ends as the output's begins; both join one storage block.
     block_of = {v: v for v in lifetimes}
-    for k, call in enumerate(calls if inplace else ()):
+    for step, (k, call) in enumerate(runs if inplace else ()):
         v = pairs.get(k)
-        if v is None or lifetimes[v][1] != 2 * k + 1:
+        if v is None or v in in_views or lifetimes[v][1] != 2 * step + 1:
             continue  # read again later: its storage is not free
         out = next(o for o in call["args"] if o in producers and producers[o].name in set(call["group"]))
-        lifetimes[v][1] = 2 * k
-        lifetimes[out][0] = 2 * k + 1
+        if out in in_views:
+            continue
+        lifetimes[v][1] = 2 * step
+        lifetimes[out][0] = 2 * step + 1
         block_of[out] = block_of[v]
-    sizes = {v: graph.type_of(v).nbytes for v in lifetimes}
+    sizes = {v: graph.type_of(v).nbytes for v in list(lifetimes) + list(in_views)}
+    inner = {}  # byte offset of a value inside its block (views' families; 0 for every other value)
+    for v, (root, offset) in in_views.items():
+        block_of[v], inner[v] = root, offset
     block_size: dict = {}
     block_life: dict = {}
     for v, b in block_of.items():
-        block_size[b] = max(block_size.get(b, 0), sizes[v])
-        f, last = lifetimes[v]
-        bf, bl = block_life.get(b, (f, last))
-        block_life[b] = (min(bf, f), max(bl, last))
+        block_size[b] = max(block_size.get(b, 0), inner.get(v, 0) + sizes[v])
+        if v in lifetimes:  # a view no kernel reads has none: its block lives while its members do
+            f, last = lifetimes[v]
+            bf, bl = block_life.get(b, (f, last))
+            block_life[b] = (min(bf, f), max(bl, last))
+    for v in in_views:
+        lifetimes.setdefault(v, list(block_life[block_of[v]]))
     block_offsets, arena = plan_memory(block_size, block_life)
-    offsets = {v: block_offsets[b] for v, b in block_of.items()}
+    offsets = {v: block_offsets[b] + inner.get(v, 0) for v, b in block_of.items()}
     change = [0] * (2 * steps + 3)  # bytes becoming live (+) and dead (-) at each step: one sweep
-    for v, (f, last) in lifetimes.items():
-        change[f] += _aligned(sizes[v])
-        change[last + 1] -= _aligned(sizes[v])
+    live_spans = [(sizes[v], lifetimes[v]) for v in lifetimes if v not in in_views]
+    live_spans += [(block_size[b], block_life[b]) for b in set(in_views[v][0] for v in in_views)]
+    for size, (f, last) in live_spans:
+        change[f] += _aligned(size)
+        change[last + 1] -= _aligned(size)
     lower_bound = live = 0
     for step in range(2 * steps + 2):
         live += change[step]
@@ -198,7 +268,7 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
         "outputs": [desc(v) for v in graph.outputs],
         "calls": [{"kernel": c["kernel"], "group": c["group"],
                    "args": [ref(v) for v in c["args"]] + [{"dim": d} for d in c.get("dims", ())]}
-                  for c in calls],
+                  for _, c in runs],
         "arena_bytes": arena,
         # Without fusion or planning every node output and input would have its own memory.
         "naive_bytes": sum(_aligned(graph.type_of(v).nbytes)
@@ -206,6 +276,8 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
         "lower_bound_bytes": lower_bound,
         "placements": {v: [offsets[v], sizes[v], lifetimes[v][0], lifetimes[v][1]] for v in offsets},
     }
+    if in_views:  # which placements share a block on purpose (check_plan)
+        plan["views"] = {v: root for v, (root, _) in in_views.items()}
     if dims is not None:
         plan["dims"] = dict(dims)
     return plan

@@ -200,32 +200,14 @@ def _split_symbolic_loop(loop: S.For, ranges: dict):
         return None
     lo = int(loop.min.value)
     limits, conds = [], []
-
-    def visit(st, rng):
-        if isinstance(st, S.Seq):
-            for x in st.stmts:
-                visit(x, rng)
-        elif isinstance(st, S.For):
-            if isinstance(st.min, E.Const) and isinstance(st.extent, E.Const):
-                rng = {**rng, st.var: (int(st.min.value), int(st.min.value) + int(st.extent.value) - 1)}
-            else:  # an inner loop over a symbolic extent: no worst case (``_symbolic_limit``)
-                rng = {**rng, st.var: (0, math.inf)}
-            visit(st.body, rng)
-        elif isinstance(st, (S.Allocate, S.AttrStmt, S.LetStmt)):
-            visit(st.body, rng)
-        elif isinstance(st, S.IfThenElse):
-            for conj in _conjuncts(st.cond):
-                if loop.var in free_vars(conj):
-                    got = _symbolic_limit(loop.var, conj, rng)
-                    if got is not None:
-                        conds.append(conj)
-                        if not any(_same_expr(got, x) for x in limits):
-                            limits.append(got)
-            visit(st.then_body, rng)
-            if st.else_body is not None:
-                visit(st.else_body, rng)
-
-    visit(loop.body, {**ranges, loop.var: (lo, math.inf)})
+    # an inner loop over a symbolic extent: no worst case (``_symbolic_limit``)
+    for conj, rng in _guards(loop.body, {**ranges, loop.var: (lo, math.inf)}, symbolic=(0, math.inf)):
+        if loop.var in free_vars(conj):
+            got = _symbolic_limit(loop.var, conj, rng)
+            if got is not None:
+                conds.append(conj)
+                if not any(_same_expr(got, x) for x in limits):
+                    limits.append(got)
     if not limits:
         return None
     holds = {id(c) for c in conds}
@@ -300,7 +282,13 @@ def _symbolic_limit(var: E.Var, cond, ranges: dict):
 def _guard_limits(var: E.Var, stmt, ranges: dict) -> list:
     """For each guard below ``stmt`` with a conjunct ``c*var + rest < 0`` (``c > 0``): the largest
     value of ``var`` for which that conjunct holds for every value ``rest`` can take."""
-    limits: list = []
+    return [_upper_limit(var, conj, rng) for conj, rng in _guards(stmt, ranges) if var in free_vars(conj)]
+
+
+def _guards(stmt, ranges: dict, symbolic: tuple | None = None) -> list:
+    """``(conjunct, loop ranges there)`` for each conjunct of each guard below ``stmt``: ``ranges`` plus
+    every enclosing loop of constant bounds, and ``symbolic`` (when given) for those over symbolic extents."""
+    found: list = []
 
     def visit(s, rng):
         if isinstance(s, S.Seq):
@@ -310,19 +298,19 @@ def _guard_limits(var: E.Var, stmt, ranges: dict) -> list:
             if isinstance(s.min, E.Const) and isinstance(s.extent, E.Const):
                 lo = int(s.min.value)
                 rng = {**rng, s.var: (lo, lo + int(s.extent.value) - 1)}
+            elif symbolic is not None:
+                rng = {**rng, s.var: symbolic}
             visit(s.body, rng)
         elif isinstance(s, (S.Allocate, S.AttrStmt, S.LetStmt)):
             visit(s.body, rng)
         elif isinstance(s, S.IfThenElse):
-            for conj in _conjuncts(s.cond):
-                if var in free_vars(conj):
-                    limits.append(_upper_limit(var, conj, rng))
+            found.extend((conj, rng) for conj in _conjuncts(s.cond))
             visit(s.then_body, rng)
             if s.else_body is not None:
                 visit(s.else_body, rng)
 
     visit(stmt, ranges)
-    return limits
+    return found
 
 
 def _conjuncts(cond) -> list:

@@ -21,7 +21,13 @@ def _accepts(model) -> bool:
     return looks_like_onnx(model)
 
 
+def _quantize(model, calibration_inputs, **options):
+    from nnvm_frontend_onnx.quantizer import quantize_onnx
+
+    return quantize_onnx(model, calibration_inputs, **options)
+
+
 @hookimpl
 def nnvm_register_frontends(register):
-    register(Frontend(name="onnx", load=_load, extensions=(".onnx",), accepts=_accepts,
+    register(Frontend(name="onnx", load=_load, extensions=(".onnx",), accepts=_accepts, quantize=_quantize,
                       description="ONNX models (opset 7 and up): files, bytes or onnx.ModelProto"))

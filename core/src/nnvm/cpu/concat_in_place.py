@@ -1,0 +1,114 @@
+"""Concatenations without a copy: each input written where it lies in the output.
+
+Where every dim before a concatenation's axis is 1 (batch 1, channels in NCHW or NCHW[x]c), the output's
+bytes are the inputs' bytes one after the other. This pass marks such a ``concatenate`` ``in_place``
+(``nnvm.ops.transform.is_view``): it gets no kernel, the memory plan (``runtime/plan.py``) puts each
+input at its offset inside the output, and the kernels making the inputs write there. What the copy
+cost goes, and so does its kernel: DenseNet-121's 57 concatenations (each a prefix of the next,
+fused with the batch norm and ReLU reading them) were half of its compile; now the batch norm and ReLU
+read one contiguous tensor. GoogLeNet's and SqueezeNet's concatenations stop copying their branches.
+
+A value can lie inside several concatenations only at one place: DenseNet's layer ``k`` concatenates
+the first ``k`` of the features its block's last layer concatenates, so every layer's input is the
+front of one block. The pass ties values together as it marks (a union-find with offsets, the same
+walk ``make_plan`` does) and leaves a concatenation a copy where that would put one value at two
+places or two values on the same bytes. It also leaves one alone where an input is not a kernel's
+output of its own (a graph input, a weight, a graph output, the same value twice), where the
+output is a graph output, and on graphs with symbolic dims (plans per binding place values afresh).
+It leaves a concatenation a copy, too, where fusion would make it part of an input's kernel (NASNet's
+concatenations of cropped or padded values: marked, each crop would become a kernel of its own, 18 more
+calls); a trial ``fuse_ops`` says where. Only CPU targets: their runtimes take any byte offset (the GPU
+runtimes align theirs).
+``cpu_switches={"concat_in_place": "0"}`` keeps the copies.
+"""
+
+from __future__ import annotations
+
+import math
+
+from nnvm.cpu import serves
+from nnvm.cpu.switches import enabled
+from nnvm.graph.dims import Dim
+from nnvm.passes.builtin import fuse_ops
+
+
+def concat_in_place(graph, ctx=None):
+    """Mark each concatenation that can be planned in place (see the module docstring)."""
+    target = getattr(ctx, "target", None)
+    if target is None or not serves(target) or not enabled("concat_in_place"):
+        return graph
+    if any(isinstance(d, Dim) for ty in graph.types.values() for d in ty.shape):
+        return graph
+    producers = graph.producers()
+    outputs = set(graph.outputs)
+    starts = {g[0] for g in fuse_ops(graph, ctx).groups}  # nodes that start a kernel of their own
+    places = _Places()
+    nodes = []
+    for node in graph.nodes:
+        if node.op != "concatenate" or node.name not in starts:
+            nodes.append(node)
+            continue
+        if _eligible(graph, node, producers, outputs) and places.tie(graph, node):
+            node = node.replace(attrs={**node.attrs, "in_place": True})
+        nodes.append(node)
+    return graph.replace(nodes=tuple(nodes))
+
+
+def _eligible(graph, node, producers, outputs) -> bool:
+    out = node.outputs[0]
+    shape = graph.type_of(out).shape
+    axis = int(node.attrs.get("axis", 0)) % len(shape)
+    if len(node.inputs) < 2 or math.prod(shape[:axis]) != 1 or out in outputs:
+        return False
+    if len(set(node.inputs)) != len(node.inputs):
+        return False
+    return all(v in producers and v not in outputs and v not in graph.params for v in node.inputs)
+
+
+class _Places:
+    """Where the marked concatenations put each value: value -> (value it lies in, byte offset)."""
+
+    def __init__(self):
+        self.parent: dict = {}
+        self.views: set = set()
+
+    def find(self, v):
+        offset = 0
+        while v in self.parent:
+            v, step = self.parent[v]
+            offset += step
+        return v, offset
+
+    def tie(self, graph, node) -> bool:
+        """Record ``node``'s inputs inside its output and return True, or change nothing and return False
+        when that would contradict what is recorded."""
+        saved = dict(self.parent)
+        out, at = node.outputs[0], 0
+        for v in node.inputs:
+            root_in, off_in = self.find(v)
+            root_out, off_out = self.find(out)
+            if root_in == root_out:
+                if off_in != off_out + at:
+                    self.parent = saved
+                    return False
+            else:
+                self.parent[root_in] = (root_out, off_out + at - off_in)
+            at += graph.type_of(v).nbytes
+        if self._overlaps(graph, self.views | {out}):
+            self.parent = saved
+            return False
+        self.views.add(out)
+        return True
+
+    def _overlaps(self, graph, views) -> bool:
+        """Whether two values no view makes (kernels write them) would share bytes."""
+        spans: dict = {}
+        for v in self.parent:
+            if v not in views:
+                root, offset = self.find(v)
+                spans.setdefault(root, []).append((offset, graph.type_of(v).nbytes))
+        for found in spans.values():
+            found.sort()
+            if any(o2 < o1 + s1 for (o1, s1), (o2, _) in zip(found, found[1:])):
+                return True
+        return False
