@@ -1,18 +1,19 @@
-"""Int8 ResNet-18 against onnxruntime int8 and OpenVINO int8 (issue 40).
+"""Int8 ResNet-18, ResNet-50 and MobileNetV2 against onnxruntime int8 and OpenVINO int8 (issue 40).
 
-    uv run python bench/int8.py                     # QDQ ResNet-18, batch 1, 2 threads
-    uv run python bench/int8.py --rounds 5 --threads 1
+    uv run python bench/int8.py                     # all three, QDQ, batch 1, 2 threads
+    uv run python bench/int8.py --models resnet18 --rounds 5 --threads 1
 
-The model is ``nnvm_testing.frontend_onnx.quantized.quantized_model_path("resnet18", "qdq")``: the
-generated ResNet-18 quantized by onnxruntime's ``quantize_static`` (uint8 activations, int8 weights per
-channel, 8 calibration inputs), cached under ``$NNVM_CACHE_DIR/models``. In one child process (so the
+Each model is ``nnvm_testing.frontend_onnx.quantized.quantized_model_path(name, "qdq")``: the generated
+network quantized by onnxruntime's ``quantize_static`` (uint8 activations, int8 weights per channel, 8
+calibration inputs), cached under ``$NNVM_CACHE_DIR/models``. Per model, in one child process (so the
 thread count holds from the start), all with ``--threads`` threads, on the same seeded input: nnvm's
 int8 module, nnvm's float32 module of the float model it came from (for scale), onnxruntime on the QDQ
 file (its own QDQ fusion makes it int8; default settings, spinning on), and OpenVINO on the QDQ file
 (CPU plugin, ``INFERENCE_NUM_THREADS``, one stream, the latency hint, no precision hint: it runs the
 quantized operators in int8; the settings read back and printed). The int8 outputs are compared with
-onnxruntime's. Each runtime is timed in blocks of its own, the blocks alternated ``--rounds`` times and
-the steady rounds kept as ``bench/zoo.py`` does: the machine is shared, so a slow period hits all alike.
+onnxruntime's, in quantization steps of the output (the scale of the model's last DequantizeLinear).
+Each runtime is timed in blocks of its own, the blocks alternated ``--rounds`` times and the steady
+rounds kept as ``bench/zoo.py`` does: the machine is shared, so a slow period hits all alike.
 """
 
 from __future__ import annotations
@@ -41,7 +42,21 @@ def openvino_model(path: str, threads: int):
     return compiled.create_infer_request(), settings
 
 
-def measure(threads: int, repeat: int, rounds: int, block_seconds: float) -> dict:
+def output_step(path: str) -> float | None:
+    """The scale of the DequantizeLinear that makes the model's output (one quantization step), if any."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    inits = {t.name: t for t in model.graph.initializer}
+    out = model.graph.output[0].name
+    for node in model.graph.node:
+        if out in node.output and node.op_type == "DequantizeLinear" and node.input[1] in inits:
+            return float(numpy_helper.to_array(inits[node.input[1]]).max())
+    return None
+
+
+def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: float) -> dict:
     """Everything, in the child process (see the module docstring)."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
     import numpy as np
@@ -51,18 +66,20 @@ def measure(threads: int, repeat: int, rounds: int, block_seconds: float) -> dic
     from nnvm_testing.frontend_onnx import models, quantized
 
     load = os.getloadavg()[0]
-    qpath = quantized.quantized_model_path("resnet18", "qdq")
+    qpath = quantized.quantized_model_path(model, "qdq")
     int8 = nnvm.compile(qpath, target="llvm")
-    f32 = nnvm.compile(models.cached_model_path("resnet18"), target="llvm")
+    f32 = nnvm.compile(models.cached_model_path(model), target="llvm")
     sess, ort_version = onnxruntime_session(qpath, threads, spinning=True)
     request, ov_settings = openvino_model(qpath, threads)
     feeds = quantized.calibration_inputs(qpath, count=1, seed=11)[0]
     want = sess.run(None, feeds)[0]
-    result = {"ort_version": ort_version, "openvino": ov_settings, "threads": threads}
+    result = {"model": model, "ort_version": ort_version, "openvino": ov_settings, "threads": threads}
     scale = float(np.abs(want).max())
+    step = output_step(qpath)
     outs = {"nnvm_int8": int8.run(**feeds)[0], "openvino_int8": next(iter(request.infer(feeds).values()))}
     for who, got in outs.items():
         result[f"{who}_max_rel_err"] = float(np.abs(got - want).max()) / scale
+        result[f"{who}_max_err_steps"] = float(np.abs(got - want).max()) / step if step else None
         result[f"{who}_same_top1"] = bool(got.argmax() == want.argmax())
     fns = [lambda: int8.run(**feeds), lambda: f32.run(**feeds), lambda: sess.run(None, feeds),
            lambda: request.infer(feeds)]
@@ -82,6 +99,7 @@ def measure(threads: int, repeat: int, rounds: int, block_seconds: float) -> dic
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet18,resnet50,mobilenet_v2", help="comma-separated")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=50, help="most runs in one block")
     parser.add_argument("--rounds", type=int, default=3, help="blocks of each runtime, alternated")
@@ -89,23 +107,35 @@ def main(argv=None) -> int:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.threads, args.repeat, args.rounds, args.block_seconds)))
+        print(json.dumps(measure(args.models, args.threads, args.repeat, args.rounds, args.block_seconds)))
         return 0
     print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--threads", str(args.threads),
-           "--repeat", str(args.repeat), "--rounds", str(args.rounds),
-           "--block-seconds", str(args.block_seconds)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["no output"]
-        print(f"the measurement failed: {lines[-1]}", file=sys.stderr)
-        return 1
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(json.dumps(result, indent=1))
-    print(f"ResNet-18 int8, batch 1, {args.threads} threads: nnvm {result['nnvm_int8_ms']:.2f} ms, "
-          f"onnxruntime {result['ort_int8_ms']:.2f} ms ({result['vs_ort_int8']:.2f}x), OpenVINO "
-          f"{result['openvino_int8_ms']:.2f} ms ({result['vs_openvino_int8']:.2f}x); nnvm float32 "
-          f"{result['nnvm_f32_ms']:.2f} ms; load {result['load']}")
+    results = []
+    for model in args.models.split(","):
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", "--models", model,
+               "--threads", str(args.threads), "--repeat", str(args.repeat), "--rounds", str(args.rounds),
+               "--block-seconds", str(args.block_seconds)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["no output"]
+            print(f"{model}: the measurement failed: {lines[-1]}", file=sys.stderr)
+            return 1
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(json.dumps(result, indent=1), flush=True)
+        results.append(result)
+    print(f"\nbatch 1, {args.threads} threads; median of block medians (best run) in ms")
+    print("| model | nnvm int8 | onnxruntime int8 | OpenVINO int8 | nnvm / ort | nnvm / OpenVINO "
+          "| nnvm float32 | max err vs ort (steps) | same top-1 | load (1-min, before/after) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        steps = r["nnvm_int8_max_err_steps"]
+        print(f"| {r['model']} | {r['nnvm_int8_ms']:.2f} ({r['nnvm_int8_best_ms']:.2f}) "
+              f"| {r['ort_int8_ms']:.2f} ({r['ort_int8_best_ms']:.2f}) "
+              f"| {r['openvino_int8_ms']:.2f} ({r['openvino_int8_best_ms']:.2f}) "
+              f"| {r['vs_ort_int8']:.2f}x ({r['nnvm_int8_best_ms'] / r['ort_int8_best_ms']:.2f}x) "
+              f"| {r['vs_openvino_int8']:.2f}x ({r['nnvm_int8_best_ms'] / r['openvino_int8_best_ms']:.2f}x) "
+              f"| {r['nnvm_f32_ms']:.2f} | {'n/a' if steps is None else f'{steps:.2f}'} "
+              f"| {r['nnvm_int8_same_top1']} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
     return 0
 
 

@@ -128,6 +128,8 @@ def _requantize(draw):
     inputs = [acc, np.asarray(scale, np.float32)]
     if draw(st.booleans()):
         inputs.append(rng.integers(-3000, 3000, (c,) if per_channel else (1,)).astype(np.int32))
+    if per_channel and draw(st.booleans()):  # at the data's rank, broadcast (a blocked layout's form)
+        inputs[1:] = [t.reshape(1, c, 1) for t in inputs[1:]]
     attrs = {"axis": 1, "out_dtype": out, "zero_point": 0, "out_min": None, "out_max": None}
     if out != "float32":
         attrs["zero_point"] = _zero_point(rng, out)

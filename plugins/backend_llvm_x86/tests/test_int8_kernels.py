@@ -30,7 +30,9 @@ CASES = [  # data dtype, channels in, out, size, kernel, stride, padding, data z
     ("uint8", 16, 24, 9, 3, 1, 1, 7),
     ("uint8", 3, 20, 11, 7, 2, 3, 0),  # channels padded to 4, a large kernel, stride 2 (ResNet's first)
     ("int8", 8, 16, 6, 1, 1, 0, -5),  # signed data, moved to unsigned by the kernel
+    ("int8", 2, 16, 10, 5, 1, 2, -7),  # read planar (words of 4 pixels of a row), signed, 5 = 4 + 1 wide
 ]
+PLANAR = (1, 3)  # the cases with few channels and a wide window: read from NCHW, no layout transform
 
 
 def _add_case(b: GraphBuilder, tag: str, case, rng):
@@ -77,6 +79,10 @@ def test_int8_conv_kernels_per_target(target):
     assert re.search(KERNELS[target], asm), f"{target}: no {KERNELS[target]!r} in the int8 convolution"
     if "haswell" in target:
         assert "vpdpbusd" not in asm, "haswell has no VNNI"
+    groups = [c["group"] for c in mod.plan["calls"]]
+    for k in PLANAR:
+        assert not any(f"x{k}" in n and "transform" in n for g in groups for n in g), \
+            f"{target}: case {k} should read its NCHW input as it is: {groups}"
     parsed = parse_target(target)
     if not parsed.backend.host_can_run(parsed):
         return  # the decision above is checked; this machine cannot run the code
@@ -135,3 +141,124 @@ def test_dot_u8s8_intrinsic_is_exact_in_every_form(isa):
         got = np.zeros(want.shape, np.int32)
         f(a, b, got)
         np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa}")
+
+
+def _blocked_chain():
+    """conv -> requantize(ReLU) -> conv -> requantize, + a residual (dequantize, add, quantize) of the
+    first output, -> a classifier qdense: what a quantized ResNet block and its head compile to."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder(name="qblock")
+    x = b.input("x", (1, 16, 14, 14), "uint8")
+
+    def conv(name, data, zp):
+        channels = 16 if name == "c1" else 32
+        w = b.param(f"{name}_w", rng.integers(-127, 128, (32, channels, 3, 3)).astype(np.int8))
+        acc = b.node("qconv2d", [data, w], {"padding": (1, 1, 1, 1), "data_zero_point": zp}, name=name)[0]
+        scale = b.param(f"{name}_s", rng.uniform(1e-4, 1e-3, 32).astype(np.float32))
+        bias = b.param(f"{name}_b", rng.integers(-2000, 2000, 32).astype(np.int32))
+        return b.node("requantize", [acc, scale, bias], {"zero_point": 0, "out_dtype": "uint8", "out_min": 0},
+                      name=f"{name}_rq")[0]
+
+    y1 = conv("c1", x, 3)
+    y2 = conv("c2", y1, 0)
+    d1 = b.node("dequantize", [y1], {"scale": 0.1, "zero_point": 0}, name="res_d1")[0]
+    d2 = b.node("dequantize", [y2], {"scale": 0.2, "zero_point": 0}, name="res_d2")[0]
+    s = b.node("add", [d1, d2], name="res_add")[0]
+    y3 = b.node("quantize", [s], {"scale": 0.3, "zero_point": 0, "out_dtype": "uint8"}, name="res_q")[0]
+    flat = b.node("reshape", [y3], {"newshape": (1, 32 * 14 * 14)}, name="flat")[0]
+    fc = b.param("fc_w", rng.integers(-127, 128, (10, 32 * 14 * 14)).astype(np.int8))
+    b.output(b.node("qdense", [flat, fc], {"data_zero_point": 0}, name="fc")[0])
+    return b.build()
+
+
+@pytest.mark.parametrize("target", list(KERNELS))
+def test_blocked_int8_kernels_chosen_per_target(target):
+    """Compiled for each x86 target: both convolutions are ``qconv2d_nchwc`` (no im2col kernel), the
+    second reads the first's uint8 bytes with no layout transform between them, the requantize and the
+    residual add run in the second convolution's kernel, the classifier is ``qdense_packed``, all with
+    the target's form of ``dot_u8s8`` (``vpdpbusd`` zmm / ymm, the exact ``vpmaddubsw`` form on AVX2)."""
+    mod = nnvm.compile(_blocked_chain(), target=target, opt_level=3)
+    calls = mod.plan["calls"]
+    kernels = [c["kernel"] for c in calls]
+    convs = [c for c in calls if "qconv2d_nchwc" in c["kernel"]]
+    assert len(convs) == 2 and not any(k.endswith("_qconv2d") for k in kernels), kernels
+    c2 = next(c for c in convs if "c2" in c["group"])
+    # the shortcut's dequantize too: the kernel reads its uint8 bytes, no float32 copy in between
+    assert {"c2_rq", "res_d1", "res_add", "res_q"} <= set(c2["group"]), c2["group"]
+    between = [c for c in calls if "layout_transform" in c["kernel"] and "c1" not in c["group"]
+               and any(n.startswith(("c1", "c2", "res")) for n in c["group"])]
+    assert not between, f"{target}: layout transforms between the convolutions: {between}"
+    assert any("qdense_packed" in k for k in kernels), kernels
+    asm = mod.library.assembly()
+    assert re.search(KERNELS[target], asm), f"{target}: no {KERNELS[target]!r}"
+    if "haswell" in target:
+        assert "vpdpbusd" not in asm, "haswell has no VNNI"
+
+
+@pytest.mark.parametrize("target", list(KERNELS))
+def test_blocked_depthwise_between_blocked_convolutions(target):
+    """Expand (1x1) -> depthwise -> project (1x1), compiled for each x86 target: the depthwise one is
+    ``qdepthwise_nchwc`` in the channel blocks of the 1x1s around it, so no layout transform runs
+    between the three, and each requantize runs in its convolution's kernel."""
+    rng = np.random.default_rng(9)
+    b = GraphBuilder(name="qmb")
+    x = b.input("x", (1, 24, 10, 10), "uint8")
+
+    def layer(name, data, out, channels, k, groups, zp):
+        w = b.param(f"{name}_w", rng.integers(-127, 128, (out, channels // groups, k, k)).astype(np.int8))
+        attrs = {"padding": ((k - 1) // 2,) * 4, "groups": groups, "data_zero_point": zp}
+        acc = b.node("qconv2d", [data, w], attrs, name=name)[0]
+        scale = b.param(f"{name}_s", rng.uniform(1e-4, 1e-3, out).astype(np.float32))
+        attrs = {"zero_point": 4, "out_dtype": "uint8"}
+        return b.node("requantize", [acc, scale], attrs, name=f"{name}_rq")[0]
+
+    y = layer("expand", x, 96, 24, 1, 1, 3)
+    y = layer("dw", y, 96, 96, 3, 96, 4)
+    b.output(layer("project", y, 24, 96, 1, 1, 4))
+    mod = nnvm.compile(b.build(), target=target, opt_level=3)
+    calls = mod.plan["calls"]
+    dw = [c for c in calls if "qdepthwise_nchwc" in c["kernel"]]
+    assert len(dw) == 1 and "dw_rq" in dw[0]["group"], [(c["kernel"], c["group"]) for c in calls]
+    assert sum("qconv2d_nchwc" in c["kernel"] for c in calls) == 2
+    transforms = [c["group"] for c in calls if "layout_transform" in c["kernel"]]
+    assert len(transforms) == 2, f"{target}: only the input's and the output's transforms: {transforms}"
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avxvnni", "avx2", "widened"])
+def test_dot_u8s8_window_form_is_exact(isa):
+    """``window=(kh, kw)``: two more reduction axes inside one call, the activation read through a
+    convolution's strides (rows of a padded image, pixels ``stride`` apart), saturating bytes; run by
+    the reference interpreter and, where this CPU has the form's instructions, compiled and run."""
+    from nnvm.tir.interpreter import run_primfunc
+    from nnvm_backend_llvm.intrinsics import DOT_ISAS, dot_u8s8
+
+    lanes, m, nb, k4, kh, kw, stride = DOT_ISAS[isa], 3, 2, 2, 3, 2, 2
+    width = (m - 1) * stride + kw
+    A = te.placeholder((kh, width, k4 * 4), "uint8", name="A")
+    B = te.placeholder((nb, kh * kw * k4, lanes, 4), "int8", name="B")
+    u, v = te.reduce_axis((0, kh), name="u"), te.reduce_axis((0, kw), name="v")
+    q, r = te.reduce_axis((0, k4), name="q"), te.reduce_axis((0, 4), name="r")
+    C = te.compute((nb, m, lanes), lambda t, i, j: te.sum(
+        A[u, i * stride + v, q * 4 + r].astype("int32") * B[t, (u * kw + v) * k4 + q, j, r].astype("int32"),
+        axis=[u, v, q, r]), name="C")
+    s = te.create_schedule(C.op)
+    s[C].tensorize(C.op.axis[0], dot_u8s8(m=m, k4=k4, nb=nb, isa=isa, window=(kh, kw)))
+    rng = np.random.default_rng(4)
+    a = rng.integers(0, 256, (kh, width, k4 * 4)).astype(np.uint8)
+    b = rng.integers(-128, 128, (nb, kh * kw * k4, lanes, 4)).astype(np.int8)
+    a[:, ::2] = 255
+    b[0, :, 0] = 127
+    windows = np.stack([a[:, i * stride:i * stride + kw] for i in range(m)])  # [m, kh, kw, 4*k4]
+    want = np.einsum("iuvc,tuvjc->tij", windows.reshape(m, kh, kw, k4 * 4).astype(np.int64),
+                     b.reshape(nb, kh, kw, k4, lanes, 4).transpose(0, 1, 2, 4, 3, 5)
+                     .reshape(nb, kh, kw, lanes, k4 * 4).astype(np.int64)).astype(np.int32)
+    interpreted = np.zeros(want.shape, np.int32)
+    run_primfunc(nnvm.lower(s, [A, B, C]), [a, b, interpreted])
+    np.testing.assert_array_equal(interpreted, want)
+    needs = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2": "avx2"}.get(isa)
+    host = parse_target("llvm")
+    if needs is None or needs in host.backend.code_features(host.backend.resolve(host)):
+        f = nnvm.build(s, [A, B, C], target="llvm")
+        got = np.zeros(want.shape, np.int32)
+        f(a, b, got)
+        np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa} window")

@@ -17,7 +17,14 @@ from nnvm.cpu.schedule_concat import schedule_channel_concat
 from nnvm.cpu.schedule_dense import BATCHED_WEIGHT_PACK, DENSE_PACKED
 from nnvm.cpu.schedule_injective import schedule_index_remap
 from nnvm.cpu.schedule_pool import schedule_pool_rows
-from nnvm.cpu.schedule_qconv import QCONV2D_PACKED, QCONV2D_WEIGHT_PACK, alter_qconv2d
+from nnvm.cpu.schedule_qconv import (
+    DOT_ZERO_POINT_CORRECTION,
+    QCONV2D_NCHWC,
+    QCONV2D_WEIGHT_PACK,
+    alter_qconv2d_nchwc,
+)
+from nnvm.cpu.schedule_qdense import QDENSE_PACKED, QDENSE_WEIGHT_PACK, alter_qdense
+from nnvm.cpu.schedule_qdepthwise import QDEPTHWISE_NCHWC, QDEPTHWISE_WEIGHT_PACK, alter_qdepthwise
 from nnvm.cpu.shuffle import CHANNEL_SHUFFLE_NCHWC, fuse_channel_shuffle, schedule_channel_shuffle
 from nnvm.cpu.softmax_rows import SOFTMAX_EXP, SOFTMAX_NORMALIZE
 from nnvm.hookspecs import hookimpl
@@ -42,8 +49,13 @@ def nnvm_register_ops(register):
     register(PATCH_WEIGHT_PACK)
     register(SOFTMAX_EXP)
     register(SOFTMAX_NORMALIZE)
-    register(QCONV2D_PACKED)  # schedule_qconv.py: qconv2d over a weight packed for dot_u8s8
+    register(QCONV2D_NCHWC)  # schedule_qconv.py: qconv2d over channel-blocked uint8 activations
     register(QCONV2D_WEIGHT_PACK)
+    register(DOT_ZERO_POINT_CORRECTION)
+    register(QDENSE_PACKED)  # schedule_qdense.py: qdense over a weight packed for dot_u8s8
+    register(QDENSE_WEIGHT_PACK)
+    register(QDEPTHWISE_NCHWC)  # schedule_qdepthwise.py: depthwise qconv2d in the same channel blocks
+    register(QDEPTHWISE_WEIGHT_PACK)
 
 
 @hookimpl
@@ -86,9 +98,12 @@ def nnvm_schedule_group(target, group):
 
 @hookimpl(trylast=True)
 def nnvm_alter_op_layout(target, node, in_types):
-    """conv2d in NCHW[x]c, dense with a constant weight packed (``layout_choice.py``), where the backend wants
-    the blocked layout; every other node keeps its layout."""
+    """conv2d in NCHW[x]c, dense with a constant weight packed (``layout_choice.py``), 8-bit convolutions in
+    channel-blocked uint8 and 8-bit dense packed for ``dot_u8s8`` (``schedule_qconv.py``,
+    ``schedule_qdepthwise.py``, ``schedule_qdense.py``), where the backend wants the blocked layout; every
+    other node keeps its layout."""
     if not serves(target) or not target.backend.blocked_layout(target):
         return None
 
-    return alter_qconv2d(target, node, in_types) or alter_op_layout(target, node, in_types)
+    return (alter_qconv2d_nchwc(target, node, in_types) or alter_qdepthwise(target, node, in_types)
+            or alter_qdense(target, node, in_types) or alter_op_layout(target, node, in_types))

@@ -1,21 +1,43 @@
-"""8-bit convolution on CPUs with a byte dot product: ``qconv2d`` as ``qconv2d_packed``.
+"""8-bit convolution on CPUs with a byte dot product, over channel-blocked uint8 activations:
+``qconv2d`` as ``qconv2d_nchwc``.
 
-The layout pass (``alter_qconv2d``) rewrites a ``qconv2d`` of uint8 (or int8) data and a constant
-int8 weight with zero point 0 (onnxruntime's quantizer writes symmetric weights) into
-``qconv2d_packed`` over the weight packed at compile time (``qconv2d_weight_pack``) in the layout the
-backend's ``dot_u8s8`` tensor intrinsic reads: ``[O/L, K/4, L, 4]``, four consecutive reduction
-elements per 32-bit lane, ``L`` output channels per vector (16 with AVX-512 VNNI's ``vpdpbusd``, 8
-with AVX-VNNI or the exact widened form). The lane count is the backend's answer, never a guess.
+With NCHW data the four bytes one ``vpdpbusd`` lane reads (four input channels) come from four
+channel planes, and gathering them into im2col rows costs as much as the products at 64 output
+channels (issue 40, stage 1). Here activations between quantized convolutions are stored as
+``NCHW[Cb]c`` with the block ``Cb`` the whole channel count (rounded up to the intrinsic's lanes;
+NHWC in effect), so at each kernel offset ``(ky, kx)`` a pixel's channels are ``Cb`` consecutive
+bytes: the 32-bit word one lane reads is a plain load, and one ``dot_u8s8`` call (with its ``window``
+axes) reduces the whole kernel window, its accumulators in registers throughout. No im2col buffer;
+the weight is packed at compile time by ``qconv2d_weight_pack`` as ``[O/L, KH·KW·Cb/4, L, 4]``: the
+reduction in (ky, kx, channel) order, channels padded to the block with zero weights, four consecutive
+reduction bytes per 32-bit lane, ``L`` output channels per vector (16 with AVX-512 VNNI's ``vpdpbusd``,
+8 with AVX-VNNI or AVX2's exact form: the backend's answer, never a guess).
 
-``qconv2d_packed`` computes, in one kernel (``cpu.qconv2d.packed``):
+The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantize]`` group::
 
-1. ``im2col``: the windows as ``[N, OH, OW, K/4, 4]`` uint8 rows (``K = C * KH * KW``; padding is the
-   data's zero point; int8 data moves to uint8 by adding 128, and its zero point with it);
-2. ``gemm``: ``[N, O/L, OH, OW, L]`` int32, each tile of ``m`` pixels x ``L`` channels one
-   ``dot_u8s8`` call over the whole reduction (its accumulators stay in registers);
-3. ``wsum``: the weight's sum per output channel, so that ``sum((x - zp) * w) = sum(x * w) - zp * wsum``
-   (the products run on raw bytes, as ``vpdpbusd`` multiplies them);
-4. the NCHW int32 result, where the requantize epilogue fuses.
+    parallel for o_outer, y:                         # blocks of L * nb channels x output rows
+      for x_outer:                                   # tiles of m pixels of the row
+        acc[nb, m, L] = 0
+        for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
+          acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
+        for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed
+                                                     # (a ragged last tile: tile_width):
+          out[y, x, o] = u8(requantize(acc - zp * wsum[o]) [+ residual])   # bias, ReLU, residual add
+
+The products run on raw bytes, as ``vpdpbusd`` multiplies them, so a data zero point is taken off as
+``zp * wsum`` (the weight's sum per output channel: ``dot_zero_point_correction``, a third input
+folded at compile time, not summed on every run); int8 data is moved to uint8 by adding 128 (its
+zero point with it) in the padded copy of the input that a padded convolution reads anyway.
+
+An input of fewer than ``PLANAR_CHANNELS`` channels with a wide window (ResNet's 7x7 RGB stem) is read
+*planar*, from NCHW as it is: a word is four consecutive pixels of one channel's row (``kx`` padded
+to 4 with zero weights), the intrinsic's window axes walk (channel, ky): 42 words per output where
+4-byte pixels would take 49, and no layout transform of the image before it.
+
+The layout pass (``alter_qconv2d_nchwc``) takes a plain 8-bit ``qconv2d`` with a constant int8 weight
+of zero point 0; ``requantize`` and the residual
+``dequantize -> add -> quantize`` then follow in the blocked layout (``alter_op_layout.follow``), so
+the next convolution reads the bytes this one wrote.
 """
 
 from __future__ import annotations
@@ -26,7 +48,6 @@ from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
 from nnvm.errors import Error, ScheduleError
-from nnvm.generic_schedule import schedule_loop_nest
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.nn import _conv2d_eval, conv2d_geometry
@@ -36,7 +57,7 @@ from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
 MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving registers for operands
-ROW_WINDOWS = 1  # im2col one output row at a time, inside the parallel loop (0: the whole image first)
+PLANAR_CHANNELS = 4  # fewer input channels (an RGB stem): read NCHW, four pixels of a row per word
 
 
 def dot_lanes(target) -> int | None:
@@ -51,25 +72,38 @@ def dot_lanes(target) -> int | None:
 # qconv2d_weight_pack: [O, C, KH, KW] int8 -> [O/L, K/4, L, 4]
 
 
-def _packed_shape(weight_shape: tuple, lanes: int) -> tuple:
-    """``[O/L, KH * KW * C/4, L, 4]``: the reduction in (ky, kx, channel) order, channels padded to 4."""
+def packed_shape(weight_shape: tuple, lanes: int, in_block: int = 0, planar: bool = False) -> tuple:
+    """``[O/L, KH * KW * C/4, L, 4]``: the reduction in (ky, kx, channel) order, channels padded to 4 (or
+    to ``in_block``, the channel block of the data ``qconv2d_nchwc`` reads). ``planar``: ``[O/L, C * KH
+    * KW/4, L, 4]`` in (channel, ky, kx) order, ``kx`` padded to 4 (four pixels of one row per word)."""
     o, c, kh, kw = weight_shape
-    return (-(-o // lanes), kh * kw * -(-c // 4), lanes, 4)
+    if planar:
+        return (-(-o // lanes), c * kh * -(-kw // 4), lanes, 4)
+    return (-(-o // lanes), kh * kw * -(-max(c, in_block) // 4), lanes, 4)
 
 
 def _pack_infer(in_types, attrs):
     (w,) = require_inputs("qconv2d_weight_pack", in_types, ("weight",))
     if w.dtype != "int8" or len(w.shape) != 4:
         raise Error(f"qconv2d_weight_pack: expects an int8 OIHW weight, got {w.dtype}{list(w.shape)}")
-    return [TensorType(_packed_shape(w.shape, attrs["lanes"]), "int8")]
+    return [TensorType(packed_shape(w.shape, attrs["lanes"], attrs["in_block"], attrs["planar"]), "int8")]
 
 
 def _pack_compute(inputs, attrs, out_types):
     (w,) = inputs
     o, c, kh, kw = shape_of(w)
     lanes = attrs["lanes"]
+    if attrs["planar"]:
+        g4 = -(-kw // 4)
 
-    c4 = -(-c // 4)
+        def planar(ob, q, j, r):
+            oc, kx = ob * lanes + j, (q % g4) * 4 + r
+            inside = te.all_of(oc < o, kx < kw)
+            return te.if_then_else(inside, w[oc, q // (kh * g4), (q // g4) % kh, kx], te.const(0, "int8"))
+
+        return [te.compute(out_types[0].shape, planar, name="qconv2d_weight_pack", tag="injective")]
+
+    c4 = -(-max(c, attrs["in_block"]) // 4)
 
     def body(ob, q, j, r):
         oc, ch, kyx = ob * lanes + j, (q % c4) * 4 + r, q // c4
@@ -82,7 +116,11 @@ def _pack_compute(inputs, attrs, out_types):
 def _pack_eval(xs, attrs):
     w = xs[0]
     o, c, kh, kw = w.shape
-    ob, k4, lanes, _ = _packed_shape(w.shape, attrs["lanes"])
+    ob, k4, lanes, _ = packed_shape(w.shape, attrs["lanes"], attrs["in_block"], attrs["planar"])
+    if attrs["planar"]:
+        full = np.zeros((ob * lanes, c, kh, -(-kw // 4) * 4), np.int8)
+        full[:o, :, :, :kw] = w
+        return [full.reshape(ob, lanes, k4, 4).transpose(0, 2, 1, 3)]
     c4 = k4 // (kh * kw)
     full = np.zeros((ob * lanes, kh, kw, c4 * 4), np.int8)
     full[:o, :, :, :c] = w.transpose(0, 2, 3, 1)
@@ -90,193 +128,353 @@ def _pack_eval(xs, attrs):
 
 
 QCONV2D_WEIGHT_PACK = OpDef(
-    "qconv2d_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE, attrs={"lanes": Attr(int)},
+    "qconv2d_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE,
+    attrs={"lanes": Attr(int), "in_block": Attr(int, 0, "channels padded to this (0: to 4)"),
+           "planar": Attr(bool, False, "words of four kx of one channel row (NCHW data)")},
     num_inputs=(1, 1), evaluate=checked_evaluate(_pack_infer, _pack_eval),
     doc="an int8 OIHW weight as [O/L, K/4, L, 4] for dot_u8s8 (zeros past O and K)")
 
 
+
 # ---------------------------------------------------------------------------------------------------
-# qconv2d_packed
+# dot_zero_point_correction: a packed weight [B, K/4, L, 4] -> int32 [B * L], zp * its sums
 
 
-def _packed_infer(in_types, attrs):
-    data, packed = require_inputs("qconv2d_packed", in_types, ("data", "packed_weight"))
-    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 4:
-        raise Error(f"qconv2d_packed: expects 8-bit NCHW data and an int8 packed weight, got "
-                    f"{data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
-    o, (kh, kw) = attrs["channels"], attrs["kernel"]
-    weight = (o, data.shape[1], kh, kw)
-    if tuple(packed.shape) != _packed_shape(weight, attrs["lanes"]):
-        raise Error(f"qconv2d_packed: the packed weight {list(packed.shape)} does not fit {weight}")
-    return [TensorType(conv2d_geometry(data.shape, weight, {**attrs, "groups": 1}), "int32")]
+def _correction_infer(in_types, attrs):
+    (w,) = require_inputs("dot_zero_point_correction", in_types, ("packed_weight",))
+    if w.dtype != "int8" or len(w.shape) != 4 or w.shape[3] != 4:
+        raise Error(f"dot_zero_point_correction: expects an int8 [B, K/4, L, 4] packed weight, got "
+                    f"{w.dtype}{list(w.shape)}")
+    return [TensorType((w.shape[0] * w.shape[2],), "int32")]
 
 
-def _packed_compute(inputs, attrs, out_types):
-    data, packed = inputs
-    n, c, h, w = shape_of(data)
-    _, oc, oh, ow = out_types[0].shape
-    ob, k4, lanes, _ = shape_of(packed)
-    kh, kw = attrs["kernel"]
-    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
-    pt, pl = attrs["padding"][0], attrs["padding"][1]
-    signed = data.dtype == "int8"
-    zp = attrs["data_zero_point"] + (128 if signed else 0)  # int8 data is read as uint8 + 128
-
-    c4 = k4 // (kh * kw)
-
-    def window(b, y, x, q, r):
-        ch, kyx = (q % c4) * 4 + r, q // c4
-        ky, kx = kyx // kw, kyx % kw
-        iy, ix = y * sh + ky * dh - pt, x * sw + kx * dw - pl
-        inside = te.all_of(ch < c, iy >= 0, iy < h, ix >= 0, ix < w)
-        v = data[b, ch, iy, ix]
-        v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
-        # padded channels meet zero weights, any byte does; the zero point keeps padding a real zero
-        return te.if_then_else(inside, v, te.const(zp, "uint8"))
-
-    rows = te.compute((n, oh, ow, k4, 4), window, name="qconv2d_im2col", tag="qconv2d_im2col")
+def _correction_compute(inputs, attrs, out_types):
+    (w,) = inputs
+    _, k4, lanes, _ = shape_of(w)
     q = te.reduce_axis((0, k4), name="q")
     r = te.reduce_axis((0, 4), name="r")
-    gemm = te.compute((n, ob, oh, ow, lanes),
-                      lambda b, o, y, x, j: te.sum(rows[b, y, x, q, r].astype("int32")
-                                                   * packed[o, q, j, r].astype("int32"), axis=[q, r]),
-                      name="qconv2d_gemm", tag="qconv2d_gemm")
-    workload = {"data_shape": (n, c, h, w), "channels": oc, "kernel": (kh, kw), "lanes": lanes,
-                "strides": tuple(attrs["strides"]), "padding": tuple(attrs["padding"]),
-                "dilation": tuple(attrs["dilation"]), "data_dtype": data.dtype, "data_zero_point": zp}
+    zp = te.const(attrs["zero_point"], "int32")
+    return [te.compute(out_types[0].shape, lambda o: zp * te.sum(
+        w[o // lanes, q, o % lanes, r].astype("int32"), axis=[q, r]), name="dot_zero_point_correction")]
+
+
+def _correction_eval(xs, attrs):
+    w = xs[0].astype(np.int64)
+    sums = w.sum(axis=(1, 3)).reshape(-1)  # [B, L] in output-channel order
+    return [(attrs["zero_point"] * sums).astype(np.int32)]
+
+
+DOT_ZERO_POINT_CORRECTION = OpDef(
+    "dot_zero_point_correction", _correction_infer, _correction_compute, OpPattern.REDUCTION,
+    attrs={"zero_point": Attr(int)}, num_inputs=(1, 1),
+    evaluate=checked_evaluate(_correction_infer, _correction_eval),
+    doc="zero_point * the sums of a weight packed for dot_u8s8, per output channel (folded at compile "
+        "time: the term a data zero point takes off products run on raw bytes)")
+
+
+def zero_point_correction(zp: int, packed_input: int = 1) -> tuple:
+    """``AlteredNode.extra`` for a kernel whose data zero point ``zp`` (with int8 data's 128) is not 0:
+    the correction computed from its packed weight (input ``packed_input``), else nothing."""
+    return ((packed_input, "dot_zero_point_correction", {"zero_point": zp}),) if zp else ()
+
+
+# ---------------------------------------------------------------------------------------------------
+# qconv2d_nchwc
+
+
+def channel_block(channels: int, lanes: int) -> int:
+    """The block (the whole padded channel count) an 8-bit activation of ``channels`` is stored in:
+    rounded up to ``lanes``, so the producer's tiles of ``lanes`` channels fill it and its consumer
+    reads it as it is."""
+    return -(-channels // lanes) * lanes
+
+
+def input_block(channels: int, lanes: int) -> int:
+    """The block a convolution reads: ``channel_block``, but only rounded up to 4 (one dot word) below
+    ``lanes`` channels (an RGB image: 4 bytes a pixel, not 16)."""
+    return -(-channels // 4) * 4 if channels < lanes else channel_block(channels, lanes)
+
+
+def _geometry(data_shape, attrs) -> tuple:
+    """(n, oh, ow, channels read): NCHW[C]c data, or NCHW data read planar (``PLANAR_CHANNELS``)."""
+    if len(data_shape) == 4:
+        n, cb, h, w = data_shape
+    else:
+        n, _, h, w, cb = data_shape
+    kh, kw = attrs["kernel"]
+    _, _, oh, ow = conv2d_geometry((n, cb, h, w), (attrs["channels"], cb, kh, kw), {**attrs, "groups": 1})
+    return n, oh, ow, cb
+
+
+def _infer(in_types, attrs):
+    data, packed = require_inputs("qconv2d_nchwc", in_types[:2], ("data", "packed_weight"))
+    planar = len(data.shape) == 4
+    blocked = len(data.shape) == 5 and data.shape[1] == 1
+    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or not (planar or blocked) \
+            or (planar and tuple(attrs["dilation"]) != (1, 1)):
+        raise Error(f"qconv2d_nchwc: expects 8-bit NCHW[x]c data with one channel block (or NCHW, undilated) "
+                    f"and an int8 packed weight, got {data.dtype}{list(data.shape)} and "
+                    f"{packed.dtype}{list(packed.shape)}")
+    o, (kh, kw), lanes = attrs["channels"], attrs["kernel"], attrs["lanes"]
+    n, oh, ow, cb = _geometry(data.shape, attrs)
+    if tuple(packed.shape) != packed_shape((o, cb, kh, kw), lanes, planar=planar):
+        raise Error(f"qconv2d_nchwc: the packed weight {list(packed.shape)} does not fit {(o, cb, kh, kw)}")
+    ob = channel_block(o, lanes)
+    check_correction("qconv2d_nchwc", in_types, attrs, data.dtype, ob)
+    return [TensorType((n, 1, oh, ow, ob), "int32")]
+
+
+def check_correction(op: str, in_types, attrs, dtype: str, channels: int) -> None:
+    """The third input: ``dot_zero_point_correction``'s [channels] int32, there exactly when the data's zero
+    point as the kernel reads it (int8 data: plus 128) is not 0."""
+    zp = attrs["data_zero_point"] + (128 if dtype == "int8" else 0)
+    extra = in_types[2:]
+    fits = bool(extra) and (extra[0].dtype, tuple(extra[0].shape)) == ("int32", (channels,))
+    if bool(zp) != bool(extra) or (extra and not fits):
+        got = f"{extra[0].dtype}{list(extra[0].shape)}" if extra else "none"
+        raise Error(f"{op}: a data zero point of {zp} needs a zero point correction int32[{channels}] "
+                    f"(0: none), got {got}")
+
+
+def tile_width(width: int, lanes: int) -> int:
+    """The width the accumulator stage computes: ``width``, or rounded up to a whole number of good tiles
+    where ``width`` has no divisor of at least half the tile limit (a 13-pixel row would otherwise be
+    thirteen 1-pixel tiles): the extra pixels read padding and are never stored."""
+    limit = MAX_TILE_PIXELS.get(lanes, 4)
+    if width <= limit or largest_divisor(width, limit) * 2 > limit:
+        return width
+    return min(-(-width // m) * m for m in range(limit, limit // 2, -1))
+
+
+def _compute(inputs, attrs, out_types):
+    if len(shape_of(inputs[0])) == 4:
+        return _compute_planar(inputs, attrs, out_types)
+    data, packed = inputs[:2]
+    _, _, h, w, cb = shape_of(data)
+    n, _, oh, ow, ob = out_types[0].shape
+    _, k4, lanes, _ = shape_of(packed)
+    kh, kw = attrs["kernel"]
+    (sh, sw), (dh, dw) = attrs["strides"], attrs["dilation"]
+    pt, pl, pb, pr = attrs["padding"]
+    signed = data.dtype == "int8"
+    zp = attrs["data_zero_point"] + (128 if signed else 0)  # int8 data is read as uint8 + 128
+    owp = tile_width(ow, lanes)
+    width = max(w + pl + pr, (owp - 1) * sw + (kw - 1) * dw + 1)  # the last tile's extra pixels too
+    if signed or any(attrs["padding"]) or width > w:
+        def pad_body(b, c, y, x, ch):
+            iy, ix = y - pt, x - pl
+            v = data[b, c, iy, ix, ch]
+            v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
+            return te.if_then_else(te.all_of(iy >= 0, iy < h, ix >= 0, ix < w), v, te.const(zp, "uint8"))
+
+        src = te.compute((n, 1, h + pt + pb, width, cb), pad_body, name="qconv2d_nchwc_pad",
+                         tag="qconv2d_nchwc_pad")
+    else:
+        src = data
+    c4 = cb // 4
+    ky = te.reduce_axis((0, kh), name="ky")
+    kx = te.reduce_axis((0, kw), name="kx")
+    q = te.reduce_axis((0, c4), name="q")
+    r = te.reduce_axis((0, 4), name="r")
+
+    def gemm_body(b, o, y, x, j):
+        a = src[b, 0, y * sh + ky * dh, x * sw + kx * dw, q * 4 + r].astype("int32")
+        return te.sum(a * packed[o, (ky * kw + kx) * c4 + q, j, r].astype("int32"), axis=[ky, kx, q, r])
+
+    gemm = te.compute((n, ob // lanes, oh, owp, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+                      tag="qconv2d_nchwc_gemm")
+    workload = {"data_shape": (n, 1, h, w, cb), "channels": attrs["channels"], "kernel": (kh, kw),
+                "lanes": lanes, "strides": (sh, sw), "padding": tuple(attrs["padding"]),
+                "dilation": (dh, dw), "data_dtype": data.dtype, "data_zero_point": zp, "layout": f"NCHW{cb}c"}
     if zp == 0:
-        def body(b, o, y, x):
+        def body(b, c, y, x, o):
             return gemm[b, o // lanes, y, x, o % lanes]
     else:
-        qs = te.reduce_axis((0, k4), name="qs")
-        rs = te.reduce_axis((0, 4), name="rs")
-        wsum = te.compute((oc,), lambda o: te.sum(packed[o // lanes, qs, o % lanes, rs].astype("int32"),
-                                                  axis=[qs, rs]), name="qconv2d_wsum", tag="qconv2d_wsum")
+        correction = inputs[2]
 
-        def body(b, o, y, x):
-            return gemm[b, o // lanes, y, x, o % lanes] - te.const(zp, "int32") * wsum[o]
+        def body(b, c, y, x, o):
+            return gemm[b, o // lanes, y, x, o % lanes] - correction[o]
 
-    return [te.compute((n, oc, oh, ow), body, name="qconv2d_packed", tag="qconv2d_packed",
+    return [te.compute(out_types[0].shape, body, name="qconv2d_nchwc", tag="qconv2d_nchwc",
                        attrs={"workload": workload, **workload})]
 
 
-def _packed_eval(xs, attrs):
-    data, packed = xs
-    o, (kh, kw) = attrs["channels"], attrs["kernel"]
-    ob, k4, lanes, _ = packed.shape
-    c = data.shape[1]
-    full = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, -1)[:o, :, :, :c]
-    weight = full.transpose(0, 3, 1, 2).astype(np.int64)
-    x = data.astype(np.int64) - attrs["data_zero_point"]
-    return _conv2d_eval([x, weight], {**attrs, "groups": 1})
+def _compute_planar(inputs, attrs, out_types):
+    """NCHW data (a few channels: an RGB image), each word four consecutive ``kx`` of one channel's row:
+    ``gemm[.., o, y, x, j] = sum(c, ky, g, r) src[c, y*sh + ky, x*sw + 4g + r] * w[o, c, ky, 4g + r]``,
+    the window axes of ``dot_u8s8`` walking (channel, ky). The padded copy is wide enough for the last
+    word's bytes past the window (they meet zero weights)."""
+    data, packed = inputs[:2]
+    _, c, h, w = shape_of(data)
+    n, _, oh, ow, ob = out_types[0].shape
+    _, _, lanes, _ = shape_of(packed)
+    kh, kw = attrs["kernel"]
+    g4 = -(-kw // 4)
+    sh, sw = attrs["strides"]
+    pt, pl, pb, pr = attrs["padding"]
+    signed = data.dtype == "int8"
+    zp = attrs["data_zero_point"] + (128 if signed else 0)
+    owp = tile_width(ow, lanes)
+    width = max(w + pl + pr, (owp - 1) * sw + 4 * g4)
+
+    def pad_body(b, ch, y, x):
+        iy, ix = y - pt, x - pl
+        v = data[b, ch, iy, ix]
+        v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
+        return te.if_then_else(te.all_of(iy >= 0, iy < h, ix >= 0, ix < w), v, te.const(zp, "uint8"))
+
+    src = te.compute((n, c, h + pt + pb, width), pad_body, name="qconv2d_nchwc_pad", tag="qconv2d_nchwc_pad")
+    u = te.reduce_axis((0, c), name="u")
+    v = te.reduce_axis((0, kh), name="v")
+    g = te.reduce_axis((0, g4), name="g")
+    r = te.reduce_axis((0, 4), name="r")
+
+    def gemm_body(b, o, y, x, j):
+        a = src[b, u, y * sh + v, x * sw + g * 4 + r].astype("int32")
+        return te.sum(a * packed[o, (u * kh + v) * g4 + g, j, r].astype("int32"), axis=[u, v, g, r])
+
+    gemm = te.compute((n, ob // lanes, oh, owp, lanes), gemm_body, name="qconv2d_nchwc_gemm",
+                      tag="qconv2d_nchwc_gemm")
+    workload = {"data_shape": (n, c, h, w), "channels": attrs["channels"], "kernel": (kh, kw), "lanes": lanes,
+                "strides": (sh, sw), "padding": tuple(attrs["padding"]), "dilation": (1, 1),
+                "data_dtype": data.dtype, "data_zero_point": zp, "layout": "NCHW"}
+    correction = inputs[2] if zp else None
+
+    def body(b, cb, y, x, o):
+        acc = gemm[b, o // lanes, y, x, o % lanes]
+        return acc - correction[o] if zp else acc
+
+    return [te.compute(out_types[0].shape, body, name="qconv2d_nchwc", tag="qconv2d_nchwc",
+                       attrs={"workload": workload, **workload})]
 
 
-QCONV2D_PACKED = OpDef(
-    "qconv2d_packed", _packed_infer, _packed_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
+def _eval(xs, attrs):
+    data, packed = xs[:2]
+    (kh, kw), lanes = attrs["kernel"], attrs["lanes"]
+    ob, k4, _, _ = packed.shape
+    if data.ndim == 4:  # planar
+        c = data.shape[1]
+        weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, c, kh, -1)[:, :, :, :kw]
+        x = data.astype(np.int64) - attrs["data_zero_point"]
+        (y,) = _conv2d_eval([x, weight.astype(np.int64)], {**attrs, "groups": 1})
+        return [y.transpose(0, 2, 3, 1)[:, None]]
+    cb = data.shape[4]
+    weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, kh, kw, cb).transpose(0, 3, 1, 2)
+    x = data[:, 0].transpose(0, 3, 1, 2).astype(np.int64) - attrs["data_zero_point"]
+    (y,) = _conv2d_eval([x, weight.astype(np.int64)], {**attrs, "groups": 1})
+    return [y.transpose(0, 2, 3, 1)[:, None]]
+
+
+QCONV2D_NCHWC = OpDef(
+    "qconv2d_nchwc", _infer, _compute, OpPattern.OUT_ELEMWISE_FUSABLE,
     attrs={"strides": Attr(tuple), "padding": Attr(tuple), "dilation": Attr(tuple), "kernel": Attr(tuple),
            "channels": Attr(int), "lanes": Attr(int), "data_zero_point": Attr(int, 0)},
-    num_inputs=(2, 2), evaluate=checked_evaluate(_packed_infer, _packed_eval),
-    doc="qconv2d (weight zero point 0, groups 1) over a weight packed by qconv2d_weight_pack")
+    num_inputs=(2, 3), evaluate=checked_evaluate(_infer, _eval),
+    doc="qconv2d (weight zero point 0, groups 1) of NCHW[C]c 8-bit data into NCHW[O]c int32, over a "
+        "weight packed by qconv2d_weight_pack with the channels padded to the data's block (and, with a "
+        "data zero point, its dot_zero_point_correction)")
 
 
-def alter_qconv2d(target, node, in_types) -> AlteredNode | None:
-    """qconv2d -> qconv2d_packed where the backend has ``dot_u8s8`` and the weight is an int8 constant
-    with zero point 0 and one group; None keeps it (the generic schedule runs it, exactly)."""
+def alter_qconv2d_nchwc(target, node, in_types) -> AlteredNode | None:
+    """qconv2d -> qconv2d_nchwc where the backend has ``dot_u8s8``, the weight is an int8 constant with
+    zero point 0 and one group; None: not mine (``schedule_qconv.py``'s im2col kernel may take it)."""
     if node.op != "qconv2d" or len(in_types) != 2 or None in in_types:
         return None
     data, weight = in_types
     attrs = dict(node.attrs)
     if (weight.dtype != "int8" or data.dtype not in ("uint8", "int8") or attrs.get("groups", 1) != 1
-            or attrs.get("weight_zero_point", 0) != 0 or data.symbolic or weight.symbolic):
+            or attrs.get("weight_zero_point", 0) != 0 or data.symbolic or weight.symbolic
+            ):
         return None
     lanes = dot_lanes(target)
     if lanes is None:
         return None
+    cb, ob = input_block(data.shape[1], lanes), channel_block(weight.shape[0], lanes)
+    kw = weight.shape[3]
+    # a few channels and a wide window (a 7x7 RGB stem): words of four pixels of a row, read from NCHW
+    planar = (data.shape[1] < PLANAR_CHANNELS and tuple(attrs.get("dilation", (1, 1))) == (1, 1)
+              and data.shape[1] * -(-kw // 4) <= kw)
     new = {"strides": tuple(attrs.get("strides", (1, 1))),
            "padding": tuple(attrs.get("padding", (0, 0, 0, 0))),
            "dilation": tuple(attrs.get("dilation", (1, 1))), "kernel": tuple(weight.shape[2:]),
            "channels": int(weight.shape[0]), "lanes": lanes,
            "data_zero_point": int(attrs.get("data_zero_point", 0))}
-    return AlteredNode("qconv2d_packed", new, inputs=(None, None), outputs=((None, None),),
-                       prepare=(None, ("qconv2d_weight_pack", {"lanes": lanes})), constant_inputs=(1,))
+    zp = new["data_zero_point"] + (128 if data.dtype == "int8" else 0)
+    pack = {"lanes": lanes, "in_block": 0 if planar else cb, "planar": planar}
+    return AlteredNode("qconv2d_nchwc", new, inputs=(None if planar else ("NCHW", f"NCHW{cb}c"), None),
+                       outputs=(("NCHW", f"NCHW{ob}c"),), prepare=(None, ("qconv2d_weight_pack", pack)),
+                       constant_inputs=(1,), extra=zero_point_correction(zp))
 
 
 # ---------------------------------------------------------------------------------------------------
 # the schedule
 
+_TAGS = ("qconv2d_nchwc_pad", "qconv2d_nchwc_gemm", "qconv2d_nchwc")
+
 
 def _stages(group):
-    if group.anchor_op != "qconv2d_packed" or len(group.outputs) != 1:
+    if group.anchor_op != "qconv2d_nchwc" or len(group.outputs) != 1:
         return None
     sch = te.create_schedule([group.outputs[0].op])
-    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp)
-             and st.op.tag in ("qconv2d_im2col", "qconv2d_gemm", "qconv2d_wsum", "qconv2d_packed")}
-    if not {"qconv2d_im2col", "qconv2d_gemm", "qconv2d_packed"} <= set(found):
+    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in _TAGS}
+    if not {"qconv2d_nchwc_gemm", "qconv2d_nchwc"} <= set(found):
         return None
     return sch, found
 
 
-def qconv2d_packed_template(target, group) -> ScheduleTemplate | None:
-    """``cpu.qconv2d.packed``: tiles of ``m`` pixels of a row x ``L`` channels, one ``dot_u8s8`` call
-    each over the whole reduction; None to decline."""
+def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
+    """``cpu.qconv2d_nchwc.direct``: tiles of ``m`` pixels of a row x ``nb`` blocks of ``L`` channels,
+    one ``dot_u8s8`` call over the whole kernel window; None to decline."""
     found = _stages(group)
     if found is None:
         return None
-    _, stages = found
-    gemm = stages["qconv2d_gemm"]
+    gemm = found[1]["qconv2d_nchwc_gemm"]
     n, ob, oh, ow, lanes = (extent(iv) for iv in gemm.op.axis)
-    k4 = extent(gemm.op.reduce_axis[0])
+    steps = 1
+    for iv in gemm.op.reduce_axis:
+        steps *= extent(iv)
     limit = MAX_TILE_PIXELS.get(lanes, 4)
     m = largest_divisor(ow, limit)
     nb_space = divisors(ob, 4)
-    nb = max(d for d in nb_space if d * m <= MAX_ACCUMULATORS.get(lanes, 4)) if lanes in MAX_ACCUMULATORS \
-        else 1
-    space = {"m": divisors(ow, limit), "nb": nb_space, "row_windows": [0, 1]}
-    fallback = {"m": m, "nb": nb, "row_windows": ROW_WINDOWS}
-    return ScheduleTemplate("cpu.qconv2d.packed", space, fallback,
-                            lambda config: build_qconv2d_packed(target, group, config),
-                            flops=2.0 * n * ob * lanes * oh * ow * k4 * 4)
+    budget = MAX_ACCUMULATORS.get(lanes, 4)
+    nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
+    space = {"m": divisors(ow, limit), "nb": nb_space}
+    return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, {"m": m, "nb": nb},
+                            lambda config: build_qconv2d_nchwc(target, group, config),
+                            flops=2.0 * n * ob * lanes * oh * ow * steps)
 
 
-def build_qconv2d_packed(target, group, config: dict):
+def build_qconv2d_nchwc(target, group, config: dict):
     sch, stages = _stages(group)
-    keep = {stages[t].op for t in ("qconv2d_im2col", "qconv2d_gemm", "qconv2d_wsum") if t in stages}
+    keep = {stages[t].op for t in _TAGS[:2] if t in stages}
     for stage in sch.stages:
         if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
             stage.compute_inline()
-    rows = stages["qconv2d_im2col"]
-    kh, kw = stages["qconv2d_packed"].op.attrs["kernel"]
-    rb, ry, rx, q, r = rows.op.axis
-    # q walks (ky, kx, channel block): split so each index is a loop variable, not a division
-    kyx, c4 = rows.split(q, nparts=kh * kw)
-    ky, kx = rows.split(kyx, factor=kw)
-    rows.reorder(rb, ry, ky, kx, rx, c4, r)
-    rows.unroll(r)
-    if "qconv2d_wsum" in stages:
-        schedule_loop_nest(stages["qconv2d_wsum"])
-    gemm = stages["qconv2d_gemm"]
+    if "qconv2d_nchwc_pad" in stages:  # one padded copy of the input, a row per task
+        pad = stages["qconv2d_nchwc_pad"]
+        pb, pcb, py, *_, pc = pad.op.axis
+        pad.parallel(pad.fuse(pb, pcb, py))
+        if len(pad.op.axis) == 5:
+            pad.vectorize(pc)
+    gemm = stages["qconv2d_nchwc_gemm"]
     lanes = extent(gemm.op.axis[-1])
+    m, nb = config["m"], config["nb"]
     out = sch[group.outputs[0].op]
-    # the epilogue runs per tile, on the tile just computed: m pixels x L channels, still in L1
-    b, o, y, x = out.op.axis
-    oo, oi = out.split(o, factor=lanes * config["nb"])
-    xo, xi = out.split(x, factor=config["m"])
-    if config["row_windows"]:
-        # each output row's windows are gathered once, next to the tiles that read them (a row of
-        # windows is ~OW x K bytes: L1 or L2), instead of the whole image's going through memory
-        out.reorder(b, y, oo, xo, oi, xi)
-        row = out.fuse(b, y)
-        out.parallel(row)
-        rows.compute_at(out, row)
-    else:
-        out.reorder(b, oo, y, xo, oi, xi)
-        out.parallel(out.fuse(b, oo, y))
-        rows.parallel(rows.fuse(rb, ry))
-    out.vectorize(xi)
+    b, cb, y, x, o = out.op.axis
+    oo, oi = out.split(o, factor=lanes * nb)
+    ot, ol = out.split(oi, factor=lanes)  # one vector per accumulator block: contiguous, no gather
+    xo, xi = out.split(x, factor=m)
+    # channel blocks outside rows: a block's weights (up to KH*KW*C*L*nb bytes) stay in L2 for its rows
+    out.reorder(b, cb, oo, y, xo, xi, ot, ol)
+    out.parallel(out.fuse(b, cb, oo, y))
+    out.unroll(xi)  # the epilogue on the accumulators where they are, in registers: a loop would
+    out.unroll(ot)  # store them to the stack and read them back (LLVM unrolls only short bodies)
+    out.vectorize(ol)
     gemm.compute_at(out, xo)
     gb, go, gy, gx, j = gemm.op.axis
-    q, r = gemm.op.reduce_axis
-    gemm.reorder(gb, gy, go, gx, j, q, r)
-    intrin = te.backend_intrinsic(target, "dot_u8s8", m=config["m"], k4=extent(q), nb=config["nb"])
+    ky, kx, q, r = gemm.op.reduce_axis
+    gemm.reorder(gb, gy, go, gx, j, ky, kx, q, r)
+    intrin = te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb,
+                                  window=(extent(ky), extent(kx)))
     gemm.tensorize(go, intrin)
     return sch

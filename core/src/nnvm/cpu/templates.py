@@ -20,7 +20,9 @@ from nnvm.cpu.schedule_conv2d import conv2d_template
 from nnvm.cpu.schedule_dense import dense_packed_template, dense_template
 from nnvm.cpu.schedule_depthwise import depthwise_template
 from nnvm.cpu.schedule_nchwc import conv2d_nchwc_template
-from nnvm.cpu.schedule_qconv import qconv2d_packed_template
+from nnvm.cpu.schedule_qconv import qconv2d_nchwc_template
+from nnvm.cpu.schedule_qdense import qdense_packed_template
+from nnvm.cpu.schedule_qdepthwise import qdepthwise_nchwc_template
 from nnvm.cpu.schedule_softmax import row_kernel_template, softmax_template
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import winograd_template
@@ -29,7 +31,9 @@ TemplateBuilder = Callable[[object, object], "ScheduleTemplate | None"]
 
 # (target, group) -> ScheduleTemplate | None, asked in this order.
 TEMPLATE_BUILDERS: list[TemplateBuilder] = [
-    qconv2d_packed_template,  # cpu.qconv2d.packed: 8-bit conv2d, dot_u8s8 tiles over a packed weight
+    qconv2d_nchwc_template,  # cpu.qconv2d_nchwc.direct: 8-bit conv2d on channel-blocked uint8, no im2col
+    qdepthwise_nchwc_template,  # cpu.qdepthwise_nchwc.tiles: 8-bit depthwise, int32 vectors along channels
+    qdense_packed_template,  # cpu.qdense.packed: 8-bit dense, dot_u8s8 tiles over a packed weight
     expand_depthwise_template,  # cpu.expand_depthwise_nchwc.bands: 1x1 expansion + depthwise, per band
     depthwise_nchwc_template,  # cpu.depthwise_conv2d_nchwc.tiles: depthwise NCHW[x]c, 2-D register tiles
     conv2d_nchwc_template,  # cpu.(depthwise_)conv2d_nchwc.direct: blocked layout from layout_choice.py

@@ -235,15 +235,21 @@ def _requantize_infer(in_types, attrs):
             continue
         if t.dtype != dtype:
             raise Error(f"requantize: the {name} must be {dtype}, got {t.dtype}")
-        if t.shape not in ((), (1,), (channels,)):
-            raise Error(f"requantize: the {name} must be a scalar, (1,) or have shape ({channels},) for axis "
-                        f"{axis} of {acc.shape}, got {t.shape}")
+        if t.shape not in ((), (1,), (channels,)) and not _broadcasts(t.shape, acc.shape):
+            raise Error(f"requantize: the {name} must be a scalar, (1,), have shape ({channels},) for axis "
+                        f"{axis} of {acc.shape} or broadcast against it at its rank, got {t.shape}")
     if out != "float32":
         _check_zero_point("requantize", "zero_point", attrs["zero_point"], out)
     lo, hi = attrs["out_min"], attrs["out_max"]
     if lo is not None and hi is not None and lo > hi:
         raise Error(f"requantize: out_min={lo} is above out_max={hi}")
     return [TensorType(acc.shape, out)]
+
+
+def _broadcasts(shape: tuple, data_shape: tuple) -> bool:
+    """A per-element operand of the data's rank (a per-channel one in a blocked layout, where the channel
+    is two axes): each dimension 1 or the data's."""
+    return len(shape) == len(data_shape) > 1 and all(d in (1, e) for d, e in zip(shape, data_shape))
 
 
 def _requantize_compute(inputs, attrs, out_types):
@@ -256,6 +262,8 @@ def _requantize_compute(inputs, attrs, out_types):
     def per_channel(t, i):
         if not shape_of(t):
             return t[()]
+        if _broadcasts(shape_of(t), shape):
+            return t[tuple(te.const(0) if d == 1 else k for d, k in zip(shape_of(t), i))]
         return t[te.const(0)] if shape_of(t) == (1,) and shape[axis] != 1 else t[i[axis]]
 
     def body(*i):
@@ -275,9 +283,13 @@ def _requantize_eval(xs, attrs):
     axis = attrs["axis"] % acc.ndim
     shape = [1] * acc.ndim
     shape[axis] = -1
+
+    def along(t):
+        return t if t.ndim == acc.ndim else t.reshape(shape if t.size > 1 else ())
+
     if len(xs) > 2:
-        acc = acc + xs[2].astype(np.int32).reshape(shape if xs[2].size > 1 else ())
-    v = acc.astype(np.float32) * scale.reshape(shape if scale.size > 1 else ())
+        acc = acc + along(xs[2].astype(np.int32))
+    v = acc.astype(np.float32) * along(scale)
     if attrs["out_dtype"] == "float32":
         return [v]
     a = attrs

@@ -7,7 +7,8 @@ only where a reader needs a layout the value does not have yet, so a transform a
 both appear (``cancel_layout_transforms`` also removes such pairs from an input graph).
 
 Between two altered nodes the layout is carried through elementwise and broadcast operators (bias,
-batch-norm scale and shift, relu, clip, the residual add): their constant operands are reshaped and
+batch-norm scale and shift, relu, clip, the residual add, requantize and the dequantize/quantize around
+an int8 residual add): their constant operands are reshaped and
 transformed by nodes on weights alone, which ``fold_constants`` evaluates at compile time, so
 weights are stored pre-transformed. Any other reader (pooling, reshape, dense, a graph output) gets
 the value back in its original layout through one transform. A chain conv -> bias -> relu -> add
@@ -41,7 +42,10 @@ class AlteredNode:
     per input, ``(op, attrs)`` of a node applied to the re-laid-out input before the new operator
     reads it (a Winograd weight transform, say: on a weight, ``fold_constants`` evaluates it).
     ``constant_inputs`` lists inputs that must be computable from weights alone (so their transform is
-    folded at compile time, not paid per run); when one is not, the node is kept as it is.
+    folded at compile time, not paid per run); when one is not, the node is kept as it is. ``extra``
+    holds ``(k, op, attrs)`` per input the new operator reads beyond the original ones: ``op(attrs)``
+    applied to its (prepared) input ``k``, appended in order (a packed weight's per-channel sums, say:
+    on a weight, folded at compile time too).
     """
 
     op: str
@@ -50,6 +54,7 @@ class AlteredNode:
     outputs: tuple = ()
     prepare: tuple = ()
     constant_inputs: tuple = ()
+    extra: tuple = ()
 
 
 class _Rewriter:
@@ -156,6 +161,10 @@ class _Rewriter:
                     self.nodes.append(Node(prep[0], self.fresh(f"{out}_node"), (ins[k],), (out,),
                                            dict(prep[1])))
                     ins[k] = out
+            for k, op, attrs in spec.extra:
+                out = self.fresh(f"{ins[k]}_{op}")
+                self.nodes.append(Node(op, self.fresh(f"{out}_node"), (ins[k],), (out,), dict(attrs)))
+                ins.append(out)
             self.emit(node, ins, spec.outputs, spec.op, spec.attrs)
             self.altered = True
             return
@@ -174,13 +183,16 @@ class _Rewriter:
         if out_ty is None or len(out_ty.shape) != 4:
             return False
         is_bias = node.op == "bias_add"
-        if is_bias and attrs["axis"] % 4 != 1:
+        # requantize's per-channel operands become blocked ones at the data's rank (which it broadcasts)
+        per_channel = is_bias or node.op == "requantize"
+        if per_channel and attrs["axis"] % 4 != 1:
             return False
-        if not is_bias and ({"axis", "axes"} & attrs.keys()):
+        if not per_channel and ({"axis", "axes"} & attrs.keys()):
             return False  # an axis attribute would mean something else in another layout
         layout = None
         for v in node.inputs:
-            if v and self.graph.types.get(v) == out_ty and self.orig_layout.get(v) == "NCHW":
+            # (shapes, not types: requantize, quantize and dequantize change the dtype)
+            if v and _same_shape(self.graph.types.get(v), out_ty) and self.orig_layout.get(v) == "NCHW":
                 layout = next((lay for lay in self.reps[v] if _BLOCKED_NCHW.match(lay)), None)
                 if layout:
                     break
@@ -192,13 +204,13 @@ class _Rewriter:
             ty = self.graph.types.get(v) if v else None
             if ty is None:
                 return False
-            if ty == out_ty:
+            if _same_shape(ty, out_ty) and v not in self.graph.params:
                 plan.append(("act", v))
                 continue
             if v not in self.graph.params:
                 return False  # a broadcast activation: keep the original layout
-            if is_bias and k == 1:
-                shape4 = (1, channels, 1, 1)
+            if (is_bias and k == 1) or (per_channel and len(ty.shape) == 1):
+                shape4 = (1, ty.shape[0], 1, 1)
             elif len(ty.shape) <= 4:
                 shape4 = (1,) * (4 - len(ty.shape)) + tuple(ty.shape)
                 if any(d not in (1, o) for d, o in zip(shape4, out_ty.shape)):
@@ -251,6 +263,10 @@ class _Rewriter:
         self.nodes.append(Node("reshape", self.fresh(f"{out}_reshape"), (v,), (out,),
                                {"newshape": tuple(shape)}))
         return out
+
+
+def _same_shape(a, b) -> bool:
+    return a is not None and b is not None and tuple(a.shape) == tuple(b.shape)
 
 
 def padded_shape(shape: tuple, src: str, dst: str):

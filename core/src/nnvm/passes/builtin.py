@@ -237,7 +237,8 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
     A node joins the group of a producer when the producer's value is read by this node alone and:
     an elementwise or broadcast node follows anything up to a conv/dense (its epilogue, including a
     residual add and the activation after it); an injective node follows injective groups; a reduction
-    takes its injective inputs. After joining, only the new node's outputs may be read outside the
+    takes its injective inputs (a node with several such producers joins a conv/dense group first, in
+    input order otherwise). After joining, only the new node's outputs may be read outside the
     group, which keeps every group convex (no path leaves it and comes back). A view (``is_view``: a
     concatenation planned in place) stays alone: it has no kernel to fuse into.
     """
@@ -252,7 +253,8 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
         p = get_op(node.op, node.name).pattern
         joined = None
         if level >= 2 and len(node.outputs) == 1 and p <= OpPattern.REDUCTION and not is_view(node):
-            for v in node.inputs:
+            # a conv/dense group first: a residual add is its epilogue whichever operand comes first
+            for v in sorted(node.inputs, key=lambda v: _anchor_rank(v, producers, group_of, pattern)):
                 prod = producers.get(v)
                 if prod is None or len(prod.outputs) != 1 or is_view(prod):
                     continue
@@ -274,11 +276,39 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
             group_of[node.name] = joined
             groups[joined].append(node)
             pattern[joined] = max(pattern[joined], p)
+            if p <= OpPattern.BROADCAST:
+                _absorb_dequantize(node, joined, groups, group_of, producers, consumers, outputs)
     # Execution order: groups ordered by their last member (all inputs of a group are ready then).
     position = {n.name: k for k, n in enumerate(graph.nodes)}
+    groups = [g for g in groups if g]
     groups.sort(key=lambda g: position[g[-1].name])
     order = [n for g in groups for n in g]
     return graph.replace(nodes=tuple(order), groups=tuple(tuple(n.name for n in g) for g in groups))
+
+
+def _absorb_dequantize(node, g: int, groups: list, group_of: dict, producers: dict, consumers: dict,
+                       outputs: set) -> None:
+    """The other operand of an elementwise node that joined group ``g``, when it is a ``dequantize`` alone
+    in its group and read by this node only (an int8 residual add's shortcut), moves into ``g``: the
+    kernel reads the 8-bit bytes instead of a float32 copy written by a kernel of its own. Its inputs
+    are made outside ``g`` (no member's value leaves ``g``), so ``g`` stays convex."""
+    for v in node.inputs:
+        prod = producers.get(v)
+        if prod is None or prod.op != "dequantize" or prod.name not in group_of or v in outputs:
+            continue
+        k = group_of[prod.name]
+        if k == g or len(groups[k]) != 1 or [c.name for c in consumers.get(v, [])] != [node.name]:
+            continue
+        groups[k] = []
+        groups[g].insert(0, prod)
+        group_of[prod.name] = g
+
+
+def _anchor_rank(v, producers: dict, group_of: dict, pattern: list) -> int:
+    """0 for a value made in a group anchored by a conv/dense (``OUT_ELEMWISE_FUSABLE``), else 1."""
+    prod = producers.get(v)
+    g = group_of.get(prod.name) if prod is not None else None
+    return 0 if g is not None and pattern[g] == OpPattern.OUT_ELEMWISE_FUSABLE else 1
 
 
 def _may_join(group_pattern: OpPattern, node_pattern: OpPattern) -> bool:

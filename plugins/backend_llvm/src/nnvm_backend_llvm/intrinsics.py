@@ -54,7 +54,7 @@ def emit_tensor_intrin(cg, call: E.TensorIntrinCall):
     params = call.intrin.params
     if params.get("kernel") == DOT_U8S8_KERNEL:
         p = params
-        return _emit_dot_u8s8(cg, call, p["m"], p["nb"], p["lanes"], p["k4"], p["isa"])
+        return _emit_dot_u8s8(cg, call, p["m"], p["nb"], p["lanes"], p["k4"], p["isa"], p.get("window"))
     if params.get("kernel") != GEMM_KERNEL:
         raise Error(f"kernel {cg.frame.name}: the llvm backend does not implement the tensor intrinsic "
                     f"{call.intrin.name}; use one of te.backend_intrinsic('llvm', ...): "
@@ -128,14 +128,17 @@ DOT_U8S8_KERNEL = "llvm.dot_u8s8"
 DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8}
 
 
-def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened") -> TensorIntrin:
+def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window: tuple | None = None
+             ) -> TensorIntrin:
     """``c[t, i, j] += sum(int32(a[i, q, r]) * int32(b[t, q, j, r]) for q < k4, r < 4)``: ``m`` rows of
     uint8 ``a`` against ``nb`` blocks of ``lanes`` int8 columns of ``b``, packed four consecutive ``r``
     per 32-bit lane, the layout ``vpdpbusd`` reads; ``m x nb`` accumulator vectors stay in registers
     for the whole reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and
     ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
     see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
-    exactly). Every form gives the exact sum, the same bits as ``vpdpbusd``."""
+    exactly). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh, kw)`` adds two
+    outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a convolution's kernel offsets,
+    each with its own strides), so the accumulators stay in registers over the whole window."""
     if isa not in DOT_ISAS:
         raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
                             f"got {isa!r}")
@@ -143,28 +146,47 @@ def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened") -> Tens
         if not isinstance(v, int) or v <= 0:
             raise ScheduleError(f"tensor intrinsic dot_u8s8: {what} must be a positive integer, got {v!r}")
     lanes = DOT_ISAS[isa]
-    a = te.placeholder((m, k4, 4), "uint8", name="a")
-    b = te.placeholder((nb, k4, lanes, 4), "int8", name="b")
     q = te.reduce_axis((0, k4), name="q")
     r = te.reduce_axis((0, 4), name="r")
-    c = te.compute((nb, m, lanes), lambda t, i, j: te.sum(a[i, q, r].astype("int32")
-                                                          * b[t, q, j, r].astype("int32"), axis=[q, r]),
-                   name="c")
+    if window is None:
+        a = te.placeholder((m, k4, 4), "uint8", name="a")
+        b = te.placeholder((nb, k4, lanes, 4), "int8", name="b")
+        c = te.compute((nb, m, lanes), lambda t, i, j: te.sum(a[i, q, r].astype("int32")
+                                                              * b[t, q, j, r].astype("int32"), axis=[q, r]),
+                       name="c")
+        subscripts, tag = "iqr,tqjr->tij", ""
+    else:
+        kh, kw = window
+        if not all(isinstance(v, int) and v > 0 for v in window):
+            raise ScheduleError(f"tensor intrinsic dot_u8s8: window must be two positive integers, "
+                                f"got {window}")
+        a = te.placeholder((m, kh, kw, k4, 4), "uint8", name="a")
+        b = te.placeholder((nb, kh, kw, k4, lanes, 4), "int8", name="b")
+        u = te.reduce_axis((0, kh), name="u")
+        v = te.reduce_axis((0, kw), name="v")
+        c = te.compute((nb, m, lanes), lambda t, i, j: te.sum(
+            a[i, u, v, q, r].astype("int32") * b[t, u, v, q, j, r].astype("int32"), axis=[u, v, q, r]),
+            name="c")
+        subscripts, tag = "iuvqr,tuvqjr->tij", f"x{kh}x{kw}"
 
     def reference(a, b, c):
-        c += np.einsum("iqr,tqjr->tij", a.astype(np.int64), b.astype(np.int64)).astype(c.dtype)
+        c += np.einsum(subscripts, a.astype(np.int64), b.astype(np.int64)).astype(c.dtype)
 
-    return te.decl_tensor_intrin(c, reference, name=f"dot_u8s8_{isa}_{nb}x{m}x{lanes}x{k4}",
+    return te.decl_tensor_intrin(c, reference, name=f"dot_u8s8_{isa}_{nb}x{m}x{lanes}x{k4}{tag}",
                                  params={"kernel": DOT_U8S8_KERNEL, "m": m, "nb": nb, "lanes": lanes,
-                                         "k4": k4, "isa": isa})
+                                         "k4": k4, "isa": isa, "window": window})
 
 
-def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str):
+def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, window=None):
     from nnvm_backend_llvm.codegen_expr import I32, I64
 
     i8, i16 = ir.IntType(8), ir.IntType(16)
-    (sa0, sa1, sa2), (sbt, sb0, sb1, sb2), (sct, sc0, sc1) = [[int(s.value) for s in row]
-                                                              for row in call.strides]
+    rows = [[int(s.value) for s in row] for row in call.strides]
+    if window is None:  # the window axes as loops of one step
+        window = (1, 1)
+        rows[0][1:1] = [0, 0]
+        rows[1][1:1] = [0, 0]
+    (sa0, sau, sav, sa1, sa2), (sbt, sbu, sbv, sb0, sb1, sb2), (sct, sc0, sc1) = rows
     if sa2 != 1 or sb2 != 1 or sb1 != 4 or sc1 != 1:
         raise ScheduleError(f"kernel {cg.frame.name}: {call.intrin.name} needs four consecutive bytes per "
                             f"lane and contiguous lanes (strides a {sa0, sa1, sa2}, b {sbt, sb0, sb1, sb2}, "
@@ -188,7 +210,7 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str):
         words_ty = ir.VectorType(i16, 2 * lanes)
         pmaddubsw = cg.declare("llvm.x86.avx2.pmadd.ub.sw", words_ty, [bytes_ty, bytes_ty])
         pmaddwd = cg.declare("llvm.x86.avx2.pmadd.wd", vty, [words_ty, words_ty])
-    q = E.Var("dot.q")
+    q, u, v = E.Var("dot.q"), E.Var("dot.u"), E.Var("dot.v")
 
     def widened(b, acc, a_word, b_bytes):
         """acc + per lane: sum over its 4 bytes of zext(a) * sext(b), in 16-bit products (exact:
@@ -220,13 +242,19 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str):
         acc = b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [high, b_bytes]), twos]))
         return b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [low, b_bytes]), ones]))
 
+    def offset(b, strides):
+        total = ir.Constant(I64, 0)
+        for var, stride in zip((u, v, q), strides):
+            if stride:
+                total = b.add(total, b.mul(cg.frame.vars[var], ir.Constant(I64, stride)))
+        return total
+
     def body():
         b = cg.builder
-        qq = cg.frame.vars[q]
-        b_off = b.mul(qq, ir.Constant(I64, sb0))
+        b_off = offset(b, (sbu, sbv, sb0))
         weights = [b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, t * sbt))), typ=bytes_ty, align=1)
                    for t in range(nb)]
-        a_off = b.mul(qq, ir.Constant(I64, sa1))
+        a_off = offset(b, (sau, sav, sa1))
         for i in range(m):
             a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
             a_splat = cg.splat(a_word, lanes)
@@ -241,7 +269,10 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str):
                     acc = b.call(vpdpbusd, [acc, a_splat, b.bitcast(b_bytes, vty)])
                 b.store(acc, slot)
 
-    cg.loop(q, I64, ir.Constant(I64, 0), ir.Constant(I64, k4), body)
+    def loop(var, extent, inner):
+        return lambda: cg.loop(var, I64, ir.Constant(I64, 0), ir.Constant(I64, extent), inner)
+
+    loop(u, window[0], loop(v, window[1], loop(q, k4, body)))()
     b = cg.builder
     for t in range(nb):
         for i, slot in enumerate(accs[t]):

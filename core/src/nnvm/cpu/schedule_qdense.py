@@ -1,0 +1,228 @@
+"""8-bit dense on CPUs with a byte dot product: ``qdense`` as ``qdense_packed``.
+
+The layout pass (``alter_qdense``) rewrites a ``qdense`` of 8-bit data ``[M, K]`` and a constant int8
+weight ``[N, K]`` with zero point 0 into ``qdense_packed`` over the weight packed at compile time by
+``qdense_weight_pack`` as ``[N/L, K/4, L, 4]`` (zeros past N and K): the layout ``dot_u8s8`` reads, ``L``
+outputs of four consecutive ``k`` per vector. The loop program (``cpu.qdense.packed``)::
+
+    parallel for i_outer, n_outer:                   # tiles of m rows x nb blocks of L outputs
+      acc[nb, m, L] = 0
+      for q in K/4:                                  # one dot_u8s8 call: m x nb accumulators in
+        acc += x[i, 4q:4q+4] . w[n, q]               # registers, each weight vector read once
+      for i_inner: vectorized for n_inner:
+        y[i, n] = epilogue(acc - zp * wsum[n])       # requantize (bias, ReLU) or float out; zp * wsum:
+                                                     # dot_zero_point_correction, folded at compile time
+
+At batch 1 (a classifier, a decoder step) it reads the weight once, front to back; for the rows of a
+transformer's dynamically quantized MatMul each weight vector serves ``m`` rows. The data is read in
+place when it is uint8 with ``K`` a multiple of 4; int8 data (moved to uint8 by adding 128, its zero
+point with it) or a ragged ``K`` (padded with the zero point) goes through one small copy first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnvm import te
+from nnvm.autotune import ScheduleTemplate
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
+from nnvm.cpu.schedule_qconv import (
+    MAX_ACCUMULATORS,
+    MAX_TILE_PIXELS,
+    check_correction,
+    dot_lanes,
+    zero_point_correction,
+)
+from nnvm.errors import Error
+from nnvm.generic_schedule import schedule_loop_nest
+from nnvm.graph.ir import TensorType
+from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
+from nnvm.ops.registry import Attr, OpDef, OpPattern
+from nnvm.passes.alter_op_layout import AlteredNode
+from nnvm.te.tensor import ComputeOp
+
+
+def _packed_shape(weight_shape: tuple, lanes: int) -> tuple:
+    n, k = weight_shape
+    return (-(-n // lanes), -(-k // 4), lanes, 4)
+
+
+def _pack_infer(in_types, attrs):
+    (w,) = require_inputs("qdense_weight_pack", in_types, ("weight",))
+    if w.dtype != "int8" or len(w.shape) != 2:
+        raise Error(f"qdense_weight_pack: expects an int8 [N, K] weight, got {w.dtype}{list(w.shape)}")
+    return [TensorType(_packed_shape(w.shape, attrs["lanes"]), "int8")]
+
+
+def _pack_compute(inputs, attrs, out_types):
+    (w,) = inputs
+    n, k = shape_of(w)
+    lanes = attrs["lanes"]
+
+    def body(ob, q, j, r):
+        row, col = ob * lanes + j, q * 4 + r
+        return te.if_then_else(te.all_of(row < n, col < k), w[row, col], te.const(0, "int8"))
+
+    return [te.compute(out_types[0].shape, body, name="qdense_weight_pack", tag="injective")]
+
+
+def _pack_eval(xs, attrs):
+    w = xs[0]
+    ob, k4, lanes, _ = _packed_shape(w.shape, attrs["lanes"])
+    full = np.zeros((ob * lanes, k4 * 4), np.int8)
+    full[: w.shape[0], : w.shape[1]] = w
+    return [full.reshape(ob, lanes, k4, 4).transpose(0, 2, 1, 3)]
+
+
+QDENSE_WEIGHT_PACK = OpDef(
+    "qdense_weight_pack", _pack_infer, _pack_compute, OpPattern.INJECTIVE, attrs={"lanes": Attr(int)},
+    num_inputs=(1, 1), evaluate=checked_evaluate(_pack_infer, _pack_eval),
+    doc="an int8 [N, K] weight as [N/L, K/4, L, 4] for dot_u8s8 (zeros past N and K)")
+
+
+def _infer(in_types, attrs):
+    data, packed = require_inputs("qdense_packed", in_types[:2], ("data", "packed_weight"))
+    if data.dtype not in ("uint8", "int8") or packed.dtype != "int8" or len(data.shape) != 2:
+        raise Error(f"qdense_packed: expects 8-bit [M, K] data and an int8 packed weight, got "
+                    f"{data.dtype}{list(data.shape)} and {packed.dtype}{list(packed.shape)}")
+    n = attrs["units"]
+    if tuple(packed.shape) != _packed_shape((n, data.shape[1]), attrs["lanes"]):
+        raise Error(f"qdense_packed: the packed weight {list(packed.shape)} does not fit "
+                    f"{[n, data.shape[1]]}")
+    check_correction("qdense_packed", in_types, attrs, data.dtype, packed.shape[0] * packed.shape[2])
+    return [TensorType((data.shape[0], n), "int32")]
+
+
+def _compute(inputs, attrs, out_types):
+    data, packed = inputs[:2]
+    m, k = shape_of(data)
+    ob, k4, lanes, _ = shape_of(packed)
+    signed = data.dtype == "int8"
+    zp = attrs["data_zero_point"] + (128 if signed else 0)
+    if signed or k % 4:
+        def prep(i, c):
+            v = data[i, c]
+            v = (v.astype("int32") + te.const(128, "int32")).astype("uint8") if signed else v
+            return te.if_then_else(c < k, v, te.const(zp, "uint8"))
+
+        src = te.compute((m, k4 * 4), prep, name="qdense_packed_data", tag="qdense_packed_data")
+    else:
+        src = data
+    q = te.reduce_axis((0, k4), name="q")
+    r = te.reduce_axis((0, 4), name="r")
+    gemm = te.compute((ob, m, lanes), lambda o, i, j: te.sum(
+        src[i, q * 4 + r].astype("int32") * packed[o, q, j, r].astype("int32"), axis=[q, r]),
+        name="qdense_packed_gemm", tag="qdense_packed_gemm")
+    workload = {"data_shape": (m, k), "units": attrs["units"], "lanes": lanes, "data_dtype": data.dtype,
+                "data_zero_point": zp}
+    if zp == 0:
+        def body(i, n):
+            return gemm[n // lanes, i, n % lanes]
+    else:
+        correction = inputs[2]
+
+        def body(i, n):
+            return gemm[n // lanes, i, n % lanes] - correction[n]
+
+    return [te.compute(out_types[0].shape, body, name="qdense_packed", tag="qdense_packed",
+                       attrs={"workload": workload, **workload})]
+
+
+def _eval(xs, attrs):
+    data, packed = xs[:2]
+    ob, k4, lanes, _ = packed.shape
+    weight = packed.transpose(0, 2, 1, 3).reshape(ob * lanes, k4 * 4)[: attrs["units"], : data.shape[1]]
+    x = data.astype(np.int64) - attrs["data_zero_point"]
+    return [(x @ weight.astype(np.int64).T).astype(np.int32)]
+
+
+QDENSE_PACKED = OpDef(
+    "qdense_packed", _infer, _compute, OpPattern.OUT_ELEMWISE_FUSABLE,
+    attrs={"units": Attr(int), "lanes": Attr(int), "data_zero_point": Attr(int, 0)},
+    num_inputs=(2, 3), evaluate=checked_evaluate(_infer, _eval),
+    doc="qdense (weight zero point 0) over a weight packed by qdense_weight_pack (and, with a data zero "
+        "point, its dot_zero_point_correction)")
+
+
+def alter_qdense(target, node, in_types) -> AlteredNode | None:
+    """qdense -> qdense_packed where the backend has ``dot_u8s8`` and the weight is an int8 constant with
+    zero point 0; None: not mine (the generic schedule runs it, exactly)."""
+    if node.op != "qdense" or len(in_types) != 2 or None in in_types:
+        return None
+    data, weight = in_types
+    attrs = dict(node.attrs)
+    if (weight.dtype != "int8" or data.dtype not in ("uint8", "int8") or attrs.get("weight_zero_point", 0)
+            or data.symbolic or weight.symbolic):
+        return None
+    lanes = dot_lanes(target)
+    if lanes is None:
+        return None
+    new = {"units": int(weight.shape[0]), "lanes": lanes,
+           "data_zero_point": int(attrs.get("data_zero_point", 0))}
+    zp = new["data_zero_point"] + (128 if data.dtype == "int8" else 0)
+    return AlteredNode("qdense_packed", new, inputs=(None, None), outputs=((None, None),),
+                       prepare=(None, ("qdense_weight_pack", {"lanes": lanes})), constant_inputs=(1,),
+                       extra=zero_point_correction(zp))
+
+
+# ---------------------------------------------------------------------------------------------------
+# the schedule
+
+_TAGS = ("qdense_packed_data", "qdense_packed_gemm", "qdense_packed")
+
+
+def _stages(group):
+    if group.anchor_op != "qdense_packed" or len(group.outputs) != 1:
+        return None
+    sch = te.create_schedule([group.outputs[0].op])
+    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in _TAGS}
+    if not {"qdense_packed_gemm", "qdense_packed"} <= set(found):
+        return None
+    return sch, found
+
+
+def qdense_packed_template(target, group) -> ScheduleTemplate | None:
+    """``cpu.qdense.packed``: tiles of ``m`` rows x ``nb`` blocks of ``L`` outputs, one ``dot_u8s8`` call
+    each over the whole reduction; None to decline."""
+    found = _stages(group)
+    if found is None:
+        return None
+    gemm = found[1]["qdense_packed_gemm"]
+    ob, rows, lanes = (extent(iv) for iv in gemm.op.axis)
+    k4 = extent(gemm.op.reduce_axis[0])
+    m = largest_divisor(rows, MAX_TILE_PIXELS.get(lanes, 4))
+    budget = MAX_ACCUMULATORS.get(lanes, 4)
+    nb_space = divisors(ob, 8)
+    fitting = [d for d in nb_space if d * m <= budget]
+    nb = max(fitting) if fitting else 1
+    space = {"m": divisors(rows, MAX_TILE_PIXELS.get(lanes, 4)), "nb": nb_space}
+    return ScheduleTemplate("cpu.qdense.packed", space, {"m": m, "nb": nb},
+                            lambda config: build_qdense_packed(target, group, config),
+                            flops=2.0 * ob * lanes * rows * k4 * 4)
+
+
+def build_qdense_packed(target, group, config: dict):
+    sch, stages = _stages(group)
+    keep = {stages[t].op for t in _TAGS[:2] if t in stages}
+    for stage in sch.stages:
+        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
+            stage.compute_inline()
+    if "qdense_packed_data" in stages:
+        schedule_loop_nest(stages["qdense_packed_data"])
+    gemm = stages["qdense_packed_gemm"]
+    lanes = extent(gemm.op.axis[-1])
+    m, nb = config["m"], config["nb"]
+    out = sch[group.outputs[0].op]
+    i, n = out.op.axis
+    no, ni = out.split(n, factor=lanes * nb)
+    nt, nl = out.split(ni, factor=lanes)  # one vector per accumulator block: contiguous, no gather
+    io, ii = out.split(i, factor=m)
+    out.reorder(io, no, ii, nt, nl)
+    out.parallel(out.fuse(io, no))
+    out.vectorize(nl)
+    gemm.compute_at(out, out.leaf_iter_vars[0])
+    go, gi, j = gemm.op.axis
+    q, r = gemm.op.reduce_axis
+    gemm.reorder(go, gi, j, q, r)
+    gemm.tensorize(go, te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb))
+    return sch
