@@ -111,7 +111,6 @@ def test_dot_u8s8_intrinsic_is_exact_in_every_form(isa):
     form's instructions, compiled for it and run:
     saturating bytes (255 against 127 and -128), two channel blocks, against int64 numpy and against the
     reference interpreter's run of the same program."""
-    from nnvm.tir.interpreter import run_primfunc
     from nnvm_backend_llvm.intrinsics import DOT_ISAS, dot_u8s8
 
     lanes, m, nb, k4 = DOT_ISAS[isa], 3, 2, 5
@@ -131,16 +130,24 @@ def test_dot_u8s8_intrinsic_is_exact_in_every_form(isa):
     b = rng.integers(-128, 128, (nb, k4, lanes, 4)).astype(np.int8)
     a[0], b[0, :, 0], b[1, :, 1] = 255, 127, -128
     want = np.einsum("iqr,tqjr->tij", a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    _interpreted_and_run(s, (A, B, C), a, b, want, isa, f"dot_u8s8 {isa}")
+
+
+def _interpreted_and_run(s, tensors, a, b, want, isa, what):
+    """The tensorized product through the TIR interpreter, and compiled and run where the host has the
+    instructions ``isa`` names: both equal to ``want``."""
+    from nnvm.tir.interpreter import run_primfunc
+
     interpreted = np.zeros(want.shape, np.int32)
-    run_primfunc(nnvm.lower(s, [A, B, C]), [a, b, interpreted])
+    run_primfunc(nnvm.lower(s, list(tensors)), [a, b, interpreted])
     np.testing.assert_array_equal(interpreted, want)
     needs = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2": "avx2"}.get(isa)
     host = parse_target("llvm")
     if needs is None or needs in host.backend.code_features(host.backend.resolve(host)):
-        f = nnvm.build(s, [A, B, C], target="llvm")
+        f = nnvm.build(s, list(tensors), target="llvm")
         got = np.zeros(want.shape, np.int32)
         f(a, b, got)
-        np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa}")
+        np.testing.assert_array_equal(got, want, err_msg=what)
 
 
 def _blocked_chain():
@@ -229,7 +236,6 @@ def test_dot_u8s8_window_form_is_exact(isa):
     """``window=(kh, kw)``: two more reduction axes inside one call, the activation read through a
     convolution's strides (rows of a padded image, pixels ``stride`` apart), saturating bytes; run by
     the reference interpreter and, where this CPU has the form's instructions, compiled and run."""
-    from nnvm.tir.interpreter import run_primfunc
     from nnvm_backend_llvm.intrinsics import DOT_ISAS, dot_u8s8
 
     lanes, m, nb, k4, kh, kw, stride = DOT_ISAS[isa], 3, 2, 2, 3, 2, 2
@@ -252,13 +258,4 @@ def test_dot_u8s8_window_form_is_exact(isa):
     want = np.einsum("iuvc,tuvjc->tij", windows.reshape(m, kh, kw, k4 * 4).astype(np.int64),
                      b.reshape(nb, kh, kw, k4, lanes, 4).transpose(0, 1, 2, 4, 3, 5)
                      .reshape(nb, kh, kw, lanes, k4 * 4).astype(np.int64)).astype(np.int32)
-    interpreted = np.zeros(want.shape, np.int32)
-    run_primfunc(nnvm.lower(s, [A, B, C]), [a, b, interpreted])
-    np.testing.assert_array_equal(interpreted, want)
-    needs = {"avx512vnni": "avx512vnni", "avxvnni": "avxvnni", "avx2": "avx2"}.get(isa)
-    host = parse_target("llvm")
-    if needs is None or needs in host.backend.code_features(host.backend.resolve(host)):
-        f = nnvm.build(s, [A, B, C], target="llvm")
-        got = np.zeros(want.shape, np.int32)
-        f(a, b, got)
-        np.testing.assert_array_equal(got, want, err_msg=f"dot_u8s8 {isa} window")
+    _interpreted_and_run(s, (A, B, C), a, b, want, isa, f"dot_u8s8 {isa} window")

@@ -48,6 +48,17 @@ def sole_anchor(sch, tag: str):
     return anchors[0]
 
 
+def tagged_stages(group, anchor: str, tags: tuple, required: tuple):
+    """``(schedule, {tag: stage})`` of a one-output group anchored by ``anchor``, holding the compute
+    stages tagged ``tags`` (all of ``required`` among them), else None: how the 8-bit templates find
+    their stages."""
+    if group.anchor_op != anchor or len(group.outputs) != 1:
+        return None
+    sch = te.create_schedule([group.outputs[0].op])
+    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in tags}
+    return (sch, found) if set(required) <= set(found) else None
+
+
 def inline_epilogue(sch, keep) -> None:
     """Inline every compute stage that is not an output and whose op is not in ``keep`` (the anchor and
     the padded inputs that stay materialized): the epilogue then runs on the anchor's registers."""

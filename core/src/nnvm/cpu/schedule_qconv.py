@@ -46,7 +46,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, tagged_stages
 from nnvm.errors import Error, ScheduleError
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
@@ -413,13 +413,7 @@ _TAGS = ("qconv2d_nchwc_pad", "qconv2d_nchwc_gemm", "qconv2d_nchwc")
 
 
 def _stages(group):
-    if group.anchor_op != "qconv2d_nchwc" or len(group.outputs) != 1:
-        return None
-    sch = te.create_schedule([group.outputs[0].op])
-    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in _TAGS}
-    if not {"qconv2d_nchwc_gemm", "qconv2d_nchwc"} <= set(found):
-        return None
-    return sch, found
+    return tagged_stages(group, "qconv2d_nchwc", _TAGS, _TAGS[1:])
 
 
 def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, tagged_stages
 from nnvm.cpu.schedule_qconv import (
     MAX_ACCUMULATORS,
     MAX_TILE_PIXELS,
@@ -172,13 +172,7 @@ _TAGS = ("qdense_packed_data", "qdense_packed_gemm", "qdense_packed")
 
 
 def _stages(group):
-    if group.anchor_op != "qdense_packed" or len(group.outputs) != 1:
-        return None
-    sch = te.create_schedule([group.outputs[0].op])
-    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in _TAGS}
-    if not {"qdense_packed_gemm", "qdense_packed"} <= set(found):
-        return None
-    return sch, found
+    return tagged_stages(group, "qdense_packed", _TAGS, _TAGS[1:])
 
 
 def qdense_packed_template(target, group) -> ScheduleTemplate | None:

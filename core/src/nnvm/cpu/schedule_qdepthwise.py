@@ -25,7 +25,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, vector_lanes
+from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, tagged_stages, vector_lanes
 from nnvm.cpu.schedule_qconv import channel_block, dot_lanes
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
@@ -171,14 +171,8 @@ def alter_qdepthwise(target, node, in_types) -> AlteredNode | None:
 
 
 def _stages(group):
-    if group.anchor_op != "qdepthwise_nchwc" or len(group.outputs) != 1:
-        return None
-    sch = te.create_schedule([group.outputs[0].op])
-    found = {st.op.tag: st for st in sch.stages if isinstance(st.op, ComputeOp)
-             and st.op.tag in ("qdepthwise_nchwc_pad", "qdepthwise_nchwc")}
-    if "qdepthwise_nchwc" not in found:
-        return None
-    return sch, found
+    return tagged_stages(group, "qdepthwise_nchwc", ("qdepthwise_nchwc_pad", "qdepthwise_nchwc"),
+                         ("qdepthwise_nchwc",))
 
 
 def qdepthwise_nchwc_template(target, group) -> ScheduleTemplate | None:
