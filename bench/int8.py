@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -62,7 +61,7 @@ def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: f
     import numpy as np
 
     import nnvm
-    from nnvm.bench import alternate_times, blocks_times, onnxruntime_session
+    from nnvm.bench import onnxruntime_session
     from nnvm_testing.frontend_onnx import models, quantized
 
     load = os.getloadavg()[0]
@@ -83,15 +82,10 @@ def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: f
         result[f"{who}_same_top1"] = bool(got.argmax() == want.argmax())
     fns = [lambda: int8.run(**feeds), lambda: f32.run(**feeds), lambda: sess.run(None, feeds),
            lambda: request.infer(feeds)]
-    one = max(min(t) for t in alternate_times(fns, 2, warmup=1))
-    n = max(3, min(repeat, round(1e3 * block_seconds / max(one, 1e-3))))
-    blocks = blocks_times(fns, n, rounds, warmup=2)
-    steady = zoo.steady_rounds(blocks, lambda: blocks_times(fns, n, 1, warmup=2), rounds)
-    result["repeat"], result["steady_rounds"] = n, len(steady[0])
+    result["repeat"], result["steady_rounds"], times = zoo.steady_medians(fns, repeat, rounds, block_seconds)
     result["load"] = sorted((load, os.getloadavg()[0]))  # one-minute load averages, before and after
-    for who, per in zip(RUNTIMES, steady):
-        result[f"{who}_ms"] = statistics.median(statistics.median(b) for b in per)
-        result[f"{who}_best_ms"] = min(min(b) for b in per)
+    for who, (median, best) in zip(RUNTIMES, times):
+        result[f"{who}_ms"], result[f"{who}_best_ms"] = median, best
     result["vs_ort_int8"] = result["nnvm_int8_ms"] / result["ort_int8_ms"]
     result["vs_openvino_int8"] = result["nnvm_int8_ms"] / result["openvino_int8_ms"]
     return result

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 
@@ -55,7 +54,7 @@ def measure(name: str, path: str, threads: int, repeat: int, rounds: int, block_
     import numpy as np
 
     import nnvm
-    from nnvm.bench import alternate_times, blocks_times, onnxruntime_session, profile
+    from nnvm.bench import onnxruntime_session, profile
 
     load = os.getloadavg()[0]
     untuned = nnvm.compile(path, target="llvm", tuning_log=False)
@@ -85,15 +84,10 @@ def measure(name: str, path: str, threads: int, repeat: int, rounds: int, block_
 
     fns = [lambda: untuned.run(**feeds), lambda: shipped.run(**feeds), lambda: sess.run(None, feeds),
            lambda: request.infer(feeds)]
-    one = max(min(t) for t in alternate_times(fns, 2, warmup=1))
-    n = max(3, min(repeat, round(1e3 * block_seconds / max(one, 1e-3))))
-    blocks = blocks_times(fns, n, rounds, warmup=2)
-    steady = zoo.steady_rounds(blocks, lambda: blocks_times(fns, n, 1, warmup=2), rounds)
-    result["repeat"], result["steady_rounds"] = n, len(steady[0])
+    result["repeat"], result["steady_rounds"], times = zoo.steady_medians(fns, repeat, rounds, block_seconds)
     result["load"] = sorted((load, os.getloadavg()[0]))  # one-minute load averages, before and after
-    for who, per in zip(RUNTIMES, steady):
-        result[f"{who}_ms"] = statistics.median(statistics.median(b) for b in per)
-        result[f"{who}_best_ms"] = min(min(b) for b in per)
+    for who, (median, best) in zip(RUNTIMES, times):
+        result[f"{who}_ms"], result[f"{who}_best_ms"] = median, best
     if kernels:
         rows = profile(untuned, feeds, 3)
         result["slowest_kernels"] = [{k: r[k] for k in ("group", "ms", "share", "gflops")}

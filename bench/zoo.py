@@ -167,6 +167,22 @@ def steady_rounds(blocks: list, one_more, rounds: int) -> list:
     return [[per[r] for r in kept] for per in blocks]
 
 
+
+def steady_medians(fns: list, repeat: int, rounds: int, block_seconds: float) -> tuple[int, int, list]:
+    """``(runs a block, steady rounds, [(median ms, best ms) per runtime])``: ``fns`` timed in blocks of
+    their own, about ``block_seconds`` long (at most ``repeat`` runs), alternated ``rounds`` times, medians
+    of the blocks' medians over the ``steady_rounds`` only. What bench/transformers.py and bench/int8.py
+    measure."""
+    from nnvm.bench import alternate_times, blocks_times
+
+    one = max(min(t) for t in alternate_times(fns, 2, warmup=1))
+    n = max(3, min(repeat, round(1e3 * block_seconds / max(one, 1e-3))))
+    blocks = blocks_times(fns, n, rounds, warmup=2)
+    steady = steady_rounds(blocks, lambda: blocks_times(fns, n, 1, warmup=2), rounds)
+    medians = [statistics.median(statistics.median(b) for b in per) for per in steady]
+    return n, len(steady[0]), [(m, min(min(b) for b in per)) for m, per in zip(medians, steady)]
+
+
 def measure_in_child(path: str, args) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--threads", str(args.threads),
            "--repeat", str(args.repeat), "--rounds", str(args.rounds), "--block-seconds",
