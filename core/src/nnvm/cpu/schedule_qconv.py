@@ -46,14 +46,13 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, tagged_stages
+from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, largest_divisor, tagged_stages
 from nnvm.errors import Error, ScheduleError
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.nn import _conv2d_eval, conv2d_geometry
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_op_layout import AlteredNode
-from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
 MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving registers for operands
@@ -441,9 +440,7 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
 def build_qconv2d_nchwc(target, group, config: dict):
     sch, stages = _stages(group)
     keep = {stages[t].op for t in _TAGS[:2] if t in stages}
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
-            stage.compute_inline()
+    inline_epilogue(sch, keep)
     if "qconv2d_nchwc_pad" in stages:  # one padded copy of the input, a row per task
         pad = stages["qconv2d_nchwc_pad"]
         pb, pcb, py, *_, pc = pad.op.axis

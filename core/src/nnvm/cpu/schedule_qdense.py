@@ -25,7 +25,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, tagged_stages
+from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, largest_divisor, tagged_stages
 from nnvm.cpu.schedule_qconv import (
     MAX_ACCUMULATORS,
     MAX_TILE_PIXELS,
@@ -39,7 +39,6 @@ from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_op_layout import AlteredNode
-from nnvm.te.tensor import ComputeOp
 
 
 def _packed_shape(weight_shape: tuple, lanes: int) -> tuple:
@@ -198,9 +197,7 @@ def qdense_packed_template(target, group) -> ScheduleTemplate | None:
 def build_qdense_packed(target, group, config: dict):
     sch, stages = _stages(group)
     keep = {stages[t].op for t in _TAGS[:2] if t in stages}
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
-            stage.compute_inline()
+    inline_epilogue(sch, keep)
     if "qdense_packed_data" in stages:
         schedule_loop_nest(stages["qdense_packed_data"])
     gemm = stages["qdense_packed_gemm"]

@@ -25,7 +25,14 @@ import numpy as np
 
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
-from nnvm.cpu.schedule_helpers import divisors, extent, largest_divisor, tagged_stages, vector_lanes
+from nnvm.cpu.schedule_helpers import (
+    divisors,
+    extent,
+    inline_epilogue,
+    largest_divisor,
+    tagged_stages,
+    vector_lanes,
+)
 from nnvm.cpu.schedule_qconv import channel_block, dot_lanes
 from nnvm.errors import Error
 from nnvm.graph.ir import TensorType
@@ -33,7 +40,6 @@ from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.nn import _conv2d_eval, conv2d_geometry
 from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_op_layout import AlteredNode
-from nnvm.te.tensor import ComputeOp
 
 MAX_TILE_PIXELS = 8  # accumulator vectors per tile
 PAD_AT = "row"  # where the padded input is made: per output row, in L1 ("row"), or one copy ("root")
@@ -198,9 +204,7 @@ def build_qdepthwise_nchwc(target, group, config: dict):
     sch, stages = _stages(group)
     conv = stages["qdepthwise_nchwc"]
     keep = {conv.op} | ({stages["qdepthwise_nchwc_pad"].op} if "qdepthwise_nchwc_pad" in stages else set())
-    for stage in sch.stages:
-        if isinstance(stage.op, ComputeOp) and not stage.is_output and stage.op not in keep:
-            stage.compute_inline()
+    inline_epilogue(sch, keep)
     lanes = vector_lanes(target)
     out = sch[group.outputs[0].op]
     b, cb, y, x, c = out.op.axis
