@@ -246,16 +246,10 @@ def _symbolic_limit(var: E.Var, cond, ranges: dict):
     """The largest ``var`` (an expression of dims) for which ``cond`` (``a < b`` or ``<=``, ``>``,
     ``>=``, linear in ``var`` with a positive coefficient) holds whatever the other loops' values, or
     None; ``_upper_limit`` for a bound that is a dim."""
-    if not isinstance(cond, E.BinOp) or cond.op not in ("lt", "le", "gt", "ge"):
+    found = _guard_linear(var, cond, ranges)
+    if found is None:
         return None
-    a, b = (cond.a, cond.b) if cond.op in ("lt", "le") else (cond.b, cond.a)
-    if not (E.is_int(a.dtype) and E.is_int(b.dtype)):
-        return None
-    simp = Simplifier(ranges)
-    diff = simp.linear(E.BinOp("sub", a, b, a.dtype))
-    if diff is None:
-        return None
-    coef = diff.terms.get(var, 0)
+    simp, diff, coef = found
     if coef <= 0:
         return None
     worst, dims = diff.const + (1 if cond.op in ("lt", "gt") else 0), []
@@ -319,19 +313,26 @@ def _conjuncts(cond) -> list:
     return [cond]
 
 
-def _upper_limit(var: E.Var, cond, ranges: dict) -> int | None:
-    """The largest ``var`` with ``cond`` true for all values of the other variables, for ``cond``
-    of the form ``a < b`` (or ``<=``, ``>``, ``>=``) linear in ``var`` with a positive coefficient."""
+def _guard_linear(var: E.Var, cond, ranges: dict):
+    """``(simplifier over ranges, diff, var's coefficient in diff)`` for an integer comparison ``cond``
+    read as ``diff < 0`` (``lt``, ``gt``) or ``diff <= 0`` (``le``, ``ge``), ``diff`` linear; else None."""
     if not isinstance(cond, E.BinOp) or cond.op not in ("lt", "le", "gt", "ge"):
         return None
     a, b = (cond.a, cond.b) if cond.op in ("lt", "le") else (cond.b, cond.a)
     if not (E.is_int(a.dtype) and E.is_int(b.dtype)):
         return None
     simp = Simplifier(ranges)
-    diff = simp.linear(E.BinOp("sub", a, b, a.dtype))  # cond: diff < 0 (lt) or diff <= 0 (le)
-    if diff is None:
+    diff = simp.linear(E.BinOp("sub", a, b, a.dtype))
+    return None if diff is None else (simp, diff, diff.terms.get(var, 0))
+
+
+def _upper_limit(var: E.Var, cond, ranges: dict) -> int | None:
+    """The largest ``var`` with ``cond`` true for all values of the other variables, for ``cond``
+    of the form ``a < b`` (or ``<=``, ``>``, ``>=``) linear in ``var`` with a positive coefficient."""
+    found = _guard_linear(var, cond, ranges)
+    if found is None:
         return None
-    coef = diff.terms.get(var, 0)
+    simp, diff, coef = found
     rest = diff.plus(Linear(diff.dtype, 0, {var: coef}), -1)
     if coef <= 0 or any(var in free_vars(t) for t in rest.terms):
         return None
