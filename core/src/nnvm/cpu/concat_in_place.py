@@ -10,8 +10,8 @@ read one contiguous tensor. GoogLeNet's and SqueezeNet's concatenations stop cop
 
 A value can lie inside several concatenations only at one place: DenseNet's layer ``k`` concatenates
 the first ``k`` of the features its block's last layer concatenates, so every layer's input is the
-front of one block. The pass ties values together as it marks (a union-find with offsets, the same
-walk ``make_plan`` does) and leaves a concatenation a copy where that would put one value at two
+front of one block. The pass ties values together as it marks (``runtime.plan.ViewPlaces``, the
+walk ``make_plan`` does again) and leaves a concatenation a copy where that would put one value at two
 places or two values on the same bytes. It also leaves one alone where an input is not a kernel's
 output of its own (a graph input, a weight, a graph output, the same value twice), where the
 output is a graph output, and on graphs with symbolic dims (plans per binding place values afresh).
@@ -30,6 +30,7 @@ from nnvm.cpu import serves
 from nnvm.cpu.switches import enabled
 from nnvm.graph.dims import Dim
 from nnvm.passes.builtin import fuse_ops
+from nnvm.runtime.plan import ViewPlaces
 
 
 def concat_in_place(graph, ctx=None):
@@ -42,13 +43,13 @@ def concat_in_place(graph, ctx=None):
     producers = graph.producers()
     outputs = set(graph.outputs)
     starts = {g[0] for g in fuse_ops(graph, ctx).groups}  # nodes that start a kernel of their own
-    places = _Places()
+    places = ViewPlaces()
     nodes = []
     for node in graph.nodes:
         if node.op != "concatenate" or node.name not in starts:
             nodes.append(node)
             continue
-        if _eligible(graph, node, producers, outputs) and places.tie(graph, node):
+        if _eligible(graph, node, producers, outputs) and places.tie(graph, node) is None:
             node = node.replace(attrs={**node.attrs, "in_place": True})
         nodes.append(node)
     return graph.replace(nodes=tuple(nodes))
@@ -63,52 +64,3 @@ def _eligible(graph, node, producers, outputs) -> bool:
     if len(set(node.inputs)) != len(node.inputs):
         return False
     return all(v in producers and v not in outputs and v not in graph.params for v in node.inputs)
-
-
-class _Places:
-    """Where the marked concatenations put each value: value -> (value it lies in, byte offset)."""
-
-    def __init__(self):
-        self.parent: dict = {}
-        self.views: set = set()
-
-    def find(self, v):
-        offset = 0
-        while v in self.parent:
-            v, step = self.parent[v]
-            offset += step
-        return v, offset
-
-    def tie(self, graph, node) -> bool:
-        """Record ``node``'s inputs inside its output and return True, or change nothing and return False
-        when that would contradict what is recorded."""
-        saved = dict(self.parent)
-        out, at = node.outputs[0], 0
-        for v in node.inputs:
-            root_in, off_in = self.find(v)
-            root_out, off_out = self.find(out)
-            if root_in == root_out:
-                if off_in != off_out + at:
-                    self.parent = saved
-                    return False
-            else:
-                self.parent[root_in] = (root_out, off_out + at - off_in)
-            at += graph.type_of(v).nbytes
-        if self._overlaps(graph, self.views | {out}):
-            self.parent = saved
-            return False
-        self.views.add(out)
-        return True
-
-    def _overlaps(self, graph, views) -> bool:
-        """Whether two values no view makes (kernels write them) would share bytes."""
-        spans: dict = {}
-        for v in self.parent:
-            if v not in views:
-                root, offset = self.find(v)
-                spans.setdefault(root, []).append((offset, graph.type_of(v).nbytes))
-        for found in spans.values():
-            found.sort()
-            if any(o2 < o1 + s1 for (o1, s1), (o2, _) in zip(found, found[1:])):
-                return True
-        return False

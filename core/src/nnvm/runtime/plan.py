@@ -107,50 +107,74 @@ def inplace_input(graph: Graph, call: dict, producers: dict) -> str | None:
     return None
 
 
-def view_placements(graph: Graph, calls: list) -> dict:
-    """value -> (block, byte offset in the block) for every value the views tie together (see the module
-    docstring); a block is named by one of its values. Raises ``Error`` where two values the kernels
-    write would share bytes (the pass that marks views must never let that happen)."""
-    by_name = {n.name: n for n in graph.nodes}
-    parent: dict = {}  # value -> (value it is placed in, byte offset there); roots absent
+class ViewPlaces:
+    """Where views put values: each value -> (value it lies in, byte offset there), a union-find with
+    offsets. ``tie`` records a view's inputs inside its output, or refuses (changing nothing) where
+    that would put one value at two places or two values that kernels write on the same bytes. The CPU
+    pass that marks views (``nnvm.cpu.concat_in_place``) and ``view_placements`` both walk with it."""
 
-    def find(v):
+    def __init__(self):
+        self.parent: dict = {}  # value -> (value it is placed in, byte offset there); roots absent
+        self.views: set = set()
+
+    def find(self, v) -> tuple:
         offset = 0
-        while v in parent:
-            v, d = parent[v][0], offset + parent[v][1]
-            offset = d
+        while v in self.parent:
+            v, step = self.parent[v]
+            offset += step
         return v, offset
 
-    views = set()
-    for call in calls:
-        if not call.get("view"):
-            continue
-        node = by_name[call["group"][0]]
-        out = node.outputs[0]
-        views.add(out)
-        at = 0
+    def tie(self, graph: Graph, node) -> str | None:
+        """None when ``node``'s inputs now lie inside its output, else why not (nothing recorded)."""
+        saved = dict(self.parent)
+        out, at = node.outputs[0], 0
         for v in node.inputs:
-            root_in, off_in = find(v)
-            root_out, off_out = find(out)
+            root_in, off_in = self.find(v)
+            root_out, off_out = self.find(out)
             if root_in == root_out:
                 if off_in != off_out + at:
-                    raise Error(f"memory plan: {v} would lie at two places inside {out}")
+                    self.parent = saved
+                    return f"{v} would lie at two places inside {out}"
             else:
-                parent[root_in] = (root_out, off_out + at - off_in)
+                self.parent[root_in] = (root_out, off_out + at - off_in)
             at += graph.type_of(v).nbytes
-    members: dict = {}
-    for v in list(parent) + list(views):
-        root, offset = find(v)
-        members.setdefault(root, {})[v] = offset
-    placed = {}
-    for root, found in members.items():
-        low = min(found.values())
-        written = sorted((o - low, graph.type_of(v).nbytes, v) for v, o in found.items() if v not in views)
-        for (o1, s1, v1), (o2, _, v2) in zip(written, written[1:]):
-            if o2 < o1 + s1:
-                raise Error(f"memory plan: the views place {v1} and {v2} on the same bytes")
-        placed.update({v: (root, o - low) for v, o in found.items()})
-    return placed
+        clash = self._clash(graph, self.views | {out})
+        if clash is not None:
+            self.parent = saved
+            return clash
+        self.views.add(out)
+        return None
+
+    def _clash(self, graph: Graph, views: set) -> str | None:
+        for found in self.blocks(views).values():
+            written = sorted((o, graph.type_of(v).nbytes, v) for v, o in found.items() if v not in views)
+            for (o1, s1, v1), (o2, _, v2) in zip(written, written[1:]):
+                if o2 < o1 + s1:
+                    return f"the views place {v1} and {v2} on the same bytes"
+        return None
+
+    def blocks(self, views: set | None = None) -> dict:
+        """block (its root value) -> {value: byte offset from the block's start} for every tied value."""
+        members: dict = {}
+        for v in list(self.parent) + list(self.views if views is None else views):
+            root, offset = self.find(v)
+            members.setdefault(root, {})[v] = offset
+        return {root: {v: o - min(found.values()) for v, o in found.items()}
+                for root, found in members.items()}
+
+
+def view_placements(graph: Graph, calls: list) -> dict:
+    """value -> (block, byte offset in the block) for every value the views tie together (see the module
+    docstring); a block is named by one of its values. Raises ``Error`` where the views contradict each
+    other (the pass that marks views must never let that happen)."""
+    by_name = {n.name: n for n in graph.nodes}
+    places = ViewPlaces()
+    for call in calls:
+        if call.get("view"):
+            why = places.tie(graph, by_name[call["group"][0]])
+            if why is not None:
+                raise Error(f"memory plan: {why}")
+    return {v: (root, o) for root, found in places.blocks().items() for v, o in found.items()}
 
 
 def symbolic_dims(graph: Graph) -> list:
