@@ -24,11 +24,11 @@ import re
 
 from nnvm import te
 from nnvm.cpu.schedule_helpers import extent
-from nnvm.tir.expr import Const
-from nnvm.tir.simplify import simplify
 from nnvm.cpu.switches import enabled
 from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
+from nnvm.tir.expr import Const
+from nnvm.tir.simplify import simplify
 
 INDEX_REMAPS = ("reshape", "transpose", "layout_transform")
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
