@@ -30,7 +30,7 @@ def convert_unary(ctx: Context, inputs):
 
 @converter("Identity")
 def convert_identity(ctx: Context, inputs):
-    return inputs[0]
+    return [inputs[0]]  # a tensor, or a sequence or optional (``sequences``) as it is
 
 
 @converter(*BINARY)

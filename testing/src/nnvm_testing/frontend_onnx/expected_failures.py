@@ -59,6 +59,10 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_dft_inverse_opset19":
         "the reference output holds float32 rounding noise (1.9e-7) where the exact value is 0, above "
         "atol 1e-7",
+    "test_loop16_seq_none":
+        "ONNX's runner cannot compare this output: a sequence whose first tensor is 0-d, and "
+        "assert_similar_outputs takes len() of each tensor (TypeError); nnvm's output equals "
+        "onnxruntime's (test_sequences.py)",
     "test_maxunpool_export_with_output_shape":
         "wrong values: with output_shape larger than the default, the recorded flat indices are not "
         "mapped into the larger output as the reference does (not yet investigated)",
