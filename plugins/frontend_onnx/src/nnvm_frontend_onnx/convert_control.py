@@ -37,7 +37,7 @@ def run_body(ctx: Context, graph, bindings: list, tag: str) -> list:
 
     from nnvm_frontend_onnx.importer import _convert_node, _node_names
 
-    node, name, attrs = ctx.node, ctx.name, ctx.attrs
+    node, name, op_type, attrs = ctx.node, ctx.name, ctx.op_type, ctx.attrs
     env = dict(ctx.env)
     for vi, value in zip(graph.input, bindings):
         env[vi.name] = value
@@ -52,7 +52,7 @@ def run_body(ctx: Context, graph, bindings: list, tag: str) -> list:
             _convert_node(ctx, inner, f"{name}/{tag}/{inner_name}", env)
     finally:
         ctx.consumed, ctx.env = saved_consumed, saved_env
-        ctx.node, ctx.name, ctx.attrs = node, name, attrs
+        ctx.node, ctx.name, ctx.op_type, ctx.attrs = node, name, op_type, attrs
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
         raise ctx.error(f"the {tag} body does not produce {missing[0]!r}")
