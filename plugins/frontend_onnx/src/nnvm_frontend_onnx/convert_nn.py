@@ -378,22 +378,30 @@ def convert_col2im(ctx: Context, inputs):
 
 @converter("MaxUnpool")
 def convert_max_unpool(ctx: Context, inputs):
-    """Place each pooled value at its recorded flat index in a zero tensor (``scatter_elements``)."""
+    """Place each pooled value at its recorded flat index in a zero tensor of the inferred shape
+    (``scatter_elements``); a larger ``output_shape`` pads that with zeros at the end of each axis, as the
+    reference does (the indices address the inferred shape)."""
     import numpy as np
 
     x, indices = inputs[0], inputs[1]
     shape = ctx.shape(x)
     nsp = len(shape) - 2
+    kernel = tuple(ctx.attr("kernel_shape"))
+    strides = tuple(ctx.attr("strides", (1,) * nsp))
+    pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
+    inferred = shape[:2] + tuple((shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i]
+                                 for i in range(nsp))
+    out_shape = inferred
     if len(inputs) > 2 and inputs[2]:
         out_shape = ctx.const_ints(inputs[2], "the output_shape input")
-    else:
-        kernel = tuple(ctx.attr("kernel_shape"))
-        strides = tuple(ctx.attr("strides", (1,) * nsp))
-        pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
-        out_shape = shape[:2] + tuple((shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i]
-                                      for i in range(nsp))
-    total = math.prod(out_shape)
-    zeros = ctx.param(np.zeros(total, dtype=ctx.dtype(x)), "zeros")
+        if len(out_shape) != len(shape) or any(o < i for o, i in zip(out_shape, inferred)):
+            raise ctx.error(f"output_shape {list(out_shape)} is smaller than the unpooled shape "
+                            f"{list(inferred)}")
+    zeros = ctx.param(np.zeros(math.prod(inferred), dtype=ctx.dtype(x)), "zeros")
     flat = ctx.op("scatter_elements", [zeros, ctx.reshape(indices, (math.prod(shape),)),
                                        ctx.reshape(x, (math.prod(shape),))], {"axis": 0})
-    return ctx.reshape(flat, tuple(out_shape))
+    y = ctx.reshape(flat, tuple(inferred))
+    if tuple(out_shape) == tuple(inferred):
+        return y
+    width = tuple(v for o, i in zip(out_shape, inferred) for v in (0, int(o) - int(i)))
+    return ctx.op("pad", [y], {"pad_width": width, "pad_value": 0.0, "mode": "constant"})

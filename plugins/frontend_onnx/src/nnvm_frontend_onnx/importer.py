@@ -45,6 +45,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (convert_*: fill CONVERTERS)
     convert_sequence,
     convert_signal,
     convert_tensor,
+    convert_text,
     functions,
     mapped,
     qdq,

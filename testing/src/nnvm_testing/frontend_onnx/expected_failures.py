@@ -63,18 +63,7 @@ EXPECTED_FAILURES: dict[str, str] = {
         "ONNX's runner cannot compare this output: a sequence whose first tensor is 0-d, and "
         "assert_similar_outputs takes len() of each tensor (TypeError); nnvm's output equals "
         "onnxruntime's (test_sequences.py)",
-    "test_maxunpool_export_with_output_shape":
-        "wrong values: with output_shape larger than the default, the recorded flat indices are not "
-        "mapped into the larger output as the reference does (not yet investigated)",
-    "test_melweightmatrix": "MelWeightMatrix is not supported (opset 17)",
     "test_roialign_aligned_false": "RoiAlign is not supported (opset 22)",
     "test_roialign_aligned_true": "RoiAlign is not supported (opset 22)",
     "test_roialign_mode_max": "RoiAlign is not supported (opset 22)",
-    "test_tfidfvectorizer_tf_batch_onlybigrams_skip0": "TfIdfVectorizer is not supported (opset 9)",
-    "test_tfidfvectorizer_tf_batch_onlybigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
-    "test_tfidfvectorizer_tf_batch_uniandbigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
-    "test_tfidfvectorizer_tf_only_bigrams_skip0": "TfIdfVectorizer is not supported (opset 9)",
-    "test_tfidfvectorizer_tf_onlybigrams_levelempty": "TfIdfVectorizer is not supported (opset 9)",
-    "test_tfidfvectorizer_tf_onlybigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
-    "test_tfidfvectorizer_tf_uniandbigrams_skip5": "TfIdfVectorizer is not supported (opset 9)",
 }
