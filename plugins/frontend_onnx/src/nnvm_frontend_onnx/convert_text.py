@@ -16,8 +16,8 @@ from nnvm_frontend_onnx.context import Context, converter
 
 
 def _pool_grams(ctx: Context, min_n: int, max_n: int) -> dict:
-    """``{n: [(gram, position in the pool's n-gram order)]}`` for the sizes in ``[min_n, max_n]``. A gram
-    listed twice counts once, under its last position (the reference's trie keeps the last id)."""
+    """``{n: [(position in the pool's n-gram order, gram)]}`` for the sizes in ``[min_n, max_n]``. A gram
+    listed twice is an error (onnxruntime refuses it too; which column it counts in is ambiguous)."""
     pool = list(ctx.attr("pool_int64s", ()))
     counts = list(ctx.attr("ngram_counts"))
     grams: dict = {}
@@ -26,8 +26,11 @@ def _pool_grams(ctx: Context, min_n: int, max_n: int) -> dict:
         n = level + 1
         end = counts[level + 1] if level + 1 < len(counts) else len(pool)
         for k in range(start, end - n + 1, n):
+            gram = tuple(pool[k:k + n])
             if min_n <= n <= max_n:
-                grams.setdefault(n, {})[tuple(pool[k:k + n])] = position
+                if gram in grams.setdefault(n, {}):
+                    raise ctx.error(f"the pool lists the {n}-gram {gram} twice")
+                grams[n][gram] = position
             position += 1
     return {n: sorted((pos, g) for g, pos in by_gram.items()) for n, by_gram in grams.items()}
 
