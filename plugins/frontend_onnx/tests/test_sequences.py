@@ -148,3 +148,9 @@ def test_a_sequence_given_to_a_tensor_operator_is_an_error_naming_it():
     with pytest.raises(nnvm.Error, match=r"node relu \(Relu, opset 17\): input 'parts' is a sequence or an "
                                          r"optional, and Relu takes tensors"):
         nnvm.compile(model, target="llvm")
+
+
+def test_compiling_a_model_with_a_sequence_input_says_so():
+    with pytest.raises(nnvm.Error, match=r"input 'seq' of the ONNX model is a sequence, not a tensor; nnvm "
+                                         r"modules take tensor inputs"):
+        nnvm.compile(_insert_model(), target="llvm")

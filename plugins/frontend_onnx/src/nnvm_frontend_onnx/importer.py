@@ -441,7 +441,10 @@ def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: 
     for vi in inputs:
         name = vi.name
         if not vi.type.HasField("tensor_type"):
-            raise InputError(f"input {name!r} of {where} is not a tensor; only tensor inputs are supported")
+            kind = vi.type.WhichOneof("value") or "untyped"
+            raise InputError(f"input {name!r} of {where} is a {kind.removesuffix('_type')}, not a tensor; "
+                             f"nnvm modules take tensor inputs (ONNX's backend interface, "
+                             f"nnvm_frontend_onnx.backend, takes sequences and optionals as lists and None)")
         tt = vi.type.tensor_type
         dtype = onnx_dtype(tt.elem_type, f"input {name!r}") if tt.elem_type else "float32"
         declared = (
