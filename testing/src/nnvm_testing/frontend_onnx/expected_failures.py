@@ -63,7 +63,4 @@ EXPECTED_FAILURES: dict[str, str] = {
         "ONNX's runner cannot compare this output: a sequence whose first tensor is 0-d, and "
         "assert_similar_outputs takes len() of each tensor (TypeError); nnvm's output equals "
         "onnxruntime's (test_sequences.py)",
-    "test_roialign_aligned_false": "RoiAlign is not supported (opset 22)",
-    "test_roialign_aligned_true": "RoiAlign is not supported (opset 22)",
-    "test_roialign_mode_max": "RoiAlign is not supported (opset 22)",
 }
