@@ -42,7 +42,7 @@ from nnvm_frontend_onnx import (  # noqa: F401  (convert_*: fill CONVERTERS)
     convert_quant,
     convert_resize,
     convert_rnn,
-    convert_roi,
+    convert_sampling,
     convert_sequence,
     convert_signal,
     convert_tensor,

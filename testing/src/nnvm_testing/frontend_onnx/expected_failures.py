@@ -30,8 +30,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_attention_4d_gqa_with_past_and_present_fp16_expanded":
         "float16: a fused kernel rounds intermediate results differently from the reference's "
         "per-operator float16 rounding; 1-ulp differences exceed rtol 1e-3",
-    "test_basic_deform_conv_with_padding": "DeformConv is not supported (opset 22)",
-    "test_basic_deform_conv_without_padding": "DeformConv is not supported (opset 22)",
     "test_bitcast_2d_float32_to_int32": "BitCast is not supported (opset 26)",
     "test_bitcast_bool_to_uint8": "BitCast is not supported (opset 26)",
     "test_bitcast_float32_to_int32": "BitCast is not supported (opset 26)",
@@ -51,8 +49,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_convtranspose_3d":
         "node ConvTranspose_0 (ConvTranspose, opset 22): only 1-D and 2-D transposed convolutions are "
         "supported; input has 3 spatial dimensions",
-    "test_deform_conv_with_mask_bias": "DeformConv is not supported (opset 22)",
-    "test_deform_conv_with_multiple_offset_groups": "DeformConv is not supported (opset 22)",
     "test_dft_inverse":
         "the reference output holds float32 rounding noise (1.9e-7) where the exact value is 0, above "
         "atol 1e-7",
