@@ -168,6 +168,20 @@ def convert_cast(ctx: Context, inputs):
     return ctx.cast(inputs[0], ctx.attr_dtype("to"))
 
 
+@converter("BitCast")
+def convert_bitcast(ctx: Context, inputs):
+    """Between integer types (and bool) of one width a reinterpretation is a wrapping ``cast``, which
+    keeps the bits (two's complement); to or from a float it needs a bit reinterpretation nnvm has not."""
+    src, dst = np.dtype(ctx.dtype(inputs[0])), np.dtype(ctx.attr_dtype("to"))
+    if src.itemsize != dst.itemsize:
+        raise ctx.error(f"{src.name} and {dst.name} differ in width ({src.itemsize} and {dst.itemsize} "
+                        f"bytes)")
+    if src.kind not in "biu" or dst.kind not in "biu":
+        raise ctx.error(f"reinterpreting {src.name} as {dst.name} is not supported (only between integer "
+                        f"types and bool)")
+    return ctx.cast(inputs[0], dst.name)
+
+
 @converter("CastLike")
 def convert_cast_like(ctx: Context, inputs):
     return ctx.cast(inputs[0], ctx.dtype(inputs[1]))
