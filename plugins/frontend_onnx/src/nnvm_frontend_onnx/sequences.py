@@ -2,7 +2,8 @@
 
 An nnvm graph holds tensors only; an ONNX sequence is resolved when importing into a ``TensorSequence``
 (a tuple of nnvm tensor values) and an optional into an ``OptionalValue`` (a value or nothing). See
-``convert_sequence`` for the operators and docs/onnx-coverage.md for the design.
+``convert_sequence`` for the operators and docs/dynamic-shapes.md ("ONNX sequences and optionals")
+for the design.
 """
 
 from __future__ import annotations
