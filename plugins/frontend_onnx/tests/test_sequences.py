@@ -154,3 +154,26 @@ def test_compiling_a_model_with_a_sequence_input_says_so():
     with pytest.raises(nnvm.Error, match=r"input 'seq' of the ONNX model is a sequence, not a tensor; nnvm "
                                          r"modules take tensor inputs"):
         nnvm.compile(_insert_model(), target="llvm")
+
+
+def test_sequences_in_a_module_compiled_once_for_every_batch():
+    """A symbolic batch: the sequence's length comes from the static axis it splits, so one module serves
+    every batch; its sequence output is one module output per tensor (``<name>.<k>``)."""
+    body = helper.make_graph([helper.make_node("Mul", ["e", "e"], ["o"])], "square",
+                             [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+                             [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("SplitToSequence", ["x", "two"], ["parts"], axis=1),
+             helper.make_node("SequenceMap", ["parts"], ["squares"], body=body),
+             helper.make_node("ConcatFromSequence", ["squares"], ["y"], axis=1)]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 5, 6])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                    FLOAT_SEQ("parts", TensorProto.FLOAT, None)])
+    model.graph.initializer.append(helper.make_tensor("two", TensorProto.INT64, [], [2]))
+    mod = nnvm.compile(model, target="llvm", shapes={"x": ("batch", 5, 6)})
+    assert isinstance(mod, nnvm.dynamic.SymbolicModule)
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 5, 6)).astype(np.float32)
+        y, *parts = mod.run(x)
+        want_y, want_parts = _ort(model, {"x": x})
+        _assert_same(np.asarray(y), want_y, f"y at batch {batch}")
+        _assert_same([np.asarray(p) for p in parts], want_parts, f"parts at batch {batch}")
