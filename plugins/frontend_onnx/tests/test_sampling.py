@@ -1,4 +1,5 @@
-"""RoiAlign and DeformConv (``convert_sampling``) in forms ONNX's node tests leave out, against onnxruntime:
+"""RoiAlign, DeformConv (``convert_sampling``) and 3-D ConvTranspose in forms ONNX's node tests leave out,
+against onnxruntime:
 RoiAlign with boxes partly outside the image, several images and channels, a spatial scale and both
 coordinate modes; DeformConv with groups, offset groups, strides, dilations, uneven pads, a mask and a
 bias, and offsets that move taps outside the image."""
@@ -66,3 +67,24 @@ def test_deform_conv_matches_onnxruntime(with_mask):
     feeds = {k: rng.standard_normal(inputs[k]).astype(np.float32) for k in names}
     feeds["off"] *= 2.5  # several taps land outside the image or between pixels
     _compare(model, feeds, (2, 6, oh, ow))
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(strides=[2, 1, 2], dilations=[2, 1, 1], pads=[1, 0, 2, 0, 1, 1], output_padding=[1, 0, 1], group=2),
+    dict(strides=[3, 2, 1], auto_pad="SAME_UPPER", group=1),
+    dict(strides=[2, 2, 2], output_shape=[8, 9, 10], group=2),
+    dict(pads=[3, 1, 1, 1, 1, 1], group=1),  # the depth padding crops a whole tap away
+], ids=["strided-dilated-padded", "same-upper", "output-shape", "deep-crop"])
+def test_conv_transpose_3d_matches_onnxruntime(attrs):
+    """ConvTranspose 3-D (``convert_nn._conv_transpose_3d``, 2-D per depth tap), which ONNX's node tests
+    cover with one unpadded case."""
+    names = ["x", "w", "b"]
+    node = helper.make_node("ConvTranspose", names, ["y"], kernel_shape=[3, 2, 3], **attrs)
+    c, m = 4, 6 // attrs["group"]
+    inputs = {"x": [2, c, 3, 4, 5], "w": [c, m, 3, 2, 3], "b": [m * attrs["group"]]}
+    model = _model(node, {k: (TensorProto.FLOAT, inputs[k]) for k in names}, 17)
+    rng = np.random.default_rng(11)
+    feeds = {k: rng.standard_normal(inputs[k]).astype(np.float32) for k in names}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    shape = sess.run(None, feeds)[0].shape
+    _compare(model, feeds, shape)

@@ -54,9 +54,6 @@ EXPECTED_FAILURES: dict[str, str] = {
     "test_causal_conv_with_state_silu_fp16_expanded":
         "float16: a fused kernel rounds intermediate results differently from the reference's "
         "per-operator float16 rounding; 1-ulp differences exceed rtol 1e-3",
-    "test_convtranspose_3d":
-        "node ConvTranspose_0 (ConvTranspose, opset 22): only 1-D and 2-D transposed convolutions are "
-        "supported; input has 3 spatial dimensions",
     "test_dft_inverse":
         "the reference output holds float32 rounding noise (1.9e-7) where the exact value is 0, above "
         "atol 1e-7",
