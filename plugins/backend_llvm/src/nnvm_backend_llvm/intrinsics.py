@@ -125,7 +125,8 @@ def _emit_gemm(cg, call, m: int, n: int, k: int, dtype: str):
 
 # -- 8-bit dot products ------------------------------------------------------------------------------
 DOT_U8S8_KERNEL = "llvm.dot_u8s8"
-DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8}
+# lanes of each form: 16/8 x int32 on x86; 4 x int32 (one 128-bit NEON register, 16 bytes) on Arm
+DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8, "usdot": 4, "sdot": 4, "neon": 4}
 
 
 def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window: tuple | None = None
@@ -136,7 +137,9 @@ def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window:
     for the whole reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and
     ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
     see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
-    exactly). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh, kw)`` adds two
+    exactly); on Arm, 4 lanes (16 bytes): ``usdot`` (AArch64 ``+i8mm``: u8 x s8 in one instruction),
+    ``sdot`` (AArch64 ``+dotprod``: see ``sdot_dot``) or ``neon`` (AArch64 or ARMv7 NEON: see
+    ``neon_dot``). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh, kw)`` adds two
     outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a convolution's kernel offsets,
     each with its own strides), so the accumulators stay in registers over the whole window."""
     if isa not in DOT_ISAS:
@@ -200,8 +203,11 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
             offset = ir.Constant(I64, offset)
         return cg.builder.gep(ptr, [offset], inbounds=True, source_etype=ety)
 
-    accs = [[cg.entry_alloca(vty, 64) for _ in range(m)] for _ in range(nb)]
-    for slot in (s for row in accs for s in row):
+    # NEON keeps each accumulator as two vectors of pair sums (lanes 0-1 and 2-3), added at the end
+    halves = 2 if isa == "neon" else 1
+    accs = [[[cg.entry_alloca(vty, 64) for _ in range(halves)] for _ in range(m)] for _ in range(nb)]
+    bias = [cg.entry_alloca(vty, 64) for _ in range(nb)] if isa == "sdot" else []
+    for slot in [x for row in accs for pair in row for x in pair] + bias:
         cg.builder.store(ir.Constant(vty, [ir.Constant(I32, 0)] * lanes), slot)
     if isa in ("avx512vnni", "avxvnni"):
         width = 32 * lanes
@@ -210,6 +216,16 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         words_ty = ir.VectorType(i16, 2 * lanes)
         pmaddubsw = cg.declare("llvm.x86.avx2.pmadd.ub.sw", words_ty, [bytes_ty, bytes_ty])
         pmaddwd = cg.declare("llvm.x86.avx2.pmadd.wd", vty, [words_ty, words_ty])
+    if isa in ("sdot", "usdot"):
+        armdot = cg.declare(f"llvm.aarch64.neon.{isa}.v4i32.v16i8", vty, [vty, bytes_ty, bytes_ty])
+        signs = ir.Constant(bytes_ty, [ir.Constant(i8, 0x80)] * 16)
+    if isa == "neon":
+        half_ty = ir.VectorType(i16, 8)
+        aarch64 = str(cg.module.triple).startswith(("aarch64", "arm64"))
+        if aarch64:  # add(acc, saddlp(x)) is selected as one sadalp
+            saddlp = cg.declare("llvm.aarch64.neon.saddlp.v4i32.v8i16", vty, [half_ty])
+        else:
+            vpadals = cg.declare("llvm.arm.neon.vpadals.v4i32.v8i16", vty, [vty, half_ty])
     q, u, v = E.Var("dot.q"), E.Var("dot.u"), E.Var("dot.v")
 
     def widened(b, acc, a_word, b_bytes):
@@ -242,6 +258,20 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         acc = b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [high, b_bytes]), twos]))
         return b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [low, b_bytes]), ones]))
 
+    def neon_dot(b, pair, a_word, b_halves):
+        """pair + the byte products of ``a`` (zero-extended) and one weight vector (sign-extended,
+        ``b_halves``: its bytes 0-7 and 8-15 as int16), summed pairwise into 32 bits: a 16-bit ``mul``
+        is exact (|255 * -128| < 2^15) and ``sadalp`` (ARMv7 ``vpadal.s16``) adds neighbouring products
+        into the int32 lanes. The 4-byte sums come from adding the pairs once, after the reduction."""
+        a4 = b.bitcast(a_word, ir.VectorType(i8, 4))
+        twice = ir.Constant(ir.VectorType(I32, 8), [t % 4 for t in range(8)])
+        a16 = b.zext(b.shuffle_vector(a4, ir.Constant(a4.type, ir.Undefined), twice), half_ty)
+        out = []
+        for acc, wh in zip(pair, b_halves):
+            prod = b.mul(a16, wh)
+            out.append(b.add(acc, b.call(saddlp, [prod])) if aarch64 else b.call(vpadals, [acc, prod]))
+        return out
+
     def offset(b, strides):
         total = ir.Constant(I64, 0)
         for var, stride in zip((u, v, q), strides):
@@ -254,28 +284,50 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         b_off = offset(b, (sbu, sbv, sb0))
         weights = [b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, t * sbt))), typ=bytes_ty, align=1)
                    for t in range(nb)]
+        if isa == "neon":  # each weight vector widened once a step, for every row
+            widen = [ir.Constant(ir.VectorType(I32, 8), list(range(h, h + 8))) for h in (0, 8)]
+            weights = [[b.sext(b.shuffle_vector(w, ir.Constant(bytes_ty, ir.Undefined), mask), half_ty)
+                        for mask in widen] for w in weights]
+        for t, slot in enumerate(bias):  # sdot: -128 * sum(b), the term reading a ^ 0x80 as int8 adds
+            b.store(b.call(armdot, [b.load(slot, typ=vty), signs, weights[t]]), slot)
         a_off = offset(b, (sau, sav, sa1))
         for i in range(m):
             a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
             a_splat = cg.splat(a_word, lanes)
+            if isa == "sdot":  # u8 -> s8: a - 128 (its correction is ``bias``, subtracted at the end)
+                a_splat = b.xor(a_splat, ir.Constant(vty, [ir.Constant(I32, 0x80808080)] * lanes))
             for t, b_bytes in enumerate(weights):
-                slot = accs[t][i]
-                acc = b.load(slot, typ=vty)
-                if isa == "widened":
-                    acc = widened(b, acc, a_word, b_bytes)
+                slots = accs[t][i]
+                acc = [b.load(slot, typ=vty) for slot in slots]
+                if isa == "neon":
+                    acc = neon_dot(b, acc, a_word, b_bytes)
+                elif isa == "widened":
+                    acc = [widened(b, acc[0], a_word, b_bytes)]
                 elif isa == "avx2":
-                    acc = avx2_dot(b, acc, a_word, b_bytes)
+                    acc = [avx2_dot(b, acc[0], a_word, b_bytes)]
+                elif isa in ("sdot", "usdot"):
+                    acc = [b.call(armdot, [acc[0], b.bitcast(a_splat, bytes_ty), b_bytes])]
                 else:
-                    acc = b.call(vpdpbusd, [acc, a_splat, b.bitcast(b_bytes, vty)])
-                b.store(acc, slot)
+                    acc = [b.call(vpdpbusd, [acc[0], a_splat, b.bitcast(b_bytes, vty)])]
+                for slot, value in zip(slots, acc):
+                    b.store(value, slot)
 
     def loop(var, extent, inner):
         return lambda: cg.loop(var, I64, ir.Constant(I64, 0), ir.Constant(I64, extent), inner)
 
     loop(u, window[0], loop(v, window[1], loop(q, k4, body)))()
     b = cg.builder
+    evens, odds = ([ir.Constant(I32, 2 * j + h) for j in range(lanes)] for h in (0, 1))
     for t in range(nb):
-        for i, slot in enumerate(accs[t]):
+        for i, slots in enumerate(accs[t]):
+            total = [b.load(slot, typ=vty) for slot in slots]
+            if isa == "neon":  # lanes (0, 1) and (2, 3) of pair sums -> 4 sums: one addp
+                total = b.add(b.shuffle_vector(total[0], total[1], ir.Constant(vty, evens)),
+                              b.shuffle_vector(total[0], total[1], ir.Constant(vty, odds)))
+            else:
+                total = total[0]
+            if bias:
+                total = b.sub(total, b.load(bias[t], typ=vty))
             ptr = at(pc, I32, ir.Constant(I64, t * sct + i * sc0))
-            b.store(b.add(b.load(ptr, typ=vty, align=4), b.load(slot, typ=vty)), ptr, align=4)
+            b.store(b.add(b.load(ptr, typ=vty, align=4), total), ptr, align=4)
     return ir.Constant(I32, 0)
