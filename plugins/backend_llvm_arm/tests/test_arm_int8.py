@@ -21,7 +21,7 @@ from nnvm_backend_llvm_arm.plugin import DOTPROD_CPUS, I8MM_CPUS
 
 # target: (the instruction its 8-bit kernels multiply with, instructions that must not be there)
 KERNELS = {
-    "aarch64 -mcpu=neoverse-n2": ("usdot", ("sdot", "sadalp")),
+    "aarch64 -mcpu=neoverse-n2": ("usdot|sudot", ("sdot", "sadalp")),  # sudot: usdot by element
     "aarch64 -mcpu=neoverse-n1": ("sdot", ("usdot", "sadalp")),
     "aarch64 -mcpu=cortex-a72 -mattr=+dotprod": ("sdot", ("usdot", "sadalp")),
     "aarch64": ("sadalp", ("sdot", "usdot")),  # Cortex-A72: no dot product, the NEON form
@@ -37,8 +37,10 @@ CONVS = [
 ]
 
 
-def count(asm: str, mnemonic: str) -> int:
-    return len(re.findall(rf"^\s*{re.escape(mnemonic)}\s", asm, re.M))
+def count(asm: str, mnemonics: str) -> int:
+    """Instructions of ``mnemonics`` (``usdot|sudot``) in ``asm``."""
+    alternatives = "|".join(re.escape(m) for m in mnemonics.split("|"))
+    return len(re.findall(rf"^\s*(?:{alternatives})\s", asm, re.M))
 
 
 def _corner_data(rng, dtype, shape):
@@ -130,7 +132,7 @@ def test_dot_product_cpus_compile_their_instruction(cpu):
     w = b.param("w", np.random.default_rng(1).integers(-128, 128, (8, 8, 3, 3)).astype(np.int8))
     b.output(b.node("qconv2d", [x, w], {"padding": (1, 1, 1, 1), "data_zero_point": 1})[0])
     asm = nnvm.compile(b.build(), target=f"aarch64 -mcpu={cpu}", opt_level=3).library.assembly()
-    want = "usdot" if cpu in I8MM_CPUS else "sdot"
+    want = "usdot|sudot" if cpu in I8MM_CPUS else "sdot"
     assert count(asm, want) > 0, f"aarch64 -mcpu={cpu}: no {want} in the int8 convolution"
 
 

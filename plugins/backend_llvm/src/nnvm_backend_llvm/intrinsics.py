@@ -138,10 +138,11 @@ def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window:
     ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
     see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
     exactly); on Arm, 4 lanes (16 bytes): ``usdot`` (AArch64 ``+i8mm``: u8 x s8 in one instruction),
-    ``sdot`` (AArch64 ``+dotprod``: see ``sdot_dot``) or ``neon`` (AArch64 or ARMv7 NEON: see
-    ``neon_dot``). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh, kw)`` adds two
-    outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a convolution's kernel offsets,
-    each with its own strides), so the accumulators stay in registers over the whole window."""
+    ``sdot`` (AArch64 ``+dotprod``, exact: see ``arm_body``) or ``neon`` (AArch64 or ARMv7 NEON, exact:
+    see ``neon_dot``). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh,
+    kw)`` adds two outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a
+    convolution's kernel offsets, each with its own strides), so the accumulators stay in registers
+    over the whole window."""
     if isa not in DOT_ISAS:
         raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
                             f"got {isa!r}")
@@ -288,14 +289,10 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
             widen = [ir.Constant(ir.VectorType(I32, 8), list(range(h, h + 8))) for h in (0, 8)]
             weights = [[b.sext(b.shuffle_vector(w, ir.Constant(bytes_ty, ir.Undefined), mask), half_ty)
                         for mask in widen] for w in weights]
-        for t, slot in enumerate(bias):  # sdot: -128 * sum(b), the term reading a ^ 0x80 as int8 adds
-            b.store(b.call(armdot, [b.load(slot, typ=vty), signs, weights[t]]), slot)
         a_off = offset(b, (sau, sav, sa1))
         for i in range(m):
             a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
             a_splat = cg.splat(a_word, lanes)
-            if isa == "sdot":  # u8 -> s8: a - 128 (its correction is ``bias``, subtracted at the end)
-                a_splat = b.xor(a_splat, ir.Constant(vty, [ir.Constant(I32, 0x80808080)] * lanes))
             for t, b_bytes in enumerate(weights):
                 slots = accs[t][i]
                 acc = [b.load(slot, typ=vty) for slot in slots]
@@ -305,17 +302,53 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
                     acc = [widened(b, acc[0], a_word, b_bytes)]
                 elif isa == "avx2":
                     acc = [avx2_dot(b, acc[0], a_word, b_bytes)]
-                elif isa in ("sdot", "usdot"):
-                    acc = [b.call(armdot, [acc[0], b.bitcast(a_splat, bytes_ty), b_bytes])]
                 else:
                     acc = [b.call(vpdpbusd, [acc[0], a_splat, b.bitcast(b_bytes, vty)])]
                 for slot, value in zip(slots, acc):
                     b.store(value, slot)
 
+    # AArch64's dot products read four words of a row at once where they are consecutive: one 16-byte
+    # load (and one eor) per row feeds four by-element dot products (``sdot v0.4s, w.16b, a.4b[k]``)
+    group = 4 if isa in ("sdot", "usdot") and sa1 == 4 and k4 % 4 == 0 else 1
+
+    def arm_body():
+        """``usdot`` as it is; ``sdot`` on ``a ^ 0x80`` (u8 -> s8, ``a - 128``), its products short by
+        ``-128 * sum(b)``: ``bias`` sums that with one more ``sdot`` per weight vector (against bytes of
+        -128), subtracted once at the end, so the result is exact. One extra instruction per ``m`` rows;
+        folding ``128 * sum(b)`` into the compile-time zero point correction would save it."""
+        b = cg.builder
+        b_off = offset(b, (sbu, sbv, sb0 * group))
+        weights = [[b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, s * sb0 + t * sbt))), typ=bytes_ty,
+                           align=1) for t in range(nb)] for s in range(group)]
+        for t, slot in enumerate(bias):
+            value = b.load(slot, typ=vty)
+            for s in range(group):
+                value = b.call(armdot, [value, weights[s][t], signs])
+            b.store(value, slot)
+        a_off = offset(b, (sau, sav, sa1 * group))
+        for i in range(m):
+            ptr = at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0)))
+            if group == 4:
+                words = b.load(ptr, typ=bytes_ty, align=1)
+            else:
+                words = b.bitcast(cg.splat(b.load(ptr, typ=I32, align=1), lanes), bytes_ty)
+            if isa == "sdot":
+                words = b.xor(words, signs)
+            words = b.bitcast(words, vty)
+            for s in range(group):
+                lane = b.shuffle_vector(words, ir.Constant(vty, ir.Undefined), ir.Constant(vty, [s] * lanes))
+                lane = b.bitcast(lane if group == 4 else words, bytes_ty)
+                for t in range(nb):
+                    (slot,) = accs[t][i]
+                    # the lane operand last for sdot (by-element ``sdot``), first for usdot (``sudot``)
+                    args = (weights[s][t], lane) if isa == "sdot" else (lane, weights[s][t])
+                    b.store(b.call(armdot, [b.load(slot, typ=vty), *args]), slot)
+
     def loop(var, extent, inner):
         return lambda: cg.loop(var, I64, ir.Constant(I64, 0), ir.Constant(I64, extent), inner)
 
-    loop(u, window[0], loop(v, window[1], loop(q, k4, body)))()
+    arm = isa in ("sdot", "usdot")
+    loop(u, window[0], loop(v, window[1], loop(q, k4 // group, arm_body if arm else body)))()
     b = cg.builder
     evens, odds = ([ir.Constant(I32, 2 * j + h) for j in range(lanes)] for h in (0, 1))
     for t in range(nb):
