@@ -59,6 +59,19 @@ MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving r
 PLANAR_CHANNELS = 4  # fewer input channels (an RGB stem): read NCHW, four pixels of a row per word
 
 
+def tile_limits(target, lanes: int) -> tuple[int, int]:
+    """(pixels, accumulator vectors) one tile may hold: the tables above for x86's 16 and 8 lanes; at 4
+    lanes (Arm NEON) half the vector registers (16 of AArch64's 32, 8 of ARMv7's 16), halved again for
+    the NEON form, which keeps two vectors per accumulator; up to 8 pixels. The other half holds a
+    step's weight vectors and rows."""
+    if lanes in MAX_TILE_PIXELS:
+        return MAX_TILE_PIXELS[lanes], MAX_ACCUMULATORS[lanes]
+    vectors = target.backend.vector_registers(target) // 2
+    if te.backend_intrinsic(target, "dot_u8s8", m=1, k4=1).params.get("isa") == "neon":
+        vectors //= 2
+    return min(8, vectors), vectors
+
+
 def dot_lanes(target) -> int | None:
     """The lanes of the backend's ``dot_u8s8`` intrinsic on ``target``, or None if it has none."""
     try:
@@ -426,10 +439,11 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     steps = 1
     for iv in gemm.op.reduce_axis:
         steps *= extent(iv)
-    limit = MAX_TILE_PIXELS.get(lanes, 4)
+    limit, budget = tile_limits(target, lanes)
+    # no wider than the row: the computed width (``tile_width``) may be rounded up past it
+    limit = min(limit, extent(group.outputs[0].op.axis[3]))
     m = largest_divisor(ow, limit)
     nb_space = divisors(ob, 4)
-    budget = MAX_ACCUMULATORS.get(lanes, 4)
     nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
     space = {"m": divisors(ow, limit), "nb": nb_space}
     return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, {"m": m, "nb": nb},
