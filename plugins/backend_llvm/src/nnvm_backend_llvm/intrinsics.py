@@ -264,9 +264,7 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         ``b_halves``: its bytes 0-7 and 8-15 as int16), summed pairwise into 32 bits: a 16-bit ``mul``
         is exact (|255 * -128| < 2^15) and ``sadalp`` (ARMv7 ``vpadal.s16``) adds neighbouring products
         into the int32 lanes. The 4-byte sums come from adding the pairs once, after the reduction."""
-        a4 = b.bitcast(a_word, ir.VectorType(i8, 4))
-        twice = ir.Constant(ir.VectorType(I32, 8), [t % 4 for t in range(8)])
-        a16 = b.zext(b.shuffle_vector(a4, ir.Constant(a4.type, ir.Undefined), twice), half_ty)
+        a16 = b.zext(b.bitcast(cg.splat(a_word, 2), ir.VectorType(i8, 8)), half_ty)  # vdup.32, ushll
         out = []
         for acc, wh in zip(pair, b_halves):
             prod = b.mul(a16, wh)
