@@ -61,14 +61,15 @@ PLANAR_CHANNELS = 4  # fewer input channels (an RGB stem): read NCHW, four pixel
 
 def tile_limits(target, lanes: int) -> tuple[int, int]:
     """(pixels, accumulator vectors) one tile may hold: the tables above for x86's 16 and 8 lanes; at 4
-    lanes (Arm NEON) half the vector registers (16 of AArch64's 32, 8 of ARMv7's 16), halved again for
-    the NEON form, which keeps two vectors per accumulator; up to 8 pixels. The other half holds a
-    step's weight vectors and rows."""
+    lanes (Arm NEON) by the register file: ``sdot``/``usdot`` read four weight vectors per block and a
+    row per pixel each step of four words, so 3/8 of it (12 of AArch64's 32: measured with
+    ``bench/int8_arm.py``, 16 spilled in every layer4 kernel of ResNet-18); the NEON form keeps two
+    vectors per accumulator, a quarter (8 of 32, 4 of ARMv7's 16). Up to 8 pixels."""
     if lanes in MAX_TILE_PIXELS:
         return MAX_TILE_PIXELS[lanes], MAX_ACCUMULATORS[lanes]
-    vectors = target.backend.vector_registers(target) // 2
-    if te.backend_intrinsic(target, "dot_u8s8", m=1, k4=1).params.get("isa") == "neon":
-        vectors //= 2
+    registers = target.backend.vector_registers(target)
+    neon = te.backend_intrinsic(target, "dot_u8s8", m=1, k4=1).params.get("isa") == "neon"
+    vectors = registers // 4 if neon else registers * 3 // 8
     return min(8, vectors), vectors
 
 
