@@ -170,3 +170,17 @@ def test_qdq_model_matches_onnxruntime_int8(model, target, need_tools):
     worst = float(np.abs(got.astype(np.float64) - want).max())
     assert worst <= step * 1.0001, f"{model} on {target}: off by {worst:.4g}, more than one step ({step:.4g})"
     assert got.argmax() == want.argmax(), f"{model} on {target}: top-1 differs from onnxruntime's"
+
+
+@pytest.mark.parametrize("target, recorded", [
+    ("aarch64 -mcpu=neoverse-n1", {"dotprod"}), ("aarch64 -mcpu=neoverse-n2", {"i8mm"}),
+    ("aarch64 -mcpu=cortex-a72 -mattr=+dotprod", {"dotprod"}), ("aarch64", set()),
+    ("aarch64 -mcpu=neoverse-n1 -mattr=-dotprod", set())])
+def test_an_export_records_the_dot_product_it_uses(target, recorded):
+    """The ISA extensions an export's footer records (a loader on a board without them refuses it)
+    include the dot product of a CPU named by ``-mcpu`` alone, whose feature string is empty."""
+    from nnvm.target import parse_target
+
+    parsed = parse_target(target)
+    features = set(parsed.backend.code_features(parsed.backend.resolve(parsed)))
+    assert features & {"dotprod", "i8mm"} == recorded, f"{target}: records {sorted(features)}"

@@ -28,8 +28,7 @@ import os
 
 import nnvm
 from nnvm.target import Target
-from nnvm_backend_llvm import CrossLLVMBackend, CrossToolchain, LLVMTarget
-from nnvm_backend_llvm.toolchain import feature_switches
+from nnvm_backend_llvm import CrossLLVMBackend, CrossToolchain, LLVMTarget, feature_switches
 
 # Debian's cross packages (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf, qemu-user) install exactly
 # these commands and sysroots; make install installs them.
@@ -91,21 +90,33 @@ class ArmBackend(CrossLLVMBackend):
         """How ``dot_u8s8`` multiplies bytes: ``usdot`` where AArch64 has ``+i8mm`` (u8 x s8 as it is),
         ``sdot`` with ``+dotprod`` (the activation read as int8 ``a ^ 0x80``, its ``128 * sum(b)`` added
         back exactly inside the kernel), else ``neon`` (AArch64 without dot products, and ARMv7)."""
-        resolved = self.resolve(target)
-        if not resolved.arch.startswith(("aarch64", "arm64")):
-            return "neon"
-        on = feature_switches(resolved.features)
-        if on.get("i8mm", resolved.cpu in I8MM_CPUS):
-            return "usdot"
-        return "sdot" if on.get("dotprod", resolved.cpu in DOTPROD_CPUS | I8MM_CPUS) else "neon"
+        return dot_form(self.resolve(target))
 
     def code_features(self, resolved: LLVMTarget) -> dict:
-        """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them)."""
-        return super().code_features(resolved) if resolved.arch.startswith(("aarch64", "arm64")) else {}
+        """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them), and
+        the dot product a CPU named by ``-mcpu`` alone brings (``DOTPROD_CPUS``), so that an export for
+        ``-mcpu=neoverse-n1`` is refused, not killed by SIGILL, on a board without ``sdot``."""
+        if not resolved.arch.startswith(("aarch64", "arm64")):
+            return {}
+        features = super().code_features(resolved)
+        form = dot_form(resolved)
+        for name in {"usdot": ("i8mm",), "sdot": ("dotprod",)}.get(form, ()):
+            features.setdefault(name, self.feature_probes[name])
+        return features
 
     def has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
         return resolved.arch.startswith(("aarch64", "arm64")) or "vfp4" in features
+
+
+def dot_form(resolved: LLVMTarget) -> str:
+    """``ArmBackend.dot_isa`` of a resolved target: its feature string first, then its CPU's name."""
+    if not resolved.arch.startswith(("aarch64", "arm64")):
+        return "neon"
+    on = feature_switches(resolved.features)
+    if on.get("i8mm", resolved.cpu in I8MM_CPUS):
+        return "usdot"
+    return "sdot" if on.get("dotprod", resolved.cpu in DOTPROD_CPUS | I8MM_CPUS) else "neon"
 
 
 @nnvm.hookimpl
