@@ -97,16 +97,22 @@ def hot_loop(lines: list) -> dict | None:
     return best if best and best["multiplies"] else None
 
 
-def analyse(asm: str) -> dict:
-    """Sums over the convolution kernels' hot loops."""
-    total = {"kernels": 0, "instructions": 0, "multiplies": 0, "spills": 0, "macs": 0, "kinds": Counter()}
-    best = {}  # a kernel's parallel bodies are functions of their own (``name.par2``): its hottest loop
+def hot_loops(asm: str) -> dict:
+    """{kernel: its hot loop} of the convolution kernels; a kernel's parallel bodies are functions of their
+    own (``name.par2``): the hottest loop over them."""
+    best = {}
     for name, lines in kernels(asm).items():
         loop = hot_loop(lines) if "qconv2d" in name else None
         base = name.split(".")[0]
         if loop is not None and (base not in best or loop["multiplies"] > best[base]["multiplies"]):
             best[base] = loop
-    for loop in best.values():
+    return best
+
+
+def analyse(asm: str) -> dict:
+    """Sums over the convolution kernels' hot loops."""
+    total = {"kernels": 0, "instructions": 0, "multiplies": 0, "spills": 0, "macs": 0, "kinds": Counter()}
+    for loop in hot_loops(asm).values():
         total["kernels"] += 1
         for key in ("instructions", "multiplies", "spills", "macs"):
             total[key] += loop[key]
@@ -114,11 +120,25 @@ def analyse(asm: str) -> dict:
     return total
 
 
+def print_kernels(model: str, target: str, mod) -> None:
+    """A row per convolution kernel of ``mod``: its fused nodes, and its hot loop."""
+    groups = {c["kernel"]: c["group"] for c in mod.plan["calls"]}
+    print(f"\n{model} on {target}, per kernel:\n")
+    print("| kernel (fused nodes) | hot-loop instructions | multiplies | MACs per instruction | spills |")
+    print("|---|---|---|---|---|")
+    for name, loop in hot_loops(mod.library.assembly()).items():
+        kinds = ", ".join(f"{k} {v}" for k, v in loop["kinds"].most_common(2))
+        print(f"| {', '.join(groups.get(name, [name]))} | {loop['instructions']} | {kinds} "
+              f"| {loop['macs'] / loop['instructions']:.2f} | {loop['spills']} |")
+    print()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=["resnet18", "mobilenet_v2"])
     parser.add_argument("--targets", nargs="+", default=list(TARGETS))
     parser.add_argument("--rounds", type=int, default=1, help="qemu runs per module, alternated (0: none)")
+    parser.add_argument("--per-kernel", action="store_true", help="a row per convolution kernel (int8 path)")
     args = parser.parse_args(argv)
 
     import nnvm
@@ -141,6 +161,8 @@ def main(argv=None) -> int:
                     start = time.perf_counter()
                     mod.run(**feeds)
                     seconds[who].append(time.perf_counter() - start)
+            if args.per_kernel:
+                print_kernels(model, target, mods["int8 kernels"])
             for who, mod in mods.items():
                 a = analyse(mod.library.assembly())
                 kinds = ", ".join(f"{k} {v}" for k, v in a["kinds"].most_common(3))
