@@ -334,8 +334,11 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
                 words = b.xor(words, signs)
             words = b.bitcast(words, vty)
             for s in range(group):
-                lane = b.shuffle_vector(words, ir.Constant(vty, ir.Undefined), ir.Constant(vty, [s] * lanes))
-                lane = b.bitcast(lane if group == 4 else words, bytes_ty)
+                if group == 4:  # word s of the row in every lane: the by-element operand
+                    lane = b.shuffle_vector(words, ir.Constant(vty, ir.Undefined), ir.Constant(vty, [s] * lanes))
+                    lane = b.bitcast(lane, bytes_ty)
+                else:
+                    lane = b.bitcast(words, bytes_ty)
                 for t in range(nb):
                     (slot,) = accs[t][i]
                     # the lane operand last for sdot (by-element ``sdot``), first for usdot (``sudot``)
