@@ -335,8 +335,8 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
             words = b.bitcast(words, vty)
             for s in range(group):
                 if group == 4:  # word s of the row in every lane: the by-element operand
-                    lane = b.shuffle_vector(words, ir.Constant(vty, ir.Undefined), ir.Constant(vty, [s] * lanes))
-                    lane = b.bitcast(lane, bytes_ty)
+                    mask = ir.Constant(vty, [s] * lanes)
+                    lane = b.bitcast(b.shuffle_vector(words, ir.Constant(vty, ir.Undefined), mask), bytes_ty)
                 else:
                     lane = b.bitcast(words, bytes_ty)
                 for t in range(nb):
