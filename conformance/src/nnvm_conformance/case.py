@@ -31,12 +31,16 @@ class Example:
     """Inputs and attributes of one node; ``out_dtypes`` overrides the dtype the outputs must have.
 
     Attributes whose names start with ``_`` are for the reference only and never reach the node
-    (the untransformed kernel of a Winograd convolution, say).
+    (the untransformed kernel of a Winograd convolution, say). ``constants``: positions of inputs that
+    are the graph's constant weights rather than its inputs, so a backend's compile-time paths (weights
+    packed by ``alter_op_layout``) are what runs; a graph holding such an example compiles at
+    ``opt_level=3``.
     """
 
     inputs: tuple
     attrs: dict
     out_dtypes: tuple | None = None
+    constants: tuple = ()
 
     @property
     def node_attrs(self) -> dict:
@@ -44,7 +48,8 @@ class Example:
 
     def describe(self) -> str:
         """Shapes, dtypes and attributes as one line, for failure messages and the report."""
-        ins = ", ".join(f"{a.dtype}{list(a.shape)}" for a in self.inputs)
+        ins = ", ".join(f"{'const ' if k in self.constants else ''}{a.dtype}{list(a.shape)}"
+                        for k, a in enumerate(self.inputs))
         attrs = ", ".join(f"{k}={v!r}" for k, v in sorted(self.node_attrs.items()))
         return f"({ins})" + (f" {{{attrs}}}" if attrs else "")
 

@@ -247,7 +247,8 @@ def pool_examples(draw, op):
     h = draw(st.integers(max(1, dh * (kh - 1) + 1 - pad[0] - pad[2]), 9))
     w = draw(st.integers(max(1, dw * (kw - 1) + 1 - pad[1] - pad[3]), 9))
     n, c = draw(st.integers(1, 2)), draw(st.integers(1, 4))
-    dtypes = FLOATS + ("int32",) if op == "max_pool2d" else FLOATS
+    # 8-bit too: a quantized model pools its uint8 activations
+    dtypes = FLOATS + ("int32", "uint8", "int8") if op == "max_pool2d" else FLOATS
     dtype = draw(st.sampled_from(dtypes))
     attrs = {"pool_size": (kh, kw), "strides": (sh, sw), "padding": pad, "dilation": (dh, dw),
              "ceil_mode": draw(st.booleans())}
@@ -307,7 +308,7 @@ def pool_reference(is_max: bool):
 @st.composite
 def _global_pool(draw, op):
     shape = draw(shapes(4, 4, 1, 7))
-    dtypes = FLOATS + ("int32",) if op == "global_max_pool2d" else FLOATS
+    dtypes = FLOATS + ("int32", "uint8", "int8") if op == "global_max_pool2d" else FLOATS
     return Example((values(rng_of(draw(SEEDS)), shape, draw(st.sampled_from(dtypes))),), {})
 
 

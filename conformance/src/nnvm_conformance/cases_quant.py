@@ -4,7 +4,9 @@ Integer outputs are compared exactly, so the examples avoid values whose roundin
 target divides: quantize's scales are powers of two (``x / scale`` is exact everywhere, and the
 drawn values include exact halves, which must round to even), requantize multiplies in float32 (one
 correctly rounded product on every target). The references are written here in numpy, integer
-arithmetic in int64, never with nnvm's own ``evaluate``.
+arithmetic in int64, never with nnvm's own ``evaluate``. About half the qconv2d and qdense examples
+hold their weight as a constant (int8, zero point 0), so the compile-time paths a model's weights take
+(packed weights, dot-product kernels) are checked on every target, not only the generic one.
 """
 
 from __future__ import annotations
@@ -75,20 +77,28 @@ def _dequantize_reference(xs, a):
 @st.composite
 def _qconv2d(draw):
     rng = rng_of(draw(SEEDS))
+    # a constant weight as a model has it (int8, zero point 0: what the packed kernels take), half the time
+    const = draw(st.booleans())
     n = draw(st.integers(1, 2))
     groups = draw(st.sampled_from([1, 1, 2]))
     cg, og = draw(st.integers(1, 9)), draw(st.integers(1, 5))
+    if const and draw(st.integers(0, 3)) == 0:  # depthwise
+        groups, cg, og = draw(st.integers(2, 12)), 1, 1
+    elif const:  # channels past a packed kernel's block, so its padding and remainders are exercised
+        groups, cg, og = 1, draw(st.integers(1, 40)), draw(st.integers(1, 40))
     kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
     strides = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     dilation = (draw(st.integers(1, 2)), 1)
     pad = tuple(draw(st.integers(0, 1)) for _ in range(4))
     h = draw(st.integers(max(1, dilation[0] * (kh - 1) + 1 - pad[0] - pad[2]), 8))
     w = draw(st.integers(max(1, kw - pad[1] - pad[3]), 8))
-    xdt, wdt = draw(st.sampled_from(QDTYPES)), draw(st.sampled_from(("int8", "int8", "uint8")))
+    xdt = draw(st.sampled_from(QDTYPES))
+    wdt = "int8" if const else draw(st.sampled_from(("int8", "int8", "uint8")))
     x, wt = _q(rng, (n, cg * groups, h, w), xdt), _q(rng, (og * groups, cg, kh, kw), wdt)
     attrs = {"strides": strides, "padding": pad, "dilation": dilation, "groups": groups,
-             "data_zero_point": _zero_point(rng, xdt), "weight_zero_point": _zero_point(rng, wdt)}
-    return Example((x, wt), attrs, out_dtypes=("int32",))
+             "data_zero_point": _zero_point(rng, xdt),
+             "weight_zero_point": 0 if const else _zero_point(rng, wdt)}
+    return Example((x, wt), attrs, out_dtypes=("int32",), constants=(1,) if const else ())
 
 
 def _qconv2d_reference(xs, a):
@@ -101,10 +111,14 @@ def _qconv2d_reference(xs, a):
 @st.composite
 def _qdense(draw):
     rng = rng_of(draw(SEEDS))
-    m, k, n = draw(st.integers(1, 6)), draw(st.integers(1, 70)), draw(st.integers(1, 20))
-    xdt, wdt = draw(st.sampled_from(QDTYPES)), draw(st.sampled_from(("int8", "int8", "uint8")))
-    attrs = {"data_zero_point": _zero_point(rng, xdt), "weight_zero_point": _zero_point(rng, wdt)}
-    return Example((_q(rng, (m, k), xdt), _q(rng, (n, k), wdt)), attrs, out_dtypes=("int32",))
+    const = draw(st.booleans())  # a constant int8 weight with zero point 0, as a model's
+    m, k, n = draw(st.integers(1, 6)), draw(st.integers(1, 70)), draw(st.integers(1, 40 if const else 20))
+    xdt = draw(st.sampled_from(QDTYPES))
+    wdt = "int8" if const else draw(st.sampled_from(("int8", "int8", "uint8")))
+    attrs = {"data_zero_point": _zero_point(rng, xdt),
+             "weight_zero_point": 0 if const else _zero_point(rng, wdt)}
+    return Example((_q(rng, (m, k), xdt), _q(rng, (n, k), wdt)), attrs, out_dtypes=("int32",),
+                   constants=(1,) if const else ())
 
 
 def _qdense_reference(xs, a):
@@ -156,7 +170,7 @@ def cases() -> list[OpCase]:
     return [
         OpCase("quantize", _quantize(), _quantize_reference, EXACT, count=6),
         OpCase("dequantize", _dequantize(), _dequantize_reference, DEQUANTIZE, count=6),
-        OpCase("qconv2d", _qconv2d(), _qconv2d_reference, EXACT, count=8),
-        OpCase("qdense", _qdense(), _qdense_reference, EXACT, count=6),
+        OpCase("qconv2d", _qconv2d(), _qconv2d_reference, EXACT, count=10),
+        OpCase("qdense", _qdense(), _qdense_reference, EXACT, count=8),
         OpCase("requantize", _requantize(), _requantize_reference, FLOAT_REQUANTIZE, count=8),
     ]

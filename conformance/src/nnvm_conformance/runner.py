@@ -105,6 +105,9 @@ def _build_graph(op: str, examples: list[Example], wants: list[list]):
     for k, (ex, want) in enumerate(zip(examples, wants)):
         names = []
         for j, a in enumerate(ex.inputs):
+            if j in ex.constants:
+                names.append(b.param(f"e{k}_w{j}", a))
+                continue
             names.append(b.input(f"e{k}_x{j}", a.shape, str(a.dtype)))
             feeds[names[-1]] = a
         outputs = [f"e{k}_y{i}" for i in range(len(want))]
@@ -117,7 +120,8 @@ def _build_graph(op: str, examples: list[Example], wants: list[list]):
 def _compile(graph, target: str):
     import nnvm
 
-    return nnvm.compile(graph, target=target, opt_level=0)
+    # constant weights: the optimizing pipeline, so the paths a model's weights take are the ones checked
+    return nnvm.compile(graph, target=target, opt_level=3 if graph.params else 0)
 
 
 def _error_result(case: OpCase, target: str, example: Example, exc: BaseException) -> Result:

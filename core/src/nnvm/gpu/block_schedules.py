@@ -171,8 +171,20 @@ COPY_PER_THREAD = 8
 DEPTHWISE = {"per_thread": 4, "threads": THREADS}
 
 
+CONV_TAGS = ("conv2d", "qconv2d")  # qconv2d: the same loops over 8-bit operands, an int32 accumulator
+DENSE_TAGS = ("dense", "qdense")
+
+
+def _is_depthwise(op) -> bool:
+    """One input channel per output channel (``conv2d`` says so; ``qconv2d``'s workload has the groups)."""
+    if "depthwise" in op.attrs:
+        return bool(op.attrs["depthwise"])
+    groups = op.attrs.get("groups", 1)
+    return groups > 1 and groups == op.attrs["data_shape"][1]
+
+
 def _conv_stage(sch, out):
-    conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d"), None)
+    conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in CONV_TAGS), None)
     if conv is None or len(conv.op.axis) != 4 or _shape(out) != _shape(conv.op.outputs[0]):
         raise ScheduleError("no NCHW conv2d stage of the output's shape")
     return conv
@@ -185,7 +197,7 @@ def schedule_conv2d(out, config: dict | None = None):
     the tile's size), or ``DEPTHWISE``'s for a depthwise convolution."""
     sch = te.create_schedule([out.op])
     conv = _conv_stage(sch, out)
-    if conv.op.attrs.get("depthwise"):
+    if _is_depthwise(conv.op):
         return _schedule_depthwise(sch, conv, out, {**DEPTHWISE, **(config or {})})
     config = {**CONV2D, **(config or {})}
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
@@ -261,7 +273,7 @@ def schedule_dense(out, config: dict | None = None):
     data and weight tiles per chunk of 32 of K go through local memory. ``config``: ``DENSE``'s knobs."""
     config = {**DENSE, **(config or {})}
     sch = te.create_schedule([out.op])
-    dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "dense"), None)
+    dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in DENSE_TAGS), None)
     if dense is None or _shape(out) != _shape(dense.op.outputs[0]):
         raise ScheduleError("no dense stage of the output's shape")
     data_t, weight_t = tensors_read(dense.op.body[0])[:2]
@@ -309,13 +321,13 @@ DEFAULTS = {"conv2d": CONV2D, "depthwise_conv2d": DEPTHWISE, "dense": DENSE, "ge
 def group_kind(group) -> str:
     """Which template serves a group: ``conv2d``, ``depthwise_conv2d``, ``dense`` or ``generic`` (pooling,
     reductions, softmax, elementwise chains and every group the others do not fit)."""
-    if len(group.outputs) != 1 or group.anchor_op not in ("conv2d", "dense"):
+    if len(group.outputs) != 1 or group.anchor_op not in CONV_TAGS + DENSE_TAGS:
         return "generic"
     out = group.outputs[0]
     sch = te.create_schedule([out.op])
     try:
-        if group.anchor_op == "conv2d":
-            return "depthwise_conv2d" if _conv_stage(sch, out).op.attrs.get("depthwise") else "conv2d"
+        if group.anchor_op in CONV_TAGS:
+            return "depthwise_conv2d" if _is_depthwise(_conv_stage(sch, out).op) else "conv2d"
     except ScheduleError:
         return "generic"
     return "dense"

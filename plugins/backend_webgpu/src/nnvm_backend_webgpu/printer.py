@@ -139,7 +139,10 @@ class WGSLPrinter(CPrinter):
         per, mask = 32 // bits, (1 << bits) - 1
         new = f"pack2x16float(vec2<f32>({value}, 0.0f))" if buffer.dtype == "float16" else f"u32({value})"
         shift, word = f"(u32(({index}) % {per}) * {bits}u)", f"&{buf}[({index}) / {per}]"
-        return f"atomicAnd({word}, ~({mask}u << {shift})); atomicOr({word}, ({new} & {mask}u) << {shift})"
+        # the value first: it may read this very element (a reduction accumulating in its output), which
+        # the atomicAnd clears
+        return (f"{{ let nnvm_packed = ({new} & {mask}u) << {shift}; atomicAnd({word}, ~({mask}u << {shift})); "
+                f"atomicOr({word}, nnvm_packed); }}")
 
     # -- expressions ------------------------------------------------------------------------------
     def const(self, c: E.Const) -> str:
