@@ -165,8 +165,8 @@ def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, 
     names = []
     real = block_schedules.group_template
 
-    def recording(group):
-        template = real(group)
+    def recording(group, **kwargs):
+        template = real(group, **kwargs)
         names.append(template.name)
         return template
 

@@ -268,9 +268,21 @@ def _schedule_depthwise(sch, conv, out, config: dict):
 DENSE = {"tile_y": 8, "threads": THREADS, "chunk": 32, "unroll": False}
 
 
-def schedule_dense(out, config: dict | None = None):
+def _dot4(op, intrinsics: dict, k_ext: int, chunk: int):
+    """The backend's ``dp4a`` intrinsic (four 8-bit products in one instruction) for a ``qdense`` stage
+    whose reduction splits into whole words, or None: the plain int32 multiply-add then."""
+    if op.tag != "qdense" or "dp4a" not in intrinsics or k_ext % chunk or chunk % 4:
+        return None
+    a = op.attrs
+    return intrinsics["dp4a"](a_dtype=a["data_dtype"], b_dtype=a["weight_dtype"],
+                              a_zero_point=a["data_zero_point"], b_zero_point=a["weight_zero_point"])
+
+
+def schedule_dense(out, config: dict | None = None, intrinsics: dict | None = None):
     """dense (+ fused elementwise): a block computes TY rows x TX columns, one output per thread;
-    data and weight tiles per chunk of 32 of K go through local memory. ``config``: ``DENSE``'s knobs."""
+    data and weight tiles per chunk of 32 of K go through local memory. ``config``: ``DENSE``'s knobs.
+    ``intrinsics``: the backend's tensor intrinsics; with ``dp4a`` there, ``qdense`` sums four
+    consecutive ``k`` per instruction."""
     config = {**DENSE, **(config or {})}
     sch = te.create_schedule([out.op])
     dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in DENSE_TAGS), None)
@@ -291,8 +303,15 @@ def schedule_dense(out, config: dict | None = None):
     for iv, tag in ((io, "blockIdx.y"), (jo, "blockIdx.x"), (ii, "threadIdx.y"), (ji, "threadIdx.x")):
         stage.bind(iv, tag)
     local.compute_at(stage, ji)
-    ko, ki = local.split(local.op.reduce_axis[0], factor=min(config["chunk"], k_ext))
-    local.reorder(ko, ki, *local.op.axis)
+    chunk = min(config["chunk"], k_ext)
+    ko, ki = local.split(local.op.reduce_axis[0], factor=chunk)
+    dot = _dot4(dense.op, intrinsics or {}, k_ext, chunk)
+    if dot is not None:
+        ki, k4 = local.split(ki, factor=4)
+        local.reorder(ko, ki, *local.op.axis, k4)
+        local.tensorize(k4, dot)
+    else:
+        local.reorder(ko, ki, *local.op.axis)
     if config["unroll"] and config["chunk"] <= 16:
         local.unroll(ki)
     threads = [("threadIdx.y", ty), ("threadIdx.x", tx)]
@@ -348,18 +367,20 @@ def _flops(outputs) -> float:
     return 2.0 * best
 
 
-def group_template(group):
+def group_template(group, target=None):
     """The ``ScheduleTemplate`` of one fused group on a ``gpu`` target. A config the group's shapes do
-    not fit (``ScheduleError`` while building) falls back to the generic schedule, which fits all."""
+    not fit (``ScheduleError`` while building) falls back to the generic schedule, which fits all.
+    ``target`` (optional): its backend's tensor intrinsics are used where they fit (``dp4a``)."""
     kind = group_kind(group)
     outputs = group.outputs
+    intrinsics = target.backend.tensor_intrinsics(target) if target is not None else {}
 
     def build(config: dict):
         if kind == "generic":
             return schedule_generic(outputs, config)
         try:
             if kind == "dense":
-                return schedule_dense(outputs[0], config)
+                return schedule_dense(outputs[0], config, intrinsics)
             return schedule_conv2d(outputs[0], config)
         except ScheduleError:
             return schedule_generic(outputs)

@@ -145,6 +145,12 @@ class CPrinter:
         qual = self.shared_qualifier + " " if buffer.scope == "shared" and self.shared_qualifier else ""
         return f"{qual}{self.alloc_type(buffer)} {name}[{size}];"
 
+    def tensor_intrin_call(self, call: E.TensorIntrinCall) -> str:
+        """A tensor intrinsic the language's backend offers (``Backend.tensor_intrinsics``), as an expression
+        evaluated for its effect; none by default."""
+        raise self._error(f"tensor intrinsic {call.intrin.name} has no C-family implementation: tensorize "
+                          "with it only for a backend that implements it")
+
     def discard(self, value: str) -> str:
         """A call evaluated for its effect."""
         return f"(void)({value});"
@@ -425,8 +431,7 @@ class CPrinter:
                 return f"({self.scalar_load(e.buffer, buf, self.expr(e.index))} != 0)"
             return self.scalar_load(e.buffer, buf, self.expr(e.index))
         if isinstance(e, E.TensorIntrinCall):
-            raise self._error(f"tensor intrinsic {e.intrin.name} has no C-family implementation: tensorize "
-                              "with it only for a backend that implements it")
+            return self.tensor_intrin_call(e)
         raise self._error(f"the C printer cannot print expression node {type(e).__name__}: {e!r}")
 
     def _binop(self, e: E.BinOp) -> str:

@@ -12,4 +12,4 @@ from nnvm.hookspecs import hookimpl
 def nnvm_schedule_template(target, group):
     if "gpu" not in getattr(target, "keys", ()):
         return None
-    return block_schedules.group_template(group)  # through the module: tests spy on it
+    return block_schedules.group_template(group, target=target)  # through the module: tests spy on it

@@ -21,7 +21,7 @@ from nnvm.errors import TargetError
 from nnvm.gpu.backend import GPUBackend
 from nnvm.target import Target
 from nnvm.tir.vectorize import C_FAMILY
-from nnvm_backend_cuda import compiler, native
+from nnvm_backend_cuda import compiler, dp4a, native
 from nnvm_backend_cuda.library import CUDAKernelLibrary
 from nnvm_backend_cuda.printer import CUDAPrinter
 
@@ -65,6 +65,10 @@ class CUDABackend(GPUBackend):
 
     def build_options(self, target: Target) -> dict:
         return {"arch": target_arch(target)}
+
+    def tensor_intrinsics(self, target: Target) -> dict:
+        """``dp4a`` where the target's architecture has the instruction (sm_61 and up)."""
+        return {"dp4a": dp4a.dp4a} if dp4a.has_dp4a(target_arch(target)) else {}
 
     def compile(self, source: str, tables: list, options: dict) -> CUDAKernelLibrary:
         threads = {k: t for k, (t, _) in compiler.launch_bounds(source).items()}

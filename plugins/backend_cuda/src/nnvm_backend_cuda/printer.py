@@ -14,6 +14,7 @@ import re
 
 from nnvm.gpu.c_printer import CPrinter
 from nnvm.tir import expr as E
+from nnvm_backend_cuda import dp4a
 
 CUDA_RESERVED = frozenset("""
 half __half uint uchar ushort ulonglong longlong threadIdx blockIdx blockDim gridDim warpSize
@@ -68,6 +69,16 @@ class CUDAPrinter(CPrinter):
 
     def thread_index(self, tag: str) -> str:
         return tag  # threadIdx.x, blockIdx.y: CUDA's own spelling
+
+    def declare_array(self, buffer, name: str, size: int) -> str:
+        line = super().declare_array(buffer, name, size)
+        # 8-bit tiles are read four bytes at a time by dp4a: word-aligned
+        return f"alignas(4) {line}" if buffer.dtype in ("int8", "uint8") else line
+
+    def tensor_intrin_call(self, call: E.TensorIntrinCall) -> str:
+        if call.intrin.params.get("kernel") == "cuda.dp4a":
+            return dp4a.print_call(self, call)
+        return super().tensor_intrin_call(call)
 
     def barrier(self) -> str:
         return "__syncthreads();"
