@@ -74,6 +74,40 @@ def quantized_model_path(name: str, fmt: str = "qdq", seed: int = 0) -> str:
     return path
 
 
+def onnxruntime_int8(path: str, feeds: dict) -> list:
+    """onnxruntime's outputs for ``feeds`` (one thread, CPU): the int8 reference of a quantized model."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def output_step(path: str) -> float:
+    """One quantization step of a QDQ model's output: the scale of the DequantizeLinear that makes it."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    inits = {t.name: t for t in model.graph.initializer}
+    out = model.graph.output[0].name
+    for node in model.graph.node:
+        if out in node.output and node.op_type == "DequantizeLinear" and node.input[1] in inits:
+            return float(numpy_helper.to_array(inits[node.input[1]]).max())
+    raise ValueError(f"{path}: the output is not made by a DequantizeLinear with a constant scale")
+
+
+def check_within_one_step(path: str, mod, where: str, seed: int = 1) -> None:
+    """``mod`` (a compiled QDQ model) against onnxruntime's int8 output on a seeded calibration-like
+    input: at most one output quantization step apart everywhere, and the same top-1."""
+    feeds = calibration_inputs(path, count=1, seed=seed)[0]
+    (want,) = onnxruntime_int8(path, feeds)
+    got = mod.run(**feeds)[0]
+    steps = float(np.abs(got - want).max()) / output_step(path)
+    assert steps <= 1 + 1e-6, f"{where}: {steps:.2f} output quantization steps from onnxruntime's int8"
+    assert got.argmax() == want.argmax(), f"{where}: top-1 differs from onnxruntime's int8"
+
+
 # -- nnvm's own quantizer: inputs and models that make top-1 agreement mean something ------------------
 CENTRED_VERSION = "1"  # bump when the images or the centring below change
 
