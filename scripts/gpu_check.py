@@ -226,7 +226,7 @@ def _logits(model):
 
 def step_models(check: Check) -> dict:
     names = ["transformer_encoder", "depthwise_net"] if check.rehearse else \
-        ["resnet18", "mobilenet_v2", "shufflenet", "transformer_encoder", "depthwise_net"]
+        ["resnet18", "mobilenet_v2", "shufflenet", "transformer_encoder", "depthwise_net", "resnet18_qdq"]
     work = Path(tempfile.mkdtemp(prefix="nnvm-gpu-models-"))
     out, bad = {}, []
     for name in names:  # each on its own: one model's failure does not hide the others' results
@@ -238,7 +238,10 @@ def step_models(check: Check) -> dict:
             continue
         print(f"  {name}: max relative error {out[name]['max_rel_err']:.2e} against onnxruntime, compile "
               f"{out[name]['compile_s']:.1f} s", flush=True)
-        if not out[name]["max_rel_err"] < 1e-4:
+        if "max_err_steps" in out[name]:  # int8: within one output quantization step of onnxruntime's int8
+            if not (out[name]["max_err_steps"] <= 1 + 1e-6 and out[name]["same_top1"]):
+                bad.append(f"{name} ({out[name]['max_err_steps']:.2f} steps)")
+        elif not out[name]["max_rel_err"] < 1e-4:
             bad.append(f"{name} ({out[name]['max_rel_err']:.1e})")
     if bad:
         raise StepFailed(out, f"against onnxruntime: {'; '.join(bad)}")
@@ -246,7 +249,10 @@ def step_models(check: Check) -> dict:
 
 
 def _one_model(name: str, work: Path) -> dict:
-    """One model compiled for ``cuda -arch=sm_90`` and run, against onnxruntime on the CPU."""
+    """One model compiled for ``cuda -arch=sm_90`` and run, against onnxruntime on the CPU (``<name>_qdq``:
+    the model quantized by onnxruntime, QDQ, against onnxruntime's int8 execution of it)."""
+    if name.endswith("_qdq"):
+        return _one_quantized_model(name.removesuffix("_qdq"))
     import numpy as np
     import onnx
     import onnxruntime as ort
@@ -277,6 +283,27 @@ def _one_model(name: str, work: Path) -> dict:
     return {"max_rel_err": _rel_err(got, want), "output_std": float(np.std(want)),
             "compile_s": round(compile_s, 2), "first_run_s": round(first_run_s, 3),
             "kernels": len(stats.get("cuda_kernels", {})), "spills": stats.get("cuda_spills", [])}
+
+
+def _one_quantized_model(name: str) -> dict:
+    import numpy as np
+
+    import nnvm
+    from nnvm_testing.frontend_onnx import quantized
+
+    path = quantized.quantized_model_path(name, "qdq")
+    feeds = quantized.calibration_inputs(path, count=1, seed=1)[0]
+    (want,) = quantized.onnxruntime_int8(path, feeds)
+    t = time.perf_counter()
+    mod = nnvm.compile(path, target=f"cuda -arch={MODEL_ARCH}")
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    got = mod.run(**feeds)[0]
+    first_run_s = time.perf_counter() - t
+    return {"max_rel_err": _rel_err(got, want), "max_err_steps": float(np.abs(got - want).max())
+            / quantized.output_step(path), "same_top1": bool(got.argmax() == want.argmax()),
+            "compile_s": round(compile_s, 2), "first_run_s": round(first_run_s, 3),
+            "dp4a": "dp4a" in mod.library.compiled.ptx.decode()}
 
 
 def step_bench(check: Check) -> dict:
