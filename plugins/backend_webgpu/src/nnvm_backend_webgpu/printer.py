@@ -135,14 +135,11 @@ class WGSLPrinter(CPrinter):
         if buffer.dtype in WIDE:
             wide = self.helper(f"nnvm_wide_{buffer.dtype}", wgsl.wide_store(buffer.dtype))
             return f"{buf}[{index}] = {wide}({value})"
-        bits = PACKED[buffer.dtype][0]
-        per, mask = 32 // bits, (1 << bits) - 1
+        per, mask = 32 // (bits := PACKED[buffer.dtype][0]), (1 << bits) - 1
         new = f"pack2x16float(vec2<f32>({value}, 0.0f))" if buffer.dtype == "float16" else f"u32({value})"
         shift, word = f"(u32(({index}) % {per}) * {bits}u)", f"&{buf}[({index}) / {per}]"
-        # the value first: it may read this very element (a reduction accumulating in its output), which
-        # the atomicAnd clears
-        return (f"{{ let nnvm_packed = ({new} & {mask}u) << {shift}; atomicAnd({word}, ~({mask}u << {shift})); "
-                f"atomicOr({word}, nnvm_packed); }}")
+        v = f"let nnvm_packed = ({new} & {mask}u) << {shift};"  # first: it may read the byte atomicAnd clears
+        return f"{{ {v} atomicAnd({word}, ~({mask}u << {shift})); atomicOr({word}, nnvm_packed); }}"
 
     # -- expressions ------------------------------------------------------------------------------
     def const(self, c: E.Const) -> str:
