@@ -241,3 +241,39 @@ def test_conv2d_chunk_shrinks_with_the_input_tile_a_round_copies():
     # 225 + 72 at stride 2, 49 + 8 for a 1x1 convolution (capped at 8 channels)
     assert COPY_PER_THREAD == 8
     assert [_auto_chunk(attrs(k, s), 7, 7, 8, 98) for k, s in ((3, 1), (3, 2), (1, 1))] == [5, 2, 8]
+
+
+def test_8bit_convolutions_and_dense_take_the_tiled_templates_and_are_exact(testgpu, monkeypatch):
+    """qconv2d (plain and depthwise) and qdense get the conv2d/dense templates (tiles in shared memory),
+    not the generic one, and give numpy's int64 sums exactly."""
+    from nnvm.gpu import block_schedules
+
+    names = []
+    real = block_schedules.group_template
+
+    def recording(group, **kwargs):
+        template = real(group, **kwargs)
+        names.append(template.name)
+        return template
+
+    monkeypatch.setattr(block_schedules, "group_template", recording)
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (1, 4, 6, 6)).astype("uint8")
+    w = rng.integers(-128, 128, (8, 4, 3, 3)).astype("int8")
+    wd = rng.integers(-128, 128, (4, 1, 3, 3)).astype("int8")
+    wf = rng.integers(-128, 128, (5, 36)).astype("int8")
+    b = GraphBuilder("q")
+    xin = b.input("x", x.shape, "uint8")
+    zp = {"data_zero_point": 121, "weight_zero_point": 0}
+    b.output(b.node1("qconv2d", [xin, b.param("w", w)], {"padding": (1, 1, 1, 1), **zp}))
+    b.output(b.node1("qconv2d", [xin, b.param("wd", wd)], {"padding": (1, 1, 1, 1), "groups": 4, **zp}))
+    b.output(b.node1("qdense", [b.node1("reshape", [xin], {"newshape": (4, 36)}), b.param("wf", wf)], zp))
+    got = nnvm.compile(b.build(), target=testgpu).run(x)
+    assert {"gpu.conv2d", "gpu.depthwise_conv2d", "gpu.dense"} <= set(names), names
+    xc = np.pad(x.astype(np.int64) - 121, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xc, (3, 3), axis=(2, 3))  # [1, 4, 6, 6, 3, 3]
+    want = [np.einsum("nchwyx,ocyx->nohw", win, w.astype(np.int64)),
+            np.einsum("nchwyx,cyx->nchw", win, wd[:, 0].astype(np.int64)),
+            (x.astype(np.int64).reshape(4, 36) - 121) @ wf.astype(np.int64).T]
+    for k, (g, e) in enumerate(zip(got, want)):
+        assert g.dtype == np.int32 and np.array_equal(g, e), f"output {k}: {int((g != e).sum())} sums differ"
