@@ -226,3 +226,31 @@ def test_examples_in_a_dtype_the_target_lacks_are_left_out_and_counted():
     assert 0 < result.examples < total
     note = f"{total - result.examples} example(s) in float64 left out: nof64 has no such type"
     assert note in result.message
+
+
+def test_constant_weights_reach_the_optimizing_pipeline(monkeypatch):
+    """qconv2d/qdense examples with ``constants`` hold those inputs as graph weights, and such a graph
+    compiles at opt_level 3 (so alter_op_layout packs the weights); an inputs-only graph stays at 0."""
+    from nnvm_conformance import runner
+
+    levels = []
+    real = nnvm.compile
+
+    def recording(graph, **kwargs):
+        levels.append((sorted(graph.params), kwargs["opt_level"]))
+        return real(graph, **kwargs)
+
+    monkeypatch.setattr(nnvm, "compile", recording)
+    for op in ("qconv2d", "qdense"):
+        case = cases.all_cases()[op]
+        examples = draw_examples(case)
+        held = [k for k, e in enumerate(examples) if e.constants == (1,)]
+        assert held and len(held) < len(examples), f"{op}: constant weights in {len(held)} of {len(examples)}"
+        assert run_op(case, "llvm").status == PASS
+        params, level = levels[-1]
+        assert params == [f"e{k}_w1" for k in held] and level == 3, levels[-1]
+    one = dataclasses.replace(examples[0], constants=())
+    graph, _ = runner._build_graph("qdense", [one], [case.reference(list(one.inputs), dict(one.attrs))])
+    assert not graph.params
+    runner._compile(graph, "llvm")
+    assert levels[-1][1] == 0
