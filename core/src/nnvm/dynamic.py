@@ -16,6 +16,8 @@ the bucket mechanism.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -29,7 +31,7 @@ from nnvm.graph.dims import Dim, dim_expression
 from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
-from nnvm.runtime.module import Module, inputs_by_name
+from nnvm.runtime.module import Module, inputs_by_name, load_module
 from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan
 from nnvm.runtime.symbolic import DimSignature, describe, shown
 
@@ -150,6 +152,8 @@ class SymbolicModule:
         self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
         self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
         self._last = None
+        self._tmpdir = None  # exports of an emulated CPU's module (``_emulated``), by their dims
+        self._exports: dict = {}
         self._lock = threading.Lock()  # the cache; a new binding compiles under it, once
 
     # -- binding ------------------------------------------------------------------------------------
@@ -190,6 +194,9 @@ class SymbolicModule:
         actual shape. Safe from several threads at once."""
         arrays = self._arrays(args, kwargs)
         values = self.bind_dims(arrays)
+        whole = self._whole
+        if whole is not None and whole._device is None and not whole._in_process:  # an emulated CPU
+            return self._emulated(values).run(**arrays)
         mod = self.specialised(values)
         if mod.plan.get("dims") is None or not mod.runs_shaped:
             return mod.run(**arrays)
@@ -278,9 +285,34 @@ class SymbolicModule:
         extra = [d for d in self._whole.plan["dims"] if d not in self.dims]
         if extra:
             raise Error(f"{what}, and its kernels take {', '.join(extra)}, which no input carries")
-        mod = self._planned({d: hi for d, (_, hi) in self.bounds.items()})
+        self._export_planned(path, {d: hi for d, (_, hi) in self.bounds.items()})
+
+    def _export_planned(self, path: str, upper: dict) -> None:
+        """``export`` with one plan for the dims ``upper``, which bound the file's dims from above."""
+        mod = self._planned(upper)
         outputs = list(zip(self._whole.graph.outputs, self._output_shapes))
-        mod.export(path, symbolic=describe(self.signature, self.dims, outputs))
+        signature = DimSignature(self.input_shapes, {d: (lo, upper[d]) for d, (lo, _) in self.bounds.items()},
+                                 self.requirements)
+        mod.export(path, symbolic=describe(signature, self.dims, outputs))
+
+    def _emulated(self, values: dict):
+        """The module for a CPU this host runs under an emulator only, for ``values``: the kernels exported
+        with a plan for their bucket (``bucket``; the whole bounds where every dim has one), loaded back
+        and run by the target's ``nnvm-run`` through its library; one export a bucket, cached."""
+        if all(hi is not None for _, hi in self.bounds.values()):
+            upper = {d: hi for d, (_, hi) in self.bounds.items()}
+        else:
+            upper = {d: bucket(v, self.bounds[d][1]) for d, v in values.items()}
+        key = tuple(upper[d] for d in self.dims)
+        with self._lock:
+            found = self._exports.get(key)
+            if found is None:
+                if self._tmpdir is None:
+                    self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-symbolic-")
+                path = os.path.join(self._tmpdir.name, f"module-{len(self._exports)}.so")
+                self._export_planned(path, upper)
+                found = self._exports[key] = load_module(path)
+            return found
 
 
 def _dim_names(d: str) -> tuple:

@@ -483,11 +483,13 @@ class ExportedSymbolicModule:
         vector = [values.get(d, 0) for d in self.dims]
         shapes = [tuple(d if isinstance(d, int) else evaluate(d.code, vector) for d in shape)
                   for shape in self._outputs]
-        if not self.module.runs_shaped:
-            raise Error("an exported symbolic module runs in this process only on the CPU it was "
-                        f"compiled for; run it with nnvm-run of the {self.module.target} C runtime "
-                        "(nnvm runtime build)")
-        return self.module.run_shaped([arrays[n] for n in self.input_names], values, shapes)
+        ordered = [arrays[n] for n in self.input_names]
+        if self.module.runs_shaped:
+            return self.module.run_shaped(ordered, values, shapes)
+        for (name, _, dtype, _), v in zip(self.module._inputs, ordered):
+            if v.dtype != dtype:
+                raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
+        return self.module._run_out_of_process(ordered)  # the file, run by nnvm-run (emulated)
 
     __call__ = run
 
