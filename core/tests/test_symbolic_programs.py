@@ -80,3 +80,14 @@ def test_a_section_read_back_binds_with_the_same_sentences():
         with pytest.raises(InputError) as got:
             back.bind(given_shapes)
         assert str(got.value) == str(want.value)
+
+
+def test_a_malformed_section_is_refused_when_read():
+    """``nnvm.load`` turns these into one sentence (the section is corrupt) before any run."""
+    sig = DimSignature({"x": ("N", 4)}, {"N": (1, 8)})
+    good = describe(sig, ["N"], [("y", (Dim.named("N") * 2, 4))])
+    read_description(good)
+    for bad in ([0, 1, 2], [2], [1, 5], [0, 4, 0, 0, 5]):  # a stray word, an op with no operands, dim 5, // 0
+        broken = {**good, "outputs": [{**good["outputs"][0], "programs": [bad, [0, 4]]}]}
+        with pytest.raises((ValueError, IndexError, ZeroDivisionError)):
+            read_description(broken)

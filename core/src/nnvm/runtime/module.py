@@ -541,7 +541,7 @@ def load_module(path) -> Module:
         return mod
     try:
         return ExportedSymbolicModule(mod, symbolic)
-    except (KeyError, TypeError, ValueError, IndexError, Error) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, Error) as exc:
         raise ModelLoadError(f"{path}: the module's symbolic dims section is corrupt ({exc})") from None
 
 

@@ -66,12 +66,14 @@ def evaluate(code: list, values: list) -> int:
             stack.append(code[k + 1] if op == CONST else values[code[k + 1]])
             k += 2
             continue
+        if len(stack) < 2 or op not in (ADD, SUB, MUL, FLOORDIV, MOD, MIN, MAX):
+            raise ValueError(f"a malformed dim program {code}")
         b, a = stack.pop(), stack.pop()
         stack.append({ADD: a + b, SUB: a - b, MUL: a * b, MIN: min(a, b), MAX: max(a, b)}.get(op)
                      if op not in (FLOORDIV, MOD) else (a // b if op == FLOORDIV else a % b))
         k += 1
     if len(stack) != 1:
-        raise Error(f"a malformed dim program {code}")
+        raise ValueError(f"a malformed dim program {code}")
     return stack[0]
 
 
@@ -193,4 +195,7 @@ def read_description(desc: dict) -> tuple[DimSignature, list, list]:
                     for r in desc["requirements"]]
     outputs = [[int(code[1]) if len(code) == 2 and code[0] == CONST else Program(code, dims, str(text))
                 for code, text in zip(o["programs"], o["shape"], strict=True)] for o in desc["outputs"]]
+    upper = {d: hi for d, (_, hi) in bounds.items()}
+    for p in [d for shape in outputs for d in shape if isinstance(d, Program)] + [r[0] for r in requirements]:
+        p.evaluate(upper)  # a malformed program fails here, at loading, not in a run
     return DimSignature(inputs, bounds, requirements), dims, outputs
