@@ -273,6 +273,10 @@ class SymbolicModule:
         if self._whole is None:
             raise Error(f"{what} and compiles once per binding ({self.why_specialised}); an exported module "
                         "needs kernels that take the dims")
+        if self._whole._device is not None:
+            raise Error(f"{what}, and exporting one for a device ({self._whole.target}) is not built yet: "
+                        "its runtime runs bound plans only; export it for a CPU target, or with every dim "
+                        "bound")
         open_ended = [d for d, (_, hi) in self.bounds.items() if hi is None]
         if open_ended:
             raise Error(f"{what}, and {', '.join(map(repr, open_ended))} has no upper bound: an exported "
