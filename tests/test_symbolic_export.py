@@ -262,6 +262,10 @@ def test_c_api_runs_a_symbolic_batch_and_a_bound_module_shaped(tmp_path):
     for n in (3, 2):
         got = np.fromfile(tmp_path / f"y{n}.bin", np.float32).reshape(n, 10)
         close(got, sess.run(None, {"x": x[:n]})[0], f"N = {n}")
+    again = tmp_path / "again.so"  # a loaded symbolic module exported again stays one
+    nnvm.load(sym).export(again)
+    assert artifact.check(str(again))["version"] == 4 and artifact.check(str(bound))["version"] == 3
+    close(nnvm.load(again).run(x)[0], sess.run(None, {"x": x})[0], "exported again, N = 3")
 
 
 def test_what_cannot_be_exported_is_one_sentence(tmp_path):
