@@ -133,7 +133,6 @@ class SymbolicModule:
         self._options, self._kwargs = options, kwargs
         # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
         self._whole, self.why_specialised = whole, why
-        self.requirements = list(requirements)  # (dim, limit, where): dim <= limit, checked at each run
         self._bucketed = False  # plans made for a bucket of dim values (``bucket``), run shaped
         if whole is not None:
             self._calls = group_calls(whole.graph)
@@ -145,10 +144,10 @@ class SymbolicModule:
             # every buffer no larger at smaller dims: one plan serves every binding below its own
             self._sizes_grow = all(_grows(d) for ty in types.values() for d in ty.shape)
             self._bucketed = whole.runs_shaped and self._sizes_grow
-        self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
         self.input_shapes = declared  # input name -> shape of ints and dim names
         self.dims = dims
-        self.signature = DimSignature(declared, self.bounds, self.requirements)
+        # the bounds ({dim: (lo, hi)}) and requirements ((dim, limit, where): dim <= limit) each run checks
+        self.signature = DimSignature(declared, {d: bounds.get(d, (1, None)) for d in dims}, requirements)
         self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
         self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
         self._last = None
@@ -157,6 +156,16 @@ class SymbolicModule:
         self._lock = threading.Lock()  # the cache; a new binding compiles under it, once
 
     # -- binding ------------------------------------------------------------------------------------
+    @property
+    def bounds(self) -> dict:
+        """``{dim: (lo, hi or None)}``: the signature's own, so a change (``Decoder`` opens ``past`` to 0)
+        holds for the runs' checks."""
+        return self.signature.bounds
+
+    @property
+    def requirements(self) -> list:
+        return self.signature.requirements
+
     @property
     def input_names(self) -> list[str]:
         return list(self.input_shapes)
