@@ -302,3 +302,23 @@ def test_aarch64_export_under_qemu(tmp_path):
         close(nnvm.load(module).run(x)[0], want, f"aarch64 loaded module at N = {n}")
     proc, _ = run_c(module, {"x": np.zeros((9, 32), np.float32)}, ["x"], ["y"], tmp_path, kind="aarch64")
     assert proc.returncode == 1 and "input 'x' dim 0 (N) is 9, outside its bounds [1, 8]" in proc.stderr
+
+
+def test_nnvm_run_command_on_a_symbolic_export(tmp_path):
+    """``nnvm run model.so --input x=X.npy``: any batch within the bounds; one above them is one sentence."""
+    model = dynamic_mlp()
+    module = tmp_path / "mlp.so"
+    nnvm.compile(model, target="llvm", bounds={"N": (1, 8)}, tuning_log=False).export(module)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, rc in ((5, 0), (9, 1)):
+        x = np.random.default_rng(n).standard_normal((n, 32)).astype(np.float32)
+        np.save(tmp_path / "x.npy", x)
+        proc = subprocess.run([sys.executable, "-m", "nnvm.cli", "run", str(module), "--input",
+                               f"x={tmp_path / 'x.npy'}", "--output", str(tmp_path / "y.npz")],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == rc, proc.stderr
+        if rc == 0:
+            close(np.load(tmp_path / "y.npz")["y"], sess.run(None, {"x": x})[0], f"nnvm run at N = {n}")
+        else:
+            assert proc.stderr.count("\n") == 1 and "input 'x' dim 0 (N) is 9, outside its bounds [1, 8]" \
+                in proc.stderr, proc.stderr
