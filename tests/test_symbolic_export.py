@@ -5,8 +5,8 @@ upper bound and the shapes as programs over the dims (format v4). ``nnvm.load`` 
 the core alone, the C runtime's ``nnvm_module_run_shaped`` and ``nnvm-run`` run it at any binding, checked
 against onnxruntime: a small Hugging Face BERT with dynamic ``batch`` and ``seq``, a GPT-2 with its KV
 cache (``attention_mask`` is ``past + seq``, ``past`` may be 0), an MLP with a symbolic batch (also for
-aarch64 under qemu). A shape outside the bounds or inconsistent between inputs is the same sentence from
-the compiled module, the loaded one and ``nnvm-run`` (exit 1).
+aarch64 and armv7 under qemu). A shape outside the bounds or inconsistent between inputs is the same
+sentence from the compiled module, the loaded one and ``nnvm-run`` (exit 1).
 """
 
 from __future__ import annotations
@@ -30,13 +30,14 @@ from nnvm_testing.frontend_onnx.shape_models import dynamic_mlp
 from nnvm_testing.venvs import pytest_venv
 
 BINDINGS = ((1, 1), (1, 7), (4, 33))
-QEMU = ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"]
+QEMU = {"aarch64": ["qemu-aarch64", "-L", "/usr/aarch64-linux-gnu"],
+        "armv7": ["qemu-arm", "-L", "/usr/arm-linux-gnueabihf"]}
 
 
 def nnvm_run(kind: str = "llvm") -> list[str]:
-    """The command prefix of ``nnvm-run`` for ``kind`` (under qemu for aarch64)."""
+    """The command prefix of ``nnvm-run`` for ``kind`` (under qemu for the Arm targets)."""
     exe = build_runtime(runtime_target(kind))["nnvm-run"]
-    return (QEMU if kind == "aarch64" else []) + [exe]
+    return QEMU.get(kind, []) + [exe]
 
 
 def run_c(module: Path, feeds: dict, order: list, out_names: list, tmp: Path, kind: str = "llvm"):
@@ -284,23 +285,24 @@ def test_what_cannot_be_exported_is_one_sentence(tmp_path):
             mod.export(tmp_path / "b.so")
 
 
-def test_aarch64_export_under_qemu(tmp_path):
-    """The same file format for another CPU: nnvm-run of the aarch64 runtime under qemu takes any batch,
-    and the module runs from Python too (exported once, run emulated)."""
+@pytest.mark.parametrize("kind", sorted(QEMU))
+def test_arm_export_under_qemu(kind, tmp_path):
+    """The same file format for another CPU (64- and 32-bit): nnvm-run of its runtime under qemu takes
+    any batch, and the module runs from Python too (exported once, run emulated)."""
     model = dynamic_mlp()
-    mod = nnvm.compile(model, target="aarch64", bounds={"N": (1, 8)}, tuning_log=False)
-    module = tmp_path / "mlp-aarch64.so"
+    mod = nnvm.compile(model, target=kind, bounds={"N": (1, 8)}, tuning_log=False)
+    module = tmp_path / f"mlp-{kind}.so"
     mod.export(module)
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     for n in (1, 5):
         x = np.random.default_rng(n).standard_normal((n, 32)).astype(np.float32)
-        proc, outs = run_c(module, {"x": x}, ["x"], ["y"], tmp_path, kind="aarch64")
+        proc, outs = run_c(module, {"x": x}, ["x"], ["y"], tmp_path, kind=kind)
         assert proc.returncode == 0, proc.stderr
         want = sess.run(None, {"x": x})[0]
-        close(outs[0], want, f"aarch64 nnvm-run at N = {n}")
-        close(mod.run(x)[0], want, f"aarch64 in-memory module at N = {n}")
-        close(nnvm.load(module).run(x)[0], want, f"aarch64 loaded module at N = {n}")
-    proc, _ = run_c(module, {"x": np.zeros((9, 32), np.float32)}, ["x"], ["y"], tmp_path, kind="aarch64")
+        close(outs[0], want, f"{kind} nnvm-run at N = {n}")
+        close(mod.run(x)[0], want, f"{kind} in-memory module at N = {n}")
+        close(nnvm.load(module).run(x)[0], want, f"{kind} loaded module at N = {n}")
+    proc, _ = run_c(module, {"x": np.zeros((9, 32), np.float32)}, ["x"], ["y"], tmp_path, kind=kind)
     assert proc.returncode == 1 and "input 'x' dim 0 (N) is 9, outside its bounds [1, 8]" in proc.stderr
 
 
