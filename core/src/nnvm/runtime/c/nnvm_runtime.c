@@ -16,6 +16,12 @@
  * LLVM backend): one job at a time per module, a second concurrent caller runs its loop on its own
  * thread; the pool's workers are stopped and joined when nnvm_module_free unloads the module. This
  * file is the one place the C runtime's threading lives (the pool's is in nnvm_pool.c).
+ *
+ * Symbolic dims (format v4, nnvm/runtime/symbolic.py): the module's nnvm_model_symbolic lists the dims
+ * with their bounds and every input axis, output axis and requirement as a postfix program over the dim
+ * vector. nnvm_module_run_shaped binds the dims from the inputs' shapes with the sentences of Python's
+ * DimSignature.bind, evaluates the outputs' shapes and every tensor's bytes (never above the planned
+ * ones), and calls nnvm_model_execute_shaped in an arena of the one plan, made for the upper bounds.
  */
 #define _GNU_SOURCE
 #define _FILE_OFFSET_BITS 64 /* models over 2 GiB on 32-bit Arm */
