@@ -131,3 +131,25 @@ def centred_model_path(name: str, seed: int = 0) -> str:
     onnx.save(model, tmp)
     os.replace(tmp, path)
     return path
+
+
+# -- trained weights: a classifier whose decisions follow its input (``synthetic_task``) ------------------
+def trained_model_path(name: str) -> str:
+    """``name`` (resnet18, mobilenet_v2) trained on ``synthetic_task`` by ``scripts/train_synthetic.py`` in the
+    torch venv, exported to ONNX (input ``data``: ``(1, 3, 32, 32)``; output ``logits``), written once to the
+    model cache (minutes of CPU: training, not a download)."""
+    from pathlib import Path
+
+    from nnvm_testing.frontend_onnx import synthetic_task, torch_models
+
+    script = torch_models.SCRIPTS / "train_synthetic.py"
+    return torch_models._exported(torch_models.torch_python(), [script, Path(synthetic_task.__file__)],
+                                  f"trained_{name}", [name], f"{name} trained on the synthetic task")
+
+
+def task_images(count: int, seed: int) -> list[np.ndarray]:
+    """``count`` seeded images of the synthetic task, each ``(1, 3, 32, 32)``: the trained models' inputs."""
+    from nnvm_testing.frontend_onnx import synthetic_task
+
+    images, _ = synthetic_task.labelled_images(count, seed)
+    return [x[None] for x in images]
