@@ -6,7 +6,8 @@ The task is ``nnvm_testing/frontend_onnx/synthetic_task.py`` (imported by path: 
 numpy, not nnvm). The networks are the standard architectures written here in torch (torchvision is
 not in the venv), their classifier sized to the task's classes. Trained with Adam and a cosine schedule
 from ``torch.manual_seed(0)``; the held-out accuracy is printed. Exported in eval mode with a fixed
-``(1, 3, 32, 32)`` input named ``data`` (as the zoo models) and the output ``logits``, by the torchscript exporter (opset 17).
+``(1, 3, 32, 32)`` input named ``data`` (as the zoo models) and the output ``logits``, by the torchscript
+exporter (opset 17).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import onnx
 import torch
 from torch import nn
 
-TASK_FILE = Path(__file__).resolve().parent.parent / "testing/src/nnvm_testing/frontend_onnx/synthetic_task.py"
+TASK_FILE = (Path(__file__).resolve().parent.parent
+             / "testing/src/nnvm_testing/frontend_onnx/synthetic_task.py")
 
 
 def load_task():
@@ -40,8 +42,10 @@ def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1) -> li
 class BasicBlock(nn.Module):
     def __init__(self, cin: int, cout: int, stride: int):
         super().__init__()
-        self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True), *conv_bn(cout, cout, 3))
-        self.skip = nn.Sequential(*conv_bn(cin, cout, 1, stride)) if stride != 1 or cin != cout else nn.Identity()
+        self.body = nn.Sequential(*conv_bn(cin, cout, 3, stride), nn.ReLU(inplace=True),
+                                  *conv_bn(cout, cout, 3))
+        same = stride == 1 and cin == cout
+        self.skip = nn.Identity() if same else nn.Sequential(*conv_bn(cin, cout, 1, stride))
 
     def forward(self, x):
         return torch.relu(self.body(x) + self.skip(x))
@@ -105,10 +109,12 @@ def train(name: str, steps: int, batch: int) -> nn.Module:
         opt.step()
         schedule.step()
         if step % 50 == 0 or step == steps - 1:
-            print(f"{name} step {step}: loss {loss.item():.3f} ({time.time() - start:.0f} s)", file=sys.stderr)
+            print(f"{name} step {step}: loss {loss.item():.3f} ({time.time() - start:.0f} s)",
+                  file=sys.stderr)
     model.eval()
     with torch.no_grad():
-        pred = torch.cat([model(torch.from_numpy(held_images[k:k + 100])).argmax(1) for k in range(0, 1000, 100)])
+        pred = torch.cat([model(torch.from_numpy(held_images[k:k + 100])).argmax(1)
+                          for k in range(0, 1000, 100)])
     accuracy = float((pred.numpy() == held_labels).mean())
     print(f"{name}: held-out accuracy {accuracy:.3f} after {steps} steps of {batch}", file=sys.stderr)
     return model
@@ -125,7 +131,8 @@ def main() -> None:
     task = load_task()
     buf = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(model, (torch.zeros(1, 3, task.SIZE, task.SIZE),), buf, dynamo=False, opset_version=17,
+        example = (torch.zeros(1, 3, task.SIZE, task.SIZE),)
+        torch.onnx.export(model, example, buf, dynamo=False, opset_version=17,
                           input_names=["data"], output_names=["logits"])
     proto = onnx.load_from_string(buf.getvalue())
     onnx.checker.check_model(proto, full_check=True)

@@ -135,9 +135,9 @@ def centred_model_path(name: str, seed: int = 0) -> str:
 
 # -- trained weights: a classifier whose decisions follow its input (``synthetic_task``) ------------------
 def trained_model_path(name: str) -> str:
-    """``name`` (resnet18, mobilenet_v2) trained on ``synthetic_task`` by ``scripts/train_synthetic.py`` in the
-    torch venv, exported to ONNX (input ``data``: ``(1, 3, 32, 32)``; output ``logits``), written once to the
-    model cache (minutes of CPU: training, not a download)."""
+    """``name`` (resnet18, mobilenet_v2) trained on ``synthetic_task`` by ``scripts/train_synthetic.py``
+    in the torch venv, exported to ONNX (input ``data``: ``(1, 3, 32, 32)``; output ``logits``), written
+    once to the model cache (minutes of CPU: training, not a download)."""
     from pathlib import Path
 
     from nnvm_testing.frontend_onnx import synthetic_task, torch_models
