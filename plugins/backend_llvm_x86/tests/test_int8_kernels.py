@@ -308,3 +308,15 @@ def test_qdense_with_a_run_time_zero_point(target, k):
         allowed = np.finfo(np.float32).eps * (np.abs(product) + np.abs(bias))
         err = np.abs(got - (product + bias))
         assert (err <= allowed).all(), f"{target}, zero point {zp}: max error {err.max()}"
+
+
+def test_int8_kernels_count_their_operations():
+    """The profile's GFLOPS of the int8 kernels (it showed 0 for them): 2 x the multiply-adds of each
+    convolution and dense, as for float ones, on the blocked kernels the layout pass made."""
+    from nnvm.lowering import group_flops
+
+    mod = nnvm.compile(_blocked_chain(), target="llvm -mcpu=znver5", opt_level=3)
+    flops = {c["kernel"]: group_flops(mod.graph, c["group"]) for c in mod.plan["calls"]}
+    conv = 2 * 14 * 14 * 32 * 9
+    want = sorted([conv * 16, conv * 32, 2 * 10 * 32 * 14 * 14])  # c1 (16 in), c2 (32 in), the classifier
+    assert sorted(f for k, f in flops.items() if "qconv2d_nchwc" in k or "qdense_packed" in k) == want, flops

@@ -117,12 +117,12 @@ def _parallel_rows(stage, axes, row_length: int):
 
 
 def _vector_reduction(sch, stat, kb: int, row) -> None:
-    """``stat``'s reduction along the row in ``kb`` partial results, vectorized, then halved in vector
-    steps down to ``SCALAR_LANES`` and those added up once a row (``row``: the stat's loop over the
-    rows, None when it has none)."""
+    """``stat``'s reduction along the row (its last reduce axis) in ``kb`` partial results, vectorized,
+    then halved in vector steps down to ``SCALAR_LANES`` and those added up once a row (``row``: the
+    stat's loop over the rows, None when it has none)."""
     if kb == 1:
         return
-    (k,) = stat.op.reduce_axis
+    *_, k = stat.op.reduce_axis
     _, k_inner = stat.split(k, factor=kb)
     partial = sch.rfactor(stat.op.outputs[0], k_inner)
     rf = sch[partial]
