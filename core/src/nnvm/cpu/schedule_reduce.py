@@ -4,7 +4,7 @@ DynamicQuantizeLinear takes the range of every activation it quantizes (a dynami
 48 of them a run, up to [128, 3072]). The generic schedule has no spatial axis to vectorize there: one
 scalar chain over the tensor (0.48 ms for [1, 128, 3072], load 5). Here the last, contiguous axis gives
 vector partial results, several vectors wide so that the chains are independent, halved in vector
-steps at the end (``schedule_softmax._vector_reduction``)::
+steps at the end (``schedule_softmax.vector_reduction``)::
 
     partial[kb] = init; for r0, r1, k.outer: partial = min(partial, x[r0, r1, k.outer*kb + :])
     m = min(halved(partial)); epilogue(m)          # an elementwise tail (``minimum(m, 0)``) inlined
@@ -15,7 +15,7 @@ from __future__ import annotations
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import extent, inline_epilogue, sole_anchor, vector_lanes
-from nnvm.cpu.schedule_softmax import _vector_reduction
+from nnvm.cpu.schedule_softmax import vector_reduction
 from nnvm.te.tensor import ComputeOp
 
 WHOLE_OPS = ("min", "max", "sum")
@@ -57,5 +57,5 @@ def whole_reduction_template(target, group) -> ScheduleTemplate | None:
 def build_whole_reduction(group, config: dict):
     sch, stat = _whole_stages(group)
     inline_epilogue(sch, {stat.op})
-    _vector_reduction(sch, stat, config["kb"], None)
+    vector_reduction(sch, stat, config["kb"], None)
     return sch
