@@ -320,3 +320,19 @@ def test_int8_kernels_count_their_operations():
     conv = 2 * 14 * 14 * 32 * 9
     want = sorted([conv * 16, conv * 32, 2 * 10 * 32 * 14 * 14])  # c1 (16 in), c2 (32 in), the classifier
     assert sorted(f for k, f in flops.items() if "qconv2d_nchwc" in k or "qdense_packed" in k) == want, flops
+
+
+@pytest.mark.parametrize("units, outputs_outer", [(3072, True), (16, False)])
+def test_qdense_reads_the_larger_operand_once(units, outputs_outer):
+    """128 token rows by a weight [units, 768]: a feed-forward weight (2.4 MB, over L2) has the output
+    blocks as the outer loop, so it is read once for all the rows rather than once per tile of rows; a
+    weight smaller than the rows keeps the rows outer."""
+    b = GraphBuilder(name="qdense_order")
+    x = b.input("x", (1, 128, 768), "uint8")
+    w = b.param("w", np.zeros((units, 768), np.int8))
+    b.output(b.node("qdense", [x, w, b.input("zp", (), "uint8")], name="mm")[0])
+    graph, target, _, _ = nnvm.compiler.optimized_graph(b.build(), "llvm -mcpu=znver5")
+    (k, group) = next((k, g) for k, g in enumerate(graph.groups) if "mm" in g)
+    members = [n for n in graph.nodes if n.name in group]
+    template = nnvm.compiler.schedule_template(target, nnvm.compiler.group_compute(graph, k, members))
+    assert template.name == "cpu.qdense.packed" and template.fallback["outputs_outer"] is outputs_outer
