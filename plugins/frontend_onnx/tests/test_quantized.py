@@ -208,6 +208,27 @@ def test_dynamically_quantized_bert_matches_onnxruntime(tmp_path):
                 f"seed {seed}: {name} differs from onnxruntime's in {int((g != w).sum())} places")
 
 
+def test_dynamically_quantized_bert_with_symbolic_batch_and_tokens():
+    """The same small BERT exported with symbolic ``batch`` and ``seq`` (torch's tracer) and quantized by
+    ``quantize_dynamic``, compiled once: every MatMulInteger is still an exact int32 ``qdense`` over the
+    [batch, seq, K] activation (not a float matmul, whose float32 sums stop being exact past 2^24), and
+    the outputs match onnxruntime's at several shapes."""
+    src = pytest_venv(dynamic_quantized_model_path, "bert", 1, 16, layers=2, width=64, heads=2, dynamic=True,
+                      exporter="torchscript")
+    mod = nnvm.compile(src, target="llvm")  # the model's dim_params are kept
+    ops = Counter(n.op for n in mod.graph.nodes)
+    assert ops["qdense"] + ops["qdense_packed"] == 12, dict(ops)
+    assert ops["dense_packed"] + ops["matmul"] == 4, f"attention's 4 products only: {dict(ops)}"
+    rng = np.random.default_rng(3)
+    for batch, seq in ((1, 16), (1, 5), (3, 9)):
+        feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64),
+                 "attention_mask": np.ones((batch, seq), np.int64)}
+        (want,) = _onnxruntime(src, feeds)
+        (got,) = mod.run(**feeds)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err <= 1e-2, f"batch {batch}, {seq} tokens: max relative error {err:.2e}"
+
+
 def _dynamic_quantize_linear(path: str, shape: tuple) -> None:
     node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])
     graph = helper.make_graph([node], "dql", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],

@@ -295,8 +295,8 @@ def _integer_qlinear_conv(ctx: Context, inputs) -> str:
 
 def _integer_matmul(ctx: Context, a: str, a_zp: str, b: str, b_zp: str, trans_b: bool = False) -> tuple:
     """The int32 product of ``a`` [..., K] and a 2-D ``b`` [K, N] (or [N, K] with ``trans_b``) through
-    qdense, as [..., N] (or as [rows, N] where ``a`` has several leading axes that are not 1), with the
-    shape to give it back. A scalar zero point of ``a`` computed at run time (DynamicQuantizeLinear's) is
+    qdense, as [..., N] (or as [rows, N] where ``a`` has several static leading axes that are not 1), with
+    the shape to give it back. A scalar zero point of ``a`` computed at run time (DynamicQuantizeLinear's) is
     an input of qdense."""
     if ctx.dtype(a) not in QUANT or ctx.dtype(b) not in QUANT or ctx.rank(b) != 2 or ctx.rank(a) < 2:
         raise _NotInteger
@@ -308,10 +308,8 @@ def _integer_matmul(ctx: Context, a: str, a_zp: str, b: str, b_zp: str, trans_b:
     if ctx.shape(weight)[1] != k:
         raise ctx.error(f"the contracted sizes differ: {shape} and {ctx.shape(b)}")
     rows = a
-    if sum(d != 1 for d in shape[:-1]) > 1:
-        if not all(isinstance(d, int) for d in shape):
-            raise _NotInteger
-        rows = ctx.reshape(a, (math.prod(shape[:-1]), k))
+    if sum(d != 1 for d in shape[:-1]) > 1 and all(isinstance(d, int) for d in shape):
+        rows = ctx.reshape(a, (math.prod(shape[:-1]), k))  # the packed kernel's rows (symbolic: as is)
     inputs = [rows, weight]
     if a_zp and ctx.const_value(a_zp) is None:  # computed at run time
         if ctx.dtype(a_zp) != ctx.dtype(a):

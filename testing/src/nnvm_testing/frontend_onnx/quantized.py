@@ -84,12 +84,15 @@ DYNAMIC_VERSION = "1"  # bump when the recipe below changes
 
 def dynamic_quantized_model_path(name: str = "bert", batch: int = 1, seq: int = 128,
                                  layers: int | None = None, width: int | None = None,
-                                 heads: int | None = None) -> str:
-    """Hugging Face model ``name`` (``torch_models.hf_model_path``: its default config, or a smaller one)
-    quantized by onnxruntime's ``quantize_dynamic`` (int8 weights), written once to the model cache."""
+                                 heads: int | None = None, dynamic: bool = False,
+                                 exporter: str = "dynamo") -> str:
+    """Hugging Face model ``name`` (``torch_models.hf_model_path``: its default config, or a smaller one;
+    ``dynamic``: symbolic batch and sequence) quantized by onnxruntime's ``quantize_dynamic`` (int8
+    weights), written once to the model cache."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    src = torch_models.hf_model_path(name, batch, seq, layers=layers, width=width, heads=heads)
+    src = torch_models.hf_model_path(name, batch, seq, layers=layers, width=width, heads=heads,
+                                     dynamic=dynamic, exporter=exporter)
     base = os.path.basename(src)[: -len(".onnx")]
     path = os.path.join(cache_dir(), f"{base}-dynamic-q{DYNAMIC_VERSION}.onnx")
     if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(src):
