@@ -172,6 +172,6 @@ def cases() -> list[OpCase]:
         OpCase("quantize", _quantize(), _quantize_reference, EXACT, count=6),
         OpCase("dequantize", _dequantize(), _dequantize_reference, DEQUANTIZE, count=6),
         OpCase("qconv2d", _qconv2d(), _qconv2d_reference, EXACT, count=8),
-        OpCase("qdense", st.one_of(_qdense(), _qdense_dynamic()), _qdense_reference, EXACT, count=8),
+        OpCase("qdense", st.one_of(_qdense(), _qdense_dynamic()), _qdense_reference, EXACT, count=6),
         OpCase("requantize", _requantize(), _requantize_reference, FLOAT_REQUANTIZE, count=8),
     ]
