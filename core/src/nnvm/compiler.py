@@ -22,6 +22,7 @@ import numpy as np
 
 import nnvm
 from nnvm.autotune.log import TuningLogs
+from nnvm.batch_loop import bound_graph, bound_members, loop_dim
 from nnvm.cpu.switches import check_options, switch_state
 from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, detached
@@ -44,6 +45,9 @@ from nnvm.options import Options, activated, active
 from nnvm.runtime.module import Module
 from nnvm.runtime.plan import make_plan, symbolic_dims
 from nnvm.te.lower import lower_schedule
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.lower import batch_loop
 
 
 def tuning_logs_for(target, tuning_log=None):
@@ -91,6 +95,7 @@ def _compile(model, target, shapes, options: Options, **kwargs):
     kernels: dict = {}  # (workload key, outputs) -> kernel name
     jobs_list: list[KernelJob] = []
     calls = group_calls(graph)
+    batched: dict = {}  # dim name -> the graph with it bound to 1: groups run image by image over it
     for k, (names, call) in enumerate(zip(graph.groups, calls)):
         if call.get("view"):
             continue  # computes nothing: make_plan places its inputs inside its output
@@ -99,15 +104,26 @@ def _compile(model, target, shapes, options: Options, **kwargs):
         outputs = _output_positions(graph, members, consumers)
         if (key, outputs) not in kernels:  # a group computing the same function reuses the first's kernel
             group = group_compute(graph, k, members, consumers)
-            template = schedule_template(tgt, group)
+            # a symbolic batch of independent images: the batch-1 group's kernel, looped (nnvm.batch_loop)
+            dim = loop_dim(group) if call.get("dims") else None
+            one, log_key = group, key
+            if dim is not None:
+                if dim.name not in batched:
+                    batched[dim.name] = bound_graph(graph, dim.name)
+                one_members = bound_members(members, dim.name)
+                one = group_compute(batched[dim.name], k, one_members, consumers)
+                log_key = workload_key(batched[dim.name], one_members)
+            template = schedule_template(tgt, one)
             config = None
             if template is not None:
-                config, choice = logs.choose(template, key, tgt) if len(logs) else (None, None)
+                config, choice = logs.choose(template, log_key, tgt) if len(logs) else (None, None)
                 tuned += config is not None
                 schedule = {"template": template.name, "revision": getattr(template, "revision", 1),
                             "config": template.fallback if config is None else config}
             else:
                 choice, schedule = None, {"template": None}
+            if dim is not None:
+                schedule["batch_loop"] = dim.name
             cache_key = kernel_key(key, list(outputs), schedule, switches, identity or backend.name,
                                    fingerprint)
             if identity is not None:  # a cached kernel keeps its name in every model: one from its key
@@ -117,18 +133,23 @@ def _compile(model, target, shapes, options: Options, **kwargs):
                 kname = f"nnvm_k{len(jobs_list)}_{c_name(group.anchor.op)}"
             if choice is not None:
                 served[kname] = choice.reason()
-            jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names)))
+            jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names, one, dim)))
             kernels[key, outputs] = kname
         call["kernel"] = kernels[key, outputs]
     seconds["schedule"] = time.perf_counter() - t0
 
     def lower_job(job: KernelJob):
-        group, template, config, names = job.payload
+        group, template, config, names, one, dim = job.payload
         # not schedule_group: that would ask for the template again
-        sch = template.apply(config) if template is not None else untemplated_schedule(tgt, group)
-        args = [t for _, t in group.inputs] + list(group.outputs)
+        sch = template.apply(config) if template is not None else untemplated_schedule(tgt, one)
+        args = [t for _, t in one.inputs] + list(one.outputs)
         try:
-            return lower_schedule(sch, args, job.name)
+            func = lower_schedule(sch, args, job.name)
+            if dim is None:
+                return func
+            full = [t for _, t in group.inputs] + list(group.outputs)
+            return batch_loop(func, tuple(S.Buffer(t.name, tuple(E.convert(x) for x in t.shape), t.dtype)
+                                          for t in full), dim)
         except Error as exc:
             raise with_context(exc, f"fused group {list(names)}") from None
 

@@ -139,7 +139,8 @@ def _lt_compute(inputs, attrs, out_types):
     dpos = {a: k for k, (a, _) in enumerate(dst)}
     have = full_sizes(shape_of(x), attrs["src_layout"])
     want = full_sizes(out_types[0].shape, attrs["dst_layout"])
-    padded = [a for a in want if want[a] > have[a]]  # axes whose extra (padding) elements read as zero
+    # axes whose extra (padding) elements read as zero; an axis the same in both (a symbolic batch) is not
+    padded = [a for a in want if want[a] != have[a] and want[a] > have[a]]
 
     def body(*i):
         full = {}

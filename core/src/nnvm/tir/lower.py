@@ -353,3 +353,39 @@ def _count_guards_on(var: E.Var, stmt) -> int:
 
     walk(stmt, fn)
     return count
+
+
+def batch_loop(func: S.PrimFunc, params: tuple, dim: E.Var, name: str | None = None) -> S.PrimFunc:
+    """``func``, lowered for one image, run for every image of a batch of ``dim``.
+
+    ``params`` are ``func``'s parameters at their full shapes: one leading with ``dim`` is ``dim`` images
+    of ``func``'s (its batch-1 buffer), read and written at the loop index times an image's elements; the
+    others are the same buffers (weights). Storage ``func`` allocates at its top is allocated once, outside
+    the loop, and reused by every image. Before: ``body``; after: ``for b in [0, dim): body[b]``.
+    """
+    images: dict = {}
+    image = E.Var(f"{dim.name}_image", dim.dtype)
+    for one, full in zip(func.params, params):
+        if full.shape and full.shape[0] is dim:
+            step = math.prod(int(s.value) for s in one.shape[1:]) if len(one.shape) > 1 else 1
+            images[one] = (full, image * step if step != 1 else image)
+        else:
+            images[one] = (full, None)
+
+    def fn(node):
+        if isinstance(node, E.Load | S.Store) and node.buffer in images:
+            full, offset = images[node.buffer]
+            index = node.index if offset is None else node.index + offset
+            return replace(node, buffer=full, index=index)
+        return None
+
+    allocs = []
+    body = func.body
+    while isinstance(body, S.Allocate):
+        allocs.append(body.buffer)
+        body = body.body
+    body = S.For(image, E.const(0, dim.dtype), dim, S.ForKind.SERIAL, rewrite(body, fn))
+    for buf in reversed(allocs):
+        body = S.Allocate(buf, body)
+    dims = tuple(dict.fromkeys((dim, *func.attrs.get("dims", ()))))
+    return S.PrimFunc(name or func.name, tuple(params), body, {**func.attrs, "dims": dims})
