@@ -59,6 +59,7 @@ from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, reducti
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.generic_schedule import guarded_inputs_of_reductions
+from nnvm.graph.dims import is_symbolic
 from nnvm.graph.ir import Node, TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
@@ -169,6 +170,10 @@ def _pays(target, graph, depthwise: Node) -> bool:
     """Whether fusing pays (the module docstring): where the depthwise convolution strides (its output a
     quarter of the wide tensor) and the wide tensor, written and read back, streams from memory."""
     shape = graph.types[depthwise.inputs[0]].shape
+    if is_symbolic(shape):  # a symbolic batch runs image by image (nnvm.batch_loop): one image's bytes
+        if is_symbolic(shape[1:]):
+            return False
+        shape = shape[1:]
     wide_bytes = 4 * math.prod(shape)
     return max(depthwise.attrs.get("strides", (1, 1))) > 1 and streams_from_memory(target, 2 * wide_bytes)
 
