@@ -21,17 +21,18 @@ from nnvm.tir import expr as E
 from nnvm.tir.visit import free_vars, rewrite
 
 
-def loop_dim(group) -> E.Var | None:
-    """The dim variable a group's kernel can loop over as a batch of independent images, or None.
+def loop_dim(inputs: list, outputs: list) -> E.Var | None:
+    """The dim variable a kernel of ``inputs`` (placeholders) and ``outputs`` (te tensors) can loop over as
+    a batch of independent images, or None.
 
     Every output and every input that holds a symbolic dim must lead with the same variable and hold no
     other symbolic extent; every compute stage of the group must be separable along it (module docstring).
     """
-    outs = list(group.outputs)
+    outs = list(outputs)
     dim = outs[0].shape[0] if outs and outs[0].shape else None
     if not isinstance(dim, E.Var):
         return None
-    for t in [*outs, *(p for _, p in group.inputs)]:
+    for t in [*outs, *inputs]:
         if _mentions(t.shape, dim) and not _leads(t, dim):
             return None
     if any(not _leads(t, dim) for t in outs):

@@ -105,7 +105,7 @@ def _compile(model, target, shapes, options: Options, **kwargs):
         if (key, outputs) not in kernels:  # a group computing the same function reuses the first's kernel
             group = group_compute(graph, k, members, consumers)
             # a symbolic batch of independent images: the batch-1 group's kernel, looped (nnvm.batch_loop)
-            dim = loop_dim(group) if call.get("dims") else None
+            dim = loop_dim([t for _, t in group.inputs], group.outputs) if call.get("dims") else None
             one, log_key = group, key
             if dim is not None:
                 if dim.name not in batched:
@@ -201,6 +201,8 @@ def _compile(model, target, shapes, options: Options, **kwargs):
         # distinct kernels compiled here, read from the kernel cache, and groups that reused another's
         "kernel_cache": {**cache_stats, "deduplicated": len(plan["calls"]) - len(jobs_list)},
         "tuned_kernels": tuned,  # distinct kernels scheduled with a config from a tuning log
+        # distinct kernels over a symbolic batch that run the batch-1 kernel image by image (batch_loop)
+        "batch_loop_kernels": sum(1 for job in jobs_list if job.payload[5] is not None),
         "tuning": {"signature": logs.signature.describe() if logs.signature is not None else None,
                    "logs": logs.summary(), "kernels": served},
         "fused_groups": [list(g) for g in graph.groups],
