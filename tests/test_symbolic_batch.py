@@ -1,0 +1,64 @@
+"""Issue 39: CNNs with a symbolic batch compile once (no per-binding fallback), every kernel takes the
+batch, and the module matches onnxruntime at batch 1, 3 and 8 (docs/dynamic-shapes.md, "A symbolic batch").
+
+The models are ``nnvm_testing.frontend_onnx.models``' torchvision architectures with seeded random weights;
+onnxruntime runs a copy whose input and output declare the batch as the dim_param ``batch``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import nnvm
+from nnvm.autotune.measure import relative_error
+from nnvm_testing.frontend_onnx import models
+
+
+def _dynamic_batch_copy(path: str, out) -> tuple[str, str, list]:
+    """``path`` saved to ``out`` with dim_param ``batch`` on its input's and outputs' first axis."""
+    model = onnx.load(path)
+    inits = {t.name for t in model.graph.initializer}
+    (inp,) = [i for i in model.graph.input if i.name not in inits]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    for value in [inp, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, str(out))
+    return str(out), inp.name, shape
+
+
+@pytest.mark.parametrize(("name", "how"), [("resnet18", "shapes"), ("mobilenet_v2", "bounds"),
+                                           ("squeezenet1_1", "bounds"), ("densenet121", "shapes")])
+def test_cnn_with_a_symbolic_batch_compiles_once_and_matches_onnxruntime(name, how, tmp_path):
+    fixed = models.cached_model_path(name)
+    path, inp, shape = _dynamic_batch_copy(fixed, tmp_path / f"{name}.onnx")
+    if how == "shapes":  # a file exported at batch 1, its batch named by shapes=
+        mod = nnvm.compile(fixed, target="llvm", shapes={inp: ("batch", *shape[1:])}, tuning_log=False)
+    else:  # the model's own dim_param, kept symbolic by bounds= (without it a leading batch is bound to 1)
+        mod = nnvm.compile(path, target="llvm", bounds={"batch": (1, 64)}, tuning_log=False)
+    sym = mod.stats()["symbolic"]
+    assert sym["mode"] == "kernels" and sym["why_per_binding"] is None, sym["why_per_binding"]
+    assert sym["inputs"] == {inp: ["batch", *shape[1:]]}
+    calls = mod.plan["calls"]
+    takes = [c for c in calls if any(a.get("dim") == "batch" for a in c["args"] if isinstance(a, dict))]
+    assert len(takes) == len(calls), f"{len(calls) - len(takes)} of {len(calls)} kernels miss the batch"
+    # most are the batch-1 kernel looped over the images; Winograd (batch x tiles as one axis) and the
+    # classifier's dense (padded rows) have symbolic schedules of their own
+    stats = mod.stats()
+    assert stats["batch_loop_kernels"] > stats["distinct_kernels"] // 2, stats["batch_loop_kernels"]
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    for batch in (1, 3, 8):
+        x = np.random.default_rng(batch).standard_normal([batch, *shape[1:]]).astype(np.float32)
+        want = sess.run(None, {inp: x})
+        got = mod.run(x)
+        assert [g.shape for g in got] == [w.shape for w in want], f"{name} at batch {batch}"
+        err = relative_error(got, want)
+        assert err < 1e-4, f"{name} at batch {batch}: max relative error {err:.2e} against onnxruntime"
+    # one compile (dims None) served every batch; the later entries are memory plans of its kernels
+    assert [s["dims"] is None for s in mod.stats()["symbolic"]["specialisations"]][:2] == [True, False]
+
