@@ -14,20 +14,36 @@ no gather across them, no use of the index as a value), and the dim appears in n
 
 from __future__ import annotations
 
-from nnvm.graph.dims import Dim
-from nnvm.graph.ir import Graph, TensorType
+from nnvm.graph.ir import Graph
+from nnvm.lowering import group_calls, group_compute
+from nnvm.ops.registry import get_op
+from nnvm.runtime.plan import bind_dim, bound_graph, view_placements
 from nnvm.te.tensor import ComputeOp, Tensor
 from nnvm.tir import expr as E
 from nnvm.tir.visit import free_vars, rewrite
 
 
-def loop_dim(inputs: list, outputs: list) -> E.Var | None:
+def group_loop_dim(group) -> E.Var | None:
+    """``loop_dim`` of a fused group (``lowering.GroupCompute``), its operators declaring ``images_apart``
+    taken at their word."""
+    apart = {}
+    for node in group.nodes:
+        if get_op(node.op).images_apart:
+            ins = [group.tensors[v] for v in node.inputs if v]
+            apart.update({group.tensors[o]: ins for o in node.outputs})
+    return loop_dim([t for _, t in group.inputs], group.outputs, apart)
+
+
+def loop_dim(inputs: list, outputs: list, apart: dict | None = None) -> E.Var | None:
     """The dim variable a kernel of ``inputs`` (placeholders) and ``outputs`` (te tensors) can loop over as
     a batch of independent images, or None.
 
     Every output and every input that holds a symbolic dim must lead with the same variable and hold no
     other symbolic extent; every compute stage of the group must be separable along it (module docstring).
+    ``apart``: tensors known to keep images apart (an operator's ``images_apart``) -> the tensors they are
+    computed from; their own stages are not inspected, those tensors are.
     """
+    apart = apart or {}
     outs = list(outputs)
     dim = outs[0].shape[0] if outs and outs[0].shape else None
     if not isinstance(dim, E.Var):
@@ -41,6 +57,14 @@ def loop_dim(inputs: list, outputs: list) -> E.Var | None:
     todo = list(outs)
     while todo:
         t = todo.pop()
+        if t in apart:
+            if t.op in seen:
+                continue
+            if not _leads(t, dim):
+                return None
+            seen.add(t.op)
+            todo.extend(apart[t])
+            continue
         op = t.op
         if op in seen or not isinstance(op, ComputeOp):
             continue
@@ -92,25 +116,43 @@ def _separable(op: ComputeOp, dim: E.Var) -> bool:
     return ok
 
 
-def bind_dim(value, name: str, size: int):
-    """An attribute value (nested tuples, lists, dicts) with dim ``name`` set to ``size`` where it
-    appears; other dims are left symbolic (a group using them is not looped)."""
-    if isinstance(value, Dim):
-        return value.evaluate({name: size}) if set(value.names) <= {name} else value
-    if isinstance(value, tuple | list):
-        return type(value)(bind_dim(v, name, size) for v in value)
-    if isinstance(value, dict):
-        return {k: bind_dim(v, name, size) for k, v in value.items()}
-    return value
-
-
 def bound_members(members: list, name: str, size: int = 1) -> list:
     """The group's nodes with dim ``name`` set to ``size`` in their attributes (reshape targets)."""
     return [n.replace(attrs=bind_dim(dict(n.attrs), name, size)) for n in members]
 
 
-def bound_graph(graph: Graph, name: str, size: int = 1) -> Graph:
-    """``graph`` with dim ``name`` set to ``size`` in its types (dims of other names stay)."""
-    types = {v: TensorType(tuple(bind_dim(d, name, size) for d in ty.shape), ty.dtype) if ty.symbolic else ty
-             for v, ty in graph.types.items()}
-    return graph.replace(types=types)
+def image_views(graph: Graph, batch: str) -> tuple[Graph, dict, dict]:
+    """Views (in-place concatenations) over a symbolic batch, placed for one image: ``(graph, steps,
+    computed)``. A value inside a view's block holds its images a block's image apart, not its own
+    (``steps``: value -> elements between its images), which only a kernel looping over the images can
+    honour; so a block touched by a group that does not loop (``loop_dim``) is copied again (its views
+    unmarked) until every such group loops. ``computed``: group (node names) -> (``GroupCompute``,
+    loop dim), the work done here, for the compiler to reuse."""
+    image = bound_graph(graph, batch)
+    computed: dict = {}
+    while True:
+        calls = group_calls(graph)
+        places = view_placements(image, calls)
+        steps = {v: image.type_of(root).size for v, (root, _) in places.items() if v != root}
+        by_name = {n.name: n for n in graph.nodes}
+        consumers = graph.consumers()
+        copied: set = set()  # blocks to copy again
+        for k, (names, call) in enumerate(zip(graph.groups, calls)):
+            strided = [v for v in call["args"] if v in steps]
+            if call.get("view") or not strided:
+                continue
+            key = tuple(names)
+            if key not in computed:
+                group = group_compute(graph, k, [by_name[n] for n in names], consumers)
+                computed[key] = (group, group_loop_dim(group))
+            if computed[key][1] is None:
+                copied.update(places[v][0] for v in strided)
+        if not copied:
+            return graph, steps, computed
+        nodes = []
+        for n in graph.nodes:
+            block = places.get(n.outputs[0], (None,))[0]
+            if n.op == "concatenate" and n.attrs.get("in_place") and block in copied:
+                n = n.replace(attrs={k: v for k, v in n.attrs.items() if k != "in_place"})
+            nodes.append(n)
+        graph = graph.replace(nodes=tuple(nodes))

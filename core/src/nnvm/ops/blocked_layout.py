@@ -752,6 +752,6 @@ def ops() -> list[OpDef]:
                   "[m+2, m+2, ...]"),
         OpDef("conv2d_winograd_nchwc", _wino_infer, _wino_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
               attrs={"padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right")},
-              num_inputs=(2, 2), evaluate=checked_evaluate(_wino_infer, _wino_eval),
+              num_inputs=(2, 2), evaluate=checked_evaluate(_wino_infer, _wino_eval), images_apart=True,
               doc="3x3 stride-1 conv2d over NCHW[x]c data by Winograd F(m x m, 3x3), m from the weights"),
     ]

@@ -355,19 +355,23 @@ def _count_guards_on(var: E.Var, stmt) -> int:
     return count
 
 
-def batch_loop(func: S.PrimFunc, params: tuple, dim: E.Var, name: str | None = None) -> S.PrimFunc:
+def batch_loop(func: S.PrimFunc, params: tuple, dim: E.Var, strides: tuple = (),
+               name: str | None = None) -> S.PrimFunc:
     """``func``, lowered for one image, run for every image of a batch of ``dim``.
 
     ``params`` are ``func``'s parameters at their full shapes: one leading with ``dim`` is ``dim`` images
     of ``func``'s (its batch-1 buffer), read and written at the loop index times an image's elements; the
     others are the same buffers (weights). Storage ``func`` allocates at its top is allocated once, outside
-    the loop, and reused by every image. Before: ``body``; after: ``for b in [0, dim): body[b]``.
+    the loop, and reused by every image. ``strides``: per parameter, the elements from one image to the
+    next where that is not an image's own size (a value inside an in-place concatenation's output), else
+    None. Before: ``body``; after: ``for b in [0, dim): body[b]``.
     """
     images: dict = {}
     image = E.Var(f"{dim.name}_image", dim.dtype)
-    for one, full in zip(func.params, params):
+    strides = tuple(strides) or (None,) * len(params)
+    for one, full, stride in zip(func.params, params, strides):
         if full.shape and full.shape[0] is dim:
-            step = math.prod(int(s.value) for s in one.shape[1:]) if len(one.shape) > 1 else 1
+            step = stride or math.prod(int(s.value) for s in one.shape[1:])
             images[one] = (full, image * step if step != 1 else image)
         else:
             images[one] = (full, None)
