@@ -39,7 +39,7 @@ def test_a_per_image_group_loops_over_its_batch():
 
 
 @pytest.mark.parametrize("case", ["sum_over_batch", "next_image", "index_as_value", "batch_not_leading",
-                                  "batch_in_weight"])
+                                  "batch_in_weight", "another_symbolic_dim"])
 def test_a_group_mixing_images_is_not_looped(case):
     x = te.placeholder((N, 8), name="x")
     if case == "sum_over_batch":  # BatchNorm statistics in training, a mean over axis 0
@@ -49,6 +49,9 @@ def test_a_group_mixing_images_is_not_looped(case):
         y = te.compute((N, 8), lambda n, c: x[te.max(n - 1, E.const(0, n.dtype)), c], name="y")
     elif case == "index_as_value":
         y = te.compute((N, 8), lambda n, c: x[n, c] * te.cast("float32", n), name="y")
+    elif case == "another_symbolic_dim":  # [batch, seq, 8]: one image's size is not known
+        x = te.placeholder((N, dim_var("seq"), 8), name="x")
+        y = te.compute(x.shape, lambda n, s, c: x[n, s, c] * 2.0, name="y")
     elif case == "batch_not_leading":
         y = te.compute((8, N), lambda c, n: x[n, c], name="y")
     else:  # a second input whose batch is not its leading axis

@@ -48,8 +48,8 @@ def loop_dim(inputs: list, outputs: list, apart: dict | None = None) -> E.Var | 
     dim = outs[0].shape[0] if outs and outs[0].shape else None
     if not isinstance(dim, E.Var):
         return None
-    for t in [*outs, *inputs]:
-        if _mentions(t.shape, dim) and not _leads(t, dim):
+    for t in [*outs, *inputs]:  # batched, or all static (weights)
+        if not _leads(t, dim) and not all(isinstance(e, E.Const) for e in t.shape):
             return None
     if any(not _leads(t, dim) for t in outs):
         return None
@@ -80,8 +80,8 @@ def _mentions(exprs, var: E.Var) -> bool:
 
 
 def _leads(t: Tensor, dim: E.Var) -> bool:
-    """``t`` is ``[dim, static...]``."""
-    return bool(t.shape) and t.shape[0] is dim and not _mentions(t.shape[1:], dim)
+    """``t`` is ``[dim, static...]`` (every other extent a constant: one image's size is known)."""
+    return bool(t.shape) and t.shape[0] is dim and all(isinstance(e, E.Const) for e in t.shape[1:])
 
 
 def _separable(op: ComputeOp, dim: E.Var) -> bool:
@@ -89,10 +89,10 @@ def _separable(op: ComputeOp, dim: E.Var) -> bool:
     depends on which image it is."""
     out = op.outputs[0]
     batched = _leads(out, dim)
-    if not batched and _mentions(out.shape, dim):
+    if not batched and not all(isinstance(e, E.Const) for e in out.shape):
         return False
     doms = [iv.dom for iv in (*op.axis[1 if batched else 0:], *op.reduce_axis) if iv.dom is not None]
-    if any(_mentions((r.min, r.extent), dim) for r in doms):
+    if any(free_vars(r.min) or free_vars(r.extent) for r in doms):  # one image's loops: all static
         return False
     own = op.axis[0].var if batched else None
     ok = True
