@@ -7,7 +7,10 @@
 CNNs (``resnet18``, ``resnet50``, ``mobilenet_v2``, ``squeezenet``, ``densenet121``: the torchvision
 architectures of ``nnvm_testing.frontend_onnx.models``, seeded random weights): compiled once with a
 symbolic batch (``shapes={"data": ("batch", 3, 224, 224)}``) and once per batch of ``--batches`` from a
-file exported at that batch; onnxruntime runs a copy declaring dim_param ``batch``.
+file exported at that batch; onnxruntime runs a copy declaring dim_param ``batch``. ``zoo:NAME`` (a CNN
+of ``bench/zoo.py``'s zoo, ``torch_models.ZOO_CNNS``): exported by PyTorch with a dynamic batch
+(``zoo_model_path(..., dynamic_batch=True)``), that file compiled once and run by onnxruntime, against
+the zoo's exports at each fixed batch.
 
 Models: Hugging Face BERT-base and DistilBERT-base at their default configs, seeded random weights,
 exported with dynamic ``batch`` and ``seq`` axes (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``
@@ -60,9 +63,17 @@ def _timed(fn, cpu: bool):
 
 
 def _cnn(name: str, batch: int = 1) -> str:
-    from nnvm_testing.frontend_onnx import models
+    from nnvm_testing.frontend_onnx import models, torch_models
 
+    if name.startswith("zoo:"):
+        return torch_models.zoo_model_path(name[4:], batch)
     return models.cached_model_path(BUILDS.get(name, name), batch=batch)
+
+
+def _is_cnn(name: str) -> bool:
+    from nnvm_testing.frontend_onnx import torch_models
+
+    return name in CNNS or (name.startswith("zoo:") and name[4:] in torch_models.ZOO_CNNS)
 
 
 def _dynamic_batch_copy(path: str) -> tuple[str, str, list]:
@@ -94,6 +105,10 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
     if cnn:
         fixed = _cnn(cnn)
         path, inp, chw = _dynamic_batch_copy(fixed)
+        if cnn.startswith("zoo:"):  # the export with a dynamic batch, compiled and run as it is
+            from nnvm_testing.frontend_onnx import torch_models
+
+            path = fixed = torch_models.zoo_model_path(cnn[4:], dynamic_batch=True)
         unbound = nnvm.compile(fixed, target="llvm", shapes={inp: ("batch", *chw[1:])}, tuning_log=False)
     else:
         unbound = nnvm.compile(path, target="llvm", tuning_log=False)
@@ -171,9 +186,10 @@ def main(argv=None) -> int:
                                  args.cpu_time)))
         return 0
     names = [m for m in args.models.split(",") if m]
-    unknown = [m for m in names if m not in MODELS and m not in CNNS]
+    unknown = [m for m in names if m not in MODELS and not _is_cnn(m)]
     if unknown:
-        print(f"unknown model {unknown[0]!r}; known: {', '.join([*MODELS, *CNNS])}", file=sys.stderr)
+        print(f"unknown model {unknown[0]!r}; known: {', '.join([*MODELS, *CNNS])}, zoo:NAME (a zoo CNN)",
+              file=sys.stderr)
         return 1
     from nnvm_testing.frontend_onnx import torch_models
 
@@ -181,10 +197,12 @@ def main(argv=None) -> int:
     lines = ["| model | (batch, seq) or (batch) | unbound ms | bound ms | unbound / bound "
              "| max rel err vs onnxruntime | load |", "| --- | --- | ---: | ---: | ---: | --- | --- |"]
     for name in names:
-        if name in CNNS:
+        if _is_cnn(name):
             path = f"cnn:{name}"
             for b in batches:  # exported here, once, so the child only reads them
                 _cnn(name, b[0])
+            if name.startswith("zoo:"):
+                torch_models.zoo_model_path(name[4:], dynamic_batch=True)
         else:
             path = torch_models.hf_model_path(name, 1, 128, dynamic=True, exporter=args.exporter)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--shapes", args.shapes,
@@ -196,11 +214,11 @@ def main(argv=None) -> int:
         if proc.returncode != 0 or not proc.stdout.strip():
             err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["no output"]
             print(f"{name}: {err[-1]}", flush=True)
-            lines.append(f"| {MODELS.get(name) or CNNS[name]} | {err[-1]} |")
+            lines.append(f"| {MODELS.get(name) or CNNS.get(name, name)} | {err[-1]} |")
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(json.dumps({name: r}), flush=True)
-        title = MODELS.get(name) or CNNS[name]
+        title = MODELS.get(name) or CNNS.get(name, name)
         for shape, s in r["shapes"].items():
             lines.append(f"| {title} | ({shape.replace('x', ', ')}) | {s['unbound_ms']:.2f} | "
                          f"{s['bound_ms']:.2f} | {s['ratio']:.2f} | {s['max_rel_err']:.1e} | "
