@@ -14,7 +14,8 @@ import pytest
 
 import nnvm
 from nnvm.autotune.measure import relative_error
-from nnvm_testing.frontend_onnx import models
+from nnvm_testing.frontend_onnx import models, torch_models
+from nnvm_testing.venvs import pytest_venv
 
 
 def _dynamic_batch_copy(path: str, out) -> tuple[str, str, list]:
@@ -38,6 +39,21 @@ def test_cnn_with_a_symbolic_batch_compiles_once_and_matches_onnxruntime(name, h
         mod = nnvm.compile(fixed, target="llvm", shapes={inp: ("batch", *shape[1:])}, tuning_log=False)
     else:  # the model's own dim_param, kept symbolic by bounds= (without it a leading batch is bound to 1)
         mod = nnvm.compile(path, target="llvm", bounds={"batch": (1, 64)}, tuning_log=False)
+    _check(name, mod, path, inp, shape)
+
+
+def test_googlenet_exported_by_pytorch_with_a_dynamic_batch():
+    """The zoo's GoogLeNet (inception v1: concatenations in place over the batch), exported by torch's
+    dynamo exporter with ``dynamic_shapes`` (its own shape computations for the batch)."""
+    path = pytest_venv(torch_models.zoo_model_path, "googlenet", dynamic_batch=True)
+    mod = nnvm.compile(path, target="llvm", bounds={"batch": (1, 64)}, tuning_log=False)
+    _check("googlenet", mod, path, "data", [1, 3, 224, 224])
+    concats = [n for n in mod.graph.nodes if n.op == "concatenate"]
+    copied = [n.name for n in concats if not n.attrs.get("in_place")]
+    assert concats and not copied, f"concatenations copied over the symbolic batch: {copied}"
+
+
+def _check(name, mod, path, inp, shape):
     sym = mod.stats()["symbolic"]
     assert sym["mode"] == "kernels" and sym["why_per_binding"] is None, sym["why_per_binding"]
     assert sym["inputs"] == {inp: ["batch", *shape[1:]]}

@@ -116,7 +116,8 @@ def _compile(model, target, shapes, options: Options, **kwargs):
             else:
                 group = group_compute(graph, k, members, consumers)
                 # a symbolic batch of independent images: the batch-1 group's kernel, looped (batch_loop)
-                dim = group_loop_dim(group) if call.get("dims") else None
+                # (CPU targets: a GPU kernel's thread-bound loops must stay outermost)
+                dim = group_loop_dim(group) if call.get("dims") and "cpu" in tgt.keys else None
             if strides and dim is None:
                 raise Error(f"fused group {list(names)}: it reads or writes a view over a symbolic batch but "
                             "does not loop over the images")
