@@ -78,3 +78,17 @@ def _check(name, mod, path, inp, shape):
     # one compile (dims None) served every batch; the later entries are memory plans of its kernels
     assert [s["dims"] is None for s in mod.stats()["symbolic"]["specialisations"]][:2] == [True, False]
 
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=haswell", "llvm -mcpu=znver5"])
+def test_each_kernel_is_the_batch_1_kernel_looped(target):
+    """The compiler's choice for an explicit CPU: every SqueezeNet kernel (convolutions, Winograd, pools,
+    the classifier's reshape) loops its batch-1 kernel over the images, and every concatenation lies in
+    place, as in the batch-1 compile (the same kernels, so the same speed at batch 1)."""
+    path = models.cached_model_path("squeezenet1_1")
+    mod = nnvm.compile(path, target=target, shapes={"data": ("batch", 3, 224, 224)}, tuning_log=False)
+    bound = nnvm.compile(path, target=target, tuning_log=False)
+    stats, want = mod.stats(), bound.stats()
+    assert stats["symbolic"]["why_per_binding"] is None
+    assert stats["batch_loop_kernels"] == stats["distinct_kernels"] == want["distinct_kernels"]
+    assert stats["fused_groups"] == want["fused_groups"] and stats["kernels"] == want["kernels"]
