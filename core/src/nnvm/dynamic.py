@@ -32,7 +32,7 @@ from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
 from nnvm.runtime.module import Module, inputs_by_name, load_module
-from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan
+from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan, view_placements
 from nnvm.runtime.symbolic import DimSignature, describe, shown
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
@@ -136,9 +136,14 @@ class SymbolicModule:
         self._bucketed = False  # plans made for a bucket of dim values (``bucket``), run shaped
         if whole is not None:
             self._calls = group_calls(whole.graph)
-            for call, planned in zip(self._calls, whole.plan["calls"]):
+            # the plan lists the kernels' calls; a view (an in-place concatenation) has none
+            for call, planned in zip([c for c in self._calls if not c.get("view")], whole.plan["calls"]):
                 call["kernel"] = planned["kernel"]
             self._pairs = inplace_pairs(whole.graph, self._calls)  # hold for every binding
+            # views over a symbolic batch are placed for one image (nnvm.batch_loop.image_views)
+            self._places = (view_placements(bind_types(whole.graph, dict.fromkeys(whole.plan["dims"], 1)),
+                                            self._calls)
+                            if any(c.get("view") for c in self._calls) else None)
             types = whole.graph.types
             self._output_shapes = [types[v].shape for v in whole.graph.outputs]
             # every buffer no larger at smaller dims: one plan serves every binding below its own
@@ -242,7 +247,7 @@ class SymbolicModule:
         whole = self._whole
         dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
         bound = bind_types(whole.graph, dims)
-        plan = make_plan(bound, self._calls, pairs=self._pairs, bindable=True)
+        plan = make_plan(bound, self._calls, pairs=self._pairs, bindable=True, places=self._places)
         plan["dims"] = dims
         return Module(plan, whole.params, whole.library, whole.target, whole.stats(), bound)
 
