@@ -210,7 +210,8 @@ class SymbolicModule:
             got = dim.evaluate(values) if isinstance(dim, Dim) else dim
             most = limit.evaluate(values) if isinstance(limit, Dim) else limit
             if got > most:
-                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in dim.names)
+                names = dict.fromkeys(n for d in (dim, limit) if isinstance(d, Dim) for n in d.names)
+                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in names)
                 raise InputError(f"{where}: {dim} must be at most {most}, and the inputs give {given}")
         return values
 

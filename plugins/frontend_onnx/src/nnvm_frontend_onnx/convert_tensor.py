@@ -257,10 +257,10 @@ def _symbolic_slice(ctx: Context, start, end, step, size, axis: int) -> tuple:
                         "symbolic dims must go forward by 1 from a constant start, for now")
     if isinstance(end, int) and end >= 2 ** 31 - 1:  # "to the end", as exporters spell it
         end = size
-    elif isinstance(end, int):
+    elif isinstance(end, int) and (end < 0 or not isinstance(size, Dim)):
         raise ctx.error(f"axis {axis} (size {size}) sliced to {end}: a slice with symbolic dims must end at "
-                        "the axis's end or at a symbolic dim, for now")
-    elif end != size:
+                        "the axis's end, at a symbolic dim or at a constant within the axis, for now")
+    elif end != size:  # a constant or a dim end: the axis must reach it (the first row of a symbolic batch)
         require_at_most(end, size, f"{ctx.label} slices axis {axis} of size {size} to {end}")
     return start, end, 1
 
