@@ -47,7 +47,8 @@ ARCHS = {
     "distilbert": ("DistilBertConfig", "DistilBertModel", "text", ("n_layers", "dim", "n_heads", "hidden_dim"),
                    {}),
     "vit": ("ViTConfig", "ViTModel", "image", None, {}),
-    "roberta": ("RobertaConfig", "RobertaModel", "text", None, {}),
+    # positions count from padding_idx + 1: 514 rows serve 512 tokens (roberta-base's checkpoint has them)
+    "roberta": ("RobertaConfig", "RobertaModel", "text", None, {"max_position_embeddings": 514}),
     "albert": ("AlbertConfig", "AlbertModel", "text", None, {}),
     "electra": ("ElectraConfig", "ElectraModel", "text", None, {}),
     # DeBERTa-v3-base's relative attention (log position buckets, c2p and p2c); the library's default
@@ -57,7 +58,7 @@ ARCHS = {
                     "intermediate_size": 3072, "relative_attention": True, "position_buckets": 256,
                     "max_relative_positions": -1, "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm",
                     "share_att_key": True, "position_biased_input": False}),
-    "mpnet": ("MPNetConfig", "MPNetModel", "text", None, {}),
+    "mpnet": ("MPNetConfig", "MPNetModel", "text", None, {"max_position_embeddings": 514}),
     "gpt-neo": ("GPTNeoConfig", "GPTNeoModel", "causal",
                 ("num_layers", "hidden_size", "num_heads", "intermediate_size"), {"use_cache": False}),
     "llama": ("LlamaConfig", "LlamaModel", "causal", None, {"use_cache": False}),
@@ -66,7 +67,7 @@ ARCHS = {
     "t5-encoder": ("T5Config", "T5EncoderModel", "text", ("num_layers", "d_model", "num_heads", "d_ff"), {}),
     "bart-encoder": ("BartConfig", "BartModel", "text",
                      ("encoder_layers", "d_model", "encoder_attention_heads", "encoder_ffn_dim"), {}),
-    "clip-text": ("CLIPTextConfig", "CLIPTextModel", "text", None, {}),
+    "clip-text": ("CLIPTextConfig", "CLIPTextModel", "text", None, {"max_position_embeddings": 512}),  # 77: too few
     "clip-vision": ("CLIPVisionConfig", "CLIPVisionModel", "image", None, {}),
     "swin": ("SwinConfig", "SwinModel", "image", None, {}),
 }
