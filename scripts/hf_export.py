@@ -104,13 +104,15 @@ def build(name: str, layers: int | None, width: int | None, heads: int | None) -
     return model.eval()
 
 
-def example_inputs(name: str, batch: int, seq: int) -> dict:
-    """Seeded inputs by name, in the model's forward order."""
+def example_inputs(name: str, batch: int, seq: int, dynamic: bool = False) -> dict:
+    """Seeded inputs by name, in the model's forward order. A causal model exported with dynamic axes takes
+    an ``attention_mask`` too (as Optimum's decoder exports do): without one, transformers 5 looks for packed
+    sequences in the positions (``torch.diff``, which the torchscript exporter cannot write)."""
     g = torch.Generator().manual_seed(1)
     if ARCHS[name][2] == "image":
         return {"pixel_values": torch.randn(batch, 3, 224, 224, generator=g)}
     ids = torch.randint(0, 1000, (batch, seq), dtype=torch.int64, generator=g)
-    if ARCHS[name][2] == "causal":
+    if ARCHS[name][2] == "causal" and not dynamic:
         return {"input_ids": ids}
     return {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
 
@@ -118,23 +120,21 @@ def example_inputs(name: str, batch: int, seq: int) -> dict:
 class Outputs(torch.nn.Module):
     """The model returning a plain tensor (``logits`` or ``last_hidden_state``), not a ModelOutput."""
 
-    def __init__(self, model: torch.nn.Module, key: str):
+    def __init__(self, model: torch.nn.Module, key: str, names: tuple):
         super().__init__()
-        self.model, self.key = model, key
+        self.model, self.key, self.names = model, key, names
 
     def forward(self, *args):
-        kind = ARCHS[self.key][2]
-        names = {"image": ("pixel_values",), "causal": ("input_ids",)}.get(kind, ("input_ids", "attention_mask"))
-        out = self.model(**dict(zip(names, args)), return_dict=True)
+        out = self.model(**dict(zip(self.names, args)), return_dict=True)
         return out.logits if self.key == "gpt2" else out.last_hidden_state
 
 
 def export(name: str, path: str, batch: int, seq: int, exporter: str, layers: int | None = None,
            width: int | None = None, heads: int | None = None, dynamic: bool = False) -> onnx.ModelProto:
-    model = Outputs(build(name, layers, width, heads), name)
     if dynamic and exporter == "dynamo":  # torch.export specialises an example dim of 1
         batch, seq = max(batch, 2), max(seq, 2)
-    inputs = example_inputs(name, batch, seq)
+    inputs = example_inputs(name, batch, seq, dynamic)
+    model = Outputs(build(name, layers, width, heads), name, tuple(inputs))
     output = "logits" if name == "gpt2" else "last_hidden_state"
     # dynamic: the batch and sequence axes as dim_params ("batch", "seq"), the shapes as deployed
     axes = {0: "batch"} if ARCHS[name][2] == "image" else {0: "batch", 1: "seq"}
