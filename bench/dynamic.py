@@ -2,8 +2,9 @@
 
     uv run python bench/dynamic.py                                   # BERT-base and DistilBERT-base
     uv run python bench/dynamic.py --models bert --shapes 1x1,1x128 --threads 1 --cpu-time
+    uv run python bench/dynamic.py --models roberta,t5-encoder,vit --exporter dynamo
 
-Models: Hugging Face BERT-base and DistilBERT-base at their default configs, seeded random weights,
+Models: any of ``MODELS`` (scripts/hf_export.py's set) at its default config, seeded random weights,
 exported with dynamic ``batch`` and ``seq`` axes (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``
 with ``dynamic=True``; ``--exporter`` picks torch's exporter). Per model, in one child process (so the
 thread count holds from the start): the model compiled once unbound (``nnvm.compile`` keeps its dim_params:
@@ -25,7 +26,14 @@ import subprocess
 import sys
 import time
 
-MODELS = {"bert": "BERT-base", "distilbert": "DistilBERT-base"}
+MODELS = {"bert": "BERT-base", "distilbert": "DistilBERT-base", "gpt2": "GPT-2 small", "vit": "ViT-B/16",
+          "roberta": "RoBERTa-base", "albert": "ALBERT-xxlarge", "electra": "ELECTRA-small",
+          "deberta-v2": "DeBERTa-v3-base", "mpnet": "MPNet-base", "gpt-neo": "GPT-Neo 125M",
+          "llama": "Llama-style 150M", "qwen2": "Qwen2-style 230M", "mistral": "Mistral-style 150M",
+          "t5-encoder": "T5-small encoder", "bart-encoder": "BART-large encoder", "clip-text": "CLIP text",
+          "clip-vision": "CLIP ViT-B/32", "swin": "Swin-T"}  # scripts/hf_export.py's ARCHS at their sizes
+DEFAULT_MODELS = "bert,distilbert"
+IMAGES = ("vit", "clip-vision", "swin")  # pixel_values: the batch alone is dynamic (a shape's seq is ignored)
 SHAPES = "1x1,1x7,1x128,4x33,8x512"  # the issue's (batch, seq)
 
 
@@ -33,9 +41,12 @@ def _feeds(names: list, batch: int, seq: int):
     import numpy as np
 
     rng = np.random.default_rng(batch * 1000 + seq)
+    if "pixel_values" in names:
+        return {"pixel_values": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
     mask = np.ones((batch, seq), np.int64)
     mask[1:, seq // 2 + 1:] = 0  # padded rows after the first
-    feeds = {"input_ids": rng.integers(0, 30522, (batch, seq)).astype(np.int64), "attention_mask": mask}
+    # ids below every vocabulary of the set (ALBERT's 30000)
+    feeds = {"input_ids": rng.integers(0, 30000, (batch, seq)).astype(np.int64), "attention_mask": mask}
     return {k: v for k, v in feeds.items() if k in names}
 
 
@@ -54,12 +65,17 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
     """Everything for one model (in the child process; see the module docstring)."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
     import numpy as np
+    import onnx
 
     import nnvm
     from nnvm.bench import onnxruntime_session
 
     t0 = time.perf_counter()
-    unbound = nnvm.compile(path, target="llvm", tuning_log=False)
+    image = "pixel_values" in {i.name for i in onnx.load(path, load_external_data=False).graph.input}
+    if image:  # a leading "batch" binds to 1 unless named symbolic; the seq of a shape means nothing
+        shapes = list(dict.fromkeys((b, 1) for b, _ in shapes))
+    unbound = nnvm.compile(path, target="llvm", tuning_log=False,
+                           shapes={"pixel_values": ("batch", 3, 224, 224)} if image else None)
     result = {"compile_s": time.perf_counter() - t0, "mode": unbound.stats()["symbolic"]["mode"],
               "why": unbound.stats()["symbolic"]["why_per_binding"], "threads": threads, "shapes": {}}
     sess, _ = onnxruntime_session(path, threads)
@@ -94,7 +110,7 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {','.join(MODELS)}")
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"comma-separated, of {','.join(MODELS)}")
     parser.add_argument("--shapes", default=SHAPES, help="comma-separated BATCHxSEQ")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=20, help="most runs in one block")

@@ -36,16 +36,19 @@ import onnx
 import torch
 import transformers
 
-# Per architecture: the config and model classes in ``transformers``, the inputs ("text": ``input_ids`` and
-# ``attention_mask``; "causal": ``input_ids`` alone; "image": ``pixel_values`` [batch, 3, 224, 224], whose
-# batch alone is dynamic), the config fields --layers/--width/--heads and the feed-forward width (4 x width)
-# set when they are not the usual ``num_hidden_layers``... names, and overrides of the library's default.
+# Per architecture: the config and model classes in ``transformers``; the inputs ("text": ``input_ids`` and
+# ``attention_mask``; "causal": ``input_ids``, with the mask when the axes are dynamic; "image":
+# ``pixel_values`` [batch, 3, 224, 224], whose batch alone is dynamic); the config fields --layers, --width,
+# --heads and the feed-forward width (4 x width) set, where they are not the usual ``num_hidden_layers``...
+# names; and overrides of the library's default config.
+LLAMA_STYLE = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+               "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 64, "use_cache": False}
 ARCHS = {
     "gpt2": ("GPT2Config", "GPT2LMHeadModel", "causal", ("n_layer", "n_embd", "n_head", "n_inner"),
              {"use_cache": False}),
     "bert": ("BertConfig", "BertModel", "text", None, {}),
-    "distilbert": ("DistilBertConfig", "DistilBertModel", "text", ("n_layers", "dim", "n_heads", "hidden_dim"),
-                   {}),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", "text",
+                   ("n_layers", "dim", "n_heads", "hidden_dim"), {}),
     "vit": ("ViTConfig", "ViTModel", "image", None, {}),
     # positions count from padding_idx + 1: 514 rows serve 512 tokens (roberta-base's checkpoint has them)
     "roberta": ("RobertaConfig", "RobertaModel", "text", None, {"max_position_embeddings": 514}),
@@ -56,18 +59,23 @@ ARCHS = {
     "deberta-v2": ("DebertaV2Config", "DebertaV2Model", "text", None,
                    {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
                     "intermediate_size": 3072, "relative_attention": True, "position_buckets": 256,
-                    "max_relative_positions": -1, "pos_att_type": ["p2c", "c2p"], "norm_rel_ebd": "layer_norm",
-                    "share_att_key": True, "position_biased_input": False}),
+                    "max_relative_positions": -1, "pos_att_type": ["p2c", "c2p"],
+                    "norm_rel_ebd": "layer_norm", "share_att_key": True, "position_biased_input": False}),
     "mpnet": ("MPNetConfig", "MPNetModel", "text", None, {"max_position_embeddings": 514}),
+    # GPT-Neo 125M, and ~150M Llama-style decoders with grouped-query attention (``DECODERS``' llama): the
+    # libraries' defaults (1.3B, 7B) do not fit one ONNX file
     "gpt-neo": ("GPTNeoConfig", "GPTNeoModel", "causal",
-                ("num_layers", "hidden_size", "num_heads", "intermediate_size"), {"use_cache": False}),
-    "llama": ("LlamaConfig", "LlamaModel", "causal", None, {"use_cache": False}),
-    "qwen2": ("Qwen2Config", "Qwen2Model", "causal", None, {"use_cache": False}),
-    "mistral": ("MistralConfig", "MistralModel", "causal", None, {"use_cache": False}),
+                ("num_layers", "hidden_size", "num_heads", "intermediate_size"),
+                {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "use_cache": False,
+                 "attention_types": [[["global", "local"], 6]]}),
+    "llama": ("LlamaConfig", "LlamaModel", "causal", None, {**LLAMA_STYLE, "vocab_size": 32000}),
+    "qwen2": ("Qwen2Config", "Qwen2Model", "causal", None, LLAMA_STYLE),
+    "mistral": ("MistralConfig", "MistralModel", "causal", None, LLAMA_STYLE),
     "t5-encoder": ("T5Config", "T5EncoderModel", "text", ("num_layers", "d_model", "num_heads", "d_ff"), {}),
     "bart-encoder": ("BartConfig", "BartModel", "text",
                      ("encoder_layers", "d_model", "encoder_attention_heads", "encoder_ffn_dim"), {}),
-    "clip-text": ("CLIPTextConfig", "CLIPTextModel", "text", None, {"max_position_embeddings": 512}),  # 77: too few
+    # 512 positions (the default 77 would not take the issue's longest sequence)
+    "clip-text": ("CLIPTextConfig", "CLIPTextModel", "text", None, {"max_position_embeddings": 512}),
     "clip-vision": ("CLIPVisionConfig", "CLIPVisionModel", "image", None, {}),
     "swin": ("SwinConfig", "SwinModel", "image", None, {}),
 }
