@@ -353,12 +353,10 @@ def _slices(shape: tuple, attrs: dict) -> dict:
         if a in out:
             raise Error(f"strided_slice: axis {a} is sliced twice")
         if isinstance(e, Dim) or isinstance(shape[a], Dim):
-            # symbolic: forward from a constant start to a dim or a constant that fits (the frontend checks
-            # it at each run: ``require_at_most``)
-            if s != 1 or b < 0 or (not isinstance(e, Dim) and not 0 <= b <= e < 2 ** 31 - 1):
+            # symbolic: forward from a constant start to a dim that fits (the frontend checks it at each run)
+            if s != 1 or b < 0 or not isinstance(e, Dim):
                 raise SymbolicDimError(f"strided_slice: axis {a} of size {shape[a]} sliced from {b} to {e} "
-                                       f"by {s}; with symbolic dims only forward by 1 to a dim or a constant, "
-                                       "for now")
+                                       f"by {s}; with symbolic dims only forward by 1 to a dim, for now")
             out[a] = (b, 1, e - b)
             continue
         start, stop, step = slice(b, e, s).indices(shape[a])

@@ -6,9 +6,9 @@ Reshape``. With static shapes those fold to constants on their own; with symboli
 It lives in the context (``Context.symbolic_values``: a numpy object array under a name no graph node
 defines), the few operators exporters apply to shapes compute on it here, and ``Reshape``'s target,
 ``Slice``'s bounds, ``Range``'s limit, ``ConstantOfShape``'s and ``Expand``'s shapes and ``Tile``'s repeats
-read it (``Context.const_ints`` keeps dims). No node is left to run. A value whose entries are all ints becomes
-an ordinary constant again; one that an operator takes as data (position ids times ``seq``) becomes a
-tensor computed from the dims at each run (``dim_values``).
+read it (``Context.const_ints`` keeps dims). No node is left to run. A value whose entries are all ints
+becomes an ordinary constant again; one that an operator takes as data (position ids times ``seq``)
+becomes a tensor computed from the dims at each run (``dim_values``).
 """
 
 from __future__ import annotations
