@@ -6,6 +6,9 @@ weights over every token row, ``gelu_new``'s ``x ** 3``, the causal mask built f
 LM head. The exports run in the cached torch venv with ``transformers``
 (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``; later runs reuse
 ``$NNVM_CACHE_DIR/models/hf_*``). A missing tool skips, except under ``CI=true`` where it fails.
+
+Issue 39's set: the text architectures exported with dynamic ``batch`` and ``seq`` axes by both of torch's
+exporters, each compiled once, truly symbolic, and checked at the issue's five (batch, seq) shapes.
 """
 
 from __future__ import annotations
