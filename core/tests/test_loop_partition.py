@@ -163,7 +163,6 @@ def test_guards_that_are_not_split_tails_are_kept():
         "lower bound": lambda o, i: o * 3 + i >= 4,  # the failing iterations come first
         "dead tail": lambda o, i: o < 3,  # trimming the loop, not partitioning it
         "non-linear": lambda o, i: (o * 3 + i) // 2 < 6,
-        "unknown variable": lambda o, i: o * 3 + i < E.Var("n"),
     }
     for name, cond in cases.items():
         _, _, _, body = _guarded_loop(cond)
@@ -172,6 +171,24 @@ def test_guards_that_are_not_split_tails_are_kept():
     for kind in (S.ForKind.PARALLEL, S.ForKind.VECTORIZED):
         _, _, _, body = _guarded_loop(lambda o, i: o * 3 + i < 13, kind=kind)
         assert isinstance(partition_loops(body), S.For), f"a {kind} loop was cut in two"
+
+
+def test_a_constant_loop_is_cut_at_a_dims_limit():
+    """The last chunk of a symbolic row count: ``o*3 + i < n`` in a loop of constant extent gives a main
+    loop up to ``n // 3`` without the guard and the guarded tail, the same stores for every ``n``."""
+    from nnvm.tir.visit import substitute
+
+    n = E.Var("n")
+    X, o, i, body = _guarded_loop(lambda o, i: o * 3 + i < n)
+    out = partition_loops(body)
+    assert isinstance(out, S.Seq) and len(out.stmts) == 2, f"not cut:\n{out}"
+    main, tail = out.stmts
+    assert _count(main, S.IfThenElse) == 0 and _count(tail, S.IfThenElse) >= 1, f"{out}"
+    for value in range(0, 18):
+        got, want = (np.zeros(15, "float32") for _ in range(2))
+        for stmt, arr in ((out, got), (body, want)):
+            _run(S.PrimFunc("f", (X,), substitute(stmt, {n: E.const(value)})), [arr])
+        np.testing.assert_array_equal(got, want, err_msg=f"n = {value}\n{out}")
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)

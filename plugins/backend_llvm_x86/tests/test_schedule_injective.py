@@ -137,3 +137,33 @@ def test_a_lone_pack_over_a_symbolic_cache_is_an_index_remap(build_all):
             fn(data, got)
             want = data.reshape(b, 3, p, 4, 16).transpose(0, 1, 3, 2, 4)
             np.testing.assert_array_equal(got, want, err_msg=f"batch {b}, past {p}")
+
+
+def test_heads_merged_over_a_symbolic_seq_read_whole_rows(build_all):
+    """Attention's heads merged back (``[batch, 12, seq, 64] -> [batch, seq, 768]``) over symbolic dims:
+    the innermost axis split by the heads' row length, so each row of 64 is one contiguous vector copy
+    (the whole 768 as one vectorized loop was a gather over ``seq`` that LLVM's loop vectorizer gave up
+    on, printing "loop not vectorized"), batch and seq fused and parallel, for an explicit target; the
+    numbers against numpy at several shapes."""
+    from nnvm import te
+    from nnvm.compiler import GroupCompute
+    from nnvm.graph.dims import Dim, shape_exprs
+    from nnvm.graph.ir import Node
+    from nnvm.target import parse_target
+
+    batch, seq = Dim.named("batch"), Dim.named("seq")
+    x = te.placeholder(shape_exprs((batch, 12, seq, 64)), "float32", "v")
+    b_, s_ = shape_exprs((batch, seq))
+    out = te.compute((b_, s_, 768), lambda b, s, j: x[b, j // 64, s, j % 64], name="merged")
+    node = Node("reshape", "merge", ("v",), ("m",), {})
+    group = GroupCompute(0, [node], node, [("v", x)], [out], ["m"])
+    text = str(nnvm.lower(schedule_index_remap(parse_target("llvm -mcpu=znver5"), group), [x, out]))
+    assert "for j.inner in range(64):  # vectorized" in text and "// 64" not in text, text
+    fn = build_all([("merge", schedule_index_remap(parse_target("llvm"), group), [x, out])])["merge"]
+    rng = np.random.default_rng(3)
+    for b, s in ((1, 1), (1, 7), (3, 33)):
+        data = rng.standard_normal((b, 12, s, 64)).astype(np.float32)
+        got = np.full((b, s, 768), np.nan, np.float32)
+        fn(data, got)
+        want = data.transpose(0, 2, 1, 3).reshape(b, s, 768)
+        np.testing.assert_array_equal(got, want, err_msg=f"batch {b}, seq {s}")

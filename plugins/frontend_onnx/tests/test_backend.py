@@ -48,11 +48,11 @@ def test_run_model_run_node_and_devices():
 def test_unsupported_operator_names_operator_and_opset():
     from onnx import TensorProto, helper
 
-    node = helper.make_node("RoiAlign", ["x", "x", "x"], ["y"])
+    node = helper.make_node("MaxRoiPool", ["x", "x"], ["y"], pooled_shape=[1, 1])
     graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    with pytest.raises(nnvm.Error, match=r"opset 21.*RoiAlign"):
+    with pytest.raises(nnvm.Error, match=r"opset 21.*MaxRoiPool"):
         backend.prepare(model).run([np.ones(4, np.float32)])
 
 

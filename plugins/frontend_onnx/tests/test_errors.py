@@ -56,9 +56,9 @@ def test_all_unsupported_operators_reported_at_once():
 
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("RoiAlign", ["r", "r", "k"], ["up"], name="upsample_a"),
-        helper.make_node("DeformConv", ["up", "k", "k"], ["vals"], name="topk"),
-        helper.make_node("RoiAlign", ["vals", "vals", "k"], ["y"], name="upsample_b"),
+        helper.make_node("MaxRoiPool", ["r", "r"], ["up"], name="upsample_a", pooled_shape=[1, 1]),
+        helper.make_node("Multinomial", ["up"], ["vals"], name="topk"),
+        helper.make_node("MaxRoiPool", ["vals", "vals"], ["y"], name="upsample_b", pooled_shape=[1, 1]),
     ]
     from onnx import numpy_helper
 
@@ -67,7 +67,7 @@ def test_all_unsupported_operators_reported_at_once():
     model = _model(nodes, [_tensor("x", [1, 3, 4, 4])], [_tensor("y", None)], inits)
     with pytest.raises(UnsupportedOperatorError) as err:
         load_onnx(model)
-    assert err.value.missing == {"RoiAlign": ["upsample_a", "upsample_b"], "DeformConv": ["topk"]}
+    assert err.value.missing == {"MaxRoiPool": ["upsample_a", "upsample_b"], "Multinomial": ["topk"]}
     message = str(err.value)
     assert "2 unsupported operators" in message and "opset 13" in message
     assert "upsample_a" in message and "topk" in message and "Relu" not in message

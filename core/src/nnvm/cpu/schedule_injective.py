@@ -27,6 +27,8 @@ from nnvm.cpu.schedule_helpers import extent
 from nnvm.cpu.switches import enabled
 from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
+from nnvm.tir.expr import Const
+from nnvm.tir.simplify import simplify
 
 INDEX_REMAPS = ("reshape", "transpose", "layout_transform")
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -65,6 +67,21 @@ def inlined_output_stage(out, symbolic: bool = False):
     return sch, stage, axes, extents, computes
 
 
+def merged_rows(group, width: int) -> int | None:
+    """The row length of an input whose rows the output's innermost axis (``width``) strings together
+    (attention's heads merged back, ``[batch, heads, seq, 64]`` read as ``[batch, seq, heads * 64]``), or
+    None. Split by it, the innermost axis reads whole rows: over a symbolic ``seq`` the merged index is a
+    gather LLVM's loop vectorizer gives up on (it warned "loop not vectorized"), per row a vector load."""
+    found = [n for n in (extent_of(t.shape[-1]) for _, t in group.inputs if len(t.shape) > 1)
+             if n is not None and 8 <= n < width and width % n == 0]
+    return max(found) if found else None
+
+
+def extent_of(dim) -> int | None:
+    ext = simplify(dim) if not isinstance(dim, int) else dim
+    return int(ext.value) if isinstance(ext, Const) else ext if isinstance(ext, int) else None
+
+
 def schedule_index_remap(target, group):
     """The rows-apart schedule for a reduction-free group that reshapes, transposes or re-lays-out a
     tensor of rank 4 or more, or packs one over symbolic dims (``batched_weight_pack``), else None."""
@@ -73,7 +90,8 @@ def schedule_index_remap(target, group):
     if len(group.outputs) != 1:
         return None
     out = group.outputs[0]
-    if len(out.shape) < 4:
+    rank = len(out.shape)
+    if rank < 4 and not (rank == 3 and any(extent(iv) is None for iv in out.op.axis)):
         return None
     # a lone pack of attention's V over a symbolic cache (GPT-2's ``present`` value) is an index remap
     # too: generically its loops fused into one, it divided by ``past + seq`` per vector (0.28 ms of
@@ -91,11 +109,12 @@ def schedule_index_remap(target, group):
     if None in extents:
         # symbolic (attention's heads split from [batch, seq, hidden]): the same nest, parallel over the
         # outer axes whatever their count, the innermost vectorized where it is constant
-        outer = axes[:-2]
+        outer = axes[:-2] if rank > 3 else axes[:-1]
         fused = stage.fuse(*outer) if len(outer) > 1 else outer[0]
         stage.parallel(fused)
         if extents[-1] is not None and extents[-1] > 1:
-            stage.vectorize(axes[-1])
+            rows = merged_rows(group, extents[-1])
+            stage.vectorize(stage.split(axes[-1], factor=rows)[1] if rows else axes[-1])
         return sch
     block = unblocking_block(group, extents)
     if block:

@@ -27,10 +27,9 @@ from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, largest_divisor, tagged_stages
 from nnvm.cpu.schedule_qconv import (
-    MAX_ACCUMULATORS,
-    MAX_TILE_PIXELS,
     check_correction,
     dot_lanes,
+    tile_limits,
     zero_point_correction,
 )
 from nnvm.errors import Error
@@ -183,12 +182,12 @@ def qdense_packed_template(target, group) -> ScheduleTemplate | None:
     gemm = found[1]["qdense_packed_gemm"]
     ob, rows, lanes = (extent(iv) for iv in gemm.op.axis)
     k4 = extent(gemm.op.reduce_axis[0])
-    m = largest_divisor(rows, MAX_TILE_PIXELS.get(lanes, 4))
-    budget = MAX_ACCUMULATORS.get(lanes, 4)
+    limit, budget = tile_limits(target, lanes)
+    m = largest_divisor(rows, limit)
     nb_space = divisors(ob, 8)
     fitting = [d for d in nb_space if d * m <= budget]
     nb = max(fitting) if fitting else 1
-    space = {"m": divisors(rows, MAX_TILE_PIXELS.get(lanes, 4)), "nb": nb_space}
+    space = {"m": divisors(rows, limit), "nb": nb_space}
     return ScheduleTemplate("cpu.qdense.packed", space, {"m": m, "nb": nb},
                             lambda config: build_qdense_packed(target, group, config),
                             flops=2.0 * ob * lanes * rows * k4 * 4)

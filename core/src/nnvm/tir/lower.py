@@ -143,6 +143,13 @@ def _partition(stmt, ranges: dict):
         return replace(stmt, body=_partition(stmt.body, ranges))
     lo, ext = int(stmt.min.value), int(stmt.extent.value)
     parts = _split_loop(stmt, lo, ext, ranges) if stmt.kind in _PARTITIONABLE else None
+    if parts is None and stmt.kind in _PARTITIONABLE:
+        # a guard whose limit is a dim's expression (the last chunk of a symbolic row count): a main
+        # loop of a symbolic extent up to it, the guarded tail
+        cut = _split_symbolic_loop(stmt, ranges)
+        if cut is not None and cut[1] is not None:
+            inside = {**ranges, stmt.var: (lo, lo + ext - 1)}
+            return S.seq(*[replace(part, body=_partition(part.body, inside)) for part in cut])
     if parts is None:
         return replace(stmt, body=_partition(stmt.body, {**ranges, stmt.var: (lo, lo + ext - 1)}))
     out = []
@@ -233,8 +240,40 @@ def _split_symbolic_loop(loop: S.For, ranges: dict):
     main = replace(loop, extent=main_ext, body=rewrite(loop.body, drop))
     if _same_expr(main_ext, loop.extent):  # every guard holds in every iteration: no tail
         return main, None
-    tail = replace(loop, min=simplify(main_ext + lo), extent=simplify(loop.extent - main_ext))
+    end = loop.extent
+    if len(limits) > 1 and _only_guarded_effects(loop.body, holds):
+        # past the loosest limit every guard fails and the body does nothing: the tail stops there (the
+        # empty row tiles of a chunk past a symbolic row count would each run the reduction's guards)
+        first = limits[0]
+        for x in limits[1:]:
+            first = E.binop("max", first, x)
+        end = simplify(E.binop("max", E.binop("min", first - lo + 1, loop.extent), main_ext))
+    tail = replace(loop, min=simplify(main_ext + lo), extent=simplify(end - main_ext))
     return main, tail
+
+
+def _only_guarded_effects(body, holds: set) -> bool:
+    """Whether every store of ``body`` to a buffer it does not allocate itself sits under a guard with one
+    of the conjuncts ``holds`` (ids), and ``body`` calls nothing: then an iteration failing all of them
+    has no effect."""
+    own: set = set()
+
+    def ok(st, guarded_now: bool) -> bool:
+        if isinstance(st, S.Seq):
+            return all(ok(x, guarded_now) for x in st.stmts)
+        if isinstance(st, S.Allocate):
+            own.add(st.buffer)
+            return ok(st.body, guarded_now)
+        if isinstance(st, (S.For, S.AttrStmt, S.LetStmt)):
+            return ok(st.body, guarded_now)
+        if isinstance(st, S.IfThenElse):
+            inner = guarded_now or any(id(c) in holds for c in _conjuncts(st.cond))
+            return ok(st.then_body, inner) and (st.else_body is None or ok(st.else_body, guarded_now))
+        if isinstance(st, S.Store):
+            return guarded_now or st.buffer in own
+        return False  # a call, or a statement not known here
+
+    return ok(body, False)
 
 
 def _same_expr(a, b) -> bool:
@@ -295,7 +334,9 @@ def _guards(stmt, ranges: dict, symbolic: tuple | None = None) -> list:
             elif symbolic is not None:
                 rng = {**rng, s.var: symbolic}
             visit(s.body, rng)
-        elif isinstance(s, (S.Allocate, S.AttrStmt, S.LetStmt)):
+        elif isinstance(s, S.LetStmt):  # bound inside the loop: never part of a limit
+            visit(s.body, {**rng, s.var: (-math.inf, math.inf)})
+        elif isinstance(s, (S.Allocate, S.AttrStmt)):
             visit(s.body, rng)
         elif isinstance(s, S.IfThenElse):
             found.extend((conj, rng) for conj in _conjuncts(s.cond))

@@ -3,7 +3,8 @@
 nnvm graphs are static, so:
 
 - ``If`` with a condition known when importing converts only the branch taken; otherwise both branches
-  are converted and each output is ``where(cond, then, else)`` (the branches must agree in shape).
+  are converted and each output is ``where(cond, then, else)`` (the branches must agree in shape; for
+  sequences and optionals, in length and presence too, else the condition must be known).
 - ``Loop`` is unrolled: the trip count must be known when importing (a graph input that gives it is
   specialized on by ``nnvm_frontend_onnx.backend``), and the loop-carried condition must fold to a
   constant after each iteration (loops that stop on a run-time value are reported as unsupported).
@@ -18,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
+from nnvm_frontend_onnx.sequences import merged
 
 
-def _graph(ctx: Context, key: str):
+def graph_attr(ctx: Context, key: str):
+    """The graph held by attribute ``key`` of the node being converted."""
     attr = ctx.attr(key)
     if attr is None or not hasattr(attr, "g"):
         raise ctx.error(f"the {key} attribute (a graph) is missing")
@@ -34,7 +37,7 @@ def run_body(ctx: Context, graph, bindings: list, tag: str) -> list:
 
     from nnvm_frontend_onnx.importer import _convert_node, _node_names
 
-    node, name, attrs = ctx.node, ctx.name, ctx.attrs
+    node, name, op_type, attrs = ctx.node, ctx.name, ctx.op_type, ctx.attrs
     env = dict(ctx.env)
     for vi, value in zip(graph.input, bindings):
         env[vi.name] = value
@@ -49,14 +52,14 @@ def run_body(ctx: Context, graph, bindings: list, tag: str) -> list:
             _convert_node(ctx, inner, f"{name}/{tag}/{inner_name}", env)
     finally:
         ctx.consumed, ctx.env = saved_consumed, saved_env
-        ctx.node, ctx.name, ctx.attrs = node, name, attrs
+        ctx.node, ctx.name, ctx.op_type, ctx.attrs = node, name, op_type, attrs
     missing = [o.name for o in graph.output if o.name not in env]
     if missing:
         raise ctx.error(f"the {tag} body does not produce {missing[0]!r}")
     return [env[o.name] for o in graph.output]
 
 
-def _stack(ctx: Context, values: list, axis: int = 0) -> str:
+def stack(ctx: Context, values: list, axis: int = 0) -> str:
     """Stack same-shaped values along a new ``axis``."""
     shape = ctx.shape(values[0])
     axis = normalize_axis(axis, len(shape) + 1, ctx)
@@ -70,24 +73,16 @@ def convert_if(ctx: Context, inputs):
     known = ctx.const_value(cond)
     if known is not None:
         branch = "then_branch" if bool(np.asarray(known).reshape(-1)[0]) else "else_branch"
-        return run_body(ctx, _graph(ctx, branch), [], branch)
-    then = run_body(ctx, _graph(ctx, "then_branch"), [], "then")
-    other = run_body(ctx, _graph(ctx, "else_branch"), [], "else")
+        return run_body(ctx, graph_attr(ctx, branch), [], branch)
+    then = run_body(ctx, graph_attr(ctx, "then_branch"), [], "then")
+    other = run_body(ctx, graph_attr(ctx, "else_branch"), [], "else")
     flag = ctx.reshape(cond, ())
-    out = []
-    for a, b in zip(then, other):
-        if ctx.shape(a) != ctx.shape(b):
-            raise ctx.error(
-                f"the branches give outputs of different shapes {ctx.shape(a)} and {ctx.shape(b)} "
-                f"and the condition is only known at run time"
-            )
-        out.append(ctx.op("where", [flag, a, b]))
-    return out
+    return [merged(ctx, flag, cond, a, b) for a, b in zip(then, other)]
 
 
 @converter("Loop")
 def convert_loop(ctx: Context, inputs):
-    body = _graph(ctx, "body")
+    body = graph_attr(ctx, "body")
     trip_v = inputs[0] if inputs else ""
     cond_v = inputs[1] if len(inputs) > 1 else ""
     carried = list(inputs[2:])
@@ -117,7 +112,7 @@ def convert_loop(ctx: Context, inputs):
         if i > 4096:
             raise ctx.error("more than 4096 iterations; not unrolled")
     n_scan = len(body.output) - 1 - n_carried
-    stacked = [_stack(ctx, s) if s else None for s in scans] + [None] * (n_scan - len(scans))
+    stacked = [stack(ctx, s) if s else None for s in scans] + [None] * (n_scan - len(scans))
     if any(s is None for s in stacked):
         raise ctx.error("a scan output of a loop that runs zero times has no static shape")
     return carried + stacked
@@ -125,7 +120,7 @@ def convert_loop(ctx: Context, inputs):
 
 @converter("Scan")
 def convert_scan(ctx: Context, inputs):
-    body = _graph(ctx, "body")
+    body = graph_attr(ctx, "body")
     n_scan_in = int(ctx.attr("num_scan_inputs"))
     if ctx.opset < 9:  # Scan-8: optional sequence_lens first, a batch axis 0 on everything
         return _scan8(ctx, body, inputs, n_scan_in)
@@ -160,7 +155,7 @@ def _scan8(ctx: Context, body, inputs, n_scan_in: int) -> list:
             return ctx.reshape(piece, ctx.shape(v)[1:])
         per_batch.append(_scan(ctx, body, [row(v) for v in states], [row(v) for v in xs], [0] * n_scan_in,
                                dirs, [0] * n_out, [0] * n_out, f"b{b}/"))
-    return [_stack(ctx, [outs[k] for outs in per_batch]) for k in range(len(per_batch[0]))]
+    return [stack(ctx, [outs[k] for outs in per_batch]) for k in range(len(per_batch[0]))]
 
 
 def _scan(ctx: Context, body, states, xs, in_axes, in_dirs, out_axes, out_dirs, tag: str) -> list:
@@ -190,5 +185,5 @@ def _scan(ctx: Context, body, states, xs, in_axes, in_dirs, out_axes, out_dirs, 
         if not values:
             raise ctx.error("a scan over zero steps has no static output shape")
         values = values[::-1] if d else values
-        results.append(_stack(ctx, values, axis))
+        results.append(stack(ctx, values, axis))
     return states + results

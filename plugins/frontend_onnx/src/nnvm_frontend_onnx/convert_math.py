@@ -30,7 +30,7 @@ def convert_unary(ctx: Context, inputs):
 
 @converter("Identity")
 def convert_identity(ctx: Context, inputs):
-    return inputs[0]
+    return [inputs[0]]  # a tensor, or a sequence or optional (``sequences``) as it is
 
 
 @converter(*BINARY)
@@ -166,6 +166,20 @@ def convert_clip(ctx: Context, inputs):
 @converter("Cast")
 def convert_cast(ctx: Context, inputs):
     return ctx.cast(inputs[0], ctx.attr_dtype("to"))
+
+
+@converter("BitCast")
+def convert_bitcast(ctx: Context, inputs):
+    """Between integer types (and bool) of one width a reinterpretation is a wrapping ``cast``, which
+    keeps the bits (two's complement); to or from a float it needs a bit reinterpretation nnvm has not."""
+    src, dst = np.dtype(ctx.dtype(inputs[0])), np.dtype(ctx.attr_dtype("to"))
+    if src.itemsize != dst.itemsize:
+        raise ctx.error(f"{src.name} and {dst.name} differ in width ({src.itemsize} and {dst.itemsize} "
+                        f"bytes)")
+    if src.kind not in "biu" or dst.kind not in "biu":
+        raise ctx.error(f"reinterpreting {src.name} as {dst.name} is not supported (only between integer "
+                        f"types and bool)")
+    return ctx.cast(inputs[0], dst.name)
 
 
 @converter("CastLike")

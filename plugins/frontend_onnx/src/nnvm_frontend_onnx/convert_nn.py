@@ -296,34 +296,30 @@ def convert_softmax(ctx: Context, inputs):
 @converter("ConvTranspose")
 def convert_conv_transpose(ctx: Context, inputs):
     """The gradient of a convolution, built by the shared ``nnvm.frontend.compose.conv2d_transpose``
-    from the padding ONNX's attributes give (pads, auto_pad, output_shape)."""
+    from the padding ONNX's attributes give (pads, auto_pad, output_shape); 1-D runs as 2-D with a unit
+    axis, 3-D as 2-D per depth tap (``_conv_transpose_3d``)."""
     x, w = inputs[0], inputs[1]
     bias = inputs[2] if len(inputs) > 2 else ""
     nsp = ctx.rank(x) - 2
-    if nsp not in (1, 2):
+    if nsp not in (1, 2, 3):
         raise ctx.error(
-            f"only 1-D and 2-D transposed convolutions are supported; input has {nsp} spatial dimensions"
+            f"only 1-D to 3-D transposed convolutions are supported; input has {nsp} spatial dimensions"
         )
-    x2, w2 = _as_2d(ctx, x, nsp), _as_2d(ctx, w, nsp)
-    _, _, h, wd = ctx.shape(x2)
-    _, _, kh, kw = ctx.shape(w2)
+    sizes = list(ctx.shape(x)[2:])
+    kernel = list(ctx.shape(w)[2:])
     groups = int(ctx.attr("group", 1))
 
     def per_axis(key, default):
-        v = tuple(int(a) for a in ctx.attr(key, (default,) * nsp))
-        return ((default,) + v) if nsp == 1 else v
+        return [int(a) for a in ctx.attr(key, (default,) * nsp)]
 
     strides, dilations = per_axis("strides", 1), per_axis("dilations", 1)
     out_pad = per_axis("output_padding", 0)
-    kernel = (kh, kw)
-    sizes = (h, wd)
     full = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
     natural = [s * (i - 1) + op + f for s, i, op, f in zip(strides, sizes, out_pad, full)]
     auto_pad = ctx.attr("auto_pad", "NOTSET") or "NOTSET"
     if ctx.has_attr("output_shape") or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         if ctx.has_attr("output_shape"):
             target = list(ctx.attr("output_shape"))[-nsp:]
-            target = ([1] + target) if nsp == 1 else target
         else:
             target = [i * s for i, s in zip(sizes, strides)]
         total = [nat - t for nat, t in zip(natural, target)]
@@ -332,16 +328,61 @@ def convert_conv_transpose(ctx: Context, inputs):
         else:
             begins, ends = [t - t // 2 for t in total], [t // 2 for t in total]
     elif auto_pad == "VALID":
-        begins, ends = [0, 0], [0, 0]
+        begins, ends = [0] * nsp, [0] * nsp
     else:
         pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
         begins, ends = list(pads[:nsp]), list(pads[nsp:])
-        if nsp == 1:
-            begins, ends = [0] + begins, [0] + ends
-    out = conv2d_transpose(ctx, x2, w2, strides, dilations, begins, ends, out_pad, groups)
+    if nsp == 3:
+        out = _conv_transpose_3d(ctx, x, w, strides, dilations, begins, ends, out_pad, groups)
+    else:
+        lead = [1] if nsp == 1 else []  # 1-D: a unit height
+        out = conv2d_transpose(ctx, _as_2d(ctx, x, nsp), _as_2d(ctx, w, nsp), lead + strides,
+                               lead + dilations, [0] * len(lead) + begins, [0] * len(lead) + ends,
+                               [0] * len(lead) + out_pad, groups)
+        out = _from_2d(ctx, out, nsp)
     if bias:
         out = ctx.op("bias_add", [out, bias], {"axis": 1})
-    return _from_2d(ctx, out, nsp)
+    return out
+
+
+def _conv_transpose_3d(ctx: Context, x: str, w: str, strides, dilations, begins, ends, out_pad,
+                       groups: int) -> str:
+    """A 3-D transposed convolution as one 2-D one per kernel depth tap ``kd``, over every input depth
+    slice at once (depth folded into the batch): slice ``z`` of tap ``kd`` lands at output depth
+    ``z * stride + kd * dilation - begin``, so each tap's slices are spread with ``stride - 1`` zeros
+    between them, shifted by that offset (``pad``, or a crop), and the taps added."""
+    n, c, depth, h, wd = ctx.shape(x)
+    _, m_per_group, kd_size, kh, kw = ctx.shape(w)
+    m = m_per_group * groups
+    slices = ctx.reshape(ctx.transpose(x, (0, 2, 1, 3, 4)), (n * depth, c, h, wd))
+    out_depth = (strides[0] * (depth - 1) + (kd_size - 1) * dilations[0] + 1 - begins[0] - ends[0]
+                 + out_pad[0])
+    spread = strides[0] * (depth - 1) + 1
+    total = None
+    for kd in range(kd_size):
+        tap = ctx.op("strided_slice", [w], {"begin": (kd,), "end": (kd + 1,), "strides": (1,), "axes": (2,)})
+        y = conv2d_transpose(ctx, slices, ctx.reshape(tap, (c, m_per_group, kh, kw)), strides[1:],
+                             dilations[1:], begins[1:], ends[1:], out_pad[1:], groups)
+        _, _, oh, ow = ctx.shape(y)
+        plane = m * oh * ow
+        y = ctx.reshape(y, (n, depth, 1, plane))
+        if strides[0] > 1:  # zeros between the slices
+            y = ctx.op("pad", [y], {"pad_width": (0, 0, 0, 0, 0, strides[0] - 1, 0, 0), "pad_value": 0.0,
+                                    "mode": "constant"})
+        y = ctx.reshape(y, (n, depth * strides[0], plane))
+        first = kd * dilations[0] - begins[0]  # output depth of slice 0
+        lo, hi = first, out_depth - first - spread  # zeros before and after the spread slices
+        begin, end = max(-lo, 0), min(spread, spread + hi)
+        if begin >= end:
+            continue  # the padding crops this tap away
+        y = ctx.op("strided_slice", [y], {"begin": (begin,), "end": (end,), "strides": (1,), "axes": (1,)})
+        if max(lo, 0) or max(hi, 0):
+            y = ctx.op("pad", [y], {"pad_width": (0, 0, max(lo, 0), max(hi, 0), 0, 0), "pad_value": 0.0,
+                                    "mode": "constant"})
+        total = y if total is None else ctx.op("add", [total, y])
+    if total is None:
+        raise ctx.error("the padding crops away every output depth slice")
+    return ctx.transpose(ctx.reshape(total, (n, out_depth, m, oh, ow)), (0, 2, 1, 3, 4))
 
 
 @converter("Col2Im")
@@ -378,22 +419,30 @@ def convert_col2im(ctx: Context, inputs):
 
 @converter("MaxUnpool")
 def convert_max_unpool(ctx: Context, inputs):
-    """Place each pooled value at its recorded flat index in a zero tensor (``scatter_elements``)."""
+    """Place each pooled value at its recorded flat index in a zero tensor of the inferred shape
+    (``scatter_elements``); a larger ``output_shape`` pads that with zeros at the end of each axis, as the
+    reference does (the indices address the inferred shape)."""
     import numpy as np
 
     x, indices = inputs[0], inputs[1]
     shape = ctx.shape(x)
     nsp = len(shape) - 2
+    kernel = tuple(ctx.attr("kernel_shape"))
+    strides = tuple(ctx.attr("strides", (1,) * nsp))
+    pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
+    inferred = shape[:2] + tuple((shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i]
+                                 for i in range(nsp))
+    out_shape = inferred
     if len(inputs) > 2 and inputs[2]:
         out_shape = ctx.const_ints(inputs[2], "the output_shape input")
-    else:
-        kernel = tuple(ctx.attr("kernel_shape"))
-        strides = tuple(ctx.attr("strides", (1,) * nsp))
-        pads = tuple(ctx.attr("pads", (0,) * (2 * nsp)))
-        out_shape = shape[:2] + tuple((shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + nsp] + kernel[i]
-                                      for i in range(nsp))
-    total = math.prod(out_shape)
-    zeros = ctx.param(np.zeros(total, dtype=ctx.dtype(x)), "zeros")
+        if len(out_shape) != len(shape) or any(o < i for o, i in zip(out_shape, inferred)):
+            raise ctx.error(f"output_shape {list(out_shape)} is smaller than the unpooled shape "
+                            f"{list(inferred)}")
+    zeros = ctx.param(np.zeros(math.prod(inferred), dtype=ctx.dtype(x)), "zeros")
     flat = ctx.op("scatter_elements", [zeros, ctx.reshape(indices, (math.prod(shape),)),
                                        ctx.reshape(x, (math.prod(shape),))], {"axis": 0})
-    return ctx.reshape(flat, tuple(out_shape))
+    y = ctx.reshape(flat, tuple(inferred))
+    if tuple(out_shape) == tuple(inferred):
+        return y
+    width = tuple(v for o, i in zip(out_shape, inferred) for v in (0, int(o) - int(i)))
+    return ctx.op("pad", [y], {"pad_width": width, "pad_value": 0.0, "mode": "constant"})

@@ -139,3 +139,37 @@ def convert_stft(ctx: Context, inputs):
     shape = (batch, frames, bins, 1)
     both = ctx.op("concatenate", [ctx.reshape(out_r, shape), ctx.reshape(out_i, shape)], {"axis": 3})
     return ctx.cast(both, ctx.dtype(signal))
+
+
+@converter("MelWeightMatrix")
+def convert_mel_weight_matrix(ctx: Context, inputs):
+    """A constant: every input decides the output's shape or values, so the matrix is computed here (in
+    the operator's own arithmetic: the edges' mels in their input type, bins floored to ints)."""
+    n_mel = int(np.asarray(ctx.const(inputs[0], "num_mel_bins")).reshape(()))
+    dft = int(np.asarray(ctx.const(inputs[1], "dft_length")).reshape(()))
+    rate = int(np.asarray(ctx.const(inputs[2], "sample_rate")).reshape(()))
+    low, high = (np.asarray(ctx.const(v, what)).reshape(())
+                 for v, what in ((inputs[3], "lower_edge_hertz"), (inputs[4], "upper_edge_hertz")))
+    if n_mel <= 0 or dft <= 0 or rate <= 0:
+        raise ctx.error("num_mel_bins, dft_length and sample_rate must be positive")
+    low_mel = 2595 * np.log1p(low / 700) / np.log(10)
+    high_mel = 2595 * np.log1p(high / 700) / np.log(10)
+    edges = np.arange(n_mel + 2) * ((high_mel - low_mel) / (n_mel + 2)) + low_mel
+    hertz = 700 * np.expm1(edges / 2595 * np.log(10))
+    bins = (((dft + 1) * hertz) // rate).astype(np.int64)
+    n_spec = dft // 2 + 1
+    if bins.min() < 0 or bins.max() >= n_spec:
+        raise ctx.error(f"the mel edges fall outside the {n_spec} spectrogram bins")
+    out = np.zeros((n_spec, n_mel))
+    j = np.arange(n_spec)
+    for i in range(n_mel):
+        left, center, right = bins[i], bins[i + 1], bins[i + 2]
+        if center == left:
+            out[center, i] = 1
+        else:
+            rising = (j >= left) & (j <= center)
+            out[rising, i] = (j[rising] - left) / (center - left)
+        if right > center:
+            falling = (j >= center) & (j < right)
+            out[falling, i] = (right - j[falling]) / (right - center)
+    return ctx.param(out.astype(ctx.attr_dtype("output_datatype", "float32")), "mel")

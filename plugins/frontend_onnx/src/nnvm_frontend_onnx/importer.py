@@ -42,11 +42,15 @@ from nnvm_frontend_onnx import (  # noqa: F401  (convert_*: fill CONVERTERS)
     convert_quant,
     convert_resize,
     convert_rnn,
+    convert_sampling,
+    convert_sequence,
     convert_signal,
     convert_tensor,
+    convert_text,
     functions,
     mapped,
     qdq,
+    sequences,
     shape_values,
 )
 from nnvm_frontend_onnx.context import (
@@ -194,8 +198,16 @@ def looks_like_onnx(model) -> bool:
 def load_onnx(model, shapes: dict | None = None) -> Graph:
     """The nnvm graph of an ONNX model (path, bytes or ``onnx.ModelProto``).
 
-    ``shapes`` maps input names to shapes and binds symbolic dimensions.
+    ``shapes`` maps input names to shapes and binds symbolic dimensions. A graph output that is a
+    sequence or an optional becomes the tensors it holds, one graph output each (``import_onnx``).
     """
+    return import_onnx(model, shapes)[0]
+
+
+def import_onnx(model, shapes: dict | None = None) -> tuple:
+    """``(graph, layout)``: ``load_onnx``'s graph and, per ONNX graph output, what it is: an nnvm value
+    for a tensor, or a ``sequences.TensorSequence`` / ``OptionalValue`` whose tensors are the graph's
+    outputs in ``sequences.flatten``'s order (``sequences.regroup`` puts a run's arrays back)."""
     proto, path, mapped_weights = read_model(model)
     where = path or "the ONNX model"
     if proto.functions:  # model-local functions (exporters write them): inline them into plain nodes
@@ -226,14 +238,23 @@ def load_onnx(model, shapes: dict | None = None) -> Graph:
         _convert_node(ctx, node, name, env)
 
     produced = {v for n in b.nodes for v in n.outputs}
+    layout, names, emitted = [], [], set()
     for out in graph.output:
         if out.name not in env:
             raise ModelLoadError(f"{where}: graph output {out.name!r} is not produced by any node")
-        value = env[out.name]
-        if value not in produced:
-            value = _computed_copy(b, value, out.name)
-        b.output(value)
-    return _name_outputs(b.build(), [o.name for o in graph.output])
+        layout.append(env[out.name])
+        values = sequences.flatten(env[out.name])
+        many = values != [env[out.name]]
+        for k, value in enumerate(values):
+            name = f"{out.name}.{k}" if many else out.name
+            if value not in produced or value in emitted:  # an input, a constant, or a value given twice
+                value = _computed_copy(b, value, name)
+            emitted.add(value)
+            b.output(value)
+            names.append(name)
+    if not names:
+        raise ModelLoadError(f"{where}: the graph outputs hold no tensor (only empty sequences or optionals)")
+    return _name_outputs(b.build(), names), layout
 
 
 def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
@@ -246,6 +267,15 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
         return
     ctx.begin(node, name)
     label = ctx.label
+    containers = [k for k, v in enumerate(inputs) if sequences.is_container(v)]
+    if containers:
+        if node.op_type not in sequences.CONTAINER_OPS:
+            raise ConvertError(f"{label}: input {node.input[containers[0]]!r} is a sequence or an optional, "
+                               f"and {node.op_type} takes tensors")
+        for out, value in zip(node.output, call_converter(ctx, CONVERTERS[node.op_type], inputs)):
+            if out and value is not None:
+                env[out] = value
+        return
     if shape_values.wants(ctx, node.op_type, inputs):  # a shape computation over symbolic dims
         convert = lambda c, ins: shape_values.convert(c, node.op_type, ins)  # noqa: E731
         (env[node.output[0]],) = call_converter(ctx, convert, inputs)
@@ -262,7 +292,9 @@ def _convert_node(ctx: Context, node, name: str, env: dict) -> None:
             return
         raise
     for out, value in zip(node.output, results):
-        if out and value is not None:
+        if out and value is not None and sequences.is_container(value):
+            env[out] = value
+        elif out and value is not None:
             shape = ctx.shape(value)
             if 0 in shape and ctx.const_value(value) is None:  # an empty tensor needs no kernel
                 value = ctx.param(np.zeros(shape, dtype=ctx.dtype(value)), "empty")
@@ -410,7 +442,10 @@ def _add_inputs(b: GraphBuilder, env: dict, inputs, shapes: dict | None, where: 
     for vi in inputs:
         name = vi.name
         if not vi.type.HasField("tensor_type"):
-            raise InputError(f"input {name!r} of {where} is not a tensor; only tensor inputs are supported")
+            kind = vi.type.WhichOneof("value") or "untyped"
+            raise InputError(f"input {name!r} of {where} is a {kind.removesuffix('_type')}, not a tensor; "
+                             f"nnvm modules take tensor inputs (ONNX's backend interface, "
+                             f"nnvm_frontend_onnx.backend, takes sequences and optionals as lists and None)")
         tt = vi.type.tensor_type
         dtype = onnx_dtype(tt.elem_type, f"input {name!r}") if tt.elem_type else "float32"
         declared = (

@@ -21,8 +21,6 @@ from nnvm import environment
 # Operators whose results are random (nothing to compare with) or only make sense while training.
 RANDOM_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
               "Bernoulli"}
-SEQUENCE_OPS = {"Optional", "OptionalHasElement", "OptionalGetElement", "SplitToSequence",
-                "ConcatFromSequence"}
 STRING_OPS = {
     "StringNormalizer",
     "StringConcat",
@@ -136,27 +134,39 @@ def _all_nodes(graph):
                 yield from _all_nodes(g)
 
 
+def _value_type_reason(type_proto, bad: set) -> str | None:
+    """Why an input or output of this type is out of scope: tensors, sequences of tensors and optionals of
+    either are in scope (a compiler resolves sequences when importing); maps and sparse tensors are not."""
+    if type_proto.HasField("sequence_type"):
+        return _value_type_reason(type_proto.sequence_type.elem_type, bad)
+    if type_proto.HasField("optional_type"):
+        return _value_type_reason(type_proto.optional_type.elem_type, bad)
+    if not type_proto.HasField("tensor_type"):
+        return "a map or sparse-tensor input or output"
+    if type_proto.tensor_type.elem_type in bad:
+        return "an element type out of scope"
+    return None
+
+
 def ineligible_reason(model) -> str | None:
     """Why a node test case is out of scope for an inference compiler, or None if it is in scope.
 
-    Out of scope: inputs or outputs that are not tensors (sequences, optionals, maps) or whose element
-    type is a string, bfloat16, an 8-, 4- or 2-bit float or integer; operators outside the standard
-    domain (ai.onnx.ml, the preview and training domains); random operators; sequence, optional and
-    string operators anywhere (subgraphs included); training-mode BatchNormalization and Dropout.
+    Out of scope: inputs or outputs that are maps or sparse tensors, or whose element type is a string,
+    bfloat16, an 8-, 4- or 2-bit float or integer (sequences of tensors and optionals are in scope);
+    operators outside the standard domain (ai.onnx.ml, the preview and training domains); random
+    operators; string operators anywhere (subgraphs included); training-mode BatchNormalization and
+    Dropout.
     """
     bad = _excluded_types()
     for vi in list(model.graph.input) + list(model.graph.output):
-        if not vi.type.HasField("tensor_type"):
-            return "a non-tensor input or output"
-        if vi.type.tensor_type.elem_type in bad:
-            return "an element type out of scope"
+        reason = _value_type_reason(vi.type, bad)
+        if reason:
+            return reason
     for n in _all_nodes(model.graph):
         if n.domain not in STANDARD_DOMAINS:
             return f"domain {n.domain}"
         if n.op_type in RANDOM_OPS:
             return "a random operator"
-        if n.op_type.startswith("Sequence") or n.op_type in SEQUENCE_OPS:
-            return "a sequence or optional operator"
         if n.op_type in STRING_OPS:
             return "a string operator"
         if n.op_type in ("BatchNormalization", "Dropout"):
@@ -217,6 +227,7 @@ def load_case(name: str, root: str | None = None):
     with open(os.path.join(folder, "data.json")) as f:
         tol = json.load(f)
     sets = []
+    infos = {"input": list(model.graph.input), "output": list(model.graph.output)}
     for data in sorted(glob.glob(os.path.join(folder, "test_data_set_*"))):
         arrays = {}
         for kind in ("input", "output"):
@@ -224,9 +235,28 @@ def load_case(name: str, root: str | None = None):
                 glob.glob(os.path.join(data, f"{kind}_*.pb")),
                 key=lambda p: int(p.rsplit("_", 1)[1].split(".")[0]),
             )
-            arrays[kind] = [numpy_helper.to_array(onnx.load_tensor(p)) for p in files]
+            arrays[kind] = [_read_value(p, infos[kind][k].type, onnx, numpy_helper)
+                            for k, p in enumerate(files)]
         sets.append((arrays["input"], arrays["output"]))
     return model, sets, tol["rtol"], tol["atol"]
+
+
+def _read_value(path: str, type_proto, onnx, numpy_helper):
+    """A case's input or output as ONNX's runner reads it: an array, a list for a sequence, None or the
+    value for an optional."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if type_proto.HasField("sequence_type"):
+        proto = onnx.SequenceProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_list(proto)
+    if type_proto.HasField("optional_type"):
+        proto = onnx.OptionalProto()
+        proto.ParseFromString(data)
+        return numpy_helper.to_optional(proto)
+    proto = onnx.TensorProto()
+    proto.ParseFromString(data)
+    return numpy_helper.to_array(proto)
 
 
 def run_case(name: str, root: str | None = None) -> tuple[str, str]:
