@@ -280,9 +280,10 @@ def test_tile_by_a_symbolic_batch_matches_onnxruntime():
         np.testing.assert_array_equal(got, want)
 
 
-def test_a_constant_slice_end_over_a_symbolic_axis_is_required_at_each_run():
+def test_a_constant_slice_end_over_a_symbolic_axis_is_required_at_each_run(tmp_path):
     """``positions[:, :1]`` over a symbolic ``seq`` (GPT-2's dynamo export): the slice keeps one column,
-    and an axis too short for the constant end is one sentence naming the node, not a shorter answer."""
+    and an axis too short for the constant end is one sentence naming the node, not a shorter answer;
+    the exported module checks it too."""
     model = _graph_model([("Slice", ["x", "zero", "two", "one"], ["y"], {})], {"x": ["batch", "seq"]}, "y",
                          {"zero": np.array([0], np.int64), "two": np.array([2], np.int64),
                           "one": np.array([1], np.int64)})
@@ -295,6 +296,14 @@ def test_a_constant_slice_end_over_a_symbolic_axis_is_required_at_each_run():
             r"inputs give seq = 1 \(input 'x'\)")
     with pytest.raises(nnvm.InputError, match=want):
         mod.run(x=np.zeros((2, 1), np.float32))
+    bounded = nnvm.compile(model, target="llvm", shapes={"x": ("batch", "seq")}, tuning_log=False,
+                           bounds={"batch": (1, 4), "seq": (1, 16)})  # an export plans for the largest
+    bounded.export(tmp_path / "slice.so")
+    loaded = nnvm.load(tmp_path / "slice.so")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(loaded.run(x=x)[0], x[:, :2])
+    with pytest.raises(nnvm.InputError, match=want):
+        loaded.run(x=np.zeros((2, 1), np.float32))
 
 
 def test_gather_nd_of_indices_built_from_the_shape_matches_onnxruntime():
