@@ -81,9 +81,8 @@ def test_encoder_small_config_matches_onnxruntime(name):
 
 
 # Issue 39: exports with dynamic axes, compiled once, per architecture and exporter. The image models'
-# symbolic batch runs through the patch embedding's convolution, whose blocked layout keeps a symbolic batch
-# on the symbatch branch (a trial merge: vit, clip-vision and swin, both exporters, compile symbolic and
-# match); until it lands they compile per binding, so they join SYMBOLIC with it.
+# symbolic batch runs through the patch embedding's convolution (a batch loop around its batch-1 kernel,
+# ``nnvm.batch_loop``).
 # Every text architecture compiles symbolic with either exporter (checked once: 30 of 30); to keep the suite
 # short, a representative subset is tested with both (a BERT encoder, DeBERTa's and T5's relative position
 # buckets, Llama's rotary GQA) and the rest with one, the two exporters taking turns. GPT-2 (its LM head's
@@ -94,7 +93,8 @@ SYMBOLIC = {"bert": BOTH, "deberta-v2": BOTH, "t5-encoder": BOTH, "llama": BOTH,
             "distilbert": ("torchscript",), "roberta": ("torchscript",), "albert": ("torchscript",),
             "electra": ("torchscript",), "mpnet": ("torchscript",), "gpt-neo": ("dynamo",),
             "qwen2": ("dynamo",), "mistral": ("dynamo",), "bart-encoder": ("dynamo",),
-            "clip-text": ("dynamo",)}
+            "clip-text": ("dynamo",), "vit": ("torchscript",), "clip-vision": ("dynamo",),
+            "swin": ("torchscript",)}
 SHAPES = ((1, 1), (1, 7), (1, 128), (4, 33), (8, 512))  # the issue's (batch, seq)
 
 
