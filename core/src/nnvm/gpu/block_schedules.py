@@ -44,8 +44,17 @@ def _ext(iv) -> int:
     return int(e.value)
 
 
+def _extent(iv):
+    """An axis's extent: an int, or an expression of symbolic dims."""
+    e = simplify(iv.dom.extent)
+    return int(e.value) if isinstance(e, Const) else e
+
+
 def _shape(t) -> tuple:
-    return tuple(int(simplify(d).value) for d in t.shape)
+    shape = tuple(simplify(d) for d in t.shape)
+    if not all(isinstance(d, Const) for d in shape):
+        raise ScheduleError(f"{t.op.name} needs a constant shape")
+    return tuple(int(d.value) for d in shape)
 
 
 def schedule_group(target, group, config: dict | None = None):
@@ -83,6 +92,14 @@ def bind_flat(stage, threads: int = THREADS, vector: int = VECTOR) -> None:
     op = stage.op
     if not op.axis:
         return
+    if not all(isinstance(_extent(iv), int) for iv in op.axis):  # symbolic: the last block's tail guarded
+        fused = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
+        if op.reduce_axis:
+            stage.reorder(fused, *op.reduce_axis)
+        bx, tx = stage.split(fused, factor=threads)
+        stage.bind(bx, "blockIdx.x")
+        stage.bind(tx, "threadIdx.x")
+        return
     total = math.prod(_ext(iv) for iv in op.axis)
     if total == 0:
         return  # an empty tensor: the kernel's loops run zero times
@@ -106,8 +123,11 @@ def _rfactor_reduction(sch, stage, threads: int = THREADS) -> bool:
     op = stage.op
     if len(op.reduce_axis) == 0 or len(op.body) != 1:
         return False
+    if not all(isinstance(_extent(iv), int) for iv in op.reduce_axis):
+        return False  # a symbolic reduction runs whole in one thread per output
     red_total = math.prod(_ext(iv) for iv in op.reduce_axis)
-    outputs = math.prod(_ext(iv) for iv in op.axis) if op.axis else 1
+    # a symbolic count of outputs (rows of batch x seq): a block per row, as for few outputs
+    outputs = math.prod(e if isinstance(e := _extent(iv), int) else 1 for iv in op.axis) if op.axis else 1
     if red_total < RFACTOR_MIN or outputs > 4096:
         return False
     k = stage.fuse(*op.reduce_axis) if len(op.reduce_axis) > 1 else op.reduce_axis[0]

@@ -39,19 +39,73 @@ from nnvm.errors import Error, ModelLoadError, reading
 from nnvm.runtime.kernel import KERNEL_TYPE
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.simplify import simplify
 from nnvm.tir.visit import walk
+
+DIMS_BUFFER = "nnvm_dims"  # the last parameter of a GPU function over symbolic dims: their values
 
 EXPORT_VERSION = 2
 
 
-def _nbytes(buf: S.Buffer) -> int:
-    count = math.prod(int(E.convert(d).value) for d in buf.shape)
-    return max(count, 1) * np.dtype("bool" if buf.dtype == "bool" else buf.dtype).itemsize
+def _nbytes(buf: S.Buffer):
+    """A buffer's size in bytes: an int, or a size expression of its symbolic dims (``size_term``)."""
+    count = simplify(math.prod((E.convert(d) for d in buf.shape), start=E.const(1, E.INDEX_DTYPE)))
+    itemsize = np.dtype("bool" if buf.dtype == "bool" else buf.dtype).itemsize
+    if isinstance(count, E.Const):
+        return max(int(count.value), 1) * itemsize
+    return ["mul", ["max", size_term(count), 1], itemsize]
+
+
+_SIZE_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
+
+
+def size_term(e):
+    """A launch size or buffer size over symbolic dims as JSON: an int, ``["dim", name]`` or
+    ``[op, a, b]`` (``_SIZE_OPS``), evaluated per binding by ``size_value``."""
+    if isinstance(e, int):
+        return e
+    e = simplify(E.convert(e))
+    if isinstance(e, E.Const):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        return ["dim", e.name]
+    if isinstance(e, E.Cast):
+        return size_term(e.value)
+    if isinstance(e, E.BinOp) and e.op in _SIZE_OPS:
+        return [e.op, size_term(e.a), size_term(e.b)]
+    raise Error(f"a launch or buffer size {e} is not arithmetic of the symbolic dims")
+
+
+def size_value(term, dims: dict) -> int:
+    """``size_term``'s value when each dim has its value in ``dims``."""
+    if isinstance(term, int):
+        return term
+    if term[0] == "dim":
+        return int(dims[term[1]])
+    return int(_SIZE_OPS[term[0]](size_value(term[1], dims), size_value(term[2], dims)))
+
+
+def bound_table(table: dict, dims: dict) -> dict:
+    """A launch table whose sizes are expressions of symbolic dims, with every size evaluated for one
+    binding (``{dim: value}``): what a device module for that binding launches and allocates."""
+    def buffers(key):
+        return [{**b, "nbytes": size_value(b["nbytes"], dims)} for b in table[key]]
+
+    launches = [{**la, "grid": [max(size_value(g, dims), 1) for g in la["grid"]]} for la in table["launches"]]
+    return {**table, "params": buffers("params"), "temporaries": buffers("temporaries"), "launches": launches}
+
+
+def is_symbolic_table(table: dict) -> bool:
+    """Whether a launch table has sizes that depend on symbolic dims."""
+    return any(not isinstance(b["nbytes"], int) for b in table["params"] + table["temporaries"]) or any(
+        not isinstance(g, int) for la in table["launches"] for g in la["grid"])
 
 
 def launch_table(program) -> dict:
     """The JSON-able description of a ``GPUProgram`` the runtime needs: buffer sizes, which parameters
-    are read and written, and each kernel's grid (blocks) and block (threads) sizes as (x, y, z)."""
+    are read and written, and each kernel's grid (blocks) and block (threads) sizes as (x, y, z). Over
+    symbolic dims a buffer size or a grid size is a ``size_term`` (``bound_table`` evaluates them)."""
     reads: set = set()
     writes: set = set()
     for k in program.kernels:
@@ -64,7 +118,7 @@ def launch_table(program) -> dict:
     for k in program.kernels:
         launch = k.attrs.get("launch", {})
         block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
-        grid = [launch.get(f"blockIdx.{d}", 1) for d in "xyz"]
+        grid = [size_term(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
         launches.append({"kernel": k.name, "grid": grid, "block": block})
     return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
 
@@ -195,9 +249,10 @@ class GPUKernelLibrary(KernelLibrary):
         """A ``DeviceModule`` running ``plan`` with weights and activations on the device."""
         return DeviceModule(self, plan, params)
 
-    def launches(self, stream, function: str, prepared: list) -> None:
-        """Enqueue the launches of ``function`` (``prepared``: one per launch, in order)."""
-        for launch, p in zip(self.tables[function]["launches"], prepared):
+    def launches(self, stream, function: str, prepared: list, table: dict | None = None) -> None:
+        """Enqueue the launches of ``function`` (``prepared``: one per launch, in order); ``table``: its
+        launch table bound to a binding of symbolic dims (``bound_table``), else the library's."""
+        for launch, p in zip((table or self.tables[function])["launches"], prepared):
             self.launch(stream, p, launch["grid"], launch["block"])
 
     # -- single functions through the core's calling convention (nnvm.build) -------------------------
@@ -401,10 +456,12 @@ def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_byte
             if name not in tables:
                 raise ValueError(f"it calls a function {name!r} the kernels do not have")
             table = tables[name]
-            if len(call["args"]) != len(table["params"]):
+            args, dims = split_dim_args(call["args"])
+            if len(args) + bool(dims) != len(table["params"]) or bool(dims) != (
+                    bool(table["params"]) and table["params"][-1]["name"] == DIMS_BUFFER):
                 raise ValueError(f"{name} takes {len(table['params'])} arguments, the plan gives "
                                  f"{len(call['args'])}")
-            for ref, p in zip(call["args"], table["params"]):
+            for ref, p in zip(args, table["params"]):
                 if "arena" in ref:
                     if ref["arena"] + p["nbytes"] > arena_bytes:
                         raise ValueError(f"{name}'s argument {p['name']} ({p['nbytes']} bytes at "
@@ -416,28 +473,45 @@ def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_byte
         raise ModelLoadError(f"the module's execution plan does not match its kernels ({exc})") from None
 
 
+def split_dim_args(args: list) -> tuple[list, list]:
+    """A plan call's arguments as (buffer references, names of the dims it passes): a GPU kernel takes
+    the dims in one buffer, its last parameter (``kernels.DIMS_BUFFER``)."""
+    return [r for r in args if "dim" not in r], [r["dim"] for r in args if "dim" in r]
+
+
 class _DeviceArena:
-    """One run's device state: the activation arena, temporaries, a stream and every launch prepared."""
+    """One run's device state: the activation arena, temporaries, a stream and every launch prepared.
+    A call over symbolic dims gets a small buffer of their values (one per distinct list of dims)."""
 
     def __init__(self, lib: GPUKernelLibrary, module: DeviceModule):
         self.stream = lib.new_stream()
         self.arena = lib.alloc(max(module.arena_bytes, 1))
         self.owned = [self.arena]
         self.calls = []
+        dim_buffers: dict = {}
         for call in module.plan["calls"]:
-            table = lib.tables[call["kernel"]]
+            table = module.tables[call["kernel"]]
+            refs, dims = split_dim_args(call["args"])
             args = []
-            for ref, p in zip(call["args"], table["params"]):
+            for ref, p in zip(refs, table["params"]):
                 if "arena" in ref:
                     args.append(lib.view(self.arena, module.offset(ref["arena"]), max(p["nbytes"], 1)))
                 else:
                     args.append(module.weights[ref["param"]])
+            if dims:
+                if tuple(dims) not in dim_buffers:
+                    values = np.array([module.plan["dims"][d] for d in dims], dtype=np.int64)
+                    dim_buffers[tuple(dims)] = buf = lib.alloc(values.nbytes)
+                    self.owned.append(buf)
+                    lib.to_device(self.stream, buf, 0, values.view(np.uint8))
+                args.append(dim_buffers[tuple(dims)])
             for t in table["temporaries"]:
                 buf = lib.alloc(max(t["nbytes"], 4))
                 self.owned.append(buf)
                 args.append(buf)
             self.calls.append((call["kernel"], [lib.prepare(launch["kernel"], args)
-                                                for launch in table["launches"]]))
+                                                for launch in table["launches"]], table))
+        lib.synchronize(self.stream)
 
 
 class DeviceModule:
@@ -445,7 +519,10 @@ class DeviceModule:
     (one per concurrent run, from a pool); a run copies inputs in and outputs out."""
 
     def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
-        check_plan_against_tables(plan, lib.tables, params, plan["arena_bytes"])
+        # a plan for one binding of symbolic dims: the launch tables' sizes evaluated for it
+        self.tables = ({name: bound_table(t, plan["dims"]) for name, t in lib.tables.items()}
+                       if plan.get("dims") else lib.tables)
+        check_plan_against_tables(plan, self.tables, params, plan["arena_bytes"])
         self.lib = lib
         self.plan = plan
         # Views must start at multiples of the device's alignment: the plan's offsets (multiples of 64)
@@ -494,8 +571,8 @@ class DeviceModule:
                     lib.to_device(stream, arena.arena, self.offset(d["ref"]["arena"]), host)
             if timed:
                 lib.record(stream, "kernels")
-            for function, prepared in arena.calls:
-                lib.launches(stream, function, prepared)
+            for function, prepared, table in arena.calls:
+                lib.launches(stream, function, prepared, table)
             if timed:
                 lib.record(stream, "kernels_done")
             outs = []
