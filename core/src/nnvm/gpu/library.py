@@ -145,6 +145,7 @@ class GPUKernelLibrary(KernelLibrary):
         self._blobs = blobs or {}
         self._callbacks: dict = {}
         self._single: dict = {}  # function -> (stream, buffers, prepared launches) for address()
+        self._weights: dict = {}  # id(host array) -> (the array, its device buffer): ``device_weight``
         self._lock = threading.Lock()
         self.bytes_to_device = 0
         self.bytes_from_device = 0
@@ -244,6 +245,22 @@ class GPUKernelLibrary(KernelLibrary):
         if name not in self._blobs:
             raise ModelLoadError(f"this {self.language} module has no {name} section")
         return self._blobs[name]
+
+    def device_weight(self, stream, array: np.ndarray):
+        """``array`` in device memory, uploaded once per library: the modules of a symbolic model's
+        bindings (``nnvm.dynamic``) share its kernels and its weights' arrays, so each weight is on the
+        device once however many bindings run."""
+        with self._lock:
+            hit = self._weights.get(id(array))
+            if hit is not None and hit[0] is array:
+                return hit[1]
+        host = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        buf = self.alloc(max(host.nbytes, 4))
+        if host.nbytes:
+            self.to_device(stream, buf, 0, host)
+        with self._lock:
+            self._weights[id(array)] = (array, buf)  # the array kept: its id names no other while here
+        return buf
 
     def device_module(self, plan: dict, params: dict):
         """A ``DeviceModule`` running ``plan`` with weights and activations on the device."""
@@ -538,10 +555,7 @@ class DeviceModule:
             for ref in call["args"]:
                 name = ref.get("param")
                 if name is not None and name not in self.weights:
-                    host = np.ascontiguousarray(params[name]).view(np.uint8).reshape(-1)
-                    self.weights[name] = lib.alloc(max(host.nbytes, 4))
-                    if host.nbytes:
-                        lib.to_device(stream, self.weights[name], 0, host)
+                    self.weights[name] = lib.device_weight(stream, params[name])
         lib.synchronize(stream)
         lib.release_stream(stream)
         self._pool: list = []

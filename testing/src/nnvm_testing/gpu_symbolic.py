@@ -1,0 +1,76 @@
+"""Symbolic models on the GPU targets (issue 39): a small BERT exported with dynamic ``batch`` and ``seq``
+and a CNN with a symbolic batch, each compiled once for a GPU target and run at several bindings against
+onnxruntime. Shared by the OpenCL, WebGPU and CUDA plugins' tests, so each states only its target."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import nnvm
+from nnvm_testing.frontend_onnx import torch_models
+from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
+from nnvm_testing.frontend_onnx.shape_models import symbolic_batch_cnn
+from nnvm_testing.venvs import pytest_venv
+
+BERT_SHAPES = ((1, 1), (1, 7), (4, 33))
+CNN_BATCHES = (1, 3)
+
+
+def bert_path() -> str:
+    """The 2-layer, width-64 BERT with dynamic axes (skips where the torch venv cannot be made, but
+    under ``CI=true``)."""
+    return pytest_venv(torch_models.hf_model_path, "bert", 1, 16, layers=2, width=64, heads=2, dynamic=True,
+                       exporter="torchscript")
+
+
+def compiled_once(model, target: str, **kwargs):
+    """``model`` compiled for ``target`` with its dims symbolic, checked to be one compile whose kernels
+    take the dims (no compile per binding, no reason for one)."""
+    mod = nnvm.compile(model, target=target, tuning_log=False, **kwargs)
+    info = mod.stats()["symbolic"]
+    assert info["mode"] == "kernels" and info["why_per_binding"] is None, info["why_per_binding"]
+    return mod
+
+
+def bert_feeds(batch: int, seq: int) -> dict:
+    rng = np.random.default_rng(batch * 1000 + seq)
+    mask = np.ones((batch, seq), np.int64)
+    mask[1:, seq // 2 + 1:] = 0  # padded rows after the first
+    return {"input_ids": rng.integers(0, 30522, (batch, seq)).astype(np.int64), "attention_mask": mask}
+
+
+def check_bert(target: str) -> None:
+    """The BERT compiled once for ``target`` matches onnxruntime at every (batch, seq) of ``BERT_SHAPES``,
+    every binding running the same kernels (one library)."""
+    path = bert_path()
+    mod = compiled_once(path, target)
+    libraries = set()
+    for batch, seq in BERT_SHAPES:
+        feeds = bert_feeds(batch, seq)
+        (want,) = run_onnxruntime(path, feeds)
+        (got,) = mod.run(**feeds)
+        assert got.shape == want.shape == (batch, seq, 64)
+        err = relative_error(got, want)
+        assert err < 1e-4, f"bert on {target} at ({batch}, {seq}): relative error {err:.2e}"
+        libraries.add(id(mod.specialised({"batch": batch, "seq": seq}).library))
+    assert len(libraries) == 1
+    assert mod.stats()["symbolic"]["mode"] == "kernels"
+
+
+def check_cnn(target: str) -> None:
+    """The symbolic-batch CNN compiled once for ``target`` matches onnxruntime at every batch of
+    ``CNN_BATCHES``; the weights go to the device once for all bindings."""
+    model = symbolic_batch_cnn()
+    mod = compiled_once(model, target, shapes={"x": ("N", 3, 16, 16)})
+    uploaded, moved = [], []
+    for batch in CNN_BATCHES:
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        (want,) = run_onnxruntime(model, {"x": x})
+        (got,) = mod.run(x=x)
+        assert got.shape == want.shape == (batch, 10)
+        err = relative_error(got, want)
+        assert err < 1e-4, f"cnn on {target} at batch {batch}: relative error {err:.2e}"
+        uploaded.append(mod.specialised({"N": batch}).library.bytes_to_device)
+        moved.append(x.nbytes + 8)  # the input, and the dims buffer (N) of the binding's first run
+    # a later binding uploads its input and its dims, not the weights again
+    assert [b - a for a, b in zip(uploaded, uploaded[1:])] == moved[1:], uploaded
