@@ -1,0 +1,52 @@
+"""Symbolic dims on ``cuda`` (issue 39): the BERT with dynamic batch and sequence and the symbolic-batch CNN
+compiled once by NVRTC, every kernel of a function over dims taking their values as one more pointer
+(``long long*``, before the temporaries) and launched on grids of the dims; run (on the GPU, or the
+generated source on the CPU runner) against onnxruntime at several bindings."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from nnvm_backend_cuda.arguments import kernel_parameters
+from nnvm_testing import gpu_symbolic
+from nnvm_testing.frontend_onnx.shape_models import symbolic_batch_cnn
+
+TARGET = "cuda -arch=sm_90"
+
+
+@pytest.mark.parametrize("model", ["cnn", "bert"])
+def test_kernels_take_the_dims_as_a_pointer_and_grids_are_dim_expressions(model):
+    if model == "cnn":
+        mod = gpu_symbolic.compiled_once(symbolic_batch_cnn(), TARGET, shapes={"x": ("N", 3, 16, 16)})
+        binding = {"N": 2}
+    else:
+        mod = gpu_symbolic.compiled_once(gpu_symbolic.bert_path(), TARGET)
+        binding = {"batch": 2, "seq": 5}
+    lib = mod.specialised(binding).library
+    assert lib.compiled.arch == "sm_90" and lib.compiled.cubin and lib.compiled.ptx
+    ptx = lib.compiled.ptx.decode() if isinstance(lib.compiled.ptx, bytes) else lib.compiled.ptx
+    signatures = kernel_parameters(lib.source_text())
+    symbolic = [t for t in lib.tables.values() if t["params"][-1]["name"] == "nnvm_dims"]
+    assert symbolic, "no function takes the dims"
+    dims_grids = 0
+    for table in symbolic:
+        at = len(table["params"]) - 1
+        for launch in table["launches"]:
+            types = signatures[launch["kernel"]]
+            assert len(types) == len(table["params"]) + len(table["temporaries"])
+            assert types[at] == "long long*", (launch["kernel"], types)
+            entry = re.search(rf"\.entry {launch['kernel']}\((.*?)\)", ptx, re.S)
+            assert entry and entry.group(1).count(".param .u64") == len(types)  # every argument a pointer
+            dims_grids += any(not isinstance(g, int) for g in launch["grid"])
+            assert all(isinstance(b, int) for b in launch["block"])  # threads per block stay constant
+    assert dims_grids, "no grid depends on the dims"
+
+
+def test_bert_with_dynamic_axes_runs_once_compiled_at_every_shape():
+    gpu_symbolic.check_bert(TARGET)
+
+
+def test_cnn_with_a_symbolic_batch_runs_once_compiled_at_every_batch():
+    gpu_symbolic.check_cnn(TARGET)
