@@ -191,9 +191,17 @@ COPY_PER_THREAD = 8
 DEPTHWISE = {"per_thread": 4, "threads": THREADS}
 
 
+def _same_shape(a, b) -> bool:
+    """Whether two tensors have the same shape, symbolic dims (a batch) compared as expressions."""
+    return len(a.shape) == len(b.shape) and all(str(simplify(x)) == str(simplify(y))
+                                                for x, y in zip(a.shape, b.shape))
+
+
 def _conv_stage(sch, out):
+    """The group's NCHW conv2d stage; its batch may be symbolic (a block's channels, rows and columns are
+    constant tiles, the batch is a factor of the block count: no tail)."""
     conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "conv2d"), None)
-    if conv is None or len(conv.op.axis) != 4 or _shape(out) != _shape(conv.op.outputs[0]):
+    if conv is None or len(conv.op.axis) != 4 or not _same_shape(out, conv.op.outputs[0]):
         raise ScheduleError("no NCHW conv2d stage of the output's shape")
     return conv
 
@@ -209,7 +217,7 @@ def schedule_conv2d(out, config: dict | None = None):
         return _schedule_depthwise(sch, conv, out, {**DEPTHWISE, **(config or {})})
     config = {**CONV2D, **(config or {})}
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
-    _, o_total, oh, ow = (_ext(iv) for iv in conv.op.axis)
+    o_total, oh, ow = (_ext(iv) for iv in conv.op.axis[1:])
     rc_ext = _ext(conv.op.reduce_axis[0])
     local, stage = _accumulator(sch, conv, out)
     tx = _divisor_at_most(ow, config["tile_x"])
