@@ -290,15 +290,16 @@ def schedule_dense(out, config: dict | None = None):
     config = {**DENSE, **(config or {})}
     sch = te.create_schedule([out.op])
     dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag == "dense"), None)
-    if dense is None or _shape(out) != _shape(dense.op.outputs[0]):
+    if dense is None or not _same_shape(out, dense.op.outputs[0]):
         raise ScheduleError("no dense stage of the output's shape")
     data_t, weight_t = tensors_read(dense.op.body[0])[:2]
-    m, n_out = (_ext(iv) for iv in dense.op.axis)
+    m, n_out = _extent(dense.op.axis[0]), _ext(dense.op.axis[1])
     k_ext = _ext(dense.op.reduce_axis[0])
     local, stage = _accumulator(sch, dense, out)
     # tiles that divide the output: no thread of a block idles (idle threads are still right, their guards
     # go below the barriers: test_tiles_that_do_not_divide_..., but they waste the block)
-    ty = _divisor_at_most(m, config["tile_y"])
+    # symbolic rows (batch x seq): tiles of tile_y rows, the last block's rows past m guarded
+    ty = _divisor_at_most(m, config["tile_y"]) if isinstance(m, int) else config["tile_y"]
     tx = _divisor_at_most(n_out, max(config["threads"] // ty, 1))
     i, j = stage.op.axis
     io, ii = stage.split(i, factor=ty)
