@@ -2,6 +2,7 @@
 
     uv run python bench/dynamic.py                                   # BERT-base and DistilBERT-base
     uv run python bench/dynamic.py --models bert --shapes 1x1,1x128 --threads 1 --cpu-time
+    uv run python bench/dynamic.py --target "opencl -device=cpu" --small --shapes 1x1,1x7,4x33
 
 Models: Hugging Face BERT-base and DistilBERT-base at their default configs, seeded random weights,
 exported with dynamic ``batch`` and ``seq`` axes (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``
@@ -13,6 +14,8 @@ mask with the rows after the first padded from the middle), then the two modules
 their own, alternated ``--rounds`` times (``nnvm.bench.blocks_times``), and the ratio unbound / bound of
 the medians printed. ``--cpu-time`` times each run by the process's CPU time instead of the wall clock:
 with ``--threads 1`` on a shared machine it counts only the time the run itself was on a core.
+``--target`` compiles both for another target (a GPU one: its symbolic kernels against its bound ones);
+``--small`` takes the tests' 2-layer, width-64 configs instead of the default sizes.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def _timed(fn, cpu: bool):
     return run
 
 
-def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu: bool) -> dict:
+def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu: bool,
+            target: str = "llvm") -> dict:
     """Everything for one model (in the child process; see the module docstring)."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
     import numpy as np
@@ -59,14 +63,14 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
     from nnvm.bench import onnxruntime_session
 
     t0 = time.perf_counter()
-    unbound = nnvm.compile(path, target="llvm", tuning_log=False)
+    unbound = nnvm.compile(path, target=target, tuning_log=False)
     result = {"compile_s": time.perf_counter() - t0, "mode": unbound.stats()["symbolic"]["mode"],
               "why": unbound.stats()["symbolic"]["why_per_binding"], "threads": threads, "shapes": {}}
     sess, _ = onnxruntime_session(path, threads)
     names = [i.name for i in sess.get_inputs()]
     for batch, seq in shapes:
         feeds = _feeds(names, batch, seq)
-        bound = nnvm.compile(path, target="llvm", tuning_log=False,
+        bound = nnvm.compile(path, target=target, tuning_log=False,
                              shapes={k: v.shape for k, v in feeds.items()})
         want = sess.run(None, feeds)[0]
         got = unbound.run(**feeds)[0]
@@ -101,6 +105,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="blocks of each module, alternated")
     parser.add_argument("--cpu-time", action="store_true", help="time runs by the process's CPU time")
     parser.add_argument("--exporter", default="torchscript", choices=("dynamo", "torchscript"))
+    parser.add_argument("--target", default="llvm", help="the target both modules are compiled for")
+    parser.add_argument("--small", action="store_true", help="2 layers, width 64, 2 heads (the tests')")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -111,7 +117,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 1
     if args.child:
-        print(json.dumps(measure(args.child, shapes, args.threads, args.repeat, args.rounds, args.cpu_time)))
+        print(json.dumps(measure(args.child, shapes, args.threads, args.repeat, args.rounds, args.cpu_time,
+                                 args.target)))
         return 0
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS]
@@ -124,9 +131,12 @@ def main(argv=None) -> int:
     lines = ["| model | (batch, seq) | unbound ms | bound ms | unbound / bound | max rel err vs onnxruntime "
              "| load |", "| --- | --- | ---: | ---: | ---: | --- | --- |"]
     for name in names:
-        path = torch_models.hf_model_path(name, 1, 128, dynamic=True, exporter=args.exporter)
+        small = {"layers": 2, "width": 64, "heads": 2} if args.small else {}
+        path = torch_models.hf_model_path(name, 1, 16 if args.small else 128, dynamic=True,
+                                          exporter=args.exporter, **small)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--shapes", args.shapes,
-               "--threads", str(args.threads), "--repeat", str(args.repeat), "--rounds", str(args.rounds)]
+               "--threads", str(args.threads), "--repeat", str(args.repeat), "--rounds", str(args.rounds),
+               "--target", args.target]
         if args.cpu_time:
             cmd.append("--cpu-time")
         proc = subprocess.run(cmd, capture_output=True, text=True)
