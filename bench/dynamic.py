@@ -148,7 +148,8 @@ def main(argv=None) -> int:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(json.dumps({name: r}), flush=True)
         for shape, s in r["shapes"].items():
-            lines.append(f"| {MODELS[name]} | ({shape.replace('x', ', ')}) | {s['unbound_ms']:.2f} | "
+            label = f"{name} (2 layers, width 64)" if args.small else MODELS[name]
+            lines.append(f"| {label} | ({shape.replace('x', ', ')}) | {s['unbound_ms']:.2f} | "
                          f"{s['bound_ms']:.2f} | {s['ratio']:.2f} | {s['max_rel_err']:.1e} | "
                          f"{s['load'][0]:.1f}-{s['load'][1]:.1f} |")
     print(f"load average {os.getloadavg()[0]:.2f}")

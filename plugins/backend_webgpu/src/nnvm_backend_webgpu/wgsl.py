@@ -56,7 +56,9 @@ def launch_needs(size: list, grid: list, buffers: int) -> list:
     (folded) and binding ``buffers`` storage buffers: what a device's limits must allow."""
     return [*((n, f"max_compute_workgroup_size_{d}", f"threads along {d}") for d, n in zip("xyz", size)),
             (math.prod(size), "max_compute_invocations_per_workgroup", "threads per workgroup"),
-            (max(fold_grid(grid)), "max_compute_workgroups_per_dimension", "workgroups per axis"),
+            # a grid over symbolic dims (an expression) is never folded; the runtime checks it per binding
+            (max(g if isinstance(g, int) else 1 for g in fold_grid(grid)),
+             "max_compute_workgroups_per_dimension", "workgroups per axis"),
             (buffers, "max_storage_buffers_per_shader_stage", "storage buffers")]
 
 
