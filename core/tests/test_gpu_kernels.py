@@ -203,7 +203,7 @@ def test_symbolic_dims_are_a_buffer_read_at_the_top_and_grids_are_their_expressi
     with the last block's tail guarded, and the launch table's grid and sizes are terms of ``N`` that
     ``bound_table`` evaluates per binding."""
     from nnvm.gpu.block_schedules import schedule_generic
-    from nnvm.gpu.library import bound_table, launch_table, size_value
+    from nnvm.gpu.library import bound_table, launch_table, size_text, size_value
     from nnvm.graph.dims import dim_var
 
     n = dim_var("N")
@@ -217,6 +217,7 @@ def test_symbolic_dims_are_a_buffer_read_at_the_top_and_grids_are_their_expressi
     assert "if (((blockIdx.x * 64) + threadIdx.x) < (N * 10))" in text
     table = launch_table(prog)
     assert [size_value(g, {"N": 13}) for g in table["launches"][0]["grid"]] == [3, 1, 1]
+    assert size_text(table["launches"][0]["grid"][0], 64) == "(((N * 10) + 63) // 64) * 64"  # OpenCL's global
     bound = bound_table(table, {"N": 13})
     assert [p["nbytes"] for p in bound["params"]] == [520, 520, 8]
     assert bound["launches"][0]["grid"] == [3, 1, 1] and bound["launches"][0]["block"] == [64, 1, 1]

@@ -86,6 +86,21 @@ def size_value(term, dims: dict) -> int:
     return int(_SIZE_OPS[term[0]](size_value(term[1], dims), size_value(term[2], dims)))
 
 
+_SIZE_TEXT = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%"}
+
+
+def size_text(term, times: int = 1) -> str:
+    """A ``size_term`` (times ``times``) as text for listings: ``((N * 10) + 63) // 64``."""
+    if isinstance(term, int):
+        return str(term * times)
+    if times != 1:
+        return f"{size_text(term)} * {times}"
+    if term[0] == "dim":
+        return term[1]
+    a, b = (size_text(t) for t in term[1:])
+    return f"{term[0]}({a}, {b})" if term[0] in ("min", "max") else f"({a} {_SIZE_TEXT[term[0]]} {b})"
+
+
 def bound_table(table: dict, dims: dict) -> dict:
     """A launch table whose sizes are expressions of symbolic dims, with every size evaluated for one
     binding (``{dim: value}``): what a device module for that binding launches and allocates."""
@@ -234,7 +249,7 @@ class GPUKernelLibrary(KernelLibrary):
 
     def describe_launch(self, launch: dict) -> str:
         """A launch's sizes in the language's words (OpenCL speaks of global and local sizes)."""
-        return f"grid {tuple(launch['grid'])} block {tuple(launch['block'])}"
+        return f"grid ({', '.join(map(size_text, launch['grid']))}) block {tuple(launch['block'])}"
 
     def source_text(self) -> str:
         """The kernel source the library was built from (the first text file by default)."""
@@ -299,6 +314,8 @@ class GPUKernelLibrary(KernelLibrary):
         """Function ``name`` on ``args`` (a ``void **`` of host pointers): every argument copied in, the
         kernels launched, what they write copied back."""
         table = self.tables[name]
+        if is_symbolic_table(table):
+            raise Error(f"{name} takes symbolic dims; run it in a module compiled with nnvm.compile")
         state = self._single[name]
         if "bufs" not in state:
             state["stream"] = self.new_stream()
