@@ -19,7 +19,9 @@ TARGET = "cuda -arch=sm_90"
 @pytest.mark.parametrize("model", ["cnn", "bert"])
 def test_kernels_take_the_dims_as_a_pointer_and_grids_are_dim_expressions(model):
     if model == "cnn":
-        mod = gpu_symbolic.compiled_once(symbolic_batch_cnn(), TARGET, shapes={"x": ("N", 3, 16, 16)})
+        size = gpu_symbolic.CNN_SIZE
+        mod = gpu_symbolic.compiled_once(symbolic_batch_cnn(size=size), TARGET,
+                                         shapes={"x": ("N", 3, size, size)})
         binding = {"N": 2}
     else:
         mod = gpu_symbolic.compiled_once(gpu_symbolic.bert_path(), TARGET)
