@@ -93,12 +93,17 @@ def bind_flat(stage, threads: int = THREADS, vector: int = VECTOR) -> None:
     if not op.axis:
         return
     if not all(isinstance(_extent(iv), int) for iv in op.axis):  # symbolic: the last block's tail guarded
-        fused = stage.fuse(*op.axis) if len(op.axis) > 1 else op.axis[0]
+        axes, vec, last = list(op.axis), None, _extent(op.axis[-1])
+        if vector > 1 and not op.reduce_axis and isinstance(last, int) and last % vector == 0:
+            axes[-1], vec = stage.split(axes[-1], factor=vector)  # a constant row: vectors, no tail
+        fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
         if op.reduce_axis:
             stage.reorder(fused, *op.reduce_axis)
         bx, tx = stage.split(fused, factor=threads)
         stage.bind(bx, "blockIdx.x")
         stage.bind(tx, "threadIdx.x")
+        if vec is not None:
+            stage.vectorize(vec)
         return
     total = math.prod(_ext(iv) for iv in op.axis)
     if total == 0:
