@@ -14,7 +14,7 @@ from nnvm_testing.venvs import pytest_venv
 
 BERT_SHAPES = ((1, 1), (1, 7), (4, 33))
 CNN_BATCHES = (1, 3)
-CNN_SIZE = 32  # the pooled 16 x 16 maps' global average: a reduction of 256, across threads (rfactor)
+CNN_SIZE = 32  # the pooled 16 x 16 maps' global average: a reduction of 256 over N x 16 rows
 
 
 def bert_path() -> str:
