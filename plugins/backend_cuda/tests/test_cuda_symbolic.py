@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from nnvm_backend_cuda.arguments import kernel_parameters
@@ -52,3 +53,35 @@ def test_bert_with_dynamic_axes_runs_once_compiled_at_every_shape():
 
 def test_cnn_with_a_symbolic_batch_runs_once_compiled_at_every_batch():
     gpu_symbolic.check_cnn(TARGET)
+
+
+def test_the_native_path_launches_each_bindings_grid_through_the_driver():
+    """The symbolic CNN's kernels on the native path (``native.CUDADevice`` against ``FakeDriver``, the
+    driver's calls with the CPU runner behind them): one library for two bindings, each launch's grid the
+    table's term evaluated for that binding (checked against the device's limits at its launch), the
+    outputs matching onnxruntime."""
+    driver = pytest.importorskip("cuda.bindings.driver")  # noqa: F841  (the fake driver's result codes)
+    from nnvm.gpu.library import size_value
+    from nnvm.runtime.module import Module
+    from nnvm_backend_cuda.library import CUDAKernelLibrary
+    from nnvm_backend_cuda.native import open_device
+    from nnvm_testing.backend_cuda import FakeDriver
+    from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
+
+    model = symbolic_batch_cnn()
+    mod = gpu_symbolic.compiled_once(model, TARGET, shapes={"x": ("N", 3, 16, 16)})
+    lib = mod.specialised({"N": 1}).library
+    fake = FakeDriver(lib.source_text(), arch=(9, 0))
+    native = CUDAKernelLibrary(list(lib.tables.values()), lib.compiled, lib.source_text(),
+                               device=open_device(fake))
+    for batch in (2, 5):
+        one = mod.specialised({"N": batch})
+        run = Module(one.plan, one.params, native, one.target, one.stats())
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
+        fake.launches.clear()
+        (got,) = run.run(x)
+        (want,) = run_onnxruntime(model, {"x": x})
+        assert relative_error(got, want) < 1e-4
+        grids = {la["kernel"]: [size_value(g, {"N": batch}) for g in la["grid"]]
+                 for t in lib.tables.values() for la in t["launches"]}
+        assert fake.launches and all(list(grid) == grids[name] for name, grid, *_ in fake.launches)
