@@ -29,7 +29,9 @@ then ``for threadIdx`` loops around the body::
 
 so the reference interpreter runs it as it is (threads of a barrier-holding loop in lockstep) and a
 printer replaces the thread loops by ``get_group_id(0)`` / ``get_local_id(0)``. The launch extents
-are in ``PrimFunc.attrs["launch"]`` (``{"blockIdx.x": 4, "threadIdx.x": 64}``).
+are in ``PrimFunc.attrs["launch"]`` (``{"blockIdx.x": 4, "threadIdx.x": 64}``); over symbolic dims a
+``blockIdx`` extent may be an expression of them (threads per block stay constants), and the function
+takes the dims' values in one more buffer (``lower_for_gpu``).
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ A language plugin subclasses ``GPUKernelLibrary`` and implements the device in s
 
 - ``launch_table(program)``: what the runtime needs of a lowered ``GPUProgram`` (parameter sizes, which
   are read and written, temporaries, each kernel's grid and block), JSON-able, so it is exported as is;
+  over symbolic dims a size is a term of them (``size_term``), which a device module evaluates for its
+  binding (``bound_table``), and a call's dims go to the kernels in one small buffer;
 - ``device_module(plan, params)`` (asked by ``nnvm.runtime.module.Module``): a ``DeviceModule`` that
   uploads the weights once and keeps the activation arena on the device; a run copies the inputs in and
   the outputs out, nothing else. Concurrent runs each take a device arena (buffer, stream, prepared
