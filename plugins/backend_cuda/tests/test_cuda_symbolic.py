@@ -1,7 +1,8 @@
 """Symbolic dims on ``cuda`` (issue 39): the BERT with dynamic batch and sequence and the symbolic-batch CNN
 compiled once by NVRTC, every kernel of a function over dims taking their values as one more pointer
 (``long long*``, before the temporaries) and launched on grids of the dims; run (on the GPU, or the
-generated source on the CPU runner) against onnxruntime at several bindings."""
+generated source on the CPU runner) against onnxruntime at several bindings; GPT-2 with its KV
+cache decoded step by step; the native path through a fake driver."""
 
 from __future__ import annotations
 
@@ -85,3 +86,7 @@ def test_the_native_path_launches_each_bindings_grid_through_the_driver():
         grids = {la["kernel"]: [size_value(g, {"N": batch}) for g in la["grid"]]
                  for t in lib.tables.values() for la in t["launches"]}
         assert fake.launches and all(list(grid) == grids[name] for name, grid, *_ in fake.launches)
+
+
+def test_gpt2_with_its_kv_cache_decodes_the_tokens_onnxruntime_does():
+    gpu_symbolic.check_decoder(TARGET)

@@ -16,3 +16,7 @@ def test_bert_with_dynamic_axes_compiles_once_and_matches_at_every_shape():
 
 def test_cnn_with_a_symbolic_batch_compiles_once_and_matches_at_every_batch():
     gpu_symbolic.check_cnn(TARGET)
+
+
+def test_gpt2_with_its_kv_cache_decodes_the_tokens_onnxruntime_does():
+    gpu_symbolic.check_decoder(TARGET)

@@ -75,3 +75,32 @@ def check_cnn(target: str) -> None:
         moved.append(x.nbytes + 8)  # the input, and the dims buffer (N) of the binding's first run
     # a later binding uploads its input and its dims, not the weights again
     assert [b - a for a, b in zip(uploaded, uploaded[1:])] == moved[1:], uploaded
+
+
+def check_decoder(target: str, new_tokens: int = 6) -> None:
+    """GPT-2 (2 layers, width 64) exported with its KV cache, compiled once for ``target``
+    (``nnvm.generate.Decoder``) and decoded greedily after a 7-token prompt (the first step with an empty
+    past): the same tokens as onnxruntime on the same file, and logits close at every step."""
+    from nnvm.generate import Decoder, greedy, peer_step
+
+    path = pytest_venv(torch_models.hf_decoder_path, "gpt2", layers=2, width=64, heads=2)
+    dec = Decoder(path, target=target, tuning_log=False)
+    info = dec.module.stats()["symbolic"]
+    assert info["mode"] == "kernels" and info["why_per_binding"] is None, info["why_per_binding"]
+    ours, theirs = [], []
+
+    def logged(step, log):
+        def run(feeds):
+            outs = step(feeds)
+            log.append(outs[0][:, -1].copy())
+            return outs
+        return run
+
+    ids = np.random.default_rng(3).integers(0, 1000, (1, 7))
+    got = greedy(logged(dec.step, ours), dec.spec, ids, new_tokens)
+    step, spec, _ = peer_step("onnxruntime", path, 1)
+    want = greedy(logged(step, theirs), spec, ids, new_tokens)
+    np.testing.assert_array_equal(got["tokens"], want["tokens"])
+    for k, (a, b) in enumerate(zip(ours, theirs)):
+        err = relative_error(a, b)
+        assert err < 1e-4, f"gpt2 on {target}, step {k}: relative error {err:.2e} against onnxruntime"

@@ -599,7 +599,7 @@ class DeviceModule:
             stream = arena.stream
             timed = timings is not None and lib.record(stream, "start")
             for d, v in zip(self.plan["inputs"], values):
-                if "arena" in d["ref"]:
+                if "arena" in d["ref"] and v.size:  # an empty one (a KV cache's first past) moves nothing
                     host = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
                     lib.to_device(stream, arena.arena, self.offset(d["ref"]["arena"]), host)
             if timed:
