@@ -59,8 +59,8 @@ def test_cnn_with_a_symbolic_batch_runs_once_compiled_at_every_batch():
 def test_the_native_path_launches_each_bindings_grid_through_the_driver():
     """The symbolic CNN's kernels on the native path (``native.CUDADevice`` against ``FakeDriver``, the
     driver's calls with the CPU runner behind them): one library for two bindings, each launch's grid the
-    table's term evaluated for that binding (checked against the device's limits at its launch), the
-    outputs matching onnxruntime."""
+    table's term evaluated for the run's dims (checked against the device's limits at its launch), also
+    in a plan made for a larger bucket, the outputs matching onnxruntime."""
     driver = pytest.importorskip("cuda.bindings.driver")  # noqa: F841  (the fake driver's result codes)
     from nnvm.gpu.library import size_value
     from nnvm.runtime.module import Module
@@ -80,7 +80,7 @@ def test_the_native_path_launches_each_bindings_grid_through_the_driver():
         run = Module(one.plan, one.params, native, one.target, one.stats())
         x = np.random.default_rng(batch).standard_normal((batch, 3, 16, 16)).astype(np.float32)
         fake.launches.clear()
-        (got,) = run.run(x)
+        (got,) = run.run_shaped([x], {"N": batch}, [(batch, 10)])  # 5 in the plan for a bucket of 8
         (want,) = run_onnxruntime(model, {"x": x})
         assert relative_error(got, want) < 1e-4
         grids = {la["kernel"]: [size_value(g, {"N": batch}) for g in la["grid"]]

@@ -72,9 +72,12 @@ def check_cnn(target: str) -> None:
         err = relative_error(got, want)
         assert err < 1e-4, f"cnn on {target} at batch {batch}: relative error {err:.2e}"
         uploaded.append(mod.specialised({"N": batch}).library.bytes_to_device)
-        moved.append(x.nbytes + 8)  # the input, and the dims buffer (N) of the binding's first run
-    # a later binding uploads its input and its dims, not the weights again
-    assert [b - a for a, b in zip(uploaded, uploaded[1:])] == moved[1:], uploaded
+        moved.append(x.nbytes)
+    weights = sum(v.nbytes for v in mod.specialised({"N": 1}).params.values())
+    # a later binding uploads its input and its dims (8 bytes when its plan is made, 8 more for a run at
+    # smaller dims than its plan's bucket), not the weights again
+    extra = [b - a - n for a, b, n in zip(uploaded, uploaded[1:], moved[1:])]
+    assert all(0 < e <= 16 < weights for e in extra), (uploaded, moved, weights)
 
 
 def check_decoder(target: str, new_tokens: int = 6) -> None:

@@ -524,7 +524,9 @@ class _DeviceArena:
         self.arena = lib.alloc(max(module.arena_bytes, 1))
         self.owned = [self.arena]
         self.calls = []
-        dim_buffers: dict = {}
+        self.dim_buffers: dict = {}  # the dims' names a call passes -> the buffer of their values
+        self.dims = None  # the dims those buffers hold now, when a run (``run_shaped``) changed them
+        dim_buffers = self.dim_buffers
         for call in module.plan["calls"]:
             table = module.tables[call["kernel"]]
             refs, dims = split_dim_args(call["args"])
@@ -579,6 +581,7 @@ class DeviceModule:
         lib.release_stream(stream)
         self._pool: list = []
         self._pool_lock = threading.Lock()
+        self._bound: dict = {}  # dim values -> the launch tables bound to them (``_tables_for``)
 
     def offset(self, arena_offset: int) -> int:
         return arena_offset * self._scale
@@ -589,14 +592,46 @@ class DeviceModule:
                 return self._pool.pop()
         return _DeviceArena(self.lib, self)
 
-    def run(self, values: list, timings: dict | None = None) -> list[np.ndarray]:
+    def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
+        """A run of this plan, made for a bucket of dim values (``nnvm.dynamic``), at smaller ones
+        (``dims``: each plan dim's value) with the outputs' shapes for them: every buffer at its planned
+        offset and no larger than planned; the kernels get this run's dims and grids."""
+        return self.run(values, shaped=(dims, output_shapes))
+
+    def _tables_for(self, dims: dict) -> dict:
+        """The launch tables bound to ``dims`` (a few kept: a decoding loop repeats its steps' shapes)."""
+        key = tuple(sorted(dims.items()))
+        tables = self._bound.get(key)
+        if tables is None:
+            tables = {name: bound_table(t, dims) for name, t in self.lib.tables.items()}
+            with self._pool_lock:
+                if len(self._bound) >= 16:
+                    self._bound.pop(next(iter(self._bound)))
+                self._bound[key] = tables
+        return tables
+
+    def _set_dims(self, arena: _DeviceArena, dims: dict | None) -> None:
+        """Point ``arena``'s dims buffers at ``dims`` (None: the plan's own)."""
+        if arena.dims == dims:
+            return
+        values = self.plan["dims"] if dims is None else dims
+        for names, buf in arena.dim_buffers.items():
+            self.lib.to_device(arena.stream, buf, 0,
+                               np.array([values[n] for n in names], dtype=np.int64).view(np.uint8))
+        arena.dims = dims
+
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
         """The outputs for ``values`` (arrays in the plan's input order, already checked). With a
         ``timings`` dict, where the device can time its own work (``record``), it gets ``device_ms`` (the
-        whole run on the device, copies included) and ``kernels_ms`` (the launches alone)."""
+        whole run on the device, copies included) and ``kernels_ms`` (the launches alone). ``shaped``:
+        ``(dims, output shapes)`` of a run at smaller dims than planned (``run_shaped``)."""
         lib = self.lib
         arena = self._take()
         try:
             stream = arena.stream
+            if arena.dim_buffers:
+                self._set_dims(arena, None if shaped is None else dict(shaped[0]))
+            run_tables = None if shaped is None else self._tables_for(shaped[0])
             timed = timings is not None and lib.record(stream, "start")
             for d, v in zip(self.plan["inputs"], values):
                 if "arena" in d["ref"] and v.size:  # an empty one (a KV cache's first past) moves nothing
@@ -605,15 +640,15 @@ class DeviceModule:
             if timed:
                 lib.record(stream, "kernels")
             for function, prepared, table in arena.calls:
-                lib.launches(stream, function, prepared, table)
+                lib.launches(stream, function, prepared, run_tables[function] if run_tables else table)
             if timed:
                 lib.record(stream, "kernels_done")
             outs = []
-            for d in self.plan["outputs"]:
+            for i, d in enumerate(self.plan["outputs"]):
                 if "param" in d["ref"]:
                     outs.append(np.array(self.params[d["ref"]["param"]], copy=True))
                     continue
-                out = np.empty(d["shape"], dtype=d["dtype"])
+                out = np.empty(d["shape"] if shaped is None else shaped[1][i], dtype=d["dtype"])
                 if out.nbytes:
                     lib.from_device(stream, out.reshape(-1).view(np.uint8), arena.arena,
                                     self.offset(d["ref"]["arena"]))

@@ -52,10 +52,10 @@ class WebGPUDeviceModule(DeviceModule):
             check_32_bits(np.asarray(value), f"the weight {name!r}")
         super().__init__(lib, plan, params)
 
-    def run(self, values: list, timings: dict | None = None) -> list[np.ndarray]:
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
         for d, v in zip(self.plan["inputs"], values):
             check_32_bits(np.asarray(v), f"the input {d['name']!r}")
-        return super().run(values, timings)
+        return super().run(values, timings, shaped)
 
 
 def _round4(n: int) -> int:
