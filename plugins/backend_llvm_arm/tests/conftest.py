@@ -38,6 +38,12 @@ def arm_target(request) -> str:
     return request.param
 
 
+@pytest.fixture
+def need_tools():
+    """``require_tools``, for a test that names its own target (``aarch64 -mcpu=...``)."""
+    return require_tools
+
+
 def relative_error(got, want) -> float:
     """Largest absolute difference over the largest reference magnitude (the models' criterion)."""
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)

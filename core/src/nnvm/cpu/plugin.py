@@ -2,7 +2,8 @@
 
 It serves a target when the target has the key ``cpu`` and its backend answers ``Backend.vector_lanes``
 (x86: 16/8/4 from its features; Arm: 4) (``nnvm.cpu.serves``); the blocked layout pass, and the
-channel-shuffle pass that follows it, run where the backend's ``blocked_layout`` says yes (x86).
+channel-shuffle pass that follows it, run where the backend's ``blocked_layout`` says yes (x86); its
+8-bit part wherever the backend has the ``dot_u8s8`` intrinsic (x86 and Arm).
 ``trylast``: a backend plugin's own answer for its target kind wins,
 as for the GPU layer (``nnvm.gpu.plugin``).
 """
@@ -98,12 +99,15 @@ def nnvm_schedule_group(target, group):
 
 @hookimpl(trylast=True)
 def nnvm_alter_op_layout(target, node, in_types):
-    """conv2d in NCHW[x]c, dense with a constant weight packed (``layout_choice.py``), 8-bit convolutions in
-    channel-blocked uint8 and 8-bit dense packed for ``dot_u8s8`` (``schedule_qconv.py``,
-    ``schedule_qdepthwise.py``, ``schedule_qdense.py``), where the backend wants the blocked layout; every
-    other node keeps its layout."""
-    if not serves(target) or not target.backend.blocked_layout(target):
+    """8-bit convolutions in channel-blocked uint8 and 8-bit dense packed for ``dot_u8s8``
+    (``schedule_qconv.py``, ``schedule_qdepthwise.py``, ``schedule_qdense.py``) wherever the backend has
+    that intrinsic (x86, Arm); conv2d in NCHW[x]c and dense with a constant weight packed
+    (``layout_choice.py``) where the backend wants the blocked layout (x86); every other node keeps its
+    layout."""
+    if not serves(target):
         return None
-
-    return (alter_qconv2d_nchwc(target, node, in_types) or alter_qdepthwise(target, node, in_types)
-            or alter_qdense(target, node, in_types) or alter_op_layout(target, node, in_types))
+    quantized = (alter_qconv2d_nchwc(target, node, in_types) or alter_qdepthwise(target, node, in_types)
+                 or alter_qdense(target, node, in_types))
+    if quantized is not None or not target.backend.blocked_layout(target):
+        return quantized
+    return alter_op_layout(target, node, in_types)

@@ -59,6 +59,20 @@ MAX_ACCUMULATORS = {16: 16, 8: 8}  # pixels x channel blocks per tile, leaving r
 PLANAR_CHANNELS = 4  # fewer input channels (an RGB stem): read NCHW, four pixels of a row per word
 
 
+def tile_limits(target, lanes: int) -> tuple[int, int]:
+    """(pixels, accumulator vectors) one tile may hold: the tables above for x86's 16 and 8 lanes; at 4
+    lanes (Arm NEON) by the register file: ``sdot``/``usdot`` read four weight vectors per block and a
+    row per pixel each step of four words, so 3/8 of it (12 of AArch64's 32: measured with
+    ``bench/int8_arm.py``, 16 spilled in every layer4 kernel of ResNet-18); the NEON form keeps two
+    vectors per accumulator, a quarter (8 of 32, 4 of ARMv7's 16). Up to 8 pixels."""
+    if lanes in MAX_TILE_PIXELS:
+        return MAX_TILE_PIXELS[lanes], MAX_ACCUMULATORS[lanes]
+    registers = target.backend.vector_registers(target)
+    neon = te.backend_intrinsic(target, "dot_u8s8", m=1, k4=1).params.get("isa") == "neon"
+    vectors = registers // 4 if neon else registers * 3 // 8
+    return min(8, vectors), vectors
+
+
 def dot_lanes(target) -> int | None:
     """The lanes of the backend's ``dot_u8s8`` intrinsic on ``target``, or None if it has none."""
     try:
@@ -426,10 +440,11 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     steps = 1
     for iv in gemm.op.reduce_axis:
         steps *= extent(iv)
-    limit = MAX_TILE_PIXELS.get(lanes, 4)
+    limit, budget = tile_limits(target, lanes)
+    # no wider than the row: the computed width (``tile_width``) may be rounded up past it
+    limit = min(limit, extent(group.outputs[0].op.axis[3]))
     m = largest_divisor(ow, limit)
     nb_space = divisors(ob, 4)
-    budget = MAX_ACCUMULATORS.get(lanes, 4)
     nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
     space = {"m": divisors(ow, limit), "nb": nb_space}
     return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, {"m": m, "nb": nb},

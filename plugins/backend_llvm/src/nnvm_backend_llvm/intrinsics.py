@@ -125,7 +125,8 @@ def _emit_gemm(cg, call, m: int, n: int, k: int, dtype: str):
 
 # -- 8-bit dot products ------------------------------------------------------------------------------
 DOT_U8S8_KERNEL = "llvm.dot_u8s8"
-DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8}
+# lanes of each form: 16/8 x int32 on x86; 4 x int32 (one 128-bit NEON register, 16 bytes) on Arm
+DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8, "usdot": 4, "sdot": 4, "neon": 4}
 
 
 def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window: tuple | None = None
@@ -136,9 +137,12 @@ def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window:
     for the whole reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and
     ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
     see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
-    exactly). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh, kw)`` adds two
-    outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a convolution's kernel offsets,
-    each with its own strides), so the accumulators stay in registers over the whole window."""
+    exactly); on Arm, 4 lanes (16 bytes): ``usdot`` (AArch64 ``+i8mm``: u8 x s8 in one instruction),
+    ``sdot`` (AArch64 ``+dotprod``, exact: see ``arm_body``) or ``neon`` (AArch64 or ARMv7 NEON, exact:
+    see ``neon_dot``). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh,
+    kw)`` adds two outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a
+    convolution's kernel offsets, each with its own strides), so the accumulators stay in registers
+    over the whole window."""
     if isa not in DOT_ISAS:
         raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
                             f"got {isa!r}")
@@ -200,8 +204,11 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
             offset = ir.Constant(I64, offset)
         return cg.builder.gep(ptr, [offset], inbounds=True, source_etype=ety)
 
-    accs = [[cg.entry_alloca(vty, 64) for _ in range(m)] for _ in range(nb)]
-    for slot in (s for row in accs for s in row):
+    # NEON keeps each accumulator as two vectors of pair sums (lanes 0-1 and 2-3), added at the end
+    halves = 2 if isa == "neon" else 1
+    accs = [[[cg.entry_alloca(vty, 64) for _ in range(halves)] for _ in range(m)] for _ in range(nb)]
+    bias = [cg.entry_alloca(vty, 64) for _ in range(nb)] if isa == "sdot" else []
+    for slot in [x for row in accs for pair in row for x in pair] + bias:
         cg.builder.store(ir.Constant(vty, [ir.Constant(I32, 0)] * lanes), slot)
     if isa in ("avx512vnni", "avxvnni"):
         width = 32 * lanes
@@ -210,6 +217,16 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         words_ty = ir.VectorType(i16, 2 * lanes)
         pmaddubsw = cg.declare("llvm.x86.avx2.pmadd.ub.sw", words_ty, [bytes_ty, bytes_ty])
         pmaddwd = cg.declare("llvm.x86.avx2.pmadd.wd", vty, [words_ty, words_ty])
+    if isa in ("sdot", "usdot"):
+        armdot = cg.declare(f"llvm.aarch64.neon.{isa}.v4i32.v16i8", vty, [vty, bytes_ty, bytes_ty])
+        signs = ir.Constant(bytes_ty, [ir.Constant(i8, 0x80)] * 16)
+    if isa == "neon":
+        half_ty = ir.VectorType(i16, 8)
+        aarch64 = str(cg.module.triple).startswith(("aarch64", "arm64"))
+        if aarch64:  # add(acc, saddlp(x)) is selected as one sadalp
+            saddlp = cg.declare("llvm.aarch64.neon.saddlp.v4i32.v8i16", vty, [half_ty])
+        else:
+            vpadals = cg.declare("llvm.arm.neon.vpadals.v4i32.v8i16", vty, [vty, half_ty])
     q, u, v = E.Var("dot.q"), E.Var("dot.u"), E.Var("dot.v")
 
     def widened(b, acc, a_word, b_bytes):
@@ -242,6 +259,18 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         acc = b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [high, b_bytes]), twos]))
         return b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [low, b_bytes]), ones]))
 
+    def neon_dot(b, pair, a_word, b_halves):
+        """pair + the byte products of ``a`` (zero-extended) and one weight vector (sign-extended,
+        ``b_halves``: its bytes 0-7 and 8-15 as int16), summed pairwise into 32 bits: a 16-bit ``mul``
+        is exact (|255 * -128| < 2^15) and ``sadalp`` (ARMv7 ``vpadal.s16``) adds neighbouring products
+        into the int32 lanes. The 4-byte sums come from adding the pairs once, after the reduction."""
+        a16 = b.zext(b.bitcast(cg.splat(a_word, 2), ir.VectorType(i8, 8)), half_ty)  # vdup.32, ushll
+        out = []
+        for acc, wh in zip(pair, b_halves):
+            prod = b.mul(a16, wh)
+            out.append(b.add(acc, b.call(saddlp, [prod])) if aarch64 else b.call(vpadals, [acc, prod]))
+        return out
+
     def offset(b, strides):
         total = ir.Constant(I64, 0)
         for var, stride in zip((u, v, q), strides):
@@ -254,28 +283,85 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         b_off = offset(b, (sbu, sbv, sb0))
         weights = [b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, t * sbt))), typ=bytes_ty, align=1)
                    for t in range(nb)]
+        if isa == "neon":  # each weight vector widened once a step, for every row
+            widen = [ir.Constant(ir.VectorType(I32, 8), list(range(h, h + 8))) for h in (0, 8)]
+            weights = [[b.sext(b.shuffle_vector(w, ir.Constant(bytes_ty, ir.Undefined), mask), half_ty)
+                        for mask in widen] for w in weights]
         a_off = offset(b, (sau, sav, sa1))
         for i in range(m):
             a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
             a_splat = cg.splat(a_word, lanes)
             for t, b_bytes in enumerate(weights):
-                slot = accs[t][i]
-                acc = b.load(slot, typ=vty)
-                if isa == "widened":
-                    acc = widened(b, acc, a_word, b_bytes)
+                slots = accs[t][i]
+                acc = [b.load(slot, typ=vty) for slot in slots]
+                if isa == "neon":
+                    acc = neon_dot(b, acc, a_word, b_bytes)
+                elif isa == "widened":
+                    acc = [widened(b, acc[0], a_word, b_bytes)]
                 elif isa == "avx2":
-                    acc = avx2_dot(b, acc, a_word, b_bytes)
+                    acc = [avx2_dot(b, acc[0], a_word, b_bytes)]
                 else:
-                    acc = b.call(vpdpbusd, [acc, a_splat, b.bitcast(b_bytes, vty)])
-                b.store(acc, slot)
+                    acc = [b.call(vpdpbusd, [acc[0], a_splat, b.bitcast(b_bytes, vty)])]
+                for slot, value in zip(slots, acc):
+                    b.store(value, slot)
+
+    # AArch64's dot products read four words of a row at once where they are consecutive: one 16-byte
+    # load (and one eor) per row feeds four by-element dot products (``sdot v0.4s, w.16b, a.4b[k]``)
+    group = 4 if isa in ("sdot", "usdot") and sa1 == 4 and k4 % 4 == 0 else 1
+
+    def arm_body():
+        """``usdot`` as it is; ``sdot`` on ``a ^ 0x80`` (u8 -> s8, ``a - 128``), its products short by
+        ``-128 * sum(b)``: ``bias`` sums that with one more ``sdot`` per weight vector (against bytes of
+        -128), subtracted once at the end, so the result is exact. One extra instruction per ``m`` rows;
+        folding ``128 * sum(b)`` into the compile-time zero point correction would save it."""
+        b = cg.builder
+        b_off = offset(b, (sbu, sbv, sb0 * group))
+        weights = [[b.load(at(pb, i8, b.add(b_off, ir.Constant(I64, s * sb0 + t * sbt))), typ=bytes_ty,
+                           align=1) for t in range(nb)] for s in range(group)]
+        for t, slot in enumerate(bias):
+            value = b.load(slot, typ=vty)
+            for s in range(group):
+                value = b.call(armdot, [value, weights[s][t], signs])
+            b.store(value, slot)
+        a_off = offset(b, (sau, sav, sa1 * group))
+        for i in range(m):
+            ptr = at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0)))
+            if group == 4:
+                words = b.load(ptr, typ=bytes_ty, align=1)
+            else:
+                words = b.bitcast(cg.splat(b.load(ptr, typ=I32, align=1), lanes), bytes_ty)
+            if isa == "sdot":
+                words = b.xor(words, signs)
+            words = b.bitcast(words, vty)
+            for s in range(group):
+                if group == 4:  # word s of the row in every lane: the by-element operand
+                    mask = ir.Constant(vty, [s] * lanes)
+                    lane = b.bitcast(b.shuffle_vector(words, ir.Constant(vty, ir.Undefined), mask), bytes_ty)
+                else:
+                    lane = b.bitcast(words, bytes_ty)
+                for t in range(nb):
+                    (slot,) = accs[t][i]
+                    # the lane operand last for sdot (by-element ``sdot``), first for usdot (``sudot``)
+                    args = (weights[s][t], lane) if isa == "sdot" else (lane, weights[s][t])
+                    b.store(b.call(armdot, [b.load(slot, typ=vty), *args]), slot)
 
     def loop(var, extent, inner):
         return lambda: cg.loop(var, I64, ir.Constant(I64, 0), ir.Constant(I64, extent), inner)
 
-    loop(u, window[0], loop(v, window[1], loop(q, k4, body)))()
+    arm = isa in ("sdot", "usdot")
+    loop(u, window[0], loop(v, window[1], loop(q, k4 // group, arm_body if arm else body)))()
     b = cg.builder
+    evens, odds = ([ir.Constant(I32, 2 * j + h) for j in range(lanes)] for h in (0, 1))
     for t in range(nb):
-        for i, slot in enumerate(accs[t]):
+        for i, slots in enumerate(accs[t]):
+            total = [b.load(slot, typ=vty) for slot in slots]
+            if isa == "neon":  # lanes (0, 1) and (2, 3) of pair sums -> 4 sums: one addp
+                total = b.add(b.shuffle_vector(total[0], total[1], ir.Constant(vty, evens)),
+                              b.shuffle_vector(total[0], total[1], ir.Constant(vty, odds)))
+            else:
+                total = total[0]
+            if bias:
+                total = b.sub(total, b.load(bias[t], typ=vty))
             ptr = at(pc, I32, ir.Constant(I64, t * sct + i * sc0))
-            b.store(b.add(b.load(ptr, typ=vty, align=4), b.load(slot, typ=vty)), ptr, align=4)
+            b.store(b.add(b.load(ptr, typ=vty, align=4), total), ptr, align=4)
     return ir.Constant(I32, 0)

@@ -17,6 +17,9 @@ device runtime calls, and ``mod.run`` under qemu-user off an Arm host. What this
   ``nnvm tune`` searches their knobs here too. ``blocked_layout`` answers no (the NCHW[x]c layout was
   measured on x86 only), so the NCHW[x]c, Winograd and packed-dense templates, which take only what
   that layout pass makes, decline; other groups get the generic schedule, vectorized by LLVM.
+- 8-bit kernels: the CPU layer's blocked int8 convolution, depthwise and dense kernels (its 8-bit
+  layout pass runs wherever the backend has ``dot_u8s8``) over 16-byte vectors, 4 int32 lanes, in the
+  form ``dot_isa`` picks: ``usdot`` (``+i8mm``), ``sdot`` (``+dotprod``) or the NEON fallback.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 
 import nnvm
 from nnvm.target import Target
-from nnvm_backend_llvm import CrossLLVMBackend, CrossToolchain, LLVMTarget
+from nnvm_backend_llvm import CrossLLVMBackend, CrossToolchain, LLVMTarget, feature_switches
 
 # Debian's cross packages (gcc-aarch64-linux-gnu, gcc-arm-linux-gnueabihf, qemu-user) install exactly
 # these commands and sysroots; make install installs them.
@@ -39,6 +42,14 @@ ARM_TARGETS = {
         gnu="arm-linux-gnueabihf", qemu="qemu-arm", elf_machine=40, elf_class=1,
         host_machines=("armv7l", "armv8l"), arch_prefixes=("arm", "thumb"), machine_name="32-bit Arm"),
 }
+
+
+# The AArch64 byte dot products of CPUs named by ``-mcpu`` alone (llvmlite does not list a named CPU's
+# features): LLVM's own CPU definitions have them (``test_arm_int8.py`` compiles each). A subset:
+# a CPU missing here gets the NEON form (slower, never wrong); one listed wrongly would not compile.
+DOTPROD_CPUS = frozenset({"cortex-a55", "cortex-a75", "cortex-a76", "cortex-a77", "cortex-a78", "cortex-x1",
+                          "neoverse-n1"})
+I8MM_CPUS = frozenset({"cortex-a710", "cortex-x2", "neoverse-n2", "neoverse-v1", "neoverse-v2"})
 
 
 class ArmBackend(CrossLLVMBackend):
@@ -75,13 +86,37 @@ class ArmBackend(CrossLLVMBackend):
         lanes), but its speed was only ever measured on x86, and qemu cannot time Arm hardware."""
         return False
 
+    def dot_isa(self, target: Target) -> str:
+        """How ``dot_u8s8`` multiplies bytes: ``usdot`` where AArch64 has ``+i8mm`` (u8 x s8 as it is),
+        ``sdot`` with ``+dotprod`` (the activation read as int8 ``a ^ 0x80``, its ``128 * sum(b)`` added
+        back exactly inside the kernel), else ``neon`` (AArch64 without dot products, and ARMv7)."""
+        return dot_form(self.resolve(target))
+
     def code_features(self, resolved: LLVMTarget) -> dict:
-        """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them)."""
-        return super().code_features(resolved) if resolved.arch.startswith(("aarch64", "arm64")) else {}
+        """Those of ``feature_probes`` on AArch64 (ARMv7's HWCAP bits differ, and it has none of them), and
+        the dot product a CPU named by ``-mcpu`` alone brings (``DOTPROD_CPUS``), so that an export for
+        ``-mcpu=neoverse-n1`` is refused, not killed by SIGILL, on a board without ``sdot``."""
+        if not resolved.arch.startswith(("aarch64", "arm64")):
+            return {}
+        features = super().code_features(resolved)
+        form = dot_form(resolved)
+        for name in {"usdot": ("i8mm",), "sdot": ("dotprod",)}.get(form, ()):
+            features.setdefault(name, self.feature_probes[name])
+        return features
 
     def has_fma(self, resolved: LLVMTarget, features: frozenset) -> bool:
         """AArch64 always has vector FMA (``fmla``); ARMv7 with VFPv4 (``vfma``)."""
         return resolved.arch.startswith(("aarch64", "arm64")) or "vfp4" in features
+
+
+def dot_form(resolved: LLVMTarget) -> str:
+    """``ArmBackend.dot_isa`` of a resolved target: its feature string first, then its CPU's name."""
+    if not resolved.arch.startswith(("aarch64", "arm64")):
+        return "neon"
+    on = feature_switches(resolved.features)
+    if on.get("i8mm", resolved.cpu in I8MM_CPUS):
+        return "usdot"
+    return "sdot" if on.get("dotprod", resolved.cpu in DOTPROD_CPUS | I8MM_CPUS) else "neon"
 
 
 @nnvm.hookimpl
