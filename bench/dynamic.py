@@ -12,8 +12,9 @@ file exported at that batch; onnxruntime runs a copy declaring dim_param ``batch
 of ``bench/zoo.py``'s zoo, ``torch_models.ZOO_CNNS``): exported by PyTorch with a dynamic batch
 (``zoo_model_path(..., dynamic_batch=True)``), that file compiled once and run by onnxruntime, against
 the zoo's exports at each fixed batch.
+    uv run python bench/dynamic.py --models roberta,t5-encoder,vit --exporter dynamo
 
-Models: Hugging Face BERT-base and DistilBERT-base at their default configs, seeded random weights,
+Models: any of ``MODELS`` (scripts/hf_export.py's set) at its default config, seeded random weights,
 exported with dynamic ``batch`` and ``seq`` axes (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``
 with ``dynamic=True``; ``--exporter`` picks torch's exporter). Per model, in one child process (so the
 thread count holds from the start): the model compiled once unbound (``nnvm.compile`` keeps its dim_params:
@@ -37,7 +38,14 @@ import subprocess
 import sys
 import time
 
-MODELS = {"bert": "BERT-base", "distilbert": "DistilBERT-base"}
+MODELS = {"bert": "BERT-base", "distilbert": "DistilBERT-base", "gpt2": "GPT-2 small", "vit": "ViT-B/16",
+          "roberta": "RoBERTa-base", "albert": "ALBERT-xxlarge", "electra": "ELECTRA-small",
+          "deberta-v2": "DeBERTa-v3-base", "mpnet": "MPNet-base", "gpt-neo": "GPT-Neo 125M",
+          "llama": "Llama-style 150M", "qwen2": "Qwen2-style 230M", "mistral": "Mistral-style 150M",
+          "t5-encoder": "T5-small encoder", "bart-encoder": "BART-large encoder", "clip-text": "CLIP text",
+          "clip-vision": "CLIP ViT-B/32", "swin": "Swin-T"}  # scripts/hf_export.py's ARCHS at their sizes
+DEFAULT_MODELS = "bert,distilbert"
+IMAGES = ("vit", "clip-vision", "swin")  # pixel_values: the batch alone is dynamic (a shape's seq is ignored)
 CNNS = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2",
         "squeezenet": "SqueezeNet 1.1", "densenet121": "DenseNet-121"}
 BUILDS = {"squeezenet": "squeezenet1_1"}  # CNN name -> nnvm_testing.frontend_onnx.models builder
@@ -48,9 +56,12 @@ def _feeds(names: list, batch: int, seq: int):
     import numpy as np
 
     rng = np.random.default_rng(batch * 1000 + seq)
+    if "pixel_values" in names:
+        return {"pixel_values": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
     mask = np.ones((batch, seq), np.int64)
     mask[1:, seq // 2 + 1:] = 0  # padded rows after the first
-    feeds = {"input_ids": rng.integers(0, 30522, (batch, seq)).astype(np.int64), "attention_mask": mask}
+    # ids below every vocabulary of the set (ALBERT's 30000)
+    feeds = {"input_ids": rng.integers(0, 30000, (batch, seq)).astype(np.int64), "attention_mask": mask}
     return {k: v for k, v in feeds.items() if k in names}
 
 
@@ -100,6 +111,7 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
     ``cnn:NAME`` (``shapes`` then holds ``(batch,)`` tuples)."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
     import numpy as np
+    import onnx
 
     import nnvm
     from nnvm.bench import onnxruntime_session
@@ -115,7 +127,11 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
             path = fixed = torch_models.zoo_model_path(cnn[4:], dynamic_batch=True)
         unbound = nnvm.compile(fixed, target=target, shapes={inp: ("batch", *chw[1:])}, tuning_log=False)
     else:
-        unbound = nnvm.compile(path, target=target, tuning_log=False)
+        image = "pixel_values" in {i.name for i in onnx.load(path, load_external_data=False).graph.input}
+        if image:  # a leading "batch" binds to 1 unless named symbolic; the seq of a shape means nothing
+            shapes = list(dict.fromkeys((b, 1) for b, _ in shapes))
+        unbound = nnvm.compile(path, target=target, tuning_log=False,
+                               shapes={"pixel_values": ("batch", 3, 224, 224)} if image else None)
     result = {"compile_s": time.perf_counter() - t0, "mode": unbound.stats()["symbolic"]["mode"],
               "why": unbound.stats()["symbolic"]["why_per_binding"], "threads": threads, "shapes": {},
               "batch_loop_kernels": unbound.stats().get("batch_loop_kernels"),
@@ -134,10 +150,16 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
             bound = nnvm.compile(path, target=target, tuning_log=False,
                                  shapes={k: v.shape for k, v in feeds.items()})
         want = sess.run(None, feeds)[0]
-        got = unbound.run(**feeds)[0]
-        err = float(np.abs(got - want).max() / np.abs(want).max())
-        one = unbound.specialised(unbound.bind_dims(feeds))  # the binding's plan, made once
-        fns = [lambda m=one, f=feeds: m.run(**f), lambda m=bound, f=feeds: m.run(**f)]
+        outs = unbound.run(**feeds)
+        err = float(np.abs(outs[0] - want).max() / np.abs(want).max())
+        values = unbound.bind_dims(feeds)
+        one = unbound.specialised(values)  # the binding's plan, made once
+        if one.plan.get("dims") is not None and one.runs_shaped:  # a bucket's plan (seq 7 runs in 8's)
+            args = ([feeds[n] for n in one.input_names], values, [o.shape for o in outs])
+            first = lambda m=one, a=args: m.run_shaped(*a)  # noqa: E731
+        else:
+            first = lambda m=one, f=feeds: m.run(**f)  # noqa: E731
+        fns = [first, lambda m=bound, f=feeds: m.run(**f)]
         start = time.perf_counter()
         fns[1]()
         n = max(3, min(repeat, round(0.5 / max(time.perf_counter() - start, 1e-4))))
@@ -159,7 +181,7 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS),
+    parser.add_argument("--models", default=DEFAULT_MODELS,
                         help=f"comma-separated, of {','.join([*MODELS, *CNNS])}")
     parser.add_argument("--shapes", default=SHAPES, help="comma-separated BATCHxSEQ (transformers)")
     parser.add_argument("--batches", default="1,8", help="comma-separated batch sizes (CNNs)")

@@ -148,7 +148,9 @@ class DimSignature:
             got = dim.evaluate(values) if not isinstance(dim, int) else dim
             most = limit.evaluate(values) if not isinstance(limit, int) else limit
             if got > most:
-                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in dim.names)
+                # either side may be a constant: a slice's constant end over a symbolic axis
+                names = dict.fromkeys(n for d in (dim, limit) for n in getattr(d, "names", ()))
+                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in names)
                 raise InputError(f"{where}: {dim} must be at most {most}, and the inputs give {given}")
         return values
 
