@@ -3,6 +3,7 @@
     uv run python bench/dynamic.py                                   # BERT-base and DistilBERT-base
     uv run python bench/dynamic.py --models bert --shapes 1x1,1x128 --threads 1 --cpu-time
     uv run python bench/dynamic.py --models resnet18,densenet121 --batches 1,8 --threads 1 --cpu-time
+    uv run python bench/dynamic.py --target "opencl -device=cpu" --small --shapes 1x1,1x7,4x33
 
 CNNs (``resnet18``, ``resnet50``, ``mobilenet_v2``, ``squeezenet``, ``densenet121``: the torchvision
 architectures of ``nnvm_testing.frontend_onnx.models``, seeded random weights): compiled once with a
@@ -23,6 +24,8 @@ mask with the rows after the first padded from the middle), then the two modules
 their own, alternated ``--rounds`` times (``nnvm.bench.blocks_times``), and the ratio unbound / bound of
 the medians printed. ``--cpu-time`` times each run by the process's CPU time instead of the wall clock:
 with ``--threads 1`` on a shared machine it counts only the time the run itself was on a core.
+``--target`` compiles both for another target (a GPU one: its symbolic kernels against its bound ones);
+``--small`` takes the tests' 2-layer, width-64 transformer configs instead of the default sizes.
 """
 
 from __future__ import annotations
@@ -102,7 +105,8 @@ def _dynamic_batch_copy(path: str) -> tuple[str, str, list]:
     return out, inp.name, shape
 
 
-def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu: bool) -> dict:
+def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu: bool,
+            target: str = "llvm") -> dict:
     """Everything for one model (in the child process; see the module docstring). ``path``: a file, or
     ``cnn:NAME`` (``shapes`` then holds ``(batch,)`` tuples)."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
@@ -121,12 +125,12 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
             from nnvm_testing.frontend_onnx import torch_models
 
             path = fixed = torch_models.zoo_model_path(cnn[4:], dynamic_batch=True)
-        unbound = nnvm.compile(fixed, target="llvm", shapes={inp: ("batch", *chw[1:])}, tuning_log=False)
+        unbound = nnvm.compile(fixed, target=target, shapes={inp: ("batch", *chw[1:])}, tuning_log=False)
     else:
         image = "pixel_values" in {i.name for i in onnx.load(path, load_external_data=False).graph.input}
         if image:  # a leading "batch" binds to 1 unless named symbolic; the seq of a shape means nothing
             shapes = list(dict.fromkeys((b, 1) for b, _ in shapes))
-        unbound = nnvm.compile(path, target="llvm", tuning_log=False,
+        unbound = nnvm.compile(path, target=target, tuning_log=False,
                                shapes={"pixel_values": ("batch", 3, 224, 224)} if image else None)
     result = {"compile_s": time.perf_counter() - t0, "mode": unbound.stats()["symbolic"]["mode"],
               "why": unbound.stats()["symbolic"]["why_per_binding"], "threads": threads, "shapes": {},
@@ -139,11 +143,11 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
             (batch,), seq = shape, None
             rng = np.random.default_rng(batch)
             feeds = {inp: rng.standard_normal([batch, *chw[1:]]).astype(np.float32)}
-            bound = nnvm.compile(_cnn(cnn, batch), target="llvm", tuning_log=False)
+            bound = nnvm.compile(_cnn(cnn, batch), target=target, tuning_log=False)
         else:
             batch, seq = shape
             feeds = _feeds(names, batch, seq)
-            bound = nnvm.compile(path, target="llvm", tuning_log=False,
+            bound = nnvm.compile(path, target=target, tuning_log=False,
                                  shapes={k: v.shape for k, v in feeds.items()})
         want = sess.run(None, feeds)[0]
         outs = unbound.run(**feeds)
@@ -186,6 +190,8 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="blocks of each module, alternated")
     parser.add_argument("--cpu-time", action="store_true", help="time runs by the process's CPU time")
     parser.add_argument("--exporter", default="torchscript", choices=("dynamo", "torchscript"))
+    parser.add_argument("--target", default="llvm", help="the target both modules are compiled for")
+    parser.add_argument("--small", action="store_true", help="2 layers, width 64, 2 heads (the tests')")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -205,7 +211,7 @@ def main(argv=None) -> int:
     if args.child:
         child_shapes = batches if args.child.startswith("cnn:") else shapes
         print(json.dumps(measure(args.child, child_shapes, args.threads, args.repeat, args.rounds,
-                                 args.cpu_time)))
+                                 args.cpu_time, args.target)))
         return 0
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS and not _is_cnn(m)]
@@ -226,10 +232,12 @@ def main(argv=None) -> int:
             if name.startswith("zoo:"):
                 torch_models.zoo_model_path(name[4:], dynamic_batch=True)
         else:
-            path = torch_models.hf_model_path(name, 1, 128, dynamic=True, exporter=args.exporter)
+            small = {"layers": 2, "width": 64, "heads": 2} if args.small else {}
+            path = torch_models.hf_model_path(name, 1, 16 if args.small else 128, dynamic=True,
+                                              exporter=args.exporter, **small)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", path, "--shapes", args.shapes,
                "--batches", args.batches, "--threads", str(args.threads), "--repeat", str(args.repeat),
-               "--rounds", str(args.rounds)]
+               "--rounds", str(args.rounds), "--target", args.target]
         if args.cpu_time:
             cmd.append("--cpu-time")
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -241,6 +249,7 @@ def main(argv=None) -> int:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(json.dumps({name: r}), flush=True)
         title = MODELS.get(name) or CNNS.get(name, name)
+        title = f"{name} (2 layers, width 64)" if args.small and name in MODELS else title
         for shape, s in r["shapes"].items():
             lines.append(f"| {title} | ({shape.replace('x', ', ')}) | {s['unbound_ms']:.2f} | "
                          f"{s['bound_ms']:.2f} | {s['ratio']:.2f} | {s['max_rel_err']:.1e} | "

@@ -133,8 +133,11 @@ class Module:
 
     @property
     def runs_shaped(self) -> bool:
-        """Whether ``run_shaped`` serves this module: its kernels run here, on the host."""
-        return self._device is None and self._in_process
+        """Whether ``run_shaped`` serves this module: its kernels run here, on the host, or on a device
+        whose runner takes a run's dims (``nnvm.gpu.library.DeviceModule.run_shaped``)."""
+        if self._device is not None:
+            return hasattr(self._device, "run_shaped")
+        return self._in_process
 
     def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
         """A run of a plan made for larger dims (a bucket, ``nnvm.dynamic``) at smaller ones: ``values``
@@ -145,6 +148,8 @@ class Module:
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
         dim_values = [int(dims.get(name, 1)) for name in self._dim_index]  # as ``specialised`` plans
+        if self._device is not None:
+            return self._device.run_shaped(values, dict(zip(self._dim_index, dim_values)), output_shapes)
         return run_kernels(self._run_in_workspace, values, (dim_values, output_shapes))
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
