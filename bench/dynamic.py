@@ -90,21 +90,6 @@ def _is_cnn(name: str) -> bool:
     return name in CNNS or (name.startswith("zoo:") and name[4:] in torch_models.ZOO_CNNS)
 
 
-def _dynamic_batch_copy(path: str) -> tuple[str, str, list]:
-    """A CNN file beside ``path`` declaring dim_param ``batch`` (what onnxruntime runs at every batch)."""
-    import onnx
-
-    model = onnx.load(path)
-    inits = {t.name for t in model.graph.initializer}
-    (inp,) = [i for i in model.graph.input if i.name not in inits]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    for value in [inp, *model.graph.output]:
-        value.type.tensor_type.shape.dim[0].dim_param = "batch"
-    out = path[:-len(".onnx")] + "-dynamic-batch.onnx"
-    onnx.save(model, out)
-    return out, inp.name, shape
-
-
 def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu: bool,
             target: str = "llvm") -> dict:
     """Everything for one model (in the child process; see the module docstring). ``path``: a file, or
@@ -119,8 +104,10 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
     cnn = path[4:] if path.startswith("cnn:") else None
     t0 = time.perf_counter()
     if cnn:
+        from nnvm_testing.frontend_onnx import models
+
         fixed = _cnn(cnn)
-        path, inp, chw = _dynamic_batch_copy(fixed)
+        path, inp, chw = models.dynamic_batch_copy(fixed, fixed[:-len(".onnx")] + "-dynamic-batch.onnx")
         if cnn.startswith("zoo:"):  # the export with a dynamic batch, compiled and run as it is
             from nnvm_testing.frontend_onnx import torch_models
 

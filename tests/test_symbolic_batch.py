@@ -8,7 +8,6 @@ onnxruntime runs a copy whose input and output declare the batch as the dim_para
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 
@@ -18,23 +17,11 @@ from nnvm_testing.frontend_onnx import models, torch_models
 from nnvm_testing.venvs import pytest_venv
 
 
-def _dynamic_batch_copy(path: str, out) -> tuple[str, str, list]:
-    """``path`` saved to ``out`` with dim_param ``batch`` on its input's and outputs' first axis."""
-    model = onnx.load(path)
-    inits = {t.name for t in model.graph.initializer}
-    (inp,) = [i for i in model.graph.input if i.name not in inits]
-    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    for value in [inp, *model.graph.output]:
-        value.type.tensor_type.shape.dim[0].dim_param = "batch"
-    onnx.save(model, str(out))
-    return str(out), inp.name, shape
-
-
 @pytest.mark.parametrize(("name", "how"), [("resnet18", "shapes"), ("mobilenet_v2", "bounds"),
                                            ("squeezenet1_1", "bounds"), ("densenet121", "shapes")])
 def test_cnn_with_a_symbolic_batch_compiles_once_and_matches_onnxruntime(name, how, tmp_path):
     fixed = models.cached_model_path(name)
-    path, inp, shape = _dynamic_batch_copy(fixed, tmp_path / f"{name}.onnx")
+    path, inp, shape = models.dynamic_batch_copy(fixed, tmp_path / f"{name}.onnx")
     if how == "shapes":  # a file exported at batch 1, its batch named by shapes=
         mod = nnvm.compile(fixed, target="llvm", shapes={inp: ("batch", *shape[1:])}, tuning_log=False)
     else:  # the model's own dim_param, kept symbolic by bounds= (without it a leading batch is bound to 1)
