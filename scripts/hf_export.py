@@ -78,6 +78,7 @@ ARCHS = {
     "clip-text": ("CLIPTextConfig", "CLIPTextModel", "text", None, {"max_position_embeddings": 512}),
     "clip-vision": ("CLIPVisionConfig", "CLIPVisionModel", "image", None, {}),
     "swin": ("SwinConfig", "SwinModel", "image", None, {}),
+    "convnext": ("ConvNextConfig", "ConvNextModel", "image", None, {}),  # ConvNeXt-T
 }
 MODELS = tuple(ARCHS)
 DECODERS = ("gpt2", "llama")  # with --with-past
@@ -92,6 +93,10 @@ def build(name: str, layers: int | None, width: int | None, heads: int | None) -
     if name == "swin":  # four stages: --layers is the third's depth, the heads double per stage
         kwargs.update({k: v for k, v in (("depths", layers and [1, 1, layers, 1]), ("embed_dim", width),
                                          ("num_heads", heads and [heads * 2**i for i in range(4)])) if v})
+    elif name == "convnext":  # four stages: --layers is the third's depth, --width the last's channels
+        kwargs.update({k: v for k, v in (("depths", layers and [1, 1, layers, 1]),
+                                         ("hidden_sizes", width and [width // 8, width // 4, width // 2, width]))
+                       if v})
     else:
         for key, value in zip(fields or SIZES, (layers, width, heads, width and 4 * width)):
             if value:

@@ -48,7 +48,7 @@ HF_VENV = "torch-2.13-transformers"
 HF_SCRIPT = SCRIPTS / "hf_export.py"
 HF_MODELS = ("gpt2", "bert", "distilbert", "vit", "roberta", "albert", "electra", "deberta-v2", "mpnet",
              "gpt-neo", "llama", "qwen2", "mistral", "t5-encoder", "bart-encoder", "clip-text", "clip-vision",
-             "swin")  # keep in step with scripts/hf_export.py's ARCHS
+             "swin", "convnext")  # keep in step with scripts/hf_export.py's ARCHS
 HF_DECODERS = ("gpt2", "llama")  # with their KV cache (``--with-past``); scripts/hf_export.py's DECODERS
 
 
