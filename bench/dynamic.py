@@ -46,7 +46,8 @@ MODELS = {"bert": "BERT-base", "distilbert": "DistilBERT-base", "gpt2": "GPT-2 s
           "clip-vision": "CLIP ViT-B/32", "swin": "Swin-T",
           "convnext": "ConvNeXt-T"}  # scripts/hf_export.py's ARCHS at their sizes
 DEFAULT_MODELS = "bert,distilbert"
-IMAGES = ("vit", "clip-vision", "swin", "convnext")  # pixel_values: the batch alone is dynamic (a shape's seq is ignored)
+# pixel_values: the batch alone is dynamic (a shape's seq is ignored)
+IMAGES = ("vit", "clip-vision", "swin", "convnext")
 CNNS = {"resnet18": "ResNet-18", "resnet50": "ResNet-50", "mobilenet_v2": "MobileNetV2",
         "squeezenet": "SqueezeNet 1.1", "densenet121": "DenseNet-121"}
 BUILDS = {"squeezenet": "squeezenet1_1"}  # CNN name -> nnvm_testing.frontend_onnx.models builder

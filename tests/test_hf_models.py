@@ -87,7 +87,8 @@ def test_encoder_small_config_matches_onnxruntime(name):
 # short, a representative subset is tested with both (a BERT encoder, DeBERTa's and T5's relative position
 # buckets, Llama's rotary GQA) and the rest with one, the two exporters taking turns. GPT-2 (its LM head's
 # logits at (8, 512) are 800 MB, the slowest case) with the tracer, which needed the attention mask.
-IMAGES = ("vit", "clip-vision", "swin", "convnext")  # pixel_values [batch, 3, 224, 224]: the batch alone is dynamic
+# pixel_values [batch, 3, 224, 224]: the batch alone is dynamic
+IMAGES = ("vit", "clip-vision", "swin", "convnext")
 BOTH = ("torchscript", "dynamo")
 SYMBOLIC = {"bert": BOTH, "deberta-v2": BOTH, "t5-encoder": BOTH, "llama": BOTH, "gpt2": ("torchscript",),
             "distilbert": ("torchscript",), "roberta": ("torchscript",), "albert": ("torchscript",),
