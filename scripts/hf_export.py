@@ -95,7 +95,8 @@ def build(name: str, layers: int | None, width: int | None, heads: int | None) -
                                          ("num_heads", heads and [heads * 2**i for i in range(4)])) if v})
     elif name == "convnext":  # four stages: --layers is the third's depth, --width the last's channels
         sizes = width and [width // 8, width // 4, width // 2, width]
-        kwargs.update({k: v for k, v in (("depths", layers and [1, 1, layers, 1]), ("hidden_sizes", sizes)) if v})
+        depths = layers and [1, 1, layers, 1]
+        kwargs.update({k: v for k, v in (("depths", depths), ("hidden_sizes", sizes)) if v})
     else:
         for key, value in zip(fields or SIZES, (layers, width, heads, width and 4 * width)):
             if value:
