@@ -1,7 +1,8 @@
-"""Int8 ResNet-18, ResNet-50 and MobileNetV2 against onnxruntime int8 and OpenVINO int8 (issue 40).
+"""Int8 ResNet-18, ResNet-50, MobileNetV2 and BERT-base against onnxruntime int8 and OpenVINO int8 (issue 40).
 
-    uv run python bench/int8.py                     # all three, QDQ, batch 1, 2 threads
+    uv run python bench/int8.py                     # all four, batch 1, 2 threads
     uv run python bench/int8.py --models resnet18 --rounds 5 --threads 1
+    uv run python bench/int8.py --models bert       # BERT-base, dynamically quantized, 128 tokens
 
 Each model is ``nnvm_testing.frontend_onnx.quantized.quantized_model_path(name, "qdq")``: the generated
 network quantized by onnxruntime's ``quantize_static`` (uint8 activations, int8 weights per channel, 8
@@ -14,6 +15,13 @@ quantized operators in int8; the settings read back and printed). The int8 outpu
 onnxruntime's, in quantization steps of the output (the scale of the model's last DequantizeLinear).
 Each runtime is timed in blocks of its own, the blocks alternated ``--rounds`` times and the steady
 rounds kept as ``bench/zoo.py`` does: the machine is shared, so a slow period hits all alike.
+
+``bert`` is Hugging Face's ``BertModel`` at its default size (seeded random weights, batch 1, 128 tokens,
+``scripts/hf_export.py``) quantized by ``quantize_dynamic`` (``quantized.dynamic_quantized_model_path``:
+``DynamicQuantizeLinear`` + ``MatMulInteger``); the float module is the export it came from, the input
+seeded token ids. Its float output has no quantization step; next to the errors against onnxruntime
+it prints onnxruntime's own with its graph optimizations off (``ort_unfused_max_rel_err``): how far
+two exact integer pipelines drift apart through twelve layers once float ulps move a rounding.
 """
 
 from __future__ import annotations
@@ -65,17 +73,32 @@ def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: f
     from nnvm_testing.frontend_onnx import models, quantized
 
     load = os.getloadavg()[0]
-    qpath = quantized.quantized_model_path(model, "qdq")
+    if model == "bert":
+        from nnvm_testing.frontend_onnx import torch_models
+
+        qpath, fpath = quantized.dynamic_quantized_model_path("bert"), torch_models.hf_model_path("bert")
+        feeds = quantized.text_inputs(qpath, seed=11)
+    else:
+        qpath, fpath = quantized.quantized_model_path(model, "qdq"), models.cached_model_path(model)
+        feeds = quantized.calibration_inputs(qpath, count=1, seed=11)[0]
     int8 = nnvm.compile(qpath, target="llvm")
-    f32 = nnvm.compile(models.cached_model_path(model), target="llvm")
+    f32 = nnvm.compile(fpath, target="llvm")
     sess, ort_version = onnxruntime_session(qpath, threads, spinning=True)
     request, ov_settings = openvino_model(qpath, threads)
-    feeds = quantized.calibration_inputs(qpath, count=1, seed=11)[0]
     want = sess.run(None, feeds)[0]
     result = {"model": model, "ort_version": ort_version, "openvino": ov_settings, "threads": threads}
     scale = float(np.abs(want).max())
     step = output_step(qpath)
     outs = {"nnvm_int8": int8.run(**feeds)[0], "openvino_int8": next(iter(request.infer(feeds).values()))}
+    if model == "bert":
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        unfused = ort.InferenceSession(qpath, opts, providers=["CPUExecutionProvider"])
+        outs["ort_unfused"] = unfused.run(None, feeds)[0]
+        del unfused
     for who, got in outs.items():
         result[f"{who}_max_rel_err"] = float(np.abs(got - want).max()) / scale
         result[f"{who}_max_err_steps"] = float(np.abs(got - want).max()) / step if step else None
@@ -93,7 +116,7 @@ def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: f
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="resnet18,resnet50,mobilenet_v2", help="comma-separated")
+    parser.add_argument("--models", default="resnet18,resnet50,mobilenet_v2,bert", help="comma-separated")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=50, help="most runs in one block")
     parser.add_argument("--rounds", type=int, default=3, help="blocks of each runtime, alternated")
@@ -119,7 +142,7 @@ def main(argv=None) -> int:
         results.append(result)
     print(f"\nbatch 1, {args.threads} threads; median of block medians (best run) in ms")
     print("| model | nnvm int8 | onnxruntime int8 | OpenVINO int8 | nnvm / ort | nnvm / OpenVINO "
-          "| nnvm float32 | max err vs ort (steps) | same top-1 | load (1-min, before/after) |")
+          "| nnvm float32 | max err vs ort (steps; rel) | same top-1 | load (1-min, before/after) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         steps = r["nnvm_int8_max_err_steps"]
@@ -128,7 +151,8 @@ def main(argv=None) -> int:
               f"| {r['openvino_int8_ms']:.2f} ({r['openvino_int8_best_ms']:.2f}) "
               f"| {r['vs_ort_int8']:.2f}x ({r['nnvm_int8_best_ms'] / r['ort_int8_best_ms']:.2f}x) "
               f"| {r['vs_openvino_int8']:.2f}x ({r['nnvm_int8_best_ms'] / r['openvino_int8_best_ms']:.2f}x) "
-              f"| {r['nnvm_f32_ms']:.2f} | {'n/a' if steps is None else f'{steps:.2f}'} "
+              f"| {r['nnvm_f32_ms']:.2f} | {'-' if steps is None else f'{steps:.2f}'}; "
+              f"{r['nnvm_int8_max_rel_err']:.1e} "
               f"| {r['nnvm_int8_same_top1']} | {r['load'][0]:.1f} / {r['load'][1]:.1f} |")
     return 0
 

@@ -10,6 +10,9 @@ For each generated zoo model (seeded random weights, ``nnvm_testing.frontend_onn
   distinct classes the inputs reach): agreement there checks little.
 - ``centred``: the same network with the classifier's bias re-centred on the mean logits of 64 other
   generated images (``quantized.centred_model_path``); the top-1 then follows the input.
+- ``trained``: the same architecture trained on a ten-class synthetic task (``synthetic_task``,
+  ``scripts/train_synthetic.py``, 32 x 32 inputs): decisions with a margin, as a deployed classifier's;
+  its inputs are the task's images (seed 1, calibration seed 2).
 
 Inputs: ``quantized.generated_images`` (gratings and blobs with varied colour, gain and offset, in the
 range of ImageNet-normalized pixels): ``--calibration`` images with seed 2 to calibrate, ``--inputs``
@@ -118,7 +121,7 @@ def agreement(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet18,mobilenet_v2")
-    parser.add_argument("--forms", default="centred,zoo")
+    parser.add_argument("--forms", default="trained,centred,zoo")
     parser.add_argument("--methods", default="minmax,percentile,entropy")
     parser.add_argument("--inputs", type=int, default=256)
     parser.add_argument("--calibration", type=int, default=32)
@@ -135,14 +138,17 @@ def main() -> None:
     from nnvm_frontend_onnx.quantizer import quantize_onnx  # the bias-correction A/B switch lives there
     from nnvm_testing.frontend_onnx import models, quantized
 
-    images = quantized.generated_images(args.inputs, seed=1)
-    calibration = quantized.generated_images(args.calibration, seed=2)
+    generated = (quantized.generated_images(args.inputs, seed=1),
+                 quantized.generated_images(args.calibration, seed=2))
+    task = (quantized.task_images(args.inputs, seed=1), quantized.task_images(args.calibration, seed=2))
     print(f"load average at start: {os.getloadavg()[0]:.2f}; {args.inputs} inputs, {args.calibration} "
           f"calibration inputs, {args.threads} threads", flush=True)
     rows = []
     for name in args.models.split(","):
         for form in args.forms.split(","):
-            path = quantized.centred_model_path(name) if form == "centred" else models.cached_model_path(name)
+            images, calibration = task if form == "trained" else generated
+            path = {"centred": quantized.centred_model_path, "trained": quantized.trained_model_path,
+                    "zoo": models.cached_model_path}[form](name)
             sess = ort_session(path, args.threads)
             want = logits(lambda x, s=sess: s.run(None, {"data": x})[0], images)
             top = Counter(want.argmax(1).tolist())

@@ -1,12 +1,14 @@
 """Hugging Face transformers at the sizes people deploy, against onnxruntime and OpenVINO (issue 39).
 
-    uv run python bench/transformers.py                              # GPT-2, BERT, DistilBERT, ViT-B/16
+    uv run python bench/transformers.py                              # the issue's eight, seq 128
+    uv run python bench/transformers.py --models bert,gpt2 --seq 512
     uv run python bench/transformers.py --models gpt2 --rounds 5 --markdown out.md
 
 Models (``nnvm_testing.frontend_onnx.torch_models.hf_model_path``: the ``transformers`` library's own
 modules at their default configs, seeded random weights, exported by PyTorch's default exporter with fixed
 shapes and cached under ``$NNVM_CACHE_DIR/models``): GPT-2 small with its LM head (logits), BERT-base and
-DistilBERT-base (``last_hidden_state``, token ids and an attention mask of ones), ViT-B/16 (224x224).
+DistilBERT-base (``last_hidden_state``, token ids and an attention mask of ones), ViT-B/16, Swin-T, ConvNeXt-T
+and CLIP ViT-B/32's vision tower (224x224 images: ``--seq`` does not apply), T5-small's encoder.
 
 Per model, in one child process (so the thread count holds from the start), all with ``--threads``
 threads, float32, on the same seeded input: nnvm untuned (``tuning_log=False``) and as a user gets it
@@ -29,7 +31,8 @@ import sys
 import zoo  # bench/zoo.py: the timing rules are the zoo's, not a copy
 
 TITLES = {"gpt2": "GPT-2 small (LM head)", "bert": "BERT-base", "distilbert": "DistilBERT-base",
-          "vit": "ViT-B/16"}
+          "vit": "ViT-B/16", "swin": "Swin-T", "convnext": "ConvNeXt-T", "t5-encoder": "T5-small encoder",
+          "clip-vision": "CLIP ViT-B/32 (vision)"}  # issue 39's default-size set
 RUNTIMES = ("nnvm_untuned", "nnvm", "ort", "openvino")
 
 

@@ -36,42 +36,96 @@ import onnx
 import torch
 import transformers
 
-MODELS = ("gpt2", "bert", "distilbert", "vit")
+# Per architecture: the config and model classes in ``transformers``; the inputs ("text": ``input_ids`` and
+# ``attention_mask``; "causal": ``input_ids``, with the mask when the axes are dynamic; "image":
+# ``pixel_values`` [batch, 3, 224, 224], whose batch alone is dynamic); the config fields --layers, --width,
+# --heads and the feed-forward width (4 x width) set, where they are not the usual ``num_hidden_layers``...
+# names; and overrides of the library's default config.
+LLAMA_STYLE = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 12,
+               "num_attention_heads": 12, "num_key_value_heads": 4, "head_dim": 64, "use_cache": False}
+ARCHS = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", "causal", ("n_layer", "n_embd", "n_head", "n_inner"),
+             {"use_cache": False}),
+    "bert": ("BertConfig", "BertModel", "text", None, {}),
+    "distilbert": ("DistilBertConfig", "DistilBertModel", "text",
+                   ("n_layers", "dim", "n_heads", "hidden_dim"), {}),
+    "vit": ("ViTConfig", "ViTModel", "image", None, {}),
+    # positions count from padding_idx + 1: 514 rows serve 512 tokens (roberta-base's checkpoint has them)
+    "roberta": ("RobertaConfig", "RobertaModel", "text", None, {"max_position_embeddings": 514}),
+    "albert": ("AlbertConfig", "AlbertModel", "text", None, {}),
+    "electra": ("ElectraConfig", "ElectraModel", "text", None, {}),
+    # DeBERTa-v3-base's relative attention (log position buckets, c2p and p2c); the library's default
+    # config (v2-xlarge) has none
+    "deberta-v2": ("DebertaV2Config", "DebertaV2Model", "text", None,
+                   {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+                    "intermediate_size": 3072, "relative_attention": True, "position_buckets": 256,
+                    "max_relative_positions": -1, "pos_att_type": ["p2c", "c2p"],
+                    "norm_rel_ebd": "layer_norm", "share_att_key": True, "position_biased_input": False}),
+    "mpnet": ("MPNetConfig", "MPNetModel", "text", None, {"max_position_embeddings": 514}),
+    # GPT-Neo 125M, and ~150M Llama-style decoders with grouped-query attention (``DECODERS``' llama): the
+    # libraries' defaults (1.3B, 7B) do not fit one ONNX file
+    "gpt-neo": ("GPTNeoConfig", "GPTNeoModel", "causal",
+                ("num_layers", "hidden_size", "num_heads", "intermediate_size"),
+                {"hidden_size": 768, "num_layers": 12, "num_heads": 12, "use_cache": False,
+                 "attention_types": [[["global", "local"], 6]]}),
+    "llama": ("LlamaConfig", "LlamaModel", "causal", None, {**LLAMA_STYLE, "vocab_size": 32000}),
+    "qwen2": ("Qwen2Config", "Qwen2Model", "causal", None, LLAMA_STYLE),
+    "mistral": ("MistralConfig", "MistralModel", "causal", None, LLAMA_STYLE),
+    "t5-encoder": ("T5Config", "T5EncoderModel", "text", ("num_layers", "d_model", "num_heads", "d_ff"), {}),
+    "bart-encoder": ("BartConfig", "BartModel", "text",
+                     ("encoder_layers", "d_model", "encoder_attention_heads", "encoder_ffn_dim"), {}),
+    # 512 positions (the default 77 would not take the issue's longest sequence)
+    "clip-text": ("CLIPTextConfig", "CLIPTextModel", "text", None, {"max_position_embeddings": 512}),
+    "clip-vision": ("CLIPVisionConfig", "CLIPVisionModel", "image", None, {}),
+    "swin": ("SwinConfig", "SwinModel", "image", None, {}),
+    "convnext": ("ConvNextConfig", "ConvNextModel", "image", None, {}),  # ConvNeXt-T
+}
+MODELS = tuple(ARCHS)
 DECODERS = ("gpt2", "llama")  # with --with-past
+SIZES = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 
 
 def build(name: str, layers: int | None, width: int | None, heads: int | None) -> torch.nn.Module:
     """The library's model for ``name`` from its default config, optionally made smaller (tests)."""
     torch.manual_seed(0)
-    if name == "gpt2":
-        config = transformers.GPT2Config(use_cache=False)
-        sizes = {"n_layer": layers, "n_embd": width, "n_head": heads}
-        cls = transformers.GPT2LMHeadModel
-    elif name == "bert":
-        config, cls = transformers.BertConfig(), transformers.BertModel
-        sizes = {"num_hidden_layers": layers, "hidden_size": width, "num_attention_heads": heads,
-                 "intermediate_size": width and 4 * width}
-    elif name == "distilbert":
-        config, cls = transformers.DistilBertConfig(), transformers.DistilBertModel
-        sizes = {"n_layers": layers, "dim": width, "n_heads": heads, "hidden_dim": width and 4 * width}
+    config_cls, model_cls, _, fields, overrides = ARCHS[name]
+    kwargs = dict(overrides)
+    if name == "swin":  # four stages: --layers is the third's depth, the heads double per stage
+        kwargs.update({k: v for k, v in (("depths", layers and [1, 1, layers, 1]), ("embed_dim", width),
+                                         ("num_heads", heads and [heads * 2**i for i in range(4)])) if v})
+    elif name == "convnext":  # four stages: --layers is the third's depth, --width the last's channels
+        sizes = width and [width // 8, width // 4, width // 2, width]
+        depths = layers and [1, 1, layers, 1]
+        kwargs.update({k: v for k, v in (("depths", depths), ("hidden_sizes", sizes)) if v})
     else:
-        config, cls = transformers.ViTConfig(), transformers.ViTModel
-        sizes = {"num_hidden_layers": layers, "hidden_size": width, "num_attention_heads": heads,
-                 "intermediate_size": width and 4 * width}
-    for key, value in sizes.items():
-        if value:
-            setattr(config, key, value)
-    model = cls(config, add_pooling_layer=False) if name == "vit" else cls(config)
+        for key, value in zip(fields or SIZES, (layers, width, heads, width and 4 * width)):
+            if value:
+                kwargs[key] = value
+        if name == "t5-encoder" and width:
+            kwargs["d_kv"] = width // (heads or 8)
+        if name == "gpt-neo" and layers:
+            kwargs["attention_types"] = [[["global", "local"], (layers + 1) // 2]]
+            kwargs["num_layers"] = 2 * ((layers + 1) // 2)
+        if name in ("llama", "qwen2", "mistral") and width:
+            kwargs["head_dim"] = width // (heads or 32)
+            kwargs["num_key_value_heads"] = max(1, (heads or 32) // 2)
+    config = getattr(transformers, config_cls)(**kwargs)
+    model = getattr(transformers, model_cls)
+    model = model(config, add_pooling_layer=False) if name == "vit" else model(config)
+    if name == "bart-encoder":
+        model = model.get_encoder()
     return model.eval()
 
 
-def example_inputs(name: str, batch: int, seq: int) -> dict:
-    """Seeded inputs by name, in the model's forward order."""
+def example_inputs(name: str, batch: int, seq: int, dynamic: bool = False) -> dict:
+    """Seeded inputs by name, in the model's forward order. A causal model exported with dynamic axes takes
+    an ``attention_mask`` too (as Optimum's decoder exports do): without one, transformers 5 looks for packed
+    sequences in the positions (``torch.diff``, which the torchscript exporter cannot write)."""
     g = torch.Generator().manual_seed(1)
-    if name == "vit":
+    if ARCHS[name][2] == "image":
         return {"pixel_values": torch.randn(batch, 3, 224, 224, generator=g)}
     ids = torch.randint(0, 1000, (batch, seq), dtype=torch.int64, generator=g)
-    if name == "gpt2":
+    if ARCHS[name][2] == "causal" and not dynamic:
         return {"input_ids": ids}
     return {"input_ids": ids, "attention_mask": torch.ones(batch, seq, dtype=torch.int64)}
 
@@ -79,23 +133,24 @@ def example_inputs(name: str, batch: int, seq: int) -> dict:
 class Outputs(torch.nn.Module):
     """The model returning a plain tensor (``logits`` or ``last_hidden_state``), not a ModelOutput."""
 
-    def __init__(self, model: torch.nn.Module, key: str):
+    def __init__(self, model: torch.nn.Module, key: str, names: tuple):
         super().__init__()
-        self.model, self.key = model, key
+        self.model, self.key, self.names = model, key, names
 
     def forward(self, *args):
-        names = ("pixel_values",) if self.key == "vit" else ("input_ids", "attention_mask")
-        out = self.model(**dict(zip(names, args)), return_dict=True)
+        out = self.model(**dict(zip(self.names, args)), return_dict=True)
         return out.logits if self.key == "gpt2" else out.last_hidden_state
 
 
 def export(name: str, path: str, batch: int, seq: int, exporter: str, layers: int | None = None,
            width: int | None = None, heads: int | None = None, dynamic: bool = False) -> onnx.ModelProto:
-    model = Outputs(build(name, layers, width, heads), name)
-    inputs = example_inputs(name, batch, seq)
+    if dynamic and exporter == "dynamo":  # torch.export specialises an example dim of 1
+        batch, seq = max(batch, 2), max(seq, 2)
+    inputs = example_inputs(name, batch, seq, dynamic)
+    model = Outputs(build(name, layers, width, heads), name, tuple(inputs))
     output = "logits" if name == "gpt2" else "last_hidden_state"
     # dynamic: the batch and sequence axes as dim_params ("batch", "seq"), the shapes as deployed
-    axes = {0: "batch"} if name == "vit" else {0: "batch", 1: "seq"}
+    axes = {0: "batch"} if ARCHS[name][2] == "image" else {0: "batch", 1: "seq"}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporters are chatty; failures still raise
         if exporter == "dynamo":

@@ -195,3 +195,41 @@ def test_cooperative_copy_with_more_threads_than_outputs_is_not_cut_by_the_outer
     c = np.zeros(n, "float32")
     run_primfunc(kernel, [a, w, c])
     np.testing.assert_allclose(c, w @ a, rtol=1e-5, atol=1e-5)
+
+
+def test_symbolic_dims_are_a_buffer_read_at_the_top_and_grids_are_their_expressions():
+    """Issue 39 on GPU targets: a function over a symbolic ``N`` takes its value in one int64 buffer after
+    its parameters, read into ``N`` before the grid; the generic schedule splits ``N * 10`` by 64 threads
+    with the last block's tail guarded, and the launch table's grid and sizes are terms of ``N`` that
+    ``bound_table`` evaluates per binding."""
+    from nnvm.gpu.block_schedules import schedule_generic
+    from nnvm.gpu.library import bound_table, launch_table, size_text, size_value
+    from nnvm.graph.dims import dim_var
+
+    n = dim_var("N")
+    A = te.placeholder((n, 10), name="A")
+    B = te.compute((n, 10), lambda i, j: A[i, j] * 2.0 + 1.0, name="B")
+    prog = lower_for_gpu(lower_schedule(schedule_generic([B]), [A, B], "f"))
+    (kernel,) = prog.kernels
+    assert [b.name for b in kernel.params] == ["A", "B", "nnvm_dims"]
+    text = str(kernel)
+    assert text.index("N = nnvm_dims[0]") < text.index("for blockIdx.x in range((((N * 10) + 63) // 64))")
+    assert "if (((blockIdx.x * 64) + threadIdx.x) < (N * 10))" in text
+    table = launch_table(prog)
+    assert [size_value(g, {"N": 13}) for g in table["launches"][0]["grid"]] == [3, 1, 1]
+    assert size_text(table["launches"][0]["grid"][0], 64) == "(((N * 10) + 63) // 64) * 64"  # OpenCL's global
+    bound = bound_table(table, {"N": 13})
+    assert [p["nbytes"] for p in bound["params"]] == [520, 520, 8]
+    assert bound["launches"][0]["grid"] == [3, 1, 1] and bound["launches"][0]["block"] == [64, 1, 1]
+
+
+def test_a_thread_loop_over_a_symbolic_extent_is_refused():
+    from nnvm.graph.dims import dim_var
+
+    n = dim_var("N")
+    A = te.placeholder((n,), name="A")
+    B = te.compute((n,), lambda i: A[i] + 1.0, name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind(B.op.axis[0], "threadIdx.x")
+    with pytest.raises(ScheduleError, match="bound to threadIdx.x needs a constant extent"):
+        lower_for_gpu(lower_schedule(s, [A, B], "f"))

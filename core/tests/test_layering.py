@@ -32,7 +32,7 @@ LAYERS = (
     ("ops", "generic_schedule"),  # the standard operators (compute only); the generic schedule
     ("frontend", "passes", "runtime"),  # the shared frontend layer; graph passes; plan, module, loader
     ("lowering",),  # a model up to each group's schedule: what the compiler and the tuner share
-    ("autotune",),  # templates, tuning logs, tasks, the tuner
+    ("autotune", "batch_loop"),  # templates, tuning logs, tasks, the tuner; a symbolic batch's loop
     ("cpu", "gpu"),  # the shared backend layers (schedule templates, GPU stages)
     ("bench", "compiler"),  # nnvm bench; nnvm.compile
     ("dynamic",),  # symbolic modules: a compile per binding, on the compiler

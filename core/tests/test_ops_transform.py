@@ -168,3 +168,17 @@ GENERIC = [
 def test_under_the_generic_schedule(ops, name, attrs, ref):
     arrays = [X, X] if name == "concatenate" else [X]
     ops.check(name, arrays, attrs, ref(X), schedule="generic")
+
+
+def test_tile_by_a_symbolic_count(ops):
+    """A dim repeat (a table copied once per batch entry): the output's extent is the product, the
+    compute reads the input modulo its own static size."""
+    from nnvm.graph.dims import Dim
+    from nnvm.graph.ir import TensorType
+
+    batch, opdef = Dim.named("batch"), ops.get("tile")
+    table = TensorType((2, 3), "float32")
+    (out,) = opdef.infer_type([table], opdef.normalize_attrs({"reps": (batch, 1)}, "t"))
+    assert out.shape == (2 * batch, 3)
+    with pytest.raises(nnvm.Error, match="must be non-negative"):
+        opdef.infer_type([table], opdef.normalize_attrs({"reps": (-1, 1)}, "t"))

@@ -177,3 +177,18 @@ def test_does_nothing_agrees_with_simplifying_to_nothing():
         for case in cases:
             expected = Simplifier({i: (lo, hi), j: (0, 3)}).stmt(case) is None
             assert Simplifier({i: (lo, hi), j: (0, 3)}).does_nothing(case) == expected, (lo, hi, case)
+
+
+def test_a_fused_index_over_a_symbolic_extent_is_merged_back():
+    """A loop fused over a symbolic extent ``seq`` (issue 39's GPU kernels) indexes ``(f // seq) * seq +
+    f % seq``: the same ``f``, without two 64-bit divisions an element; unequal coefficients stay."""
+    from nnvm.graph.dims import dim_var
+
+    seq, f, t = dim_var("seq"), E.Var("f", "int64"), E.Var("t", "int64")
+    row = ((f // seq) * seq) * 256 + (f % seq) * 256 + t * 4
+    assert str(simplify(row)) == "((f * 256) + (t * 4))"
+    assert str(simplify(seq * (f // seq) + f % seq)) == "f"
+    kept = simplify((f // seq) * seq + (f % seq) * 2)
+    assert "//" in str(kept) and "%" in str(kept)
+    for fv, sv in itertools.product(range(0, 40, 3), (1, 5, 7)):  # the identity the rewrite relies on
+        assert (fv // sv) * sv + fv % sv == fv

@@ -1,4 +1,5 @@
-"""Cases for the quantized operators: quantize, dequantize, qconv2d, qdense, requantize.
+"""Cases for the quantized operators: quantize, dequantize, qconv2d, qdense (with a zero point given
+at run time too), requantize.
 
 Integer outputs are compared exactly, so the examples avoid values whose rounding depends on how a
 target divides: quantize's scales are powers of two (``x / scale`` is exact everywhere, and the
@@ -121,8 +122,22 @@ def _qdense(draw):
                    constants=(1,) if const else ())
 
 
+@st.composite
+def _qdense_dynamic(draw):
+    """[..., K] data (a transformer's [batch, tokens, K]) and the data's zero point as a scalar input, as
+    DynamicQuantizeLinear computes it at run time (uint8, per tensor)."""
+    rng = rng_of(draw(SEEDS))
+    lead = tuple(draw(st.lists(st.integers(1, 5), min_size=1, max_size=2)))
+    k, n = draw(st.integers(1, 70)), draw(st.integers(1, 20))
+    x, wt = _q(rng, (*lead, k), "uint8"), _q(rng, (n, k), "int8")
+    zp = np.asarray(rng.integers(0, 256), np.uint8).reshape(draw(st.sampled_from([(), (1,)])))
+    attrs = {"data_zero_point": 0, "weight_zero_point": 0}
+    return Example((x, wt, zp), attrs, out_dtypes=("int32",))
+
+
 def _qdense_reference(xs, a):
-    x = xs[0].astype(np.int64) - a["data_zero_point"]
+    zp = int(xs[2].reshape(-1)[0]) if len(xs) > 2 else a["data_zero_point"]
+    x = xs[0].astype(np.int64) - zp
     w = xs[1].astype(np.int64) - a["weight_zero_point"]
     return [(x @ w.T).astype(np.int32)]
 
@@ -171,6 +186,6 @@ def cases() -> list[OpCase]:
         OpCase("quantize", _quantize(), _quantize_reference, EXACT, count=6),
         OpCase("dequantize", _dequantize(), _dequantize_reference, DEQUANTIZE, count=6),
         OpCase("qconv2d", _qconv2d(), _qconv2d_reference, EXACT, count=10),
-        OpCase("qdense", _qdense(), _qdense_reference, EXACT, count=8),
+        OpCase("qdense", st.one_of(_qdense(), _qdense_dynamic()), _qdense_reference, EXACT, count=8),
         OpCase("requantize", _requantize(), _requantize_reference, FLOAT_REQUANTIZE, count=8),
     ]

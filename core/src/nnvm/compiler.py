@@ -22,6 +22,8 @@ import numpy as np
 
 import nnvm
 from nnvm.autotune.log import TuningLogs
+from nnvm.batch_loop import bound_members, group_loop_dim, image_views
+from nnvm.cpu.concat_in_place import image_batch
 from nnvm.cpu.switches import check_options, switch_state
 from nnvm.errors import Error, with_context
 from nnvm.graph.ir import Graph, detached
@@ -42,8 +44,11 @@ from nnvm.lowering import (  # noqa: F401  (import_model, schedule_group, GroupC
 )
 from nnvm.options import Options, activated, active
 from nnvm.runtime.module import Module
-from nnvm.runtime.plan import make_plan, symbolic_dims
+from nnvm.runtime.plan import bound_graph, make_plan, symbolic_dims
 from nnvm.te.lower import lower_schedule
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
+from nnvm.tir.lower import batch_loop
 
 
 def tuning_logs_for(target, tuning_log=None):
@@ -86,28 +91,56 @@ def _compile(model, target, shapes, options: Options, **kwargs):
     switches = switch_state()
     tuned = 0
     served: dict = {}  # kernel name -> which log served its config, and why
+    steps: dict = {}  # value -> elements between its images, inside a view's block over a symbolic batch
+    computed: dict = {}  # group (node names) -> (GroupCompute, loop dim), found while placing those views
+    calls = group_calls(graph)
+    batch = image_batch(graph) if any(c.get("view") for c in calls) else None
+    if batch is not None:
+        graph, steps, computed = image_views(graph, batch)
+        calls = group_calls(graph)
     by_name = {n.name: n for n in graph.nodes}
     consumers = graph.consumers()
-    kernels: dict = {}  # (workload key, outputs) -> kernel name
+    kernels: dict = {}  # (workload key, outputs, image strides) -> kernel name
     jobs_list: list[KernelJob] = []
-    calls = group_calls(graph)
+    batched: dict = {}  # dim name -> the graph with it bound to 1: groups run image by image over it
     for k, (names, call) in enumerate(zip(graph.groups, calls)):
         if call.get("view"):
             continue  # computes nothing: make_plan places its inputs inside its output
         members = [by_name[n] for n in names]
         key = workload_key(graph, members)
         outputs = _output_positions(graph, members, consumers)
-        if (key, outputs) not in kernels:  # a group computing the same function reuses the first's kernel
-            group = group_compute(graph, k, members, consumers)
-            template = schedule_template(tgt, group)
+        strides = tuple(steps.get(v) for v in call["args"]) if any(v in steps for v in call["args"]) else ()
+        if (key, outputs, strides) not in kernels:  # a group computing the same function reuses a kernel
+            if tuple(names) in computed:
+                group, dim = computed[tuple(names)]
+            else:
+                group = group_compute(graph, k, members, consumers)
+                # a symbolic batch of independent images: the batch-1 group's kernel, looped (batch_loop)
+                # (CPU targets: a GPU kernel's thread-bound loops must stay outermost)
+                dim = group_loop_dim(group) if call.get("dims") and "cpu" in tgt.keys else None
+            if strides and dim is None:
+                raise Error(f"fused group {list(names)}: it reads or writes a view over a symbolic batch but "
+                            "does not loop over the images")
+            one, log_key = group, key
+            if dim is not None:
+                if dim.name not in batched:
+                    batched[dim.name] = bound_graph(graph, dim.name)
+                one_members = bound_members(members, dim.name)
+                one = group_compute(batched[dim.name], k, one_members, consumers)
+                log_key = workload_key(batched[dim.name], one_members)
+            template = schedule_template(tgt, one)
             config = None
             if template is not None:
-                config, choice = logs.choose(template, key, tgt) if len(logs) else (None, None)
+                config, choice = logs.choose(template, log_key, tgt) if len(logs) else (None, None)
                 tuned += config is not None
                 schedule = {"template": template.name, "revision": getattr(template, "revision", 1),
                             "config": template.fallback if config is None else config}
             else:
                 choice, schedule = None, {"template": None}
+            if dim is not None:
+                schedule["batch_loop"] = dim.name
+            if strides:
+                schedule["image_strides"] = list(strides)
             cache_key = kernel_key(key, list(outputs), schedule, switches, identity or backend.name,
                                    fingerprint)
             if identity is not None:  # a cached kernel keeps its name in every model: one from its key
@@ -117,18 +150,23 @@ def _compile(model, target, shapes, options: Options, **kwargs):
                 kname = f"nnvm_k{len(jobs_list)}_{c_name(group.anchor.op)}"
             if choice is not None:
                 served[kname] = choice.reason()
-            jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names)))
-            kernels[key, outputs] = kname
-        call["kernel"] = kernels[key, outputs]
+            jobs_list.append(KernelJob(kname, cache_key, (group, template, config, names, one, dim, strides)))
+            kernels[key, outputs, strides] = kname
+        call["kernel"] = kernels[key, outputs, strides]
     seconds["schedule"] = time.perf_counter() - t0
 
     def lower_job(job: KernelJob):
-        group, template, config, names = job.payload
+        group, template, config, names, one, dim, strides = job.payload
         # not schedule_group: that would ask for the template again
-        sch = template.apply(config) if template is not None else untemplated_schedule(tgt, group)
-        args = [t for _, t in group.inputs] + list(group.outputs)
+        sch = template.apply(config) if template is not None else untemplated_schedule(tgt, one)
+        args = [t for _, t in one.inputs] + list(one.outputs)
         try:
-            return lower_schedule(sch, args, job.name)
+            func = lower_schedule(sch, args, job.name)
+            if dim is None:
+                return func
+            full = [t for _, t in group.inputs] + list(group.outputs)
+            return batch_loop(func, tuple(S.Buffer(t.name, tuple(E.convert(x) for x in t.shape), t.dtype)
+                                          for t in full), dim, strides)
         except Error as exc:
             raise with_context(exc, f"fused group {list(names)}") from None
 
@@ -180,6 +218,8 @@ def _compile(model, target, shapes, options: Options, **kwargs):
         # distinct kernels compiled here, read from the kernel cache, and groups that reused another's
         "kernel_cache": {**cache_stats, "deduplicated": len(plan["calls"]) - len(jobs_list)},
         "tuned_kernels": tuned,  # distinct kernels scheduled with a config from a tuning log
+        # distinct kernels over a symbolic batch that run the batch-1 kernel image by image (batch_loop)
+        "batch_loop_kernels": sum(1 for job in jobs_list if job.payload[5] is not None),
         "tuning": {"signature": logs.signature.describe() if logs.signature is not None else None,
                    "logs": logs.summary(), "kernels": served},
         "fused_groups": [list(g) for g in graph.groups],

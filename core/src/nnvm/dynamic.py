@@ -16,6 +16,8 @@ the bucket mechanism.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -24,13 +26,14 @@ import numpy as np
 
 from nnvm.compiler import compile_model
 from nnvm.errors import Error, InputError
-from nnvm.frontend.convert import DimBinding, binding_dims, dim_expression
-from nnvm.graph.dims import Dim
+from nnvm.frontend.convert import DimBinding, binding_dims
+from nnvm.graph.dims import Dim, dim_expression
 from nnvm.graph.ir import Graph
 from nnvm.lowering import group_calls
 from nnvm.options import Options
-from nnvm.runtime.module import Module, inputs_by_name
-from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan
+from nnvm.runtime.module import Module, inputs_by_name, load_module
+from nnvm.runtime.plan import bind_types, inplace_pairs, make_plan, view_placements
+from nnvm.runtime.symbolic import DimSignature, describe, shown
 
 MAX_SPECIALISATIONS = 8  # modules kept, one per binding; each holds its own prepared weights
 
@@ -130,29 +133,44 @@ class SymbolicModule:
         self._options, self._kwargs = options, kwargs
         # one compile for every binding (its kernels take the dims), or None and ``why``: one a binding
         self._whole, self.why_specialised = whole, why
-        self.requirements = list(requirements)  # (dim, limit, where): dim <= limit, checked at each run
         self._bucketed = False  # plans made for a bucket of dim values (``bucket``), run shaped
         if whole is not None:
             self._calls = group_calls(whole.graph)
-            for call, planned in zip(self._calls, whole.plan["calls"]):
+            # the plan lists the kernels' calls; a view (an in-place concatenation) has none
+            for call, planned in zip([c for c in self._calls if not c.get("view")], whole.plan["calls"]):
                 call["kernel"] = planned["kernel"]
             self._pairs = inplace_pairs(whole.graph, self._calls)  # hold for every binding
+            # views over a symbolic batch are placed for one image (nnvm.batch_loop.image_views)
+            self._places = (view_placements(bind_types(whole.graph, dict.fromkeys(whole.plan["dims"], 1)),
+                                            self._calls)
+                            if any(c.get("view") for c in self._calls) else None)
             types = whole.graph.types
             self._output_shapes = [types[v].shape for v in whole.graph.outputs]
-            self._bucketed = (whole.runs_shaped and
-                              all(_grows(d) for ty in types.values() for d in ty.shape))
-        self.bounds = {d: bounds.get(d, (1, None)) for d in dims}
+            # every buffer no larger at smaller dims: one plan serves every binding below its own
+            self._sizes_grow = all(_grows(d) for ty in types.values() for d in ty.shape)
+            self._bucketed = whole.runs_shaped and self._sizes_grow
         self.input_shapes = declared  # input name -> shape of ints and dim names
         self.dims = dims
-        # dims the model names by arithmetic of others (``past + seq``), by their text
-        self._expressions = {d: dim_expression(d) for shape in declared.values() for d in shape
-                             if isinstance(d, str) and dim_expression(d) is not None}
+        # the bounds ({dim: (lo, hi)}) and requirements ((dim, limit, where): dim <= limit) each run checks
+        self.signature = DimSignature(declared, {d: bounds.get(d, (1, None)) for d in dims}, requirements)
         self._modules: OrderedDict = OrderedDict()  # binding (dim values in ``dims`` order) -> Module
         self._compile_seconds: dict = {}  # binding -> seconds its specialisation took
         self._last = None
+        self._tmpdir = None  # exports of an emulated CPU's module (``_emulated``), by their dims
+        self._exports: dict = {}
         self._lock = threading.Lock()  # the cache; a new binding compiles under it, once
 
     # -- binding ------------------------------------------------------------------------------------
+    @property
+    def bounds(self) -> dict:
+        """``{dim: (lo, hi or None)}``: the signature's own, so a change (``Decoder`` opens ``past`` to 0)
+        holds for the runs' checks."""
+        return self.signature.bounds
+
+    @property
+    def requirements(self) -> list:
+        return self.signature.requirements
+
     @property
     def input_names(self) -> list[str]:
         return list(self.input_shapes)
@@ -172,54 +190,16 @@ class SymbolicModule:
         return self._last.graph
 
     def bind_dims(self, arrays: dict) -> dict:
-        """Each dim's value from the input ``arrays`` (by name), checked: rank and static dims as
-        declared, every dim within its bounds and the same in every input carrying it."""
-        values: dict = {}
-        source: dict = {}
-        later: list = []
-        for name, shape in self.input_shapes.items():
-            got = arrays[name].shape
-            if len(got) != len(shape):
-                raise InputError(f"input {name!r} must have rank {len(shape)} {_shown(shape)}, "
-                                 f"got shape {list(got)}")
-            for axis, (d, n) in enumerate(zip(shape, got)):
-                if isinstance(d, int):
-                    if n != d:
-                        raise InputError(f"input {name!r} dim {axis} must be {d} {_shown(shape)}, got {n}")
-                    continue
-                if d in self._expressions:  # ``past + seq``: checked once its names are bound
-                    later.append((name, axis, d, n))
-                    continue
-                lo, hi = self.bounds[d]
-                if d in values:
-                    if n != values[d]:
-                        raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but input {source[d]!r} "
-                                         f"has {d} = {values[d]}")
-                    continue
-                if n < lo or (hi is not None and n > hi):
-                    raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, outside its bounds "
-                                     f"[{lo}, {'inf' if hi is None else hi}]")
-                values[d], source[d] = n, name
-        for name, axis, d, n in later:
-            want = self._expressions[d].evaluate(values)
-            if n != want:
-                given = ", ".join(f"{k} = {values[k]} (input {source[k]!r})"
-                                  for k in self._expressions[d].names)
-                raise InputError(f"input {name!r} dim {axis} ({d}) is {n}, but {given} make it {want}")
-        for dim, limit, where in self.requirements:
-            got = dim.evaluate(values) if isinstance(dim, Dim) else dim
-            most = limit.evaluate(values) if isinstance(limit, Dim) else limit
-            if got > most:
-                given = ", ".join(f"{n} = {values[n]} (input {source[n]!r})" for n in dim.names)
-                raise InputError(f"{where}: {dim} must be at most {most}, and the inputs give {given}")
-        return values
+        """Each dim's value from the input ``arrays`` (by name), checked (``DimSignature.bind``): rank and
+        static dims as declared, every dim within its bounds and the same in every input carrying it."""
+        return self.signature.bind({name: a.shape for name, a in arrays.items()})
 
     def _arrays(self, args, kwargs) -> dict:
         names = self.input_names
         given = inputs_by_name(names, args, kwargs)
         for name in names:
             if name not in given:
-                raise InputError(f"missing input {name!r} {_shown(self.input_shapes[name])}")
+                raise InputError(f"missing input {name!r} {shown(self.input_shapes[name])}")
         return {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
 
     # -- running ------------------------------------------------------------------------------------
@@ -228,6 +208,9 @@ class SymbolicModule:
         actual shape. Safe from several threads at once."""
         arrays = self._arrays(args, kwargs)
         values = self.bind_dims(arrays)
+        whole = self._whole
+        if whole is not None and whole._device is None and not whole._in_process:  # an emulated CPU
+            return self._emulated(values).run(**arrays)
         mod = self.specialised(values)
         if mod.plan.get("dims") is None or not mod.runs_shaped:
             return mod.run(**arrays)
@@ -245,13 +228,8 @@ class SymbolicModule:
         with self._lock:
             mod = self._modules.get(key)
             if mod is None and self._whole is not None:  # the same kernels, a memory plan for this binding
-                whole = self._whole
                 t0 = time.perf_counter()
-                dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
-                bound = bind_types(whole.graph, dims)
-                plan = make_plan(bound, self._calls, pairs=self._pairs, bindable=True)
-                plan["dims"] = dims
-                mod = Module(plan, whole.params, whole.library, whole.target, whole.stats(), bound)
+                mod = self._planned(values)
                 self._remember(values, mod, time.perf_counter() - t0)
             elif mod is None:
                 t0 = time.perf_counter()
@@ -263,6 +241,15 @@ class SymbolicModule:
                 self._modules.move_to_end(key)
             self._last = mod
         return mod
+
+    def _planned(self, values: dict) -> Module:
+        """A module of the one compile's kernels with a memory plan for the binding ``values``."""
+        whole = self._whole
+        dims = {d: values.get(d, 1) for d in whole.plan["dims"]}
+        bound = bind_types(whole.graph, dims)
+        plan = make_plan(bound, self._calls, pairs=self._pairs, bindable=True, places=self._places)
+        plan["dims"] = dims
+        return Module(plan, whole.params, whole.library, whole.target, whole.stats(), bound)
 
     def _remember(self, values: dict, mod, seconds: float) -> None:
         key = tuple(values[d] for d in self.dims)
@@ -291,17 +278,62 @@ class SymbolicModule:
         return out
 
     def export(self, path: str) -> None:
-        """Refused for now: an exported module runs one binding (see docs/dynamic-shapes.md)."""
-        raise Error(f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)}), and "
-                    "exporting a symbolic module is not supported yet; compile it with every dim bound "
-                    "(integers in shapes=) to export it")
+        """One file that runs every binding within the bounds (``nnvm.load``, the C runtime's
+        ``nnvm_module_run_shaped``): the kernels, which take the dims, one memory plan made for every dim
+        at its upper bound, and the shapes as programs over the dims (``runtime.symbolic.describe``).
+        Every buffer grows with the dims (``_grows``), so a smaller binding fits at the same offsets,
+        as in a bucket's plan here; a dim without an upper bound, or a size that may shrink, refuses."""
+        what = f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)})"
+        if self._whole is None:
+            raise Error(f"{what} and compiles once per binding ({self.why_specialised}); an exported module "
+                        "needs kernels that take the dims")
+        if self._whole._device is not None:
+            raise Error(f"{what}, and exporting one for a device ({self._whole.target}) is not built yet: "
+                        "its runtime runs bound plans only; export it for a CPU target, or with every dim "
+                        "bound")
+        open_ended = [d for d, (_, hi) in self.bounds.items() if hi is None]
+        if open_ended:
+            raise Error(f"{what}, and {', '.join(map(repr, open_ended))} has no upper bound: an exported "
+                        "module plans its memory once, for the largest binding; compile it with bounds= "
+                        f"giving each dim a maximum (bounds={{{open_ended[0]!r}: (1, 512)}})")
+        if not self._sizes_grow:
+            raise Error(f"{what}, and a buffer's size may shrink as the dims grow (a remainder or a negative "
+                        "term), so no one memory plan serves every binding; compile it with every dim bound "
+                        "(integers in shapes=) to export it")
+        extra = [d for d in self._whole.plan["dims"] if d not in self.dims]
+        if extra:
+            raise Error(f"{what}, and its kernels take {', '.join(extra)}, which no input carries")
+        self._export_planned(path, {d: hi for d, (_, hi) in self.bounds.items()})
+
+    def _export_planned(self, path: str, upper: dict) -> None:
+        """``export`` with one plan for the dims ``upper``, which bound the file's dims from above."""
+        mod = self._planned(upper)
+        outputs = list(zip(self._whole.graph.outputs, self._output_shapes))
+        signature = DimSignature(self.input_shapes, {d: (lo, upper[d]) for d, (lo, _) in self.bounds.items()},
+                                 self.requirements)
+        mod.export(path, symbolic=describe(signature, self.dims, outputs))
+
+    def _emulated(self, values: dict):
+        """The module for a CPU this host runs under an emulator only, for ``values``: the kernels exported
+        with a plan for their bucket (``bucket``; the whole bounds where every dim has one), loaded back
+        and run by the target's ``nnvm-run`` through its library; one export a bucket, cached."""
+        if all(hi is not None for _, hi in self.bounds.values()):
+            upper = {d: hi for d, (_, hi) in self.bounds.items()}
+        else:
+            upper = {d: bucket(v, self.bounds[d][1]) for d, v in values.items()}
+        key = tuple(upper[d] for d in self.dims)
+        with self._lock:
+            found = self._exports.get(key)
+            if found is None:
+                if self._tmpdir is None:
+                    self._tmpdir = tempfile.TemporaryDirectory(prefix="nnvm-symbolic-")
+                path = os.path.join(self._tmpdir.name, f"module-{len(self._exports)}.so")
+                self._export_planned(path, upper)
+                found = self._exports[key] = load_module(path)
+            return found
 
 
 def _dim_names(d: str) -> tuple:
     """The dims a declared dim binds: itself, or the names in ``past + seq``."""
     expr = dim_expression(d)
     return (d,) if expr is None else expr.names
-
-
-def _shown(shape) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + ")"

@@ -257,7 +257,8 @@ def optimized_graph(model, target="llvm", shapes=None, opt_level: int = 3, dump_
 
 
 def group_flops(graph, names: list) -> int:
-    """Multiply-adds x 2 of the convolution, dense and matmul nodes among ``names`` (other ops count as 0)."""
+    """Multiply-adds x 2 of the convolution, dense and matmul nodes among ``names``, float or 8-bit (other ops
+    count as 0; the blocked int8 kernels count their input channels as padded to the block)."""
     if graph is None:
         return 0
     by_name = {n.name: n for n in graph.nodes}
@@ -287,7 +288,19 @@ def group_flops(graph, names: list) -> int:
             m, k = graph.type_of(node.inputs[0]).shape
             n = graph.type_of(node.inputs[1]).shape[0]
             total += 2 * m * n * k
-        elif node.op in ("matmul", "dense_packed"):  # [..., M, K] x [..., K, N] (dense_packed: nnvm.cpu)
-            out = graph.type_of(node.outputs[0]).shape
+        elif node.op in ("matmul", "dense_packed", "qdense", "qdense_packed"):  # [..., K] data (nnvm.cpu's
+            out = graph.type_of(node.outputs[0]).shape  # packed forms too); 8-bit products count as any
             total += 2 * math.prod(out) * graph.type_of(node.inputs[0]).shape[-1]
+        elif node.op == "qconv2d":
+            out = graph.type_of(node.outputs[0]).shape
+            total += 2 * math.prod(out) * math.prod(graph.type_of(node.inputs[1]).shape[1:])
+        elif node.op in ("qconv2d_nchwc", "qdepthwise_nchwc"):  # nnvm.cpu's blocked int8 kernels
+            n, _, oh, ow, block = graph.type_of(node.outputs[0]).shape
+            data = graph.type_of(node.inputs[0]).shape  # NCHW[x]c, or NCHW read planar (a stem)
+            kh, kw = node.attrs["kernel"]
+            if node.op == "qdepthwise_nchwc":
+                total += 2 * n * oh * ow * block * kh * kw
+            else:
+                cin = data[1] if len(data) == 4 else data[4]
+                total += 2 * n * oh * ow * node.attrs["channels"] * cin * kh * kw
     return total

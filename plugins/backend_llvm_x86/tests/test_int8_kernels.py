@@ -259,3 +259,80 @@ def test_dot_u8s8_window_form_is_exact(isa):
                      b.reshape(nb, kh, kw, k4, lanes, 4).transpose(0, 1, 2, 4, 3, 5)
                      .reshape(nb, kh, kw, lanes, k4 * 4).astype(np.int64)).astype(np.int32)
     _interpreted_and_run(s, (A, B, C), a, b, want, isa, f"dot_u8s8 {isa} window")
+
+
+def _dynamic_dense(k: int, rng):
+    """What a dynamically quantized transformer's MatMulInteger compiles to: uint8 tokens [1, 13, K]
+    with their zero point a run-time scalar (DynamicQuantizeLinear's), an int8 weight [40, K], the int32
+    product cast to float32, times a run-time scale, plus a bias."""
+    b = GraphBuilder(name=f"qdense_dynamic{k}")
+    x, zp = b.input("x", (1, 13, k), "uint8"), b.input("zp", (), "uint8")
+    scale = b.input("scale", (), "float32")
+    w = rng.integers(-128, 128, (40, k)).astype(np.int8)
+    w[:20, ::2] = 127  # saturating pairs for vpmaddubsw, had the kernel not split the bytes
+    bias = rng.standard_normal(40).astype(np.float32)
+    acc = b.node("qdense", [x, b.param("w", w), zp], name="mm")[0]
+    y = b.node("multiply", [b.node("cast", [acc], {"dtype": "float32"}, name="to_float")[0], scale],
+               name="dequantize")[0]
+    b.output(b.node("add", [y, b.param("bias", bias)], name="bias_add")[0])
+    return b.build(), w, bias
+
+
+@pytest.mark.parametrize("target", list(KERNELS))
+@pytest.mark.parametrize("k", [64, 70])
+def test_qdense_with_a_run_time_zero_point(target, k):
+    """The qdense of a zero point read at run time runs as ``qdense_packed`` over [1, 13, K] as it is (no
+    reshape kernel), the cast, the scale and the bias in its kernel; exact in int32 against numpy (a
+    ragged K = 70 pads with the zero point) for every zero point, 0 and 255 included (the float32 epilogue
+    within one rounding)."""
+    rng = np.random.default_rng(k)
+    graph, w, bias = _dynamic_dense(k, rng)
+    mod = nnvm.compile(graph, target=target, opt_level=3)
+    calls = mod.plan["calls"]
+    (packed,) = [c for c in calls if "qdense_packed" in c["kernel"]]
+    assert {"mm", "to_float", "dequantize", "bias_add"} <= set(packed["group"]), packed["group"]
+    assert not any("reshape" in c["kernel"] for c in calls), [c["kernel"] for c in calls]
+    assert re.search(KERNELS[target], mod.library.assembly()), f"{target}: no {KERNELS[target]!r}"
+    parsed = parse_target(target)
+    if not parsed.backend.host_can_run(parsed):
+        return
+    x = rng.integers(0, 256, (1, 13, k)).astype(np.uint8)
+    x[..., ::2] = 255
+    scale = np.float32(3e-5)
+    for zp in (0, 1, 117, 255):
+        (got,) = mod.run(x=x, zp=np.asarray(zp, np.uint8), scale=np.asarray(scale))
+        acc = (x.astype(np.int64) - zp) @ w.astype(np.int64).T
+        product = acc.astype(np.int32).astype(np.float32) * scale
+        # the bias add may be contracted into an FMA (one rounding instead of two): half an ulp more; an
+        # accumulator off by one would be off by the scale, 3e-5, several times this
+        allowed = np.finfo(np.float32).eps * (np.abs(product) + np.abs(bias))
+        err = np.abs(got - (product + bias))
+        assert (err <= allowed).all(), f"{target}, zero point {zp}: max error {err.max()}"
+
+
+def test_int8_kernels_count_their_operations():
+    """The profile's GFLOPS of the int8 kernels (it showed 0 for them): 2 x the multiply-adds of each
+    convolution and dense, as for float ones, on the blocked kernels the layout pass made."""
+    from nnvm.lowering import group_flops
+
+    mod = nnvm.compile(_blocked_chain(), target="llvm -mcpu=znver5", opt_level=3)
+    flops = {c["kernel"]: group_flops(mod.graph, c["group"]) for c in mod.plan["calls"]}
+    conv = 2 * 14 * 14 * 32 * 9
+    want = sorted([conv * 16, conv * 32, 2 * 10 * 32 * 14 * 14])  # c1 (16 in), c2 (32 in), the classifier
+    assert sorted(f for k, f in flops.items() if "qconv2d_nchwc" in k or "qdense_packed" in k) == want, flops
+
+
+@pytest.mark.parametrize("units, outputs_outer", [(3072, True), (16, False)])
+def test_qdense_reads_the_larger_operand_once(units, outputs_outer):
+    """128 token rows by a weight [units, 768]: a feed-forward weight (2.4 MB, over L2) has the output
+    blocks as the outer loop, so it is read once for all the rows rather than once per tile of rows; a
+    weight smaller than the rows keeps the rows outer."""
+    b = GraphBuilder(name="qdense_order")
+    x = b.input("x", (1, 128, 768), "uint8")
+    w = b.param("w", np.zeros((units, 768), np.int8))
+    b.output(b.node("qdense", [x, w, b.input("zp", (), "uint8")], name="mm")[0])
+    graph, target, _, _ = nnvm.compiler.optimized_graph(b.build(), "llvm -mcpu=znver5")
+    (k, group) = next((k, g) for k, g in enumerate(graph.groups) if "mm" in g)
+    members = [n for n in graph.nodes if n.name in group]
+    template = nnvm.compiler.schedule_template(target, nnvm.compiler.group_compute(graph, k, members))
+    assert template.name == "cpu.qdense.packed" and template.fallback["outputs_outer"] is outputs_outer

@@ -135,9 +135,10 @@ def test_shapes_that_do_not_fit_are_one_sentence(encoder, feeds, message):
         mod.run(**feeds)
 
 
-def test_a_symbolic_module_refuses_export(encoder, tmp_path):
+def test_a_symbolic_module_with_an_unbounded_dim_refuses_export(encoder, tmp_path):
+    """An exported module plans its memory once, for the largest binding (tests/test_symbolic_export.py)."""
     _, mod = encoder
-    with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\).*not supported yet"):
+    with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\), and 'batch' has no upper bound"):
         mod.export(tmp_path / "m.so")
 
 
@@ -241,3 +242,89 @@ def test_bounds_errors_name_the_dim():
         nnvm.compile(dynamic_encoder(), target="llvm", bounds={"sq": (1, 8)}, tuning_log=False)
     with pytest.raises(nnvm.InputError, match=r"dim 'seq' the empty or negative range \[4, 2\]"):
         nnvm.compile(dynamic_encoder(), target="llvm", bounds={"seq": (4, 2)}, tuning_log=False)
+
+
+def _graph_model(nodes, inputs: dict, output: str, consts: dict):
+    """A one-output ONNX model of ``nodes``: float inputs by name and shape, int64 constants."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()]
+    graph = helper.make_graph(
+        [helper.make_node(op, ins, outs, **attrs) for op, ins, outs, attrs in nodes], "g",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in inputs.items()],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _compiled_symbolic(model, shapes: dict):
+    mod = nnvm.compile(model, target="llvm", shapes=shapes, tuning_log=False)
+    info = mod.stats()["symbolic"]
+    assert info["mode"] == "kernels", info["why_per_binding"]
+    return mod
+
+
+def test_tile_by_a_symbolic_batch_matches_onnxruntime():
+    """DeBERTa's relative-position table, one copy per batch entry: ``Tile`` whose repeats come from the
+    input's shape stays symbolic (a dim rep), no compile per binding."""
+    table = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = _graph_model([
+        ("Shape", ["x"], ["s"], {"end": 1}), ("Concat", ["s", "one"], ["reps"], {"axis": 0}),
+        ("Tile", ["table", "reps"], ["tiled"], {}), ("Add", ["tiled", "bias"], ["y"], {}),
+    ], {"x": ["batch", 5]}, "y", {"one": np.array([1], np.int64), "table": table,
+                                  "bias": np.float32([[0.5, -1.0, 2.0]])})
+    mod = _compiled_symbolic(model, {"x": ("batch", 5)})
+    for batch in (1, 3, 8):
+        feeds = {"x": np.zeros((batch, 5), np.float32)}
+        (got,), (want,) = mod.run(**feeds), run_onnxruntime(model, feeds)
+        assert got.shape == want.shape == (2 * batch, 3)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_constant_slice_end_over_a_symbolic_axis_is_required_at_each_run(tmp_path):
+    """``positions[:, :1]`` over a symbolic ``seq`` (GPT-2's dynamo export): the slice keeps one column,
+    and an axis too short for the constant end is one sentence naming the node, not a shorter answer;
+    the exported module checks it too."""
+    model = _graph_model([("Slice", ["x", "zero", "two", "one"], ["y"], {})], {"x": ["batch", "seq"]}, "y",
+                         {"zero": np.array([0], np.int64), "two": np.array([2], np.int64),
+                          "one": np.array([1], np.int64)})
+    mod = _compiled_symbolic(model, {"x": ("batch", "seq")})
+    for batch, seq in ((1, 2), (3, 7)):
+        feeds = {"x": np.random.default_rng(seq).standard_normal((batch, seq)).astype(np.float32)}
+        (got,), (want,) = mod.run(**feeds), run_onnxruntime(model, feeds)
+        np.testing.assert_array_equal(got, want)
+    want = (r"node Slice_0 \(Slice, opset 17\) slices axis 1 of size seq to 2: 2 must be at most 1, and the "
+            r"inputs give seq = 1 \(input 'x'\)")
+    with pytest.raises(nnvm.InputError, match=want):
+        mod.run(x=np.zeros((2, 1), np.float32))
+    bounded = nnvm.compile(model, target="llvm", shapes={"x": ("batch", "seq")}, tuning_log=False,
+                           bounds={"batch": (1, 4), "seq": (1, 16)})  # an export plans for the largest
+    bounded.export(tmp_path / "slice.so")
+    loaded = nnvm.load(tmp_path / "slice.so")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(loaded.run(x=x)[0], x[:, :2])
+    with pytest.raises(nnvm.InputError, match=want):
+        loaded.run(x=np.zeros((2, 1), np.float32))
+
+
+def test_gather_nd_of_indices_built_from_the_shape_matches_onnxruntime():
+    """The padding mask transformers' vmapped mask code exports under torch.export: ``GatherND`` of
+    ``mask[b, k]`` at indices made of ``Range`` over the dims, expanded to ``[batch, seq, 2]``; its strides
+    are the dims themselves (values computed at each run)."""
+    model = _graph_model([
+        ("Shape", ["m"], ["s"], {}), ("Gather", ["s", "i0"], ["b"], {"axis": 0}),
+        ("Gather", ["s", "i1"], ["n"], {"axis": 0}),
+        ("Range", ["i0", "b", "i1"], ["rb"], {}), ("Range", ["i0", "n", "i1"], ["rs"], {}),
+        ("Unsqueeze", ["rb", "ax1"], ["ub"], {}), ("Unsqueeze", ["rs", "ax0"], ["us"], {}),
+        ("Add", ["ub", "us"], ["grid"], {}), ("Shape", ["grid"], ["gs"], {}),
+        ("Expand", ["ub", "gs"], ["eb"], {}), ("Expand", ["us", "gs"], ["es"], {}),
+        ("Unsqueeze", ["eb", "last"], ["ib"], {}), ("Unsqueeze", ["es", "last"], ["is"], {}),
+        ("Concat", ["ib", "is"], ["idx"], {"axis": -1}), ("GatherND", ["m", "idx"], ["y"], {}),
+    ], {"m": ["batch", "seq"]}, "y", {"i0": np.array(0, np.int64), "i1": np.array(1, np.int64),
+                                      "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64),
+                                      "last": np.array([-1], np.int64)})
+    mod = _compiled_symbolic(model, {"m": ("batch", "seq")})
+    for batch, seq in ((1, 1), (2, 5), (4, 33)):
+        feeds = {"m": np.random.default_rng(seq).standard_normal((batch, seq)).astype(np.float32)}
+        (got,), (want,) = mod.run(**feeds), run_onnxruntime(model, feeds)
+        assert got.shape == want.shape == (batch, seq)
+        np.testing.assert_array_equal(got, want)

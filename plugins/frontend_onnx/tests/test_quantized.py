@@ -18,7 +18,14 @@ from onnx import TensorProto, helper, numpy_helper
 
 import nnvm
 from nnvm_frontend_onnx.importer import load_onnx
-from nnvm_testing.frontend_onnx.quantized import calibration_inputs, quantize_file, quantized_model_path
+from nnvm_testing.frontend_onnx.quantized import (
+    calibration_inputs,
+    dynamic_quantized_model_path,
+    quantize_file,
+    quantized_model_path,
+    text_inputs,
+)
+from nnvm_testing.venvs import pytest_venv
 
 NNVM_PLUGINS = "onnx,llvm-x86"
 
@@ -150,3 +157,100 @@ def test_qdq_conv_rewritten_only_when_exact(tmp_path, relu_zero_point, float_bia
     steps = np.abs(got - want) / 0.2
     assert steps.max() <= 1 + 1e-6, f"off by {steps.max():.2f} quantization steps"
     assert (steps > 1e-6).mean() < 0.05, f"{(steps > 1e-6).mean():.0%} of the outputs are a step off"
+
+
+# -- dynamic quantization (quantize_dynamic on a transformer) -------------------------------------------
+
+
+def _with_outputs(path: str, names: list, out: str) -> None:
+    """``path`` with ``names`` added to its graph outputs (intermediate values to compare)."""
+    model = onnx.load(path)
+    del model.graph.output[1:]
+    for name in names:
+        model.graph.output.append(helper.make_empty_tensor_value_info(name))
+    onnx.save(model, out)
+
+
+def test_dynamically_quantized_bert_matches_onnxruntime(tmp_path):
+    """Hugging Face BERT (2 layers, 64 wide, 16 tokens) quantized by ``quantize_dynamic``: every
+    ``MatMulInteger`` is a ``qdense`` reading its ``DynamicQuantizeLinear``'s zero point at run time (no
+    float fallback), and the output is within 1e-2 of onnxruntime's (relative to its largest). In integer
+    space it is exact: the model's first DynamicQuantizeLinear -> MatMulInteger, fed onnxruntime's own
+    activation (the LayerNorm before it may differ from ours in an ulp, which may move the range), gives
+    onnxruntime's bytes, scale, zero point and int32 product."""
+    src = pytest_venv(dynamic_quantized_model_path, "bert", 1, 16, layers=2, width=64, heads=2)
+    model = onnx.load(src)
+    kinds = Counter(n.op_type for n in model.graph.node)
+    assert kinds["MatMulInteger"] == 12 and kinds["DynamicQuantizeLinear"] == 8, dict(kinds)
+    graph = load_onnx(src)
+    dense = [n for n in graph.nodes if n.op == "qdense"]
+    assert len(dense) == 12 and all(len(n.inputs) == 3 for n in dense), [n.inputs for n in dense]
+    assert not any(n.op == "matmul" and n.inputs[1] in graph.params for n in graph.nodes), \
+        "a MatMulInteger ran in float"
+    mod = nnvm.compile(src, target="llvm")
+    first_dq = next(n for n in model.graph.node if n.op_type == "DynamicQuantizeLinear")
+    first_mm = next(n for n in model.graph.node if n.op_type == "MatMulInteger" and
+                    n.input[0] == first_dq.output[0])
+    probe, part = str(tmp_path / "probe.onnx"), str(tmp_path / "part.onnx")
+    _with_outputs(src, [first_dq.input[0]], probe)
+    onnx.utils.extract_model(src, part, [first_dq.input[0]], [*first_dq.output, first_mm.output[0]])
+    part_mod = nnvm.compile(part, target="llvm")
+    for seed in (0, 1):
+        feeds = text_inputs(src, seed=seed)
+        want, activation = _onnxruntime(probe, feeds)
+        (got,) = mod.run(**feeds)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err <= 1e-2, f"seed {seed}: max relative error {err:.2e}"
+        part_feeds = {first_dq.input[0]: activation}
+        names = ["y", "y_scale", "y_zero_point", "MatMulInteger"]
+        for name, w, g in zip(names, _onnxruntime(part, part_feeds), part_mod.run(**part_feeds)):
+            assert g.dtype == w.dtype and np.array_equal(g, w), (
+                f"seed {seed}: {name} differs from onnxruntime's in {int((g != w).sum())} places")
+
+
+def test_dynamically_quantized_bert_with_symbolic_batch_and_tokens():
+    """The same small BERT exported with symbolic ``batch`` and ``seq`` (torch's tracer) and quantized by
+    ``quantize_dynamic``, compiled once: every MatMulInteger is still an exact int32 ``qdense`` over the
+    [batch, seq, K] activation (not a float matmul, whose float32 sums stop being exact past 2^24), and
+    the outputs match onnxruntime's at several shapes."""
+    src = pytest_venv(dynamic_quantized_model_path, "bert", 1, 16, layers=2, width=64, heads=2, dynamic=True,
+                      exporter="torchscript")
+    mod = nnvm.compile(src, target="llvm")  # the model's dim_params are kept
+    ops = Counter(n.op for n in mod.graph.nodes)
+    assert ops["qdense"] + ops["qdense_packed"] == 12, dict(ops)
+    assert ops["dense_packed"] + ops["matmul"] == 4, f"attention's 4 products only: {dict(ops)}"
+    rng = np.random.default_rng(3)
+    for batch, seq in ((1, 16), (1, 5), (3, 9)):
+        feeds = {"input_ids": rng.integers(0, 1000, (batch, seq)).astype(np.int64),
+                 "attention_mask": np.ones((batch, seq), np.int64)}
+        (want,) = _onnxruntime(src, feeds)
+        (got,) = mod.run(**feeds)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        assert err <= 1e-2, f"batch {batch}, {seq} tokens: max relative error {err:.2e}"
+
+
+def _dynamic_quantize_linear(path: str, shape: tuple) -> None:
+    node = helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "scale", "zp"])
+    graph = helper.make_graph([node], "dql", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, shape),
+                               helper.make_tensor_value_info("scale", TensorProto.FLOAT, []),
+                               helper.make_tensor_value_info("zp", TensorProto.UINT8, [])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+
+
+def test_dynamic_quantize_linear_matches_onnxruntime(tmp_path):
+    """DynamicQuantizeLinear exactly as onnxruntime computes it: ranges on both sides of 0, all positive
+    (the zero point 0), all negative (255), an all-zero tensor (onnxruntime's scale 1, where ONNX's own
+    function body divides by 0), and values on exact halves of a step (rounded to even)."""
+    path = str(tmp_path / "dql.onnx")
+    _dynamic_quantize_linear(path, (3, 40))
+    mod = nnvm.compile(path, target="llvm")
+    rng = np.random.default_rng(6)
+    halves = np.arange(-60, 60).reshape(3, 40).astype(np.float32) * np.float32(0.5)
+    halves[0, 0], halves[2, -1] = -127.5 * 0.5, 127.5 * 0.5  # a range of 127.5 makes the step 0.5
+    cases = {"mixed": rng.standard_normal((3, 40)) * 4, "positive": rng.uniform(0.5, 3, (3, 40)),
+             "negative": -rng.uniform(0.5, 3, (3, 40)), "zeros": np.zeros((3, 40)), "halves": halves}
+    for what, x in cases.items():
+        feeds = {"x": x.astype(np.float32)}
+        for name, w, g in zip(["y", "scale", "zero point"], _onnxruntime(path, feeds), mod.run(**feeds)):
+            assert g.dtype == w.dtype and np.array_equal(g, w), f"{what}: {name} {g} against {w}"

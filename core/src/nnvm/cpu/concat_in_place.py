@@ -14,7 +14,8 @@ front of one block. The pass ties values together as it marks (``runtime.plan.Vi
 walk ``make_plan`` does again) and leaves a concatenation a copy where that would put one value at two
 places or two values on the same bytes. It also leaves one alone where an input is not a kernel's
 output of its own (a graph input, a weight, a graph output, the same value twice), where the
-output is a graph output, and on graphs with symbolic dims (plans per binding place values afresh).
+output is a graph output, and on graphs with symbolic dims other than a batch (``image_batch``: a
+batch is placed image by image, each kernel touching a view looping over the images at the block's stride).
 It leaves a concatenation a copy, too, where fusion would make it part of an input's kernel (NASNet's
 concatenations of cropped or padded values: marked, each crop would become a kernel of its own, 18 more
 calls); a trial ``fuse_ops`` says where. Only CPU targets: their runtimes take any byte offset (the GPU
@@ -30,7 +31,7 @@ from nnvm.cpu import serves
 from nnvm.cpu.switches import enabled
 from nnvm.graph.dims import Dim
 from nnvm.passes.builtin import fuse_ops
-from nnvm.runtime.plan import ViewPlaces
+from nnvm.runtime.plan import ViewPlaces, bound_graph
 
 
 def concat_in_place(graph, ctx=None):
@@ -38,8 +39,12 @@ def concat_in_place(graph, ctx=None):
     target = getattr(ctx, "target", None)
     if target is None or not serves(target) or not enabled("concat_in_place"):
         return graph
+    image = graph  # what the views are decided on: one image of a symbolic batch
     if any(isinstance(d, Dim) for ty in graph.types.values() for d in ty.shape):
-        return graph
+        batch = image_batch(graph)
+        if batch is None:
+            return graph
+        image = bound_graph(graph, batch)
     producers = graph.producers()
     outputs = set(graph.outputs)
     starts = {g[0] for g in fuse_ops(graph, ctx).groups}  # nodes that start a kernel of their own
@@ -49,10 +54,27 @@ def concat_in_place(graph, ctx=None):
         if node.op != "concatenate" or node.name not in starts:
             nodes.append(node)
             continue
-        if _eligible(graph, node, producers, outputs) and places.tie(graph, node) is None:
+        if _eligible(image, node, producers, outputs) and places.tie(image, node) is None:
             node = node.replace(attrs={**node.attrs, "in_place": True})
         nodes.append(node)
     return graph.replace(nodes=tuple(nodes))
+
+
+def image_batch(graph) -> str | None:
+    """The name of a graph's one symbolic dim where it is a batch: the leading axis of every value holding
+    it, every other extent static; else None. A view of such a graph is placed for one image, and each
+    image of a value lies at its block's image stride (``tir.lower.batch_loop`` writes it there)."""
+    names = set()
+    for ty in graph.types.values():
+        if not ty.symbolic:
+            continue
+        lead = ty.shape[0]
+        if not isinstance(lead, Dim) or len(lead.names) != 1 or lead != Dim.named(lead.names[0]):
+            return None
+        if any(isinstance(d, Dim) for d in ty.shape[1:]):
+            return None
+        names.add(lead.names[0])
+    return names.pop() if len(names) == 1 else None
 
 
 def _eligible(graph, node, producers, outputs) -> bool:

@@ -59,8 +59,9 @@ from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, reducti
 from nnvm.cpu.switches import enabled
 from nnvm.errors import Error
 from nnvm.generic_schedule import guarded_inputs_of_reductions
+from nnvm.graph.dims import is_symbolic
 from nnvm.graph.ir import Node, TensorType
-from nnvm.ops.common import checked_evaluate, require_inputs
+from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
 from nnvm.ops.registry import Attr, OpDef, OpPattern, get_op
 from nnvm.passes.builtin import eliminate_dead_code, infer_types
 from nnvm.te.tensor import ComputeOp
@@ -98,8 +99,7 @@ def _compute(inputs, attrs, out_types):
     data, w1, bias, w2 = inputs
     conv = get_op("conv2d_nchwc")
     expand_attrs = conv.normalize_attrs(dict(EXPAND_ATTRS))
-    (wide_type,) = conv.infer_type([TensorType(tuple(int(getattr(s, "value", s)) for s in t.shape), t.dtype)
-                                    for t in (data, w1)], expand_attrs)
+    (wide_type,) = conv.infer_type([TensorType(shape_of(t), t.dtype) for t in (data, w1)], expand_attrs)
     (expand,) = conv.compute([data, w1], expand_attrs, [wide_type])
     lo, hi = attrs["a_min"], attrs["a_max"]
 
@@ -169,6 +169,10 @@ def _pays(target, graph, depthwise: Node) -> bool:
     """Whether fusing pays (the module docstring): where the depthwise convolution strides (its output a
     quarter of the wide tensor) and the wide tensor, written and read back, streams from memory."""
     shape = graph.types[depthwise.inputs[0]].shape
+    if is_symbolic(shape):  # a symbolic batch runs image by image (nnvm.batch_loop): one image's bytes
+        if is_symbolic(shape[1:]):
+            return False
+        shape = shape[1:]
     wide_bytes = 4 * math.prod(shape)
     return max(depthwise.attrs.get("strides", (1, 1))) > 1 and streams_from_memory(target, 2 * wide_bytes)
 

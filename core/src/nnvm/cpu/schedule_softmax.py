@@ -98,7 +98,7 @@ def row_template(target, name: str, out_stage, build, chains: int = 1) -> Schedu
     if kb == lanes and n >= chains * lanes:
         kb = chains * lanes
     space = sorted({kb, 1, *(b for b in (lanes // 4, lanes // 2, lanes) if 4 <= b <= n)})
-    # revision 2: the partial results halved in vector steps (``_vector_reduction``)
+    # revision 2: the partial results halved in vector steps (``vector_reduction``)
     return ScheduleTemplate(name, {"kb": space, "vb": [lanes]}, {"kb": kb, "vb": lanes}, build, revision=2)
 
 
@@ -116,13 +116,13 @@ def _parallel_rows(stage, axes, row_length: int):
     return fused
 
 
-def _vector_reduction(sch, stat, kb: int, row) -> None:
-    """``stat``'s reduction along the row in ``kb`` partial results, vectorized, then halved in vector
-    steps down to ``SCALAR_LANES`` and those added up once a row (``row``: the stat's loop over the
-    rows, None when it has none)."""
+def vector_reduction(sch, stat, kb: int, row) -> None:
+    """``stat``'s reduction along the row (its last reduce axis) in ``kb`` partial results, vectorized,
+    then halved in vector steps down to ``SCALAR_LANES`` and those added up once a row (``row``: the
+    stat's loop over the rows, None when it has none)."""
     if kb == 1:
         return
-    (k,) = stat.op.reduce_axis
+    *_, k = stat.op.reduce_axis
     _, k_inner = stat.split(k, factor=kb)
     partial = sch.rfactor(stat.op.outputs[0], k_inner)
     rf = sch[partial]
@@ -165,8 +165,8 @@ def build_softmax(group, config: dict):
     if row is not None:
         second.compute_at(out_stage, row)
         second_row = second.op.axis[-1]
-    _vector_reduction(sch, first, config["kb"], first_row)
-    _vector_reduction(sch, second, config["kb"], second_row)
+    vector_reduction(sch, first, config["kb"], first_row)
+    vector_reduction(sch, second, config["kb"], second_row)
     return sch
 
 
@@ -224,5 +224,5 @@ def build_row_kernel(group, config: dict):
     if row is not None:
         stat.compute_at(out_stage, row)
         stat_row = stat.op.axis[-1]
-    _vector_reduction(sch, stat, config["kb"], stat_row)
+    vector_reduction(sch, stat, config["kb"], stat_row)
     return sch

@@ -77,7 +77,11 @@ class ConversionContext:
         return self.b.const(np.asarray(value), hint=f"{self.name}/{hint}")
 
     def scalar(self, value, like: str) -> str:
-        """A scalar constant with the dtype of value ``like`` (for arithmetic with it)."""
+        """A scalar constant with the dtype of value ``like`` (for arithmetic with it); a symbolic dim
+        (a stride or a size of a symbolic shape) is a value computed from the dims at each run."""
+        if isinstance(value, Dim):
+            out = self.op("dim_values", [], {"values": (value,), "shape": ()})
+            return out if self.dtype(like) == "int64" else self.cast(out, self.dtype(like))
         return self.param(np.asarray(value, dtype=self.dtype(like)), "scalar")
 
     # -- emitting -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from nnvm.errors import Error, InputError, UnboundDimError, UnsupportedOperatorError
 from nnvm.frontend.context import ConversionContext, ConvertError, FailedConversionError
-from nnvm.graph.dims import Dim, parse_dim
+from nnvm.graph.dims import Dim, dim_expression
 
 # A symbolic leading dimension with one of these names is the batch, and defaults to 1.
 BATCH_NAMES = re.compile(r"^(n|b|bs|batch|batch_?size|batches|num_?batch(es)?)$", re.IGNORECASE)
@@ -98,18 +98,6 @@ class DimBinding:
                 raise InputError(f"input {name!r} dim {axis} ({dim}) has no value in this binding")
             self.values[dim] = self.default(dim)
         return self.values[dim]
-
-
-def dim_expression(dim: str) -> Dim | None:
-    """The dim a name such as ``past + seq`` (an ONNX ``dim_param`` written as arithmetic of other dims,
-    as exporters write an attention mask's length) stands for, or None for a plain name."""
-    if dim.isidentifier() or not any(op in dim for op in "+-*/%"):
-        return None
-    try:
-        expr = parse_dim(dim)
-    except Error:
-        return None
-    return expr if isinstance(expr, Dim) and expr.names else None
 
 
 _BINDING: contextvars.ContextVar[DimBinding | None] = contextvars.ContextVar("nnvm_dim_binding", default=None)

@@ -44,8 +44,17 @@ def _ext(iv) -> int:
     return int(e.value)
 
 
+def _extent(iv):
+    """An axis's extent: an int, or an expression of symbolic dims."""
+    e = simplify(iv.dom.extent)
+    return int(e.value) if isinstance(e, Const) else e
+
+
 def _shape(t) -> tuple:
-    return tuple(int(simplify(d).value) for d in t.shape)
+    shape = tuple(simplify(d) for d in t.shape)
+    if not all(isinstance(d, Const) for d in shape):
+        raise ScheduleError(f"{t.op.name} needs a constant shape")
+    return tuple(int(d.value) for d in shape)
 
 
 def schedule_group(target, group, config: dict | None = None):
@@ -83,6 +92,19 @@ def bind_flat(stage, threads: int = THREADS, vector: int = VECTOR) -> None:
     op = stage.op
     if not op.axis:
         return
+    if not all(isinstance(_extent(iv), int) for iv in op.axis):  # symbolic: the last block's tail guarded
+        axes, vec, last = list(op.axis), None, _extent(op.axis[-1])
+        if vector > 1 and not op.reduce_axis and isinstance(last, int) and last % vector == 0:
+            axes[-1], vec = stage.split(axes[-1], factor=vector)  # a constant row: vectors, no tail
+        fused = stage.fuse(*axes) if len(axes) > 1 else axes[0]
+        if op.reduce_axis:
+            stage.reorder(fused, *op.reduce_axis)
+        bx, tx = stage.split(fused, factor=threads)
+        stage.bind(bx, "blockIdx.x")
+        stage.bind(tx, "threadIdx.x")
+        if vec is not None:
+            stage.vectorize(vec)
+        return
     total = math.prod(_ext(iv) for iv in op.axis)
     if total == 0:
         return  # an empty tensor: the kernel's loops run zero times
@@ -105,6 +127,10 @@ def _rfactor_reduction(sch, stage, threads: int = THREADS) -> bool:
     """Split a long reduction over few outputs across the threads of one block per output."""
     op = stage.op
     if len(op.reduce_axis) == 0 or len(op.body) != 1:
+        return False
+    if not all(isinstance(_extent(iv), int) for iv in list(op.reduce_axis) + list(op.axis)):
+        # a symbolic reduction, or a symbolic count of outputs (rows of batch x seq: a block each was 10x
+        # slower than a thread each for a feed-forward's 132 x 64 outputs): one thread per output
         return False
     red_total = math.prod(_ext(iv) for iv in op.reduce_axis)
     outputs = math.prod(_ext(iv) for iv in op.axis) if op.axis else 1
@@ -183,9 +209,17 @@ def _is_depthwise(op) -> bool:
     return groups > 1 and groups == op.attrs["data_shape"][1]
 
 
+def _same_shape(a, b) -> bool:
+    """Whether two tensors have the same shape, symbolic dims (a batch) compared as expressions."""
+    return len(a.shape) == len(b.shape) and all(str(simplify(x)) == str(simplify(y))
+                                                for x, y in zip(a.shape, b.shape))
+
+
 def _conv_stage(sch, out):
+    """The group's NCHW conv2d stage; its batch may be symbolic (a block's channels, rows and columns are
+    constant tiles, the batch is a factor of the block count: no tail)."""
     conv = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in CONV_TAGS), None)
-    if conv is None or len(conv.op.axis) != 4 or _shape(out) != _shape(conv.op.outputs[0]):
+    if conv is None or len(conv.op.axis) != 4 or not _same_shape(out, conv.op.outputs[0]):
         raise ScheduleError("no NCHW conv2d stage of the output's shape")
     return conv
 
@@ -201,7 +235,7 @@ def schedule_conv2d(out, config: dict | None = None):
         return _schedule_depthwise(sch, conv, out, {**DEPTHWISE, **(config or {})})
     config = {**CONV2D, **(config or {})}
     data_t, weight_t = tensors_read(conv.op.body[0])[:2]
-    _, o_total, oh, ow = (_ext(iv) for iv in conv.op.axis)
+    o_total, oh, ow = (_ext(iv) for iv in conv.op.axis[1:])
     rc_ext = _ext(conv.op.reduce_axis[0])
     local, stage = _accumulator(sch, conv, out)
     tx = _divisor_at_most(ow, config["tile_x"])
@@ -273,6 +307,8 @@ def _dot4(op, intrinsics: dict, k_ext: int, chunk: int):
     whose reduction splits into whole words, or None: the plain int32 multiply-add then."""
     if op.tag != "qdense" or "dp4a" not in intrinsics or k_ext % chunk or chunk % 4:
         return None
+    if op.attrs.get("dynamic_zero_point"):  # read at run time: not the intrinsic's body
+        return None
     a = op.attrs
     return intrinsics["dp4a"](a_dtype=a["data_dtype"], b_dtype=a["weight_dtype"],
                               a_zero_point=a["data_zero_point"], b_zero_point=a["weight_zero_point"])
@@ -286,15 +322,17 @@ def schedule_dense(out, config: dict | None = None, intrinsics: dict | None = No
     config = {**DENSE, **(config or {})}
     sch = te.create_schedule([out.op])
     dense = next((st for st in sch.stages if isinstance(st.op, ComputeOp) and st.op.tag in DENSE_TAGS), None)
-    if dense is None or _shape(out) != _shape(dense.op.outputs[0]):
+    # (a qdense of [..., K] data, a transformer's, has more than two axes: the generic schedule's)
+    if dense is None or len(dense.op.axis) != 2 or not _same_shape(out, dense.op.outputs[0]):
         raise ScheduleError("no dense stage of the output's shape")
     data_t, weight_t = tensors_read(dense.op.body[0])[:2]
-    m, n_out = (_ext(iv) for iv in dense.op.axis)
+    m, n_out = _extent(dense.op.axis[0]), _ext(dense.op.axis[1])
     k_ext = _ext(dense.op.reduce_axis[0])
     local, stage = _accumulator(sch, dense, out)
     # tiles that divide the output: no thread of a block idles (idle threads are still right, their guards
     # go below the barriers: test_tiles_that_do_not_divide_..., but they waste the block)
-    ty = _divisor_at_most(m, config["tile_y"])
+    # symbolic rows (batch x seq): tiles of tile_y rows, the last block's rows past m guarded
+    ty = _divisor_at_most(m, config["tile_y"]) if isinstance(m, int) else config["tile_y"]
     tx = _divisor_at_most(n_out, max(config["threads"] // ty, 1))
     i, j = stage.op.axis
     io, ii = stage.split(i, factor=ty)

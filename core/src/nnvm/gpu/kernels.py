@@ -29,7 +29,9 @@ then ``for threadIdx`` loops around the body::
 
 so the reference interpreter runs it as it is (threads of a barrier-holding loop in lockstep) and a
 printer replaces the thread loops by ``get_group_id(0)`` / ``get_local_id(0)``. The launch extents
-are in ``PrimFunc.attrs["launch"]`` (``{"blockIdx.x": 4, "threadIdx.x": 64}``).
+are in ``PrimFunc.attrs["launch"]`` (``{"blockIdx.x": 4, "threadIdx.x": 64}``); over symbolic dims a
+``blockIdx`` extent may be an expression of them (threads per block stay constants), and the function
+takes the dims' values in one more buffer (``lower_for_gpu``).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from nnvm.errors import ScheduleError
+from nnvm.gpu.library import DIMS_BUFFER
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
 from nnvm.tir.simplify import simplify
@@ -67,19 +70,26 @@ class GPUProgram:
 
 
 def lower_for_gpu(func: S.PrimFunc) -> GPUProgram:
-    """The whole pipeline of this module for one function."""
-    if func.dims:
-        raise ScheduleError(f"kernel {func.name}: its shapes have symbolic dims "
-                    f"({', '.join(d.name for d in func.dims)}), which the GPU targets do not take yet; "
-                    "bind every dim (integers in shapes=) for a GPU target")
+    """The whole pipeline of this module for one function.
+
+    A function over symbolic dims (``func.dims``) takes them as one more parameter, an int64 buffer of
+    their values in ``func.dims`` order, read into the dims' variables at the top of every kernel: one
+    buffer serves every language (WGSL binds no scalars, CUDA's argument arrays stay pointers only). Its
+    grids may then be expressions of the dims (``launch``), evaluated per binding by the runtime."""
+    dims = tuple(func.dims)
+    params = tuple(func.params)
+    if dims:
+        params += (S.Buffer(DIMS_BUFFER, (E.const(len(dims), E.INDEX_DTYPE),), "int64"),)
     temps, nests = split_kernels(func.body)
     kernels = []
     for k, nest in enumerate(nests):
         name = f"{func.name}_k{k}"  # a kernel name, never a reserved one such as main
         body = insert_barriers(nest)
         body, launch = bind_threads(body, f"{func.name} (kernel {k})")
-        kernels.append(S.PrimFunc(name, tuple(func.params) + tuple(temps), body, {"launch": launch}))
-    return GPUProgram(func.name, tuple(func.params), tuple(temps), kernels)
+        for i, d in reversed(list(enumerate(dims))):
+            body = S.LetStmt(d, E.Load(params[-1], E.const(i, E.INDEX_DTYPE), "int64"), body)
+        kernels.append(S.PrimFunc(name, params + tuple(temps), body, {"launch": launch}))
+    return GPUProgram(func.name, params, tuple(temps), kernels)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -194,10 +204,12 @@ def bind_threads(body: S.Stmt, where: str) -> tuple[S.Stmt, dict]:
     def collect(n):
         if isinstance(n, S.For) and n.kind == S.ForKind.THREAD_BINDING and n.thread_tag != "vthread":
             ext = simplify(n.extent)
-            if not isinstance(ext, E.Const):
+            if isinstance(ext, E.Const):
+                ext = int(ext.value)
+            elif n.thread_tag in THREAD_TAGS:
                 raise ScheduleError(f"{where}: the loop {n.var.name} bound to {n.thread_tag} needs a "
                                     f"constant extent, got {ext}")
-            launch[n.thread_tag] = max(launch.get(n.thread_tag, 1), int(ext.value))
+            launch[n.thread_tag] = _larger(launch.get(n.thread_tag, 1), ext)
 
     walk(body, collect)
     shared: list = []
@@ -214,9 +226,10 @@ def bind_threads(body: S.Stmt, where: str) -> tuple[S.Stmt, dict]:
         if isinstance(s, S.For):
             if s.kind == S.ForKind.THREAD_BINDING and s.thread_tag != "vthread":
                 tv = thread_var(s.thread_tag)
-                ext = int(simplify(s.extent).value)
+                ext = simplify(s.extent)
+                ext = int(ext.value) if isinstance(ext, E.Const) else ext
                 inner_guards = {t: c for t, c in guards.items() if t != s.thread_tag}
-                if ext != launch[s.thread_tag]:
+                if not _same(ext, launch[s.thread_tag]):
                     inner_guards[s.thread_tag] = tv < ext
                 body = substitute(s.body, {s.var: tv + s.min} if _nonzero(s.min) else {s.var: tv})
                 return lower(body, in_thread or s.thread_tag in THREAD_TAGS, inner_guards)
@@ -257,9 +270,29 @@ def bind_threads(body: S.Stmt, where: str) -> tuple[S.Stmt, dict]:
 def _grid(body, tags, launch):
     for tag in reversed(tags):
         if tag in launch:
-            body = S.For(thread_var(tag), E.const(0), E.const(launch[tag]), S.ForKind.THREAD_BINDING,
-                         body, tag)
+            ext = launch[tag]
+            body = S.For(thread_var(tag), E.const(0), E.const(ext) if isinstance(ext, int) else ext,
+                         S.ForKind.THREAD_BINDING, body, tag)
     return body
+
+
+def _same(a, b) -> bool:
+    """Whether two launch extents (ints, or expressions of symbolic dims) are provably equal."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    return str(simplify(a)) == str(simplify(b))
+
+
+def _larger(a, b):
+    """The launch extent covering loops of extents ``a`` and ``b``: the larger int, one of two equal
+    expressions, else their ``max`` (a block count of the dims, evaluated per binding)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    if _same(a, b) or (isinstance(a, int) and a <= 1):
+        return b
+    if isinstance(b, int) and b <= 1:
+        return a
+    return simplify(E.binop("max", E.convert(a), E.convert(b)))
 
 
 def _nonzero(e) -> bool:

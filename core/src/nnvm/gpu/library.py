@@ -6,6 +6,8 @@ A language plugin subclasses ``GPUKernelLibrary`` and implements the device in s
 
 - ``launch_table(program)``: what the runtime needs of a lowered ``GPUProgram`` (parameter sizes, which
   are read and written, temporaries, each kernel's grid and block), JSON-able, so it is exported as is;
+  over symbolic dims a size is a term of them (``size_term``), which a device module evaluates for its
+  binding (``bound_table``), and a call's dims go to the kernels in one small buffer;
 - ``device_module(plan, params)`` (asked by ``nnvm.runtime.module.Module``): a ``DeviceModule`` that
   uploads the weights once and keeps the activation arena on the device; a run copies the inputs in and
   the outputs out, nothing else. Concurrent runs each take a device arena (buffer, stream, prepared
@@ -39,19 +41,88 @@ from nnvm.errors import Error, ModelLoadError, reading
 from nnvm.runtime.kernel import KERNEL_TYPE
 from nnvm.tir import expr as E
 from nnvm.tir import stmt as S
+from nnvm.tir.simplify import simplify
 from nnvm.tir.visit import walk
+
+DIMS_BUFFER = "nnvm_dims"  # the last parameter of a GPU function over symbolic dims: their values
 
 EXPORT_VERSION = 2
 
 
-def _nbytes(buf: S.Buffer) -> int:
-    count = math.prod(int(E.convert(d).value) for d in buf.shape)
-    return max(count, 1) * np.dtype("bool" if buf.dtype == "bool" else buf.dtype).itemsize
+def _nbytes(buf: S.Buffer):
+    """A buffer's size in bytes: an int, or a size expression of its symbolic dims (``size_term``)."""
+    count = simplify(math.prod((E.convert(d) for d in buf.shape), start=E.const(1, E.INDEX_DTYPE)))
+    itemsize = np.dtype("bool" if buf.dtype == "bool" else buf.dtype).itemsize
+    if isinstance(count, E.Const):
+        return max(int(count.value), 1) * itemsize
+    return ["mul", ["max", size_term(count), 1], itemsize]
+
+
+_SIZE_OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+             "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
+
+
+def size_term(e):
+    """A launch size or buffer size over symbolic dims as JSON: an int, ``["dim", name]`` or
+    ``[op, a, b]`` (``_SIZE_OPS``), evaluated per binding by ``size_value``."""
+    if isinstance(e, int):
+        return e
+    e = simplify(E.convert(e))
+    if isinstance(e, E.Const):
+        return int(e.value)
+    if isinstance(e, E.Var):
+        return ["dim", e.name]
+    if isinstance(e, E.Cast):
+        return size_term(e.value)
+    if isinstance(e, E.BinOp) and e.op in _SIZE_OPS:
+        return [e.op, size_term(e.a), size_term(e.b)]
+    raise Error(f"a launch or buffer size {e} is not arithmetic of the symbolic dims")
+
+
+def size_value(term, dims: dict) -> int:
+    """``size_term``'s value when each dim has its value in ``dims``."""
+    if isinstance(term, int):
+        return term
+    if term[0] == "dim":
+        return int(dims[term[1]])
+    return int(_SIZE_OPS[term[0]](size_value(term[1], dims), size_value(term[2], dims)))
+
+
+_SIZE_TEXT = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "floormod": "%"}
+
+
+def size_text(term, times: int = 1) -> str:
+    """A ``size_term`` (times ``times``) as text for listings: ``((N * 10) + 63) // 64``."""
+    if isinstance(term, int):
+        return str(term * times)
+    if times != 1:
+        return f"{size_text(term)} * {times}"
+    if term[0] == "dim":
+        return term[1]
+    a, b = (size_text(t) for t in term[1:])
+    return f"{term[0]}({a}, {b})" if term[0] in ("min", "max") else f"({a} {_SIZE_TEXT[term[0]]} {b})"
+
+
+def bound_table(table: dict, dims: dict) -> dict:
+    """A launch table whose sizes are expressions of symbolic dims, with every size evaluated for one
+    binding (``{dim: value}``): what a device module for that binding launches and allocates."""
+    def buffers(key):
+        return [{**b, "nbytes": size_value(b["nbytes"], dims)} for b in table[key]]
+
+    launches = [{**la, "grid": [max(size_value(g, dims), 1) for g in la["grid"]]} for la in table["launches"]]
+    return {**table, "params": buffers("params"), "temporaries": buffers("temporaries"), "launches": launches}
+
+
+def is_symbolic_table(table: dict) -> bool:
+    """Whether a launch table has sizes that depend on symbolic dims."""
+    return any(not isinstance(b["nbytes"], int) for b in table["params"] + table["temporaries"]) or any(
+        not isinstance(g, int) for la in table["launches"] for g in la["grid"])
 
 
 def launch_table(program) -> dict:
     """The JSON-able description of a ``GPUProgram`` the runtime needs: buffer sizes, which parameters
-    are read and written, and each kernel's grid (blocks) and block (threads) sizes as (x, y, z)."""
+    are read and written, and each kernel's grid (blocks) and block (threads) sizes as (x, y, z). Over
+    symbolic dims a buffer size or a grid size is a ``size_term`` (``bound_table`` evaluates them)."""
     reads: set = set()
     writes: set = set()
     for k in program.kernels:
@@ -64,7 +135,7 @@ def launch_table(program) -> dict:
     for k in program.kernels:
         launch = k.attrs.get("launch", {})
         block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
-        grid = [launch.get(f"blockIdx.{d}", 1) for d in "xyz"]
+        grid = [size_term(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
         launches.append({"kernel": k.name, "grid": grid, "block": block})
     return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
 
@@ -91,6 +162,7 @@ class GPUKernelLibrary(KernelLibrary):
         self._blobs = blobs or {}
         self._callbacks: dict = {}
         self._single: dict = {}  # function -> (stream, buffers, prepared launches) for address()
+        self._weights: dict = {}  # id(host array) -> (the array, its device buffer): ``device_weight``
         self._lock = threading.Lock()
         self.bytes_to_device = 0
         self.bytes_from_device = 0
@@ -179,7 +251,7 @@ class GPUKernelLibrary(KernelLibrary):
 
     def describe_launch(self, launch: dict) -> str:
         """A launch's sizes in the language's words (OpenCL speaks of global and local sizes)."""
-        return f"grid {tuple(launch['grid'])} block {tuple(launch['block'])}"
+        return f"grid ({', '.join(map(size_text, launch['grid']))}) block {tuple(launch['block'])}"
 
     def source_text(self) -> str:
         """The kernel source the library was built from (the first text file by default)."""
@@ -191,13 +263,30 @@ class GPUKernelLibrary(KernelLibrary):
             raise ModelLoadError(f"this {self.language} module has no {name} section")
         return self._blobs[name]
 
+    def device_weight(self, stream, array: np.ndarray):
+        """``array`` in device memory, uploaded once per library: the modules of a symbolic model's
+        bindings (``nnvm.dynamic``) share its kernels and its weights' arrays, so each weight is on the
+        device once however many bindings run."""
+        with self._lock:
+            hit = self._weights.get(id(array))
+            if hit is not None and hit[0] is array:
+                return hit[1]
+        host = np.ascontiguousarray(array).view(np.uint8).reshape(-1)
+        buf = self.alloc(max(host.nbytes, 4))
+        if host.nbytes:
+            self.to_device(stream, buf, 0, host)
+        with self._lock:
+            self._weights[id(array)] = (array, buf)  # the array kept: its id names no other while here
+        return buf
+
     def device_module(self, plan: dict, params: dict):
         """A ``DeviceModule`` running ``plan`` with weights and activations on the device."""
         return DeviceModule(self, plan, params)
 
-    def launches(self, stream, function: str, prepared: list) -> None:
-        """Enqueue the launches of ``function`` (``prepared``: one per launch, in order)."""
-        for launch, p in zip(self.tables[function]["launches"], prepared):
+    def launches(self, stream, function: str, prepared: list, table: dict | None = None) -> None:
+        """Enqueue the launches of ``function`` (``prepared``: one per launch, in order); ``table``: its
+        launch table bound to a binding of symbolic dims (``bound_table``), else the library's."""
+        for launch, p in zip((table or self.tables[function])["launches"], prepared):
             self.launch(stream, p, launch["grid"], launch["block"])
 
     # -- single functions through the core's calling convention (nnvm.build) -------------------------
@@ -227,6 +316,8 @@ class GPUKernelLibrary(KernelLibrary):
         """Function ``name`` on ``args`` (a ``void **`` of host pointers): every argument copied in, the
         kernels launched, what they write copied back."""
         table = self.tables[name]
+        if is_symbolic_table(table):
+            raise Error(f"{name} takes symbolic dims; run it in a module compiled with nnvm.compile")
         state = self._single[name]
         if "bufs" not in state:
             state["stream"] = self.new_stream()
@@ -401,10 +492,12 @@ def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_byte
             if name not in tables:
                 raise ValueError(f"it calls a function {name!r} the kernels do not have")
             table = tables[name]
-            if len(call["args"]) != len(table["params"]):
+            args, dims = split_dim_args(call["args"])
+            if len(args) + bool(dims) != len(table["params"]) or bool(dims) != (
+                    bool(table["params"]) and table["params"][-1]["name"] == DIMS_BUFFER):
                 raise ValueError(f"{name} takes {len(table['params'])} arguments, the plan gives "
                                  f"{len(call['args'])}")
-            for ref, p in zip(call["args"], table["params"]):
+            for ref, p in zip(args, table["params"]):
                 if "arena" in ref:
                     if ref["arena"] + p["nbytes"] > arena_bytes:
                         raise ValueError(f"{name}'s argument {p['name']} ({p['nbytes']} bytes at "
@@ -416,28 +509,47 @@ def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_byte
         raise ModelLoadError(f"the module's execution plan does not match its kernels ({exc})") from None
 
 
+def split_dim_args(args: list) -> tuple[list, list]:
+    """A plan call's arguments as (buffer references, names of the dims it passes): a GPU kernel takes
+    the dims in one buffer, its last parameter (``kernels.DIMS_BUFFER``)."""
+    return [r for r in args if "dim" not in r], [r["dim"] for r in args if "dim" in r]
+
+
 class _DeviceArena:
-    """One run's device state: the activation arena, temporaries, a stream and every launch prepared."""
+    """One run's device state: the activation arena, temporaries, a stream and every launch prepared.
+    A call over symbolic dims gets a small buffer of their values (one per distinct list of dims)."""
 
     def __init__(self, lib: GPUKernelLibrary, module: DeviceModule):
         self.stream = lib.new_stream()
         self.arena = lib.alloc(max(module.arena_bytes, 1))
         self.owned = [self.arena]
         self.calls = []
+        self.dim_buffers: dict = {}  # the dims' names a call passes -> the buffer of their values
+        self.dims = None  # the dims those buffers hold now, when a run (``run_shaped``) changed them
+        dim_buffers = self.dim_buffers
         for call in module.plan["calls"]:
-            table = lib.tables[call["kernel"]]
+            table = module.tables[call["kernel"]]
+            refs, dims = split_dim_args(call["args"])
             args = []
-            for ref, p in zip(call["args"], table["params"]):
+            for ref, p in zip(refs, table["params"]):
                 if "arena" in ref:
                     args.append(lib.view(self.arena, module.offset(ref["arena"]), max(p["nbytes"], 1)))
                 else:
                     args.append(module.weights[ref["param"]])
+            if dims:
+                if tuple(dims) not in dim_buffers:
+                    values = np.array([module.plan["dims"][d] for d in dims], dtype=np.int64)
+                    dim_buffers[tuple(dims)] = buf = lib.alloc(values.nbytes)
+                    self.owned.append(buf)
+                    lib.to_device(self.stream, buf, 0, values.view(np.uint8))
+                args.append(dim_buffers[tuple(dims)])
             for t in table["temporaries"]:
                 buf = lib.alloc(max(t["nbytes"], 4))
                 self.owned.append(buf)
                 args.append(buf)
             self.calls.append((call["kernel"], [lib.prepare(launch["kernel"], args)
-                                                for launch in table["launches"]]))
+                                                for launch in table["launches"]], table))
+        lib.synchronize(self.stream)
 
 
 class DeviceModule:
@@ -445,7 +557,10 @@ class DeviceModule:
     (one per concurrent run, from a pool); a run copies inputs in and outputs out."""
 
     def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
-        check_plan_against_tables(plan, lib.tables, params, plan["arena_bytes"])
+        # a plan for one binding of symbolic dims: the launch tables' sizes evaluated for it
+        self.tables = ({name: bound_table(t, plan["dims"]) for name, t in lib.tables.items()}
+                       if plan.get("dims") else lib.tables)
+        check_plan_against_tables(plan, self.tables, params, plan["arena_bytes"])
         self.lib = lib
         self.plan = plan
         # Views must start at multiples of the device's alignment: the plan's offsets (multiples of 64)
@@ -461,14 +576,12 @@ class DeviceModule:
             for ref in call["args"]:
                 name = ref.get("param")
                 if name is not None and name not in self.weights:
-                    host = np.ascontiguousarray(params[name]).view(np.uint8).reshape(-1)
-                    self.weights[name] = lib.alloc(max(host.nbytes, 4))
-                    if host.nbytes:
-                        lib.to_device(stream, self.weights[name], 0, host)
+                    self.weights[name] = lib.device_weight(stream, params[name])
         lib.synchronize(stream)
         lib.release_stream(stream)
         self._pool: list = []
         self._pool_lock = threading.Lock()
+        self._bound: dict = {}  # dim values -> the launch tables bound to them (``_tables_for``)
 
     def offset(self, arena_offset: int) -> int:
         return arena_offset * self._scale
@@ -479,31 +592,63 @@ class DeviceModule:
                 return self._pool.pop()
         return _DeviceArena(self.lib, self)
 
-    def run(self, values: list, timings: dict | None = None) -> list[np.ndarray]:
+    def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
+        """A run of this plan, made for a bucket of dim values (``nnvm.dynamic``), at smaller ones
+        (``dims``: each plan dim's value) with the outputs' shapes for them: every buffer at its planned
+        offset and no larger than planned; the kernels get this run's dims and grids."""
+        return self.run(values, shaped=(dims, output_shapes))
+
+    def _tables_for(self, dims: dict) -> dict:
+        """The launch tables bound to ``dims`` (a few kept: a decoding loop repeats its steps' shapes)."""
+        key = tuple(sorted(dims.items()))
+        tables = self._bound.get(key)
+        if tables is None:
+            tables = {name: bound_table(t, dims) for name, t in self.lib.tables.items()}
+            with self._pool_lock:
+                if len(self._bound) >= 16:
+                    self._bound.pop(next(iter(self._bound)))
+                self._bound[key] = tables
+        return tables
+
+    def _set_dims(self, arena: _DeviceArena, dims: dict | None) -> None:
+        """Point ``arena``'s dims buffers at ``dims`` (None: the plan's own)."""
+        if arena.dims == dims:
+            return
+        values = self.plan["dims"] if dims is None else dims
+        for names, buf in arena.dim_buffers.items():
+            self.lib.to_device(arena.stream, buf, 0,
+                               np.array([values[n] for n in names], dtype=np.int64).view(np.uint8))
+        arena.dims = dims
+
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
         """The outputs for ``values`` (arrays in the plan's input order, already checked). With a
         ``timings`` dict, where the device can time its own work (``record``), it gets ``device_ms`` (the
-        whole run on the device, copies included) and ``kernels_ms`` (the launches alone)."""
+        whole run on the device, copies included) and ``kernels_ms`` (the launches alone). ``shaped``:
+        ``(dims, output shapes)`` of a run at smaller dims than planned (``run_shaped``)."""
         lib = self.lib
         arena = self._take()
         try:
             stream = arena.stream
+            if arena.dim_buffers:
+                self._set_dims(arena, None if shaped is None else dict(shaped[0]))
+            run_tables = None if shaped is None else self._tables_for(shaped[0])
             timed = timings is not None and lib.record(stream, "start")
             for d, v in zip(self.plan["inputs"], values):
-                if "arena" in d["ref"]:
+                if "arena" in d["ref"] and v.size:  # an empty one (a KV cache's first past) moves nothing
                     host = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
                     lib.to_device(stream, arena.arena, self.offset(d["ref"]["arena"]), host)
             if timed:
                 lib.record(stream, "kernels")
-            for function, prepared in arena.calls:
-                lib.launches(stream, function, prepared)
+            for function, prepared, table in arena.calls:
+                lib.launches(stream, function, prepared, run_tables[function] if run_tables else table)
             if timed:
                 lib.record(stream, "kernels_done")
             outs = []
-            for d in self.plan["outputs"]:
+            for i, d in enumerate(self.plan["outputs"]):
                 if "param" in d["ref"]:
                     outs.append(np.array(self.params[d["ref"]["param"]], copy=True))
                     continue
-                out = np.empty(d["shape"], dtype=d["dtype"])
+                out = np.empty(d["shape"] if shaped is None else shaped[1][i], dtype=d["dtype"])
                 if out.nbytes:
                     lib.from_device(stream, out.reshape(-1).view(np.uint8), arena.arena,
                                     self.offset(d["ref"]["arena"]))

@@ -322,3 +322,15 @@ def parse_dim(text: str):
     except SyntaxError:
         raise Error(f"cannot read the dim {text!r}") from None
     return build(tree)
+
+
+def dim_expression(dim: str) -> Dim | None:
+    """The dim a name such as ``past + seq`` (an ONNX ``dim_param`` written as arithmetic of other dims,
+    as exporters write an attention mask's length) stands for, or None for a plain name."""
+    if dim.isidentifier() or not any(op in dim for op in "+-*/%"):
+        return None
+    try:
+        expr = parse_dim(dim)
+    except Error:
+        return None
+    return expr if isinstance(expr, Dim) and expr.names else None

@@ -38,6 +38,7 @@ import numpy as np
 
 from nnvm import te
 from nnvm.errors import Error
+from nnvm.graph.dims import Dim
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, int_tuple, require_dtype, require_inputs, same_dtypes, shape_of
 from nnvm.ops.nn import _conv2d_eval
@@ -96,7 +97,7 @@ def transformed_shape(shape: tuple, src: str, dst: str, pad: bool = False) -> tu
         if f is None:
             b = blocks.get(a, 1)
             if pad:
-                out.append(-(-full[a] // b))
+                out.append((full[a] + b - 1) // b)  # a ceiling a symbolic dim can take too
                 continue
             if full[a] % b:
                 raise Error(f"layout_transform: axis {a} of size {full[a]} cannot be split into blocks of "
@@ -122,10 +123,10 @@ def _lt_infer(in_types, attrs):
         return [TensorType(transformed_shape(x.shape, src, dst), x.dtype)]
     # An explicit shape pads (zeros) or crops axes that are not whole blocks: channel counts such as
     # 1000 stored as 63 blocks of 16, and back.
-    shape = tuple(int(d) for d in attrs["shape"])
+    shape = tuple(d if isinstance(d, Dim) else int(d) for d in attrs["shape"])  # a symbolic batch stays
     rounded = transformed_shape(x.shape, src, dst, pad=True)
     axes = parse_layout(dst)
-    if len(shape) != len(axes) or any(d < 1 for d in shape) or any(
+    if len(shape) != len(axes) or any(not isinstance(d, Dim) and d < 1 for d in shape) or any(
             f is not None and d != f for (_, f), d in zip(axes, shape)):
         raise Error(f"layout_transform: shape {shape} is not a {dst} shape (rank {len(axes)}, block axes "
                     f"{rounded})")
@@ -139,7 +140,8 @@ def _lt_compute(inputs, attrs, out_types):
     dpos = {a: k for k, (a, _) in enumerate(dst)}
     have = full_sizes(shape_of(x), attrs["src_layout"])
     want = full_sizes(out_types[0].shape, attrs["dst_layout"])
-    padded = [a for a in want if want[a] > have[a]]  # axes whose extra (padding) elements read as zero
+    # axes whose extra (padding) elements read as zero; an axis the same in both (a symbolic batch) is not
+    padded = [a for a in want if want[a] != have[a] and want[a] > have[a]]
 
     def body(*i):
         full = {}
@@ -750,6 +752,6 @@ def ops() -> list[OpDef]:
                   "[m+2, m+2, ...]"),
         OpDef("conv2d_winograd_nchwc", _wino_infer, _wino_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
               attrs={"padding": Attr(tuple, (0, 0, 0, 0), "top, left, bottom, right")},
-              num_inputs=(2, 2), evaluate=checked_evaluate(_wino_infer, _wino_eval),
+              num_inputs=(2, 2), evaluate=checked_evaluate(_wino_infer, _wino_eval), images_apart=True,
               doc="3x3 stride-1 conv2d over NCHW[x]c data by Winograd F(m x m, 3x3), m from the weights"),
     ]

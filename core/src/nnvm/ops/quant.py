@@ -74,7 +74,10 @@ def _saturate_round(v, zp: int, dtype: str, lo: int | None = None, hi: int | Non
     tlo, thi = _type_range(dtype)
     lo = tlo if lo is None else max(lo, tlo)
     hi = thi if hi is None else min(hi, thi)
-    v = te.minimum(te.maximum(v, te.const(float(lo - zp), "float32")), te.const(float(hi - zp), "float32"))
+    # the bound first: NaN-propagating maximum(bound, v) tests the bound, a constant, for NaN (folded
+    # away), so x86 gets one vmaxps / vminps each where maximum(v, bound) took four instructions; the
+    # same values (a NaN v gives NaN either way)
+    v = te.minimum(te.const(float(hi - zp), "float32"), te.maximum(te.const(float(lo - zp), "float32"), v))
     r = te.round(v)
     if zp:
         r = r + te.const(float(zp), "float32")
@@ -183,37 +186,51 @@ def _qconv2d_eval(xs, attrs):
 
 
 def _qdense_infer(in_types, attrs):
-    data, weight = require_inputs("qdense", in_types, ("data", "weight"))
-    require_rank("qdense", data, 2, "data [M, K]")
+    data, weight = require_inputs("qdense", in_types[:2], ("data", "weight"))
+    if len(data.shape) < 2:
+        raise Error(f"qdense: the data must be [..., K] of rank 2 or more, got rank {len(data.shape)}")
     require_rank("qdense", weight, 2, "weight [N, K]")
     _check_quant_dtype("qdense", data, "data")
     _check_quant_dtype("qdense", weight, "weight")
     _check_zero_point("qdense", "data_zero_point", attrs["data_zero_point"], data.dtype)
     _check_zero_point("qdense", "weight_zero_point", attrs["weight_zero_point"], weight.dtype)
-    if data.shape[1] != weight.shape[1]:
-        raise Error(f"qdense: the data has K={data.shape[1]} but the weight [N, K] has K={weight.shape[1]}")
-    return [TensorType((data.shape[0], weight.shape[0]), "int32")]
+    if len(in_types) > 2:
+        zp = in_types[2]
+        if zp.shape not in ((), (1,)) or zp.dtype != data.dtype or attrs["data_zero_point"]:
+            raise Error(f"qdense: a data zero point given as an input must be a {data.dtype} scalar (and the "
+                        f"data_zero_point attribute 0), got {zp.dtype}{list(zp.shape)}")
+    if data.shape[-1] != weight.shape[1]:
+        raise Error(f"qdense: the data has K={data.shape[-1]} but the weight [N, K] has K={weight.shape[1]}")
+    return [TensorType((*data.shape[:-1], weight.shape[0]), "int32")]
 
 
 def _qdense_compute(inputs, attrs, out_types):
-    data, weight = inputs
-    m, k = shape_of(data)
+    data, weight = inputs[:2]
+    shape = shape_of(data)
+    k = shape[-1]
     n = shape_of(weight)[0]
     xzp, wzp = attrs["data_zero_point"], attrs["weight_zero_point"]
     rk = te.reduce_axis((0, k), name="k")
-    workload = {"data_shape": (m, k), "weight_shape": (n, k), "data_dtype": data.dtype,
-                "weight_dtype": weight.dtype, "data_zero_point": xzp, "weight_zero_point": wzp}
+    workload = {"data_shape": shape, "weight_shape": (n, k), "data_dtype": data.dtype,
+                "weight_dtype": weight.dtype, "data_zero_point": xzp, "weight_zero_point": wzp,
+                "dynamic_zero_point": len(inputs) > 2}
 
-    def body(i, j):
-        return te.sum(_centered(data[i, rk], xzp) * _centered(weight[j, rk], wzp), axis=rk)
+    def body(*i):
+        x = _centered(data[(*i[:-1], rk)], xzp)
+        if len(inputs) > 2:  # a zero point computed at run time (DynamicQuantizeLinear's)
+            zp = inputs[2]
+            x = x - zp[(te.const(0),) * len(shape_of(zp))].astype("int32")
+        return te.sum(x * _centered(weight[i[-1], rk], wzp), axis=rk)
 
-    return [te.compute((m, n), body, name="qdense", tag="qdense", attrs={"workload": workload, **workload})]
+    return [te.compute((*shape[:-1], n), body, name="qdense", tag="qdense",
+                       attrs={"workload": workload, **workload})]
 
 
 def _qdense_eval(xs, attrs):
-    data = xs[0].astype(np.int64) - attrs["data_zero_point"]
+    zp = int(np.asarray(xs[2]).reshape(-1)[0]) if len(xs) > 2 else attrs["data_zero_point"]
+    data = xs[0].astype(np.int64) - zp
     weight = xs[1].astype(np.int64) - attrs["weight_zero_point"]
-    return [data @ weight.T]
+    return [(data @ weight.T).astype(np.int32)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -316,9 +333,10 @@ def ops() -> list[OpDef]:
               evaluate=checked_evaluate(_qconv2d_infer, _qconv2d_eval),
               doc="int32 conv2d of 8-bit NCHW data and OIHW weights less their zero points"),
         OpDef("qdense", _qdense_infer, _qdense_compute, OpPattern.OUT_ELEMWISE_FUSABLE,
-              attrs=dict(zero_points), num_inputs=(2, 2),
+              attrs=dict(zero_points), num_inputs=(2, 3),
               evaluate=checked_evaluate(_qdense_infer, _qdense_eval),
-              doc="int32 data [M, K] times weight [N, K] transposed, less their zero points"),
+              doc="int32 data [..., K] times weight [N, K] transposed, less their zero points (the data's "
+                  "optionally a scalar input, computed at run time)"),
         OpDef("requantize", _requantize_infer, _requantize_compute, OpPattern.BROADCAST,
               attrs={"axis": Attr(int, 1, "the channel axis of a per-channel scale or bias"),
                      "zero_point": Attr(int, 0), "out_dtype": Attr(str, "uint8", "int8, uint8 or float32"),

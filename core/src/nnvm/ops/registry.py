@@ -59,6 +59,9 @@ class OpDef:
     num_outputs: int = 1
     evaluate: Callable | None = None
     doc: str = ""
+    # each image of the output (leading axis) is computed from the same image of each input leading with
+    # the batch, whatever its stages do (Winograd tiles several images as one axis): ``nnvm.batch_loop``
+    images_apart: bool = False
 
     def normalize_attrs(self, attrs: dict, node: str = "?") -> dict:
         """Attributes with defaults filled in, checked against the declaration."""

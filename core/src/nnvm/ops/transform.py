@@ -229,8 +229,8 @@ def _tile_shapes(shape: tuple, reps: tuple) -> tuple[tuple, tuple]:
 
 def _tile_infer(in_types, attrs):
     x = _one("tile", in_types)
-    reps = int_tuple("tile", "reps", attrs["reps"])
-    if any(r < 0 for r in reps):
+    reps = dim_tuple("tile", "reps", attrs["reps"])  # a dim: a symbolic batch's copies of a table
+    if any(isinstance(r, int) and r < 0 for r in reps):
         raise Error(f"tile: reps {reps} must be non-negative")
     shape, reps = _tile_shapes(x.shape, reps)
     return [TensorType(tuple(d * r for d, r in zip(shape, reps)), x.dtype)]

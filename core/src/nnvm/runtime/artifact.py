@@ -28,7 +28,8 @@ extensions and a loader with the core alone checks any. A module exported on an 
 loaded on one without it would die of SIGILL in its first kernel: both loaders refuse it first, naming
 what this CPU lacks.
 
-A newer format bumps the version; a reader refuses versions above its own. The C runtime's
+A newer format bumps the version; a reader refuses versions above its own and below
+``OLDEST_FORMAT_VERSION``. A file is written with the oldest version that reads it (``seal``). The C runtime's
 ``nnvm_runtime.c`` reads the same layout and the same probes: change both together.
 """
 
@@ -43,8 +44,13 @@ import zlib
 from nnvm.errors import ModelLoadError
 
 MAGIC = b"NNVMMOD\0"
-# 1: the ELF image alone; 2: a footer with x86 feature bits; 3: the feature list of any architecture
-FORMAT_VERSION = 3
+# 1: the ELF image alone; 2: a footer with x86 feature bits; 3: the feature list of any architecture;
+# 4: a module with symbolic dims (its plan's structure and shape programs: ``nnvm.runtime.symbolic``)
+FORMAT_VERSION = 4  # the newest this nnvm reads and writes
+OLDEST_FORMAT_VERSION = 3  # the oldest it reads: v3 is v4 without symbolic modules
+# A bound module is written as v3, the oldest version that reads it, so runtimes built before symbolic
+# modules still run it; a symbolic one as v4, which they refuse with one sentence ("newer").
+BOUND_FORMAT_VERSION = 3
 FOOTER = struct.Struct("<8sIIQHBxI32s")
 assert FOOTER.size == 64
 MAX_FEATURE_BYTES = 4096
@@ -108,11 +114,13 @@ def parse_feature_list(text: bytes) -> dict:
     return found
 
 
-def seal(path: str, target_kind: str, features: dict | None = None) -> None:
+def seal(path: str, target_kind: str, features: dict | None = None, version: int | None = None) -> None:
     """Append the feature list and the footer to the ELF image at ``path`` (replacing those already there,
-    as when a loaded module is exported again: None keeps its features); ``features`` is
-    ``{name: probe}``, the ISA extensions its code may use and how a host shows it has each."""
+    as when a loaded module is exported again: None keeps its features and its version); ``features`` is
+    ``{name: probe}``, the ISA extensions its code may use and how a host shows it has each; ``version``
+    the format version (``BOUND_FORMAT_VERSION`` for a new file when None)."""
     size = os.path.getsize(path)
+    kept_version = BOUND_FORMAT_VERSION
     with open(path, "r+b") as f:
         if size >= FOOTER.size:
             f.seek(size - FOOTER.size)
@@ -123,6 +131,7 @@ def seal(path: str, target_kind: str, features: dict | None = None) -> None:
                     f.seek(payload)
                     kept = parse_feature_list(f.read(listed))  # a loaded module exported again keeps them
                     features = kept if features is None else features
+                    kept_version = FOOTER.unpack(old)[1]
                     size = payload
                 else:
                     size -= FOOTER.size
@@ -136,8 +145,8 @@ def seal(path: str, target_kind: str, features: dict | None = None) -> None:
         f.write(listed)
         crc = _crc32(f, size + len(listed))
         f.seek(size + len(listed))
-        f.write(FOOTER.pack(MAGIC, FORMAT_VERSION, crc, size, ident[1], ident[0], len(listed),
-                            target_kind.encode()[:32]))
+        f.write(FOOTER.pack(MAGIC, kept_version if version is None else version, crc, size, ident[1],
+                            ident[0], len(listed), target_kind.encode()[:32]))
 
 
 def check(path: str) -> dict:
@@ -157,9 +166,9 @@ def check(path: str) -> dict:
         if version > FORMAT_VERSION:
             raise ModelLoadError(f"{path}: module format v{version} is newer than this nnvm reads "
                                  f"(v{FORMAT_VERSION}); upgrade nnvm or export it again")
-        if version < FORMAT_VERSION:
+        if version < OLDEST_FORMAT_VERSION:
             raise ModelLoadError(f"{path}: module format v{version} is older than this nnvm reads "
-                                 f"(v{FORMAT_VERSION}); export it again")
+                                 f"(v{OLDEST_FORMAT_VERSION} to v{FORMAT_VERSION}); export it again")
         if listed > MAX_FEATURE_BYTES or payload + listed != size - FOOTER.size:
             raise ModelLoadError(f"{path}: the footer says {payload + listed + FOOTER.size} bytes but the "
                                  f"file has {size}: it is truncated or corrupted")

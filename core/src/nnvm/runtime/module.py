@@ -24,10 +24,11 @@ from nnvm.graph.ir import load_params, save_params
 from nnvm.limits import check_allocation
 from nnvm.runtime import artifact
 from nnvm.runtime.kernel import SEQUENCE_TYPE, kernel_from_address
+from nnvm.runtime.symbolic import evaluate, read_description, shown
 from nnvm.runtime.threads import run_kernels
 
 ARTIFACT_FORMAT = "nnvm-module"
-ARTIFACT_VERSION = artifact.FORMAT_VERSION
+ARTIFACT_VERSION = artifact.FORMAT_VERSION  # the graph section's version follows the footer's
 
 
 # Emulation notes already printed in this process: API.md promises the user one line, not one per module.
@@ -36,8 +37,11 @@ _NOTES_SHOWN: set[str] = set()
 class Module:
     """A compiled model. ``run`` takes inputs positionally or by name and returns a list of arrays."""
 
-    def __init__(self, plan: dict, params: dict, library, target, stats: dict, graph=None):
+    def __init__(self, plan: dict, params: dict, library, target, stats: dict, graph=None,
+                 symbolic: dict | None = None):
         self.plan = plan
+        # an exported symbolic module's section (``runtime.symbolic.describe``): kept to export it again
+        self.symbolic = symbolic
         self.params = {k: np.asarray(v, order="C") for k, v in params.items()}
         self.library = library
         self.target = target
@@ -129,8 +133,11 @@ class Module:
 
     @property
     def runs_shaped(self) -> bool:
-        """Whether ``run_shaped`` serves this module: its kernels run here, on the host."""
-        return self._device is None and self._in_process
+        """Whether ``run_shaped`` serves this module: its kernels run here, on the host, or on a device
+        whose runner takes a run's dims (``nnvm.gpu.library.DeviceModule.run_shaped``)."""
+        if self._device is not None:
+            return hasattr(self._device, "run_shaped")
+        return self._in_process
 
     def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
         """A run of a plan made for larger dims (a bucket, ``nnvm.dynamic``) at smaller ones: ``values``
@@ -141,6 +148,8 @@ class Module:
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
         dim_values = [int(dims.get(name, 1)) for name in self._dim_index]  # as ``specialised`` plans
+        if self._device is not None:
+            return self._device.run_shaped(values, dict(zip(self._dim_index, dim_values)), output_shapes)
         return run_kernels(self._run_in_workspace, values, (dim_values, output_shapes))
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
@@ -183,24 +192,31 @@ class Module:
         """Kernels, fused groups, weight and activation bytes, compile seconds per phase."""
         return dict(self._stats)
 
-    def export(self, path: str) -> None:
-        """Write one file with kernels, execution plan and weights; ``nnvm.load`` runs it."""
-        if self.plan.get("dims"):
+    def export(self, path: str, symbolic: dict | None = None) -> None:
+        """Write one file with kernels, execution plan and weights; ``nnvm.load`` runs it. ``symbolic``:
+        the dims and shape programs of a symbolic module whose plan was made for the dims' upper bounds
+        (``SymbolicModule.export``), written as format v4; a bound module is v3."""
+        symbolic = symbolic if symbolic is not None else self.symbolic
+        if self.plan.get("dims") and symbolic is None:
             raise Error(f"cannot export {path}: the module's kernels take symbolic dims "
                         f"({', '.join(self.plan['dims'])}), and exporting them is not supported yet; compile "
                         "it with every dim bound (integers in shapes=) to export it")
+        version = artifact.FORMAT_VERSION if symbolic is not None else artifact.BOUND_FORMAT_VERSION
         meta = {
             "format": ARTIFACT_FORMAT,
-            "version": ARTIFACT_VERSION,
+            "version": version,
             "target": str(self.target),
             "plan": self.plan,
             "stats": self._stats,
         }
+        if symbolic is not None:
+            meta["symbolic"] = symbolic
         blobs = {"graph": json.dumps(meta).encode(), "params": save_params(self.params)}
         path = os.fspath(path)
         self.library.export(path, blobs)
         if artifact.is_elf(path):  # the CPU targets' shared libraries; other formats check themselves
-            artifact.seal(path, str(self.target).split()[0], getattr(self.library, "cpu_features", None))
+            artifact.seal(path, str(self.target).split()[0], getattr(self.library, "cpu_features", None),
+                          version)
 
 
 def inputs_by_name(names: list, args: tuple, kwargs: dict) -> dict:
@@ -426,6 +442,73 @@ class SharedLibrary(KernelLibrary):
         return ""
 
 
+class ExportedSymbolicModule:
+    """An exported symbolic module loaded back (``nnvm.load``): ``run`` takes any shape within the bounds.
+    Each run binds the dims from the inputs' shapes (``DimSignature``, the messages of ``nnvm.dynamic``),
+    evaluates the outputs' shapes from their programs, and runs the file's one plan, made for every dim
+    at its upper bound, at those dims (``Module.run_shaped``): no planning or compiling after loading."""
+
+    def __init__(self, module: Module, symbolic: dict):
+        self.module = module
+        self.signature, self.dims, self._outputs = read_description(symbolic)
+        planned = {d["name"] for d in module.plan["inputs"]}
+        if set(self.signature.inputs) != planned:
+            raise ValueError(f"inputs {sorted(self.signature.inputs)}, the plan's {sorted(planned)}")
+        if len(self._outputs) != len(module.plan["outputs"]):
+            raise ValueError("it lists another number of outputs than the plan")
+
+    @property
+    def input_names(self) -> list[str]:
+        return self.module.input_names
+
+    @property
+    def bounds(self) -> dict:
+        return dict(self.signature.bounds)
+
+    @property
+    def input_shapes(self) -> dict:
+        return dict(self.signature.inputs)
+
+    @property
+    def plan(self) -> dict:
+        return self.module.plan
+
+    @property
+    def target(self):
+        return self.module.target
+
+    def run(self, *args, **kwargs) -> list[np.ndarray]:
+        """Outputs for inputs of any shape within the bounds, each with its actual shape; thread-safe."""
+        given = inputs_by_name(self.input_names, args, kwargs)
+        for name in self.input_names:
+            if name not in given:
+                raise InputError(f"missing input {name!r} {shown(self.signature.inputs[name])}")
+        arrays = {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
+        values = self.signature.bind({k: a.shape for k, a in arrays.items()})
+        vector = [values.get(d, 0) for d in self.dims]
+        shapes = [tuple(d if isinstance(d, int) else evaluate(d.code, vector) for d in shape)
+                  for shape in self._outputs]
+        ordered = [arrays[n] for n in self.input_names]
+        if self.module.runs_shaped:
+            return self.module.run_shaped(ordered, values, shapes)
+        for (name, _, dtype, _), v in zip(self.module._inputs, ordered):
+            if v.dtype != dtype:
+                raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
+        return self.module._run_out_of_process(ordered)  # the file, run by nnvm-run (emulated)
+
+    __call__ = run
+
+    def stats(self) -> dict:
+        out = self.module.stats()
+        out["symbolic"] = {"dims": {d: list(b) for d, b in self.signature.bounds.items()},
+                           "inputs": {k: list(v) for k, v in self.signature.inputs.items()},
+                           "mode": "exported", "arena_bytes": self.module.plan["arena_bytes"]}
+        return out
+
+    def export(self, path: str) -> None:
+        self.module.export(path)
+
+
 def load_module(path) -> Module:
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -443,19 +526,28 @@ def load_module(path) -> Module:
         meta = json.loads(bytes(lib.blob("graph")).decode())
     if not isinstance(meta, dict):
         raise ModelLoadError(f"{path}: the module's graph section is corrupt")
-    if meta.get("format") != ARTIFACT_FORMAT or meta.get("version") != ARTIFACT_VERSION:
-        raise ModelLoadError(f"{path}: module format {meta.get('format')} v{meta.get('version')} is not "
-                             f"supported by this nnvm (expects {ARTIFACT_FORMAT} v{ARTIFACT_VERSION})")
+    version = meta.get("version")
+    if (meta.get("format") != ARTIFACT_FORMAT or not isinstance(version, int)
+            or not artifact.OLDEST_FORMAT_VERSION <= version <= ARTIFACT_VERSION):
+        raise ModelLoadError(f"{path}: module format {meta.get('format')} v{version} is not supported by "
+                             f"this nnvm (expects {ARTIFACT_FORMAT} v{artifact.OLDEST_FORMAT_VERSION} to "
+                             f"v{ARTIFACT_VERSION})")
     with reading(path, "the module's graph or weights section is corrupt"):
         params = load_params(lib.blob("params"))
         plan, target, stats = meta["plan"], meta["target"], meta["stats"]
+    symbolic = meta.get("symbolic")
     try:
-        mod = Module(plan, params, lib, target, stats)
+        mod = Module(plan, params, lib, target, stats, symbolic=symbolic)
     except ModelLoadError as exc:
         raise ModelLoadError(f"{path}: {exc}") from None
     if not mod._in_process:
         mod._exported = path
-    return mod
+    if symbolic is None:
+        return mod
+    try:
+        return ExportedSymbolicModule(mod, symbolic)
+    except (KeyError, TypeError, ValueError, IndexError, ZeroDivisionError, Error) as exc:
+        raise ModelLoadError(f"{path}: the module's symbolic dims section is corrupt ({exc})") from None
 
 
 def _check_artifact(path: str) -> None:

@@ -194,6 +194,25 @@ def bind_types(graph: Graph, values: dict) -> Graph:
     return graph.replace(types=types)
 
 
+def bind_dim(value, name: str, size: int):
+    """An attribute value (nested tuples, lists, dicts) with dim ``name`` set to ``size`` where it
+    appears; other dims are left symbolic (a group using them is not looped)."""
+    if isinstance(value, Dim):
+        return value.evaluate({name: size}) if set(value.names) <= {name} else value
+    if isinstance(value, tuple | list):
+        return type(value)(bind_dim(v, name, size) for v in value)
+    if isinstance(value, dict):
+        return {k: bind_dim(v, name, size) for k, v in value.items()}
+    return value
+
+
+def bound_graph(graph: Graph, name: str, size: int = 1) -> Graph:
+    """``graph`` with dim ``name`` set to ``size`` in its types (dims of other names stay)."""
+    types = {v: TensorType(tuple(bind_dim(d, name, size) for d in ty.shape), ty.dtype) if ty.symbolic else ty
+             for v, ty in graph.types.items()}
+    return graph.replace(types=types)
+
+
 def inplace_pairs(graph: Graph, calls: list) -> dict:
     """Call index -> the input whose storage its output may take (``inplace_input``). On a graph with
     symbolic dims the shapes compare as expressions, so the pairs hold for every binding: a symbolic
@@ -210,7 +229,7 @@ def inplace_pairs(graph: Graph, calls: list) -> dict:
 
 
 def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None = None,
-              pairs: dict | None = None, bindable: bool = False) -> dict:
+              pairs: dict | None = None, bindable: bool = False, places: dict | None = None) -> dict:
     """The JSON-able plan: inputs, outputs, kernel calls with argument locations, arena size. A graph with
     symbolic dims is planned for one binding, ``dims`` (name -> value): shapes and sizes are evaluated
     with it, and a call whose kernel takes dims (``call["dims"]``, ``lowering.group_calls``) gets a
@@ -221,12 +240,15 @@ def make_plan(graph: Graph, calls: list, inplace: bool = True, dims: dict | None
     ``bindable``: each input and output whose storage no other value shares (no in-place partner, no
     view) lists the kernel arguments that read or write it (``"uses"``: ``[call, argument]`` pairs), so
     a run can point them at the caller's arrays instead of copying through the arena
-    (``Module.run_shaped``)."""
+    (``Module.run_shaped``).
+
+    ``places``: the views' placements (``view_placements``) where they are not those of this binding:
+    over a symbolic batch they are one image's, each image a block's image apart (``nnvm.batch_loop``)."""
     if inplace and pairs is None:
         pairs = inplace_pairs(graph, calls)
     if dims is not None:
         graph = bind_types(graph, dims)
-    in_views = view_placements(graph, calls)
+    in_views = view_placements(graph, calls) if places is None else places
     runs = [(k, call) for k, call in enumerate(calls) if not call.get("view")]  # (index in calls, call)
     steps = len(runs)
     lifetimes: dict = {}

@@ -394,3 +394,43 @@ def _count_guards_on(var: E.Var, stmt) -> int:
 
     walk(stmt, fn)
     return count
+
+
+def batch_loop(func: S.PrimFunc, params: tuple, dim: E.Var, strides: tuple = (),
+               name: str | None = None) -> S.PrimFunc:
+    """``func``, lowered for one image, run for every image of a batch of ``dim``.
+
+    ``params`` are ``func``'s parameters at their full shapes: one leading with ``dim`` is ``dim`` images
+    of ``func``'s (its batch-1 buffer), read and written at the loop index times an image's elements; the
+    others are the same buffers (weights). Storage ``func`` allocates at its top is allocated once, outside
+    the loop, and reused by every image. ``strides``: per parameter, the elements from one image to the
+    next where that is not an image's own size (a value inside an in-place concatenation's output), else
+    None. Before: ``body``; after: ``for b in [0, dim): body[b]``.
+    """
+    images: dict = {}
+    image = E.Var(f"{dim.name}_image", dim.dtype)
+    strides = tuple(strides) or (None,) * len(params)
+    for one, full, stride in zip(func.params, params, strides):
+        if full.shape and full.shape[0] is dim:
+            step = stride or math.prod(int(s.value) for s in one.shape[1:])
+            images[one] = (full, image * step if step != 1 else image)
+        else:
+            images[one] = (full, None)
+
+    def fn(node):
+        if isinstance(node, E.Load | S.Store) and node.buffer in images:
+            full, offset = images[node.buffer]
+            index = node.index if offset is None else node.index + offset
+            return replace(node, buffer=full, index=index)
+        return None
+
+    allocs = []
+    body = func.body
+    while isinstance(body, S.Allocate):
+        allocs.append(body.buffer)
+        body = body.body
+    body = S.For(image, E.const(0, dim.dtype), dim, S.ForKind.SERIAL, rewrite(body, fn))
+    for buf in reversed(allocs):
+        body = S.Allocate(buf, body)
+    dims = tuple(dict.fromkeys((dim, *func.attrs.get("dims", ()))))
+    return S.PrimFunc(name or func.name, tuple(params), body, {**func.attrs, "dims": dims})

@@ -361,7 +361,8 @@ class Simplifier:
 
     def _merge_divmod(self, lin: Linear) -> Linear:
         """c*k*(x // k) + c*(x % k) -> c*x: what lowering a fused loop produces; again while a merge
-        exposes another (``x`` itself a pair of a fused loop's divisions)."""
+        exposes another (``x`` itself a pair of a fused loop's divisions). A symbolic ``k`` (a dim) too:
+        c*((x // S) * S) + c*(x % S) -> c*x."""
         while True:
             merged = self._merge_divmod_once(lin)
             if merged is lin:
@@ -373,13 +374,19 @@ class Simplifier:
         for atom, coef in lin.terms.items():
             if isinstance(atom, E.BinOp) and atom.op == "floordiv" and isinstance(atom.b, E.Const):
                 divs[(self._dividend_key(atom.a), atom.b.value)] = (atom, coef)
+            elif isinstance(atom, E.BinOp) and atom.op == "mul":  # (x // S) * S, S symbolic (a dim)
+                for q, d in ((atom.a, atom.b), (atom.b, atom.a)):
+                    if (isinstance(q, E.BinOp) and q.op == "floordiv" and not isinstance(q.b, E.Const)
+                            and self._dividend_key(q.b) == self._dividend_key(d)):
+                        divs[(self._dividend_key(q.a), self._dividend_key(d))] = (atom, coef)
         if not divs:
             return lin
         for atom, coef in list(lin.terms.items()):
-            if isinstance(atom, E.BinOp) and atom.op == "floormod" and isinstance(atom.b, E.Const):
-                key = (self._dividend_key(atom.a), atom.b.value)
+            if isinstance(atom, E.BinOp) and atom.op == "floormod":
+                k = atom.b.value if isinstance(atom.b, E.Const) else None
+                key = (self._dividend_key(atom.a), k if k is not None else self._dividend_key(atom.b))
                 match = divs.get(key)
-                if match and match[0] in lin.terms and lin.terms[match[0]] == coef * atom.b.value:
+                if match and match[0] in lin.terms and lin.terms[match[0]] == coef * (k or 1):
                     terms = {a: c for a, c in lin.terms.items() if a is not atom and a is not match[0]}
                     lin = Linear(lin.dtype, lin.const, terms).plus(self.linear(atom.a).scaled(coef))
         return lin

@@ -144,8 +144,8 @@ class CUDAKernelLibrary(GPUKernelLibrary):
         function = self._function(kernel)
         if not self.on_cpu:
             for table in self.tables.values():
-                for launch in table["launches"]:
-                    if launch["kernel"] == kernel:
+                for launch in table["launches"]:  # a grid over symbolic dims: checked at its launch
+                    if launch["kernel"] == kernel and all(isinstance(g, int) for g in launch["grid"]):
                         self._check_launch(kernel, function, launch["grid"], launch["block"])
         return kernel, function, array, values
 

@@ -13,6 +13,19 @@ the outputs out. The entry point keeps no state of its own: the C runtime (``nnv
 concurrent call its own arena, so calls from several threads share only the read-only weights.
 Metadata describes the inputs and outputs (name, dtype name, numpy ``descr``, shape, bytes);
 ``nnvm_model_abi`` is the version of this interface, which the runtime checks after ``dlopen``.
+
+A module with symbolic dims (format v4, ``nnvm.runtime.symbolic``) has one plan made for every dim at its
+upper bound; its kernels take the dims as pointers into the run's dim vector. It also carries
+
+    int32_t nnvm_model_execute_shaped(void *arena, const int64_t *dims, const uint64_t *in_bytes,
+                                      const uint64_t *out_bytes, const void *const *inputs,
+                                      void *const *outputs);
+
+which runs at the dims ``dims`` with inputs and outputs of the given byte sizes (each at its planned
+offset: no buffer is larger than planned), and ``nnvm_model_symbolic``: the dims with their bounds and
+every input axis, output axis and requirement as a program over the dims, which the C runtime evaluates
+to bind and check a run's dims. Its input and output metadata give -1 for a symbolic axis and the bytes
+at the upper bounds. ``nnvm_model_execute`` of such a module runs at the upper bounds.
 """
 
 from __future__ import annotations
@@ -50,9 +63,14 @@ def glue_source(meta: dict, params_blob) -> str:
     plan = meta["plan"]
     base, offsets = params_offsets(params_blob)
 
+    symbolic = meta.get("symbolic")
+    dims = [d for d, _, _ in symbolic["dims"]] if symbolic else []
+
     def location(ref: dict, what: str) -> tuple[int, int]:
         if "arena" in ref:
             return 0, int(ref["arena"])
+        if "dim" in ref and ref["dim"] in dims:
+            return 2, dims.index(ref["dim"])
         if ref.get("param") in offsets:
             return 1, base + offsets[ref["param"]]
         raise Error(f"exporting: {what} refers to a weight {ref.get('param')!r} missing from the params blob")
@@ -86,8 +104,11 @@ def glue_source(meta: dict, params_blob) -> str:
         infos, kinds, offs = [], [], []
         for k, d in enumerate(plan[side]):
             shape = [int(s) for s in d["shape"]]
-            lines.append(_ints(shape, "int64_t", f"{side}_shape{k}"))
             nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(d["dtype"]).itemsize
+            if symbolic:  # -1 where the axis is symbolic (its size at the upper bounds is ``shape``)
+                shape = [n if len(code) == 2 and code[0] == 0 else -1
+                         for n, code in zip(shape, symbolic[side][k]["programs"], strict=True)]
+            lines.append(_ints(shape, "int64_t", f"{side}_shape{k}"))
             dtype = np.dtype(d["dtype"])
             infos.append(f"{{{_c_string(d['name'])}, {_c_string(dtype.name)}, {_c_string(dtype.str)}, "
                          f"{len(shape)}, {side}_shape{k}, {nbytes}u}}")
@@ -100,33 +121,88 @@ def glue_source(meta: dict, params_blob) -> str:
 
     arena = max(int(plan["arena_bytes"]), 64)
     arena += (-arena) % 64
+    upper = [hi for _, _, hi in symbolic["dims"]] if symbolic else []
     lines += ["", f"const uint32_t nnvm_model_abi = {GLUE_ABI};",
               f"const uint64_t nnvm_model_arena_bytes = {arena}u;",
-              f"#define NUM_CALLS {len(plan['calls'])}u", "",
+              f"#define NUM_CALLS {len(plan['calls'])}u", f"#define NUM_INPUTS {len(plan['inputs'])}",
+              f"#define NUM_OUTPUTS {len(plan['outputs'])}", _ints(upper, "int64_t", "upper_dims"), "",
               _RUN_SOURCE.replace("MAX_ARGS", str(max(max_args, 1)))]
+    if symbolic:
+        lines += _symbolic_tables(symbolic)
     return "\n".join(lines) + "\n"
 
 
+def _strings(texts: list, name: str) -> str:
+    body = ", ".join(_c_string(str(t)) for t in texts) or "0"
+    return f"static const char *const {name}[] = {{{body}}};"
+
+
+def _symbolic_tables(symbolic: dict) -> list[str]:
+    """``nnvm_model_symbolic`` (the C runtime's ``struct model_symbolic``): the dims, and the programs of
+    every input axis, then every output axis, then each requirement's dim and limit, one after another."""
+    programs, axis_text = [], []
+    for side in ("inputs", "outputs"):
+        for t in symbolic[side]:
+            programs += t["programs"]
+            axis_text += [str(d) for d in t["shape"]]
+    for r in symbolic["requirements"]:
+        programs += [r["dim"], r["limit"]]
+    starts, code = [0], []
+    for p in programs:
+        code += p
+        starts.append(len(code))
+    return [
+        _strings([d for d, _, _ in symbolic["dims"]], "dim_names"),
+        _ints([lo for _, lo, _ in symbolic["dims"]], "int64_t", "dim_lo"),
+        _ints([hi for _, _, hi in symbolic["dims"]], "int64_t", "dim_hi"),
+        _ints(starts, "uint32_t", "prog_start"), _ints(code, "int64_t", "prog_code"),
+        _strings(axis_text, "axis_text"),
+        _strings([r["text"] for r in symbolic["requirements"]], "req_text"),
+        _strings([r["where"] for r in symbolic["requirements"]], "req_where"),
+        "struct nnvm_model_symbolic {", "  int32_t num_dims;", "  const char *const *dim_names;",
+        "  const int64_t *dim_lo, *dim_hi;", "  int32_t num_requirements;", "  const uint32_t *prog_start;",
+        "  const int64_t *prog_code;", "  const char *const *axis_text, *const *req_text, *const *req_where;",
+        "};",
+        "const struct nnvm_model_symbolic nnvm_model_symbolic = {"
+        f"{len(symbolic['dims'])}, dim_names, dim_lo, dim_hi, {len(symbolic['requirements'])}, prog_start, "
+        "prog_code, axis_text, req_text, req_where};",
+    ]
+
+
 _RUN_SOURCE = r"""
-static unsigned char *where(unsigned char *arena, uint8_t kind, uint64_t off) {
+/* kind 0: the arena, 1: the weights, 2: the run's dim vector (off counts dims) */
+static unsigned char *where(unsigned char *arena, const int64_t *dims, uint8_t kind, uint64_t off) {
+  if (kind == 2) return (unsigned char *)(uintptr_t)(dims + off);
   return (kind ? (unsigned char *)nnvm_blob_params : arena) + off;
 }
 
-/* Runs the model once in the caller's arena. Inputs and outputs are in the order of
-   nnvm_model_inputs/outputs, each nbytes long; returns 0, or the status of the first kernel that failed. */
-int32_t nnvm_model_execute(void *arena_, const void *const *inputs, void *const *outputs) {
+/* Runs the model once in the caller's arena at the dims `dims` (a module with symbolic dims; unused
+   otherwise), input i being in_bytes[i] long and output i out_bytes[i], each at most its planned size.
+   Returns 0, or the status of the first kernel that failed. */
+int32_t nnvm_model_execute_shaped(void *arena_, const int64_t *dims, const uint64_t *in_bytes,
+                                  const uint64_t *out_bytes, const void *const *inputs,
+                                  void *const *outputs) {
   unsigned char *arena = arena_;
   void *args[MAX_ARGS];
   for (int32_t i = 0; i < nnvm_model_num_inputs; i++)
-    memcpy(where(arena, inputs_kind[i], inputs_off[i]), inputs[i], nnvm_model_inputs[i].nbytes);
+    memcpy(where(arena, dims, inputs_kind[i], inputs_off[i]), inputs[i], in_bytes[i]);
   for (uint32_t c = 0; c < NUM_CALLS; c++) {
     for (uint32_t a = call_first[c]; a < call_first[c + 1]; a++)
-      args[a - call_first[c]] = where(arena, arg_kind[a], arg_off[a]);
+      args[a - call_first[c]] = where(arena, dims, arg_kind[a], arg_off[a]);
     int32_t rc = kernels[call_kernel[c]](args);
     if (rc != 0) return rc;
   }
   for (int32_t i = 0; i < nnvm_model_num_outputs; i++)
-    memcpy(outputs[i], where(arena, outputs_kind[i], outputs_off[i]), nnvm_model_outputs[i].nbytes);
+    memcpy(outputs[i], where(arena, dims, outputs_kind[i], outputs_off[i]), out_bytes[i]);
   return 0;
+}
+
+/* Runs the model once in the caller's arena; inputs and outputs are in the order of
+   nnvm_model_inputs/outputs, each nbytes long (a module with symbolic dims: at their upper bounds). */
+int32_t nnvm_model_execute(void *arena, const void *const *inputs, void *const *outputs) {
+  uint64_t in_bytes[NUM_INPUTS + 1], out_bytes[NUM_OUTPUTS + 1];
+  for (int32_t i = 0; i < nnvm_model_num_inputs; i++) in_bytes[i] = nnvm_model_inputs[i].nbytes;
+  for (int32_t i = 0; i < nnvm_model_num_outputs; i++) out_bytes[i] = nnvm_model_outputs[i].nbytes;
+  return nnvm_model_execute_shaped(arena, upper_dims, in_bytes, out_bytes, inputs, outputs);
 }
 """

@@ -46,7 +46,7 @@ def run_artifact(tc: CrossToolchain, path: str, inputs: list, outputs: list, thr
         in_paths, out_paths = [], []
         for k, arr in enumerate(inputs):
             in_paths.append(os.path.join(tmp, f"in{k}.npy"))
-            np.save(in_paths[-1], np.ascontiguousarray(arr))
+            np.save(in_paths[-1], np.asarray(arr, order="C"))  # (ascontiguousarray makes a 0-d input 1-d)
         out_paths = [os.path.join(tmp, f"out{k}.npy") for k in range(len(outputs))]
         cmd = [*tc.emulator(), exe, os.path.abspath(path), *in_paths, "-o", *out_paths]
         try:

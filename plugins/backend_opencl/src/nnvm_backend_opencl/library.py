@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.gpu.library import GPUKernelLibrary
+from nnvm.gpu.library import GPUKernelLibrary, size_text
 from nnvm_backend_opencl import runtime
 
 FORMAT = "nnvm-opencl"
@@ -38,8 +38,8 @@ class OpenCLKernelLibrary(GPUKernelLibrary):
         return cls(files[SOURCE], manifest["functions"], device, blobs)
 
     def describe_launch(self, launch: dict) -> str:
-        size = tuple(g * b for g, b in zip(launch["grid"], launch["block"]))
-        return f"global {size} local {tuple(launch['block'])}"
+        size = ", ".join(size_text(g, b) for g, b in zip(launch["grid"], launch["block"]))
+        return f"global ({size}) local {tuple(launch['block'])}"
 
     def alloc(self, nbytes: int):
         import pyopencl as cl

@@ -52,10 +52,10 @@ class WebGPUDeviceModule(DeviceModule):
             check_32_bits(np.asarray(value), f"the weight {name!r}")
         super().__init__(lib, plan, params)
 
-    def run(self, values: list, timings: dict | None = None) -> list[np.ndarray]:
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
         for d, v in zip(self.plan["inputs"], values):
             check_32_bits(np.asarray(v), f"the input {d['name']!r}")
-        return super().run(values, timings)
+        return super().run(values, timings, shaped)
 
 
 def _round4(n: int) -> int:
@@ -97,13 +97,15 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         except Exception as exc:  # wgpu's validation error: naga's message, with the line
             raise Error(f"the WGSL compiler rejected the kernels: {_wgpu_reason(exc)}") from None
         limits = webgpu_device.limits()
+        self.max_workgroups = limits["max_compute_workgroups_per_dimension"]
         self.pipelines: dict = {}
         self.packed: dict = {}  # kernel -> wgsl.pack_plan of its function (recomputed, never read)
         for table in tables:
             packed = pack_plan(table["params"], table["temporaries"])
             count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
             for launch in table["launches"]:
-                if max(launch["grid"]) > limits["max_compute_workgroups_per_dimension"]:
+                if max(g if isinstance(g, int) else 1 for g in launch["grid"]) > limits[
+                        "max_compute_workgroups_per_dimension"]:  # over symbolic dims: ``launch`` checks
                     raise Error(f"kernel {launch['kernel']}: {max(launch['grid'])} workgroups along one "
                                 "axis, more than this WebGPU device allows")
                 if launch["kernel"] not in self.pipelines:
@@ -215,6 +217,9 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
         pipeline, group, copies = prepared
+        if max(grid) > (most := self.max_workgroups):
+            raise InputError(f"these input shapes need {max(grid)} workgroups along one axis, more than this "
+                             f"WebGPU device allows ({most}); use smaller inputs or another target")
         if copies:
             stream.end_pass()  # copies go between passes
             for copy in copies:

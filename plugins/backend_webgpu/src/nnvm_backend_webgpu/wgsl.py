@@ -27,7 +27,7 @@ FOLD = 65535
 
 def fold_grid(grid: list) -> list:
     """The workgroups a launch of ``grid`` (x, y, z) dispatches."""
-    if grid[0] > FOLD and grid[1] == grid[2] == 1:
+    if isinstance(grid[0], int) and grid[0] > FOLD and grid[1] == grid[2] == 1:  # not a size_term
         return [FOLD, -(-grid[0] // FOLD), 1]
     return list(grid)
 
@@ -39,7 +39,9 @@ def pack_plan(params: list, temporaries: list) -> list:
     parameters the function never writes are packed, the last ones first. Empty when all fit."""
     limit = DEFAULT_LIMITS["max_storage_buffers_per_shader_stage"]
     need = len(params) + len(temporaries) - limit + 1
-    readonly = [i for i, p in enumerate(params) if p["read"] and not p["written"]]
+    # a size of symbolic dims (``size_term``) would move every later word: such a buffer stays bound
+    readonly = [i for i, p in enumerate(params)
+                if p["read"] and not p["written"] and isinstance(p["nbytes"], int)]
     if need < 2 or len(readonly) < 2:
         return []
     plan, words = [], 0
@@ -54,7 +56,9 @@ def launch_needs(size: list, grid: list, buffers: int) -> list:
     (folded) and binding ``buffers`` storage buffers: what a device's limits must allow."""
     return [*((n, f"max_compute_workgroup_size_{d}", f"threads along {d}") for d, n in zip("xyz", size)),
             (math.prod(size), "max_compute_invocations_per_workgroup", "threads per workgroup"),
-            (max(fold_grid(grid)), "max_compute_workgroups_per_dimension", "workgroups per axis"),
+            # a grid over symbolic dims (an expression) is never folded; the runtime checks it per binding
+            (max(g if isinstance(g, int) else 1 for g in fold_grid(grid)),
+             "max_compute_workgroups_per_dimension", "workgroups per axis"),
             (buffers, "max_storage_buffers_per_shader_stage", "storage buffers")]
 
 

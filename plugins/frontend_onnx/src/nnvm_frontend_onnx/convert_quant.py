@@ -295,7 +295,9 @@ def _integer_qlinear_conv(ctx: Context, inputs) -> str:
 
 def _integer_matmul(ctx: Context, a: str, a_zp: str, b: str, b_zp: str, trans_b: bool = False) -> tuple:
     """The int32 product of ``a`` [..., K] and a 2-D ``b`` [K, N] (or [N, K] with ``trans_b``) through
-    qdense, as [rows, N], with the shape to give it back."""
+    qdense, as [..., N] (or as [rows, N] where ``a`` has several static leading axes that are not 1), with
+    the shape to give it back. A scalar zero point of ``a`` computed at run time (DynamicQuantizeLinear's) is
+    an input of qdense."""
     if ctx.dtype(a) not in QUANT or ctx.dtype(b) not in QUANT or ctx.rank(b) != 2 or ctx.rank(a) < 2:
         raise _NotInteger
     if a_zp and math.prod(ctx.shape(a_zp)) != 1:
@@ -305,9 +307,17 @@ def _integer_matmul(ctx: Context, a: str, a_zp: str, b: str, b_zp: str, trans_b:
     weight = b if trans_b else ctx.transpose(b, (1, 0))
     if ctx.shape(weight)[1] != k:
         raise ctx.error(f"the contracted sizes differ: {shape} and {ctx.shape(b)}")
-    rows = ctx.reshape(a, (-1, k)) if len(shape) != 2 else a
+    rows = a
+    if sum(d != 1 for d in shape[:-1]) > 1 and all(isinstance(d, int) for d in shape):
+        rows = ctx.reshape(a, (math.prod(shape[:-1]), k))  # the packed kernel's rows (symbolic: as is)
+    inputs = [rows, weight]
+    if a_zp and ctx.const_value(a_zp) is None:  # computed at run time
+        if ctx.dtype(a_zp) != ctx.dtype(a):
+            raise _NotInteger
+        inputs.append(a_zp)
+        a_zp = ""
     attrs = {"data_zero_point": _scalar_zp(ctx, a_zp), "weight_zero_point": _scalar_zp(ctx, b_zp)}
-    acc = ctx.op("qdense", [rows, weight], attrs)
+    acc = ctx.op("qdense", inputs, attrs)
     return acc, shape[:-1] + (ctx.shape(weight)[0],)
 
 
@@ -380,6 +390,27 @@ def _integer_dequantize(ctx: Context, inputs) -> str:
     if s.size != 1:
         raise _NotInteger
     return ctx.op("dequantize", [x], {"scale": float(s.reshape(())), "zero_point": _scalar_zp(ctx, zp)})
+
+
+@converter("DynamicQuantizeLinear")
+def convert_dynamic_quantize_linear(ctx: Context, inputs):
+    """uint8 ``y``, ``y_scale``, ``y_zero_point`` from the whole tensor's range (widened to hold 0), as
+    onnxruntime computes them (``GetQuantizationParameter``): ``scale = (hi - lo) / 255`` in float32, or
+    1 where the range is empty (an all-zero tensor; ONNX's own body would divide by 0 there),
+    ``zero_point = saturate(round(0 - lo / scale))``, ``y = saturate(round(x / scale) + zero_point)``,
+    rounding half to even. A MatMulInteger reading ``y`` takes the zero point as a run-time input."""
+    x = inputs[0]
+    if ctx.dtype(x) != "float32":
+        raise ctx.error(f"DynamicQuantizeLinear of {ctx.dtype(x)} is not supported (float32 only)")
+    zero = ctx.param(np.float32(0), "zero")
+    lo = ctx.op("minimum", [ctx.op("min", [x], {"axis": None}), zero])
+    hi = ctx.op("maximum", [ctx.op("max", [x], {"axis": None}), zero])
+    span = ctx.op("divide", [ctx.op("subtract", [hi, lo]), ctx.param(np.float32(255), "levels")])
+    scale = ctx.op("where", [ctx.op("equal", [hi, lo]), ctx.param(np.float32(1), "one"), span])
+    zp = quantize(ctx, ctx.op("subtract", [zero, ctx.op("divide", [lo, scale])]), "uint8")
+    steps = ctx.op("round", [ctx.op("divide", [x, scale])])
+    y = quantize(ctx, ctx.op("add", [steps, ctx.cast(zp, "float32")]), "uint8")
+    return [y, scale, zp]
 
 
 quantize_linear = integer_or_float(_integer_quantize, convert_quantize)

@@ -225,13 +225,18 @@ def convert_slice(ctx: Context, inputs):
     steps = (1,) * len(starts) if steps is None else steps
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ctx.error("starts, ends, axes and steps differ in length")
-    begin, end, strides, out_axes = [], [], [], []
+    begin, end, strides, out_axes, taken = [], [], [], [], []
     for s, e, a, st in zip(starts, ends, axes, steps):
         a = normalize_axis(a, len(shape), ctx)
         if st == 0:
             raise ctx.error("a step of 0")
         if any(isinstance(v, Dim) for v in (s, e, shape[a])):
             lo, hi, step = _symbolic_slice(ctx, s, e, st, shape[a], a)
+            if isinstance(hi, int) and isinstance(shape[a], Dim):
+                # the first rows of a symbolic axis (required at each run): constant indices, where a
+                # strided_slice to a constant end would trust an axis no op can check
+                taken.append((a, lo, hi))
+                continue
         else:
             lo, hi, step = slice(int(s), int(e), int(st)).indices(shape[a])  # ONNX clamps as Python does
         if (lo, hi, step) == (0, shape[a], 1):
@@ -242,6 +247,8 @@ def convert_slice(ctx: Context, inputs):
         end.append(hi)
         strides.append(step)
         out_axes.append(a)
+    for a, lo, hi in taken:
+        x = ctx.op("take", [x, ctx.param(np.arange(lo, hi, dtype=np.int64), "indices")], {"axis": a})
     if not out_axes:
         return x
     return ctx.op("strided_slice", [x], {"begin": tuple(begin), "end": tuple(end),
@@ -257,10 +264,10 @@ def _symbolic_slice(ctx: Context, start, end, step, size, axis: int) -> tuple:
                         "symbolic dims must go forward by 1 from a constant start, for now")
     if isinstance(end, int) and end >= 2 ** 31 - 1:  # "to the end", as exporters spell it
         end = size
-    elif isinstance(end, int):
+    elif isinstance(end, int) and (end < 0 or not isinstance(size, Dim)):
         raise ctx.error(f"axis {axis} (size {size}) sliced to {end}: a slice with symbolic dims must end at "
-                        "the axis's end or at a symbolic dim, for now")
-    elif end != size:
+                        "the axis's end, at a symbolic dim or at a constant within the axis, for now")
+    elif end != size:  # a constant or a dim end: the axis must reach it (the first row of a symbolic batch)
         require_at_most(end, size, f"{ctx.label} slices axis {axis} of size {size} to {end}")
     return start, end, 1
 

@@ -4,11 +4,11 @@ Exporters compute reshape targets from the input's shape: ``Shape -> Gather -> U
 Reshape``. With static shapes those fold to constants on their own; with symbolic dims (``graph.dims.Dim``)
 ``Shape`` gives a *symbolic value*: an int64 tensor, known at import, whose entries are ints and dims.
 It lives in the context (``Context.symbolic_values``: a numpy object array under a name no graph node
-defines), the few operators exporters apply to shapes compute on it here, and ``Reshape``'s target and
-``Slice``'s bounds, ``Range``'s limit, ``ConstantOfShape``'s and ``Expand``'s shapes read it
-(``Context.const_ints`` keeps dims). No node is left to run. A value whose entries are all ints becomes
-an ordinary constant again; one that an operator takes as data (position ids times ``seq``) becomes a
-tensor computed from the dims at each run (``dim_values``).
+defines), the few operators exporters apply to shapes compute on it here, and ``Reshape``'s target,
+``Slice``'s bounds, ``Range``'s limit, ``ConstantOfShape``'s and ``Expand``'s shapes and ``Tile``'s repeats
+read it (``Context.const_ints`` keeps dims). No node is left to run. A value whose entries are all ints
+becomes an ordinary constant again; one that an operator takes as data (position ids times ``seq``)
+becomes a tensor computed from the dims at each run (``dim_values``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from nnvm_frontend_onnx.context import Context, normalize_axis
 
 # operator -> input positions that may hold a symbolic value (read through ``Context.const_ints``)
 CONSUMERS = {"Reshape": (1,), "Slice": (1, 2, 3, 4), "Range": (0, 1, 2), "ConstantOfShape": (0,),
-             "Expand": (1,)}
+             "Expand": (1,), "Tile": (1,)}
 
 
 def symbolic(arr: np.ndarray) -> bool:

@@ -301,6 +301,21 @@ def cached_model_path(name: str, seed: int = 0, batch: int = 1) -> str:
     return path
 
 
+def dynamic_batch_copy(path: str, out: str) -> tuple[str, str, list]:
+    """``path`` saved to ``out`` declaring dim_param ``batch`` on the first axis of its input and outputs
+    (a CNN as a dynamic-batch export has it): ``(out, input name, the input's shape in path)``."""
+    import onnx
+
+    model = onnx.load(path)
+    inits = {t.name for t in model.graph.initializer}
+    (inp,) = [i for i in model.graph.input if i.name not in inits]
+    shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    for value in [inp, *model.graph.output]:
+        value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    onnx.save(model, str(out))
+    return str(out), inp.name, shape
+
+
 def light_model_paths() -> dict:
     """name -> path of the nine ``light_*.onnx`` models shipped in ``onnx/backend/test/data/light``.
 

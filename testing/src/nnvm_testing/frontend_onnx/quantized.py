@@ -5,6 +5,10 @@ batch normalization (``quant_pre_process``, as onnxruntime's documentation asks)
 with ``quantize_static``: uint8 activations, int8 weights per output channel, 8 seeded calibration
 inputs, in the QDQ format (``"qdq"``) or the QOperator format (``"qop"``). The result is written once
 under the model cache (``~/.cache/nnvm/models``), never into a checkout.
+
+``dynamic_quantized_model_path("bert")``: a Hugging Face export (``torch_models.hf_model_path``)
+quantized by ``quantize_dynamic`` as onnxruntime's documentation shows it for transformers (int8
+weights per tensor; ``MatMulInteger`` fed by ``DynamicQuantizeLinear``), and ``text_inputs`` for it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import tempfile
 
 import numpy as np
 
+from nnvm_testing.frontend_onnx import torch_models
 from nnvm_testing.frontend_onnx.models import cache_dir, cached_model_path
 
 QUANTIZED_VERSION = "1"  # bump when the recipe below changes
@@ -108,6 +113,45 @@ def check_within_one_step(path: str, mod, where: str, seed: int = 1) -> None:
     assert got.argmax() == want.argmax(), f"{where}: top-1 differs from onnxruntime's int8"
 
 
+DYNAMIC_VERSION = "1"  # bump when the recipe below changes
+
+
+def dynamic_quantized_model_path(name: str = "bert", batch: int = 1, seq: int = 128,
+                                 layers: int | None = None, width: int | None = None,
+                                 heads: int | None = None, dynamic: bool = False,
+                                 exporter: str = "dynamo") -> str:
+    """Hugging Face model ``name`` (``torch_models.hf_model_path``: its default config, or a smaller one;
+    ``dynamic``: symbolic batch and sequence) quantized by onnxruntime's ``quantize_dynamic`` (int8
+    weights), written once to the model cache."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = torch_models.hf_model_path(name, batch, seq, layers=layers, width=width, heads=heads,
+                                     dynamic=dynamic, exporter=exporter)
+    base = os.path.basename(src)[: -len(".onnx")]
+    path = os.path.join(cache_dir(), f"{base}-dynamic-q{DYNAMIC_VERSION}.onnx")
+    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(src):
+        os.makedirs(cache_dir(), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir(), suffix=".tmp.onnx")
+        os.close(fd)
+        quantize_dynamic(src, tmp, weight_type=QuantType.QInt8)
+        os.replace(tmp, path)  # concurrent workers never read a half-written model
+    return path
+
+
+def text_inputs(path: str, seed: int = 0) -> dict:
+    """Seeded token ids (below 1000) and an all-ones attention mask for a text model's int64 inputs."""
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for inp in model.graph.input:
+        shape = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+        feeds[inp.name] = (np.ones(shape, np.int64) if "mask" in inp.name
+                           else rng.integers(0, 1000, shape).astype(np.int64))
+    return feeds
+
+
 # -- nnvm's own quantizer: inputs and models that make top-1 agreement mean something ------------------
 CENTRED_VERSION = "1"  # bump when the images or the centring below change
 
@@ -165,3 +209,25 @@ def centred_model_path(name: str, seed: int = 0) -> str:
     onnx.save(model, tmp)
     os.replace(tmp, path)
     return path
+
+
+# -- trained weights: a classifier whose decisions follow its input (``synthetic_task``) ------------------
+def trained_model_path(name: str) -> str:
+    """``name`` (resnet18, mobilenet_v2) trained on ``synthetic_task`` by ``scripts/train_synthetic.py``
+    in the torch venv, exported to ONNX (input ``data``: ``(1, 3, 32, 32)``; output ``logits``), written
+    once to the model cache (minutes of CPU: training, not a download)."""
+    from pathlib import Path
+
+    from nnvm_testing.frontend_onnx import synthetic_task, torch_models
+
+    script = torch_models.SCRIPTS / "train_synthetic.py"
+    return torch_models._exported(torch_models.torch_python(), [script, Path(synthetic_task.__file__)],
+                                  f"trained_{name}", [name], f"{name} trained on the synthetic task")
+
+
+def task_images(count: int, seed: int) -> list[np.ndarray]:
+    """``count`` seeded images of the synthetic task, each ``(1, 3, 32, 32)``: the trained models' inputs."""
+    from nnvm_testing.frontend_onnx import synthetic_task
+
+    images, _ = synthetic_task.labelled_images(count, seed)
+    return [x[None] for x in images]

@@ -203,3 +203,28 @@ def dynamic_mlp(seed: int = 0, features: int = 32, hidden: int = 64, classes: in
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def symbolic_batch_cnn(seed: int = 0, c: int = 8, size: int = 16, classes: int = 10):
+    """A small CNN over input ``x`` [N, 3, size, size] with a symbolic batch ``N`` (a ``dim_param``): conv
+    3x3 + batch norm + ReLU, max pool 2x2, depthwise 3x3 + ReLU, pointwise 1x1 + ReLU, global average pool,
+    dense, softmax; output ``y`` [N, classes]."""
+    from onnx import helper
+
+    rng = np.random.default_rng(seed)
+    n = helper.make_node
+    w = {"stem": rng.normal(0, (2 / 27) ** 0.5, (c, 3, 3, 3)), "scale": rng.uniform(0.5, 1.5, c),
+         "shift": rng.normal(0, 0.1, c), "mean": rng.normal(0, 0.1, c), "var": rng.uniform(0.5, 1.5, c),
+         "dw": rng.normal(0, (2 / 9) ** 0.5, (c, 1, 3, 3)), "dwb": rng.normal(0, 0.1, c),
+         "pw": rng.normal(0, (2 / c) ** 0.5, (2 * c, c, 1, 1)), "fc": rng.normal(0, (2 * c) ** -0.5,
+                                                                                   (2 * c, classes)),
+         "fcb": rng.normal(0, 0.1, classes)}
+    nodes = [n("Conv", ["x", "stem"], ["a"], kernel_shape=[3, 3], pads=[1] * 4),
+             n("BatchNormalization", ["a", "scale", "shift", "mean", "var"], ["b"]),
+             n("Relu", ["b"], ["r"]), n("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             n("Conv", ["p", "dw", "dwb"], ["d"], kernel_shape=[3, 3], pads=[1] * 4, group=c),
+             n("Relu", ["d"], ["dr"]), n("Conv", ["dr", "pw"], ["q"], kernel_shape=[1, 1]),
+             n("Relu", ["q"], ["qr"]), n("GlobalAveragePool", ["qr"], ["g"]),
+             n("Flatten", ["g"], ["f"], axis=1), n("Gemm", ["f", "fc", "fcb"], ["z"]),
+             n("Softmax", ["z"], ["y"], axis=-1)]
+    return _model(nodes, w, [("x", ["N", 3, size, size])], [("y", ["N", classes])])

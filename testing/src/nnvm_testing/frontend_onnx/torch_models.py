@@ -46,7 +46,9 @@ HF_REQUIREMENTS = [*REQUIREMENTS, "transformers==5.23.0", "tokenizers==0.23.3", 
                    "huggingface-hub==2.4.0"]
 HF_VENV = "torch-2.13-transformers"
 HF_SCRIPT = SCRIPTS / "hf_export.py"
-HF_MODELS = ("gpt2", "bert", "distilbert", "vit")  # keep in step with scripts/hf_export.py
+HF_MODELS = ("gpt2", "bert", "distilbert", "vit", "roberta", "albert", "electra", "deberta-v2", "mpnet",
+             "gpt-neo", "llama", "qwen2", "mistral", "t5-encoder", "bart-encoder", "clip-text", "clip-vision",
+             "swin", "convnext")  # keep in step with scripts/hf_export.py's ARCHS
 HF_DECODERS = ("gpt2", "llama")  # with their KV cache (``--with-past``); scripts/hf_export.py's DECODERS
 
 
@@ -77,14 +79,21 @@ def _stamp(python: Path, scripts: list[Path]) -> str:
     return f"{digest} {(python.parent.parent / '.nnvm-complete').read_text()}"
 
 
-def zoo_model_path(name: str, batch: int = 1) -> str:
-    """Path of zoo model ``name`` (``ZOO_CNNS`` or ``ZOO_TRANSFORMERS``) exported with a fixed batch."""
+def zoo_model_path(name: str, batch: int = 1, dynamic_batch: bool = False) -> str:
+    """Path of zoo model ``name`` (``ZOO_CNNS`` or ``ZOO_TRANSFORMERS``) exported with a fixed batch, or
+    with ``dynamic_batch`` its batch the dim_param ``batch`` (``batch`` then unused)."""
     if name not in (*ZOO_CNNS, *ZOO_TRANSFORMERS):
         raise KeyError(f"unknown zoo model {name!r}; known: {', '.join([*ZOO_CNNS, *ZOO_TRANSFORMERS])}")
     if not ZOO_SCRIPT.exists():
         raise VenvUnavailable(f"{ZOO_SCRIPT} is missing: the zoo is exported from a source checkout")
-    return _exported(torch_python(), [ZOO_SCRIPT, SCRIPTS / "torch_export.py"], f"torch_zoo_{name}_b{batch}",
-                     [name, "--batch", str(batch)], f"{name} (batch {batch})")
+    scripts = [ZOO_SCRIPT, SCRIPTS / "torch_export.py"]
+    if dynamic_batch:
+        if name not in ZOO_CNNS:
+            raise KeyError(f"zoo model {name!r} is not a CNN; a dynamic batch is exported for {ZOO_CNNS}")
+        return _exported(torch_python(), [SCRIPTS / "torch_zoo_dynamic.py", *scripts],
+                         f"torch_zoo_{name}_dynamic_batch", [name], f"{name} (symbolic batch)")
+    return _exported(torch_python(), scripts, f"torch_zoo_{name}_b{batch}", [name, "--batch", str(batch)],
+                     f"{name} (batch {batch})")
 
 
 def hf_model_path(name: str, batch: int = 1, seq: int = 128, layers: int | None = None,

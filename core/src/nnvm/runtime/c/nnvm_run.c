@@ -6,7 +6,9 @@
  *
  * Everything about the module goes through nnvm_runtime.h (load, describe, run), so this file only
  * parses arguments and the .npy format: little-endian C-order arrays whose dtype and shape must match
- * the model's. `nnvm runtime build` links it statically with the runtime.
+ * the model's. A model with symbolic dims (--info shows them as -1) takes inputs of any shape within its
+ * bounds (nnvm_module_run_shaped, which checks them) and writes each output with its actual shape.
+ * `nnvm runtime build` links it statically with the runtime.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
@@ -20,8 +22,17 @@
 struct tensor {
   nnvm_tensor_info info;
   const char *descr; /* numpy's dtype.str */
+  unsigned itemsize;
+  int64_t *shape; /* info.shape, then a symbolic axis (-1) as this run has it */
   uint64_t nbytes;
 };
+
+static int symbolic; /* whether the model has a symbolic axis */
+
+static void count_bytes(struct tensor *t) {
+  t->nbytes = t->itemsize;
+  for (int d = 0; d < t->info.ndim; d++) t->nbytes *= (uint64_t)(t->shape[d] < 0 ? 0 : t->shape[d]);
+}
 
 static const char *model_path;
 
@@ -48,22 +59,27 @@ static const char *descr_of(const char *dtype, unsigned *size) {
 static void describe(nnvm_module *m, int i, int input, struct tensor *t) {
   if ((input ? nnvm_module_input(m, i, &t->info) : nnvm_module_output(m, i, &t->info)) != 0)
     die(model_path, nnvm_last_error());
-  unsigned size;
-  t->descr = descr_of(t->info.dtype, &size);
-  t->nbytes = size;
-  for (int d = 0; d < t->info.ndim; d++) t->nbytes *= (uint64_t)t->info.shape[d];
+  t->descr = descr_of(t->info.dtype, &t->itemsize);
+  t->shape = calloc((size_t)t->info.ndim + 1, sizeof *t->shape);
+  if (!t->shape) die(model_path, "out of memory");
+  for (int d = 0; d < t->info.ndim; d++) {
+    t->shape[d] = t->info.shape[d];
+    if (t->shape[d] < 0) symbolic = 1;
+  }
+  count_bytes(t);
 }
 
 /* A Python tuple, as numpy writes shapes: "(1, 3)", "(3,)", "()". */
 static void shape_text(const struct tensor *t, char *buf, size_t n) {
   size_t used = (size_t)snprintf(buf, n, "(");
   for (int d = 0; d < t->info.ndim && used < n; d++)
-    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)t->info.shape[d]);
+    used += (size_t)snprintf(buf + used, n - used, d ? ", %lld" : "%lld", (long long)t->shape[d]);
   if (used < n) snprintf(buf + used, n - used, t->info.ndim == 1 ? ",)" : ")");
 }
 
-/* Reads IN.npy into a fresh buffer after checking its header against the model's input t. */
-static void *read_npy(const char *path, const struct tensor *t) {
+/* Reads IN.npy into a fresh buffer after checking its header against the model's input t (a symbolic
+   axis takes the file's size, which the run checks). */
+static void *read_npy(const char *path, struct tensor *t) {
   FILE *f = fopen(path, "rb");
   if (!f) die(path, "cannot open");
   unsigned char magic[10];
@@ -86,12 +102,15 @@ static void *read_npy(const char *path, const struct tensor *t) {
   for (int d = 0; d < t->info.ndim; d++) {
     char *end;
     long long v = strtoll(s, &end, 10);
-    if (end == s || v != t->info.shape[d]) die(path, "shape differs from the model's input");
+    if (end == s || v < 0 || (t->info.shape[d] >= 0 && v != t->info.shape[d]))
+      die(path, "shape differs from the model's input");
+    t->shape[d] = v;
     for (s = end; *s == ',' || *s == ' ' || *s == 'L'; s++) {
     }
   }
-  if (*s != ')') die(path, "shape differs from the model's input");
+  if (*s != ')') die(path, "shape differs from the model's input (another rank)");
   free(header);
+  count_bytes(t);
   void *data = malloc(t->nbytes ? t->nbytes : 1);
   if (!data || fread(data, 1, t->nbytes, f) != t->nbytes) die(path, "fewer bytes than its shape needs");
   fclose(f);
@@ -125,6 +144,18 @@ static double now_ms(void) {
 static int by_value(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+/* Records run r's time (of `repeat`); r = -1: the median of them. */
+static double ms_of_run(int r, int repeat, double ms) {
+  static double *times;
+  if (!times && !(times = calloc((size_t)repeat + 1, sizeof *times))) die(model_path, "out of memory");
+  if (r >= 0) {
+    times[r] = ms;
+    return ms;
+  }
+  qsort(times, (size_t)repeat, sizeof *times, by_value);
+  return times[repeat / 2];
 }
 
 int main(int argc, char **argv) {
@@ -170,21 +201,28 @@ int main(int argc, char **argv) {
   }
   if (k != n_out) die(model_path, "give one output file per model output after -o");
   if (a + 1 < argc) repeat = atoi(argv[a + 1]);
-  for (int i = 0; i < n_out; i++)
+  const int64_t **in_shapes = calloc((size_t)n_in + 1, sizeof *in_shapes);
+  if (!in_shapes) die(model_path, "out of memory");
+  for (int i = 0; i < n_in; i++) in_shapes[i] = ins[i].shape;
+  for (int i = 0; i < n_out; i++) { /* the largest output: every symbolic dim at its upper bound */
+    if (symbolic && nnvm_module_output_shape(m, i, outs[i].shape) != 0) die(model_path, nnvm_last_error());
+    count_bytes(&outs[i]);
     if (!(out_data[i] = malloc(outs[i].nbytes ? outs[i].nbytes : 1))) die(model_path, "out of memory");
-  if (nnvm_module_run(m, in_data, out_data) != 0) die("the model failed", nnvm_last_error());
-  if (repeat > 0) {
-    double *ms = calloc((size_t)repeat, sizeof *ms);
-    if (!ms) die(model_path, "out of memory");
-    for (int r = 0; r < repeat; r++) {
-      double t0 = now_ms();
-      if (nnvm_module_run(m, in_data, out_data) != 0) die("the model failed", nnvm_last_error());
-      ms[r] = now_ms() - t0;
-    }
-    qsort(ms, (size_t)repeat, sizeof *ms, by_value);
-    printf("median %.3f ms over %d runs\n", ms[repeat / 2], repeat);
   }
-  for (int i = 0; i < n_out; i++) write_npy(out_paths[i], &outs[i], out_data[i]);
+  for (int r = 0; r <= repeat; r++) {
+    double t0 = now_ms();
+    int rc = symbolic ? nnvm_module_run_shaped(m, in_shapes, in_data, out_data)
+                      : nnvm_module_run(m, in_data, out_data);
+    if (rc != 0) die(symbolic ? model_path : "the model failed", nnvm_last_error());
+    if (r == 0 && repeat > 0) continue; /* the first run is not timed */
+    if (r > 0) ms_of_run(r - 1, repeat, now_ms() - t0);
+  }
+  if (repeat > 0) printf("median %.3f ms over %d runs\n", ms_of_run(-1, repeat, 0), repeat);
+  for (int i = 0; i < n_out; i++) {
+    if (symbolic && nnvm_module_output_shape(m, i, outs[i].shape) != 0) die(model_path, nnvm_last_error());
+    count_bytes(&outs[i]);
+    write_npy(out_paths[i], &outs[i], out_data[i]);
+  }
   nnvm_module_free(m);
   return 0;
 }

@@ -16,6 +16,12 @@
  * LLVM backend): one job at a time per module, a second concurrent caller runs its loop on its own
  * thread; the pool's workers are stopped and joined when nnvm_module_free unloads the module. This
  * file is the one place the C runtime's threading lives (the pool's is in nnvm_pool.c).
+ *
+ * Symbolic dims (format v4, nnvm/runtime/symbolic.py): the module's nnvm_model_symbolic lists the dims
+ * with their bounds and every input axis, output axis and requirement as a postfix program over the dim
+ * vector. nnvm_module_run_shaped binds the dims from the inputs' shapes with the sentences of Python's
+ * DimSignature.bind, evaluates the outputs' shapes and every tensor's bytes (never above the planned
+ * ones), and calls nnvm_model_execute_shaped in an arena of the one plan, made for the upper bounds.
  */
 #define _GNU_SOURCE
 #define _FILE_OFFSET_BITS 64 /* models over 2 GiB on 32-bit Arm */
@@ -33,6 +39,7 @@
 #define FOOTER_BYTES 64
 #define MAX_FEATURE_BYTES 4096
 #define GLUE_ABI 1
+#define OLDEST_FORMAT_VERSION 3 /* v3: modules without symbolic dims, read as they are */
 
 /* The CPU target this runtime serves, from its backend (Backend.native_target): nnvm runtime build
    passes the ELF machine and class, the target kind and a name for messages as defines. */
@@ -119,6 +126,23 @@ struct model_tensor { /* glue.py's struct nnvm_model_tensor */
   uint64_t nbytes;
 };
 typedef int32_t (*execute_fn)(void *, const void *const *, void *const *);
+typedef int32_t (*execute_shaped_fn)(void *, const int64_t *, const uint64_t *, const uint64_t *,
+                                     const void *const *, void *const *);
+
+/* glue.py's struct nnvm_model_symbolic: a module with symbolic dims. Program p is the postfix words
+   prog_code[prog_start[p] .. prog_start[p + 1]) over the dim vector (nnvm/runtime/symbolic.py): first one
+   per input axis, then one per output axis (in order), then two per requirement (its dim, its limit). */
+struct model_symbolic {
+  int32_t num_dims;
+  const char *const *dim_names;
+  const int64_t *dim_lo, *dim_hi;
+  int32_t num_requirements;
+  const uint32_t *prog_start;
+  const int64_t *prog_code;
+  const char *const *axis_text, *const *req_text, *const *req_where;
+};
+enum { OP_CONST, OP_DIM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_MOD, OP_MIN, OP_MAX };
+#define MAX_STACK 32
 
 struct arena {
   struct arena *next;
@@ -128,11 +152,15 @@ struct arena {
 struct nnvm_module {
   void *lib;
   execute_fn execute;
+  execute_shaped_fn execute_shaped; /* NULL without symbolic dims */
+  const struct model_symbolic *sym; /* NULL without symbolic dims */
   int num_inputs, num_outputs;
   const struct model_tensor *inputs, *outputs;
   uint64_t arena_bytes;
-  pthread_mutex_t lock; /* guards free_arenas */
+  pthread_mutex_t lock; /* guards free_arenas and last_shapes */
   struct arena *free_arenas;
+  int64_t *last_shapes; /* every output's axes, one after another: the last run's (at first the largest) */
+  int in_axes, out_axes; /* how many axes the inputs and the outputs have in all */
   char *path;
 };
 
@@ -228,7 +256,7 @@ static int check_file(const char *path) {
   char target[33];
   memcpy(target, foot + 32, 32);
   target[32] = 0;
-  if (version != NNVM_RUNTIME_FORMAT_VERSION) {
+  if (version > NNVM_RUNTIME_FORMAT_VERSION || version < OLDEST_FORMAT_VERSION) {
     set_error("%s: module format v%u is %s than this runtime reads (v%d); %s", path, version,
               version > NNVM_RUNTIME_FORMAT_VERSION ? "newer" : "older", NNVM_RUNTIME_FORMAT_VERSION,
               version > NNVM_RUNTIME_FORMAT_VERSION ? "rebuild the runtime with a newer nnvm"
@@ -276,6 +304,67 @@ static int check_file(const char *path) {
 out:
   fclose(f);
   return rc;
+}
+
+/* Program p of m's symbolic section at the dim vector dims; 0, or -1 (a malformed program, division by
+   zero). */
+static int eval_program(const nnvm_module *m, uint32_t p, const int64_t *dims, int64_t *value) {
+  const struct model_symbolic *s = m->sym;
+  int64_t stack[MAX_STACK];
+  int top = 0;
+  for (uint32_t k = s->prog_start[p]; k < s->prog_start[p + 1]; k++) {
+    int64_t op = s->prog_code[k];
+    if (op == OP_CONST || op == OP_DIM) {
+      if (top == MAX_STACK || k + 1 >= s->prog_start[p + 1]) return -1;
+      int64_t arg = s->prog_code[++k];
+      if (op == OP_DIM && (arg < 0 || arg >= s->num_dims)) return -1;
+      stack[top++] = op == OP_CONST ? arg : dims[arg];
+      continue;
+    }
+    if (top < 2) return -1;
+    int64_t b = stack[--top], a = stack[top - 1], r;
+    switch (op) {
+    case OP_ADD: r = a + b; break;
+    case OP_SUB: r = a - b; break;
+    case OP_MUL: r = a * b; break;
+    case OP_MIN: r = a < b ? a : b; break;
+    case OP_MAX: r = a > b ? a : b; break;
+    case OP_FLOORDIV:
+    case OP_MOD:
+      if (b == 0) return -1;
+      r = a / b; /* rounded toward minus infinity, as Python's // and % */
+      if ((a % b != 0) && ((a < 0) != (b < 0))) r -= 1;
+      if (op == OP_MOD) r = a - r * b;
+      break;
+    default: return -1;
+    }
+    stack[top - 1] = r;
+  }
+  if (top != 1) return -1;
+  *value = stack[0];
+  return 0;
+}
+
+/* Whether program p is one word pair of kind op (a constant, or a dim alone); its argument in *arg. */
+static int program_is(const nnvm_module *m, uint32_t p, int64_t op, int64_t *arg) {
+  const struct model_symbolic *s = m->sym;
+  if (s->prog_start[p + 1] - s->prog_start[p] != 2 || s->prog_code[s->prog_start[p]] != op) return 0;
+  *arg = s->prog_code[s->prog_start[p] + 1];
+  return 1;
+}
+
+/* last_shapes as the largest outputs: the bound shapes, or every dim at its upper bound. */
+static int largest_shapes(nnvm_module *m) {
+  int64_t *out = m->last_shapes;
+  if (!m->sym) {
+    for (int i = 0; i < m->num_outputs; i++)
+      for (int j = 0; j < m->outputs[i].ndim; j++) *out++ = m->outputs[i].shape[j];
+    return 0;
+  }
+  if (m->sym->num_dims < 0 || m->sym->num_requirements < 0) return -1;
+  for (int a = 0; a < m->out_axes; a++)
+    if (eval_program(m, (uint32_t)(m->in_axes + a), m->sym->dim_hi, &out[a]) != 0) return -1;
+  return 0;
 }
 
 static void *need(nnvm_module *m, const char *name) {
@@ -330,6 +419,20 @@ nnvm_module *nnvm_module_load(const char *path) {
   m->num_inputs = *ni;
   m->num_outputs = *no;
   m->arena_bytes = *arena;
+  for (int i = 0; i < m->num_inputs; i++) m->in_axes += m->inputs[i].ndim;
+  for (int i = 0; i < m->num_outputs; i++) m->out_axes += m->outputs[i].ndim;
+  m->sym = dlsym(m->lib, "nnvm_model_symbolic");
+  if (m->sym) m->execute_shaped = (execute_shaped_fn)need(m, "nnvm_model_execute_shaped");
+  m->last_shapes = calloc((size_t)m->out_axes + 1, sizeof *m->last_shapes);
+  if ((m->sym && !m->execute_shaped) || !m->last_shapes || largest_shapes(m) != 0) {
+    if (m->last_shapes) set_error("%s: the module's symbolic dims section is corrupt", path);
+    else set_error("%s: out of memory", path);
+    free(m->last_shapes);
+    dlclose(m->lib);
+    free(local);
+    free(m);
+    return NULL;
+  }
   pthread_mutex_init(&m->lock, NULL);
   return m;
 }
@@ -381,9 +484,9 @@ static void give_arena(nnvm_module *m, struct arena *a) {
   pthread_mutex_unlock(&m->lock);
 }
 
-int nnvm_module_run(nnvm_module *m, const void *const *inputs, void *const *outputs) {
+static int check_pointers(nnvm_module *m, const void *const *inputs, void *const *outputs, const char *fn) {
   if (!m || (!inputs && m->num_inputs) || (!outputs && m->num_outputs)) {
-    set_error("nnvm_module_run: the module, inputs or outputs pointer is NULL");
+    set_error("%s: the module, inputs or outputs pointer is NULL", fn);
     return -1;
   }
   for (int i = 0; i < m->num_inputs; i++)
@@ -396,17 +499,232 @@ int nnvm_module_run(nnvm_module *m, const void *const *inputs, void *const *outp
       set_error("%s: output %d (%s) is NULL", m->path, i, m->outputs[i].name);
       return -1;
     }
+  return 0;
+}
+
+/* One run in an arena of the pool: the module's entry point at the dims `dims` (symbolic) or as bound. */
+static int execute(nnvm_module *m, const int64_t *dims, const uint64_t *in_bytes, const uint64_t *out_bytes,
+                   const void *const *inputs, void *const *outputs) {
   struct arena *a = take_arena(m);
   if (!a) {
     set_error("%s: out of memory for %llu bytes of activations", m->path, (unsigned long long)m->arena_bytes);
     return -1;
   }
-  int32_t rc = m->execute(a->data, inputs, outputs);
+  int32_t rc = m->sym ? m->execute_shaped(a->data, dims, in_bytes, out_bytes, inputs, outputs)
+                      : m->execute(a->data, inputs, outputs);
   give_arena(m, a);
   if (rc != 0) {
     set_error("%s: a kernel failed with status %d", m->path, (int)rc);
     return -1;
   }
+  return 0;
+}
+
+int nnvm_module_run(nnvm_module *m, const void *const *inputs, void *const *outputs) {
+  if (check_pointers(m, inputs, outputs, "nnvm_module_run") != 0) return -1;
+  if (m->sym) {
+    set_error("%s: the model has symbolic dims (%s%s); run it with nnvm_module_run_shaped, giving the inputs' "
+              "shapes", m->path, m->sym->num_dims ? m->sym->dim_names[0] : "", m->sym->num_dims > 1 ? ", ..." : "");
+    return -1;
+  }
+  return execute(m, NULL, NULL, NULL, inputs, outputs);
+}
+
+/* "(batch, seq, 64)": input i's declared shape, for messages. */
+static const char *declared(const nnvm_module *m, int i, int axis0, char *buf, size_t n) {
+  size_t used = (size_t)snprintf(buf, n, "(");
+  for (int j = 0; j < m->inputs[i].ndim && used < n; j++)
+    used += (size_t)snprintf(buf + used, n - used, "%s%s", j ? ", " : "", m->sym->axis_text[axis0 + j]);
+  if (used < n) snprintf(buf + used, n - used, ")");
+  return buf;
+}
+
+/* "past = 4 (input 'past'), seq = 1 (input 'input_ids')": the dims program p reads, for messages. */
+static const char *given(const nnvm_module *m, uint32_t p, const int64_t *dims, const int *source, char *buf,
+                         size_t n) {
+  const struct model_symbolic *s = m->sym;
+  size_t used = 0;
+  buf[0] = 0;
+  for (uint32_t k = s->prog_start[p]; k < s->prog_start[p + 1] && used < n; k++) {
+    int64_t op = s->prog_code[k];
+    if (op != OP_CONST && op != OP_DIM) continue;
+    int64_t d = s->prog_code[++k];
+    if (op == OP_CONST || d < 0 || d >= s->num_dims || source[d] < 0) continue;
+    used += (size_t)snprintf(buf + used, n - used, "%s%s = %lld (input '%s')", used ? ", " : "", s->dim_names[d],
+                             (long long)dims[d], m->inputs[source[d]].name);
+  }
+  return buf;
+}
+
+static uint64_t item_size(const struct model_tensor *t) {
+  return (uint64_t)strtoull(t->descr + 2, NULL, 10); /* numpy's descr: "<f4", "|b1" */
+}
+
+/* The dims of a run from its inputs' shapes, checked as nnvm.runtime.symbolic.DimSignature.bind does
+   (the same sentences), and each input's and output's bytes; the output shapes into `shapes`. 0 or -1. */
+static int bind_dims(const nnvm_module *m, const int64_t *const *in_shapes, int64_t *dims, int *source,
+                     uint64_t *in_bytes, uint64_t *out_bytes, int64_t *shapes) {
+  const struct model_symbolic *s = m->sym;
+  char text[512], more[512];
+  for (int d = 0; d < s->num_dims; d++) source[d] = -1;
+  for (int pass = 0; pass < 2; pass++) /* dims alone first, then arithmetic of them (past + seq) */
+    for (int i = 0, axis0 = 0; i < m->num_inputs; axis0 += m->inputs[i++].ndim) {
+      const char *name = m->inputs[i].name;
+      for (int j = 0; j < m->inputs[i].ndim; j++) {
+        uint32_t p = (uint32_t)(axis0 + j);
+        int64_t n = in_shapes[i][j], v;
+        const char *dim = s->axis_text[p];
+        if (pass == 0 && program_is(m, p, OP_CONST, &v)) {
+          if (n != v) {
+            set_error("input '%s' dim %d must be %lld %s, got %lld", name, j, (long long)v,
+                      declared(m, i, axis0, text, sizeof text), (long long)n);
+            return -1;
+          }
+        } else if (pass == 0 && program_is(m, p, OP_DIM, &v)) {
+          if (v < 0 || v >= s->num_dims) {
+            set_error("%s: the module's symbolic dims section is corrupt", m->path);
+            return -1;
+          }
+          if (source[v] >= 0 && n != dims[v]) {
+            set_error("input '%s' dim %d (%s) is %lld, but input '%s' has %s = %lld", name, j, dim, (long long)n,
+                      m->inputs[source[v]].name, dim, (long long)dims[v]);
+            return -1;
+          }
+          if (source[v] < 0 && (n < s->dim_lo[v] || n > s->dim_hi[v])) {
+            set_error("input '%s' dim %d (%s) is %lld, outside its bounds [%lld, %lld]", name, j, dim,
+                      (long long)n, (long long)s->dim_lo[v], (long long)s->dim_hi[v]);
+            return -1;
+          }
+          dims[v] = n;
+          if (source[v] < 0) source[v] = i;
+        } else if (pass == 1 && !program_is(m, p, OP_CONST, &v) && !program_is(m, p, OP_DIM, &v)) {
+          for (uint32_t k = s->prog_start[p]; k + 1 < s->prog_start[p + 1]; k++) {
+            if (s->prog_code[k] == OP_CONST) {
+              k++;
+            } else if (s->prog_code[k] == OP_DIM) {
+              int64_t d = s->prog_code[++k];
+              if (d < 0 || d >= s->num_dims || source[d] < 0) {
+                set_error("input '%s' dim %d (%s): a dim it is made of is carried by no input alone", name,
+                          j, dim);
+                return -1;
+              }
+            }
+          }
+          if (eval_program(m, p, dims, &v) != 0) {
+            set_error("%s: the module's symbolic dims section is corrupt", m->path);
+            return -1;
+          }
+          if (n != v) {
+            set_error("input '%s' dim %d (%s) is %lld, but %s make it %lld", name, j, dim, (long long)n,
+                      given(m, p, dims, source, more, sizeof more), (long long)v);
+            return -1;
+          }
+        }
+      }
+    }
+  uint32_t req0 = (uint32_t)(m->in_axes + m->out_axes);
+  for (int r = 0; r < s->num_requirements; r++) {
+    int64_t got, most;
+    if (eval_program(m, req0 + 2 * r, dims, &got) != 0 || eval_program(m, req0 + 2 * r + 1, dims, &most) != 0) {
+      set_error("%s: the module's symbolic dims section is corrupt", m->path);
+      return -1;
+    }
+    if (got > most) {
+      set_error("%s: %s must be at most %lld, and the inputs give %s", s->req_where[r], s->req_text[r],
+                (long long)most, given(m, req0 + 2 * r, dims, source, more, sizeof more));
+      return -1;
+    }
+  }
+  /* Sizes: never above the planned ones (the bounds and the export's check that sizes grow make sure; a
+     damaged file must not make a kernel write outside its buffer). */
+  for (int side = 0, axis = 0; side < 2; side++) {
+    const struct model_tensor *ts = side ? m->outputs : m->inputs;
+    for (int i = 0; i < (side ? m->num_outputs : m->num_inputs); i++) {
+      uint64_t bytes = item_size(&ts[i]);
+      for (int j = 0; j < ts[i].ndim; j++, axis++) {
+        int64_t n = side ? 0 : in_shapes[i][j];
+        if (side && eval_program(m, (uint32_t)axis, dims, &n) != 0) n = -1;
+        if (n < 0) {
+          set_error("%s: %s '%s' dim %d is negative", m->path, side ? "output" : "input", ts[i].name, j);
+          return -1;
+        }
+        if (side) shapes[axis - m->in_axes] = n;
+        bytes *= (uint64_t)n;
+      }
+      if (bytes > ts[i].nbytes) {
+        set_error("%s: %s '%s' would take %llu bytes, more than the %llu planned: the module is corrupt",
+                  m->path, side ? "output" : "input", ts[i].name, (unsigned long long)bytes,
+                  (unsigned long long)ts[i].nbytes);
+        return -1;
+      }
+      (side ? out_bytes : in_bytes)[i] = bytes;
+    }
+  }
+  return 0;
+}
+
+int nnvm_module_run_shaped(nnvm_module *m, const int64_t *const *input_shapes, const void *const *inputs,
+                           void *const *outputs) {
+  if (check_pointers(m, inputs, outputs, "nnvm_module_run_shaped") != 0) return -1;
+  if (!input_shapes && m->num_inputs) {
+    set_error("nnvm_module_run_shaped: the input_shapes pointer is NULL");
+    return -1;
+  }
+  for (int i = 0; i < m->num_inputs; i++)
+    if (!input_shapes[i] && m->inputs[i].ndim) {
+      set_error("%s: the shape of input %d (%s) is NULL", m->path, i, m->inputs[i].name);
+      return -1;
+    }
+  if (!m->sym) { /* a bound module: the shapes must be its own */
+    for (int i = 0; i < m->num_inputs; i++)
+      for (int j = 0; j < m->inputs[i].ndim; j++)
+        if (input_shapes[i][j] != m->inputs[i].shape[j]) {
+          set_error("input '%s' dim %d must be %lld, got %lld", m->inputs[i].name, j,
+                    (long long)m->inputs[i].shape[j], (long long)input_shapes[i][j]);
+          return -1;
+        }
+    return execute(m, NULL, NULL, NULL, inputs, outputs);
+  }
+  int nd = m->sym->num_dims, ni = m->num_inputs, no = m->num_outputs;
+  /* one allocation for the run's dims, their sources, the byte counts and the output shapes */
+  size_t words = (size_t)nd * 2 + (size_t)ni + (size_t)no + (size_t)m->out_axes + 1;
+  int64_t *work = calloc(words, sizeof *work);
+  if (!work) {
+    set_error("%s: out of memory", m->path);
+    return -1;
+  }
+  int64_t *dims = work, *shapes = work + 2 * nd + ni + no;
+  int *source = malloc(((size_t)nd + 1) * sizeof *source);
+  uint64_t *in_bytes = (uint64_t *)(work + nd), *out_bytes = in_bytes + ni;
+  int rc = -1;
+  if (source && bind_dims(m, input_shapes, dims, source, in_bytes, out_bytes, shapes) == 0 &&
+      execute(m, dims, in_bytes, out_bytes, inputs, outputs) == 0) {
+    pthread_mutex_lock(&m->lock);
+    memcpy(m->last_shapes, shapes, (size_t)m->out_axes * sizeof *shapes);
+    pthread_mutex_unlock(&m->lock);
+    rc = 0;
+  } else if (!source) {
+    set_error("%s: out of memory", m->path);
+  }
+  free(source);
+  free(work);
+  return rc;
+}
+
+int nnvm_module_output_shape(const nnvm_module *m, int i, int64_t *shape) {
+  if (!m || !shape) {
+    set_error("nnvm_module_output_shape: the module or shape pointer is NULL");
+    return -1;
+  }
+  if (i < 0 || i >= m->num_outputs) {
+    set_error("%s: the model has %d output(s), there is no output %d", m->path, m->num_outputs, i);
+    return -1;
+  }
+  int axis0 = 0;
+  for (int k = 0; k < i; k++) axis0 += m->outputs[k].ndim;
+  pthread_mutex_lock((pthread_mutex_t *)&m->lock);
+  memcpy(shape, m->last_shapes + axis0, (size_t)m->outputs[i].ndim * sizeof *shape);
+  pthread_mutex_unlock((pthread_mutex_t *)&m->lock);
   return 0;
 }
 
@@ -419,6 +737,7 @@ void nnvm_module_free(nnvm_module *m) {
   }
   pthread_mutex_destroy(&m->lock);
   dlclose(m->lib);
+  free(m->last_shapes);
   free(m->path);
   free(m);
 }

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define NNVM_RUNTIME_FORMAT_VERSION 3 /* the newest module format this runtime reads */
+#define NNVM_RUNTIME_FORMAT_VERSION 4 /* the newest module format this runtime reads (3: no symbolic dims) */
 
 typedef struct nnvm_module nnvm_module;
 typedef struct {
@@ -40,6 +40,19 @@ int nnvm_module_input(const nnvm_module *m, int i, nnvm_tensor_info *info); /* 0
 int nnvm_module_output(const nnvm_module *m, int i, nnvm_tensor_info *info);
 int nnvm_module_run(nnvm_module *m, const void *const *inputs, void *const *outputs); /* 0, or -1; thread-safe */
 void nnvm_module_free(nnvm_module *m);
+
+/* Modules with symbolic dims (nnvm.compile(..., bounds={"seq": (1, 512)}), exported as format v4): one
+ * module runs every input shape within the bounds. nnvm_module_input/output give -1 for a symbolic axis.
+ * input_shapes[i] points at input i's ndim sizes; each dim is read from the inputs, checked against its
+ * bounds and against the other inputs carrying it (a mismatch is one sentence naming the input and the
+ * dim, and -1). Outputs must hold the largest output: nnvm_module_output_shape before any run gives it
+ * (every dim at its upper bound). A module without symbolic dims runs here too, with its own shapes.
+ * Thread-safe as nnvm_module_run. */
+int nnvm_module_run_shaped(nnvm_module *m, const int64_t *const *input_shapes, const void *const *inputs,
+                           void *const *outputs); /* 0, or -1 */
+/* Output i's shape (its ndim sizes) after the last run of m to finish (any thread's: threads running one
+ * module at once know their outputs' shapes from their inputs); before any run, the largest. 0, or -1. */
+int nnvm_module_output_shape(const nnvm_module *m, int i, int64_t *shape);
 
 #ifdef __cplusplus
 }
