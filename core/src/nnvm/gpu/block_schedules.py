@@ -325,6 +325,8 @@ def schedule_dense(out, config: dict | None = None, intrinsics: dict | None = No
     # (a qdense of [..., K] data, a transformer's, has more than two axes: the generic schedule's)
     if dense is None or len(dense.op.axis) != 2 or not _same_shape(out, dense.op.outputs[0]):
         raise ScheduleError("no dense stage of the output's shape")
+    if dense.op.attrs.get("dynamic_zero_point"):  # a third tensor read: the tiles below are for two
+        raise ScheduleError("qdense with a zero point read at run time")
     data_t, weight_t = tensors_read(dense.op.body[0])[:2]
     m, n_out = _extent(dense.op.axis[0]), _ext(dense.op.axis[1])
     k_ext = _ext(dense.op.reduce_axis[0])
