@@ -231,6 +231,27 @@ def test_blocked_depthwise_between_blocked_convolutions(target):
     assert len(transforms) == 2, f"{target}: only the input's and the output's transforms: {transforms}"
 
 
+def test_blocked_depthwise_as_the_graphs_output():
+    """A depthwise ``qconv2d`` with nothing after it (its int32 sums are the graph's output, as ONNX's
+    ``ConvInteger`` writes): ``qdepthwise_nchwc`` accumulates in a local tile copied out (it failed to
+    schedule, "compute_at its own loop"), exact against numpy."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder(name="qdw")
+    x = b.input("x", (1, 32, 9, 9), "uint8")
+    w = rng.integers(-127, 128, (32, 1, 3, 3)).astype(np.int8)
+    attrs = {"padding": (1, 1, 1, 1), "groups": 32, "data_zero_point": 3}
+    b.output(b.node("qconv2d", [x, b.param("w", w)], attrs, name="dw")[0])
+    mod = nnvm.compile(b.build(), target="llvm", opt_level=3)
+    assert any("qdepthwise_nchwc" in c["kernel"] for c in mod.plan["calls"]), mod.plan["calls"]
+    data = rng.integers(0, 256, (1, 32, 9, 9)).astype(np.uint8)
+    padded = np.pad(data.astype(np.int64) - 3, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    want = np.zeros((1, 32, 9, 9), np.int64)
+    for i in range(3):
+        for j in range(3):
+            want += padded[:, :, i:i + 9, j:j + 9] * w[None, :, 0, i, j, None, None]
+    np.testing.assert_array_equal(mod.run(x=data)[0], want.astype(np.int32))
+
+
 @pytest.mark.parametrize("isa", ["avx512vnni", "avxvnni", "avx2", "widened"])
 def test_dot_u8s8_window_form_is_exact(isa):
     """``window=(kh, kw)``: two more reduction axes inside one call, the activation read through a

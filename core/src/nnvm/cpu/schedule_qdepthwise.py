@@ -207,6 +207,8 @@ def build_qdepthwise_nchwc(target, group, config: dict):
     inline_epilogue(sch, keep)
     lanes = vector_lanes(target)
     out = sch[group.outputs[0].op]
+    if out is conv:  # the group's output itself (no epilogue): accumulate in a local tile, copy it out
+        conv = sch[sch.cache_write(group.outputs[0], "local").op]
     b, cb, y, x, c = out.op.axis
     xo, xi = out.split(x, factor=config["m"])
     co, ci = out.split(c, factor=lanes)
