@@ -77,7 +77,9 @@ def test_resnet18_tasks_on_the_cluster_log_every_trial_once_and_find_the_local_b
     local_log, cluster_log = tmp_path / "local.jsonl", tmp_path / "cluster.jsonl"
     with Measurer(repeat=3, min_repeat_ms=1) as m:
         tune(tasks, TRIALS, local_log, tuner="random", measurer=m, progress=False, seed=0)
-    with measurer(cluster) as m:
+    # noise is not what this test is about (the noisy-node test is): a loaded machine spread one node's
+    # repeats by 24% in a fresh clone's suite and every later trial was logged as an error
+    with measurer(cluster, noise_limit=100.0) as m:
         tune(tasks, TRIALS, cluster_log, tuner="random", measurer=m, progress=False, seed=0)
         timeline = list(m.timeline)
         # a driver run again (after a kill) resumes from the log: nothing is measured twice
