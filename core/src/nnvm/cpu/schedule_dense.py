@@ -573,7 +573,7 @@ def build_dense_packed(group, config: dict):
         # 1.11x its bound compile -> 1.02x). Chunks of L2 size (512 KiB) made (4, 33) 1.29x (its 136 rows in
         # two chunks); from 8 MiB a short binding is one chunk. The last chunk's overhang is cut off by
         # the lowering (``partition_loops``)
-(k_extent,) = (extent(iv) for iv in dense.op.reduce_axis)
+        (k_extent,) = (extent(iv) for iv in dense.op.reduce_axis)
         chunk = ROW_CHUNK_BYTES // (4 * config["mb"] * (k_extent or 64))
         chunk = 1 << max(0, min(chunk, MAX_ROW_CHUNK_TILES).bit_length() - 1)
         ic, ii = out_stage.split(it, factor=chunk)
