@@ -49,20 +49,6 @@ def openvino_model(path: str, threads: int):
     return compiled.create_infer_request(), settings
 
 
-def output_step(path: str) -> float | None:
-    """The scale of the DequantizeLinear that makes the model's output (one quantization step), if any."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(path)
-    inits = {t.name: t for t in model.graph.initializer}
-    out = model.graph.output[0].name
-    for node in model.graph.node:
-        if out in node.output and node.op_type == "DequantizeLinear" and node.input[1] in inits:
-            return float(numpy_helper.to_array(inits[node.input[1]]).max())
-    return None
-
-
 def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: float) -> dict:
     """Everything, in the child process (see the module docstring)."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
@@ -88,7 +74,10 @@ def measure(model: str, threads: int, repeat: int, rounds: int, block_seconds: f
     want = sess.run(None, feeds)[0]
     result = {"model": model, "ort_version": ort_version, "openvino": ov_settings, "threads": threads}
     scale = float(np.abs(want).max())
-    step = output_step(qpath)
+    try:  # one quantization step of the output, where a DequantizeLinear makes it
+        step = quantized.output_step(qpath)
+    except ValueError:
+        step = None
     outs = {"nnvm_int8": int8.run(**feeds)[0], "openvino_int8": next(iter(request.infer(feeds).values()))}
     if model == "bert":
         import onnxruntime as ort
