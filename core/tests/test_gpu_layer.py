@@ -159,9 +159,8 @@ def test_a_backend_declaring_no_target_facts_is_refused_at_registration(facts, m
         plugins.reset()
 
 
-def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, monkeypatch):
-    from nnvm.gpu import block_schedules, plugin
-
+def _record_templates(block_schedules, monkeypatch) -> list:
+    """The names of the templates ``block_schedules.group_template`` hands out from now on, in order."""
     names = []
     real = block_schedules.group_template
 
@@ -171,6 +170,13 @@ def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, 
         return template
 
     monkeypatch.setattr(block_schedules, "group_template", recording)
+    return names
+
+
+def test_the_gpu_templates_serve_every_gpu_target_and_decline_cpu_ones(testgpu, monkeypatch):
+    from nnvm.gpu import block_schedules, plugin
+
+    names = _record_templates(block_schedules, monkeypatch)
     mod = nnvm.compile(_graph(), target=testgpu)  # a target kind nnvm.gpu has never heard of, key gpu
     assert {"gpu.conv2d", "gpu.dense", "gpu.generic"} <= set(names)
     source = mod.library.source()
@@ -248,15 +254,7 @@ def test_8bit_convolutions_and_dense_take_the_tiled_templates_and_are_exact(test
     not the generic one, and give numpy's int64 sums exactly."""
     from nnvm.gpu import block_schedules
 
-    names = []
-    real = block_schedules.group_template
-
-    def recording(group, **kwargs):
-        template = real(group, **kwargs)
-        names.append(template.name)
-        return template
-
-    monkeypatch.setattr(block_schedules, "group_template", recording)
+    names = _record_templates(block_schedules, monkeypatch)
     rng = np.random.default_rng(7)
     x = rng.integers(0, 256, (1, 4, 6, 6)).astype("uint8")
     w = rng.integers(-128, 128, (8, 4, 3, 3)).astype("int8")
