@@ -222,7 +222,8 @@ def trained_model_path(name: str) -> str:
 
     script = torch_models.SCRIPTS / "train_synthetic.py"
     return torch_models._exported(torch_models.torch_python(), [script, Path(synthetic_task.__file__)],
-                                  f"trained_{name}", [name], f"{name} trained on the synthetic task")
+                                  f"trained_{name}", [name], f"{name} trained on the synthetic task",
+                                  timeout=4 * 3600)  # training: 38 min for ResNet-18 at load 15
 
 
 def task_images(count: int, seed: int) -> list[np.ndarray]:

@@ -137,7 +137,8 @@ def hf_decoder_path(name: str, layers: int | None = None, width: int | None = No
     return _exported(hf_python(), [HF_SCRIPT], tag, args, f"{name} with past")
 
 
-def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what: str) -> str:
+def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what: str,
+              timeout: float = 1800) -> str:
     """``$NNVM_CACHE_DIR/models/<tag>.onnx``, written by ``scripts[0] args... OUT`` unless a file made by
     the same scripts and venv is there."""
     directory = cache_dir() / "models"
@@ -150,7 +151,7 @@ def _exported(python: Path, scripts: list[Path], tag: str, args: list[str], what
             tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
             try:
                 run_checked([str(python), str(scripts[0]), args[0], str(tmp), *args[1:]],
-                            f"exporting {what} with torch", 1800, SCRIPTS.parent, clean_env())
+                            f"exporting {what} with torch", timeout, SCRIPTS.parent, clean_env())
                 os.replace(tmp, path)  # readers never see a half-written model
             finally:
                 tmp.unlink(missing_ok=True)
