@@ -21,7 +21,14 @@ def vector_lanes(target) -> int:
 
 def extent(iv) -> int | None:
     """The constant extent of an axis, None when it is symbolic."""
-    ext = simplify(iv.dom.extent)
+    return constant(iv.dom.extent)
+
+
+def constant(value) -> int | None:
+    """An int, or an expression (a tensor's dim) that simplifies to a constant; None when it is symbolic."""
+    if isinstance(value, int):
+        return value
+    ext = simplify(value)
     return int(ext.value) if isinstance(ext, Const) else None
 
 

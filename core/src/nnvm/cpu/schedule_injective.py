@@ -23,12 +23,10 @@ import math
 import re
 
 from nnvm import te
-from nnvm.cpu.schedule_helpers import extent
+from nnvm.cpu.schedule_helpers import constant, extent
 from nnvm.cpu.switches import enabled
 from nnvm.generic_schedule import PARALLEL_MIN_WORK
 from nnvm.te.tensor import ComputeOp
-from nnvm.tir.expr import Const
-from nnvm.tir.simplify import simplify
 
 INDEX_REMAPS = ("reshape", "transpose", "layout_transform")
 _BLOCKED = re.compile(r"^NCHW(\d+)c$")
@@ -72,14 +70,9 @@ def merged_rows(group, width: int) -> int | None:
     (attention's heads merged back, ``[batch, heads, seq, 64]`` read as ``[batch, seq, heads * 64]``), or
     None. Split by it, the innermost axis reads whole rows: over a symbolic ``seq`` the merged index is a
     gather LLVM's loop vectorizer gives up on (it warned "loop not vectorized"), per row a vector load."""
-    found = [n for n in (extent_of(t.shape[-1]) for _, t in group.inputs if len(t.shape) > 1)
+    found = [n for n in (constant(t.shape[-1]) for _, t in group.inputs if len(t.shape) > 1)
              if n is not None and 8 <= n < width and width % n == 0]
     return max(found) if found else None
-
-
-def extent_of(dim) -> int | None:
-    ext = simplify(dim) if not isinstance(dim, int) else dim
-    return int(ext.value) if isinstance(ext, Const) else ext if isinstance(ext, int) else None
 
 
 def schedule_index_remap(target, group):
