@@ -229,3 +229,23 @@ def test_an_unrolled_copy_leaves_out_the_untaken_sides_of_selects():
     # a condition that stays symbolic keeps its select, with the index substituted
     other = S.Store(dst, i, E.Select(E.BinOp("lt", j, i, "bool"), load[0], load[1], "float32"))
     assert "select((j < 2)" in stmt_str(unrolled_copy(other, i, 2))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 8), st.integers(-9, 9), st.integers(-9, 9), st.integers(1, 3))
+def test_at_most_is_sound_over_floor_divisions(m1, m2, a1, a2, k):
+    """``_at_most(x, y)`` (``x <= y`` for every value of the dims, floor divisions relaxed to fractions)
+    is only ever claimed where it holds: checked for ``k * ((s + a1) // m1) <= k * ((s + a2) // m2) *
+    m1 // m1`` shapes at every ``s`` in a range, and it proves the case the row tiles need."""
+    from nnvm.tir.lower import _at_most
+
+    s = E.Var("s", "int64")
+    x = E.binop("floordiv", s + a1, E.const(m1, "int64")) * k
+    y = E.binop("floordiv", s + a2, E.const(m2, "int64")) * (k * m2 // m1 if m2 % m1 == 0 else k)
+    if _at_most(x, y):
+        ky = k * m2 // m1 if m2 % m1 == 0 else k
+        for v in range(-40, 200):
+            assert k * ((v + a1) // m1) <= ky * ((v + a2) // m2), (v, m1, m2, a1, a2, k)
+    tiles = E.binop("floordiv", s + 3, E.const(4, "int64"))
+    padded = E.binop("floordiv", s + 7, E.const(8, "int64")) * 2
+    assert _at_most(tiles, padded) and not _at_most(padded, tiles)

@@ -250,3 +250,77 @@ def test_attention_products_have_a_one_query_row_case(build_all):
         fn(qv, packed, got)
         np.testing.assert_allclose(got, qv @ kv.transpose(0, 1, 3, 2), rtol=1e-5, atol=1e-5,
                                    err_msg=f"batch {b}, seq {s}, {n} keys")
+
+
+def test_the_one_row_case_only_where_the_rows_are_one():
+    """A shared weight's ``dense_packed`` over ``[batch, S, K]`` data: with ``S`` a dim the rows are
+    ``batch * seq`` and the template carries the GEMV case for ``batch == seq == 1``; with ViT's 197
+    tokens the rows at batch 1 are 197, so no case (its one-row tile made ViT-B/16's unbound module 2.3x
+    its bound one at batch 1). Decided for an explicit target."""
+    from nnvm.compiler import GroupCompute
+    from nnvm.cpu.schedule_dense import dense_packed_template
+    from nnvm.graph.ir import Node
+    from nnvm.target import parse_target
+
+    op = get_op("dense_packed")
+    batch, seq = Dim.named("batch"), Dim.named("seq")
+
+    def template_for(rows):
+        x_shape, w_shape = (batch, rows, 64), (3, 64, 16)
+        attrs = op.normalize_attrs({}, "fc")
+        x = te.placeholder(shape_exprs(x_shape), "float32", "x")
+        w = te.placeholder(w_shape, "float32", "w")
+        types = op.infer_type([TensorType(x_shape, "float32"), TensorType(w_shape, "float32")], attrs)
+        (out,) = op.compute([x, w], attrs, types)
+        node = Node("dense_packed", "fc", ("x", "w"), ("y",), attrs)
+        group = GroupCompute(0, [node], node, [("x", x), ("w", w)], [out], ["y"])
+        template = dense_packed_template(parse_target("llvm -mcpu=znver5"), group)
+        return template.build(template.fallback)
+
+    text = template_for(seq)
+    assert isinstance(text, te.Specialised) and [v for v, _ in text.cases] == [{"batch": 1, "seq": 1}]
+    assert not isinstance(template_for(197), te.Specialised)
+
+
+def test_a_partial_row_tile_keeps_its_reduction_unguarded(build_all):
+    """Symbolic rows of a shared weight's ``dense_packed`` run in chunks of row tiles: the chunk's guard
+    (a tile inside the padded rows) bounds every store, so the loop is cut there and only the crop
+    stores keep the true row count's guards. Before, a tile past the last full one (7 tokens: the only
+    tile) ran its whole reduction under both guards: GPT-2's head at 7 tokens 1.5x its bound kernel.
+    Numbers against numpy at row counts on and off the tile."""
+    from nnvm.compiler import GroupCompute
+    from nnvm.cpu.schedule_dense import dense_packed_template
+    from nnvm.graph.ir import Node
+    from nnvm.target import parse_target
+    from nnvm.tir import stmt as S
+    from nnvm.tir.visit import walk
+
+    op = get_op("dense_packed")
+    seq = Dim.named("seq")
+    x_shape, w_shape = (seq, 64), (3, 64, 16)
+    attrs = op.normalize_attrs({}, "fc")
+    x = te.placeholder(shape_exprs(x_shape), "float32", "x")
+    w = te.placeholder(w_shape, "float32", "w")
+    types = op.infer_type([TensorType(x_shape, "float32"), TensorType(w_shape, "float32")], attrs)
+    (out,) = op.compute([x, w], attrs, types)
+    node = Node("dense_packed", "fc", ("x", "w"), ("y",), attrs)
+    group = GroupCompute(0, [node], node, [("x", x), ("w", w)], [out], ["y"])
+    template = dense_packed_template(parse_target("llvm -mcpu=znver5"), group)
+    general = template.build(template.fallback).general  # the one-row case aside
+    guarded_reductions = []
+
+    def visit(node):
+        if isinstance(node, S.For) and node.var.name == "k":
+            walk(node.body, lambda n: guarded_reductions.append(n) if isinstance(n, S.IfThenElse) else None)
+
+    walk(nnvm.lower(general, [x, w, out]).body, visit)
+    assert not guarded_reductions, guarded_reductions[0]
+    fn = build_all([("fc", template.build(template.fallback), [x, w, out])])["fc"]
+    rng = np.random.default_rng(9)
+    wv = rng.standard_normal(w_shape).astype(np.float32)
+    dense_w = wv.transpose(1, 0, 2).reshape(64, 48)
+    for rows in (1, 7, 8, 9, 23):
+        xv = rng.standard_normal((rows, 64)).astype(np.float32)
+        got = np.zeros((rows, 48), np.float32)
+        fn(xv, wv, got)
+        np.testing.assert_allclose(got, xv @ dense_w, rtol=1e-4, atol=1e-4, err_msg=f"{rows} rows")

@@ -74,7 +74,9 @@ from nnvm.graph.ir import TensorType
 from nnvm.ops.blocked_layout import to_primal
 from nnvm.ops.common import checked_evaluate, require_inputs, same_dtypes, shape_of
 from nnvm.ops.registry import Attr, OpDef, OpPattern
-from nnvm.tir.visit import free_vars
+from nnvm.tir import expr as E
+from nnvm.tir.simplify import simplify
+from nnvm.tir.visit import free_vars, substitute
 
 MAX_KB_VECTORS = 4  # vector registers of partial sums per output: enough to cover the FMA latency
 
@@ -267,7 +269,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
     if not batch and any(isinstance(d, Dim) for d in lead[:-1]):
         return [_flat_rows(data, weight, lead, rk, units, padded_b, workload)]
     full = te.compute((*lead[:-1], padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
-                      attrs={"workload": workload, **workload})
+                      attrs={"workload": workload, **workload, "rows": rows})
     if units == padded_b * b and padded == rows:
         return [full]
     return [te.compute((*lead, units), lambda *i: full[i], name="dense_packed_crop", tag="injective")]
@@ -295,7 +297,7 @@ def _flat_rows(data, weight, lead: list, rk, units, padded_b: int, workload: dic
         return te.sum(data[(r, *reversed(idx), rk)] * weight[block, rk, j % b], axis=rk)
 
     full = te.compute((padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
-                      attrs={"workload": workload, **workload, "flat_rows": True})
+                      attrs={"workload": workload, **workload, "flat_rows": True, "rows": flat})
 
     def crop(*i):
         r = i[0]
@@ -437,10 +439,20 @@ def dense_packed_template(target, group) -> ScheduleTemplate | None:
     # step computed 8 query rows of Q @ K^T and softmax @ V for its one
     row_axes = dense.op.axis[-2:-1] if "weight_batch" in dense.op.attrs else dense.op.axis[:-1]
     one_row = {d: 1 for iv in row_axes for d in dim_names(iv.dom.extent)}
-    if symbolic and one_row:
+    if symbolic and one_row and _rows_at(dense, one_row) == 1:
         gemv = {"jb": packed_tile(machine, blocks, 1)[0], "mb": 1, "rows_first": 0, "batch_outer": 0}
         build = functools.partial(_with_one_row_case, group, one_row, gemv)
     return ScheduleTemplate("cpu.dense.packed", space, fallback, build, flops=2.0 * m * units * k)
+
+
+def _rows_at(dense, values: dict) -> int | None:
+    """The rows a ``dense_packed`` stage tiles (before padding: its ``rows`` attribute) when its dims
+    take ``values``, or None where other dims remain. ViT's rows are ``197 * batch``: at batch 1 they are
+    197, not one row, and the one-row case's GEMV tile made its unbound module 2.3x its bound one."""
+    rows = E.convert(dense.op.attrs["rows"])
+    known = {v: E.const(values[v.name]) for v in free_vars(rows) if v.name in values}
+    rows = simplify(substitute(rows, known))
+    return int(rows.value) if isinstance(rows, E.Const) else None
 
 
 def _with_one_row_case(group, one_row: dict, gemv: dict, config: dict):
