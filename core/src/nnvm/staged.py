@@ -103,9 +103,14 @@ def compile_staged(model, exc: DataDependentError, target, shapes, bounds, optio
         shape = symbolic_shape(name, declared, given) if given is not None or declared is not None else None
         types[name] = (dtype, tuple(_as_dim(d) for d in shape) if shape is not None else None)
 
-    def stage_bounds(names: list) -> dict:
+    user = set(bounds)
+
+    def stage_bounds(names: list, later: bool = False) -> dict:
+        """The bounds on the dims of a stage's inputs; for the rest (``later``) also the user's bounds on
+        dims no stage has made yet (a later cut's fresh dim)."""
         dims = set().union(*(_names(types[v][1] or ()) for v in names)) if names else set()
-        return {d: b for d, b in bounds.items() if d in dims}
+        known = set().union(*(_names(t[1] or ()) for t in types.values()))
+        return {d: b for d, b in bounds.items() if d in dims or (later and d in user and d not in known)}
 
     stages: list = []
     if split.before is not None:
@@ -118,7 +123,7 @@ def compile_staged(model, exc: DataDependentError, target, shapes, bounds, optio
                                          for k, d in enumerate(shape)))
         stages.append(Stage(first, split.before_inputs, split.before_outputs))
     op = split.op
-    taken = set(bounds).union(*(_names(t[1] or ()) for t in types.values()))
+    taken = set().union(*(_names(t[1] or ()) for t in types.values()))  # a user's bound may name it
     fresh = next(f"{op.op.lower()}_{k}" for k in range(len(taken) + 1) if f"{op.op.lower()}_{k}" not in taken)
     in_types = []
     for v in op.inputs:
@@ -145,7 +150,8 @@ def compile_staged(model, exc: DataDependentError, target, shapes, bounds, optio
         inner = [v for v in split.after_inputs if v not in split.inputs]
         rest = split.after({v: (types[v][0], _text(types[v][1])) for v in inner})
         mine = {v: _text(types[v][1]) for v in split.after_inputs if types[v][1] is not None}
-        second = compile_any(rest, target, mine, stage_bounds(split.after_inputs), options, **kwargs)
+        second = compile_any(rest, target, mine, stage_bounds(split.after_inputs, later=True), options,
+                             **kwargs)
         stages.append(Stage(second, split.after_inputs, split.after_outputs))
     return StagedModule(split, stages, {d: bounds[d] for d in bounds}, time.perf_counter() - t0)
 
@@ -259,8 +265,11 @@ class StagedModule:
                 entry["stages"] = sym["stages"]
             described.append(entry)
         out["compile_seconds"]["staging"] = self._seconds
-        out["symbolic"] = {"mode": "stages", "dims": {d: list(b) for d, b in self.bounds.items()},
-                           "stages": described}
+        dims = {d: list(b) for d, b in self.bounds.items()}
+        for entry in described:  # every dim of every stage, a later cut's fresh dims included
+            for d, b in entry.get("dims", {}).items():
+                dims.setdefault(d, b)
+        out["symbolic"] = {"mode": "stages", "dims": dims, "stages": described}
         return out
 
     def export(self, path: str) -> None:
