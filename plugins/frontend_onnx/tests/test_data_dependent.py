@@ -243,3 +243,19 @@ def test_onnx_node_cases_with_every_input_at_run_time(name):
             assert g.shape == w.shape and g.dtype == w.dtype, f"{name} output {k}: {g.shape} {g.dtype}, " \
                                                               f"expected {w.shape} {w.dtype}"
             np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"{name} output {k}")
+
+
+def test_range_by_two_up_to_a_symbolic_dim_is_one_compile():
+    """``Range(0, n, 2)`` with ``n`` from ``Shape``: its length is no dim expression the ``arange`` op
+    takes (before, a compile per binding); now stage 1 computes ``n``, the host the range."""
+    from onnx import numpy_helper
+
+    consts = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("i0", 0), ("two", 2))]
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "i0"], ["n"]),
+             helper.make_node("Range", ["i0", "n", "two"], ["r"]),
+             helper.make_node("Cast", ["r"], ["y"], to=1)]
+    model = _model(nodes, [_vi("x", T.FLOAT, ["n", 3])], [_vi("y", T.FLOAT, [None])], consts)
+    mod = nnvm.compile(model, target="llvm", shapes={"x": ("n", 3)}, tuning_log=False)
+    assert mod.stats()["symbolic"]["mode"] == "stages"
+    for n in (1, 4, 5):
+        _check(mod, model, {"x": np.zeros((n, 3), np.float32)}, f"n={n}")
