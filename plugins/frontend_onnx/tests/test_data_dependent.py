@@ -259,3 +259,17 @@ def test_range_by_two_up_to_a_symbolic_dim_is_one_compile():
     assert mod.stats()["symbolic"]["mode"] == "stages"
     for n in (1, 4, 5):
         _check(mod, model, {"x": np.zeros((n, 3), np.float32)}, f"n={n}")
+
+
+def test_a_data_dependent_node_inside_a_subgraph_is_one_sentence():
+    then = helper.make_graph([helper.make_node("NonZero", ["x"], ["a"])], "then", [],
+                             [_vi("a", T.INT64, None)])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["nx"]),
+                               helper.make_node("NonZero", ["nx"], ["b"])], "else", [],
+                              [_vi("b", T.INT64, None)])
+    model = _model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+                   [_vi("x", T.FLOAT, [4]), _vi("c", T.BOOL, [])], [_vi("y", T.INT64, None)])
+    with pytest.raises(Error, match=r"^node If_0/then/NonZero_0 \(NonZero, opset 17\): the input is computed "
+                                    r"at run time \(its values decide the output shape\); it lies inside a "
+                                    r"subgraph, where the model cannot be cut into stages$"):
+        nnvm.compile(model, target="llvm", tuning_log=False)
