@@ -12,6 +12,7 @@ from onnx import helper
 import nnvm
 from nnvm.errors import Error, InputError
 from nnvm.staged import StagedModule
+from nnvm_testing.frontend_onnx import shape_models
 from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
 
 NNVM_PLUGINS = "onnx,llvm-x86"
@@ -40,28 +41,10 @@ def _check(mod, model, feeds, what):
     return got
 
 
-def mask_select_model():
-    """Detection-style selection: boxes whose score passes a threshold, ``NonZero -> Transpose ->
-    GatherND``, then arithmetic on the selected rows; ``n`` boxes, a symbolic count."""
-    nodes = [
-        helper.make_node("Greater", ["scores", "threshold"], ["mask"]),
-        helper.make_node("NonZero", ["mask"], ["nz"]),
-        helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
-        helper.make_node("GatherND", ["boxes", "idx"], ["picked"]),
-        helper.make_node("Mul", ["picked", "scale"], ["scaled"]),
-        helper.make_node("ReduceSum", ["scaled", "axes"], ["area"], keepdims=0),
-    ]
-    inits = [helper.make_tensor("threshold", T.FLOAT, [], [0.5]),
-             helper.make_tensor("scale", T.FLOAT, [4], [2.0, 0.5, 1.0, 3.0]),
-             helper.make_tensor("axes", T.INT64, [1], [1])]
-    return _model(nodes, [_vi("boxes", T.FLOAT, ["n", 4]), _vi("scores", T.FLOAT, ["n"])],
-                  [_vi("scaled", T.FLOAT, None), _vi("area", T.FLOAT, None), _vi("nz", T.INT64, None)], inits)
-
-
 @pytest.fixture(scope="module")
 def mask_select():
-    model = mask_select_model()
-    return model, nnvm.compile(model, target="llvm", bounds={"n": (1, 64)}, tuning_log=False)
+    model = shape_models.mask_select()
+    return model, nnvm.compile(model, target="llvm", bounds={"count": (1, 64)}, tuning_log=False)
 
 
 @pytest.mark.parametrize("n,seed", [(5, 1), (17, 2), (40, 3), (17, 4), (3, 5)])
@@ -89,7 +72,7 @@ def test_mask_select_stats_say_what_was_staged(mask_select):
     host = sym["stages"][1]
     assert (host["op"], host["dim"], host["last"]) == ("NonZero", "nonzero_0", int((scores > 0.5).sum()))
     assert sym["stages"][2]["mode"] == "kernels"  # the rest: one compile over n and nonzero_0
-    assert set(sym["stages"][2]["dims"]) == {"n", "nonzero_0"}
+    assert set(sym["stages"][2]["dims"]) == {"count", "nonzero_0"}
 
 
 def test_export_of_a_staged_module_is_one_sentence(mask_select, tmp_path):

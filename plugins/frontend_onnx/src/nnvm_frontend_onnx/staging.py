@@ -180,7 +180,8 @@ def split_onnx(model, exc) -> Split:
     before_reads = set().union(*(_reads(n) for n in before)) if before else set()
     before_inputs = [v for v in input_names if v in before_reads]
     host = host_op(node, label)
-    constants = {v: arrays[v] for v in node.input if v in initializers}
+    # what the host op reads, and graph outputs no stage computes (an initializer given as an output)
+    constants = {v: arrays[v] for v in [*node.input, *outputs] if v in initializers}
 
     def types_of(vi):
         tt = vi.type.tensor_type
