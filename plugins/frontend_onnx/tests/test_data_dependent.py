@@ -256,3 +256,25 @@ def test_a_data_dependent_node_inside_a_subgraph_is_one_sentence():
                                     r"at run time \(its values decide the output shape\); it lies inside a "
                                     r"subgraph, where the model cannot be cut into stages$"):
         nnvm.compile(model, target="llvm", tuning_log=False)
+
+
+def test_host_topk_matches_onnxruntime_on_ties_ranks_and_dtypes():
+    """The host TopK (a partition, then a sort of k) against onnxruntime on seeded random cases full of
+    ties: every rank, axis, k (0 to the axis length), largest or smallest, four dtypes."""
+    from nnvm_frontend_onnx.host_ops import topk
+
+    rng = np.random.default_rng(39)
+    for trial in range(80):
+        shape = tuple(int(d) for d in rng.integers(1, 7, rng.integers(1, 4)))
+        axis = int(rng.integers(0, len(shape)))
+        k, largest = int(rng.integers(0, shape[axis] + 1)), int(rng.integers(0, 2))
+        dtype = [np.float32, np.int64, np.int32, np.uint8][trial % 4]
+        elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+        x = rng.integers(0, 4, shape).astype(dtype)
+        model = _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)],
+                       [_vi("x", elem, shape), _vi("k", T.INT64, [1])],
+                       [_vi("v", elem, None), _vi("i", T.INT64, None)])
+        want = run_onnxruntime(model, {"x": x, "k": np.array([k], np.int64)})
+        got = topk(x, k, axis, bool(largest))
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w), f"TopK of {x} along {axis}, k={k}, largest={largest}: {g} != {w}"
