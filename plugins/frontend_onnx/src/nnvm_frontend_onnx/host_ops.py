@@ -37,15 +37,20 @@ def _descending_key(x: np.ndarray) -> np.ndarray:
 
 def topk(x: np.ndarray, k: int, axis: int, largest: bool) -> list:
     """ONNX ``TopK``: the k largest (smallest) along ``axis``, ties to the lower index, sorted. A
-    partition finds the k-th key, so the sort is over k elements, not the whole axis (onnxruntime's way)."""
+    partition picks the k, so only they are sorted, not the whole axis (onnxruntime's way)."""
     key = np.moveaxis(_descending_key(x) if largest else x, axis, -1)
     n = key.shape[-1]
     if 0 < k < n:
-        kth = np.take(np.partition(key, k - 1, axis=-1), [k - 1], axis=-1)  # the k-th smallest key, per row
-        less, tied = key < kth, key == kth
-        room = k - less.sum(axis=-1, keepdims=True)  # how many tied elements make the cut, lowest first
-        chosen = less | (tied & (np.cumsum(tied, axis=-1) <= room))
-        picked = np.nonzero(chosen)[-1].reshape(key.shape[:-1] + (k,))  # in index order, per row
+        picked = np.argpartition(key, k - 1, axis=-1)[..., :k]  # the k smallest keys, ties cut anyhow
+        kth = np.take_along_axis(key, picked, -1).max(axis=-1, keepdims=True)
+        tied = key == kth
+        if (tied.sum(axis=-1, keepdims=True) != (np.take_along_axis(key, picked, -1) == kth).sum(
+                axis=-1, keepdims=True)).any():  # a tie at the cut: the lowest indices make it
+            less = key < kth
+            room = k - less.sum(axis=-1, keepdims=True)
+            chosen = less | (tied & (np.cumsum(tied, axis=-1) <= room))
+            picked = np.nonzero(chosen)[-1].reshape(key.shape[:-1] + (k,))
+        picked = np.sort(picked, axis=-1)  # index order, so the stable sort by key breaks ties by index
         order = np.take_along_axis(picked, np.argsort(np.take_along_axis(key, picked, -1), axis=-1,
                                                       kind="stable"), -1)
     else:
