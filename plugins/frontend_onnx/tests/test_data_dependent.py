@@ -75,6 +75,27 @@ def test_mask_select_stats_say_what_was_staged(mask_select):
     assert set(sym["stages"][2]["dims"]) == {"count", "nonzero_0"}
 
 
+def test_a_staged_module_runs_from_several_threads_at_once(mask_select):
+    """``mod.run`` is safe from several threads: each run's values live in that run alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model, mod = mask_select
+    cases = [(n, seed) for n, seed in zip((3, 9, 30, 64, 12, 50, 7, 21), range(10, 18))]
+
+    def one(case):
+        n, seed = case
+        rng = np.random.default_rng(seed)
+        feeds = {"boxes": rng.standard_normal((n, 4)).astype(np.float32),
+                 "scores": rng.random(n).astype(np.float32)}
+        return feeds, mod.run(**feeds)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, cases))
+    for feeds, got in results:
+        for g, w in zip(got, run_onnxruntime(model, feeds)):
+            assert g.shape == w.shape and relative_error(g, w) < 1e-5
+
+
 def test_export_of_a_staged_module_is_one_sentence(mask_select, tmp_path):
     _, mod = mask_select
     with pytest.raises(Error, match=r"^cannot export .*node NonZero_1 \(NonZero\) has an output shape "
