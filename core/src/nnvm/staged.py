@@ -89,8 +89,8 @@ def _upper(hi, bounds: dict):
 def compile_staged(model, exc: DataDependentError, target, shapes, bounds, options, compile_any, **kwargs):
     """``model`` compiled as stages cut at the node ``exc`` names; ``compile_any`` (``nnvm.compile``'s
     dispatch) compiles each stage, and cuts the rest again where it meets another such node."""
-    frontend = find_frontend(model) if not isinstance(model, Stage) else None
-    if frontend is None or frontend.split is None:
+    frontend = find_frontend(model)
+    if frontend.split is None:
         raise Error(f"{exc}; the model cannot be cut into stages there (its frontend does not split "
                     "models), so bind that input's value") from None
     t0 = time.perf_counter()
@@ -153,6 +153,12 @@ def compile_staged(model, exc: DataDependentError, target, shapes, bounds, optio
         second = compile_any(rest, target, mine, stage_bounds(split.after_inputs, later=True), options,
                              **kwargs)
         stages.append(Stage(second, split.after_inputs, split.after_outputs))
+    else:  # nothing after the node: a bound naming no dim of the model is the user's slip
+        known = set().union(*(_names(t[1] or ()) for t in types.values()))
+        unknown = sorted(user - known)
+        if unknown:
+            raise InputError(f"bounds= names {', '.join(map(repr, unknown))}, which is no dim of the model "
+                             f"(dims: {', '.join(sorted(known))})")
     return StagedModule(split, stages, {d: bounds[d] for d in bounds}, time.perf_counter() - t0)
 
 

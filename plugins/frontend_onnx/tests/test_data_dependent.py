@@ -299,3 +299,14 @@ def test_host_topk_matches_onnxruntime_on_ties_ranks_and_dtypes():
         got = topk(x, k, axis, bool(largest))
         for g, w in zip(got, want):
             assert np.array_equal(g, w), f"TopK of {x} along {axis}, k={k}, largest={largest}: {g} != {w}"
+
+
+def test_a_bound_naming_no_dim_is_one_sentence():
+    with pytest.raises(InputError, match=r"^bounds= names 'bogus', which is no symbolic dim of the model's "
+                                         r"inputs \(dims: count, nonzero_0\)$"):
+        nnvm.compile(shape_models.mask_select(), target="llvm", bounds={"bogus": (1, 4)}, tuning_log=False)
+    alone = _model([helper.make_node("NonZero", ["x"], ["nz"])], [_vi("x", T.FLOAT, [3, 4])],
+                   [_vi("nz", T.INT64, None)])  # nothing after the node
+    with pytest.raises(InputError, match=r"^bounds= names 'bogus', which is no dim of the model \(dims: "
+                                         r"nonzero_0\)$"):
+        nnvm.compile(alone, target="llvm", bounds={"bogus": (1, 4)}, tuning_log=False)
