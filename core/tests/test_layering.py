@@ -35,7 +35,7 @@ LAYERS = (
     ("autotune", "batch_loop"),  # templates, tuning logs, tasks, the tuner; a symbolic batch's loop
     ("cpu", "gpu"),  # the shared backend layers (schedule templates, GPU stages)
     ("bench", "compiler"),  # nnvm bench; nnvm.compile
-    ("dynamic",),  # symbolic modules: a compile per binding, on the compiler
+    ("dynamic", "staged"),  # symbolic modules, on the compiler; a model cut at data-dependent nodes
     ("generate",),  # greedy decoding with a KV cache on a symbolic module (nnvm generate)
     ("cli", ""),  # the command line; the root package, the public facade
 )

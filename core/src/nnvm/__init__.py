@@ -20,6 +20,7 @@ from nnvm.compiler import compile_model, import_model
 from nnvm.dynamic import compile_symbolic, wants_symbolic
 from nnvm.errors import (  # noqa: F401
     CalibrationInputError,
+    DataDependentError,
     Error,
     InputError,
     ModelLoadError,
@@ -36,6 +37,7 @@ from nnvm.kernel_cache import KernelCache, default_kernel_cache
 from nnvm.options import Options  # noqa: F401  (nnvm.Options)
 from nnvm.runtime.kernel import build_function
 from nnvm.runtime.module import load_module
+from nnvm.staged import compile_staged
 from nnvm.te.lower import lower_schedule
 
 __version__ = "0.1.0"
@@ -91,12 +93,21 @@ def compile(model, target: str = "llvm", shapes: dict | None = None, bounds: dic
     elif not isinstance(kernel_cache, KernelCache):
         kernel_cache = KernelCache(kernel_cache)
     options = options.replace(kernel_cache=False if kernel_cache is None else kernel_cache)
-    if wants_symbolic(shapes, bounds):
-        return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
+    return _compile_any(model, target, shapes, bounds, options, **kwargs)
+
+
+def _compile_any(model, target, shapes, bounds, options: Options, **kwargs):
+    """A bound, symbolic or staged module for ``model``, as ``compile`` says; a model with a node whose
+    output shape its input values decide is cut there into stages, each compiled by this function."""
     try:
-        return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
-    except UnboundDimError:  # a dim that cannot be bound (not a leading batch): one module for every shape
-        return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
+        if wants_symbolic(shapes, bounds):
+            return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
+        try:
+            return compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
+        except UnboundDimError:  # a dim that cannot be bound (not a leading batch): one module, every shape
+            return compile_symbolic(model, target, shapes, bounds, options, **kwargs)
+    except DataDependentError as exc:
+        return compile_staged(model, exc, target, shapes, bounds, options, _compile_any, **kwargs)
 
 
 def quantize(model, calibration_inputs, per_channel: bool = True, method: str = "minmax",

@@ -192,7 +192,8 @@ def cmd_run(args) -> int:
         if path in str(exc):
             raise
         raise with_context(exc, path) from None
-    names = [d["name"] for d in mod.plan["outputs"]]
+    staged = getattr(mod, "output_names", None)  # a staged module (nnvm.staged) has no single plan
+    names = staged if staged is not None else [d["name"] for d in mod.plan["outputs"]]
     if args.output:
         np.savez(args.output, **dict(zip(names, outs)))
         print(f"wrote {len(outs)} output(s) to {args.output}")

@@ -25,7 +25,7 @@ from collections import OrderedDict
 import numpy as np
 
 from nnvm.compiler import compile_model
-from nnvm.errors import Error, InputError
+from nnvm.errors import DataDependentError, Error, InputError
 from nnvm.frontend.convert import DimBinding, binding_dims
 from nnvm.graph.dims import Dim, dim_expression
 from nnvm.graph.ir import Graph
@@ -99,6 +99,8 @@ def compile_symbolic(model, target, shapes: dict | None, bounds: dict | None, op
         with binding_dims(binding):
             whole = compile_model(model, target=target, shapes=shapes, options=options, **kwargs)
         why = None
+    except DataDependentError:  # the model is cut into stages there (nnvm.staged), not compiled per binding
+        raise
     except Exception as exc:  # noqa: BLE001  (anything the symbolic path cannot do yet: one compile a binding)
         whole, why = None, f"{type(exc).__name__}: {exc}" if not isinstance(exc, Error) else str(exc)
     if whole is None:
@@ -188,6 +190,14 @@ class SymbolicModule:
     def graph(self):
         """The graph of the most recently run specialisation."""
         return self._last.graph
+
+    def output_types(self) -> list:
+        """Each output's ``(dtype, shape)``: shapes with ``Dim``s where one compile serves every binding,
+        else None for each axis (``nnvm.staged`` types the next stage's inputs with them)."""
+        if self._whole is None:
+            return [(d["dtype"], (None,) * len(d["shape"])) for d in self._last.plan["outputs"]]
+        types = self._whole.graph.types
+        return [(types[v].dtype, types[v].shape) for v in self._whole.graph.outputs]
 
     def bind_dims(self, arrays: dict) -> dict:
         """Each dim's value from the input ``arrays`` (by name), checked (``DimSignature.bind``): rank and

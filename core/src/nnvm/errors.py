@@ -68,6 +68,16 @@ class UnboundDimError(InputError):
     ``nnvm.compile`` then keeps the model's dims symbolic (docs/dynamic-shapes.md)."""
 
 
+class DataDependentError(Error):
+    """An operator whose output shape is decided by values computed at run time (``NonZero``, ``TopK``
+    with a computed k, ``Range`` over computed bounds): ``nnvm.compile`` then cuts the model at it
+    (``nnvm.staged``). ``node`` names the node in the frontend's terms, ``op`` its operator."""
+
+    def __init__(self, message: str, node: str = "", op: str = ""):
+        super().__init__(message)
+        self.node, self.op = node, op
+
+
 class ScheduleError(Error):
     """A schedule primitive was used in a way that cannot be lowered (names the stage and axis)."""
 

@@ -43,6 +43,9 @@ class Frontend:
       dimensions; the graph it returns is validated and typed by the core.
     - ``quantize(model, calibration_inputs, per_channel, method, percentile, target)``, optional: the
       model quantized after calibration, in the frontend's own format (``nnvm.quantize``).
+    - ``split(model, error) -> nnvm.staged.Split``, optional: the model cut at the node a
+      ``DataDependentError`` names, so ``nnvm.compile`` can run that node on the host between two
+      compiled stages (docs/dynamic-shapes.md, data-dependent shapes).
     """
 
     name: str
@@ -52,6 +55,7 @@ class Frontend:
     description: str = ""
     kwargs: dict = field(default_factory=dict)
     quantize: Callable | None = None
+    split: Callable | None = None
 
 
 def find_frontend(model) -> Frontend:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error
+from nnvm.errors import DataDependentError, Error
 from nnvm.frontend import ConversionContext, ConvertError, ConverterTable
 from nnvm.graph.builder import GraphBuilder
 from nnvm.graph.dims import Dim
 
-__all__ = ["CONVERTERS", "Context", "ConvertError", "ValueDependentError", "converter"]
+__all__ = ["CONVERTERS", "Context", "ConvertError", "DataDependentOpError", "ValueDependentError",
+           "converter"]
 
 # ONNX op_type -> converter; filled by the ``convert_*`` modules through ``@converter``.
 CONVERTERS = ConverterTable("ONNX")
@@ -42,6 +43,17 @@ class ValueDependentError(ConvertError):
     def __init__(self, message: str, value: str):
         super().__init__(message)
         self.value = value
+
+
+class DataDependentOpError(ValueDependentError, DataDependentError):
+    """A node whose output shape its input values decide (``NonZero``, ``TopK``'s k, ``Range``), those
+    values computed at run time: ``nnvm.compile`` cuts the model at the node (``staging``) and runs it on
+    the host; ``backend`` still specializes on the input. ``output`` is the node's first output (its ONNX
+    name, unique in the graph)."""
+
+    def __init__(self, message: str, value: str, node: str, op: str, output: str):
+        ValueDependentError.__init__(self, message, value)
+        self.node, self.op, self.output = node, op, output
 
 
 class Context(ConversionContext):
@@ -100,6 +112,16 @@ class Context(ConversionContext):
             raise ValueDependentError(f"{self.label}: {what} is computed at run time "
                                       f"(value-dependent shape not supported)", v)
         return value
+
+    def deciding(self, v: str, what: str) -> np.ndarray:
+        """The value of input ``v`` of a node that can run on the host between compiled stages, when it
+        is known as numbers when importing; else a ``DataDependentOpError`` (``nnvm.staged``)."""
+        value = self.const_value(v)
+        if value is None or np.asarray(value).dtype == object:
+            first = next((o for o in self.node.output if o), "")
+            raise DataDependentOpError(f"{self.label}: {what} is computed at run time (its values decide the "
+                                       "output shape)", v, self.name, self.op_type, first)
+        return np.asarray(value)
 
     def const_ints(self, v: str, what: str) -> tuple:
         """The ints of a constant input; symbolic dims stay dims."""

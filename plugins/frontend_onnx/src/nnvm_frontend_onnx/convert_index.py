@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from nnvm_frontend_onnx import host_ops
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
@@ -161,7 +162,7 @@ def convert_topk(ctx: Context, inputs):
     """The k largest (or smallest) along an axis: each element's rank is the count of elements that
     beat it (ties broken by position), then rank r's element is picked with a one-hot mask."""
     x = inputs[0]
-    k = int(ctx.attr("k")) if ctx.has_attr("k") else ctx.const_ints(inputs[1], "the K input")[0]
+    k = int(ctx.attr("k") if ctx.has_attr("k") else ctx.deciding(inputs[1], "the K input").reshape(-1)[0])
     axis = normalize_axis(ctx.attr("axis", -1), ctx.rank(x), ctx)
     largest = bool(ctx.attr("largest", 1))
     xt, back = _to_last(ctx, x, axis)
@@ -209,7 +210,7 @@ def convert_hardmax(ctx: Context, inputs):
 @converter("Compress")
 def convert_compress(ctx: Context, inputs):
     x, cond = inputs[:2]
-    keep = np.flatnonzero(np.asarray(ctx.const(cond, "the condition input")).astype(bool))
+    keep = np.flatnonzero(ctx.deciding(cond, "the condition input").astype(bool))
     if ctx.has_attr("axis"):
         axis = normalize_axis(ctx.attr("axis"), ctx.rank(x), ctx)
     else:
@@ -272,32 +273,23 @@ def convert_einsum(ctx: Context, inputs):
 
 
 # -- operators whose output shape is decided by input values ------------------------------------------
-# Their inputs must be known when importing: constants, or graph inputs that
-# ``nnvm_frontend_onnx.backend`` specializes on (``ctx.const`` asks it to). The results are constants.
+# Inputs known when importing (constants, or graph inputs that ``nnvm_frontend_onnx.backend`` specializes
+# on) give constants here; inputs computed at run time raise ``DataDependentOpError`` (``ctx.deciding``):
+# ``nnvm.compile`` then runs the node on the host between compiled stages (``staging``).
 @converter("NonZero")
 def convert_nonzero(ctx: Context, inputs):
-    x = np.asarray(ctx.const(inputs[0], "the input (its values decide the output shape)"))
-    return ctx.param(np.asarray(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1), "nonzero")
+    return ctx.param(host_ops.nonzero(ctx.deciding(inputs[0], "the input")), "nonzero")
 
 
 @converter("Unique")
 def convert_unique(ctx: Context, inputs):
-    x = np.asarray(ctx.const(inputs[0], "the input (its values decide the output shape)"))
+    x = ctx.deciding(inputs[0], "the input")
     axis = ctx.attr("axis")
     if axis is not None:
         axis = normalize_axis(axis, x.ndim, ctx)
-    data = x.reshape(-1) if axis is None else x
-    values, first, inverse, counts = np.unique(data, return_index=True, return_inverse=True,
-                                               return_counts=True, axis=axis)
-    inverse = inverse.reshape(-1)
-    if not ctx.attr("sorted", 1):  # in order of first occurrence
-        order = np.argsort(first, kind="stable")
-        rank = np.empty_like(order)
-        rank[order] = np.arange(len(order))
-        values = np.take(values, order, axis=0 if axis is None else axis)
-        first, counts, inverse = first[order], counts[order], rank[inverse]
-    return [ctx.param(values, "unique"), ctx.param(first.astype(np.int64), "indices"),
-            ctx.param(inverse.astype(np.int64), "inverse"), ctx.param(counts.astype(np.int64), "counts")]
+    values, first, inverse, counts = host_ops.unique(x, axis, bool(ctx.attr("sorted", 1)))
+    return [ctx.param(values, "unique"), ctx.param(first, "indices"), ctx.param(inverse, "inverse"),
+            ctx.param(counts, "counts")]
 
 
 def _corners(boxes: np.ndarray, center_point_box: int) -> np.ndarray:

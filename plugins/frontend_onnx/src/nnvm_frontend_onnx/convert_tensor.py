@@ -14,6 +14,7 @@ import numpy as np
 
 from nnvm.frontend.convert import require_at_most
 from nnvm.graph.dims import Dim
+from nnvm_frontend_onnx import host_ops
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 
@@ -64,15 +65,20 @@ def convert_size(ctx: Context, inputs):
 
 @converter("Range")
 def convert_range(ctx: Context, inputs):
-    start, limit, delta = (ctx.const(v, what) for v, what in
-                           zip(inputs[:3], ("the start input", "the limit input", "the delta input")))
-    if limit.dtype == object:  # a limit of symbolic dims (``shape_values``): counted at each run
-        dtype = ctx.dtype(inputs[0])
-        first, step, end = start.item(), delta.item(), limit.reshape(-1)[0]
-        if step != 1 or not isinstance(first, int):
-            raise ctx.error(f"a Range from {first} by {step} to the symbolic {end} is not supported yet")
-        return ctx.op("arange", [], {"start": first, "delta": 1, "length": end - first, "dtype": dtype})
-    return ctx.param(np.arange(start.item(), limit.item(), delta.item(), dtype=start.dtype), "range")
+    what = ("the start input", "the limit input", "the delta input")
+    start, limit, delta = (ctx.const_value(v) for v in inputs[:3])
+    if start is not None and delta is not None and limit is not None and np.asarray(limit).dtype == object:
+        # a limit of symbolic dims (``shape_values``) from a constant start by 1: counted at each run
+        first, step = np.asarray(start).item(), np.asarray(delta).item()
+        end = np.asarray(limit).reshape(-1)[0]
+        if step == 1 and isinstance(first, int):
+            return ctx.op("arange", [], {"start": first, "delta": 1, "length": end - first,
+                                         "dtype": ctx.dtype(inputs[0])})
+    start, limit, delta = (ctx.deciding(v, w) for v, w in zip(inputs[:3], what))  # else run on the host
+    if delta.item() == 0:
+        raise ctx.error("delta is 0")
+    return ctx.param(host_ops.arange(start.reshape(()), limit.reshape(()).astype(start.dtype),
+                                    delta.reshape(()).astype(start.dtype)), "range")
 
 
 # -- reshaping --------------------------------------------------------------------------------------

@@ -27,7 +27,14 @@ def _quantize(model, calibration_inputs, **options):
     return quantize_onnx(model, calibration_inputs, **options)
 
 
+def _split(model, error):
+    from nnvm_frontend_onnx.staging import split_onnx
+
+    return split_onnx(model, error)
+
+
 @hookimpl
 def nnvm_register_frontends(register):
     register(Frontend(name="onnx", load=_load, extensions=(".onnx",), accepts=_accepts, quantize=_quantize,
+                      split=_split,
                       description="ONNX models (opset 7 and up): files, bytes or onnx.ModelProto"))

@@ -228,3 +228,32 @@ def symbolic_batch_cnn(seed: int = 0, c: int = 8, size: int = 16, classes: int =
              n("Flatten", ["g"], ["f"], axis=1), n("Gemm", ["f", "fc", "fcb"], ["z"]),
              n("Softmax", ["z"], ["y"], axis=-1)]
     return _model(nodes, w, [("x", ["N", 3, size, size])], [("y", ["N", classes])])
+
+
+def mask_select(threshold: float = 0.5):
+    """Detection-style selection with a data-dependent count: the boxes whose score passes a threshold
+    (``Greater -> NonZero -> Transpose -> GatherND``), scaled, and their row sums; ``boxes`` [count, 4]
+    (a dim name no batch rule binds), ``scores`` [count]; outputs ``scaled`` [k, 4], ``area`` [k] and
+    ``nz`` [1, k], k decided by the scores."""
+    from onnx import TensorProto as T
+    from onnx import helper
+
+    nodes = [
+        helper.make_node("Greater", ["scores", "threshold"], ["mask"]),
+        helper.make_node("NonZero", ["mask"], ["nz"]),
+        helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+        helper.make_node("GatherND", ["boxes", "idx"], ["picked"]),
+        helper.make_node("Mul", ["picked", "scale"], ["scaled"]),
+        helper.make_node("ReduceSum", ["scaled", "axes"], ["area"], keepdims=0),
+    ]
+    inits = [helper.make_tensor("threshold", T.FLOAT, [], [threshold]),
+             helper.make_tensor("scale", T.FLOAT, [4], [2.0, 0.5, 1.0, 3.0]),
+             helper.make_tensor("axes", T.INT64, [1], [1])]
+    graph = helper.make_graph(
+        nodes, "mask_select",
+        [helper.make_tensor_value_info("boxes", T.FLOAT, ["count", 4]),
+         helper.make_tensor_value_info("scores", T.FLOAT, ["count"])],
+        [helper.make_tensor_value_info("scaled", T.FLOAT, None),
+         helper.make_tensor_value_info("area", T.FLOAT, None),
+         helper.make_tensor_value_info("nz", T.INT64, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

@@ -1,0 +1,97 @@
+"""Data-dependent output shapes (``nnvm.staged``): one staged compile against onnxruntime, per run.
+
+    uv run python bench/datadep.py [--threads 1] [--repeat 30] [--rounds 5]
+
+Three models, built here with seeded data and cached in ``~/.cache/nnvm/bench/datadep``:
+``mask_select`` (``nnvm_testing.frontend_onnx.shape_models.mask_select``: 2000 boxes, about half selected,
+``Greater -> NonZero -> Transpose -> GatherND`` and arithmetic), ``topk_k`` (``x`` [64, 2048], ``k`` a graph
+input, 16: ``TopK`` on the host, then arithmetic) and ``range_gather`` (a length computed from a mask,
+``Range(0, sum(mask))``, rows of a [4096, 64] table gathered and scaled). Each is compiled once by
+``nnvm.compile`` (a ``StagedModule``), checked against onnxruntime, and both timed in blocks of their own,
+alternated (``nnvm.bench.blocks_ms``); printed: medians (ms), the ratio nnvm / onnxruntime, and the load
+average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _models():
+    import numpy as np
+    from onnx import TensorProto as T
+    from onnx import helper, numpy_helper
+
+    from nnvm_testing.frontend_onnx.shape_models import mask_select
+
+    rng = np.random.default_rng(0)
+    out = {"mask_select": (mask_select(), {"boxes": rng.standard_normal((2000, 4)).astype(np.float32),
+                                           "scores": rng.random(2000).astype(np.float32)})}
+    nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1),
+             helper.make_node("Mul", ["v", "two"], ["y"])]
+    graph = helper.make_graph(nodes, "topk_k", [helper.make_tensor_value_info("x", T.FLOAT, [64, 2048]),
+                                                helper.make_tensor_value_info("k", T.INT64, [1])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None),
+                               helper.make_tensor_value_info("i", T.INT64, None)],
+                              [helper.make_tensor("two", T.FLOAT, [], [2.0])])
+    out["topk_k"] = (helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8),
+                     {"x": rng.standard_normal((64, 2048)).astype(np.float32), "k": np.array([16], np.int64)})
+    nodes = [helper.make_node("ReduceSum", ["mask"], ["len"], keepdims=0),
+             helper.make_node("Range", ["zero", "len", "one"], ["pos"]),
+             helper.make_node("Gather", ["table", "pos"], ["rows"]),
+             helper.make_node("Mul", ["rows", "scale"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(rng.standard_normal((4096, 64)).astype(np.float32), "table"),
+             numpy_helper.from_array(np.float32(0.125), "scale")]
+    graph = helper.make_graph(nodes, "range_gather", [helper.make_tensor_value_info("mask", T.INT64, [4096])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    mask = (rng.random(4096) < 0.25).astype(np.int64)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    out["range_gather"] = (model, {"mask": mask})
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    os.environ["NNVM_NUM_THREADS"] = str(args.threads)  # before nnvm starts its pool
+
+    import numpy as np
+    import onnx
+
+    import nnvm
+    from nnvm.bench import blocks_ms, onnxruntime_session
+
+    folder = os.path.join(os.path.expanduser("~"), ".cache", "nnvm", "bench", "datadep")
+    os.makedirs(folder, exist_ok=True)
+    print(f"threads {args.threads}, repeat {args.repeat}, rounds {args.rounds}")
+    print("| model | nnvm ms | onnxruntime ms | nnvm / ort | stages | load before; after |")
+    print("| --- | ---: | ---: | ---: | --- | --- |")
+    for name, (model, feeds) in _models().items():
+        path = os.path.join(folder, f"{name}.onnx")
+        onnx.save(model, path)
+        mod = nnvm.compile(path, tuning_log=False)
+        sess, _ = onnxruntime_session(path, args.threads)
+        got, want = mod.run(**feeds), sess.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, (name, g.shape, w.shape)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=name)
+        before = os.getloadavg()[0]
+        ours, theirs = blocks_ms([lambda m=mod, f=feeds: m.run(**f), lambda s=sess, f=feeds: s.run(None, f)],
+                                 args.repeat, args.rounds)
+        after = os.getloadavg()[0]
+        stages = " / ".join(s["op"] if s["kind"] == "host" else s["mode"]
+                            for s in mod.stats()["symbolic"]["stages"])
+        print(f"| {name} | {ours:.3f} | {theirs:.3f} | {ours / theirs:.2f}x | {stages} | "
+              f"{before:.2f}; {after:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
