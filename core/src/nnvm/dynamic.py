@@ -282,15 +282,13 @@ class SymbolicModule:
         ``nnvm_module_run_shaped``): the kernels, which take the dims, one memory plan made for every dim
         at its upper bound, and the shapes as programs over the dims (``runtime.symbolic.describe``).
         Every buffer grows with the dims (``_grows``), so a smaller binding fits at the same offsets,
-        as in a bucket's plan here; a dim without an upper bound, or a size that may shrink, refuses."""
+        as in a bucket's plan here; a dim without an upper bound, or a size that may shrink, refuses.
+        A GPU target's file is its library's zip (``gpu.library``) with the same section: the launch
+        table's grids and sizes stay terms of the dims, bound per run (``DeviceModule.run_shaped``)."""
         what = f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)})"
         if self._whole is None:
             raise Error(f"{what} and compiles once per binding ({self.why_specialised}); an exported module "
                         "needs kernels that take the dims")
-        if self._whole._device is not None:
-            raise Error(f"{what}, and exporting one for a device ({self._whole.target}) is not built yet: "
-                        "its runtime runs bound plans only; export it for a CPU target, or with every dim "
-                        "bound")
         open_ended = [d for d, (_, hi) in self.bounds.items() if hi is None]
         if open_ended:
             raise Error(f"{what}, and {', '.join(map(repr, open_ended))} has no upper bound: an exported "

@@ -113,6 +113,20 @@ def bound_table(table: dict, dims: dict) -> dict:
     return {**table, "params": buffers("params"), "temporaries": buffers("temporaries"), "launches": launches}
 
 
+def bound_tables(tables: dict, dims: dict) -> dict:
+    """``bound_table`` of every function, its values checked against the devices' limits
+    (``check_tables``): a table read from a file may name a dim the plan does not bind, or grow past
+    them at some binding."""
+    try:
+        bound = {name: bound_table(t, dims) for name, t in tables.items()}
+        check_tables(list(bound.values()))
+    except KeyError as exc:
+        raise ModelLoadError(f"a launch table uses a dim {exc} that the plan does not bind") from None
+    except _BadManifest as exc:
+        raise ModelLoadError(f"at dims {dims}, {exc}") from None
+    return bound
+
+
 def is_symbolic_table(table: dict) -> bool:
     """Whether a launch table has sizes that depend on symbolic dims."""
     return any(not isinstance(b["nbytes"], int) for b in table["params"] + table["temporaries"]) or any(
@@ -428,11 +442,22 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def is_size_term(term, depth: int = 0) -> bool:
+    """Whether ``term`` is a well-formed ``size_term`` (an int, ``["dim", name]``, ``[op, a, b]``), so
+    ``size_value`` cannot fail on it but for a dim its binding lacks."""
+    if _is_int(term):
+        return abs(term) < 2**48
+    if not isinstance(term, list) or depth > 64 or not term:
+        return False
+    if term[0] == "dim":
+        return len(term) == 2 and isinstance(term[1], str)
+    return (term[0] in _SIZE_OPS and len(term) == 3
+            and all(is_size_term(t, depth + 1) for t in term[1:]))
+
+
 def check_manifest(manifest: dict) -> None:
     """Raise ``_BadManifest`` unless ``manifest`` has the structure ``export`` writes: options a dict,
-    ``files`` and ``blobs`` lists of distinct plain names, each function a launch table whose buffer sizes
-    are non-negative integers and whose launches name a kernel with three positive grid and block sizes
-    inside the devices' limits."""
+    ``files`` and ``blobs`` lists of distinct plain names, each function a launch table (``check_tables``)."""
     def need(ok: bool, what: str):
         if not ok:
             raise _BadManifest(what)
@@ -447,6 +472,21 @@ def check_manifest(manifest: dict) -> None:
     functions = manifest.get("functions")
     need(isinstance(functions, list) and all(isinstance(f, dict) for f in functions),
          "functions is not a list of launch tables")
+    check_tables(functions, symbolic=True)
+
+
+def check_tables(functions: list, symbolic: bool = False) -> None:
+    """Raise ``_BadManifest`` unless each function is a launch table whose buffer sizes are non-negative
+    integers and whose launches name a kernel with three positive grid and block sizes inside the
+    devices' limits. ``symbolic``: a buffer size or a grid may be a well-formed ``size_term`` instead,
+    whose values are checked once bound (``DeviceModule``: the plan's dims, then each run's)."""
+    def need(ok: bool, what: str):
+        if not ok:
+            raise _BadManifest(what)
+
+    def term(v) -> bool:
+        return symbolic and not _is_int(v) and is_size_term(v)
+
     seen = set()
     for f in functions:
         name = f.get("name")
@@ -459,7 +499,7 @@ def check_manifest(manifest: dict) -> None:
                  f"{name}: {key} is not a list")
             for b in bufs:
                 need(isinstance(b.get("name"), str), f"{name}: a buffer in {key} has no name")
-                need(_is_int(b.get("nbytes")) and 0 <= b["nbytes"] < 2**48,
+                need(term(b.get("nbytes")) or _is_int(b.get("nbytes")) and 0 <= b["nbytes"] < 2**48,
                      f"{name}: buffer {b['name']!r} has size {b.get('nbytes')!r}")
                 for flag in flags:
                     need(isinstance(b.get(flag), bool), f"{name}: buffer {b['name']!r} has no {flag} flag")
@@ -471,13 +511,13 @@ def check_manifest(manifest: dict) -> None:
                  f"{name}: a launch names no kernel")
             for key in ("grid", "block"):
                 dims = la.get(key)
-                need(isinstance(dims, list) and len(dims) == 3 and all(_is_int(d) and 1 <= d <= MAX_GRID
-                                                                        for d in dims),
+                need(isinstance(dims, list) and len(dims) == 3 and all(
+                    (key == "grid" and term(d)) or _is_int(d) and 1 <= d <= MAX_GRID for d in dims),
                      f"{name}: kernel {la['kernel']} has {key} {dims!r}, not three positive sizes")
             need(math.prod(la["block"]) <= MAX_BLOCK_THREADS,
                  f"{name}: kernel {la['kernel']} has {math.prod(la['block'])} threads per block, more than "
                  f"{MAX_BLOCK_THREADS}")
-            need(all(g * b <= MAX_GRID for g, b in zip(la["grid"], la["block"])),
+            need(all(not _is_int(g) or g * b <= MAX_GRID for g, b in zip(la["grid"], la["block"])),
                  f"{name}: kernel {la['kernel']} has a grid of more than {MAX_GRID} threads along one axis")
 
 
@@ -558,8 +598,7 @@ class DeviceModule:
 
     def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
         # a plan for one binding of symbolic dims: the launch tables' sizes evaluated for it
-        self.tables = ({name: bound_table(t, plan["dims"]) for name, t in lib.tables.items()}
-                       if plan.get("dims") else lib.tables)
+        self.tables = bound_tables(lib.tables, plan["dims"]) if plan.get("dims") else lib.tables
         check_plan_against_tables(plan, self.tables, params, plan["arena_bytes"])
         self.lib = lib
         self.plan = plan
@@ -603,7 +642,7 @@ class DeviceModule:
         key = tuple(sorted(dims.items()))
         tables = self._bound.get(key)
         if tables is None:
-            tables = {name: bound_table(t, dims) for name, t in self.lib.tables.items()}
+            tables = bound_tables(self.lib.tables, dims)
             with self._pool_lock:
                 if len(self._bound) >= 16:
                     self._bound.pop(next(iter(self._bound)))

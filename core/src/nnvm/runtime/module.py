@@ -456,6 +456,10 @@ class ExportedSymbolicModule:
             raise ValueError(f"inputs {sorted(self.signature.inputs)}, the plan's {sorted(planned)}")
         if len(self._outputs) != len(module.plan["outputs"]):
             raise ValueError("it lists another number of outputs than the plan")
+        planned = module.plan.get("dims", {})
+        for d, (_, hi) in self.signature.bounds.items():  # every run's dims within the plan's
+            if d in planned and (hi is None or hi > planned[d]):
+                raise ValueError(f"dim {d!r} goes up to {hi}, above the {planned[d]} its plan is made for")
 
     @property
     def input_names(self) -> list[str]:
