@@ -39,3 +39,25 @@ def test_exported_module_refuses_a_binding_outside_its_bounds_in_one_sentence(ex
 
 def test_an_exported_module_with_a_corrupt_symbolic_section_is_one_sentence(exported, tmp_path):
     gpu_symbolic.check_corrupt_sections(exported, tmp_path)
+
+
+def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_time():
+    """BERT at (8, 512): the attention's kernels need 65536 workgroups of 64 along x, one more than WebGPU
+    guarantees per axis; their grids (terms of the dims) are marked to fold, dispatched as (65535, 2, 1),
+    each kernel's block index rebuilt from x and y and guarded by its grid; the output matches
+    onnxruntime."""
+    from nnvm.gpu.library import size_value
+    from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
+
+    path = gpu_symbolic.bert_path()
+    mod = gpu_symbolic.compiled_once(path, TARGET)
+    feeds = gpu_symbolic.bert_feeds(8, 512)
+    lib = mod.specialised({"batch": 8, "seq": 512}).library
+    grids = [(la, size_value(la["grid"][0], {"batch": 8, "seq": 512}))
+             for t in lib.tables.values() for la in t["launches"] if not isinstance(la["grid"][0], int)]
+    assert max(x for _, x in grids) > 65535
+    assert all(la.get("fold") for la, x in grids if x > 65535)
+    (want,) = run_onnxruntime(path, feeds)
+    (got,) = mod.run(**feeds)
+    err = relative_error(got, want)
+    assert got.shape == want.shape and err < 1e-4, f"bert at (8, 512): relative error {err:.2e}"

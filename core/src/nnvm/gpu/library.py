@@ -150,7 +150,8 @@ def launch_table(program) -> dict:
         launch = k.attrs.get("launch", {})
         block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
         grid = [size_term(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
-        launches.append({"kernel": k.name, "grid": grid, "block": block})
+        fold = {"fold": True} if launch.get("fold") else {}  # a backend folds this grid at run time
+        launches.append({"kernel": k.name, "grid": grid, "block": block, **fold})
     return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
 
 

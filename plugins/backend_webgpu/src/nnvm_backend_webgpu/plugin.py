@@ -24,7 +24,10 @@ from nnvm.errors import Error, TargetError
 from nnvm.gpu.backend import GPUBackend
 from nnvm.gpu.library import launch_table
 from nnvm.target import Target
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
 from nnvm.tir.vectorize import VectorTarget
+from nnvm.tir.visit import walk
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
@@ -69,7 +72,8 @@ class WebGPUBackend(GPUBackend):
                 if isinstance(nbytes, int) and nbytes > limit:  # one over symbolic dims: checked at run
                     raise Error(f"{prog.name}: buffer {name} has {nbytes} bytes, more than this WebGPU "
                                 f"device binds (max_storage_buffer_binding_size = {limit})")
-            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in prog.kernels]
+            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed})
+                            for k in map(_fold_at_run, prog.kernels)]
         return state
 
     def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
@@ -77,6 +81,30 @@ class WebGPUBackend(GPUBackend):
         tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]],
                    "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
         return WebGPUKernelLibrary(source, tables)
+
+
+def _fold_at_run(kernel):
+    """``kernel`` marked to fold its grid at run time (``wgsl.fold_at_run``) where the grid's x is an
+    expression of the dims (y and z one) and no barrier is reached: its ``blockIdx.x`` loop's body guarded
+    by that x, so the spare workgroups of a folded dispatch do nothing. (Under a guard of a value read
+    from storage a barrier would break WGSL's uniformity rules: such a kernel stays unfolded, and a
+    binding needing more than 65535 of its workgroups is refused at launch.)"""
+    launch = kernel.attrs.get("launch", {})
+    blocks = launch.get("blockIdx.x", 1)
+    barriers: list = []
+    walk(kernel.body, lambda n: barriers.append(n) if isinstance(n, E.Call) and n.name == "barrier" else None)
+    if isinstance(blocks, int) or "blockIdx.y" in launch or "blockIdx.z" in launch or barriers:
+        return kernel
+
+    def guard(s):
+        if isinstance(s, S.For) and s.thread_tag == "blockIdx.x":
+            return replace(s, body=S.IfThenElse(s.var < blocks, s.body, None))
+        if isinstance(s, (S.LetStmt, S.Allocate, S.AttrStmt, S.For)):
+            return replace(s, body=guard(s.body))
+        raise Error(f"{kernel.name}: no blockIdx.x loop to guard for a grid folded at run time")
+
+    attrs = {**kernel.attrs, "launch": {**launch, "fold": True}}
+    return replace(kernel, body=guard(kernel.body), attrs=attrs)
 
 
 @nnvm.hookimpl
