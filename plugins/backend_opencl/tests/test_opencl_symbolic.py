@@ -39,3 +39,4 @@ def test_exported_module_refuses_a_binding_outside_its_bounds_in_one_sentence(ex
 
 def test_an_exported_module_with_a_corrupt_symbolic_section_is_one_sentence(exported, tmp_path):
     gpu_symbolic.check_corrupt_sections(exported, tmp_path)
+    gpu_symbolic.check_bound_plan_with_symbolic_tables(exported, tmp_path)

@@ -39,6 +39,7 @@ def test_exported_module_refuses_a_binding_outside_its_bounds_in_one_sentence(ex
 
 def test_an_exported_module_with_a_corrupt_symbolic_section_is_one_sentence(exported, tmp_path):
     gpu_symbolic.check_corrupt_sections(exported, tmp_path)
+    gpu_symbolic.check_bound_plan_with_symbolic_tables(exported, tmp_path)
 
 
 def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_time():
@@ -61,3 +62,14 @@ def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_tim
     (got,) = mod.run(**feeds)
     err = relative_error(got, want)
     assert got.shape == want.shape and err < 1e-4, f"bert at (8, 512): relative error {err:.2e}"
+
+
+def test_the_web_folder_of_a_symbolic_module_is_refused_in_one_sentence(exported, tmp_path):
+    """``nnvm-webgpu.js`` takes flat arrays of one shape per input: a ``.webgpu`` folder of a module with
+    symbolic dims is refused (naming them), and nothing is written."""
+    import nnvm
+
+    _, mod, _ = exported["bert"]
+    with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\), and nnvm-webgpu.js runs bound"):
+        mod.export(tmp_path / "bert.webgpu")
+    assert not (tmp_path / "bert.webgpu").exists()

@@ -283,3 +283,22 @@ def check_corrupt_sections(files: dict, folder) -> None:
         assert message.startswith(str(bad)) and words in message and "\n" not in message, message
     with pytest.raises(ModelLoadError, match="damaged|corrupt|not a readable"):
         nnvm.load(damaged)
+
+
+def check_bound_plan_with_symbolic_tables(files: dict, folder) -> None:
+    """A file whose launch tables take the dims but whose graph section binds none (its symbolic section
+    and the plan's dims removed, the digest rewritten) is refused at loading, before any launch."""
+    import pytest
+
+    from nnvm.errors import ModelLoadError
+
+    def unbind(section):
+        section.pop("symbolic")
+        section["version"] = 3
+        section["plan"].pop("dims")
+        for call in section["plan"]["calls"]:
+            call["args"] = [a for a in call["args"] if "dim" not in a]
+
+    bad = rewritten(files["cnn"][2], folder, "unbound.so", graph=unbind)
+    with pytest.raises(ModelLoadError, match="launch sizes depend on symbolic dims, and the plan binds none"):
+        nnvm.load(bad)

@@ -600,6 +600,8 @@ class DeviceModule:
     def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
         # a plan for one binding of symbolic dims: the launch tables' sizes evaluated for it
         self.tables = bound_tables(lib.tables, plan["dims"]) if plan.get("dims") else lib.tables
+        if not plan.get("dims") and any(is_symbolic_table(t) for t in lib.tables.values()):
+            raise ModelLoadError("the kernels' launch sizes depend on symbolic dims, and the plan binds none")
         check_plan_against_tables(plan, self.tables, params, plan["arena_bytes"])
         self.lib = lib
         self.plan = plan
