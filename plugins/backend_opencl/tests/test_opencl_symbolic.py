@@ -40,3 +40,7 @@ def test_exported_module_refuses_a_binding_outside_its_bounds_in_one_sentence(ex
 def test_an_exported_module_with_a_corrupt_symbolic_section_is_one_sentence(exported, tmp_path):
     gpu_symbolic.check_corrupt_sections(exported, tmp_path)
     gpu_symbolic.check_bound_plan_with_symbolic_tables(exported, tmp_path)
+
+
+def test_exported_gpt2_decodes_step_by_step_from_an_empty_cache(tmp_path):
+    gpu_symbolic.check_exported_decoder(TARGET, tmp_path)

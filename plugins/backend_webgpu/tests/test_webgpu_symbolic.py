@@ -73,3 +73,7 @@ def test_the_web_folder_of_a_symbolic_module_is_refused_in_one_sentence(exported
     with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\), and nnvm-webgpu.js runs bound"):
         mod.export(tmp_path / "bert.webgpu")
     assert not (tmp_path / "bert.webgpu").exists()
+
+
+def test_exported_gpt2_decodes_step_by_step_from_an_empty_cache(tmp_path):
+    gpu_symbolic.check_exported_decoder(TARGET, tmp_path)

@@ -302,3 +302,40 @@ def check_bound_plan_with_symbolic_tables(files: dict, folder) -> None:
     bad = rewritten(files["cnn"][2], folder, "unbound.so", graph=unbind)
     with pytest.raises(ModelLoadError, match="launch sizes depend on symbolic dims, and the plan binds none"):
         nnvm.load(bad)
+
+
+def check_exported_decoder(target: str, folder, steps: int = 3) -> None:
+    """GPT-2 (2 layers, width 64) with its KV cache, compiled once for ``target`` with bounds, exported
+    and loaded back: the prompt with an empty cache (``past`` = 0, empty inputs), then one token a step
+    with ``present`` fed back as ``past``; every output matches onnxruntime at every step, and a mask
+    whose length is not ``past + seq`` is the compiled module's sentence."""
+    import onnxruntime as ort
+    import pytest
+
+    path = pytest_venv(torch_models.hf_decoder_path, "gpt2", layers=2, width=64, heads=2)
+    mod = compiled_once(path, target, bounds={"batch": (1, 2), "seq": (1, 16), "past": (0, 32)})
+    mod.export(folder / "gpt2.so")
+    loaded = nnvm.load(folder / "gpt2.so")
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    out_names = [o.name for o in sess.get_outputs()]
+    past = {n: np.zeros((1, 2, 0, 32), np.float32) for n in names if n.startswith("past_key_values")}
+    ids = np.random.default_rng(2).integers(0, 50257, (1, 5)).astype(np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones((1, 5), np.int64), **past}
+    for step in range(steps):
+        want = sess.run(None, feeds)
+        got = loaded.run(**feeds)
+        for name, g, w in zip(out_names, got, want):
+            assert g.shape == w.shape, f"step {step} {name}: {g.shape}, onnxruntime {w.shape}"
+            err = relative_error(g, w)
+            assert err < 1e-4, f"exported gpt2 on {target}, step {step}, {name}: relative error {err:.2e}"
+        token = np.argmax(got[0][:, -1], -1)[:, None].astype(np.int64)
+        present = {n: got[out_names.index(n.replace("past_key_values", "present"))] for n in past}
+        length = feeds["attention_mask"].shape[1] + 1
+        feeds = {"input_ids": token, "attention_mask": np.ones((1, length), np.int64), **present}
+    feeds["attention_mask"] = np.ones((1, length + 2), np.int64)
+    with pytest.raises(nnvm.InputError, match=r"\(past \+ seq\) is \d+, but") as compiled:
+        mod.run(**feeds)
+    with pytest.raises(nnvm.InputError) as again:
+        loaded.run(**feeds)
+    assert str(again.value) == str(compiled.value)
