@@ -83,30 +83,56 @@ def check_cnn(target: str) -> None:
 def check_decoder(target: str, new_tokens: int = 6) -> None:
     """GPT-2 (2 layers, width 64) exported with its KV cache, compiled once for ``target``
     (``nnvm.generate.Decoder``) and decoded greedily after a 7-token prompt (the first step with an empty
-    past): the same tokens as onnxruntime on the same file, and logits close at every step."""
+    past): the same tokens as onnxruntime on the same file, and logits close at every step. The cache
+    stays on the device (``run_resident``): each one-token step moves the token, the mask and the dims to
+    the device and the logits back, nothing of the cache, whose last ``present`` matches onnxruntime's."""
     from nnvm.generate import Decoder, greedy, peer_step
+    from nnvm.gpu.library import DeviceTensor
 
     path = pytest_venv(torch_models.hf_decoder_path, "gpt2", layers=2, width=64, heads=2)
     dec = Decoder(path, target=target, tuning_log=False)
     info = dec.module.stats()["symbolic"]
     assert info["mode"] == "kernels" and info["why_per_binding"] is None, info["why_per_binding"]
-    ours, theirs = [], []
+    ours, theirs, moved = [], [], []
 
-    def logged(step, log):
+    def logged(step, log, last):
         def run(feeds):
             outs = step(feeds)
             log.append(outs[0][:, -1].copy())
+            last[:] = outs
             return outs
         return run
 
+    def counted(feeds):
+        before = _moved(dec)
+        outs = dec.step(feeds)
+        after = _moved(dec)
+        moved.append((after[0] - before[0], after[1] - before[1], outs))
+        return outs
+
     ids = np.random.default_rng(3).integers(0, 1000, (1, 7))
-    got = greedy(logged(dec.step, ours), dec.spec, ids, new_tokens)
+    last_ours, last_theirs = [], []
+    got = greedy(logged(counted, ours, last_ours), dec.spec, ids, new_tokens)
     step, spec, _ = peer_step("onnxruntime", path, 1)
-    want = greedy(logged(step, theirs), spec, ids, new_tokens)
+    want = greedy(logged(step, theirs, last_theirs), spec, ids, new_tokens)
     np.testing.assert_array_equal(got["tokens"], want["tokens"])
     for k, (a, b) in enumerate(zip(ours, theirs)):
         err = relative_error(a, b)
         assert err < 1e-4, f"gpt2 on {target}, step {k}: relative error {err:.2e} against onnxruntime"
+    present = [i for i, n in enumerate(dec.spec.outputs) if n.startswith("present")]
+    for k, (to_device, from_device, outs) in enumerate(moved[1:], 1):  # the one-token steps
+        assert all(isinstance(outs[i], DeviceTensor) for i in present), [type(o) for o in outs]
+        assert from_device == outs[dec.spec.logits].nbytes, (k, from_device)
+        assert to_device < 512, f"step {k} moved {to_device} bytes to the device"
+    for i in present:
+        err = relative_error(np.asarray(last_ours[i]), last_theirs[i])
+        assert err < 1e-4, f"gpt2 on {target}: {dec.spec.outputs[i]} relative error {err:.2e}"
+
+
+def _moved(dec) -> tuple[int, int]:
+    """(bytes to the device, bytes from it) so far by the library of the decoder's one compile."""
+    lib = dec.module._whole.library  # every bucket's module shares it
+    return lib.bytes_to_device, lib.bytes_from_device
 
 
 # -- exported symbolic modules (one file, one plan for the upper bounds) ---------------------------------

@@ -139,17 +139,19 @@ class Module:
             return hasattr(self._device, "run_shaped")
         return self._in_process
 
-    def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
+    def run_shaped(self, values: list, dims: dict, output_shapes: list, keep=()) -> list[np.ndarray]:
         """A run of a plan made for larger dims (a bucket, ``nnvm.dynamic``) at smaller ones: ``values``
         (the plan's inputs in order, already checked) and ``dims`` (name -> value, each at most the
         plan's) with the outputs' shapes for them. Every buffer is at its planned offset and no larger
-        than planned, so the plan's placements hold; the kernels read the dims from the workspace."""
+        than planned, so the plan's placements hold; the kernels read the dims from the workspace.
+        ``keep``: on a device, the indices of outputs to leave there (``DeviceModule.run``)."""
         for (name, _, dtype, _), v in zip(self._inputs, values):
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
         dim_values = [int(dims.get(name, 1)) for name in self._dim_index]  # as ``specialised`` plans
         if self._device is not None:
-            return self._device.run_shaped(values, dict(zip(self._dim_index, dim_values)), output_shapes)
+            dims = dict(zip(self._dim_index, dim_values))
+            return self._device.run_shaped(values, dims, output_shapes, keep)
         return run_kernels(self._run_in_workspace, values, (dim_values, output_shapes))
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import Error, InputError
-from nnvm.gpu.library import DeviceModule, GPUKernelLibrary
+from nnvm.gpu.library import DeviceModule, DeviceTensor, GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.web import export_web, read_web
 from nnvm_backend_webgpu.wgsl import fold_at_run, pack_plan
@@ -52,10 +52,11 @@ class WebGPUDeviceModule(DeviceModule):
             check_32_bits(np.asarray(value), f"the weight {name!r}")
         super().__init__(lib, plan, params)
 
-    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None, keep=()) -> list:
         for d, v in zip(self.plan["inputs"], values):
-            check_32_bits(np.asarray(v), f"the input {d['name']!r}")
-        return super().run(values, timings, shaped)
+            if not isinstance(v, DeviceTensor):  # one on the device was computed there, in 32 bits
+                check_32_bits(np.asarray(v), f"the input {d['name']!r}")
+        return super().run(values, timings, shaped, keep)
 
 
 def _round4(n: int) -> int:
