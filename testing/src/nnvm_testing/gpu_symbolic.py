@@ -333,10 +333,13 @@ def check_bound_plan_with_symbolic_tables(files: dict, folder) -> None:
 def check_exported_decoder(target: str, folder, steps: int = 3) -> None:
     """GPT-2 (2 layers, width 64) with its KV cache, compiled once for ``target`` with bounds, exported
     and loaded back: the prompt with an empty cache (``past`` = 0, empty inputs), then one token a step
-    with ``present`` fed back as ``past``; every output matches onnxruntime at every step, and a mask
-    whose length is not ``past + seq`` is the compiled module's sentence."""
+    with ``present`` kept on the device and fed back as ``past`` (``run_resident``); every output matches
+    onnxruntime at every step, and a mask whose length is not ``past + seq`` is the compiled module's
+    sentence."""
     import onnxruntime as ort
     import pytest
+
+    from nnvm.gpu.library import DeviceTensor
 
     path = pytest_venv(torch_models.hf_decoder_path, "gpt2", layers=2, width=64, heads=2)
     mod = compiled_once(path, target, bounds={"batch": (1, 2), "seq": (1, 16), "past": (0, 32)})
@@ -349,16 +352,20 @@ def check_exported_decoder(target: str, folder, steps: int = 3) -> None:
     ids = np.random.default_rng(2).integers(0, 50257, (1, 5)).astype(np.int64)
     feeds = {"input_ids": ids, "attention_mask": np.ones((1, 5), np.int64), **past}
     for step in range(steps):
-        want = sess.run(None, feeds)
-        got = loaded.run(**feeds)
+        want = sess.run(None, {k: np.asarray(v) for k, v in feeds.items()})
+        kept = loaded.run_resident(feeds, keep=[n for n in out_names if n.startswith("present")])
+        assert all(isinstance(g, DeviceTensor) for g, n in zip(kept, out_names) if n.startswith("present"))
+        got = [np.asarray(g) for g in kept]
         for name, g, w in zip(out_names, got, want):
             assert g.shape == w.shape, f"step {step} {name}: {g.shape}, onnxruntime {w.shape}"
             err = relative_error(g, w)
             assert err < 1e-4, f"exported gpt2 on {target}, step {step}, {name}: relative error {err:.2e}"
         token = np.argmax(got[0][:, -1], -1)[:, None].astype(np.int64)
-        present = {n: got[out_names.index(n.replace("past_key_values", "present"))] for n in past}
+        # the cache fed back where it is (DeviceTensors); the mask sentence below with arrays
+        present = {n: kept[out_names.index(n.replace("past_key_values", "present"))] for n in past}
         length = feeds["attention_mask"].shape[1] + 1
         feeds = {"input_ids": token, "attention_mask": np.ones((1, length), np.int64), **present}
+    feeds = {k: np.asarray(v) for k, v in feeds.items()}
     feeds["attention_mask"] = np.ones((1, length + 2), np.int64)
     with pytest.raises(nnvm.InputError, match=r"\(past \+ seq\) is \d+, but") as compiled:
         mod.run(**feeds)

@@ -485,18 +485,31 @@ class ExportedSymbolicModule:
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         """Outputs for inputs of any shape within the bounds, each with its actual shape; thread-safe."""
-        given = inputs_by_name(self.input_names, args, kwargs)
+        return self._run(inputs_by_name(self.input_names, args, kwargs))
+
+    def run_resident(self, feeds: dict, keep=()) -> list:
+        """``run``, leaving the outputs named in ``keep`` on a GPU target's device
+        (``nnvm.dynamic.SymbolicModule.run_resident``, whose ``DeviceTensor``s a later run takes)."""
+        outputs = [d["name"] for d in self.module.plan["outputs"]]
+        unknown = sorted(set(keep) - set(outputs))
+        if unknown:
+            raise InputError(f"keep= names {', '.join(map(repr, unknown))}, which is no output of the model")
+        return self._run(inputs_by_name(self.input_names, (), feeds), {outputs.index(n) for n in keep})
+
+    def _run(self, given: dict, keep=()) -> list:
         for name in self.input_names:
             if name not in given:
                 raise InputError(f"missing input {name!r} {shown(self.signature.inputs[name])}")
-        arrays = {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
+        on_device = self.module._device is not None
+        arrays = {k: v if isinstance(v, np.ndarray) or on_device and hasattr(v, "shape") else np.asarray(v)
+                  for k, v in given.items()}
         values = self.signature.bind({k: a.shape for k, a in arrays.items()})
         vector = [values.get(d, 0) for d in self.dims]
         shapes = [tuple(d if isinstance(d, int) else evaluate(d.code, vector) for d in shape)
                   for shape in self._outputs]
         ordered = [arrays[n] for n in self.input_names]
         if self.module.runs_shaped:
-            return self.module.run_shaped(ordered, values, shapes)
+            return self.module.run_shaped(ordered, values, shapes, keep)
         for (name, _, dtype, _), v in zip(self.module._inputs, ordered):
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
