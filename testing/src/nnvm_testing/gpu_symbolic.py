@@ -86,6 +86,8 @@ def check_decoder(target: str, new_tokens: int = 6) -> None:
     past): the same tokens as onnxruntime on the same file, and logits close at every step. The cache
     stays on the device (``run_resident``): each one-token step moves the token, the mask and the dims to
     the device and the logits back, nothing of the cache, whose last ``present`` matches onnxruntime's."""
+    import pytest
+
     from nnvm.generate import Decoder, greedy, peer_step
     from nnvm.gpu.library import DeviceTensor
 
@@ -127,6 +129,8 @@ def check_decoder(target: str, new_tokens: int = 6) -> None:
     for i in present:
         err = relative_error(np.asarray(last_ours[i]), last_theirs[i])
         assert err < 1e-4, f"gpt2 on {target}: {dec.spec.outputs[i]} relative error {err:.2e}"
+    with pytest.raises(nnvm.InputError, match="keep= names 'logit', which is no output of the model"):
+        dec.module.run_resident(dec.spec.first_feeds(ids), keep=["logit"])
 
 
 def _moved(dec) -> tuple[int, int]:
