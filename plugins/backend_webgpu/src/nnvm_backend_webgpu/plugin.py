@@ -9,10 +9,11 @@ compile); this plugin is the language and the driver:
 
 Two WebGPU limits are met in the same way on every device, so a module exported for the browser runs
 wherever the kernels' own sizes do: more than 65535 workgroups along x fold into x and y
-(``wgsl.fold_grid``), and a function with more than 8 buffers reads its last read-only ones through one
-packed binding (``wgsl.pack_plan``): ``_gpu`` tells the printer, ``compile`` puts both in the launch
-tables. The device is the first WebGPU adapter (a GPU, or Mesa's lavapipe on the CPU); with none,
-compiling stops with one sentence saying what to install.
+(``wgsl.fold_grid``; a grid of symbolic dims at run time, ``_fold_at_run``), and a function with more
+than 8 buffers reads its last read-only ones through one packed binding (``wgsl.pack_plan``): ``_gpu``
+tells the printer, ``compile`` puts both in the launch tables. The device is the first WebGPU adapter
+(a GPU, or Mesa's lavapipe on the CPU); with none, compiling stops with one sentence saying what to
+install.
 """
 
 from __future__ import annotations
@@ -96,15 +97,18 @@ def _fold_at_run(kernel):
     if isinstance(blocks, int) or "blockIdx.y" in launch or "blockIdx.z" in launch or barriers:
         return kernel
 
-    def guard(s):
+    def guard(s):  # None: no blockIdx.x loop under the dims' reads (then the kernel stays unfolded)
         if isinstance(s, S.For) and s.thread_tag == "blockIdx.x":
             return replace(s, body=S.IfThenElse(s.var < blocks, s.body, None))
         if isinstance(s, (S.LetStmt, S.Allocate, S.AttrStmt, S.For)):
-            return replace(s, body=guard(s.body))
-        raise Error(f"{kernel.name}: no blockIdx.x loop to guard for a grid folded at run time")
+            body = guard(s.body)
+            return None if body is None else replace(s, body=body)
+        return None
 
-    attrs = {**kernel.attrs, "launch": {**launch, "fold": True}}
-    return replace(kernel, body=guard(kernel.body), attrs=attrs)
+    body = guard(kernel.body)
+    if body is None:
+        return kernel
+    return replace(kernel, body=body, attrs={**kernel.attrs, "launch": {**launch, "fold": True}})
 
 
 @nnvm.hookimpl
