@@ -296,13 +296,17 @@ class GPUKernelLibrary(KernelLibrary):
         return buf
 
     def resident_buffer(self, nbytes: int):
-        """A device buffer of at least ``nbytes`` for an output kept on the device (``DeviceTensor``): one
-        a dropped tensor gave back where one is large enough, else a new one."""
+        """A device buffer of at least ``nbytes`` for an output kept on the device (``DeviceTensor``): the
+        smallest one a dropped tensor gave back that is large enough, else a new one, the given-back ones
+        smaller than ``nbytes`` freed (a growing KV cache outgrows its buckets' buffers for good)."""
         with self._lock:
-            for k, (capacity, buf) in enumerate(self._resident):
-                if capacity >= nbytes:
-                    del self._resident[k]
-                    return capacity, buf
+            fits = [k for k, (capacity, _) in enumerate(self._resident) if capacity >= nbytes]
+            if fits:
+                return self._resident.pop(min(fits, key=lambda k: self._resident[k][0]))
+            outgrown = [buf for capacity, buf in self._resident if capacity < nbytes]
+            self._resident = [(c, b) for c, b in self._resident if c >= nbytes]
+        for buf in outgrown:
+            self.free(buf)
         return nbytes, self.alloc(max(nbytes, 4))
 
     def give_back(self, capacity: int, buf) -> None:
