@@ -225,22 +225,22 @@ class SymbolicModule:
         they come back as ``gpu.library.DeviceTensor``s, which a later run takes as inputs and its kernels
         read in place (a decoder's ``present`` fed back as ``past``: ``generate.Decoder``). Where the
         kernels run on the host, or an output shares storage, an array comes back as from ``run``."""
+        outputs = [d["name"] for d in self.plan["outputs"]]  # the same names at every binding
+        unknown = sorted(set(keep) - set(outputs))
+        if unknown:
+            raise InputError(f"keep= names {', '.join(map(repr, unknown))}, which is no output of the model")
+        whole = self._whole
+        if whole is None or whole._device is None:  # on the host: the kernels read the arrays in place
+            return self.run(**{k: np.asarray(v) for k, v in feeds.items()})
         arrays = {k: v if hasattr(v, "shape") and hasattr(v, "dtype") else np.asarray(v)
                   for k, v in inputs_by_name(self.input_names, (), feeds).items()}
         for name in self.input_names:
             if name not in arrays:
                 raise InputError(f"missing input {name!r} {shown(self.input_shapes[name])}")
         values = self.bind_dims(arrays)
-        whole = self._whole
-        if whole is None or whole._device is None:  # on the host: the kernels read the arrays in place
-            return self.run(**{k: np.asarray(v) for k, v in arrays.items()})
         mod = self.specialised(values)
         out_shapes = [tuple(d.evaluate(values) if isinstance(d, Dim) else d for d in shape)
                       for shape in self._output_shapes]
-        outputs = [d["name"] for d in mod.plan["outputs"]]
-        unknown = sorted(set(keep) - set(outputs))
-        if unknown:
-            raise InputError(f"keep= names {', '.join(map(repr, unknown))}, which is no output of the model")
         return mod.run_shaped([arrays[n] for n in mod.input_names], values, out_shapes,
                               keep={outputs.index(n) for n in keep})
 
