@@ -230,6 +230,30 @@ class SymbolicModule:
 
     __call__ = run
 
+    def run_resident(self, feeds: dict, keep=()) -> list:
+        """``run`` on ``feeds`` (by name), leaving the outputs named in ``keep`` on a GPU target's device:
+        they come back as ``gpu.library.DeviceTensor``s, which a later run takes as inputs and its kernels
+        read in place (a decoder's ``present`` fed back as ``past``: ``generate.Decoder``). Where the
+        kernels run on the host, or an output shares storage, an array comes back as from ``run``."""
+        outputs = [d["name"] for d in self.plan["outputs"]]  # the same names at every binding
+        unknown = sorted(set(keep) - set(outputs))
+        if unknown:
+            raise InputError(f"keep= names {', '.join(map(repr, unknown))}, which is no output of the model")
+        whole = self._whole
+        if whole is None or whole._device is None:  # on the host: the kernels read the arrays in place
+            return self.run(**{k: np.asarray(v) for k, v in feeds.items()})
+        arrays = {k: v if hasattr(v, "shape") and hasattr(v, "dtype") else np.asarray(v)
+                  for k, v in inputs_by_name(self.input_names, (), feeds).items()}
+        for name in self.input_names:
+            if name not in arrays:
+                raise InputError(f"missing input {name!r} {shown(self.input_shapes[name])}")
+        values = self.bind_dims(arrays)
+        mod = self.specialised(values)
+        out_shapes = [tuple(d.evaluate(values) if isinstance(d, Dim) else d for d in shape)
+                      for shape in self._output_shapes]
+        return mod.run_shaped([arrays[n] for n in mod.input_names], values, out_shapes,
+                              keep={outputs.index(n) for n in keep})
+
     def specialised(self, values: dict):
         """The module for one binding (``{dim: value}``), compiled when first asked for."""
         if self._bucketed:  # one plan serves a bucket of bindings
@@ -292,15 +316,13 @@ class SymbolicModule:
         ``nnvm_module_run_shaped``): the kernels, which take the dims, one memory plan made for every dim
         at its upper bound, and the shapes as programs over the dims (``runtime.symbolic.describe``).
         Every buffer grows with the dims (``_grows``), so a smaller binding fits at the same offsets,
-        as in a bucket's plan here; a dim without an upper bound, or a size that may shrink, refuses."""
+        as in a bucket's plan here; a dim without an upper bound, or a size that may shrink, refuses.
+        A GPU target's file is its library's zip (``gpu.library``) with the same section: the launch
+        table's grids and sizes stay terms of the dims, bound per run (``DeviceModule.run_shaped``)."""
         what = f"cannot export {path}: the module has symbolic dims ({', '.join(self.dims)})"
         if self._whole is None:
             raise Error(f"{what} and compiles once per binding ({self.why_specialised}); an exported module "
                         "needs kernels that take the dims")
-        if self._whole._device is not None:
-            raise Error(f"{what}, and exporting one for a device ({self._whole.target}) is not built yet: "
-                        "its runtime runs bound plans only; export it for a CPU target, or with every dim "
-                        "bound")
         open_ended = [d for d, (_, hi) in self.bounds.items() if hi is None]
         if open_ended:
             raise Error(f"{what}, and {', '.join(map(repr, open_ended))} has no upper bound: an exported "

@@ -148,7 +148,9 @@ class Decoder:
                 mod.bounds[d] = (0, max_length)
 
     def step(self, feeds: dict) -> list:
-        return self.module.run(**feeds)
+        """One run; on a GPU target the ``present`` outputs stay on the device (``run_resident``), and
+        the next step's kernels read them there as its ``past``."""
+        return self.module.run_resident(feeds, keep=self.spec.feeds.values())
 
     def generate(self, input_ids, new_tokens: int = 64) -> dict:
         """Greedy tokens [batch, new_tokens] and timings (``greedy``), plus ``plans``: the memory plans

@@ -90,3 +90,18 @@ def test_the_native_path_launches_each_bindings_grid_through_the_driver():
 
 def test_gpt2_with_its_kv_cache_decodes_the_tokens_onnxruntime_does():
     gpu_symbolic.check_decoder(TARGET)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return gpu_symbolic.exported(TARGET, tmp_path_factory.mktemp("export"))
+
+
+def test_exported_modules_run_every_binding_in_a_fresh_process(exported, tmp_path):
+    """The cubin, PTX and source in one file with the symbolic section; loaded back, the kernels run on
+    the GPU, or the same source on the CPU runner."""
+    gpu_symbolic.check_exported(TARGET, exported, tmp_path)
+
+
+def test_exported_module_refuses_a_binding_outside_its_bounds_in_one_sentence(exported):
+    gpu_symbolic.check_export_errors(exported)

@@ -5,6 +5,8 @@ against onnxruntime at several bindings; GPT-2 with its KV cache decoded step by
 
 from __future__ import annotations
 
+import pytest
+
 from nnvm_testing import gpu_symbolic
 
 TARGET = "webgpu"
@@ -20,3 +22,58 @@ def test_cnn_with_a_symbolic_batch_compiles_once_and_matches_at_every_batch():
 
 def test_gpt2_with_its_kv_cache_decodes_the_tokens_onnxruntime_does():
     gpu_symbolic.check_decoder(TARGET)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    return gpu_symbolic.exported(TARGET, tmp_path_factory.mktemp("export"))
+
+
+def test_exported_modules_run_every_binding_in_a_fresh_process(exported, tmp_path):
+    gpu_symbolic.check_exported(TARGET, exported, tmp_path)
+
+
+def test_exported_module_refuses_a_binding_outside_its_bounds_in_one_sentence(exported):
+    gpu_symbolic.check_export_errors(exported)
+
+
+def test_an_exported_module_with_a_corrupt_symbolic_section_is_one_sentence(exported, tmp_path):
+    gpu_symbolic.check_corrupt_sections(exported, tmp_path)
+    gpu_symbolic.check_bound_plan_with_symbolic_tables(exported, tmp_path)
+
+
+def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_time():
+    """BERT at (8, 512): the attention's kernels need 65536 workgroups of 64 along x, one more than WebGPU
+    guarantees per axis; their grids (terms of the dims) are marked to fold, dispatched as (65535, 2, 1),
+    each kernel's block index rebuilt from x and y and guarded by its grid; the output matches
+    onnxruntime."""
+    from nnvm.gpu.library import size_value
+    from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
+
+    path = gpu_symbolic.bert_path()
+    mod = gpu_symbolic.compiled_once(path, TARGET)
+    feeds = gpu_symbolic.bert_feeds(8, 512)
+    lib = mod.specialised({"batch": 8, "seq": 512}).library
+    grids = [(la, size_value(la["grid"][0], {"batch": 8, "seq": 512}))
+             for t in lib.tables.values() for la in t["launches"] if not isinstance(la["grid"][0], int)]
+    assert max(x for _, x in grids) > 65535
+    assert all(la.get("fold") for la, x in grids if x > 65535)
+    (want,) = run_onnxruntime(path, feeds)
+    (got,) = mod.run(**feeds)
+    err = relative_error(got, want)
+    assert got.shape == want.shape and err < 1e-4, f"bert at (8, 512): relative error {err:.2e}"
+
+
+def test_the_web_folder_of_a_symbolic_module_is_refused_in_one_sentence(exported, tmp_path):
+    """``nnvm-webgpu.js`` takes flat arrays of one shape per input: a ``.webgpu`` folder of a module with
+    symbolic dims is refused (naming them), and nothing is written."""
+    import nnvm
+
+    _, mod, _ = exported["bert"]
+    with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\), and nnvm-webgpu.js runs bound"):
+        mod.export(tmp_path / "bert.webgpu")
+    assert not (tmp_path / "bert.webgpu").exists()
+
+
+def test_exported_gpt2_decodes_step_by_step_from_an_empty_cache(tmp_path):
+    gpu_symbolic.check_exported_decoder(TARGET, tmp_path)

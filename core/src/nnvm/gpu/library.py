@@ -113,6 +113,20 @@ def bound_table(table: dict, dims: dict) -> dict:
     return {**table, "params": buffers("params"), "temporaries": buffers("temporaries"), "launches": launches}
 
 
+def bound_tables(tables: dict, dims: dict) -> dict:
+    """``bound_table`` of every function, its values checked against the devices' limits
+    (``check_tables``): a table read from a file may name a dim the plan does not bind, or grow past
+    them at some binding."""
+    try:
+        bound = {name: bound_table(t, dims) for name, t in tables.items()}
+        check_tables(list(bound.values()))
+    except KeyError as exc:
+        raise ModelLoadError(f"a launch table uses a dim {exc} that the plan does not bind") from None
+    except _BadManifest as exc:
+        raise ModelLoadError(f"at dims {dims}, {exc}") from None
+    return bound
+
+
 def is_symbolic_table(table: dict) -> bool:
     """Whether a launch table has sizes that depend on symbolic dims."""
     return any(not isinstance(b["nbytes"], int) for b in table["params"] + table["temporaries"]) or any(
@@ -136,7 +150,8 @@ def launch_table(program) -> dict:
         launch = k.attrs.get("launch", {})
         block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
         grid = [size_term(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
-        launches.append({"kernel": k.name, "grid": grid, "block": block})
+        fold = {"fold": True} if launch.get("fold") else {}  # a backend folds this grid at run time
+        launches.append({"kernel": k.name, "grid": grid, "block": block, **fold})
     return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
 
 
@@ -163,6 +178,7 @@ class GPUKernelLibrary(KernelLibrary):
         self._callbacks: dict = {}
         self._single: dict = {}  # function -> (stream, buffers, prepared launches) for address()
         self._weights: dict = {}  # id(host array) -> (the array, its device buffer): ``device_weight``
+        self._resident: list = []  # (capacity, buffer) of dropped ``DeviceTensor``s: ``resident_buffer``
         self._lock = threading.Lock()
         self.bytes_to_device = 0
         self.bytes_from_device = 0
@@ -278,6 +294,25 @@ class GPUKernelLibrary(KernelLibrary):
         with self._lock:
             self._weights[id(array)] = (array, buf)  # the array kept: its id names no other while here
         return buf
+
+    def resident_buffer(self, nbytes: int):
+        """A device buffer of at least ``nbytes`` for an output kept on the device (``DeviceTensor``): the
+        smallest one a dropped tensor gave back that is large enough, else a new one, the given-back ones
+        smaller than ``nbytes`` freed (a growing KV cache outgrows its buckets' buffers for good)."""
+        with self._lock:
+            fits = [k for k, (capacity, _) in enumerate(self._resident) if capacity >= nbytes]
+            if fits:
+                return self._resident.pop(min(fits, key=lambda k: self._resident[k][0]))
+            outgrown = [buf for capacity, buf in self._resident if capacity < nbytes]
+            self._resident = [(c, b) for c, b in self._resident if c >= nbytes]
+        for buf in outgrown:
+            self.free(buf)
+        return nbytes, self.alloc(max(nbytes, 4))
+
+    def give_back(self, capacity: int, buf) -> None:
+        """A ``DeviceTensor``'s buffer, free again (its tensor dropped): kept for ``resident_buffer``."""
+        with self._lock:
+            self._resident.append((capacity, buf))
 
     def device_module(self, plan: dict, params: dict):
         """A ``DeviceModule`` running ``plan`` with weights and activations on the device."""
@@ -428,11 +463,22 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def is_size_term(term, depth: int = 0) -> bool:
+    """Whether ``term`` is a well-formed ``size_term`` (an int, ``["dim", name]``, ``[op, a, b]``), so
+    ``size_value`` cannot fail on it but for a dim its binding lacks."""
+    if _is_int(term):
+        return abs(term) < 2**48
+    if not isinstance(term, list) or depth > 64 or not term:
+        return False
+    if term[0] == "dim":
+        return len(term) == 2 and isinstance(term[1], str)
+    return (term[0] in _SIZE_OPS and len(term) == 3
+            and all(is_size_term(t, depth + 1) for t in term[1:]))
+
+
 def check_manifest(manifest: dict) -> None:
     """Raise ``_BadManifest`` unless ``manifest`` has the structure ``export`` writes: options a dict,
-    ``files`` and ``blobs`` lists of distinct plain names, each function a launch table whose buffer sizes
-    are non-negative integers and whose launches name a kernel with three positive grid and block sizes
-    inside the devices' limits."""
+    ``files`` and ``blobs`` lists of distinct plain names, each function a launch table (``check_tables``)."""
     def need(ok: bool, what: str):
         if not ok:
             raise _BadManifest(what)
@@ -447,6 +493,21 @@ def check_manifest(manifest: dict) -> None:
     functions = manifest.get("functions")
     need(isinstance(functions, list) and all(isinstance(f, dict) for f in functions),
          "functions is not a list of launch tables")
+    check_tables(functions, symbolic=True)
+
+
+def check_tables(functions: list, symbolic: bool = False) -> None:
+    """Raise ``_BadManifest`` unless each function is a launch table whose buffer sizes are non-negative
+    integers and whose launches name a kernel with three positive grid and block sizes inside the
+    devices' limits. ``symbolic``: a buffer size or a grid may be a well-formed ``size_term`` instead,
+    whose values are checked once bound (``DeviceModule``: the plan's dims, then each run's)."""
+    def need(ok: bool, what: str):
+        if not ok:
+            raise _BadManifest(what)
+
+    def term(v) -> bool:
+        return symbolic and not _is_int(v) and is_size_term(v)
+
     seen = set()
     for f in functions:
         name = f.get("name")
@@ -459,7 +520,7 @@ def check_manifest(manifest: dict) -> None:
                  f"{name}: {key} is not a list")
             for b in bufs:
                 need(isinstance(b.get("name"), str), f"{name}: a buffer in {key} has no name")
-                need(_is_int(b.get("nbytes")) and 0 <= b["nbytes"] < 2**48,
+                need(term(b.get("nbytes")) or _is_int(b.get("nbytes")) and 0 <= b["nbytes"] < 2**48,
                      f"{name}: buffer {b['name']!r} has size {b.get('nbytes')!r}")
                 for flag in flags:
                     need(isinstance(b.get(flag), bool), f"{name}: buffer {b['name']!r} has no {flag} flag")
@@ -471,13 +532,13 @@ def check_manifest(manifest: dict) -> None:
                  f"{name}: a launch names no kernel")
             for key in ("grid", "block"):
                 dims = la.get(key)
-                need(isinstance(dims, list) and len(dims) == 3 and all(_is_int(d) and 1 <= d <= MAX_GRID
-                                                                        for d in dims),
+                need(isinstance(dims, list) and len(dims) == 3 and all(
+                    (key == "grid" and term(d)) or _is_int(d) and 1 <= d <= MAX_GRID for d in dims),
                      f"{name}: kernel {la['kernel']} has {key} {dims!r}, not three positive sizes")
             need(math.prod(la["block"]) <= MAX_BLOCK_THREADS,
                  f"{name}: kernel {la['kernel']} has {math.prod(la['block'])} threads per block, more than "
                  f"{MAX_BLOCK_THREADS}")
-            need(all(g * b <= MAX_GRID for g, b in zip(la["grid"], la["block"])),
+            need(all(not _is_int(g) or g * b <= MAX_GRID for g, b in zip(la["grid"], la["block"])),
                  f"{name}: kernel {la['kernel']} has a grid of more than {MAX_GRID} threads along one axis")
 
 
@@ -515,6 +576,51 @@ def split_dim_args(args: list) -> tuple[list, list]:
     return [r for r in args if "dim" not in r], [r["dim"] for r in args if "dim" in r]
 
 
+class DeviceTensor:
+    """An output kept in device memory by a run (``SymbolicModule.run_resident``), to be an input of a later
+    run of a module of the same library, whose kernels then read it where it is: a decoder's ``present``
+    fed back as the next step's ``past`` never crosses to the host. ``numpy()`` (or ``np.asarray``)
+    copies it out. Dropping it gives its buffer back to the library for a later output."""
+
+    def __init__(self, lib: GPUKernelLibrary, buf, capacity: int, shape: tuple, dtype):
+        self.lib, self.buffer, self.capacity = lib, buf, capacity
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def numpy(self) -> np.ndarray:
+        out = np.empty(self.shape, self.dtype)
+        if out.nbytes:
+            stream = self.lib.new_stream()
+            self.lib.from_device(stream, out.reshape(-1).view(np.uint8), self.buffer, 0)
+            self.lib.synchronize(stream)
+            self.lib.release_stream(stream)
+        return out
+
+    def __array__(self, dtype=None, copy=None):
+        out = self.numpy()
+        return out if dtype is None else out.astype(dtype)
+
+    def __repr__(self) -> str:
+        return f"DeviceTensor({self.dtype.name}{list(self.shape)}, {self.lib.language})"
+
+    def __del__(self):
+        try:
+            self.lib.give_back(self.capacity, self.buffer)
+        except Exception:  # noqa: BLE001  (interpreter shutdown: nothing to give back to)
+            pass
+
+
 class _DeviceArena:
     """One run's device state: the activation arena, temporaries, a stream and every launch prepared.
     A call over symbolic dims gets a small buffer of their values (one per distinct list of dims)."""
@@ -524,6 +630,8 @@ class _DeviceArena:
         self.arena = lib.alloc(max(module.arena_bytes, 1))
         self.owned = [self.arena]
         self.calls = []
+        self.args = []  # each call's kernel arguments, for a run rebinding some (``DeviceModule._rebound``)
+        self.rebound: dict = {}  # the rebinding -> (its calls, the buffers they point at), a few kept
         self.dim_buffers: dict = {}  # the dims' names a call passes -> the buffer of their values
         self.dims = None  # the dims those buffers hold now, when a run (``run_shaped``) changed them
         dim_buffers = self.dim_buffers
@@ -547,6 +655,7 @@ class _DeviceArena:
                 buf = lib.alloc(max(t["nbytes"], 4))
                 self.owned.append(buf)
                 args.append(buf)
+            self.args.append(args)
             self.calls.append((call["kernel"], [lib.prepare(launch["kernel"], args)
                                                 for launch in table["launches"]], table))
         lib.synchronize(self.stream)
@@ -558,8 +667,9 @@ class DeviceModule:
 
     def __init__(self, lib: GPUKernelLibrary, plan: dict, params: dict):
         # a plan for one binding of symbolic dims: the launch tables' sizes evaluated for it
-        self.tables = ({name: bound_table(t, plan["dims"]) for name, t in lib.tables.items()}
-                       if plan.get("dims") else lib.tables)
+        self.tables = bound_tables(lib.tables, plan["dims"]) if plan.get("dims") else lib.tables
+        if not plan.get("dims") and any(is_symbolic_table(t) for t in lib.tables.values()):
+            raise ModelLoadError("the kernels' launch sizes depend on symbolic dims, and the plan binds none")
         check_plan_against_tables(plan, self.tables, params, plan["arena_bytes"])
         self.lib = lib
         self.plan = plan
@@ -592,18 +702,61 @@ class DeviceModule:
                 return self._pool.pop()
         return _DeviceArena(self.lib, self)
 
-    def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
+    def run_shaped(self, values: list, dims: dict, output_shapes: list, keep=()) -> list:
         """A run of this plan, made for a bucket of dim values (``nnvm.dynamic``), at smaller ones
         (``dims``: each plan dim's value) with the outputs' shapes for them: every buffer at its planned
-        offset and no larger than planned; the kernels get this run's dims and grids."""
-        return self.run(values, shaped=(dims, output_shapes))
+        offset and no larger than planned; the kernels get this run's dims and grids. ``keep``: indices of
+        outputs to hand back as ``DeviceTensor``s; a value may be a ``DeviceTensor`` (``run``)."""
+        return self.run(values, shaped=(dims, output_shapes), keep=keep)
+
+    def _rebound(self, arena: _DeviceArena, points: dict) -> list:
+        """``arena``'s calls with the kernel arguments ``points`` (``(call, argument)`` -> a device buffer)
+        pointing there instead of into the arena, prepared once per distinct rebinding (a decoding loop
+        alternates two: each step's ``present`` is the next step's ``past``)."""
+        key = tuple(sorted((k, a, id(buf)) for (k, a), buf in points.items()))
+        found = arena.rebound.get(key)
+        if found is None:
+            calls = list(arena.calls)
+            for k in sorted({k for k, _ in points}):
+                args = list(arena.args[k])
+                for (kk, a), buf in points.items():
+                    if kk == k:
+                        args[a] = buf
+                function, _, table = calls[k]
+                prepared = [self.lib.prepare(la["kernel"], args) for la in table["launches"]]
+                calls[k] = (function, prepared, table)
+            if len(arena.rebound) >= 4:
+                arena.rebound.pop(next(iter(arena.rebound)))
+            found = arena.rebound[key] = (calls, list(points.values()))  # the buffers kept: ids stay theirs
+        return found[0]
+
+    def _resident(self, values: list, shaped: tuple | None, keep) -> tuple[dict, dict, list]:
+        """(the kernel arguments to rebind, the kept outputs by index, the values as the run copies them
+        in): a ``DeviceTensor`` input of this library whose arguments the plan lists (``uses``) is read
+        where it is, another one copied through the host; a kept output with ``uses`` is written into a
+        buffer of its own (``resident_buffer``), another one copied out as usual."""
+        points, kept, values = {}, {}, list(values)
+        for i, (d, v) in enumerate(zip(self.plan["inputs"], values)):
+            if isinstance(v, DeviceTensor):
+                if v.lib is self.lib and "uses" in d:
+                    points.update({(k, a): v.buffer for k, a in d["uses"]})
+                else:
+                    values[i] = v.numpy()
+        for i in keep:
+            d = self.plan["outputs"][i]
+            if "uses" in d:
+                capacity, buf = self.lib.resident_buffer(d["ref"]["nbytes"])
+                shape = d["shape"] if shaped is None else shaped[1][i]
+                kept[i] = DeviceTensor(self.lib, buf, capacity, shape, d["dtype"])
+                points.update({(k, a): buf for k, a in d["uses"]})
+        return points, kept, values
 
     def _tables_for(self, dims: dict) -> dict:
         """The launch tables bound to ``dims`` (a few kept: a decoding loop repeats its steps' shapes)."""
         key = tuple(sorted(dims.items()))
         tables = self._bound.get(key)
         if tables is None:
-            tables = {name: bound_table(t, dims) for name, t in self.lib.tables.items()}
+            tables = bound_tables(self.lib.tables, dims)
             with self._pool_lock:
                 if len(self._bound) >= 16:
                     self._bound.pop(next(iter(self._bound)))
@@ -620,31 +773,41 @@ class DeviceModule:
                                np.array([values[n] for n in names], dtype=np.int64).view(np.uint8))
         arena.dims = dims
 
-    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None,
+            keep=()) -> list:
         """The outputs for ``values`` (arrays in the plan's input order, already checked). With a
         ``timings`` dict, where the device can time its own work (``record``), it gets ``device_ms`` (the
         whole run on the device, copies included) and ``kernels_ms`` (the launches alone). ``shaped``:
-        ``(dims, output shapes)`` of a run at smaller dims than planned (``run_shaped``)."""
+        ``(dims, output shapes)`` of a run at smaller dims than planned (``run_shaped``). ``keep``: the
+        indices of outputs handed back as ``DeviceTensor``s; a value may be a ``DeviceTensor`` of this
+        library, which the kernels then read in place (``_resident``)."""
         lib = self.lib
+        resident = keep or any(isinstance(v, DeviceTensor) for v in values)
+        points, kept, values = self._resident(values, shaped, keep) if resident else ({}, {}, values)
         arena = self._take()
         try:
             stream = arena.stream
             if arena.dim_buffers:
                 self._set_dims(arena, None if shaped is None else dict(shaped[0]))
             run_tables = None if shaped is None else self._tables_for(shaped[0])
+            calls = self._rebound(arena, points) if points else arena.calls
             timed = timings is not None and lib.record(stream, "start")
             for d, v in zip(self.plan["inputs"], values):
-                if "arena" in d["ref"] and v.size:  # an empty one (a KV cache's first past) moves nothing
+                # an empty one (a KV cache's first past) moves nothing, one on the device neither
+                if "arena" in d["ref"] and not isinstance(v, DeviceTensor) and v.size:
                     host = np.ascontiguousarray(v).view(np.uint8).reshape(-1)
                     lib.to_device(stream, arena.arena, self.offset(d["ref"]["arena"]), host)
             if timed:
                 lib.record(stream, "kernels")
-            for function, prepared, table in arena.calls:
+            for function, prepared, table in calls:
                 lib.launches(stream, function, prepared, run_tables[function] if run_tables else table)
             if timed:
                 lib.record(stream, "kernels_done")
             outs = []
             for i, d in enumerate(self.plan["outputs"]):
+                if i in kept:
+                    outs.append(kept[i])
+                    continue
                 if "param" in d["ref"]:
                     outs.append(np.array(self.params[d["ref"]["param"]], copy=True))
                     continue

@@ -139,17 +139,19 @@ class Module:
             return hasattr(self._device, "run_shaped")
         return self._in_process
 
-    def run_shaped(self, values: list, dims: dict, output_shapes: list) -> list[np.ndarray]:
+    def run_shaped(self, values: list, dims: dict, output_shapes: list, keep=()) -> list[np.ndarray]:
         """A run of a plan made for larger dims (a bucket, ``nnvm.dynamic``) at smaller ones: ``values``
         (the plan's inputs in order, already checked) and ``dims`` (name -> value, each at most the
         plan's) with the outputs' shapes for them. Every buffer is at its planned offset and no larger
-        than planned, so the plan's placements hold; the kernels read the dims from the workspace."""
+        than planned, so the plan's placements hold; the kernels read the dims from the workspace.
+        ``keep``: on a device, the indices of outputs to leave there (``DeviceModule.run``)."""
         for (name, _, dtype, _), v in zip(self._inputs, values):
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")
         dim_values = [int(dims.get(name, 1)) for name in self._dim_index]  # as ``specialised`` plans
         if self._device is not None:
-            return self._device.run_shaped(values, dict(zip(self._dim_index, dim_values)), output_shapes)
+            dims = dict(zip(self._dim_index, dim_values))
+            return self._device.run_shaped(values, dims, output_shapes, keep)
         return run_kernels(self._run_in_workspace, values, (dim_values, output_shapes))
 
     def _run_out_of_process(self, values: list) -> list[np.ndarray]:
@@ -456,6 +458,10 @@ class ExportedSymbolicModule:
             raise ValueError(f"inputs {sorted(self.signature.inputs)}, the plan's {sorted(planned)}")
         if len(self._outputs) != len(module.plan["outputs"]):
             raise ValueError("it lists another number of outputs than the plan")
+        planned = module.plan.get("dims", {})
+        for d, (_, hi) in self.signature.bounds.items():  # every run's dims within the plan's
+            if d in planned and (hi is None or hi > planned[d]):
+                raise ValueError(f"dim {d!r} goes up to {hi}, above the {planned[d]} its plan is made for")
 
     @property
     def input_names(self) -> list[str]:
@@ -479,18 +485,31 @@ class ExportedSymbolicModule:
 
     def run(self, *args, **kwargs) -> list[np.ndarray]:
         """Outputs for inputs of any shape within the bounds, each with its actual shape; thread-safe."""
-        given = inputs_by_name(self.input_names, args, kwargs)
+        return self._run(inputs_by_name(self.input_names, args, kwargs))
+
+    def run_resident(self, feeds: dict, keep=()) -> list:
+        """``run``, leaving the outputs named in ``keep`` on a GPU target's device
+        (``nnvm.dynamic.SymbolicModule.run_resident``, whose ``DeviceTensor``s a later run takes)."""
+        outputs = [d["name"] for d in self.module.plan["outputs"]]
+        unknown = sorted(set(keep) - set(outputs))
+        if unknown:
+            raise InputError(f"keep= names {', '.join(map(repr, unknown))}, which is no output of the model")
+        return self._run(inputs_by_name(self.input_names, (), feeds), {outputs.index(n) for n in keep})
+
+    def _run(self, given: dict, keep=()) -> list:
         for name in self.input_names:
             if name not in given:
                 raise InputError(f"missing input {name!r} {shown(self.signature.inputs[name])}")
-        arrays = {k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()}
+        on_device = self.module._device is not None
+        arrays = {k: v if isinstance(v, np.ndarray) or on_device and hasattr(v, "shape") else np.asarray(v)
+                  for k, v in given.items()}
         values = self.signature.bind({k: a.shape for k, a in arrays.items()})
         vector = [values.get(d, 0) for d in self.dims]
         shapes = [tuple(d if isinstance(d, int) else evaluate(d.code, vector) for d in shape)
                   for shape in self._outputs]
         ordered = [arrays[n] for n in self.input_names]
         if self.module.runs_shaped:
-            return self.module.run_shaped(ordered, values, shapes)
+            return self.module.run_shaped(ordered, values, shapes, keep)
         for (name, _, dtype, _), v in zip(self.module._inputs, ordered):
             if v.dtype != dtype:
                 raise InputError(f"input {name!r} must be {dtype.name}, got {v.dtype.name}")

@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 
 from nnvm.errors import Error, InputError
-from nnvm.gpu.library import DeviceModule, GPUKernelLibrary
+from nnvm.gpu.library import DeviceModule, DeviceTensor, GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.web import export_web, read_web
-from nnvm_backend_webgpu.wgsl import pack_plan
+from nnvm_backend_webgpu.wgsl import fold_at_run, pack_plan
 
 FORMAT = "nnvm-webgpu"
 SOURCE = "kernels.wgsl"
@@ -52,10 +52,11 @@ class WebGPUDeviceModule(DeviceModule):
             check_32_bits(np.asarray(value), f"the weight {name!r}")
         super().__init__(lib, plan, params)
 
-    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None) -> list[np.ndarray]:
+    def run(self, values: list, timings: dict | None = None, shaped: tuple | None = None, keep=()) -> list:
         for d, v in zip(self.plan["inputs"], values):
-            check_32_bits(np.asarray(v), f"the input {d['name']!r}")
-        return super().run(values, timings, shaped)
+            if not isinstance(v, DeviceTensor):  # one on the device was computed there, in 32 bits
+                check_32_bits(np.asarray(v), f"the input {d['name']!r}")
+        return super().run(values, timings, shaped, keep)
 
 
 def _round4(n: int) -> int:
@@ -100,6 +101,7 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         self.max_workgroups = limits["max_compute_workgroups_per_dimension"]
         self.pipelines: dict = {}
         self.packed: dict = {}  # kernel -> wgsl.pack_plan of its function (recomputed, never read)
+        self.run_folds = {la["kernel"] for t in tables for la in t["launches"] if la.get("fold")}
         for table in tables:
             packed = pack_plan(table["params"], table["temporaries"])
             count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
@@ -213,10 +215,13 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
             args = [a for i, a in enumerate(args) if i not in skip] + [(pack, 0, pack.size)]
         entries = [{"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}}
                    for i, (buf, offset, size) in enumerate(args)]
-        return pipeline, self.dev.create_bind_group(layout=layout, entries=entries), copies
+        group = self.dev.create_bind_group(layout=layout, entries=entries)
+        return pipeline, group, copies, kernel in self.run_folds
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
-        pipeline, group, copies = prepared
+        pipeline, group, copies, folds = prepared
+        if folds:  # a grid of the dims, folded into (x, y) past 65535 workgroups (``wgsl.fold_at_run``)
+            grid = fold_at_run(grid)
         if max(grid) > (most := self.max_workgroups):
             raise InputError(f"these input shapes need {max(grid)} workgroups along one axis, more than this "
                              f"WebGPU device allows ({most}); use smaller inputs or another target")

@@ -9,10 +9,11 @@ compile); this plugin is the language and the driver:
 
 Two WebGPU limits are met in the same way on every device, so a module exported for the browser runs
 wherever the kernels' own sizes do: more than 65535 workgroups along x fold into x and y
-(``wgsl.fold_grid``), and a function with more than 8 buffers reads its last read-only ones through one
-packed binding (``wgsl.pack_plan``): ``_gpu`` tells the printer, ``compile`` puts both in the launch
-tables. The device is the first WebGPU adapter (a GPU, or Mesa's lavapipe on the CPU); with none,
-compiling stops with one sentence saying what to install.
+(``wgsl.fold_grid``; a grid of symbolic dims at run time, ``_fold_at_run``), and a function with more
+than 8 buffers reads its last read-only ones through one packed binding (``wgsl.pack_plan``): ``_gpu``
+tells the printer, ``compile`` puts both in the launch tables. The device is the first WebGPU adapter
+(a GPU, or Mesa's lavapipe on the CPU); with none, compiling stops with one sentence saying what to
+install.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from nnvm.errors import Error, TargetError
 from nnvm.gpu.backend import GPUBackend
 from nnvm.gpu.library import launch_table
 from nnvm.target import Target
+from nnvm.tir import expr as E
+from nnvm.tir import stmt as S
 from nnvm.tir.vectorize import VectorTarget
+from nnvm.tir.visit import walk
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
@@ -69,7 +73,8 @@ class WebGPUBackend(GPUBackend):
                 if isinstance(nbytes, int) and nbytes > limit:  # one over symbolic dims: checked at run
                     raise Error(f"{prog.name}: buffer {name} has {nbytes} bytes, more than this WebGPU "
                                 f"device binds (max_storage_buffer_binding_size = {limit})")
-            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in prog.kernels]
+            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed})
+                            for k in map(_fold_at_run, prog.kernels)]
         return state
 
     def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
@@ -77,6 +82,33 @@ class WebGPUBackend(GPUBackend):
         tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]],
                    "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
         return WebGPUKernelLibrary(source, tables)
+
+
+def _fold_at_run(kernel):
+    """``kernel`` marked to fold its grid at run time (``wgsl.fold_at_run``) where the grid's x is an
+    expression of the dims (y and z one) and no barrier is reached: its ``blockIdx.x`` loop's body guarded
+    by that x, so the spare workgroups of a folded dispatch do nothing. (Under a guard of a value read
+    from storage a barrier would break WGSL's uniformity rules: such a kernel stays unfolded, and a
+    binding needing more than 65535 of its workgroups is refused at launch.)"""
+    launch = kernel.attrs.get("launch", {})
+    blocks = launch.get("blockIdx.x", 1)
+    barriers: list = []
+    walk(kernel.body, lambda n: barriers.append(n) if isinstance(n, E.Call) and n.name == "barrier" else None)
+    if isinstance(blocks, int) or "blockIdx.y" in launch or "blockIdx.z" in launch or barriers:
+        return kernel
+
+    def guard(s):  # None: no blockIdx.x loop under the dims' reads (then the kernel stays unfolded)
+        if isinstance(s, S.For) and s.thread_tag == "blockIdx.x":
+            return replace(s, body=S.IfThenElse(s.var < blocks, s.body, None))
+        if isinstance(s, (S.LetStmt, S.Allocate, S.AttrStmt, S.For)):
+            body = guard(s.body)
+            return None if body is None else replace(s, body=body)
+        return None
+
+    body = guard(kernel.body)
+    if body is None:
+        return kernel
+    return replace(kernel, body=body, attrs={**kernel.attrs, "launch": {**launch, "fold": True}})
 
 
 @nnvm.hookimpl

@@ -45,7 +45,7 @@ class WGSLPrinter(CPrinter):
     def signature(self, func, params: list) -> str:
         launch = func.attrs.get("launch", {})
         size, grid = ([launch.get(f"{k}.{d}", 1) for d in "xyz"] for k in ("threadIdx", "blockIdx"))
-        self._folded = grid[0] if wgsl.fold_grid(grid) != grid else 0  # blockIdx.x from x and y
+        self._folded = grid[0] if wgsl.fold_grid(grid) != grid else bool(launch.get("fold"))  # x + y * FOLD
         params = [p for b, p in zip(func.params, params) if b not in self._packed]
         params += [f"{self._kernel}_packed: array<u32>"] if self._packed else []  # wgsl.pack_plan
         for value, limit, what in wgsl.launch_needs(size, grid, len(params)):

@@ -24,7 +24,7 @@ from importlib import resources
 
 import numpy as np
 
-from nnvm.errors import ModelLoadError, reading
+from nnvm.errors import Error, ModelLoadError, reading
 from nnvm.gpu.library import check_manifest
 from nnvm.graph.ir import load_params, save_params
 from nnvm_backend_webgpu.wgsl import pack_plan
@@ -75,8 +75,13 @@ def _scaled(plan: dict) -> dict:
 
 def export_web(path: str, source: str, tables: list, blobs: dict) -> None:
     """Write the folder ``path`` (created, or its four files replaced) from a module's blobs."""
-    tables = [{**t, "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
     meta = json.loads(bytes(blobs["graph"]).decode())
+    if meta.get("symbolic"):  # nnvm-webgpu.js takes flat arrays of the plan's one shape each
+        dims = ", ".join(str(d[0]) for d in meta["symbolic"]["dims"])
+        raise Error(f"cannot export {path}: the module has symbolic dims ({dims}), and nnvm-webgpu.js runs "
+                    "bound shapes only; compile it with every dim bound (integers in shapes=) for the web, "
+                    "or export it to a file nnvm.load runs (a name not ending in .webgpu)")
+    tables = [{**t, "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
     plan, params = _scaled(meta["plan"]), load_params(blobs["params"])
     used = {r["param"] for c in plan["calls"] for r in c["args"] if "param" in r}
     used |= {d["ref"]["param"] for d in plan["outputs"] if "param" in d["ref"]}

@@ -32,6 +32,14 @@ def fold_grid(grid: list) -> list:
     return list(grid)
 
 
+def fold_at_run(grid: list) -> list:
+    """The workgroups a launch folded at run time dispatches for its bound ``grid``: a grid of symbolic
+    dims along x only, marked ``fold`` in its launch table (the plugin's ``_fold_at_run``), whose kernel
+    reads its workgroup's index as ``x + y * FOLD`` and guards it by the grid's x; up to 65535
+    workgroups y is 0 and the kernel is the unfolded one."""
+    return [FOLD, -(-grid[0] // FOLD), 1] if grid[0] > FOLD else grid
+
+
 def pack_plan(params: list, temporaries: list) -> list:
     """``[[index, word offset, nbytes], ...]``: the parameters of a function (entries of its launch table)
     that its kernels read through one packed binding, so no kernel binds more storage buffers than
@@ -62,12 +70,14 @@ def launch_needs(size: list, grid: list, buffers: int) -> list:
             (buffers, "max_storage_buffers_per_shader_stage", "storage buffers")]
 
 
-def entry_point(name: str, size: list, folded: int) -> str:
+def entry_point(name: str, size: list, folded: int | bool) -> str:
     """A kernel's first lines: the compute entry point, its workgroup size and position builtins; with a
-    ``folded`` grid of that many workgroups along x, the spare workgroups return (a uniform branch)."""
+    ``folded`` grid of that many workgroups along x, the spare workgroups return (a uniform branch); one
+    folded at run time (``True``) guards its body instead (``fold_at_run``)."""
     head = (f"@compute @workgroup_size({', '.join(map(str, size))})\nfn {name}(@builtin(workgroup_id) "
             "nnvm_gid: vec3<u32>, @builtin(local_invocation_id) nnvm_tid: vec3<u32>) {")
-    return head + (f"\n  if (nnvm_gid.x + nnvm_gid.y * {FOLD}u >= {folded}u) {{ return; }}" if folded else "")
+    guard = f"\n  if (nnvm_gid.x + nnvm_gid.y * {FOLD}u >= {folded}u) {{ return; }}"
+    return head + (guard if folded and folded is not True else "")
 
 
 SCALAR_TYPES = {"float32": "f32", "float16": "f32", "int32": "i32", "int64": "i32", "int8": "i32",
