@@ -4,6 +4,7 @@ GEMM's rate per matmul shape: views that stay readable on a shared host, where w
     uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
     uv run python bench/transformer_kernels.py --models gpt2 --batch 1,8
     uv run python bench/transformer_kernels.py --hf-models gpt2 --threads 2   # transformers' own GPT-2
+    uv run python bench/transformer_kernels.py --hf-models gpt2,bert --seq 512
     uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
     uv run python bench/transformer_kernels.py --gemm 128x768x768 --tiles 2x4,6x2,4x2 --rounds 7
 
@@ -44,13 +45,13 @@ def _session(path, threads, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False) -> None:
+def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False, seq: int = 128) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
     from nnvm_testing.frontend_onnx import torch_models
 
     # cached; exported by the torch venv on first use
-    path = torch_models.hf_model_path(name, batch) if hf else torch_models.zoo_model_path(name, batch)
+    path = torch_models.hf_model_path(name, batch, seq) if hf else torch_models.zoo_model_path(name, batch)
     mod = nnvm.compile(path, target="llvm", tuning_log=False)
     feeds = seeded_inputs(mod)
     if "attention_mask" in feeds:
@@ -154,6 +155,7 @@ def main() -> int:
     parser.add_argument("--tiles", default="fallback",
                         help="comma-separated cpu.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
     parser.add_argument("--batch", default="1", help="comma-separated batch sizes for --models")
+    parser.add_argument("--seq", type=int, default=128, help="sequence length of --hf-models")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")
     args = parser.parse_args()
@@ -163,7 +165,7 @@ def main() -> int:
         for batch in args.batch.split(","):
             per_kernel(name, args.threads, args.rounds, int(batch))
     for name in filter(None, args.hf_models.split(",")):
-        per_kernel(name, args.threads, args.rounds, 1, hf=True)
+        per_kernel(name, args.threads, args.rounds, 1, hf=True, seq=args.seq)
     for shape in filter(None, args.gemm.split(",")):
         gemm(shape, args.threads, args.rounds, tuple(args.tiles.split(",")))
     print(f"load average {os.getloadavg()[0]:.2f}")
