@@ -45,7 +45,8 @@ def _session(path, threads, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False, seq: int = 128) -> None:
+def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False,
+               seq: int = 128) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
     from nnvm_testing.frontend_onnx import torch_models
