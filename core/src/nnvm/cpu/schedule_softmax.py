@@ -1,4 +1,4 @@
-"""CPU schedule for softmax (log_softmax, layer_norm) along the last, contiguous axis (attention).
+"""CPU schedule for softmax (log_softmax, layer_norm, RMSNorm's row mean) along the last, contiguous axis.
 
 The core computes softmax in three stages: the row maximum, the sum of ``exp(x - max)``, and the
 output ``exp(x - max) / sum``. The generic schedule runs each at root with the innermost spatial axis
