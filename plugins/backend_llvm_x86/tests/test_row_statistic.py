@@ -61,3 +61,19 @@ def test_row_statistic_matches_numpy(op, shape):
     want = w * x64 / np.sqrt(getattr(np, op)(x64 * x64, axis=-1, keepdims=True) + 1e-6)
     err = np.abs(got - want).max()
     assert err <= 1e-5 * np.abs(want).max(), f"{op} {shape}: max error {err}"
+
+
+def test_a_sum_without_kept_dims_reshaped_back_matches_numpy():
+    """``x / reshape(sum(x, -1))``: the statistic has one axis fewer than the output it feeds."""
+    shape = (2, 6, 40)
+    b = GraphBuilder(name="row_share")
+    x = b.input("x", shape, "float32")
+    total = b.node1("sum", [x], {"axis": (2,), "keepdims": False})
+    b.output(b.node1("divide", [x, b.node1("reshape", [total], {"newshape": (2, 6, 1)})]))
+    graph = b.build()
+    template = _template(graph, "llvm -mcpu=znver5")
+    assert template is not None and template.name == "cpu.rows.statistic", template
+    xv = np.random.default_rng(3).random(shape).astype(np.float32) + 0.5
+    (got,) = nnvm.compile(graph, target="llvm").run(xv)
+    want = xv.astype(np.float64) / xv.astype(np.float64).sum(-1, keepdims=True)
+    assert np.abs(got - want).max() <= 1e-6, f"max error {np.abs(got - want).max()}"
