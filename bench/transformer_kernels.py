@@ -4,6 +4,7 @@ GEMM's rate per matmul shape: views that stay readable on a shared host, where w
     uv run python bench/transformer_kernels.py --models gpt2,vit,bert      # per-kernel sums
     uv run python bench/transformer_kernels.py --models gpt2 --batch 1,8
     uv run python bench/transformer_kernels.py --hf-models gpt2 --threads 2   # transformers' own GPT-2
+    uv run python bench/transformer_kernels.py --hf-models gpt2,bert --seq 512 --cpu-time
     uv run python bench/transformer_kernels.py --gemm 128x768x3072,197x192x576 --rounds 25
     uv run python bench/transformer_kernels.py --gemm 128x768x768 --tiles 2x4,6x2,4x2 --rounds 7
 
@@ -44,13 +45,15 @@ def _session(path, threads, profile_prefix=None):
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
-def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False) -> None:
+def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = False,
+               seq: int = 128, cpu: bool = False) -> None:
     import nnvm
     from nnvm.bench import profile, seeded_inputs
+    from nnvm.lowering import group_flops
     from nnvm_testing.frontend_onnx import torch_models
 
     # cached; exported by the torch venv on first use
-    path = torch_models.hf_model_path(name, batch) if hf else torch_models.zoo_model_path(name, batch)
+    path = torch_models.hf_model_path(name, batch, seq) if hf else torch_models.zoo_model_path(name, batch)
     mod = nnvm.compile(path, target="llvm", tuning_log=False)
     feeds = seeded_inputs(mod)
     if "attention_mask" in feeds:
@@ -59,7 +62,7 @@ def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = 
     sess = _session(path, threads, os.path.join(tempfile.gettempdir(), f"nnvm_ort_{name}"))
     best: dict = {}
     for _ in range(rounds):
-        for row in profile(mod, feeds, 1):
+        for row in profile(mod, feeds, 1, time.process_time if cpu else time.perf_counter):
             key = (tuple(row["group"]), row["kernel"])
             best[key] = min(best.get(key, float("inf")), row["ms"])
         sess.run(None, feeds)
@@ -83,6 +86,25 @@ def per_kernel(name: str, threads: int, rounds: int, batch: int = 1, hf: bool = 
           f"minimums, {threads} thread(s)): {total / ort_total:.2f}")
     print("  nnvm:        " + ", ".join(f"{k} {v:.2f}" for k, v in kinds.most_common()))
     print("  onnxruntime: " + ", ".join(f"{k} {v:.2f}" for k, v in ort_kinds.most_common()))
+    if cpu:  # onnxruntime's profile is wall time: its whole runs in CPU time beside nnvm's
+        runs = {"nnvm": lambda: mod.run(**feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+        least = {}
+        for who, fn in runs.items():
+            for _ in range(rounds):
+                fn()
+                start = time.process_time()
+                fn()
+                least[who] = min(least.get(who, float("inf")), 1e3 * (time.process_time() - start))
+        print(f"  CPU ms a run (least of {rounds}): nnvm {least['nnvm']:.2f}, onnxruntime "
+              f"{least['onnxruntime']:.2f}: {least['nnvm'] / least['onnxruntime']:.2f}")
+    groups = collections.defaultdict(lambda: [0.0, 0.0, 0])  # per kind of group and work: ms, flops, count
+    for (group, _), ms in best.items():
+        key = ("+".join(sorted({ops.get(g, "?") for g in group})), group_flops(mod.graph, list(group)))
+        groups[key][0] += ms
+        groups[key][2] += 1
+    for (kind, flops), (ms, _, count) in sorted(groups.items(), key=lambda kv: -kv[1][0])[:8]:
+        rate = f"{flops * count / ms / 1e6:4.0f} GFLOP/s" if flops else ""
+        print(f"    {ms:8.2f} ms x{count:3d} {rate:>13} {kind} ({(flops or 0) / 1e6:.0f} MFLOP each)")
 
 
 def _compile_with_tile(path, tile: str):
@@ -154,6 +176,9 @@ def main() -> int:
     parser.add_argument("--tiles", default="fallback",
                         help="comma-separated cpu.dense.packed tiles JBxMB for --gemm (fallback: untuned)")
     parser.add_argument("--batch", default="1", help="comma-separated batch sizes for --models")
+    parser.add_argument("--seq", type=int, default=128, help="sequence length of --hf-models")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="nnvm's kernels in CPU time (time.process_time), and both runtimes' whole runs")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7, help="rounds whose minimum is kept")
     args = parser.parse_args()
@@ -163,7 +188,7 @@ def main() -> int:
         for batch in args.batch.split(","):
             per_kernel(name, args.threads, args.rounds, int(batch))
     for name in filter(None, args.hf_models.split(",")):
-        per_kernel(name, args.threads, args.rounds, 1, hf=True)
+        per_kernel(name, args.threads, args.rounds, 1, hf=True, seq=args.seq, cpu=args.cpu_time)
     for shape in filter(None, args.gemm.split(",")):
         gemm(shape, args.threads, args.rounds, tuple(args.tiles.split(",")))
     print(f"load average {os.getloadavg()[0]:.2f}")

@@ -24,7 +24,7 @@ from nnvm.cpu.schedule_qconv import qconv2d_nchwc_template
 from nnvm.cpu.schedule_qdense import qdense_packed_template
 from nnvm.cpu.schedule_qdepthwise import qdepthwise_nchwc_template
 from nnvm.cpu.schedule_reduce import whole_reduction_template
-from nnvm.cpu.schedule_softmax import row_kernel_template, softmax_template
+from nnvm.cpu.schedule_softmax import row_kernel_template, row_statistic_template, softmax_template
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import winograd_template
 
@@ -46,6 +46,7 @@ TEMPLATE_BUILDERS: list[TemplateBuilder] = [
     softmax_template,     # cpu.softmax.rows, cpu.layer_norm.rows: along the last axis, row statistics
     row_kernel_template,  # cpu.softmax.exp_rows, cpu.softmax.normalize_rows: softmax_rows.py's two kernels
     whole_reduction_template,  # cpu.reduce.whole: min/max/sum of a whole tensor, vector partial results
+    row_statistic_template,  # cpu.rows.statistic: a row's sum or mean and the output reading it (RMSNorm)
 ]
 
 
