@@ -252,28 +252,34 @@ def test_attention_products_have_a_one_query_row_case(build_all):
                                    err_msg=f"batch {b}, seq {s}, {n} keys")
 
 
+def _shared_dense(x_shape: tuple, w_shape: tuple = (3, 64, 16)):
+    """A ``dense_packed`` group of ``x_shape`` data (dims allowed) by a shared packed weight, and its
+    tensors ``(x, w, out)``."""
+    from nnvm.compiler import GroupCompute
+    from nnvm.graph.ir import Node
+
+    op = get_op("dense_packed")
+    attrs = op.normalize_attrs({}, "fc")
+    x = te.placeholder(shape_exprs(x_shape), "float32", "x")
+    w = te.placeholder(w_shape, "float32", "w")
+    types = op.infer_type([TensorType(x_shape, "float32"), TensorType(w_shape, "float32")], attrs)
+    (out,) = op.compute([x, w], attrs, types)
+    node = Node("dense_packed", "fc", ("x", "w"), ("y",), attrs)
+    return GroupCompute(0, [node], node, [("x", x), ("w", w)], [out], ["y"]), (x, w, out)
+
+
 def test_the_one_row_case_only_where_the_rows_are_one():
     """A shared weight's ``dense_packed`` over ``[batch, S, K]`` data: with ``S`` a dim the rows are
     ``batch * seq`` and the template carries the GEMV case for ``batch == seq == 1``; with ViT's 197
     tokens the rows at batch 1 are 197, so no case (its one-row tile made ViT-B/16's unbound module 2.3x
     its bound one at batch 1). Decided for an explicit target."""
-    from nnvm.compiler import GroupCompute
     from nnvm.cpu.schedule_dense import dense_packed_template
-    from nnvm.graph.ir import Node
     from nnvm.target import parse_target
 
-    op = get_op("dense_packed")
     batch, seq = Dim.named("batch"), Dim.named("seq")
 
     def template_for(rows):
-        x_shape, w_shape = (batch, rows, 64), (3, 64, 16)
-        attrs = op.normalize_attrs({}, "fc")
-        x = te.placeholder(shape_exprs(x_shape), "float32", "x")
-        w = te.placeholder(w_shape, "float32", "w")
-        types = op.infer_type([TensorType(x_shape, "float32"), TensorType(w_shape, "float32")], attrs)
-        (out,) = op.compute([x, w], attrs, types)
-        node = Node("dense_packed", "fc", ("x", "w"), ("y",), attrs)
-        group = GroupCompute(0, [node], node, [("x", x), ("w", w)], [out], ["y"])
+        group, _ = _shared_dense((batch, rows, 64))
         template = dense_packed_template(parse_target("llvm -mcpu=znver5"), group)
         return template.build(template.fallback)
 
@@ -288,23 +294,13 @@ def test_a_partial_row_tile_keeps_its_reduction_unguarded(build_all):
     stores keep the true row count's guards. Before, a tile past the last full one (7 tokens: the only
     tile) ran its whole reduction under both guards: GPT-2's head at 7 tokens 1.5x its bound kernel.
     Numbers against numpy at row counts on and off the tile."""
-    from nnvm.compiler import GroupCompute
     from nnvm.cpu.schedule_dense import dense_packed_template
-    from nnvm.graph.ir import Node
     from nnvm.target import parse_target
     from nnvm.tir import stmt as S
     from nnvm.tir.visit import walk
 
-    op = get_op("dense_packed")
-    seq = Dim.named("seq")
-    x_shape, w_shape = (seq, 64), (3, 64, 16)
-    attrs = op.normalize_attrs({}, "fc")
-    x = te.placeholder(shape_exprs(x_shape), "float32", "x")
-    w = te.placeholder(w_shape, "float32", "w")
-    types = op.infer_type([TensorType(x_shape, "float32"), TensorType(w_shape, "float32")], attrs)
-    (out,) = op.compute([x, w], attrs, types)
-    node = Node("dense_packed", "fc", ("x", "w"), ("y",), attrs)
-    group = GroupCompute(0, [node], node, [("x", x), ("w", w)], [out], ["y"])
+    w_shape = (3, 64, 16)
+    group, (x, w, out) = _shared_dense((Dim.named("seq"), 64), w_shape)
     template = dense_packed_template(parse_target("llvm -mcpu=znver5"), group)
     general = template.build(template.fallback).general  # the one-row case aside
     guarded_reductions = []

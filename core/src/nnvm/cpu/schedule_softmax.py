@@ -215,6 +215,12 @@ def build_row_kernel(group, config: dict):
     """The schedule of a row kernel: the rows fused into one parallel loop, the statistic computed in
     each row (its only reader is the row's output), the output vectorized along the row."""
     sch, out_stage, stat = _row_kernel_stages(group)
+    return _rows_with_statistic(sch, out_stage, stat, config)
+
+
+def _rows_with_statistic(sch, out_stage, stat, config: dict):
+    """The row kernels' shared nest: the output vectorized along the row, the rows parallel, the
+    statistic computed in each row and reduced in vector chains (``kb``)."""
     *outer, j = out_stage.op.axis
     n = extent(j)
     _, ji = out_stage.split(j, factor=config["vb"])
@@ -274,14 +280,4 @@ def build_row_statistic(group, config: dict):
     into the sum, the mean's division and the rest into the output), then ``build_row_kernel``'s."""
     sch, out_stage, stat = _row_statistic_stages(group)
     inline_epilogue(sch, {stat.op})
-    *outer, j = out_stage.op.axis
-    n = extent(j)
-    _, ji = out_stage.split(j, factor=config["vb"])
-    out_stage.vectorize(ji)
-    row = _parallel_rows(out_stage, outer, n)
-    stat_row = None
-    if row is not None:
-        stat.compute_at(out_stage, row)
-        stat_row = stat.op.axis[-1]
-    vector_reduction(sch, stat, config["kb"], stat_row)
-    return sch
+    return _rows_with_statistic(sch, out_stage, stat, config)
