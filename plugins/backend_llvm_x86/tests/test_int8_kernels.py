@@ -357,3 +357,22 @@ def test_qdense_reads_the_larger_operand_once(units, outputs_outer):
     members = [n for n in graph.nodes if n.name in group]
     template = nnvm.compiler.schedule_template(target, nnvm.compiler.group_compute(graph, k, members))
     assert template.name == "cpu.qdense.packed" and template.fallback["outputs_outer"] is outputs_outer
+
+
+def _kernel_assembly(asm: str, kernel: str) -> str:
+    """The assembly of ``kernel`` and its parallel bodies (``kernel.par1``, ...)."""
+    bodies = re.findall(rf"^{re.escape(kernel)}(?:\.par\d+)?:$(.*?)^\.Lfunc_end", asm, flags=re.M | re.S)
+    return "".join(bodies)
+
+
+def test_a_residual_kernel_keeps_the_requantized_value_in_float():
+    """The second convolution's requantize, read back by the residual's dequantize in the same kernel,
+    is never converted to uint8 and back (``simplify._float_of_int``): compiled for znver5, one truncating
+    convert per stored vector (the final quantize's), where the round trip took two, and the numbers
+    still match numpy's requantize -> dequantize -> add -> quantize exactly (``test_quantized``)."""
+    mod = nnvm.compile(_blocked_chain(), target="llvm -mcpu=znver5", opt_level=3)
+    c2 = next(c for c in mod.plan["calls"] if "c2" in c["group"] and "qconv2d_nchwc" in c["kernel"])
+    asm = _kernel_assembly(mod.library.assembly(), c2["kernel"])
+    stores = len(re.findall(r"vpmov(?:us)?db\s", asm))
+    converts = len(re.findall(r"vcvttps2dq\s", asm))
+    assert stores and converts == stores, f"{converts} truncating converts for {stores} stored vectors"
