@@ -365,14 +365,20 @@ def _kernel_assembly(asm: str, kernel: str) -> str:
     return "".join(bodies)
 
 
-def test_a_residual_kernel_keeps_the_requantized_value_in_float():
-    """The second convolution's requantize, read back by the residual's dequantize in the same kernel,
-    is never converted to uint8 and back (``simplify._float_of_int``): compiled for znver5, one truncating
-    convert per stored vector (the final quantize's), where the round trip took two, and the numbers
-    still match numpy's requantize -> dequantize -> add -> quantize exactly (``test_quantized``)."""
+def test_int8_epilogues_convert_once_per_stored_vector():
+    """Compiled for znver5, each stored vector of uint8 is converted once, by a rounding convert
+    (``vcvtps2dq``, codegen's ``rounding_convert``) where ``vrndscaleps`` and a truncating
+    ``vcvttps2dq`` took two; in the residual kernel the requantize read back by the shortcut's
+    dequantize is never converted to uint8 and back (``simplify._float_of_int``): two int-to-float
+    converts a vector (the sums and the shortcut's bytes), where the round trip added a third. The
+    numbers are checked exactly against numpy and onnxruntime by the tests that run these kernels."""
     mod = nnvm.compile(_blocked_chain(), target="llvm -mcpu=znver5", opt_level=3)
-    c2 = next(c for c in mod.plan["calls"] if "c2" in c["group"] and "qconv2d_nchwc" in c["kernel"])
-    asm = _kernel_assembly(mod.library.assembly(), c2["kernel"])
-    stores = len(re.findall(r"vpmov(?:us)?db\s", asm))
-    converts = len(re.findall(r"vcvttps2dq\s", asm))
-    assert stores and converts == stores, f"{converts} truncating converts for {stores} stored vectors"
+    asm = mod.library.assembly()
+    for conv in ("c1", "c2"):
+        call = next(c for c in mod.plan["calls"] if conv in c["group"] and "qconv2d_nchwc" in c["kernel"])
+        code = _kernel_assembly(asm, call["kernel"])
+        ops = ("vpmovdb", "vcvtps2dq", "vcvttps2dq", "vcvtdq2ps")
+        count = {op: len(re.findall(rf"{op}\s", code)) for op in ops}
+        stores = count["vpmovdb"]
+        assert stores and count["vcvtps2dq"] == stores and not count["vcvttps2dq"], f"{conv}: {count}"
+        assert count["vcvtdq2ps"] == stores * (2 if conv == "c2" else 1), f"{conv}: {count}"
