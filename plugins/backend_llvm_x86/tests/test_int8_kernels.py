@@ -382,3 +382,33 @@ def test_int8_epilogues_convert_once_per_stored_vector():
         stores = count["vpmovdb"]
         assert stores and count["vcvtps2dq"] == stores and not count["vcvttps2dq"], f"{conv}: {count}"
         assert count["vcvtdq2ps"] == stores * (2 if conv == "c2" else 1), f"{conv}: {count}"
+
+
+ROWS_CASES = [  # (channels in, out, size, kernel, rows outer?): a 1x1 on a large plane, a 3x3 on a small one
+    (16, 16, 20, 1, True),  # weight 16 x 16 bytes, data 20 x 20 x 16
+    (64, 64, 4, 3, False),  # weight 64 x 9 x 64 bytes, data 4 x 4 x 64
+]
+
+
+def test_rows_outer_where_the_weight_is_the_smaller_operand():
+    """Under ``qconv_rows_outer=1`` the fallback runs rows outside channel blocks where the weight is
+    smaller than the data, channel blocks outside rows elsewhere; off by default (decided for znver5).
+    Both orders give numpy's numbers exactly, run here."""
+    from nnvm.options import Options, activated
+
+    rng = np.random.default_rng(11)
+    for c, o, hw, k, rows in ROWS_CASES:
+        case = ("uint8", c, o, hw, k, 1, (k - 1) // 2, 5)
+        b = GraphBuilder(name="qrows")
+        data, params = _add_case(b, "0", case, rng)
+        graph = b.build()
+        for value, want in (("0", False), ("1", rows)):
+            with activated(Options(cpu_switches={"qconv_rows_outer": value})):
+                opt, target, _, _ = nnvm.compiler.optimized_graph(graph, "llvm -mcpu=znver5")
+                k_conv, group = next((i, g) for i, g in enumerate(opt.groups) if "conv0" in g)
+                members = [n for n in opt.nodes if n.name in group]
+                compute = nnvm.compiler.group_compute(opt, k_conv, members)
+                template = nnvm.compiler.schedule_template(target, compute)
+                assert template.fallback["rows_outer"] is want, (case, value, template.fallback)
+                got = nnvm.compile(graph, target="llvm", opt_level=3).run(x0=data)[0]
+            np.testing.assert_array_equal(got, _reference(case, data, params), err_msg=f"{case} rows {value}")
