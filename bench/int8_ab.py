@@ -28,12 +28,15 @@ import numpy as np
 
 
 def layer_kind(group: list) -> str:
-    """ResNet's layer kinds from a kernel's node names (a residual add is ``conv3``'s epilogue)."""
+    """ResNet's layer kinds from a kernel's (or onnxruntime node's) names: ``layer2.0.conv3`` (with the
+    residual add nnvm runs in its kernel), ``add`` (onnxruntime's separate ``QLinearAdd``), the ``stem``."""
     names = " ".join(group)
     for kind in ("downsample", "conv3", "conv2", "conv1"):
-        if re.search(rf"\.{kind}\b", names):
+        if re.search(rf"\.{kind}(?!\d)", names):
             return kind
-    return "stem" if re.search(r"(^|\s)conv1\b", names) else "other"
+    if re.search(r"\.add(?!\w)", names):
+        return "add"
+    return "stem" if re.search(r"(^|\s)conv1(?!\d)", names) else "other"
 
 
 def busy_seconds() -> float:
