@@ -3,6 +3,7 @@
     uv run python bench/int8_ab.py export DIR/new --models resnet50,resnet18   # this checkout's builds
     (in another checkout: the same with DIR/old)
     uv run python bench/int8_ab.py compare DIR/old DIR/new --models resnet50 [--threads 1] [--rounds 40]
+    uv run python bench/int8_ab.py ort DIR/new --models resnet50        # against onnxruntime's nodes
 
 ``export`` compiles each model's QDQ file (``bench/int8.py``'s: ``quantized_model_path(name, "qdq")``) and
 exports it as ``PREFIX_<model>.so``; a module exported by one checkout's code loads in another's (the core
@@ -13,11 +14,16 @@ run, with ``--threads`` threads. It prints the sum of per-kernel minima per laye
 node names: ResNet's ``downsample``/``conv1``/``conv2``/``conv3``, the rest as ``other``), whole-run
 minima and medians, and the CPU time other processes took meanwhile (``/proc/stat``, in CPUs): with
 another process on the cores, medians measure it; per-kernel minima at one thread are the steadier guide.
+``ort`` sets one build's per-kernel minima beside onnxruntime's per-node minima (``enable_profiling``,
+the QDQ file, spinning off), the runs interleaved, by the same layer kinds (onnxruntime runs the residual
+add as a node of its own, ``QLinearAdd``: nnvm's is in the ``conv3`` kernel, ResNet-18's in ``conv2``'s).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import json
 import os
 import re
 import statistics
@@ -107,10 +113,61 @@ def compare(a: str, b: str, model: str, rounds: int) -> None:
         print(f"| {what} | {va:.3f} | {vb:.3f} | {vb / va:.3f} |")
 
 
+def against_onnxruntime(prefix: str, model: str, rounds: int) -> None:
+    import onnxruntime as ort
+
+    import nnvm
+    from nnvm_testing.frontend_onnx import quantized
+
+    path = quantized.quantized_model_path(model, "qdq")
+    feeds = quantized.calibration_inputs(path, count=1, seed=11)[0]
+    mod = nnvm.load(f"{prefix}_{model}.so")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = int(os.environ["NNVM_NUM_THREADS"])
+    opts.enable_profiling = True
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+    warmup = 5
+    for _ in range(warmup):
+        session.run(None, feeds)
+        mod.run(**feeds)
+    kernels = []
+    for _ in range(rounds):
+        session.run(None, feeds)
+        times = []
+        for fn, arg, _keep, _name in mod._calls:
+            t = time.perf_counter()
+            fn(arg)
+            times.append(time.perf_counter() - t)
+        kernels.append(times)
+    with open(session.end_profiling()) as f:
+        events = json.load(f)
+    nodes = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
+            nodes[e["name"][:-len("_kernel_time")]].append(e["dur"] / 1e3)
+    theirs: dict = collections.defaultdict(float)
+    for name, durations in nodes.items():
+        theirs[layer_kind([name])] += min(durations[warmup:] or durations)
+    ours: dict = collections.defaultdict(float)
+    for call, ms in zip(mod.plan["calls"], 1e3 * np.array(kernels).min(axis=0)):
+        ours[layer_kind(call["group"])] += ms
+    threads = os.environ["NNVM_NUM_THREADS"]
+    print(f"{model}: {prefix} against onnxruntime {ort.__version__}, {threads} thread(s), {rounds} rounds "
+          f"interleaved, minima; load average {os.getloadavg()[0]:.1f}")
+    print("| layers | nnvm ms | onnxruntime ms | nnvm / onnxruntime |")
+    print("|---|---:|---:|---:|")
+    for kind in sorted(set(ours) | set(theirs), key=lambda k: -ours.get(k, 0.0)):
+        a, b = ours.get(kind, 0.0), theirs.get(kind, 0.0)
+        print(f"| {kind} | {a:.3f} | {b:.3f} | {f'{a / b:.2f}' if b else '-'} |")
+    a, b = sum(ours.values()), sum(theirs.values())
+    print(f"| **sum** | {a:.3f} | {b:.3f} | {a / b:.2f} |")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("export", "compare"))
-    parser.add_argument("prefixes", nargs="+", help="export: one PREFIX; compare: PREFIX_A PREFIX_B")
+    parser.add_argument("action", choices=("export", "compare", "ort"))
+    parser.add_argument("prefixes", nargs="+", help="export, ort: one PREFIX; compare: PREFIX_A PREFIX_B")
     parser.add_argument("--models", default="resnet50,resnet18,mobilenet_v2", help="comma-separated")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=40)
@@ -119,6 +176,10 @@ def main(argv=None) -> int:
     models = args.models.split(",")
     if args.action == "export":
         export(args.prefixes[0], models)
+        return 0
+    if args.action == "ort":
+        for model in models:
+            against_onnxruntime(args.prefixes[0], model, args.rounds)
         return 0
     if len(args.prefixes) != 2:
         print("compare needs two prefixes: the A and B builds", file=sys.stderr)
