@@ -412,3 +412,16 @@ def test_rows_outer_where_the_weight_is_the_smaller_operand():
                 assert template.fallback["rows_outer"] is want, (case, value, template.fallback)
                 got = nnvm.compile(graph, target="llvm", opt_level=3).run(x0=data)[0]
             np.testing.assert_array_equal(got, _reference(case, data, params), err_msg=f"{case} rows {value}")
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver5", "llvm -mcpu=haswell"])
+def test_int8_convolutions_prefetch_the_next_weight_block(target):
+    """``cpu.qconv2d_nchwc``'s fallback prefetches, in each dot step, the line of the next channel block's
+    weight that the next call reads (``dot_u8s8(prefetch=True)``): a ``prefetcht0`` in both convolutions'
+    kernels, VNNI or AVX2 (the numbers are checked by every test that runs these kernels)."""
+    mod = nnvm.compile(_blocked_chain(), target=target, opt_level=3)
+    asm = mod.library.assembly()
+    convs = [c for c in mod.plan["calls"] if "qconv2d_nchwc" in c["kernel"]]
+    assert len(convs) == 2
+    for call in convs:
+        assert re.search(r"prefetcht0\s", _kernel_assembly(asm, call["kernel"])), (target, call["group"])

@@ -20,6 +20,7 @@ The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantiz
         acc[nb, m, L] = 0
         for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
           acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
+          prefetch w[o + nb, ky, kx, c4]             # the next block's weights (knob ``prefetch``)
         for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed
                                                      # (a ragged last tile: tile_width):
           out[y, x, o] = u8(requantize(acc - zp * wsum[o]) [+ residual])   # bias, ReLU, residual add
@@ -447,12 +448,20 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     m = largest_divisor(ow, limit)
     nb_space = divisors(ob, 4)
     nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
-    space = {"m": divisors(ow, limit), "nb": nb_space, "rows_outer": [False, True]}
+    space = {"m": divisors(ow, limit), "nb": nb_space, "rows_outer": [False, True], "prefetch": [False, True]}
     workload = found[1]["qconv2d_nchwc"].op.attrs["workload"]
-    fallback = {"m": m, "nb": nb, "rows_outer": enabled("qconv_rows_outer") and rows_outer(workload)}
+    fallback = {"m": m, "nb": nb, "rows_outer": enabled("qconv_rows_outer") and rows_outer(workload),
+                "prefetch": True}
     return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, fallback,
                             lambda config: build_qconv2d_nchwc(target, group, config),
                             flops=2.0 * n * ob * lanes * oh * ow * steps)
+
+
+def weight_bytes(workload: dict) -> int:
+    """The packed weight's bytes: output channels x window x the channels read."""
+    shape, (kh, kw) = workload["data_shape"], workload["kernel"]
+    channels = shape[-1] if len(shape) == 5 else shape[1]  # NCHW[C]c, or NCHW read planar
+    return workload["channels"] * kh * kw * channels
 
 
 def rows_outer(workload: dict) -> bool:
@@ -463,9 +472,7 @@ def rows_outer(workload: dict) -> bool:
     large weights: layer3-4) split the weight between the threads and read it once per block. The
     fallback asks it only under the switch ``qconv_rows_outer=1`` (off: not yet measured on a quiet
     machine at 2 threads, where it should matter; neutral at one thread, bench/RESULTS.md)."""
-    shape, (kh, kw) = workload["data_shape"], workload["kernel"]
-    channels = shape[-1] if len(shape) == 5 else shape[1]  # NCHW[C]c, or NCHW read planar
-    return workload["channels"] * kh * kw * channels < int(np.prod(shape))
+    return weight_bytes(workload) < int(np.prod(workload["data_shape"]))
 
 
 def build_qconv2d_nchwc(target, group, config: dict):
@@ -499,7 +506,8 @@ def build_qconv2d_nchwc(target, group, config: dict):
     gb, go, gy, gx, j = gemm.op.axis
     ky, kx, q, r = gemm.op.reduce_axis
     gemm.reorder(gb, gy, go, gx, j, ky, kx, q, r)
+    extra = {"prefetch": True} if config.get("prefetch", False) else {}
     intrin = te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb,
-                                  window=(extent(ky), extent(kx)))
+                                  window=(extent(ky), extent(kx)), **extra)
     gemm.tensorize(go, intrin)
     return sch
