@@ -417,11 +417,11 @@ def test_rows_outer_where_the_weight_is_the_smaller_operand():
 @pytest.mark.parametrize("target", ["llvm -mcpu=znver5", "llvm -mcpu=haswell"])
 def test_int8_convolutions_prefetch_the_next_weight_block(target):
     """``cpu.qconv2d_nchwc``'s fallback prefetches, in each dot step, the line of the next channel block's
-    weight that the next call reads (``dot_u8s8(prefetch=True)``): a ``prefetcht0`` in both convolutions'
-    kernels, VNNI or AVX2 (the numbers are checked by every test that runs these kernels)."""
+    weight that the next call reads (``dot_u8s8(prefetch=True)``), into L2: a ``prefetcht1`` in both
+    convolutions' kernels, VNNI or AVX2 (the numbers are checked by every test that runs these kernels)."""
     mod = nnvm.compile(_blocked_chain(), target=target, opt_level=3)
     asm = mod.library.assembly()
     convs = [c for c in mod.plan["calls"] if "qconv2d_nchwc" in c["kernel"]]
     assert len(convs) == 2
     for call in convs:
-        assert re.search(r"prefetcht0\s", _kernel_assembly(asm, call["kernel"])), (target, call["group"])
+        assert re.search(r"prefetcht1\s", _kernel_assembly(asm, call["kernel"])), (target, call["group"])
