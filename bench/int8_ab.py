@@ -26,8 +26,10 @@ import collections
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -125,6 +127,8 @@ def against_onnxruntime(prefix: str, model: str, rounds: int) -> None:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = int(os.environ["NNVM_NUM_THREADS"])
     opts.enable_profiling = True
+    scratch = tempfile.mkdtemp(prefix="int8_ab_")  # onnxruntime writes its profile in the working directory
+    opts.profile_file_prefix = os.path.join(scratch, "ort")
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
     warmup = 5
@@ -140,8 +144,10 @@ def against_onnxruntime(prefix: str, model: str, rounds: int) -> None:
             fn(arg)
             times.append(time.perf_counter() - t)
         kernels.append(times)
-    with open(session.end_profiling()) as f:
+    profile = session.end_profiling()
+    with open(profile) as f:
         events = json.load(f)
+    shutil.rmtree(scratch, ignore_errors=True)
     nodes = collections.defaultdict(list)
     for e in events:
         if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"):
