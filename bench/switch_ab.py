@@ -3,6 +3,8 @@ alternated.
 
     uv run python bench/switch_ab.py --switch depthwise_tiles [--models mobilenet_v2]
                                      [--batch 1] [--threads 1] [--rounds 8] [--runs 100]
+    uv run python bench/switch_ab.py --int8 --switch qconv_rows_outer --models resnet50,resnet18 \
+                                     --threads 2 --op qconv2d_nchwc --no-depthwise
 
 Both builds (the switch at ``0``: "before", at ``1``: "after"; untuned, ``tuning_log=False``) live in one
 process. On a host shared with other work, whole-run times swing with the load, so two measurements:
@@ -39,7 +41,12 @@ def compare(model: str, batch: int, args) -> None:
     from nnvm.bench import onnxruntime_session, profile, seeded_inputs
     from nnvm_testing.frontend_onnx.torch_models import zoo_model_path
 
-    path = zoo_model_path(model, batch)
+    if args.int8:
+        from nnvm_testing.frontend_onnx import quantized
+
+        path = quantized.quantized_model_path(model, "qdq")
+    else:
+        path = zoo_model_path(model, batch)
     mods = {}
     for value in ("0", "1"):
         start = time.perf_counter()
@@ -87,6 +94,7 @@ def main(argv=None) -> int:
     parser.add_argument("--runs", type=int, default=100, help="whole runs of each, alternated")
     parser.add_argument("--op", default="conv2d_nchwc", help="the operator whose kernels are summed")
     parser.add_argument("--depthwise", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--int8", action="store_true", help="the models' QDQ files (bench/int8.py's)")
     args = parser.parse_args(argv)
     os.environ["NNVM_NUM_THREADS"] = str(args.threads)
     print(f"load average {os.getloadavg()[0]:.2f}, {args.threads} thread(s)")

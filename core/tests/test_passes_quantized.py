@@ -152,3 +152,25 @@ def test_a_residual_add_joins_its_convolution_and_takes_the_shortcuts_dequantize
         {"a": TensorType((1, 4, 3, 3), "float32"), "b": TensorType((1, 4, 3, 3), "float32")})
     groups = builtin.fuse_ops(builtin.infer_types(float_graph)).groups
     assert ("conv", "add") in groups and ("shortcut",) in groups, groups
+
+
+def test_a_downsample_shortcut_hands_its_dequantize_to_the_add():
+    """A shortcut made by a convolution of its own (ResNet's downsample): the add joins one convolution's
+    group and the other's dequantize, the last of its group, moves to it, so that kernel writes uint8
+    (its requantize's bytes) and the residual kernel reads them, not a float32 copy four times the size."""
+    rng = np.random.default_rng(3)
+    block = residual_block(rng)
+    w3 = rng.integers(-127, 128, (16, 16, 1, 1)).astype(np.int8)
+    s3 = rng.uniform(1e-3, 1e-2, 16).astype(np.float32)
+    nodes = [n for n in block.nodes if n.name != "d1"]
+    down = [Node("qconv2d", "c3", ("x", "w3"), ("c3",), {"data_zero_point": 3}),
+            Node("requantize", "r3", ("c3", "s3"), ("r3",), {"zero_point": 1, "out_dtype": "uint8"}),
+            Node("dequantize", "d1", ("r3",), ("d1",), {"scale": 0.05, "zero_point": 1})]
+    graph = builtin.infer_types(Graph(down + nodes, ("x",), ("y",), {**block.params, "w3": w3, "s3": s3},
+                                      {"x": TensorType((1, 16, 6, 6), "uint8")}))
+    fused = builtin.fuse_ops(graph)
+    group = next(g for g in fused.groups if "add" in g)
+    assert {"d1", "d2", "q"} <= set(group), fused.groups
+    last = {g[-1] for g in fused.groups if g is not group}
+    assert last == {"r1", "r2", "r3"} - set(group), f"a group writes float32 between kernels: {fused.groups}"
+    assert sorted(n for g in fused.groups for n in g) == sorted(n.name for n in graph.nodes)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import operator
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -192,3 +194,71 @@ def test_a_fused_index_over_a_symbolic_extent_is_merged_back():
     assert "//" in str(kept) and "%" in str(kept)
     for fv, sv in itertools.product(range(0, 40, 3), (1, 5, 7)):  # the identity the rewrite relies on
         assert (fv // sv) * sv + fv % sv == fv
+
+
+# -- a requantize read back by a dequantize in the same kernel: the 8-bit round trip dropped
+
+
+def _requantize_dequantize(v, zp: int, lo: int, hi: int, dtype: str, added: float | None = None):
+    """``float32(int32(dtype(round(clamp(v)) + zp)) - zp)``: what a fused requantize -> dequantize
+    lowers to (``ops/quant.py``'s saturate-round, then the dequantize's centring)."""
+    clamped = E.binop("min", E.const(float(hi - zp), "float32"), E.binop("max", E.const(float(lo - zp),
+                                                                                       "float32"), v))
+    r = E.call("round", clamped, dtype="float32")
+    q = E.cast(dtype, r + E.const(float(zp if added is None else added), "float32"))
+    return E.cast("float32", E.cast("int32", q) - E.const(zp, "int32"))
+
+
+def _np_value(e, x: np.ndarray) -> np.ndarray:
+    """``e`` over float32 ``x`` (the Var ``v``) with numpy's casts: the reference the rewrite must equal."""
+    if isinstance(e, E.Var):
+        return x
+    if isinstance(e, E.Const):
+        return np.asarray(e.value, dtype=e.dtype)
+    if isinstance(e, E.Cast):
+        return _np_value(e.value, x).astype(e.dtype)
+    if isinstance(e, E.Call):
+        assert e.name == "round", e
+        return np.rint(_np_value(e.args[0], x))
+    a, b = _np_value(e.a, x), _np_value(e.b, x)
+    op = {"add": np.add, "sub": np.subtract, "min": np.minimum, "max": np.maximum}[e.op]
+    return op(a, b).astype(e.dtype)
+
+
+def _casts(e) -> int:
+    if isinstance(e, (E.Var, E.Const)):
+        return 0
+    inner = (e.value,) if isinstance(e, E.Cast) else e.args if isinstance(e, E.Call) else (e.a, e.b)
+    return int(isinstance(e, E.Cast)) + sum(_casts(x) for x in inner)
+
+
+@pytest.mark.parametrize("zp, lo, hi, dtype", [(143, 0, 255, "uint8"), (0, 0, 255, "uint8"),
+                                               (3, 3, 200, "uint8"), (-5, -128, 127, "int8"),
+                                               (0, -128, 127, "int8")])
+def test_an_8bit_round_trip_in_float_is_dropped_exactly(zp, lo, hi, dtype):
+    """The rounded value itself, with the same bits as the casts give (numpy's, on values around every
+    bound, halves included): no conversion is left."""
+    v = E.Var("v", "float32")
+    e = _requantize_dequantize(v, zp, lo, hi, dtype)
+    simple = simplify(e)
+    assert _casts(simple) == 0, f"{e} simplified to {simple}"
+    edges = [lo - zp - 0.5, hi - zp + 0.5, 1e9, -1e9]
+    x = np.concatenate([np.arange(-300, 300, 0.25), edges]).astype(np.float32)
+    np.testing.assert_array_equal(_np_value(simple, x), _np_value(e, x))
+
+
+def test_a_round_trip_that_could_change_the_value_is_kept():
+    """Kept where the casts do something: a clamp wider than the 8-bit type (it would wrap), no clamp, a
+    zero point added that is not the one taken off again is kept as a float add (checked exactly)."""
+    v = E.Var("v", "float32")
+    wide = _requantize_dequantize(v, 0, -10, 255, "uint8")  # -10 does not fit uint8
+    assert _casts(simplify(wide)) == _casts(wide)
+    unclamped = E.cast("float32", E.cast("int32", E.cast("uint8", E.call("round", v, dtype="float32"))))
+    assert _casts(simplify(unclamped)) == _casts(unclamped)
+    fractional = E.cast("float32", E.cast("int32", E.cast("uint8", v + E.const(0.5, "float32"))))
+    assert _casts(simplify(fractional)) == _casts(fractional)
+    shifted = _requantize_dequantize(v, 10, 10, 200, "uint8", added=12.0)  # two more than it takes off
+    simple = simplify(shifted)
+    assert _casts(simple) == 0
+    x = np.arange(-50, 300, 0.25, dtype=np.float32)
+    np.testing.assert_array_equal(_np_value(simple, x), _np_value(shifted, x))

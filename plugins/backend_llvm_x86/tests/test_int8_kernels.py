@@ -357,3 +357,74 @@ def test_qdense_reads_the_larger_operand_once(units, outputs_outer):
     members = [n for n in graph.nodes if n.name in group]
     template = nnvm.compiler.schedule_template(target, nnvm.compiler.group_compute(graph, k, members))
     assert template.name == "cpu.qdense.packed" and template.fallback["outputs_outer"] is outputs_outer
+
+
+def _kernel_assembly(asm: str, kernel: str) -> str:
+    """The assembly of ``kernel`` and its parallel bodies (``kernel.par1``, ...)."""
+    bodies = re.findall(rf"^{re.escape(kernel)}(?:\.par\d+)?:$(.*?)^\.Lfunc_end", asm, flags=re.M | re.S)
+    return "".join(bodies)
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver5", "llvm -mcpu=haswell"])
+def test_int8_epilogues_convert_once_per_stored_vector(target):
+    """Each stored vector of uint8 is converted once, by a rounding convert (``vcvtps2dq``, codegen's
+    ``rounding_convert``) where ``vrndscaleps``/``vroundps`` and a truncating ``vcvttps2dq`` took two; in
+    the residual kernel the requantize read back by the shortcut's dequantize is never converted to uint8
+    and back (``simplify._float_of_int``): two int-to-float converts a vector (the sums and the
+    shortcut's bytes), where the round trip added a third. With AVX-512 each is one ``vpmovdb`` store.
+    The numbers are checked exactly against numpy and onnxruntime by the tests that run these kernels."""
+    mod = nnvm.compile(_blocked_chain(), target=target, opt_level=3)
+    asm = mod.library.assembly()
+    for conv in ("c1", "c2"):
+        call = next(c for c in mod.plan["calls"] if conv in c["group"] and "qconv2d_nchwc" in c["kernel"])
+        code = _kernel_assembly(asm, call["kernel"])
+        ops = ("vpmovdb", "vcvtps2dq", "vcvttps2dq", "vcvtdq2ps")
+        count = {op: len(re.findall(rf"{op}\s", code)) for op in ops}
+        vectors = count["vcvtps2dq"]
+        assert vectors and not count["vcvttps2dq"], f"{target} {conv}: {count}"
+        assert count["vcvtdq2ps"] == vectors * (2 if conv == "c2" else 1), f"{target} {conv}: {count}"
+        if "znver5" in target:
+            assert count["vpmovdb"] == vectors, f"{target} {conv}: {count}"
+
+
+ROWS_CASES = [  # (channels in, out, size, kernel, rows outer?): a 1x1 on a large plane, a 3x3 on a small one
+    (16, 16, 20, 1, True),  # weight 16 x 16 bytes, data 20 x 20 x 16
+    (64, 64, 4, 3, False),  # weight 64 x 9 x 64 bytes, data 4 x 4 x 64
+]
+
+
+def test_rows_outer_where_the_weight_is_the_smaller_operand():
+    """Under ``qconv_rows_outer=1`` the fallback runs rows outside channel blocks where the weight is
+    smaller than the data, channel blocks outside rows elsewhere; off by default (decided for znver5).
+    Both orders give numpy's numbers exactly, run here."""
+    from nnvm.options import Options, activated
+
+    rng = np.random.default_rng(11)
+    for c, o, hw, k, rows in ROWS_CASES:
+        case = ("uint8", c, o, hw, k, 1, (k - 1) // 2, 5)
+        b = GraphBuilder(name="qrows")
+        data, params = _add_case(b, "0", case, rng)
+        graph = b.build()
+        for value, want in (("0", False), ("1", rows)):
+            with activated(Options(cpu_switches={"qconv_rows_outer": value})):
+                opt, target, _, _ = nnvm.compiler.optimized_graph(graph, "llvm -mcpu=znver5")
+                k_conv, group = next((i, g) for i, g in enumerate(opt.groups) if "conv0" in g)
+                members = [n for n in opt.nodes if n.name in group]
+                compute = nnvm.compiler.group_compute(opt, k_conv, members)
+                template = nnvm.compiler.schedule_template(target, compute)
+                assert template.fallback["rows_outer"] is want, (case, value, template.fallback)
+                got = nnvm.compile(graph, target="llvm", opt_level=3).run(x0=data)[0]
+            np.testing.assert_array_equal(got, _reference(case, data, params), err_msg=f"{case} rows {value}")
+
+
+@pytest.mark.parametrize("target", ["llvm -mcpu=znver5", "llvm -mcpu=haswell"])
+def test_int8_convolutions_prefetch_the_next_weight_block(target):
+    """``cpu.qconv2d_nchwc``'s fallback prefetches, in each dot step, the line of the next channel block's
+    weight that the next call reads (``dot_u8s8(prefetch=True)``), into L2: a ``prefetcht1`` in both
+    convolutions' kernels, VNNI or AVX2 (the numbers are checked by every test that runs these kernels)."""
+    mod = nnvm.compile(_blocked_chain(), target=target, opt_level=3)
+    asm = mod.library.assembly()
+    convs = [c for c in mod.plan["calls"] if "qconv2d_nchwc" in c["kernel"]]
+    assert len(convs) == 2
+    for call in convs:
+        assert re.search(r"prefetcht1\s", _kernel_assembly(asm, call["kernel"])), (target, call["group"])

@@ -20,6 +20,7 @@ The loop program of a ``qconv2d_nchwc -> requantize [-> dequantize, add, quantiz
         acc[nb, m, L] = 0
         for ky, kx, c4:                              # one dot_u8s8 call: m x nb accumulator vectors
           acc += data[y*s + ky, x*s + kx, 4c4:4c4+4] . w[o, ky, kx, c4]   # in registers throughout
+          prefetch w[o + nb, ky, kx, c4]             # the next block's weights (knob ``prefetch``)
         for x_inner: vectorized for o_inner:         # the epilogue on the tile just computed
                                                      # (a ragged last tile: tile_width):
           out[y, x, o] = u8(requantize(acc - zp * wsum[o]) [+ residual])   # bias, ReLU, residual add
@@ -47,6 +48,7 @@ import numpy as np
 from nnvm import te
 from nnvm.autotune import ScheduleTemplate
 from nnvm.cpu.schedule_helpers import divisors, extent, inline_epilogue, largest_divisor, tagged_stages
+from nnvm.cpu.switches import enabled
 from nnvm.errors import Error, ScheduleError
 from nnvm.graph.ir import TensorType
 from nnvm.ops.common import checked_evaluate, require_inputs, shape_of
@@ -446,10 +448,31 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     m = largest_divisor(ow, limit)
     nb_space = divisors(ob, 4)
     nb = max(d for d in nb_space if d * m <= budget) if any(d * m <= budget for d in nb_space) else 1
-    space = {"m": divisors(ow, limit), "nb": nb_space}
-    return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, {"m": m, "nb": nb},
+    space = {"m": divisors(ow, limit), "nb": nb_space, "rows_outer": [False, True], "prefetch": [False, True]}
+    workload = found[1]["qconv2d_nchwc"].op.attrs["workload"]
+    fallback = {"m": m, "nb": nb, "rows_outer": enabled("qconv_rows_outer") and rows_outer(workload),
+                "prefetch": True}
+    return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, fallback,
                             lambda config: build_qconv2d_nchwc(target, group, config),
                             flops=2.0 * n * ob * lanes * oh * ow * steps)
+
+
+def weight_bytes(workload: dict) -> int:
+    """The packed weight's bytes: output channels x window x the channels read."""
+    shape, (kh, kw) = workload["data_shape"], workload["kernel"]
+    channels = shape[-1] if len(shape) == 5 else shape[1]  # NCHW[C]c, or NCHW read planar
+    return workload["channels"] * kh * kw * channels
+
+
+def rows_outer(workload: dict) -> bool:
+    """Whether the parallel loop runs over rows outside channel blocks: where the weight is smaller than
+    the data it is read against (ResNet's layer1-2), so each thread writes every channel of a band of
+    rows, which the next convolution (reading every channel of its rows) then finds in the same core's
+    L2, and only the weight, small, is read by both cores. Channel blocks outside rows (the other case,
+    large weights: layer3-4) split the weight between the threads and read it once per block. The
+    fallback asks it only under the switch ``qconv_rows_outer=1`` (off: not yet measured on a quiet
+    machine at 2 threads, where it should matter; neutral at one thread, bench/RESULTS.md)."""
+    return weight_bytes(workload) < int(np.prod(workload["data_shape"]))
 
 
 def build_qconv2d_nchwc(target, group, config: dict):
@@ -470,9 +493,12 @@ def build_qconv2d_nchwc(target, group, config: dict):
     oo, oi = out.split(o, factor=lanes * nb)
     ot, ol = out.split(oi, factor=lanes)  # one vector per accumulator block: contiguous, no gather
     xo, xi = out.split(x, factor=m)
-    # channel blocks outside rows: a block's weights (up to KH*KW*C*L*nb bytes) stay in L2 for its rows
-    out.reorder(b, cb, oo, y, xo, xi, ot, ol)
-    out.parallel(out.fuse(b, cb, oo, y))
+    if config.get("rows_outer", False):  # (a tuning log's config from before the knob: channels outer)
+        out.reorder(b, cb, y, oo, xo, xi, ot, ol)
+        out.parallel(out.fuse(b, cb, y, oo))
+    else:  # channel blocks outside rows: a block's weights (KH*KW*C*L*nb bytes) stay in L2 for its rows
+        out.reorder(b, cb, oo, y, xo, xi, ot, ol)
+        out.parallel(out.fuse(b, cb, oo, y))
     out.unroll(xi)  # the epilogue on the accumulators where they are, in registers: a loop would
     out.unroll(ot)  # store them to the stack and read them back (LLVM unrolls only short bodies)
     out.vectorize(ol)
@@ -480,7 +506,8 @@ def build_qconv2d_nchwc(target, group, config: dict):
     gb, go, gy, gx, j = gemm.op.axis
     ky, kx, q, r = gemm.op.reduce_axis
     gemm.reorder(gb, gy, go, gx, j, ky, kx, q, r)
+    extra = {"prefetch": True} if config.get("prefetch", False) else {}
     intrin = te.backend_intrinsic(target, "dot_u8s8", m=m, k4=extent(q), nb=nb,
-                                  window=(extent(ky), extent(kx)))
+                                  window=(extent(ky), extent(kx)), **extra)
     gemm.tensorize(go, intrin)
     return sch

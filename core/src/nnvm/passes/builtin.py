@@ -288,18 +288,20 @@ def fuse_ops(graph: Graph, ctx=None) -> Graph:
 
 def _absorb_dequantize(node, g: int, groups: list, group_of: dict, producers: dict, consumers: dict,
                        outputs: set) -> None:
-    """The other operand of an elementwise node that joined group ``g``, when it is a ``dequantize`` alone
-    in its group and read by this node only (an int8 residual add's shortcut), moves into ``g``: the
-    kernel reads the 8-bit bytes instead of a float32 copy written by a kernel of its own. Its inputs
-    are made outside ``g`` (no member's value leaves ``g``), so ``g`` stays convex."""
+    """The other operand of an elementwise node that joined group ``g``, when it is a ``dequantize`` read
+    by this node only (an int8 residual add's shortcut) and alone in its group or the last of one (the
+    epilogue of the shortcut's own convolution, ResNet's downsample), moves into ``g``: the kernel reads
+    the 8-bit bytes instead of a float32 copy, four times the bytes, written by another kernel. Its
+    inputs are made outside ``g`` (no member's value leaves ``g``), so ``g`` stays convex; the group it
+    leaves ends at its input, which only it read."""
     for v in node.inputs:
         prod = producers.get(v)
         if prod is None or prod.op != "dequantize" or prod.name not in group_of or v in outputs:
             continue
         k = group_of[prod.name]
-        if k == g or len(groups[k]) != 1 or [c.name for c in consumers.get(v, [])] != [node.name]:
+        if k == g or groups[k][-1] is not prod or [c.name for c in consumers.get(v, [])] != [node.name]:
             continue
-        groups[k] = []
+        groups[k].pop()
         groups[g].insert(0, prod)
         group_of[prod.name] = g
 

@@ -292,6 +292,8 @@ class Simplifier:
                 return _const(v.value, e.dtype) if E.split_lanes(e.dtype)[1] == 1 else None
             if v.dtype == e.dtype:
                 return v
+            if E.is_float(e.dtype) and E.is_int(v.dtype):
+                return _float_of_int(v, e.dtype)
         if isinstance(e, E.Select):
             c = _c(e.cond)
             if c is not None:
@@ -543,6 +545,96 @@ class Simplifier:
         if isinstance(s, (S.Allocate, S.LetStmt, S.AttrStmt)):
             return self.does_nothing(s.body)
         return False
+
+
+# ---------------------------------------------------------------------------------------------------
+# integers that came from floats: a quantize -> dequantize round trip inside one kernel
+
+EXACT_FLOAT_INT = 2 ** 24  # float32 holds every integer up to this magnitude exactly
+
+
+def _float_range(e) -> Interval:
+    """Bounds of float ``e`` from its clamps by constants (``min``/``max`` with a constant)."""
+    if isinstance(e, E.Const):
+        return (e.value, e.value)
+    if isinstance(e, E.BinOp) and e.op in ("min", "max"):
+        a, b = _float_range(e.a), _float_range(e.b)
+        pick = min if e.op == "min" else max
+        return (pick(a[0], b[0]), pick(a[1], b[1]))
+    return (-math.inf, math.inf)
+
+
+def _int_range(e) -> Interval:
+    """Bounds of integer ``e`` from its type and the integers it came from, else its dtype's range."""
+    lo, hi = E.min_value(e.dtype).value, E.max_value(e.dtype).value
+    if isinstance(e, E.Cast) and E.is_int(e.value.dtype):
+        inner = _int_range(e.value)
+        if lo <= inner[0] and inner[1] <= hi:  # a widening: the value is unchanged
+            return inner
+    if isinstance(e, E.Cast) and E.is_float(e.value.dtype):
+        inner = _integral_range(e.value)
+        if inner is not None and lo <= inner[0] and inner[1] <= hi:
+            return inner
+    return (lo, hi)
+
+
+def _integral_range(e) -> Interval | None:
+    """(lo, hi) where float ``e`` is known to hold an integer in [lo, hi], within ``EXACT_FLOAT_INT``
+    (so float32 holds each exactly): a rounding of a value clamped by constants, an integer constant, an
+    integer cast to float, or sums of them. None: not known."""
+    if isinstance(e, E.Const):
+        r = (e.value, e.value) if float(e.value).is_integer() else None
+    elif isinstance(e, E.Call) and e.name in ("round", "floor", "ceil", "trunc"):
+        lo, hi = _float_range(e.args[0])
+        r = (math.floor(lo), math.ceil(hi)) if not (math.isinf(lo) or math.isinf(hi)) else None
+    elif isinstance(e, E.BinOp) and e.op in ("add", "sub"):
+        a, b = _integral_range(e.a), _integral_range(e.b)
+        if a is None or b is None:
+            return None
+        r = (a[0] + b[0], a[1] + b[1]) if e.op == "add" else (a[0] - b[1], a[1] - b[0])
+    elif isinstance(e, E.Cast) and E.is_int(e.value.dtype):
+        r = _int_range(e.value)
+    else:
+        return None
+    return r if r is not None and -EXACT_FLOAT_INT <= r[0] and r[1] <= EXACT_FLOAT_INT else None
+
+
+def _holds(dtype: str, r: Interval) -> bool:
+    return E.min_value(dtype).value <= r[0] and r[1] <= E.max_value(dtype).value
+
+
+def _float_of_int(i, dtype: str):
+    """``dtype(i)`` without the conversions, where integer ``i`` is a float cast to an integer type that
+    holds it, widened and shifted by constants: ``float32(int32(uint8(round(clamp(v)) + 143.0)) - 143)``
+    (a requantize to uint8 read back by a dequantize in the same kernel) is ``round(clamp(v))``, exactly:
+    every value on the way is an integer float32 holds. LLVM keeps the four vector instructions an
+    element (add, truncating convert, integer add, convert back). None: not such a value. (A NaN, or a
+    value outside the integer type, made the cast undefined; a NaN stays NaN here.)"""
+    if dtype not in ("float32", "float64"):
+        return None
+    steps = []  # (the add's dtype, its constant), outermost first
+    while isinstance(i, E.BinOp) and i.op in ("add", "sub") and isinstance(i.b, E.Const):
+        steps.append((i.dtype, i.b.value if i.op == "add" else -i.b.value))
+        i = i.a
+    while isinstance(i, E.Cast) and E.is_int(i.value.dtype) and _holds(i.dtype, _int_range(i.value)):
+        i = i.value  # a widening: the value is unchanged
+    if not (isinstance(i, E.Cast) and i.value.dtype == dtype):
+        return None
+    f = i.value
+    r = _integral_range(f)
+    if r is None or not _holds(i.dtype, r):
+        return None
+    lo, hi = r
+    for op_dtype, c in reversed(steps):  # no add may wrap around, every sum stays exact in float
+        lo, hi = lo + c, hi + c
+        if not _holds(op_dtype, (lo, hi)) or max(-lo, hi) > EXACT_FLOAT_INT:
+            return None
+    shift = sum(c for _, c in steps)
+    if isinstance(f, E.BinOp) and f.op == "add" and isinstance(f.b, E.Const) \
+            and _integral_range(f.a) is not None:  # the zero point the requantize added, taken off again
+        shift += f.b.value
+        f = f.a
+    return f if shift == 0 else E.BinOp("add", f, _const(float(shift), dtype), dtype)
 
 
 def _rewrite_expr(e, fn, pre=None):

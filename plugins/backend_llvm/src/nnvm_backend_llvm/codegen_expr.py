@@ -36,6 +36,13 @@ LLVM_UNARY = {
 LIBM_UNARY = {"tanh": ("tanhf", "tanh"), "erf": ("erff", "erf")}
 
 
+def rounding_converts(triple: str) -> bool:
+    """Whether a vector ``llvm.lrint`` is one instruction on ``triple``'s architecture: x86's
+    ``cvtps2dq``. AArch64 lowers it to ``frintx`` + ``fcvtzs``, no shorter than ``roundeven`` and a
+    truncating convert; ARMv7 to one ``lrintf`` call a lane."""
+    return triple.startswith(("x86_64", "i386", "i686"))
+
+
 def scalar_type(base: str, in_memory: bool = False) -> ir.Type:
     if base in FLOAT_TYPES:
         return FLOAT_TYPES[base]
@@ -212,7 +219,36 @@ class ExprEmitter(FastMath):
         return self.const_of(ty, int(e.value))
 
     def expr_Cast(self, e: E.Cast):
+        rounded = self.rounding_convert(e)
+        if rounded is not None:
+            return rounded
         return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+
+    def rounding_convert(self, e: E.Cast):
+        """``int8(round(x) + c)`` (8 or 16 bits, ``c`` an integer: a requantize's or quantize's last step)
+        as ``int8(lrint(x) + int(c))``: one rounding convert (x86 ``vcvtps2dq``) where ``roundeven`` and a
+        truncating convert took two. The same values: ``lrint`` rounds half to even in the default
+        floating-point environment LLVM assumes, and wherever the 8-bit cast is defined (its value in
+        range) ``round(x) + c`` is a float holding a small integer exactly. None: not that form, or not a
+        target where that is shorter (``rounding_converts``)."""
+        base, lanes = E.split_lanes(e.dtype)
+        if not E.is_int(base) or E.bits(base) > 16 or not rounding_converts(str(self.module.triple)):
+            return None
+        v, c = e.value, 0
+        if isinstance(v, E.BinOp) and v.op == "add" and isinstance(v.b, E.Const) \
+                and float(v.b.value).is_integer() and abs(v.b.value) < 2 ** 16:
+            v, c = v.a, int(v.b.value)
+        if not (isinstance(v, E.Call) and v.name == "round" and E.split_lanes(v.dtype)[0] == "float32"):
+            return None
+        x = self.expr(v.args[0])
+        lanes = max(lanes, _lanes(v.dtype))
+        if lanes > 1:
+            x = self.splat(x, lanes)
+        ity = value_type(E.with_lanes("int32", lanes))
+        r = self.builder.call(self.intrinsic("lrint", ity, [x.type], [ity, x.type]), [x])
+        if c:
+            r = self.builder.add(r, self.const_of(ity, c))
+        return self.cast(r, E.with_lanes("int32", lanes), e.dtype)
 
     def expr_Let(self, e: E.Let):
         self.frame.vars[e.var] = self.expr(e.value)
