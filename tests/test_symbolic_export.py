@@ -147,11 +147,7 @@ def test_decoder_with_past_runs_from_c_step_by_step(gpt2, tmp_path):
     the compiled module's sentence."""
     path, mod, module = gpt2
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
-    out_names = [o.name for o in sess.get_outputs()]
-    past = {n: np.zeros((1, 2, 0, 32), np.float32) for n in names if n.startswith("past_key_values")}
-    ids = np.random.default_rng(2).integers(0, 50257, (1, 5)).astype(np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones((1, 5), np.int64), **past}
+    names, out_names, feeds, past = torch_models.decoder_prompt(sess)
     for step in range(2):
         want = sess.run(None, feeds)
         proc, got = run_c(module, feeds, names, out_names, tmp_path)

@@ -353,11 +353,7 @@ def check_exported_decoder(target: str, folder, steps: int = 3) -> None:
     mod.export(folder / "gpt2.so")
     loaded = nnvm.load(folder / "gpt2.so")
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    names = [i.name for i in sess.get_inputs()]
-    out_names = [o.name for o in sess.get_outputs()]
-    past = {n: np.zeros((1, 2, 0, 32), np.float32) for n in names if n.startswith("past_key_values")}
-    ids = np.random.default_rng(2).integers(0, 50257, (1, 5)).astype(np.int64)
-    feeds = {"input_ids": ids, "attention_mask": np.ones((1, 5), np.int64), **past}
+    names, out_names, feeds, past = torch_models.decoder_prompt(sess)
     for step in range(steps):
         want = sess.run(None, {k: np.asarray(v) for k, v in feeds.items()})
         kept = loaded.run_resident(feeds, keep=[n for n in out_names if n.startswith("present")])

@@ -121,6 +121,20 @@ def hf_model_path(name: str, batch: int = 1, seq: int = 128, layers: int | None 
     return _exported(hf_python(), [HF_SCRIPT], tag, args, f"{name} (batch {batch}, seq {seq})")
 
 
+def decoder_prompt(sess, tokens: int = 5, seed: int = 2, kv_heads: int = 2, head_dim: int = 32):
+    """``(input names, output names, feeds, past)`` for a with-past decoder's first step in onnxruntime
+    session ``sess``: seeded token ids, a mask of ones and every ``past_key_values`` empty (past = 0)."""
+    import numpy as np
+
+    names = [i.name for i in sess.get_inputs()]
+    out_names = [o.name for o in sess.get_outputs()]
+    empty = np.zeros((1, kv_heads, 0, head_dim), np.float32)
+    past = {n: empty for n in names if n.startswith("past_key_values")}
+    ids = np.random.default_rng(seed).integers(0, 50257, (1, tokens)).astype(np.int64)
+    feeds = {"input_ids": ids, "attention_mask": np.ones((1, tokens), np.int64), **past}
+    return names, out_names, feeds, past
+
+
 def hf_decoder_path(name: str, layers: int | None = None, width: int | None = None, heads: int | None = None,
                     kv_heads: int | None = None) -> str:
     """Path of decoder ``name`` (``HF_DECODERS``) exported with its KV cache (``--with-past``: every dim
