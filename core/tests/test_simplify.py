@@ -262,3 +262,20 @@ def test_a_round_trip_that_could_change_the_value_is_kept():
     assert _casts(simple) == 0
     x = np.arange(-50, 300, 0.25, dtype=np.float32)
     np.testing.assert_array_equal(_np_value(simple, x), _np_value(shifted, x))
+
+
+def test_three_fused_axes_read_back_as_one_row():
+    """``((f // 3136) * 56 + (f // 56) % 56) * 56 + f % 56`` (an image's [1, 56, 56] rows flattened and
+    read back per axis) is ``f``: the quotient's remainder merges with ``f // 3136``, which the simplifier
+    has already written for ``(f // 56) // 56``."""
+    from nnvm.tir import expr as E
+    from nnvm.tir.simplify import simplify
+
+    f = E.Var("f", "int64")
+
+    def c(v):
+        return E.const(v, "int64")
+
+    e = ((E.binop("floordiv", f, c(3136)) * 56 + E.binop("floormod", E.binop("floordiv", f, c(56)), c(56))) * 56
+         + E.binop("floormod", f, c(56)))
+    assert str(simplify(e)) == "f"

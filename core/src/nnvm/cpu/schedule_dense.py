@@ -266,7 +266,12 @@ def _dense_packed_compute(inputs, attrs, out_types):
         w = weight[(*i[:len(batch)], block, rk, i[-1] % b)]
         return te.sum(data[(*i[:-2], row, rk)] * w, axis=rk)
 
-    if not batch and any(isinstance(d, Dim) for d in lead[:-1]):
+    # every leading axis one axis of rows: a symbolic batch, or an image's static rows ([1, 56, 56, C]:
+    # ConvNeXt's MLP in 56-row panels read the weight once each, its bound compile 1.25x its unbound one at
+    # batch 1). A static [batch, seq] keeps its batch loop (``batch_outer``)
+    symbolic_lead = any(isinstance(d, Dim) for d in lead[:-1])
+    image_rows = len(lead) >= 3 and math.prod(lead) != lead[-1]
+    if not batch and len(lead) > 1 and (symbolic_lead or image_rows):
         return [_flat_rows(data, weight, lead, rk, units, padded_b, workload)]
     full = te.compute((*lead[:-1], padded, padded_b * b), body, name="dense_packed", tag="dense_packed",
                       attrs={"workload": workload, **workload, "rows": rows})

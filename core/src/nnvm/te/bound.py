@@ -77,6 +77,17 @@ def _same(a, b) -> bool:
     return isinstance(diff, E.Const) and diff.value == 0
 
 
+def _merged(e, simp):
+    """``e`` simplified where it holds a remainder of a quotient: the row of three fused axes read back as
+    ``((f // 3136) * 56 + (f // 56) % 56) * 56 + f % 56`` is ``f`` (``Simplifier._merge_divmod``), whose
+    bounds over a tile are the tile's; term by term they were a whole 56-row image row (ConvNeXt's
+    flattened ``[1, 56, 56, C]`` rows computed 7 times over)."""
+    found = []
+    walk(e, lambda n: found.append(n) if isinstance(n, E.BinOp) and n.op == "floormod"
+         and isinstance(n.a, E.BinOp) and n.a.op == "floordiv" else None)
+    return simp.expr(e) if found else e
+
+
 def _fold_divmod(e):
     """``e`` with each ``(x // d) * d + x % d`` written ``x``: the row of a fused loop over a symbolic
     batch and sequence (``f // seq``, ``f % seq``) read back as ``b * seq + s`` (a packed dense's flat
@@ -204,6 +215,9 @@ def attach_ranges(stage, sch, bodies, stage_ranges, stage_limits: dict | None = 
         outer_ranges[iv.var] = (0, ext - 1) if isinstance(ext, int) else (0, math.inf)
         outer_last[iv.var] = E.const(ext - 1) if isinstance(ext, int) else simplify(ext - 1)
     simp = Simplifier(outer_ranges)
+    # and the loops inside, where their extents are known: a remainder of a value below its divisor goes
+    known = {v: r for v, r in relax.items() if all(isinstance(x, int) for x in r)}
+    within = Simplifier({**outer_ranges, **known})
 
     accesses = []
     exact: dict = {}  # id of a consumer axis's value -> (value, its extent): a loop value within it
@@ -224,7 +238,7 @@ def attach_ranges(stage, sch, bodies, stage_ranges, stage_limits: dict | None = 
             inner = inner.attach_stage
         for body in bodies[reader.op]:
             for t in stage.op.outputs:
-                accesses.extend([_fold_divmod(substitute(i, vmap)) for i in idx]
+                accesses.extend([_fold_divmod(_merged(substitute(i, vmap), within)) for i in idx]
                                 for idx in _reads_of(body, t))
     out: dict = {}
     limits: dict = {}

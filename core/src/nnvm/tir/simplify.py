@@ -388,6 +388,12 @@ class Simplifier:
                 k = atom.b.value if isinstance(atom.b, E.Const) else None
                 key = (self._dividend_key(atom.a), k if k is not None else self._dividend_key(atom.b))
                 match = divs.get(key)
+                inner = atom.a
+                if (match is None and k is not None and isinstance(inner, E.BinOp) and inner.op == "floordiv"
+                        and isinstance(inner.b, E.Const) and inner.b.value > 0 and k > 0):
+                    # (x // m) % k beside (x // (m * k)) * k: the simplifier has already written
+                    # (x // m) // k as x // (m * k) (three fused axes, ConvNeXt's [1, 56, 56] rows)
+                    match = divs.get((self._dividend_key(inner.a), inner.b.value * k))
                 if match and match[0] in lin.terms and lin.terms[match[0]] == coef * (k or 1):
                     terms = {a: c for a, c in lin.terms.items() if a is not atom and a is not match[0]}
                     lin = Linear(lin.dtype, lin.const, terms).plus(self.linear(atom.a).scaled(coef))
