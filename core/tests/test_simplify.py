@@ -276,6 +276,6 @@ def test_three_fused_axes_read_back_as_one_row():
     def c(v):
         return E.const(v, "int64")
 
-    e = ((E.binop("floordiv", f, c(3136)) * 56 + E.binop("floormod", E.binop("floordiv", f, c(56)), c(56))) * 56
-         + E.binop("floormod", f, c(56)))
+    image_row = E.binop("floormod", E.binop("floordiv", f, c(56)), c(56))
+    e = (E.binop("floordiv", f, c(3136)) * 56 + image_row) * 56 + E.binop("floormod", f, c(56))
     assert str(simplify(e)) == "f"
