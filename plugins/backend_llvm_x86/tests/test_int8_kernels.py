@@ -394,9 +394,9 @@ ROWS_CASES = [  # (channels in, out, size, kernel, rows outer?): a 1x1 on a larg
 
 
 def test_rows_outer_where_the_weight_is_the_smaller_operand():
-    """Under ``qconv_rows_outer=1`` the fallback runs rows outside channel blocks where the weight is
-    smaller than the data, channel blocks outside rows elsewhere; off by default (decided for znver5).
-    Both orders give numpy's numbers exactly, run here."""
+    """By default (``qconv_rows_outer=1``) the fallback runs rows outside channel blocks where the weight
+    is smaller than the data, channel blocks outside rows elsewhere; ``0`` keeps channel blocks outside
+    everywhere (decided for znver5). Both orders give numpy's numbers exactly, run here."""
     from nnvm.options import Options, activated
 
     rng = np.random.default_rng(11)

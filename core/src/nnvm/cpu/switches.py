@@ -42,7 +42,7 @@ SWITCHES = {
     "patch_dense": (("0", "1"), "1"),  # stride == kernel convs on few channels as products
     "expand_depthwise": (("0", "1"), "1"),  # a 1x1 expansion + depthwise conv as one kernel
     "concat_in_place": (("0", "1"), "1"),  # concatenations planned in place (concat_in_place.py)
-    "qconv_rows_outer": (("0", "1"), "0"),  # cpu.qconv2d_nchwc: rows outside channel blocks (rows_outer)
+    "qconv_rows_outer": (("0", "1"), "1"),  # cpu.qconv2d_nchwc: rows outside channel blocks (rows_outer)
 }
 
 
