@@ -451,7 +451,7 @@ def qconv2d_nchwc_template(target, group) -> ScheduleTemplate | None:
     space = {"m": divisors(ow, limit), "nb": nb_space, "rows_outer": [False, True], "prefetch": [False, True]}
     workload = found[1]["qconv2d_nchwc"].op.attrs["workload"]
     fallback = {"m": m, "nb": nb, "rows_outer": enabled("qconv_rows_outer") and rows_outer(workload),
-                "prefetch": True}
+                "prefetch": enabled("qconv_prefetch")}
     return ScheduleTemplate("cpu.qconv2d_nchwc.direct", space, fallback,
                             lambda config: build_qconv2d_nchwc(target, group, config),
                             flops=2.0 * n * ob * lanes * oh * ow * steps)
@@ -481,10 +481,14 @@ def build_qconv2d_nchwc(target, group, config: dict):
     inline_epilogue(sch, keep)
     if "qconv2d_nchwc_pad" in stages:  # one padded copy of the input, a row per task
         pad = stages["qconv2d_nchwc_pad"]
-        pb, pcb, py, *_, pc = pad.op.axis
-        pad.parallel(pad.fuse(pb, pcb, py))
-        if len(pad.op.axis) == 5:
+        if len(pad.op.axis) == 5:  # NCHW[C]c: one channel block, rows outermost already
+            pb, pcb, py, _, pc = pad.op.axis
+            pad.parallel(pad.fuse(pb, pcb, py))
             pad.vectorize(pc)
+        else:  # planar NCHW: rows outside channels, so each thread pads the rows its convolution reads
+            pb, pc, py, px = pad.op.axis  # (the pool splits both loops alike; channels outside would
+            pad.reorder(pb, py, pc, px)  # hand a third of the copy to the other core: bench/RESULTS.md)
+            pad.parallel(pad.fuse(pb, py))
     gemm = stages["qconv2d_nchwc_gemm"]
     lanes = extent(gemm.op.axis[-1])
     m, nb = config["m"], config["nb"]

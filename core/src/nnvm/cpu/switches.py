@@ -43,6 +43,7 @@ SWITCHES = {
     "expand_depthwise": (("0", "1"), "1"),  # a 1x1 expansion + depthwise conv as one kernel
     "concat_in_place": (("0", "1"), "1"),  # concatenations planned in place (concat_in_place.py)
     "qconv_rows_outer": (("0", "1"), "1"),  # cpu.qconv2d_nchwc: rows outside channel blocks (rows_outer)
+    "qconv_prefetch": (("0", "1"), "1"),  # cpu.qconv2d_nchwc: the next block's weights prefetched
 }
 
 
