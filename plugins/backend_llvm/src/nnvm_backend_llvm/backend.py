@@ -111,7 +111,8 @@ class LLVMBackend(Backend):
     def dot_isa(self, target: Target) -> str:
         """How ``dot_u8s8`` multiplies bytes on ``target``: ``avx512vnni`` where the code uses 512-bit
         vectors and has VNNI, ``avxvnni`` where it has VNNI on 256-bit vectors (AVX-VNNI, or AVX-512
-        VNNI with VL), ``avx2`` (``vpmaddubsw``, exact), else ``widened`` (exact 16-bit products, any CPU)."""
+        VNNI with VL), ``avx2`` (``vpmaddwd`` on 16-bit values, exact), else ``widened`` (exact 16-bit
+        products, any CPU)."""
         on = set(self.code_features(self.resolve(target)))
         if "avx512vnni" in on and self.vector_lanes(target) == 16:
             return "avx512vnni"

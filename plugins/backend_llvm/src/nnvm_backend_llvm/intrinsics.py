@@ -132,22 +132,21 @@ DOT_ISAS = {"avx512vnni": 16, "avxvnni": 8, "avx2": 8, "widened": 8, "usdot": 4,
 
 def dot_u8s8(m: int = 4, k4: int = 1, nb: int = 1, isa: str = "widened", window: tuple | None = None,
              prefetch: bool = False) -> TensorIntrin:
-    """``c[t, i, j] += sum(int32(a[i, q, r]) * int32(b[t, q, j, r]) for q < k4, r < 4)``: ``m`` rows of
-    uint8 ``a`` against ``nb`` blocks of ``lanes`` int8 columns of ``b``, packed four consecutive ``r``
-    per 32-bit lane, the layout ``vpdpbusd`` reads; ``m x nb`` accumulator vectors stay in registers
-    for the whole reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and
-    ``q``), ``avxvnni`` (8 lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddubsw`` + ``vpmaddwd``, exact:
-    see ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied
-    exactly); on Arm, 4 lanes (16 bytes): ``usdot`` (AArch64 ``+i8mm``: u8 x s8 in one instruction),
-    ``sdot`` (AArch64 ``+dotprod``, exact: see ``arm_body``) or ``neon`` (AArch64 or ARMv7 NEON, exact:
-    see ``neon_dot``). Every form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh,
-    kw)`` adds two outer reduction axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a
-    convolution's kernel offsets, each with its own strides), so the accumulators stay in registers
-    over the whole window. ``prefetch``: each step also prefetches the line of ``b`` the next call will
-    read at that step, ``nb`` blocks further on (the next output channels' weights, which a convolution
-    otherwise reads from L2, L3 or memory in a burst at the first row of each block): a hint, the result
-    is the same; emitted for the x86 forms, where it was measured (ResNet-50 and ResNet-18 about 5 %
-    faster at one thread, MobileNetV2 the same)."""
+    """``c[t, i, j] += sum(int32(a[i, q, r]) * int32(b[t, q, j, r]) for q < k4, r < 4)``: ``m`` rows of uint8
+    ``a`` against ``nb`` blocks of ``lanes`` int8 columns of ``b``, packed four consecutive ``r`` per 32-bit
+    lane, the layout ``vpdpbusd`` reads; ``m x nb`` accumulator vectors stay in registers for the whole
+    reduction. ``isa``: ``avx512vnni`` (16 lanes, one ``vpdpbusd`` per row, block and ``q``), ``avxvnni`` (8
+    lanes, its VEX form), ``avx2`` (8 lanes, ``vpmaddwd`` on the bytes as 16-bit values, exact: see
+    ``avx2_dot``), or ``widened`` (8 lanes, any CPU: the bytes widened to 16 bits, multiplied exactly); on
+    Arm, 4 lanes (16 bytes): ``usdot`` (AArch64 ``+i8mm``: u8 x s8 in one instruction), ``sdot`` (AArch64
+    ``+dotprod``, exact: see ``arm_body``) or ``neon`` (AArch64 or ARMv7 NEON, exact: see ``neon_dot``). Every
+    form gives the exact sum, the same bits as ``vpdpbusd``. ``window=(kh, kw)`` adds two outer reduction
+    axes, ``a[i, u, v, q, r]`` and ``b[t, u, v, q, j, r]`` (a convolution's kernel offsets, each with its own
+    strides), so the accumulators stay in registers over the whole window. ``prefetch``: each step also
+    prefetches the line of ``b`` the next call will read at that step, ``nb`` blocks further on (the next
+    output channels' weights, which a convolution otherwise reads from L2, L3 or memory in a burst at the
+    first row of each block): a hint, the result is the same; emitted for the x86 forms, where it was measured
+    (ResNet-50 and ResNet-18 about 5 % faster at one thread, MobileNetV2 the same)."""
     if isa not in DOT_ISAS:
         raise ScheduleError(f"tensor intrinsic dot_u8s8: isa must be one of {', '.join(DOT_ISAS)}, "
                             f"got {isa!r}")
@@ -221,7 +220,6 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         vpdpbusd = cg.declare(f"llvm.x86.avx512.vpdpbusd.{width}", vty, [vty, vty, vty])
     if isa == "avx2":
         words_ty = ir.VectorType(i16, 2 * lanes)
-        pmaddubsw = cg.declare("llvm.x86.avx2.pmadd.ub.sw", words_ty, [bytes_ty, bytes_ty])
         pmaddwd = cg.declare("llvm.x86.avx2.pmadd.wd", vty, [words_ty, words_ty])
     if isa in ("sdot", "usdot"):
         armdot = cg.declare(f"llvm.aarch64.neon.{isa}.v4i32.v16i8", vty, [vty, bytes_ty, bytes_ty])
@@ -250,20 +248,26 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
             total = b.add(total, b.shuffle_vector(wide32, ir.Constant(wide32.type, ir.Undefined), mask))
         return total
 
-    def avx2_dot(b, acc, a_word, b_bytes):
-        """acc + per lane the exact sum of 4 byte products, with ``vpmaddubsw``. Its int16 sum of two
-        u8 x s8 products saturates (255 * 127 * 2 > 2^15), where ``vpdpbusd`` and onnxruntime's VNNI
-        kernels do not. So the activation is split, ``a = 2 * (a >> 1) + (a & 1)``: the high part is
-        7 bits, whose pair sums fit (127 * 128 * 2 < 2^15), and the low bit's are tiny; ``vpmaddwd``
-        by 2 and by 1 widens each into 32-bit lane sums."""
-        a_bytes = b.bitcast(cg.splat(a_word, lanes), bytes_ty)
-        ones8 = ir.Constant(bytes_ty, [ir.Constant(i8, 1)] * (4 * lanes))
-        high = b.lshr(a_bytes, ones8)
-        low = b.and_(a_bytes, ones8)
-        twos = ir.Constant(words_ty, [ir.Constant(i16, 2)] * (2 * lanes))
-        ones = ir.Constant(words_ty, [ir.Constant(i16, 1)] * (2 * lanes))
-        acc = b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [high, b_bytes]), twos]))
-        return b.add(acc, b.call(pmaddwd, [b.call(pmaddubsw, [low, b_bytes]), ones]))
+    def avx2_weights(b, b_bytes):
+        """A weight vector's bytes as two vectors of int16 pairs, sign-extended: bytes (0, 2) of each lane
+        and bytes (1, 3), two shifts of the 16-bit words (``vpsllw``/``vpsraw``: no shuffle)."""
+        words = b.bitcast(b_bytes, words_ty)
+        eights = ir.Constant(words_ty, [ir.Constant(i16, 8)] * (2 * lanes))
+        return b.ashr(b.shl(words, eights), eights), b.ashr(words, eights)
+
+    def avx2_dot(b, acc, a_word, halves):
+        """acc + per lane the exact sum of 4 byte products, with ``vpmaddwd`` on 16-bit values: the
+        activation's bytes (0, 2) and (1, 3) zero-extended (two masks and a shift of the broadcast
+        word) against the weight's, sign-extended (``avx2_weights``, once per block and step). Two
+        multiplies per 32 products; ``vpmaddubsw``'s int16 pair sum of u8 x s8 would saturate (255 * 127
+        * 2 > 2^15), where ``vpdpbusd`` and onnxruntime's VNNI kernels do not, and splitting the bytes
+        to keep it exact took four."""
+        word = cg.splat(a_word, lanes)
+        mask = ir.Constant(vty, [ir.Constant(I32, 0x00FF00FF)] * lanes)
+        even = b.bitcast(b.and_(word, mask), words_ty)
+        odd = b.bitcast(b.and_(b.lshr(word, ir.Constant(vty, [ir.Constant(I32, 8)] * lanes)), mask), words_ty)
+        acc = b.add(acc, b.call(pmaddwd, [even, halves[0]]))
+        return b.add(acc, b.call(pmaddwd, [odd, halves[1]]))
 
     def neon_dot(b, pair, a_word, b_halves):
         """pair + the byte products of ``a`` (zero-extended) and one weight vector (sign-extended,
@@ -297,6 +301,8 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
                 # into L2 (locality 2: ``prefetcht1``), 1 % faster than into L1 (ResNet-50, ResNet-18): the
                 # line is read a block later, and a block's weights (up to 147 KB) outgrow L1 anyway
                 b.call(fetch, [ahead, ir.Constant(I32, 0), ir.Constant(I32, 2), ir.Constant(I32, 1)])
+        if isa == "avx2":  # each weight vector as 16-bit pairs once a step, for every row
+            weights = [avx2_weights(b, w) for w in weights]
         if isa == "neon":  # each weight vector widened once a step, for every row
             widen = [ir.Constant(ir.VectorType(I32, 8), list(range(h, h + 8))) for h in (0, 8)]
             weights = [[b.sext(b.shuffle_vector(w, ir.Constant(bytes_ty, ir.Undefined), mask), half_ty)
