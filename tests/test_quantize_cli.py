@@ -79,6 +79,21 @@ def test_per_tensor_flag(model, tmp_path):
     assert numpy_helper.to_array(next(t for t in q.graph.initializer if t.name == w_dq.input[1])).ndim == 0
 
 
+def test_quantize_compiles_directly(model, tmp_path):
+    """``-o`` naming a module: the quantized model compiled and exported, with the outputs of the QDQ file
+    the same calibration writes, compiled, and within 2 % of onnxruntime running that file."""
+    cal = _samples(tmp_path / "cal", [(1, 3, 8, 8)] * 4)
+    proc = nnvm_cli("quantize", model, "--calibration", cal, "-o", str(tmp_path / "q.so"))
+    assert proc.returncode == 0, proc.stderr
+    assert "compiled it for llvm" in proc.stdout
+    assert nnvm_cli("quantize", model, "--calibration", cal, "-o", str(tmp_path / "q.onnx")).returncode == 0
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    got = nnvm.load(str(tmp_path / "q.so")).run(image=x)[0]
+    assert np.array_equal(got, nnvm.compile(str(tmp_path / "q.onnx")).run(image=x)[0])
+    want = ort.InferenceSession(str(tmp_path / "q.onnx")).run(None, {"image": x})[0]
+    assert np.abs(got - want).max() <= 0.02 * np.abs(want).max()
+
+
 def test_user_mistakes(model, tmp_path, capsys):
     """In this process (``nnvm.cli.main``): a subprocess each would spend its time importing."""
 
@@ -107,6 +122,8 @@ def test_user_mistakes(model, tmp_path, capsys):
     np.save(tmp_path / "sub" / "s0" / "img.npy", np.zeros((1, 3, 8, 8), np.float32))
     one_sentence("quantize", model, "--calibration", str(tmp_path / "sub"), "-o", out,
                  needles=["img.npy", "the model has no such input (its inputs: image)"])
+    one_sentence("quantize", model, "--calibration", cal, "-o", out, "--target", "cuda",
+                 needles=["--target cuda", "writes the QDQ ONNX model"])
     (tmp_path / "m-symbol.json").write_text("{}")
     one_sentence("quantize", str(tmp_path / "m-symbol.json"), "--calibration", cal, "-o", out,
                  needles=["convert it to ONNX first"])

@@ -297,14 +297,23 @@ def cmd_quantize(args) -> int:
             folder = os.path.dirname(next(iter(files.values())))
             raise Error(f"{args.model}: calibration folder {folder} has no {exc.input}.npy") from None
         raise Error(f"{args.model}: calibration file {path}: {exc.reason}") from None
+    weights = "per channel" if args.per_channel else "per tensor"
+    what = f"{len(arrays)} calibration inputs, {args.method}, int8 weights {weights}, uint8 activations"
+    if not args.output.lower().endswith(".onnx"):  # compiled directly: a module, as `nnvm compile` writes
+        mod = nnvm.compile(model, target=args.target)
+        mod.export(args.output)
+        print(f"quantized {args.model} ({what}) and compiled it for {args.target} -> {args.output} in "
+              f"{time.perf_counter() - start:.1f} s")
+        return 0
+    if args.target != "llvm":
+        raise Error(f"--target {args.target}: -o {args.output} writes the QDQ ONNX model, which is not "
+                    "compiled; give -o a module's name (model.so) to compile it for a target")
     try:
         with open(args.output, "wb") as f:
             f.write(model.SerializeToString())
     except OSError as exc:
         raise Error(f"-o {args.output}: cannot be written ({exc.strerror or exc})") from None
-    weights = "per channel" if args.per_channel else "per tensor"
-    print(f"quantized {args.model} -> {args.output} ({len(arrays)} calibration inputs, {args.method}, int8 "
-          f"weights {weights}, uint8 activations) in {time.perf_counter() - start:.1f} s")
+    print(f"quantized {args.model} -> {args.output} ({what}) in {time.perf_counter() - start:.1f} s")
     return 0
 
 
@@ -471,12 +480,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", help="also decode with onnxruntime,openvino (comma-separated)")
     p.set_defaults(func=cmd_generate)
 
-    p = sub.add_parser("quantize", help="quantize an ONNX float model after calibration; writes QDQ ONNX")
+    p = sub.add_parser("quantize", help="quantize an ONNX float model after calibration; writes QDQ ONNX, "
+                                        "or compiles it (-o model.so)")
     p.add_argument("model", help="an ONNX float model")
     p.add_argument("--calibration", required=True, metavar="DIR",
                    help="calibration inputs: one .npy per sample (one-input models), or one subfolder per "
                         "sample holding INPUT_NAME.npy for each input")
-    p.add_argument("-o", "--output", required=True, help="the QDQ ONNX model to write")
+    p.add_argument("-o", "--output", required=True,
+                   help="the QDQ ONNX model to write (NAME.onnx), or the module compiled from it (any other "
+                        "name, as `nnvm compile -o` writes: model.so, model.webgpu ...)")
+    p.add_argument("--target", default="llvm", help="with a module for -o: the target it is compiled for")
     p.add_argument("--per-channel", action=argparse.BooleanOptionalAction, default=True,
                    help="int8 weights with one scale per output channel (default), or per tensor")
     p.add_argument("--method", default="minmax",
