@@ -246,3 +246,26 @@ def test_a_bert_exported_by_torch_with_dynamic_axes_runs_in_deno(tmp_path):
         assert got.shape == want.shape == (*shape, 64)
         err = relative_error(got, want)
         assert err <= 1e-4, f"bert in Deno at {shape}: relative error {err:.2e} against onnxruntime"
+
+
+def test_a_symbolic_folder_tells_its_dims_and_wants_shapes_with_its_inputs(symbolic_encoder, tmp_path):
+    """``m.dims`` and ``m.inputs`` give the bounds and the declared shapes; an input with symbolic dims given
+    as a bare typed array (no shape) is one sentence naming it."""
+    _, _, folder = symbolic_encoder
+    script = tmp_path / "check.js"
+    script.write_text(f"""
+import * as nnvm from "{(folder / 'nnvm-webgpu.js').as_uri()}";
+const m = await nnvm.load(new URL("{folder.as_uri()}/"));
+console.log(JSON.stringify({{ dims: m.dims, inputs: m.inputs }}));
+try {{ await m.run({{ input_ids: new BigInt64Array(6), attention_mask: new BigInt64Array(6) }}); }}
+catch (e) {{ console.log(e.message); }}
+""")
+    proc = subprocess.run([_deno(), "run", "--allow-read", str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    described, message = proc.stdout.strip().splitlines()
+    assert json.loads(described) == {
+        "dims": [{"name": "batch", "min": 1, "max": 4}, {"name": "seq", "min": 1, "max": 48}],
+        "inputs": [{"name": "input_ids", "shape": ["batch", "seq"], "dtype": "int64"},
+                   {"name": "attention_mask", "shape": ["batch", "seq"], "dtype": "int64"}]}
+    assert message == "nnvm: the input input_ids has symbolic dims (batch, seq): give it as {data, shape}"
