@@ -21,9 +21,11 @@ import nnvm
 from nnvm.environment import cache_dir
 from nnvm_backend_webgpu.web import runtime_js
 from nnvm_testing import gpu_symbolic
+from nnvm_testing.frontend_onnx import torch_models
 from nnvm_testing.frontend_onnx.check import relative_error, run_onnxruntime
 from nnvm_testing.frontend_onnx.models import cached_model_path
 from nnvm_testing.frontend_onnx.shape_models import SHAPE_MODELS, dynamic_encoder, symbolic_batch_cnn
+from nnvm_testing.venvs import pytest_venv
 
 RUNNER = os.path.join(os.path.dirname(__file__), "run_model.js")
 
@@ -269,3 +271,33 @@ catch (e) {{ console.log(e.message); }}
         "inputs": [{"name": "input_ids", "shape": ["batch", "seq"], "dtype": "int64"},
                    {"name": "attention_mask", "shape": ["batch", "seq"], "dtype": "int64"}]}
     assert message == "nnvm: the input input_ids has symbolic dims (batch, seq): give it as {data, shape}"
+
+
+def test_gpt2_with_an_empty_then_a_filled_kv_cache_runs_in_deno(tmp_path):
+    """GPT-2 (2 layers, width 64) with its KV cache exported for the web with bounds (``past`` from 0): the
+    prompt with an empty cache (zero-element inputs), then one token with the cache onnxruntime gave, each
+    output against onnxruntime; a mask whose length is not ``past + seq`` is Python's sentence."""
+    path = pytest_venv(torch_models.hf_decoder_path, "gpt2", layers=2, width=64, heads=2)
+    bounds = {"batch": (1, 2), "seq": (1, 16), "past": (0, 32)}
+    mod = gpu_symbolic.compiled_once(path, "webgpu", bounds=bounds)
+    folder = tmp_path / "gpt2.webgpu"
+    mod.export(str(folder))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    _, out_names, feeds, past = torch_models.decoder_prompt(sess)
+    for step in range(2):
+        feeds = {k: np.asarray(v) for k, v in feeds.items()}
+        want = sess.run(None, feeds)
+        got = run_in_deno(folder, feeds, tmp_path)
+        for name, g, w in zip(out_names, got, want, strict=True):
+            assert g.shape == w.shape, f"step {step} {name}: {g.shape}, onnxruntime {w.shape}"
+            err = relative_error(g, w)
+            assert err <= 1e-4, f"gpt2 in Deno, step {step}, {name}: relative error {err:.2e}"
+        token = np.argmax(want[0][:, -1], -1)[:, None].astype(np.int64)
+        length = feeds["attention_mask"].shape[1] + 1
+        feeds = {"input_ids": token, "attention_mask": np.ones((1, length), np.int64),
+                 **{n: want[out_names.index(n.replace("past_key_values", "present"))] for n in past}}
+    feeds["attention_mask"] = np.ones((1, length + 2), np.int64)
+    with pytest.raises(nnvm.InputError, match=r"\(past \+ seq\) is \d+, but") as compiled:
+        mod.run(**feeds)
+    proc, _ = _deno_run(folder, feeds, tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip() == f"nnvm: {compiled.value}"
