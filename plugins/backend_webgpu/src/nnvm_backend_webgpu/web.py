@@ -12,6 +12,12 @@ The folder holds four files, each fetched once:
 
 Arena offsets are scaled to multiples of 256 as ``DeviceModule`` scales them for a device that asks,
 which keeps every overlap of the plan and no other. ``nnvm.load`` reads the folder too (``read_web``).
+
+A module with symbolic dims (``SymbolicModule.export``) writes version 2: the module keeps its symbolic
+section (``runtime.symbolic.describe``: dims, bounds, shape programs) and its one plan for the upper
+bounds, the launch tables their size terms (``gpu.library.size_term``); the runtime binds each run's dims
+as ``DimSignature.bind`` does and evaluates grids and output shapes. A bound module is still version 1,
+which ``nnvm-webgpu.js`` of before symbolic dims reads (and refuses version 2 in one sentence).
 """
 
 from __future__ import annotations
