@@ -1,6 +1,8 @@
 """Models exported for the web (``mod.export("model.webgpu")``) and run by ``nnvm-webgpu.js`` in Deno, whose
 ``navigator.gpu`` is wgpu on lavapipe here, against onnxruntime: ResNet-18, MobileNetV2 and a transformer
 encoder (rel err <= 1e-4), as a web page would run them; ``nnvm.load`` runs the same folder from Python.
+Modules with symbolic dims: one folder run at several shapes (an encoder, BERT, a CNN, GPT-2 with its KV
+cache), and a shape that does not fit refused with the Python runtime's sentence.
 ``make install`` installs deno from npm."""
 
 from __future__ import annotations
@@ -301,3 +303,19 @@ def test_gpt2_with_an_empty_then_a_filled_kv_cache_runs_in_deno(tmp_path):
         mod.run(**feeds)
     proc, _ = _deno_run(folder, feeds, tmp_path)
     assert proc.returncode == 1 and proc.stderr.strip() == f"nnvm: {compiled.value}"
+
+
+def test_a_folder_of_a_later_version_is_refused_in_one_sentence(symbolic_encoder, tmp_path):
+    """Bound folders stay version 1 and symbolic ones are 2: a version past both is one sentence, from
+    Python and from nnvm-webgpu.js."""
+    _, _, folder = symbolic_encoder
+    later = tmp_path / "later.webgpu"
+    shutil.copytree(folder, later)
+    manifest = json.loads((later / "manifest.json").read_text())
+    (later / "manifest.json").write_text(json.dumps({**manifest, "version": 3}))
+    with pytest.raises(nnvm.ModelLoadError, match=r"folder version 3 is not supported \(expects 1 to 2\)"):
+        nnvm.load(str(later))
+    proc, _ = _deno_run(later, encoder_feeds(1, 2), tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().endswith("is not an nnvm WebGPU model of version 1 to 2 "
+                                        "(got nnvm-webgpu-web 3)")
