@@ -319,3 +319,23 @@ def test_a_folder_of_a_later_version_is_refused_in_one_sentence(symbolic_encoder
     assert proc.returncode == 1
     assert proc.stderr.strip().endswith("is not an nnvm WebGPU model of version 1 to 2 "
                                         "(got nnvm-webgpu-web 3)")
+
+
+def test_a_requirement_of_the_model_is_checked_in_deno_as_in_python(tmp_path):
+    """An encoder whose position table has 40 rows, bound to seq <= 48: the import's requirement (seq <= 40,
+    a slice of the table) travels as programs and nnvm-webgpu.js checks it with Python's sentence."""
+    path = str(tmp_path / "encoder40.onnx")
+    onnx.save(dynamic_encoder(positions=40), path)
+    mod = nnvm.compile(path, target="webgpu", bounds={"batch": (1, 2), "seq": (1, 48)}, tuning_log=False)
+    folder = tmp_path / "encoder40.webgpu"
+    mod.export(str(folder))
+    feeds = encoder_feeds(1, 45)
+    sentence = r"seq must be at most 40, and the inputs give seq = 45"
+    with pytest.raises(nnvm.InputError, match=sentence) as compiled:
+        mod.run(**feeds)
+    proc, _ = _deno_run(folder, feeds, tmp_path)
+    assert proc.returncode == 1 and proc.stderr.strip() == f"nnvm: {compiled.value}"
+    (got,) = run_in_deno(folder, encoder_feeds(2, 40), tmp_path)
+    (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, encoder_feeds(2, 40))
+    err = float(np.abs(got.astype("float64") - want).max() / np.abs(want).max())
+    assert got.shape == want.shape and err <= 1e-4, f"at (2, 40): relative error {err:.2e}"
