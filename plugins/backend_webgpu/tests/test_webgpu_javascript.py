@@ -21,6 +21,7 @@ import pytest
 
 import nnvm
 from nnvm.environment import cache_dir
+from nnvm.gpu.library import size_value
 from nnvm_backend_webgpu.web import runtime_js
 from nnvm_testing import gpu_symbolic
 from nnvm_testing.frontend_onnx import torch_models
@@ -339,3 +340,21 @@ def test_a_requirement_of_the_model_is_checked_in_deno_as_in_python(tmp_path):
     (want,) = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, encoder_feeds(2, 40))
     err = float(np.abs(got.astype("float64") - want).max() / np.abs(want).max())
     assert got.shape == want.shape and err <= 1e-4, f"at (2, 40): relative error {err:.2e}"
+
+
+def test_grids_past_65535_workgroups_fold_in_deno(tmp_path):
+    """BERT at (8, 512), its bounds: the attention's kernels need more than 65535 workgroups along x, marked
+    to fold; nnvm-webgpu.js dispatches them as (65535, y, 1) as the Python runtime does (``fold_at_run``)."""
+    path = gpu_symbolic.bert_path()
+    mod = gpu_symbolic.compiled_once(path, "webgpu", bounds={"batch": (1, 8), "seq": (1, 512)})
+    folder = tmp_path / "bert.webgpu"
+    mod.export(str(folder))
+    tables = json.loads((folder / "manifest.json").read_text())["functions"]
+    folded = [size_value(la["grid"][0], {"batch": 8, "seq": 512}) for t in tables for la in t["launches"]
+              if la.get("fold")]
+    assert max(folded) > 65535
+    feeds = gpu_symbolic.bert_feeds(8, 512)
+    (want,) = run_onnxruntime(path, feeds)
+    (got,) = run_in_deno(folder, feeds, tmp_path)
+    err = relative_error(got, want)
+    assert got.shape == want.shape and err <= 1e-4, f"bert in Deno at (8, 512): relative error {err:.2e}"
