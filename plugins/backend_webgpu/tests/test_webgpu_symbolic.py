@@ -64,16 +64,5 @@ def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_tim
     assert got.shape == want.shape and err < 1e-4, f"bert at (8, 512): relative error {err:.2e}"
 
 
-def test_the_web_folder_of_a_symbolic_module_is_refused_in_one_sentence(exported, tmp_path):
-    """``nnvm-webgpu.js`` takes flat arrays of one shape per input: a ``.webgpu`` folder of a module with
-    symbolic dims is refused (naming them), and nothing is written."""
-    import nnvm
-
-    _, mod, _ = exported["bert"]
-    with pytest.raises(nnvm.Error, match=r"symbolic dims \(batch, seq\), and nnvm-webgpu.js runs bound"):
-        mod.export(tmp_path / "bert.webgpu")
-    assert not (tmp_path / "bert.webgpu").exists()
-
-
 def test_exported_gpt2_decodes_step_by_step_from_an_empty_cache(tmp_path):
     gpu_symbolic.check_exported_decoder(TARGET, tmp_path)

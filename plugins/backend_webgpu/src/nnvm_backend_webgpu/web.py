@@ -12,6 +12,12 @@ The folder holds four files, each fetched once:
 
 Arena offsets are scaled to multiples of 256 as ``DeviceModule`` scales them for a device that asks,
 which keeps every overlap of the plan and no other. ``nnvm.load`` reads the folder too (``read_web``).
+
+A module with symbolic dims (``SymbolicModule.export``) writes version 2: the module keeps its symbolic
+section (``runtime.symbolic.describe``: dims, bounds, shape programs) and its one plan for the upper
+bounds, the launch tables their size terms (``gpu.library.size_term``); the runtime binds each run's dims
+as ``DimSignature.bind`` does and evaluates grids and output shapes. A bound module is still version 1,
+which ``nnvm-webgpu.js`` of before symbolic dims reads (and refuses version 2 in one sentence).
 """
 
 from __future__ import annotations
@@ -24,13 +30,14 @@ from importlib import resources
 
 import numpy as np
 
-from nnvm.errors import Error, ModelLoadError, reading
-from nnvm.gpu.library import check_manifest
+from nnvm.errors import ModelLoadError, reading
+from nnvm.gpu.library import bound_tables, check_manifest
 from nnvm.graph.ir import load_params, save_params
 from nnvm_backend_webgpu.wgsl import pack_plan
 
 WEB_FORMAT = "nnvm-webgpu-web"
-WEB_VERSION = 1
+WEB_VERSION = 2  # a module with symbolic dims; one without them is still written as 1, as before
+BOUND_WEB_VERSION = 1
 ALIGN = 256
 
 
@@ -76,13 +83,13 @@ def _scaled(plan: dict) -> dict:
 def export_web(path: str, source: str, tables: list, blobs: dict) -> None:
     """Write the folder ``path`` (created, or its four files replaced) from a module's blobs."""
     meta = json.loads(bytes(blobs["graph"]).decode())
-    if meta.get("symbolic"):  # nnvm-webgpu.js takes flat arrays of the plan's one shape each
-        dims = ", ".join(str(d[0]) for d in meta["symbolic"]["dims"])
-        raise Error(f"cannot export {path}: the module has symbolic dims ({dims}), and nnvm-webgpu.js runs "
-                    "bound shapes only; compile it with every dim bound (integers in shapes=) for the web, "
-                    "or export it to a file nnvm.load runs (a name not ending in .webgpu)")
+    plan = meta["plan"]
     tables = [{**t, "packed": pack_plan(t["params"], t["temporaries"])} for t in tables]
-    plan, params = _scaled(meta["plan"]), load_params(blobs["params"])
+    # over symbolic dims the sizes are terms of them; the buffers are bound, and the limits asked, at the
+    # plan's binding (every dim at its upper bound), which holds every smaller one
+    bound = list(bound_tables({t["name"]: t for t in tables}, plan["dims"]).values()) if plan.get("dims") \
+        else tables
+    plan, params = _scaled(plan), load_params(blobs["params"])
     used = {r["param"] for c in plan["calls"] for r in c["args"] if "param" in r}
     used |= {d["ref"]["param"] for d in plan["outputs"] if "param" in d["ref"]}
     weights, chunks, offset = {}, [], 0
@@ -93,9 +100,9 @@ def export_web(path: str, source: str, tables: list, blobs: dict) -> None:
         size = -(-max(arr.nbytes, 4) // ALIGN) * ALIGN
         chunks.append(arr.tobytes() + b"\0" * (size - arr.nbytes))
         offset += size
-    manifest = {"format": WEB_FORMAT, "version": WEB_VERSION, "module": {**meta, "plan": plan},
-                "functions": tables, "weights": weights,
-                "limits": _limits_needed(tables, plan["arena_bytes"], offset)}
+    manifest = {"format": WEB_FORMAT, "version": WEB_VERSION if meta.get("symbolic") else BOUND_WEB_VERSION,
+                "module": {**meta, "plan": plan}, "functions": tables, "weights": weights,
+                "limits": _limits_needed(bound, plan["arena_bytes"], offset)}
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
@@ -117,9 +124,9 @@ def read_web(path: str) -> tuple | None:
             manifest = json.load(f)
         if not isinstance(manifest, dict) or manifest.get("format") != WEB_FORMAT:
             return None
-        if manifest.get("version") != WEB_VERSION:
+        if manifest.get("version") not in (BOUND_WEB_VERSION, WEB_VERSION):
             raise ModelLoadError(f"{path}: WebGPU folder version {manifest.get('version')!r} is not "
-                                 f"supported (expects {WEB_VERSION})")
+                                 f"supported (expects {BOUND_WEB_VERSION} to {WEB_VERSION})")
         check_manifest({"options": {}, "files": [], "blobs": [], "functions": manifest["functions"]})
         with open(os.path.join(path, "kernels.wgsl")) as f:
             source = f.read()
