@@ -57,8 +57,8 @@ from nnvm.ops.registry import Attr, OpDef, OpPattern
 from nnvm.passes.alter_op_layout import AlteredNode
 
 MAX_TILE_PIXELS = {16: 12, 8: 6}  # pixels per tile (accumulator vectors): zmm has 32 registers, ymm 16
-# pixels x channel blocks per tile, leaving registers for operands; 10 of 16 ymm at 8 lanes: ResNet-18/50 and
-# MobileNetV2 int8 4-6% faster than 8 for haswell, 6-16% for alderlake (one thread; bench/RESULTS.md, session 24)
+# pixels x channel blocks per tile, leaving registers for operands; 10 of 16 ymm at 8 lanes: ResNet-18/50
+# and MobileNetV2 int8 4-6% faster than 8 for haswell, 6-16% for alderlake (one thread; bench/RESULTS.md)
 MAX_ACCUMULATORS = {16: 16, 8: 10}
 PLANAR_CHANNELS = 4  # fewer input channels (an RGB stem): read NCHW, four pixels of a row per word
 
