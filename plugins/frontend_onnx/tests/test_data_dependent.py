@@ -282,7 +282,7 @@ def test_a_data_dependent_node_inside_a_subgraph_is_one_sentence():
 def test_host_topk_matches_onnxruntime_on_ties_ranks_and_dtypes():
     """The host TopK (a partition, then a sort of k) against onnxruntime on seeded random cases full of
     ties: every rank, axis, k (0 to the axis length), largest or smallest, four dtypes."""
-    from nnvm_frontend_onnx.host_ops import topk
+    from nnvm.runtime.host_ops import topk
 
     rng = np.random.default_rng(39)
     for trial in range(80):
