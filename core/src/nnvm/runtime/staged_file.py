@@ -196,7 +196,10 @@ def write(mod: Stages, path) -> None:
                               "where": list(stage.where) if stage.where is not None else None})
                 continue
             file = os.path.join(tmp, f"stage{k}{suffix}")
-            stage.module.export(file)
+            try:
+                stage.module.export(file)
+            except Error as exc:  # named by the user's file, not the temporary one
+                raise type(exc)(str(exc).replace(file, f"{path} (stage {k})")) from None
             with open(file, "rb") as f:
                 blobs.append(f.read())
             steps.append({"kind": "compiled", "blob": len(blobs) - 1, "suffix": suffix,
