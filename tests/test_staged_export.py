@@ -241,3 +241,32 @@ def test_the_c_runtime_refuses_a_staged_file_naming_the_node(exported):
     _one_sentence(proc, f"{path}: node NonZero_1 (NonZero) has an output shape decided at run time and runs "
                         "on the host between the module's compiled stages, which the C runtime does not do; "
                         "run this file from Python", "nnvm-run")
+
+
+def test_a_staged_module_for_opencl_exports_and_loads_without_the_frontend(tmp_path):
+    """A GPU target's stages are its own export files (kernels, plan, weights); a fresh process with only
+    that backend (PoCL's CPU device), no frontend, runs the file bit-equal to the in-process module."""
+    model = mask_select()
+    mod = nnvm.compile(model, target="opencl -device=cpu", bounds={"count": (1, 64)}, tuning_log=False)
+    path = tmp_path / "select_cl.so"
+    mod.export(str(path))
+    feeds = _mask_select_feeds()
+    for k, feed in enumerate(feeds):
+        np.savez(tmp_path / f"in{k}.npz", **feed)
+    script = textwrap.dedent(f"""
+        import sys, numpy as np, nnvm
+        mod, tmp = nnvm.load({str(path)!r}), {str(tmp_path)!r}
+        for k in range({len(feeds)}):
+            np.savez(tmp + f"/out{{k}}.npz", *mod.run(**np.load(tmp + f"/in{{k}}.npz")))
+        assert 'nnvm_frontend_onnx' not in sys.modules
+    """)
+    env = dict(os.environ, NNVM_PLUGINS="opencl")
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for k, feed in enumerate(feeds):
+        loaded = np.load(tmp_path / f"out{k}.npz")
+        for j, (m, w) in enumerate(zip(mod.run(**feed), run_onnxruntime(model, feed))):
+            g = loaded[f"arr_{j}"]
+            assert g.shape == m.shape and np.array_equal(g, m), f"inputs {k}, output {j}: {g.shape} {m.shape}"
+            np.testing.assert_allclose(g, w, rtol=1e-5, err_msg=f"inputs {k}, output {j}")
