@@ -171,6 +171,10 @@ def test_a_module_staged_twice_keeps_both_host_ops(exported):
     hosts = list(_host_stages(loaded.stats()["symbolic"]["stages"]))
     assert [(s["op"], s["dim"]) for s in hosts] == [("Compress", "compress_0"), ("Unique", "unique_0")]
     assert all(s["last"] is not None for s in hosts)
+    loaded.export(str(tmp / "again.so"))  # a loaded file exports again, each stage as its module does
+    feed = cases["compress_unique"][2][2]
+    for g, m in zip(nnvm.load(str(tmp / "again.so")).run(**feed), loaded.run(**feed)):
+        assert g.shape == m.shape and np.array_equal(g, m)
 
 
 def _host_stages(stages):
@@ -270,3 +274,15 @@ def test_a_staged_module_for_opencl_exports_and_loads_without_the_frontend(tmp_p
             g = loaded[f"arr_{j}"]
             assert g.shape == m.shape and np.array_equal(g, m), f"inputs {k}, output {j}: {g.shape} {m.shape}"
             np.testing.assert_allclose(g, w, rtol=1e-5, err_msg=f"inputs {k}, output {j}")
+
+
+def test_a_staged_module_for_webgpu_refuses_the_web_folder_in_one_sentence(tmp_path):
+    """A ``.webgpu`` export is nnvm-webgpu.js's folder, which runs no host step between stages."""
+    mod = nnvm.compile(mask_select(), target="webgpu", bounds={"count": (1, 64)}, tuning_log=False)
+    path = tmp_path / "m.webgpu"
+    with pytest.raises(nnvm.Error, match=r"^cannot export .*m\.webgpu: its stages are written as folders "
+                                         r"for another runtime \(a \.webgpu export\), which has no place for "
+                                         r"the host step between them; export to a file nnvm.load reads "
+                                         r"\(m.so\)$"):
+        mod.export(str(path))
+    assert not path.exists()

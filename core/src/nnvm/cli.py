@@ -31,6 +31,7 @@ from nnvm.generate import Decoder, greedy, peer_step
 from nnvm.kernel_cache import default_kernel_cache
 from nnvm.options import Options, activated, active
 from nnvm.plugins import commands
+from nnvm.runtime import staged_file
 from nnvm.runtime.crt import install_runtime
 
 
@@ -198,7 +199,7 @@ def tuning_lines(stats: dict) -> list[str]:
 
 def cmd_run(args) -> int:
     path = args.model
-    if path.endswith(".so"):
+    if path.endswith(".so") or staged_file.is_staged(path):
         mod = nnvm.load(path)
     else:
         mod = nnvm.compile(path, target=args.target or "llvm", shapes=_parse_shapes(args.shape),

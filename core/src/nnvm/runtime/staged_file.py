@@ -200,6 +200,10 @@ def write(mod: Stages, path) -> None:
                 stage.module.export(file)
             except Error as exc:  # named by the user's file, not the temporary one
                 raise type(exc)(str(exc).replace(file, f"{path} (stage {k})")) from None
+            if not os.path.isfile(file):  # a .webgpu export is nnvm-webgpu.js's folder: no host step there
+                raise Error(f"cannot export {path}: its stages are written as folders for another runtime "
+                            f"(a {suffix} export), which has no place for the host step between them; "
+                            "export to a file nnvm.load reads (m.so)")
             with open(file, "rb") as f:
                 blobs.append(f.read())
             steps.append({"kind": "compiled", "blob": len(blobs) - 1, "suffix": suffix,
