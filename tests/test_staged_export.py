@@ -247,11 +247,14 @@ def test_the_c_runtime_refuses_a_staged_file_naming_the_node(exported):
                         "run this file from Python", "nnvm-run")
 
 
-def test_a_staged_module_for_opencl_exports_and_loads_without_the_frontend(tmp_path):
+@pytest.mark.parametrize("target,plugin", [("opencl -device=cpu", "opencl"), ("cuda", "cuda"),
+                                           ("metal", "metal")])
+def test_a_staged_module_for_a_gpu_target_exports_and_loads_without_the_frontend(target, plugin, tmp_path):
     """A GPU target's stages are its own export files (kernels, plan, weights); a fresh process with only
-    that backend (PoCL's CPU device), no frontend, runs the file bit-equal to the in-process module."""
+    that backend (PoCL's CPU device; CUDA and Metal kernels run on the CPU where there is no such GPU), no
+    frontend, runs the file bit-equal to the in-process module."""
     model = mask_select()
-    mod = nnvm.compile(model, target="opencl -device=cpu", bounds={"count": (1, 64)}, tuning_log=False)
+    mod = nnvm.compile(model, target=target, bounds={"count": (1, 64)}, tuning_log=False)
     path = tmp_path / "select_cl.so"
     mod.export(str(path))
     feeds = _mask_select_feeds()
@@ -264,7 +267,7 @@ def test_a_staged_module_for_opencl_exports_and_loads_without_the_frontend(tmp_p
             np.savez(tmp + f"/out{{k}}.npz", *mod.run(**np.load(tmp + f"/in{{k}}.npz")))
         assert 'nnvm_frontend_onnx' not in sys.modules
     """)
-    env = dict(os.environ, NNVM_PLUGINS="opencl")
+    env = dict(os.environ, NNVM_PLUGINS=plugin)
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
