@@ -7,7 +7,9 @@ refused in one sentence."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -21,7 +23,7 @@ from onnx import TensorProto as T
 from onnx import helper
 
 import nnvm
-from nnvm.runtime import staged_file
+from nnvm.runtime import artifact, staged_file
 from nnvm.runtime.crt import build_runtime, runtime_target
 from nnvm.staged import StagedModule
 from nnvm_testing.frontend_onnx.check import run_onnxruntime
@@ -289,3 +291,25 @@ def test_a_staged_module_for_webgpu_refuses_the_web_folder_in_one_sentence(tmp_p
                                          r"\(m.so\)$"):
         mod.export(str(path))
     assert not path.exists()
+
+
+def test_a_stage_for_a_cpu_this_one_lacks_is_refused_naming_the_file_and_the_stage(exported, tmp_path):
+    """The stages keep their own checks: stage 0's library sealed as needing an extension no CPU has."""
+    tmp, _ = exported
+    data = (tmp / "nonzero.so").read_bytes()
+    _, version, _, head, note, _ = staged_file.PREFIX.unpack_from(data)
+    base = staged_file.PREFIX.size + note + head
+    desc = json.loads(data[staged_file.PREFIX.size + note:base])
+    blobs = [data[base + at:base + at + n] for at, n in desc["blobs"]]
+    stage = tmp_path / "stage0.so"
+    stage.write_bytes(blobs[0])
+    artifact.seal(str(stage), "llvm", {"nosuchext": "cpuinfo:nosuchext"})
+    blobs[0] = stage.read_bytes()
+    desc["blobs"] = [[sum(map(len, blobs[:k])), len(b)] for k, b in enumerate(blobs)]
+    text = json.dumps(desc).encode()
+    tail = struct.pack("<QII", len(text), note, 0) + data[32:32 + note] + text + b"".join(blobs)
+    bad = tmp_path / "bad.so"
+    bad.write_bytes(staged_file.MAGIC + struct.pack("<II", version, zlib.crc32(tail)) + tail)
+    with pytest.raises(nnvm.ModelLoadError, match=rf"^{re.escape(str(bad))} \(stage 0\): compiled for a CPU "
+                                                  r"with nosuchext, which this CPU lacks"):
+        nnvm.load(str(bad))
