@@ -223,10 +223,16 @@ def write(mod: Stages, path) -> None:
     crc = 0
     for part in body:
         crc = zlib.crc32(part, crc)
-    with open(path, "wb") as f:
-        f.write(MAGIC + struct.pack("<II", STAGED_FORMAT_VERSION, crc & 0xFFFFFFFF))
-        for part in body:
-            f.write(part)
+    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"  # a reader never sees half a file
+    try:
+        with open(partial, "wb") as f:
+            f.write(MAGIC + struct.pack("<II", STAGED_FORMAT_VERSION, crc & 0xFFFFFFFF))
+            for part in body:
+                f.write(part)
+        os.replace(partial, path)
+    finally:
+        if os.path.exists(partial):
+            os.unlink(partial)
 
 
 def is_staged(path: str) -> bool:
