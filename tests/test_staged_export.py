@@ -205,8 +205,11 @@ def test_nnvm_compile_writes_a_staged_file_and_nnvm_run_runs_it(tmp_path):
     _one_sentence(proc, f"cannot export {out} (stage 0): the module has symbolic dims (count), and 'count' "
                         "has no upper bound", "no bound")
     proc = _cli("compile", str(tmp_path / "select.onnx"), "--target", "llvm", "-o", str(out),
-                "--bound", "count=1:64")
+                "--bound", "count=1:64", "--stats")
     assert proc.returncode == 0, proc.stderr
+    assert "  kernels: " in proc.stdout and "  nodes_before: " in proc.stdout, proc.stdout
+    _one_sentence(_cli("compile", str(tmp_path / "select.onnx"), "--target", "llvm", "--bound", "count=64"),
+                  "--bound 'count=64' should look like NAME=LO:HI", "a bad --bound")
     feeds = _mask_select_feeds()[0]
     args = []
     for name, value in feeds.items():

@@ -130,23 +130,31 @@ class Stages:
             self._last[stage.dim] = value
 
     def stats(self) -> dict:
-        """The compiled stages' statistics summed (kernels, bytes, fused groups, compile seconds), and
+        """The compiled stages' statistics summed (kernels, nodes, bytes, fused groups, compile seconds; a
+        host node counts as one node before and after), and
         ``symbolic``: ``mode`` ``"stages"``, each stage (compiled: its mode and dims; host: the node, its
         operator, the fresh dim, its bounds and its value in the latest run)."""
-        out: dict = {"kernels": 0, "fused_groups": [], "weight_bytes": 0, "activation_bytes_planned": 0,
-                     "activation_bytes_naive": 0, "activation_bytes_lower_bound": 0, "compile_seconds": {}}
+        summed = ("kernels", "distinct_kernels", "nodes_before", "nodes_after", "weight_bytes",
+                  "activation_bytes_planned", "activation_bytes_naive", "activation_bytes_lower_bound")
+        out: dict = {key: 0 for key in summed}
+        out.update({"fused_groups": [], "compile_seconds": {}})
         described = []
         for k, stage in enumerate(self._stages):
             if isinstance(stage, HostStage):
+                out["nodes_before"] += 1  # the host node, in the model and run as it is
+                out["nodes_after"] += 1
                 with self._lock:
                     last = self._last.get(stage.dim)
                 described.append({"kind": "host", "node": stage.op.node, "op": stage.op.op, "dim": stage.dim,
                                   "bounds": list(self.bounds[stage.dim]), "last": last})
                 continue
             st = stage.module.stats()
-            for key in ("kernels", "weight_bytes", "activation_bytes_planned", "activation_bytes_naive",
-                        "activation_bytes_lower_bound"):
+            for key in summed:
                 out[key] += st.get(key, 0) or 0
+            cache = st.get("kernel_cache") or {}  # compiled, from cache, deduplicated: summed too
+            mine = out.setdefault("kernel_cache", {})
+            for key, value in cache.items():
+                mine[key] = mine.get(key, 0) + value if isinstance(value, int) and key != "jobs" else value
             out["fused_groups"] += st.get("fused_groups", [])
             out["compile_seconds"][f"stage{k}"] = st.get("compile_seconds", {})
             sym = st.get("symbolic")
