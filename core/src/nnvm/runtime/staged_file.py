@@ -46,6 +46,7 @@ STAGED_FORMAT_VERSION = 1  # the newest this nnvm reads and writes
 PREFIX = struct.Struct("<8sIIQII")
 assert PREFIX.size == 32
 MAX_NOTE_BYTES = 1024
+_CHUNK = 1 << 22
 
 
 @dataclass
@@ -189,12 +190,12 @@ def _plain(value):
 
 def write(mod: Stages, path) -> None:
     """Export ``mod`` to ``path``: each compiled stage exported by its own module (under ``path``'s
-    suffix, so a GPU target's stage is its own format) and packed with the host ops' descriptions."""
+    suffix, so a GPU target's stage is its own format) and packed with the host ops' descriptions; the
+    stages' files are copied in chunks, never all held in memory."""
     path = os.fspath(path)
     suffix = os.path.splitext(path)[1]
-    blobs: list = []
-    steps = []
     with tempfile.TemporaryDirectory(prefix="nnvm-staged-") as tmp:
+        files, steps = [], []
         for k, stage in enumerate(mod._stages):
             if isinstance(stage, HostStage):
                 op = stage.op
@@ -212,35 +213,41 @@ def write(mod: Stages, path) -> None:
                 raise Error(f"cannot export {path}: its stages are written as folders for another runtime "
                             f"(a {suffix} export), which has no place for the host step between them; "
                             "export to a file nnvm.load reads (m.so)")
-            with open(file, "rb") as f:
-                blobs.append(f.read())
-            steps.append({"kind": "compiled", "blob": len(blobs) - 1, "suffix": suffix,
+            files.append(file)
+            steps.append({"kind": "compiled", "blob": len(files) - 1, "suffix": suffix,
                           "inputs": list(stage.inputs), "outputs": list(stage.outputs)})
-    blobs.append(save_params(mod._constants))
-    offsets, at = [], 0
-    for b in blobs:
-        offsets.append([at, len(b)])
-        at += len(b)
-    description = {"inputs": mod.input_names, "outputs": mod.output_names,
-                   "bounds": {d: list(b) for d, b in mod.bounds.items()}, "steps": steps,
-                   "constants": len(blobs) - 1, "blobs": offsets}
-    head = json.dumps(description).encode()
-    first = mod._host_stages()[0].op
-    note = f"{first.node} ({first.op})".encode("ascii", errors="replace")[:MAX_NOTE_BYTES]
-    body = [PREFIX.pack(MAGIC, STAGED_FORMAT_VERSION, 0, len(head), len(note), 0)[16:], note, head, *blobs]
-    crc = 0
-    for part in body:
-        crc = zlib.crc32(part, crc)
-    partial = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"  # a reader never sees half a file
-    try:
-        with open(partial, "wb") as f:
-            f.write(MAGIC + struct.pack("<II", STAGED_FORMAT_VERSION, crc & 0xFFFFFFFF))
-            for part in body:
-                f.write(part)
-        os.replace(partial, path)
-    finally:
-        if os.path.exists(partial):
-            os.unlink(partial)
+        files.append(os.path.join(tmp, "constants"))
+        with open(files[-1], "wb") as f:
+            f.write(save_params(mod._constants))
+        offsets, at = [], 0
+        for file in files:
+            offsets.append([at, os.path.getsize(file)])
+            at += offsets[-1][1]
+        description = {"inputs": mod.input_names, "outputs": mod.output_names,
+                       "bounds": {d: list(b) for d, b in mod.bounds.items()}, "steps": steps,
+                       "constants": len(files) - 1, "blobs": offsets}
+        head = json.dumps(description).encode()
+        first = mod._host_stages()[0].op
+        note = f"{first.node} ({first.op})".encode("ascii", errors="replace")[:MAX_NOTE_BYTES]
+        partial = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"  # a reader never sees half a file
+        try:
+            with open(partial, "wb") as out:
+                out.write(bytes(16))  # magic, version and checksum, written last
+                crc = 0
+                for part in (PREFIX.pack(MAGIC, 0, 0, len(head), len(note), 0)[16:], note, head):
+                    out.write(part)
+                    crc = zlib.crc32(part, crc)
+                for file in files:
+                    with open(file, "rb") as f:
+                        while chunk := f.read(_CHUNK):
+                            out.write(chunk)
+                            crc = zlib.crc32(chunk, crc)
+                out.seek(0)
+                out.write(MAGIC + struct.pack("<II", STAGED_FORMAT_VERSION, crc & 0xFFFFFFFF))
+            os.replace(partial, path)
+        finally:
+            if os.path.exists(partial):
+                os.unlink(partial)
 
 
 def is_staged(path: str) -> bool:
@@ -264,24 +271,50 @@ def load(path: str, load_module) -> LoadedStages:
     """The module in the staged file at ``path``; ``load_module`` loads each stage's file (``nnvm.load``,
     passed in so that a stage cut again is itself read through here). A truncated, corrupted or newer file
     is a ``ModelLoadError`` of one sentence naming it."""
-    size = os.path.getsize(path)
     with open(path, "rb") as f:
-        data = f.read()
+        return _load(f, path, load_module)
+
+
+def _crc32_from(f, start: int) -> int:
+    """The CRC-32 of ``f`` from ``start`` to its end, read in chunks (a file of weights is not held)."""
+    f.seek(start)
+    crc = 0
+    while chunk := f.read(_CHUNK):
+        crc = zlib.crc32(chunk, crc)
+    return crc & 0xFFFFFFFF
+
+
+def _load(f, path: str, load_module) -> LoadedStages:
+    size = os.fstat(f.fileno()).st_size
     if size < PREFIX.size:
         raise ModelLoadError(f"{path}: the file is only {size} bytes, too short for an exported nnvm staged "
                              "module (truncated?)")
-    magic, version, crc, head_size, note_size, _ = PREFIX.unpack_from(data)
+    magic, version, crc, head_size, note_size, _ = PREFIX.unpack(f.read(PREFIX.size))
     if version > STAGED_FORMAT_VERSION:
         raise ModelLoadError(f"{path}: staged module format v{version} is newer than this nnvm reads "
                              f"(v{STAGED_FORMAT_VERSION}); upgrade nnvm or export it again")
-    if version < 1 or PREFIX.size + note_size + head_size > size or zlib.crc32(data[16:]) != crc:
+    if version < 1 or PREFIX.size + note_size + head_size > size or _crc32_from(f, 16) != crc:
         raise ModelLoadError(f"{path}: checksum or size mismatch: the staged module file is truncated or "
                              "corrupted")
     base = PREFIX.size + note_size + head_size
+
+    def blob(k: int, out=None):
+        """Blob ``k``'s bytes, or copied to the file ``out`` in chunks."""
+        at, n = desc["blobs"][k]
+        if at < 0 or n < 0 or base + at + n > size:
+            raise ValueError(f"blob {k} lies outside the file")
+        f.seek(base + at)
+        if out is None:
+            return f.read(n)
+        while n > 0:
+            chunk = f.read(min(_CHUNK, n))
+            out.write(chunk)
+            n -= len(chunk)
+
     files = tempfile.TemporaryDirectory(prefix="nnvm-staged-")
     try:
-        desc = json.loads(data[PREFIX.size + note_size:base].decode())
-        blobs = [data[base + at:base + at + n] for at, n in desc["blobs"]]
+        f.seek(PREFIX.size + note_size)
+        desc = json.loads(f.read(head_size).decode())
         stages: list = []
         for k, step in enumerate(desc["steps"]):
             if step["kind"] == "host":
@@ -293,8 +326,8 @@ def load(path: str, load_module) -> LoadedStages:
                 stages.append(HostStage(op, step["dim"], where))
                 continue
             file = os.path.join(files.name, f"stage{k}{step['suffix']}")
-            with open(file, "wb") as f:
-                f.write(blobs[step["blob"]])
+            with open(file, "wb") as out:
+                blob(step["blob"], out)
             try:
                 module = load_module(file)
             except ModelLoadError as exc:  # named by the user's file, not the temporary one
@@ -302,7 +335,7 @@ def load(path: str, load_module) -> LoadedStages:
                 raise ModelLoadError(f"{path} (stage {k})" + text[len(file):] if text.startswith(file)
                                      else f"{path}: {text}") from None
             stages.append(Stage(module, step["inputs"], step["outputs"]))
-        constants = load_params(blobs[desc["constants"]])
+        constants = load_params(blob(desc["constants"]))
         bounds = {d: (lo, hi) for d, (lo, hi) in desc["bounds"].items()}
         return LoadedStages(desc["inputs"], desc["outputs"], constants, stages, bounds, files=files)
     except ModelLoadError:
