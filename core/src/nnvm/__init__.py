@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import os
+
 from nnvm import options as _options
 
 # ``nnvm.plugins()`` lists loaded plugins per kind ({"frontend": [...], "backend": [...], "pass": [...],
@@ -35,6 +37,7 @@ from nnvm.graph.ir import Graph, Node, TensorType, detached  # noqa: F401
 from nnvm.hookspecs import hookimpl  # noqa: F401
 from nnvm.kernel_cache import KernelCache, default_kernel_cache
 from nnvm.options import Options  # noqa: F401  (nnvm.Options)
+from nnvm.runtime import staged_file
 from nnvm.runtime.kernel import build_function
 from nnvm.runtime.module import load_module
 from nnvm.staged import compile_staged
@@ -129,5 +132,9 @@ def quantize(model, calibration_inputs, per_channel: bool = True, method: str = 
 
 
 def load(path: str):
-    """Load a module exported by ``Module.export``; needs only the core installed."""
+    """Load a module exported by ``mod.export`` (a bound, symbolic or staged module); needs only the core
+    installed."""
+    path = os.fspath(path)
+    if staged_file.is_staged(path):
+        return staged_file.load(path, load)
     return load_module(path)

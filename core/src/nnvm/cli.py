@@ -31,6 +31,7 @@ from nnvm.generate import Decoder, greedy, peer_step
 from nnvm.kernel_cache import default_kernel_cache
 from nnvm.options import Options, activated, active
 from nnvm.plugins import commands
+from nnvm.runtime import staged_file
 from nnvm.runtime.crt import install_runtime
 
 
@@ -47,6 +48,23 @@ def _parse_shapes(items) -> dict | None:
         except ValueError:
             raise Error(f"--shape {item!r}: dimensions must be integers separated by 'x'") from None
     return shapes
+
+
+def _parse_bounds(items) -> dict | None:
+    """``--bound NAME=LO:HI`` items as ``bounds=`` (a symbolic dim's range, what an export plans for)."""
+    if not items:
+        return None
+    bounds = {}
+    for item in items:
+        name, sep, rng = item.partition("=")
+        lo, colon, hi = rng.partition(":")
+        try:
+            if not sep or not name or not colon:
+                raise ValueError
+            bounds[name] = (int(lo), int(hi))
+        except ValueError:
+            raise Error(f"--bound {item!r} should look like NAME=LO:HI (integers: count=1:512)") from None
+    return bounds
 
 
 def _parse_inputs(items) -> dict:
@@ -129,8 +147,8 @@ def cmd_compile(args) -> int:
     start = time.perf_counter()
     cache = False if args.no_cache else default_kernel_cache()
     mod = nnvm.compile(args.model, target=args.target, shapes=_parse_shapes(args.shape),
-                       opt_level=args.opt_level, dump_ir=args.dump_ir, kernel_cache=cache or False,
-                       jobs=args.jobs)
+                       bounds=_parse_bounds(args.bound), opt_level=args.opt_level, dump_ir=args.dump_ir,
+                       kernel_cache=cache or False, jobs=args.jobs)
     out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".so"
     exported = time.perf_counter()
     mod.export(out)
@@ -181,10 +199,11 @@ def tuning_lines(stats: dict) -> list[str]:
 
 def cmd_run(args) -> int:
     path = args.model
-    if path.endswith(".so"):
+    if path.endswith(".so") or staged_file.is_staged(path):
         mod = nnvm.load(path)
     else:
-        mod = nnvm.compile(path, target=args.target or "llvm", shapes=_parse_shapes(args.shape))
+        mod = nnvm.compile(path, target=args.target or "llvm", shapes=_parse_shapes(args.shape),
+                           bounds=_parse_bounds(args.bound))
     inputs = _parse_inputs(args.input)
     try:
         outs = mod.run(**inputs)
@@ -432,6 +451,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cpu_switch(p)
     p.add_argument("-o", "--output")
     p.add_argument("--shape", action="append", help="NAME=1x3x224x224 (repeatable)")
+    p.add_argument("--bound", action="append", help="NAME=LO:HI, a symbolic dim's range (repeatable)")
     p.add_argument("--opt-level", type=int, default=3)
     p.add_argument("--dump-ir", metavar="DIR")
     p.add_argument("--stats", action="store_true", help="phases, kernels compiled / from cache / shared")
@@ -449,6 +469,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", action="append", help="NAME=FILE.npy (repeatable)")
     p.add_argument("--output", help="write outputs to this .npz")
     p.add_argument("--shape", action="append")
+    p.add_argument("--bound", action="append", help="NAME=LO:HI, a symbolic dim's range (repeatable)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("bench", help="time a model, optionally against onnxruntime")

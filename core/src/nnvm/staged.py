@@ -14,7 +14,6 @@ rest's ``SymbolicModule`` plans memory per bucket of them as for any dim.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,22 +24,8 @@ from nnvm.errors import DataDependentError, Error, InputError
 from nnvm.frontend import find_frontend
 from nnvm.frontend.convert import symbolic_shape
 from nnvm.graph.dims import Dim, dim_expression
-from nnvm.runtime.module import inputs_by_name
-
-
-@dataclass
-class HostOp:
-    """A data-dependent node run on the host. ``run(arrays) -> arrays`` (None for an absent input; a
-    user's value out of range is an ``InputError`` naming the node); ``types(in_types, dim)`` gives the
-    outputs' ``(dtype, shape)`` (shapes of ints and ``Dim``s) with the fresh dim named ``dim``, and that
-    dim's upper bound (an int, a ``Dim`` of the inputs' dims, or None)."""
-
-    node: str
-    op: str
-    inputs: list
-    outputs: list
-    run: Callable
-    types: Callable
+from nnvm.runtime.host_ops import HostOp  # noqa: F401  (what a frontend's ``Split.op`` is)
+from nnvm.runtime.staged_file import HostStage, Stage, Stages
 
 
 @dataclass
@@ -162,125 +147,9 @@ def compile_staged(model, exc: DataDependentError, target, shapes, bounds, optio
     return StagedModule(split, stages, {d: bounds[d] for d in bounds}, time.perf_counter() - t0)
 
 
-@dataclass
-class Stage:
-    """A compiled stage: its module, the values it reads and those it computes (in its output order)."""
-
-    module: object
-    inputs: list
-    outputs: list
-
-
-@dataclass
-class HostStage:
-    """A data-dependent node between stages, and the fresh dim its outputs carry."""
-
-    op: HostOp
-    dim: str
-    where: tuple | None = None  # (output, axis) carrying the dim
-
-
-class StagedModule:
-    """A model cut at its data-dependent nodes: compiled stages and host ops run in turn (``run``)."""
+class StagedModule(Stages):
+    """A model cut at its data-dependent nodes: compiled stages and host ops run in turn (``run``);
+    ``export`` writes them all to one file that ``nnvm.load`` runs with the core alone."""
 
     def __init__(self, split: Split, stages: list, bounds: dict, seconds: float):
-        self.input_names = list(split.inputs)
-        self.output_names = list(split.outputs)
-        self._constants = dict(split.constants)
-        self._stages = stages
-        self.bounds = bounds  # every fresh dim (and the user's) -> (lo, hi or None)
-        self._seconds = seconds
-        self._lock = threading.Lock()
-        self._last: dict = {}  # fresh dim -> its value in the latest run
-
-    @property
-    def dims(self) -> list:
-        return [s.dim for s in self._host_stages()]
-
-    def _host_stages(self) -> list:
-        out = []
-        for s in self._stages:
-            if isinstance(s, HostStage):
-                out.append(s)
-            elif isinstance(s.module, StagedModule):
-                out.extend(s.module._host_stages())
-        return out
-
-    def run(self, *args, **kwargs) -> list[np.ndarray]:
-        """Outputs for the given inputs (positionally or by name), each with its actual shape."""
-        given = inputs_by_name(self.input_names, args, kwargs)
-        missing = [n for n in self.input_names if n not in given]
-        if missing:
-            raise InputError(f"missing input {missing[0]!r}")
-        env = dict(self._constants)
-        env.update({k: np.asarray(v) for k, v in given.items()})
-        self._run_stages(env)
-        return [env[name] for name in self.output_names]
-
-    __call__ = run
-
-    def _run_stages(self, env: dict) -> None:
-        for stage in self._stages:
-            if isinstance(stage, HostStage):
-                op = stage.op
-                results = op.run([env.get(v) if v else None for v in op.inputs])
-                env.update((v, r) for v, r in zip(op.outputs, results) if v)
-                self._check_fresh(stage, results)
-            else:
-                mod = stage.module
-                outs = mod.run(**{n: env[n] for n in mod.input_names})
-                env.update(zip(stage.outputs, outs))
-
-    def _check_fresh(self, stage: HostStage, results: list) -> None:
-        """The fresh dim's value (read where it is first carried) within its bounds."""
-        if stage.where is None:
-            return
-        k, axis = stage.where
-        value = results[k].shape[axis]
-        lo, hi = self.bounds[stage.dim]
-        if value < lo or (hi is not None and value > hi):
-            raise InputError(f"node {stage.op.node} ({stage.op.op}) gives {stage.dim} = {value}, outside its "
-                             f"bounds [{lo}, {hi}]")
-        with self._lock:
-            self._last[stage.dim] = value
-
-    def stats(self) -> dict:
-        """The compiled stages' statistics summed (kernels, bytes, fused groups, compile seconds), and
-        ``symbolic``: ``mode`` ``"stages"``, each stage (compiled: its mode and dims; host: the node, its
-        operator, the fresh dim, its bounds and its value in the latest run)."""
-        out: dict = {"kernels": 0, "fused_groups": [], "weight_bytes": 0, "activation_bytes_planned": 0,
-                     "activation_bytes_naive": 0, "activation_bytes_lower_bound": 0, "compile_seconds": {}}
-        described = []
-        for k, stage in enumerate(self._stages):
-            if isinstance(stage, HostStage):
-                with self._lock:
-                    last = self._last.get(stage.dim)
-                described.append({"kind": "host", "node": stage.op.node, "op": stage.op.op, "dim": stage.dim,
-                                  "bounds": list(self.bounds[stage.dim]), "last": last})
-                continue
-            st = stage.module.stats()
-            for key in ("kernels", "weight_bytes", "activation_bytes_planned", "activation_bytes_naive",
-                        "activation_bytes_lower_bound"):
-                out[key] += st.get(key, 0) or 0
-            out["fused_groups"] += st.get("fused_groups", [])
-            out["compile_seconds"][f"stage{k}"] = st.get("compile_seconds", {})
-            sym = st.get("symbolic")
-            entry = {"kind": "compiled", "inputs": list(stage.inputs), "outputs": list(stage.outputs),
-                     "mode": sym["mode"] if sym else "bound", "dims": sym.get("dims", {}) if sym else {}}
-            if sym and "stages" in sym:  # the rest cut again at a later data-dependent node
-                entry["stages"] = sym["stages"]
-            described.append(entry)
-        out["compile_seconds"]["staging"] = self._seconds
-        dims = {d: list(b) for d, b in self.bounds.items()}
-        for entry in described:  # every dim of every stage, a later cut's fresh dims included
-            for d, b in entry.get("dims", {}).items():
-                dims.setdefault(d, b)
-        out["symbolic"] = {"mode": "stages", "dims": dims, "stages": described}
-        return out
-
-    def export(self, path: str) -> None:
-        """Refused: a host op runs between the stages, which an exported file has no place for yet."""
-        op = self._host_stages()[0].op
-        raise Error(f"cannot export {path}: node {op.node} ({op.op}) has an output shape decided by values "
-                    "computed at run time, which only the in-process module runs (nnvm.compile), not an "
-                    "exported file yet")
+        super().__init__(split.inputs, split.outputs, split.constants, stages, bounds, seconds)

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from nnvm_frontend_onnx import host_ops
+from nnvm.runtime import host_ops
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from nnvm.frontend.convert import require_at_most
 from nnvm.graph.dims import Dim
-from nnvm_frontend_onnx import host_ops
+from nnvm.runtime import host_ops
 from nnvm_frontend_onnx.context import Context, converter, normalize_axis
 
 

@@ -1,6 +1,6 @@
 """ONNX models cut at a data-dependent node (``Frontend.split``, ``nnvm.staged``): the nodes before it,
-the node run on the host (``host_ops``: its ONNX semantics in numpy), and the rest, each stage a model
-of its own.
+the node run on the host (the core's ``nnvm.runtime.host_ops``: ONNX's semantics in numpy), and the
+rest, each stage a model of its own.
 
 Operators run so: ``NonZero``, ``TopK`` (a computed k), ``Range`` (computed start, limit or delta),
 ``Compress`` (a computed condition) and ``Unique``; each converter raises ``DataDependentOpError`` when its
@@ -12,11 +12,10 @@ from __future__ import annotations
 import numpy as np
 from onnx import AttributeProto, helper, numpy_helper
 
-from nnvm.errors import Error, InputError
-from nnvm.graph.dims import Dim
-from nnvm.staged import HostOp, Split
+from nnvm.errors import Error
+from nnvm.runtime.host_ops import HostOp
+from nnvm.staged import Split
 from nnvm_frontend_onnx.context import onnx_dtype
-from nnvm_frontend_onnx.host_ops import arange, nonzero, topk, unique
 from nnvm_frontend_onnx.importer import (
     _initializer_arrays,
     _inline_functions,
@@ -26,106 +25,11 @@ from nnvm_frontend_onnx.importer import (
 )
 
 
-# -- host ops for a node ---------------------------------------------------------------------------------
-def _axis(node, attrs: dict, rank: int, default=None):
-    axis = attrs.get("axis", default)
-    if axis is None:
-        return None
-    if not -rank <= axis < rank:
-        raise Error(f"node {node.name or node.op_type} ({node.op_type}): axis {axis} is out of range for "
-                    f"rank {rank}")
-    return axis + rank if axis < 0 else axis
-
-
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n = d * n
-    return n
-
-
 def host_op(node, label: str) -> HostOp:
-    """The ``HostOp`` running ONNX ``node`` (one of the operators above); ``label`` names it in errors."""
+    """The ``HostOp`` running ONNX ``node`` (an operator of the core's ``HOST_OPS``, whose semantics are
+    ONNX's); ``label`` names it in errors."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    op, name = node.op_type, label
-    where = f"node {name} ({op})"
-
-    def typed(in_types):
-        if in_types[0] is None or in_types[0][1] is None:
-            raise Error(f"{where}: its input's shape is unknown, so its output cannot be typed")
-        return in_types[0]
-
-    if op == "NonZero":
-        def run(arrays):
-            return [nonzero(arrays[0])]
-
-        def types(in_types, dim):
-            _, shape = typed(in_types)
-            if not shape:
-                raise Error(f"{where}: a scalar input is not supported")
-            return [("int64", (len(shape), Dim.named(dim)))], _numel(shape)
-    elif op == "TopK":
-        largest = bool(attrs.get("largest", 1))
-
-        def run(arrays):
-            x, k = arrays[0], np.asarray(arrays[1]).reshape(-1)
-            axis = _axis(node, attrs, x.ndim, -1)
-            if k.size != 1:
-                raise InputError(f"{where}: k has {k.size} values, expected one")
-            n = x.shape[axis]
-            if not 0 <= int(k[0]) <= n:
-                raise InputError(f"{where}: k = {int(k[0])} is outside [0, {n}], the length of axis {axis}")
-            return topk(x, int(k[0]), axis, largest)
-
-        def types(in_types, dim):
-            dtype, shape = typed(in_types)
-            axis = _axis(node, attrs, len(shape), -1)
-            out = tuple(Dim.named(dim) if a == axis else d for a, d in enumerate(shape))
-            return [(dtype, out), ("int64", out)], shape[axis]
-    elif op == "Range":
-        def run(arrays):
-            start, limit, delta = (np.asarray(a).reshape(()) for a in arrays[:3])
-            if delta == 0:
-                raise InputError(f"{where}: delta is 0")
-            return [arange(start, limit.astype(start.dtype), delta.astype(start.dtype))]
-
-        def types(in_types, dim):
-            dtype, _ = typed(in_types)
-            return [(dtype, (Dim.named(dim),))], None
-    elif op == "Compress":
-        def run(arrays):
-            x, cond = arrays[0], np.asarray(arrays[1]).astype(bool).reshape(-1)
-            axis = _axis(node, attrs, x.ndim)
-            if axis is None:
-                x, axis = x.reshape(-1), 0
-            return [np.compress(cond[:x.shape[axis]], x, axis=axis)]
-
-        def types(in_types, dim):
-            dtype, shape = typed(in_types)
-            axis = _axis(node, attrs, len(shape))
-            if axis is None:
-                return [(dtype, (Dim.named(dim),))], _numel(shape)
-            out = tuple(Dim.named(dim) if a == axis else d for a, d in enumerate(shape))
-            return [(dtype, out)], shape[axis]
-    elif op == "Unique":
-        sort = bool(attrs.get("sorted", 1))
-
-        def run(arrays):
-            x = arrays[0]
-            return unique(x, _axis(node, attrs, x.ndim), sort)
-
-        def types(in_types, dim):
-            dtype, shape = typed(in_types)
-            axis = _axis(node, attrs, len(shape))
-            d = Dim.named(dim)
-            if axis is None:
-                return [(dtype, (d,)), ("int64", (d,)), ("int64", (_numel(shape),)), ("int64", (d,))], \
-                    _numel(shape)
-            values = tuple(d if a == axis else s for a, s in enumerate(shape))
-            return [(dtype, values), ("int64", (d,)), ("int64", (shape[axis],)), ("int64", (d,))], shape[axis]
-    else:
-        raise Error(f"{where}: no host implementation")
-    return HostOp(name, op, list(node.input), list(node.output), run, types)
+    return HostOp(label, node.op_type, list(node.input), list(node.output), attrs)
 
 
 # -- cutting a model -------------------------------------------------------------------------------------

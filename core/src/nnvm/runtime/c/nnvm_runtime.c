@@ -22,6 +22,9 @@
  * vector. nnvm_module_run_shaped binds the dims from the inputs' shapes with the sentences of Python's
  * DimSignature.bind, evaluates the outputs' shapes and every tensor's bytes (never above the planned
  * ones), and calls nnvm_model_execute_shaped in an arena of the one plan, made for the upper bounds.
+ *
+ * A staged module (a model cut at data-dependent nodes, nnvm/runtime/staged_file.py) is refused in one
+ * sentence naming its first host node: its host ops run in Python (nnvm.load), not here.
  */
 #define _GNU_SOURCE
 #define _FILE_OFFSET_BITS 64 /* models over 2 GiB on 32-bit Arm */
@@ -224,6 +227,25 @@ static uint64_t le(const unsigned char *p, int n) {
   return v;
 }
 
+/* A staged module (nnvm/runtime/staged_file.py: magic "NNVMSTG\0", then its version, CRC, description
+ * size, note size, and the note naming its first host node as "name (Op)") runs numpy between its
+ * compiled stages, which this runtime does not do: 1 with one sentence naming the node, else 0. */
+static int refuse_staged(FILE *f, const char *path) {
+  unsigned char prefix[32];
+  char note[256];
+  if (fread(prefix, 1, sizeof prefix, f) != sizeof prefix || memcmp(prefix, "NNVMSTG\0", 8) != 0) return 0;
+  size_t n = (size_t)le(prefix + 24, 4);
+  if (n >= sizeof note) n = sizeof note - 1;
+  n = fread(note, 1, n, f);
+  note[n] = 0;
+  for (size_t i = 0; i < n; i++)
+    if (note[i] < 32 || note[i] > 126) note[i] = '?';
+  set_error("%s: node %s has an output shape decided at run time and runs on the host between the "
+            "module's compiled stages, which the C runtime does not do; run this file from Python "
+            "(nnvm.load or nnvm run)", path, n ? note : "?");
+  return 1;
+}
+
 /* The footer, the ELF header and the checksum, before any code is loaded; 0 or -1 (error set). */
 static int check_file(const char *path) {
   FILE *f = fopen(path, "rb");
@@ -233,6 +255,7 @@ static int check_file(const char *path) {
   }
   int rc = -1;
   unsigned char foot[FOOTER_BYTES], head[20];
+  if (refuse_staged(f, path)) goto out;
   if (fseeko(f, 0, SEEK_END) != 0) goto out;
   off_t end = ftello(f);
   if (end < FOOTER_BYTES + 64) {
