@@ -2,17 +2,19 @@
 
     uv run python bench/datadep.py [--threads 1] [--repeat 30] [--rounds 5]
 
-Three models, built here with seeded data and cached in ``~/.cache/nnvm/bench/datadep``:
+Five models, built here with seeded data and cached in ``~/.cache/nnvm/bench/datadep``:
 ``mask_select`` (``nnvm_testing.frontend_onnx.shape_models.mask_select``: 2000 boxes, about half selected,
 ``Greater -> NonZero -> Transpose -> GatherND`` and arithmetic), ``topk_k`` (``x`` [64, 2048], ``k`` a graph
 input, 16: ``TopK`` on the host, then arithmetic) and ``range_gather`` (a length computed from a mask,
-``Range(0, sum(mask))``, rows of a [4096, 64] table gathered and scaled). ``mask_select``'s ``count`` and
-``range_gather``'s ``range_0`` are bounded to 4096 (an export plans memory for the upper bounds). Each is
-compiled once by ``nnvm.compile`` (a ``StagedModule``), checked against onnxruntime, exported
-(``mod.export``, one staged file) and loaded back (``nnvm.load``, checked bit-equal to the in-process
-module); the three timed in blocks of their own, alternated (``nnvm.bench.blocks_ms``); printed: medians
-(ms), the ratios nnvm / onnxruntime and loaded file / in-process module, and the load average before and
-after.
+``Range(0, sum(mask))``, rows of a [4096, 64] table gathered and scaled); at a realistic size,
+``nonzero_image`` (``Greater(x, 1) -> NonZero -> Transpose -> GatherND`` over ``x`` [1, 3, 224, 224],
+about 16% selected) and ``topk_scores`` (``TopK`` of k = 100, a graph input, over 5000 scores).
+``mask_select``'s ``count`` and ``range_gather``'s ``range_0`` are bounded to 4096 (an export plans
+memory for the upper bounds). Each is compiled once by ``nnvm.compile`` (a ``StagedModule``), checked
+against onnxruntime, exported (``mod.export``, one staged file) and loaded back (``nnvm.load``, checked
+bit-equal to the in-process module); the three timed in blocks of their own, alternated
+(``nnvm.bench.blocks_ms``); printed: medians (ms), the ratios nnvm / onnxruntime and loaded file /
+in-process module, and the load average before and after.
 """
 
 from __future__ import annotations
@@ -54,6 +56,31 @@ def _models():
     mask = (rng.random(4096) < 0.25).astype(np.int64)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     out["range_gather"] = (model, {"mask": mask})
+    # at a realistic size: a NonZero over an image-sized mask, a TopK of 100 over a detector's scores
+    nodes = [helper.make_node("Greater", ["x", "one"], ["mask"]),
+             helper.make_node("NonZero", ["mask"], ["nz"]),
+             helper.make_node("Transpose", ["nz"], ["idx"], perm=[1, 0]),
+             helper.make_node("GatherND", ["x", "idx"], ["picked"]),
+             helper.make_node("Mul", ["picked", "two"], ["y"])]
+    graph = helper.make_graph(nodes, "nonzero_image",
+                              [helper.make_tensor_value_info("x", T.FLOAT, [1, 3, 224, 224])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None),
+                               helper.make_tensor_value_info("nz", T.INT64, None)],
+                              [helper.make_tensor("one", T.FLOAT, [], [1.0]),
+                               helper.make_tensor("two", T.FLOAT, [], [2.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    out["nonzero_image"] = (model, {"x": rng.standard_normal((1, 3, 224, 224)).astype(np.float32)})
+    nodes = [helper.make_node("TopK", ["scores", "k"], ["v", "i"], axis=1),
+             helper.make_node("Mul", ["v", "two"], ["y"])]
+    graph = helper.make_graph(nodes, "topk_scores",
+                              [helper.make_tensor_value_info("scores", T.FLOAT, [1, 5000]),
+                               helper.make_tensor_value_info("k", T.INT64, [1])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None),
+                               helper.make_tensor_value_info("i", T.INT64, None)],
+                              [helper.make_tensor("two", T.FLOAT, [], [2.0])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    out["topk_scores"] = (model, {"scores": rng.random((1, 5000)).astype(np.float32),
+                                  "k": np.array([100], np.int64)})
     return out
 
 
