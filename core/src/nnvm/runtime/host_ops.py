@@ -63,8 +63,10 @@ def _topk_screened(key: np.ndarray, k: int) -> np.ndarray | None:
     if t.dtype.kind == "f" and np.isnan(low).any():
         return None
     flat = np.flatnonzero(key <= t[:, None])
-    row = flat // n
     order = np.argsort(key.reshape(-1)[flat], kind="stable")  # ties keep their index order
+    if rows == 1:
+        return flat[order[:k]][None]
+    row = flat // n
     row = row.astype(np.uint16 if rows <= 1 << 16 else np.int64)  # radix-sorted when 16 bits
     order = order[np.argsort(row[order], kind="stable")]  # by row, each row's keys still in order
     starts = np.zeros(rows, np.int64)
@@ -76,15 +78,13 @@ def topk(x: np.ndarray, k: int, axis: int, largest: bool) -> list:
     """ONNX ``TopK``: the k largest (smallest) along ``axis``, ties to the lower index, sorted. A
     screen (``_topk_screened``) or a partition picks the k, so only they are sorted, not the whole axis
     (onnxruntime's way)."""
-    key = np.moveaxis(_descending_key(x) if largest else x, axis, -1)
+    last = axis == x.ndim - 1  # the common case, and moveaxis costs more than a small TopK's sort
+    key = _descending_key(x) if largest else x
+    key = key if last else np.moveaxis(key, axis, -1)
     n = key.shape[-1]
-    order = None
-    if 0 < k and n >= 8 * k and key.size:
-        order = _topk_screened(key.reshape(-1, n), k)
-        if order is not None:
-            order = order.reshape(key.shape[:-1] + (k,))
+    order = _topk_screened(key.reshape(-1, n), k) if 0 < k and n >= 8 * k and key.size else None
     if order is not None:
-        pass
+        order = order.reshape(key.shape[:-1] + (k,))
     elif 0 < k < n:
         picked = np.argpartition(key, k - 1, axis=-1)[..., :k]  # the k smallest keys, ties cut anyhow
         kth = np.take_along_axis(key, picked, -1).max(axis=-1, keepdims=True)
@@ -100,8 +100,8 @@ def topk(x: np.ndarray, k: int, axis: int, largest: bool) -> list:
                                                       kind="stable"), -1)
     else:
         order = np.argsort(key, axis=-1, kind="stable")[..., :k]
-    index = np.moveaxis(order, -1, axis)
-    return [np.take_along_axis(x, index, axis), index.astype(np.int64)]
+    index = order if last else np.moveaxis(order, -1, axis)
+    return [np.take_along_axis(x, index, axis), index.astype(np.int64, copy=False)]
 
 
 def arange(start, limit, delta) -> np.ndarray:
