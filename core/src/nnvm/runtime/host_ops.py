@@ -20,7 +20,20 @@ from nnvm.graph.dims import Dim
 
 
 def nonzero(x: np.ndarray) -> np.ndarray:
-    return np.asarray(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+    """ONNX ``NonZero``: [rank, count] int64 indices in row-major order, from the flat positions divided
+    down axis by axis (in int32 where they fit): numpy's ``nonzero`` of a rank-4 array is ~5x slower."""
+    x = np.asarray(x)
+    if x.ndim == 0:  # onnxruntime's answer: a scalar as one element, [1, 0 or 1]
+        x = x.reshape(1)
+    flat = np.flatnonzero(x)
+    out = np.empty((x.ndim, flat.size), np.int64)
+    rest = flat.astype(np.int32) if x.size < 2**31 else flat
+    for axis in range(x.ndim - 1, 0, -1):
+        q = rest // x.shape[axis]
+        np.subtract(rest, q * x.shape[axis], out=out[axis])
+        rest = q
+    out[0] = rest
+    return out
 
 
 def unique(x: np.ndarray, axis: int | None, sort: bool) -> list:
