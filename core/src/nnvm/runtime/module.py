@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 import shutil
 import sys
@@ -347,7 +348,7 @@ class _Workspace:
         ``RECYCLE_MIN_BYTES``, a view of a buffer an earlier run handed out and its holders have since
         dropped (``_copy_out``'s reasons: a fresh one is page-faulted in by the kernel's stores), sized
         for the plan's bucket so every binding it serves fits."""
-        nbytes = dtype.itemsize * int(np.prod(shape))
+        nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < RECYCLE_MIN_BYTES:
             return np.empty(shape, dtype)
         kept = self.recycled.setdefault(("in place", i), [])  # flat bytes, apart from _copy_out's
@@ -402,7 +403,7 @@ class _Workspace:
 
 
 def _arena_view(arena: np.ndarray, dtype: np.dtype, shape: tuple, offset: int) -> np.ndarray:
-    count = int(np.prod(shape)) if len(shape) else 1
+    count = math.prod(shape)
     return np.frombuffer(arena, dtype=dtype, count=count, offset=offset).reshape(shape)
 
 
