@@ -307,6 +307,76 @@ def test_host_topk_matches_onnxruntime_on_ties_ranks_and_dtypes():
             assert np.array_equal(g, w), f"TopK of {x} along {axis}, k={k}, largest={largest}: {g} != {w}"
 
 
+def _topk_model(shape, elem, axis, largest):
+    return _model([helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)],
+                  [_vi("x", elem, list(shape)), _vi("k", T.INT64, [1])],
+                  [_vi("v", elem, None), _vi("i", T.INT64, None)])
+
+
+def test_host_topk_screened_long_rows_match_onnxruntime():
+    """Long rows (at least 8k keys: the screen by folded group minima, then a sort of the candidates)
+    against onnxruntime: ties everywhere (a few distinct values), signed zeros, one row or many, the last
+    axis or another, four dtypes, k from 1 to an eighth of the axis."""
+    from nnvm.runtime.host_ops import topk
+
+    rng = np.random.default_rng(24)
+    for trial in range(24):
+        n = int(rng.integers(40, 700))
+        rows = [1, 1, 3, 17][trial % 4]
+        axis = int(rng.integers(0, 2)) if trial % 3 == 0 else 1
+        shape = (rows, n) if axis == 1 else (n, rows)
+        k, largest = int(rng.integers(1, n // 8 + 1)), int(rng.integers(0, 2))
+        dtype = [np.float32, np.int64, np.int32, np.uint8][trial % 4]
+        x = rng.integers(0, [3, 9, 200][trial % 3], shape).astype(dtype)
+        if dtype == np.float32:
+            x *= np.where(rng.random(shape) < 0.5, -1, 1).astype(np.float32)  # -0.0 ties 0.0
+        model = _topk_model(shape, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), axis, largest)
+        want = run_onnxruntime(model, {"x": x, "k": np.array([k], np.int64)})
+        got = topk(x, k, axis, bool(largest))
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and np.array_equal(g, w), f"TopK of {shape} along {axis}, k={k}, " \
+                                                               f"largest={largest}, {dtype.__name__}"
+
+
+def test_host_topk_k_zero_and_a_row_with_nan():
+    """k = 0 gives empty outputs as onnxruntime does; a row holding a NaN (which the screen cannot order)
+    is answered by the partition, NaN last as numpy's stable sort puts it (onnxruntime's own order of NaN
+    differs run to run of its heap and is no reference)."""
+    from nnvm.runtime.host_ops import topk
+
+    x = np.random.default_rng(5).standard_normal((2, 64)).astype(np.float32)
+    want = run_onnxruntime(_topk_model(x.shape, T.FLOAT, 1, 1), {"x": x, "k": np.array([0], np.int64)})
+    for g, w in zip(topk(x, 0, 1, True), want):
+        assert g.shape == w.shape == (2, 0) and g.dtype == w.dtype
+    x[1, [3, 40]] = np.nan
+    for largest in (True, False):
+        values, index = topk(x, 6, 1, largest)
+        order = np.argsort(-x if largest else x, axis=1, kind="stable")[:, :6]
+        assert np.array_equal(index, order) and np.array_equal(values, np.take_along_axis(x, order, 1))
+
+
+def test_host_nonzero_matches_onnxruntime_ranks_empty_and_scalar():
+    """The host NonZero (flat positions divided down per axis) against onnxruntime: ranks 0 to 5, all
+    zeros, a dim of size 0, four dtypes, NaN counted as nonzero and -0.0 as zero."""
+    from nnvm.runtime.host_ops import nonzero
+
+    rng = np.random.default_rng(11)
+    cases = [np.float32(0), np.float32(2), np.zeros((3, 4), np.float32), np.ones((2, 0, 3), np.int64),
+             np.array([0.0, -0.0, np.nan, 1.0], np.float32)]
+    for trial in range(12):
+        shape = tuple(int(d) for d in rng.integers(1, 6, trial % 5 + 1))
+        values = rng.integers(0, 3, shape) * (rng.random(shape) < 0.4)
+        cases.append(values.astype([np.float32, np.int64, np.uint8, bool][trial % 4]))
+    for x in cases:
+        x = np.asarray(x)
+        elem = helper.np_dtype_to_tensor_dtype(x.dtype)
+        model = _model([helper.make_node("NonZero", ["x"], ["y"])], [_vi("x", elem, list(x.shape))],
+                       [_vi("y", T.INT64, None)])
+        want = run_onnxruntime(model, {"x": x})[0]
+        got = nonzero(x)
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want), x.shape
+
+
 def test_a_bound_naming_no_dim_is_one_sentence():
     with pytest.raises(InputError, match=r"^bounds= names 'bogus', which is no symbolic dim of the model's "
                                          r"inputs \(dims: count, nonzero_0\)$"):
