@@ -81,6 +81,8 @@ class Stages:
         self._seconds = seconds
         self._lock = threading.Lock()
         self._last: dict = {}  # fresh dim -> its value in the latest run
+        # each compiled stage's inputs in its module's order, read once: a run passes them positionally
+        self._wiring = [None if isinstance(s, HostStage) else list(s.module.input_names) for s in stages]
 
     @property
     def dims(self) -> list:
@@ -102,17 +104,15 @@ class Stages:
         if missing:
             raise InputError(f"missing input {missing[0]!r}")
         env = dict(self._constants)
-        env.update({k: np.asarray(v) for k, v in given.items()})
-        for stage in self._stages:
-            if isinstance(stage, HostStage):
+        env.update({k: v if isinstance(v, np.ndarray) else np.asarray(v) for k, v in given.items()})
+        for stage, names in zip(self._stages, self._wiring):
+            if names is None:
                 op = stage.op
                 results = op.run([env.get(v) if v else None for v in op.inputs])
                 env.update((v, r) for v, r in zip(op.outputs, results) if v)
                 self._check_fresh(stage, results)
-            else:
-                mod = stage.module
-                outs = mod.run(**{n: env[n] for n in mod.input_names})
-                env.update(zip(stage.outputs, outs))
+            else:  # a stage's arrays go in as they came out of the last, never copied here
+                env.update(zip(stage.outputs, stage.module.run(*[env[n] for n in names])))
         return [env[name] for name in self.output_names]
 
     __call__ = run
