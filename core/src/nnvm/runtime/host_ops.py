@@ -59,11 +59,12 @@ def _descending_key(x: np.ndarray) -> np.ndarray:
 
 
 def _topk_screened(key: np.ndarray, k: int) -> np.ndarray | None:
-    """The k smallest keys' indices per row of the 2-D ``key``, in order (ties to the lower index), from
+    """The k smallest keys per row of the 2-D ``key``, in order (ties to the lower index), from
     a screen: the first ``k * 2**p`` keys of a row folded by halves into 4k-8k groups, the k-th smallest
     group minimum ``t`` has at least k keys at or below it, so only those (a few per cent of a row) are
     sorted instead of partitioning the row, which alone costs more than onnxruntime's whole TopK (its
-    reductions along an axis are slower still than these halvings). None where a row holds a NaN."""
+    reductions along an axis are slower still than these halvings). The picks come back as positions in
+    ``key`` flattened, [rows, k]; None where a row holds a NaN."""
     rows, n = key.shape
     width = k
     while 2 * width <= n:
@@ -78,13 +79,13 @@ def _topk_screened(key: np.ndarray, k: int) -> np.ndarray | None:
     flat = np.flatnonzero(key <= t[:, None])
     order = np.argsort(key.reshape(-1)[flat], kind="stable")  # ties keep their index order
     if rows == 1:
-        return flat[order[:k]][None]
+        return flat[order[:k]].reshape(1, k)
     row = flat // n
     row = row.astype(np.uint16 if rows <= 1 << 16 else np.int64)  # radix-sorted when 16 bits
     order = order[np.argsort(row[order], kind="stable")]  # by row, each row's keys still in order
     starts = np.zeros(rows, np.int64)
     np.cumsum(np.bincount(row, minlength=rows)[:-1], out=starts[1:])
-    return flat[order[starts[:, None] + np.arange(k)]] - np.arange(rows)[:, None] * n
+    return flat[order[starts[:, None] + np.arange(k)]]
 
 
 def topk(x: np.ndarray, k: int, axis: int, largest: bool) -> list:
@@ -95,10 +96,15 @@ def topk(x: np.ndarray, k: int, axis: int, largest: bool) -> list:
     key = _descending_key(x) if largest else x
     key = key if last else np.moveaxis(key, axis, -1)
     n = key.shape[-1]
-    order = _topk_screened(key.reshape(-1, n), k) if 0 < k and n >= 8 * k and key.size else None
-    if order is not None:
-        order = order.reshape(key.shape[:-1] + (k,))
-    elif 0 < k < n:
+    flat = _topk_screened(key.reshape(-1, n), k) if 0 < k and n >= 8 * k and key.size else None
+    if flat is not None:  # the values read at the same flat positions, no take_along_axis
+        rows = flat.shape[0]
+        values = (x if last else np.moveaxis(x, axis, -1)).reshape(-1)[flat].reshape(key.shape[:-1] + (k,))
+        index = (flat - np.arange(0, rows * n, n)[:, None] if rows > 1 else flat).reshape(values.shape)
+        if not last:
+            values, index = np.moveaxis(values, -1, axis), np.moveaxis(index, -1, axis)
+        return [values, index.astype(np.int64, copy=False)]
+    if 0 < k < n:
         picked = np.argpartition(key, k - 1, axis=-1)[..., :k]  # the k smallest keys, ties cut anyhow
         kth = np.take_along_axis(key, picked, -1).max(axis=-1, keepdims=True)
         tied = key == kth
