@@ -356,13 +356,16 @@ def test_host_topk_k_zero_and_a_row_with_nan():
 
 
 def test_host_nonzero_matches_onnxruntime_ranks_empty_and_scalar():
-    """The host NonZero (flat positions divided down per axis) against onnxruntime: ranks 0 to 5, all
-    zeros, a dim of size 0, four dtypes, NaN counted as nonzero and -0.0 as zero."""
+    """The host NonZero (flat positions divided down per axis from 1025 elements) against onnxruntime:
+    ranks 0 to 5, small and large, all zeros, a dim of size 0, four dtypes, NaN counted as nonzero and
+    -0.0 as zero."""
     from nnvm.runtime.host_ops import nonzero
 
     rng = np.random.default_rng(11)
     cases = [np.float32(0), np.float32(2), np.zeros((3, 4), np.float32), np.ones((2, 0, 3), np.int64),
-             np.array([0.0, -0.0, np.nan, 1.0], np.float32)]
+             np.array([0.0, -0.0, np.nan, 1.0], np.float32), np.zeros((1, 3, 24, 24), bool),
+             rng.random((1, 3, 24, 24)) < 0.3,
+             (rng.random((7, 40, 9)) * (rng.random((7, 40, 9)) < 0.5)).astype(np.float32)]
     for trial in range(12):
         shape = tuple(int(d) for d in rng.integers(1, 6, trial % 5 + 1))
         values = rng.integers(0, 3, shape) * (rng.random(shape) < 0.4)

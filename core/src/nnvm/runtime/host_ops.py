@@ -23,8 +23,10 @@ def nonzero(x: np.ndarray) -> np.ndarray:
     """ONNX ``NonZero``: [rank, count] int64 indices in row-major order, from the flat positions divided
     down axis by axis (in int32 where they fit): numpy's ``nonzero`` of a rank-4 array is ~5x slower."""
     x = np.asarray(x)
-    if x.ndim == 0:  # onnxruntime's answer: a scalar as one element, [1, 0 or 1]
-        x = x.reshape(1)
+    if x.ndim <= 1:  # a scalar as one element, [1, 0 or 1], as onnxruntime answers it
+        return np.flatnonzero(x).astype(np.int64, copy=False).reshape(1, -1)
+    if x.size <= 1024:  # numpy's fewer calls win on a small array
+        return np.asarray(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
     flat = np.flatnonzero(x)
     out = np.empty((x.ndim, flat.size), np.int64)
     rest = flat.astype(np.int32) if x.size < 2**31 else flat
