@@ -132,7 +132,10 @@ def arange(start, limit, delta) -> np.ndarray:
         n = -((int(start) - int(limit)) // int(delta))
     else:
         n = math.ceil(float(np.asarray(limit - start, dtype=dtype)) / float(delta))
-    return (start + np.arange(max(n, 0), dtype=dtype) * delta).astype(dtype)
+    out = np.arange(max(n, 0), dtype=dtype)  # in place: the same roundings, no temporaries
+    out *= delta
+    out += start
+    return out
 
 
 # -- the registry: each operator's run and output types, given its attributes -----------------------------
@@ -191,7 +194,8 @@ def _range_run(where, attrs, arrays):
     start, limit, delta = (np.asarray(a).reshape(()) for a in arrays[:3])
     if delta == 0:
         raise InputError(f"{where}: delta is 0")
-    return [arange(start, limit.astype(start.dtype), delta.astype(start.dtype))]
+    dtype = start.dtype
+    return [arange(start, limit.astype(dtype, copy=False), delta.astype(dtype, copy=False))]
 
 
 def _range_types(where, attrs, in_types, dim):
