@@ -64,7 +64,7 @@ def _topk_screened(key: np.ndarray, k: int) -> np.ndarray | None:
     """The k smallest keys per row of the 2-D ``key``, in order (ties to the lower index), from
     a screen: the first ``k * 2**p`` keys of a row folded by halves into 4k-8k groups, the k-th smallest
     group minimum ``t`` has at least k keys at or below it, so only those (a few per cent of a row) are
-    sorted instead of partitioning the row, which alone costs more than onnxruntime's whole TopK (its
+    sorted instead of partitioning the row, which alone costs more than onnxruntime's whole TopK (numpy's
     reductions along an axis are slower still than these halvings). The picks come back as positions in
     ``key`` flattened, [rows, k]; None where a row holds a NaN."""
     rows, n = key.shape
