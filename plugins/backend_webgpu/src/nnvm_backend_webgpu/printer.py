@@ -34,7 +34,7 @@ class WGSLPrinter(CPrinter):
 
     # -- kernels ----------------------------------------------------------------------------------
     def kernel(self, func) -> str:
-        self._globals, self._kernel, self._shared_bytes, self._folded = [], func.name, 0, 0
+        self._globals, self._kernel, self._shared_bytes, self._folded, self._fold_y = [], func.name, 0, 0, False
         self._packed = {func.params[i]: words for i, words, _ in func.attrs.get("packed", [])}
         written: set = set()
         walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, S.Store) else None)
@@ -46,13 +46,17 @@ class WGSLPrinter(CPrinter):
         launch = func.attrs.get("launch", {})
         size, grid = ([launch.get(f"{k}.{d}", 1) for d in "xyz"] for k in ("threadIdx", "blockIdx"))
         self._folded = grid[0] if wgsl.fold_grid(grid) != grid else bool(launch.get("fold"))  # x + y * FOLD
+        self._fold_y = launch.get("fold") == "y"  # y + z * FOLD (wgsl.fold_at_run)
         params = [p for b, p in zip(func.params, params) if b not in self._packed]
         params += [f"{self._kernel}_packed: array<u32>"] if self._packed else []  # wgsl.pack_plan
         for value, limit, what in wgsl.launch_needs(size, grid, len(params)):
             self._check(value, limit, what)
-        self._globals += [f"@group(0) @binding({i}) var<storage, read_write> {p};"
-                          for i, p in enumerate(params)]
-        return wgsl.entry_point(func.name, size, self._folded)
+        # read-only: the dims under a folded kernel's guard, which a barrier needs uniform (the plugin's
+        # _fold_at_run); the others stay read_write, as one arena may be bound twice
+        read_only = set(func.attrs.get("read_only", ()))
+        self._globals += [f"@group(0) @binding({i}) var<storage, {'read' if i in read_only else 'read_write'}> "
+                          f"{p};" for i, p in enumerate(params)]
+        return wgsl.entry_point(func.name, size, self._folded and not self._fold_y)
 
     def _check(self, value: int, limit: str, what: str) -> None:
         if value > self.limits[limit]:
@@ -68,7 +72,9 @@ class WGSLPrinter(CPrinter):
         return f"{name}: array<{WIDE.get(buffer.dtype, self.type_name(buffer.dtype))}>"
 
     def thread_index(self, tag: str) -> str:
-        if tag == "blockIdx.x" and self._folded:
+        if tag == "blockIdx.y" and self._fold_y:
+            return f"(nnvm_gid.y + nnvm_gid.z * {wgsl.FOLD}u)"
+        if tag == "blockIdx.x" and self._folded and not self._fold_y:
             return f"(nnvm_gid.x + nnvm_gid.y * {wgsl.FOLD}u)"
         kind, dim = tag.split(".")
         return f"{'nnvm_gid' if kind == 'blockIdx' else 'nnvm_tid'}.{dim}"

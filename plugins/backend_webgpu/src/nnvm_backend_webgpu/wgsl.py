@@ -32,12 +32,26 @@ def fold_grid(grid: list) -> list:
     return list(grid)
 
 
-def fold_at_run(grid: list) -> list:
+def fold_at_run(grid: list, fold: bool | str = True) -> list:
     """The workgroups a launch folded at run time dispatches for its bound ``grid``: a grid of symbolic
-    dims along x only, marked ``fold`` in its launch table (the plugin's ``_fold_at_run``), whose kernel
-    reads its workgroup's index as ``x + y * FOLD`` and guards it by the grid's x; up to 65535
-    workgroups y is 0 and the kernel is the unfolded one."""
+    dims along one axis, marked ``fold`` in its launch table (the plugin's ``_fold_at_run``): ``True``, x
+    folded into y (the next axis must be 1), the kernel reading its workgroup's x index as ``x + y * FOLD``;
+    ``"y"``, y folded into z (``y + z * FOLD``, z one). Each kernel guards its body by the grid's extent;
+    up to 65535 workgroups the folded axis is 1 and the kernel is the unfolded one."""
+    if fold == "y":
+        return [grid[0], FOLD, -(-grid[1] // FOLD)] if grid[1] > FOLD else grid
     return [FOLD, -(-grid[0] // FOLD), 1] if grid[0] > FOLD else grid
+
+
+def dims_binding(params: list, temporaries: list, packed: list) -> int:
+    """The binding of a function's kernels that holds the symbolic dims (its last parameter): their own,
+    or the packed one (``pack_plan``) where they are packed. Bindings are the unpacked parameters, the
+    temporaries, then the packed binding, as the printer declares them."""
+    last = len(params) - 1
+    bound = len(params) + len(temporaries) - len(packed)
+    if any(i == last for i, _, _ in packed):
+        return bound
+    return last - sum(1 for i, _, _ in packed if i < last)
 
 
 def pack_plan(params: list, temporaries: list) -> list:
