@@ -307,19 +307,19 @@ def test_gpt2_with_an_empty_then_a_filled_kv_cache_runs_in_deno(tmp_path):
 
 
 def test_a_folder_of_a_later_version_is_refused_in_one_sentence(symbolic_encoder, tmp_path):
-    """Bound folders stay version 1 and symbolic ones are 2: a version past both is one sentence, from
-    Python and from nnvm-webgpu.js."""
+    """Bound folders stay version 1, symbolic ones 2, and ones with read-only bindings 3: a version past
+    them is one sentence, from Python and from nnvm-webgpu.js."""
     _, _, folder = symbolic_encoder
     later = tmp_path / "later.webgpu"
     shutil.copytree(folder, later)
     manifest = json.loads((later / "manifest.json").read_text())
-    (later / "manifest.json").write_text(json.dumps({**manifest, "version": 3}))
-    with pytest.raises(nnvm.ModelLoadError, match=r"folder version 3 is not supported \(expects 1 to 2\)"):
+    (later / "manifest.json").write_text(json.dumps({**manifest, "version": 4}))
+    with pytest.raises(nnvm.ModelLoadError, match=r"folder version 4 is not supported \(expects 1 to 3\)"):
         nnvm.load(str(later))
     proc, _ = _deno_run(later, encoder_feeds(1, 2), tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.strip().endswith("is not an nnvm WebGPU model of version 1 to 2 "
-                                        "(got nnvm-webgpu-web 3)")
+    assert proc.stderr.strip().endswith("is not an nnvm WebGPU model of version 1 to 3 "
+                                        "(got nnvm-webgpu-web 4)")
 
 
 def test_a_requirement_of_the_model_is_checked_in_deno_as_in_python(tmp_path):

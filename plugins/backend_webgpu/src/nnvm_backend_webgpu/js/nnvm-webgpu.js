@@ -17,7 +17,8 @@
 // evaluates each launch's grid (a size term of the dims) and each output's shape (a shape program).
 
 const FORMAT = "nnvm-webgpu-web";
-const VERSION = 2; // 1: bound shapes only; 2: also symbolic dims (a bound module is still written as 1)
+const VERSION = 3; // 1: bound shapes only; 2: also symbolic dims; 3: also read-only bindings and grids folding y
+// (web.py writes the lowest version a folder needs)
 const FOLD = 65535; // workgroups along x past this fold into y (wgsl.py's FOLD)
 
 const ARRAYS = {
@@ -210,11 +211,13 @@ export class Model {
         resources = resources.filter((_, i) => !skip.has(i)).concat([{ buffer: pack }]);
       }
       for (const launch of table.launches) {
-        if (!pipelines.has(launch.kernel)) pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length));
+        if (!pipelines.has(launch.kernel)) {
+          pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length, launch.read_only ?? []));
+        }
         const { pipeline, layout } = pipelines.get(launch.kernel);
         const entries = resources.map((resource, binding) => ({ binding, resource }));
         this.launches.push({ pipeline, group: device.createBindGroup({ layout, entries }), grid: launch.grid,
-                             fold: Boolean(launch.fold), copies });
+                             fold: launch.fold ?? false, copies });
       }
     }
   }
@@ -237,9 +240,11 @@ export class Model {
     return { buffer: this.weights, offset: w.offset, size: round4(w.nbytes) };
   }
 
-  #pipeline(kernel, count) {
+  // `readOnly`: the bindings the kernel declares var<storage, read> (its dims, which a barrier under its
+  // fold's guard needs uniform), as WebGPU requires of the layout
+  #pipeline(kernel, count, readOnly) {
     const entries = Array.from({ length: count }, (_, binding) => (
-      { binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } }));
+      { binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: readOnly.includes(binding) ? "read-only-storage" : "storage" } }));
     const layout = this.device.createBindGroupLayout({ entries });
     const pipeline = this.device.createComputePipeline({
       layout: this.device.createPipelineLayout({ bindGroupLayouts: [layout] }),
@@ -302,6 +307,8 @@ export class Model {
     const { given, values, outShapes } = this.#bind(feeds);
     const grids = this.launches.map(({ grid, fold }) => {
       const g = this.symbolic ? grid.map((t) => Math.max(sizeValue(t, values), 1)) : grid;
+      // a grid of the dims past 65535 workgroups along one axis, folded into the next (wgsl.py's fold_at_run)
+      if (fold === "y") return g[1] > FOLD ? [g[0], FOLD, Math.ceil(g[1] / FOLD)] : g;
       return fold && g[0] > FOLD ? [FOLD, Math.ceil(g[0] / FOLD), 1] : g;
     });
     const most = device.limits.maxComputeWorkgroupsPerDimension;
