@@ -358,3 +358,25 @@ def test_grids_past_65535_workgroups_fold_in_deno(tmp_path):
     (got,) = run_in_deno(folder, feeds, tmp_path)
     err = relative_error(got, want)
     assert got.shape == want.shape and err <= 1e-4, f"bert in Deno at (8, 512): relative error {err:.2e}"
+
+
+def test_a_barrier_kernels_grid_folded_at_run_time_runs_in_deno(tmp_path):
+    """The MLP whose dense kernels (barriers, grids of ceil(N / 8) along y) fold y into z past 65535
+    workgroups, exported for the web: version 3 (read-only dims bindings), run by nnvm-webgpu.js at a small
+    N and at N = 524289 (65537 row tiles), against onnxruntime; ``nnvm.load`` runs the folder too."""
+    path, mod = gpu_symbolic.wide_mlp(tmp_path)
+    folder = tmp_path / "mlp.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["version"] == 3
+    folds = [la for t in manifest["functions"] for la in t["launches"] if la.get("fold") == "y"]
+    assert len(folds) == 2 and all(la["read_only"] for la in folds)
+    for rows in (3, gpu_symbolic.FOLD_ROWS):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        (want,) = run_onnxruntime(path, {"x": x})
+        runs = [("Deno (nnvm-webgpu.js)", run_in_deno(folder, {"x": x}, tmp_path))]
+        if rows == gpu_symbolic.FOLD_ROWS:
+            runs.append(("Python (nnvm.load of the folder)", nnvm.load(str(folder)).run(x=x)))
+        for where, (got,) in runs:
+            err = float(np.abs(got - want).max())
+            assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"{where} at N = {rows}: {err:.2e}"

@@ -5,8 +5,10 @@ against onnxruntime at several bindings; GPT-2 with its KV cache decoded step by
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import nnvm
 from nnvm_testing import gpu_symbolic
 
 TARGET = "webgpu"
@@ -66,3 +68,62 @@ def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_tim
 
 def test_exported_gpt2_decodes_step_by_step_from_an_empty_cache(tmp_path):
     gpu_symbolic.check_exported_decoder(TARGET, tmp_path)
+
+
+def _kernel_text(source: str, kernel: str) -> str:
+    """``kernel``'s bindings and entry point in the module ``source``: its lines up to its closing brace."""
+    lines = source.splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if f" {kernel}_" in ln or f"fn {kernel}(" in ln)
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}\n")
+    return "".join(lines[start:end + 1])
+
+
+def test_a_barrier_kernels_grid_of_the_dims_past_65535_folds_at_run_time(tmp_path):
+    """An MLP over [N, 4] rows (``N`` symbolic): each dense's kernel has barriers (tiles in workgroup
+    memory) and a grid of ceil(N / 8) workgroups along y. At N = 524289 that is 65537, one past what
+    WebGPU guarantees: the launch folds y into z, the kernel rebuilds its row tile from y and z, guards it
+    by the grid, and reads the dims from a read-only binding so the guard is uniform (WGSL refuses a
+    barrier under a guard on a read-write load). Both bindings, folded and not, match onnxruntime."""
+    from nnvm.gpu.library import size_value
+    from nnvm_backend_webgpu.wgsl import FOLD, fold_at_run
+    from nnvm_testing.frontend_onnx.check import run_onnxruntime
+
+    path, mod = gpu_symbolic.wide_mlp(tmp_path)
+    small = mod.specialised({"N": 5}).library
+    source = small.files["kernels.wgsl"]
+    dense = [la for t in small.tables.values() for la in t["launches"] if "dense" in la["kernel"]]
+    assert len(dense) == 2
+    for la in dense:
+        text = _kernel_text(source, la["kernel"])
+        assert "workgroupBarrier();" in text, la["kernel"]
+        assert la["fold"] == "y" and la["read_only"], la
+        (binding,) = la["read_only"]
+        assert f"@binding({binding}) var<storage, read> {la['kernel']}_nnvm_dims_:" in text
+        assert text.count("var<storage, read>") == 1  # the others stay read_write
+        assert f"(nnvm_gid.y + nnvm_gid.z * {FOLD}u)" in text
+        for rows, folded in ((5, False), (gpu_symbolic.FOLD_ROWS, True)):
+            grid = [size_value(g, {"N": rows}) for g in la["grid"]]
+            dispatched = fold_at_run(grid, la["fold"])
+            assert (dispatched != grid) == folded and max(dispatched) <= FOLD, (rows, grid, dispatched)
+    for rows in (5, gpu_symbolic.FOLD_ROWS):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        (want,) = run_onnxruntime(path, {"x": x})
+        (got,) = mod.run(x=x)
+        err = float(np.abs(got - want).max())
+        assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"MLP at N = {rows}: max error {err:.2e}"
+
+
+def test_a_grid_of_the_dims_along_z_stays_unfolded(tmp_path):
+    """A convolution over a symbolic batch has its grid of the dims along z, with x and y taken: no axis
+    to fold into, so it stays unfolded (a binding past 65535 of its workgroups is refused at launch)."""
+    import onnx
+
+    from nnvm_testing.frontend_onnx.shape_models import symbolic_batch_cnn
+
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(symbolic_batch_cnn(size=16), path)
+    mod = nnvm.compile(path, target="webgpu", shapes={"x": ("N", 3, 16, 16)}, bounds={"N": (1, 4)},
+                       tuning_log=False)
+    lib = mod.specialised({"N": 2}).library
+    convs = [la for t in lib.tables.values() for la in t["launches"] if not isinstance(la["grid"][2], int)]
+    assert convs and all("fold" not in la and "read_only" not in la for la in convs), convs

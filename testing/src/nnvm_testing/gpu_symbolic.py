@@ -375,3 +375,20 @@ def check_exported_decoder(target: str, folder, steps: int = 3) -> None:
     with pytest.raises(nnvm.InputError) as again:
         loaded.run(**feeds)
     assert str(again.value) == str(compiled.value)
+
+
+# A dense's row tiles are 8 rows a workgroup along y: this many rows need 65537 of them, past the 65535
+# WebGPU guarantees per axis (its kernel has barriers: data and weight tiles in workgroup memory).
+FOLD_ROWS = 8 * 65535 + 9
+
+
+def wide_mlp(folder) -> tuple:
+    """(onnx path, module): ``dynamic_mlp`` with 4 features, 8 hidden and 2 classes (little work per row),
+    compiled once for ``webgpu`` with ``N`` up to past ``FOLD_ROWS``."""
+    import onnx
+
+    from nnvm_testing.frontend_onnx.shape_models import dynamic_mlp
+
+    path = str(folder / "wide_mlp.onnx")
+    onnx.save(dynamic_mlp(features=4, hidden=8, classes=2), path)
+    return path, compiled_once(path, "webgpu", bounds={"N": (1, FOLD_ROWS + 7)})

@@ -34,7 +34,8 @@ class WGSLPrinter(CPrinter):
 
     # -- kernels ----------------------------------------------------------------------------------
     def kernel(self, func) -> str:
-        self._globals, self._kernel, self._shared_bytes, self._folded, self._fold_y = [], func.name, 0, 0, False
+        self._globals, self._kernel, self._shared_bytes, self._folded = [], func.name, 0, 0
+        self._fold_y = False
         self._packed = {func.params[i]: words for i, words, _ in func.attrs.get("packed", [])}
         written: set = set()
         walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, S.Store) else None)
@@ -54,8 +55,9 @@ class WGSLPrinter(CPrinter):
         # read-only: the dims under a folded kernel's guard, which a barrier needs uniform (the plugin's
         # _fold_at_run); the others stay read_write, as one arena may be bound twice
         read_only = set(func.attrs.get("read_only", ()))
-        self._globals += [f"@group(0) @binding({i}) var<storage, {'read' if i in read_only else 'read_write'}> "
-                          f"{p};" for i, p in enumerate(params)]
+        access = ["read" if i in read_only else "read_write" for i in range(len(params))]
+        self._globals += [f"@group(0) @binding({i}) var<storage, {a}> {p};"
+                          for i, (a, p) in enumerate(zip(access, params))]
         return wgsl.entry_point(func.name, size, self._folded and not self._fold_y)
 
     def _check(self, value: int, limit: str, what: str) -> None:
