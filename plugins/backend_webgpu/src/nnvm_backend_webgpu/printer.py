@@ -34,8 +34,7 @@ class WGSLPrinter(CPrinter):
 
     # -- kernels ----------------------------------------------------------------------------------
     def kernel(self, func) -> str:
-        self._globals, self._kernel, self._shared_bytes, self._folded = [], func.name, 0, 0
-        self._fold_y = False
+        self._globals, self._kernel, self._shared_bytes, self._fold = [], func.name, 0, None
         self._packed = {func.params[i]: words for i, words, _ in func.attrs.get("packed", [])}
         written: set = set()
         walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, S.Store) else None)
@@ -46,19 +45,14 @@ class WGSLPrinter(CPrinter):
     def signature(self, func, params: list) -> str:
         launch = func.attrs.get("launch", {})
         size, grid = ([launch.get(f"{k}.{d}", 1) for d in "xyz"] for k in ("threadIdx", "blockIdx"))
-        self._folded = grid[0] if wgsl.fold_grid(grid) != grid else bool(launch.get("fold"))  # x + y * FOLD
-        self._fold_y = launch.get("fold") == "y"  # y + z * FOLD (wgsl.fold_at_run)
+        static = wgsl.fold_grid(grid) != grid  # folded here; else maybe at run time (wgsl.fold_at_run)
+        self._fold = "y" if launch.get("fold") == "y" else "x" if static or launch.get("fold") else None
         params = [p for b, p in zip(func.params, params) if b not in self._packed]
         params += [f"{self._kernel}_packed: array<u32>"] if self._packed else []  # wgsl.pack_plan
         for value, limit, what in wgsl.launch_needs(size, grid, len(params)):
             self._check(value, limit, what)
-        # read-only: the dims under a folded kernel's guard, which a barrier needs uniform (the plugin's
-        # _fold_at_run); the others stay read_write, as one arena may be bound twice
-        read_only = set(func.attrs.get("read_only", ()))
-        access = ["read" if i in read_only else "read_write" for i in range(len(params))]
-        self._globals += [f"@group(0) @binding({i}) var<storage, {a}> {p};"
-                          for i, (a, p) in enumerate(zip(access, params))]
-        return wgsl.entry_point(func.name, size, self._folded and not self._fold_y)
+        self._globals += wgsl.bindings(params, func.attrs.get("read_only", ()))
+        return wgsl.entry_point(func.name, size, grid[0] if static else 0)
 
     def _check(self, value: int, limit: str, what: str) -> None:
         if value > self.limits[limit]:
@@ -74,10 +68,8 @@ class WGSLPrinter(CPrinter):
         return f"{name}: array<{WIDE.get(buffer.dtype, self.type_name(buffer.dtype))}>"
 
     def thread_index(self, tag: str) -> str:
-        if tag == "blockIdx.y" and self._fold_y:
-            return f"(nnvm_gid.y + nnvm_gid.z * {wgsl.FOLD}u)"
-        if tag == "blockIdx.x" and self._folded and not self._fold_y:
-            return f"(nnvm_gid.x + nnvm_gid.y * {wgsl.FOLD}u)"
+        if self._fold and tag == f"blockIdx.{self._fold}":
+            return wgsl.folded_index(self._fold)
         kind, dim = tag.split(".")
         return f"{'nnvm_gid' if kind == 'blockIdx' else 'nnvm_tid'}.{dim}"
 

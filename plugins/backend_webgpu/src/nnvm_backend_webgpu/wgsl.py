@@ -84,14 +84,28 @@ def launch_needs(size: list, grid: list, buffers: int) -> list:
             (buffers, "max_storage_buffers_per_shader_stage", "storage buffers")]
 
 
-def entry_point(name: str, size: list, folded: int | bool) -> str:
+def entry_point(name: str, size: list, folded: int) -> str:
     """A kernel's first lines: the compute entry point, its workgroup size and position builtins; with a
-    ``folded`` grid of that many workgroups along x, the spare workgroups return (a uniform branch); one
-    folded at run time (``True``) guards its body instead (``fold_at_run``)."""
+    grid of ``folded`` workgroups along x folded at compile time (``fold_grid``), the spare workgroups
+    return (a uniform branch). One folded at run time guards its body instead (``fold_at_run``)."""
     head = (f"@compute @workgroup_size({', '.join(map(str, size))})\nfn {name}(@builtin(workgroup_id) "
             "nnvm_gid: vec3<u32>, @builtin(local_invocation_id) nnvm_tid: vec3<u32>) {")
     guard = f"\n  if (nnvm_gid.x + nnvm_gid.y * {FOLD}u >= {folded}u) {{ return; }}"
-    return head + (guard if folded and folded is not True else "")
+    return head + (guard if folded else "")
+
+
+def folded_index(axis: str) -> str:
+    """The workgroup's index along ``axis`` ("x" or "y") of a grid folded into the next axis."""
+    return f"(nnvm_gid.{axis} + nnvm_gid.{'yz'['xy'.index(axis)]} * {FOLD}u)"
+
+
+def bindings(params: list, read_only) -> list:
+    """A kernel's storage bindings (``name: type``), in order; those in ``read_only`` (indices) declared
+    ``read``: the dims under a guard of a run-time fold, which a barrier needs uniform (WGSL counts a
+    load from a read-only module-scope variable as uniform, from a read-write one as not). The others
+    stay ``read_write``: one arena may be bound twice, and WebGPU forbids it read-only beside writable."""
+    return [f"@group(0) @binding({i}) var<storage, {'read' if i in read_only else 'read_write'}> {p};"
+            for i, p in enumerate(params)]
 
 
 SCALAR_TYPES = {"float32": "f32", "float16": "f32", "int32": "i32", "int64": "i32", "int8": "i32",
