@@ -380,3 +380,23 @@ def test_a_barrier_kernels_grid_folded_at_run_time_runs_in_deno(tmp_path):
         for where, (got,) in runs:
             err = float(np.abs(got - want).max())
             assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"{where} at N = {rows}: {err:.2e}"
+
+
+def test_a_folder_with_corrupt_read_only_bindings_is_one_sentence(tmp_path):
+    """A launch table whose read-only bindings are not a list of binding indices is refused in one
+    sentence naming the kernel, by ``nnvm.load`` and by nnvm-webgpu.js, before any layout is made."""
+    _, mod = gpu_symbolic.wide_mlp(tmp_path)
+    folder = tmp_path / "corrupt.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    launch = next(la for t in manifest["functions"] for la in t["launches"] if la.get("read_only"))
+    launch["read_only"] = "dims"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    sentence = (f"kernel {launch['kernel']}: the launch table's fold 'y' or read-only bindings 'dims' are "
+                "not ones this runtime knows")
+    with pytest.raises(nnvm.ModelLoadError, match=sentence):
+        nnvm.load(str(folder))
+    proc, _ = _deno_run(folder, {"x": np.zeros((2, 4), np.float32)}, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"nnvm: kernel {launch['kernel']}: the launch table's fold or read-only "
+                                   "bindings are not ones this runtime knows")

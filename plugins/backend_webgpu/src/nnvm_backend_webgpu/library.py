@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error, InputError
+from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.gpu.library import DeviceModule, DeviceTensor, GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.web import export_web, read_web
@@ -108,6 +108,11 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
             packed = pack_plan(table["params"], table["temporaries"])
             count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
             for launch in table["launches"]:
+                fold, read_only = launch.get("fold", True), launch.get("read_only", [])
+                if fold not in (True, "y") or not (isinstance(read_only, list) and all(
+                        isinstance(i, int) and 0 <= i < count for i in read_only)):  # a corrupt file's
+                    raise ModelLoadError(f"kernel {launch['kernel']}: the launch table's fold {fold!r} or "
+                                         f"read-only bindings {read_only!r} are not ones this runtime knows")
                 if max(g if isinstance(g, int) else 1 for g in launch["grid"]) > limits[
                         "max_compute_workgroups_per_dimension"]:  # over symbolic dims: ``launch`` checks
                     raise Error(f"kernel {launch['kernel']}: {max(launch['grid'])} workgroups along one "

@@ -211,8 +211,12 @@ export class Model {
         resources = resources.filter((_, i) => !skip.has(i)).concat([{ buffer: pack }]);
       }
       for (const launch of table.launches) {
+        const readOnly = launch.read_only ?? [];
+        if (!Array.isArray(readOnly) || ![undefined, true, "y"].includes(launch.fold)) {
+          throw new Error(`nnvm: kernel ${launch.kernel}: the launch table's fold or read-only bindings are not ones this runtime knows`);
+        }
         if (!pipelines.has(launch.kernel)) {
-          pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length, launch.read_only ?? []));
+          pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length, readOnly));
         }
         const { pipeline, layout } = pipelines.get(launch.kernel);
         const entries = resources.map((resource, binding) => ({ binding, resource }));
