@@ -20,13 +20,11 @@ from nnvm_backend_webgpu.wgsl import PACKED, WIDE
 class WGSLPrinter(CPrinter):
     """``@compute`` entry points over module-scope bindings; 32-bit values; packed small types."""
 
-    scalar_types = wgsl.SCALAR_TYPES
-    index_type = "i32"
+    scalar_types, index_type = wgsl.SCALAR_TYPES, "i32"
     reserved = CPrinter.reserved | wgsl.RESERVED
     reserved_prefixes = ("nnvm_", "atomic", "pack", "unpack", "texture", "__")
     math_names = {"round": "round", "fmax": "max", "fmin": "min", "rsqrt": "inverseSqrt", "fabs": "abs"}
-    inf_literal = "bitcast<f32>(0x7f800000u)"
-    nan_literal = "bitcast<f32>(0x7fc00000u)"
+    inf_literal, nan_literal = "nnvm_inf()", "nnvm_nan()"  # wgsl.SPECIALS
 
     def __init__(self, limits: dict | None = None):
         super().__init__()
@@ -80,6 +78,8 @@ class WGSLPrinter(CPrinter):
         return "workgroupBarrier();"
 
     def preamble(self, source: str) -> str:
+        for name, definition in wgsl.specials(source + self.helper_text()).items():
+            self.helper(name, definition)
         return self.helper_text()
 
     # -- statements -------------------------------------------------------------------------------

@@ -144,11 +144,23 @@ ERF = """fn nnvm_erf(x: f32) -> f32 {
   return select(c - 1.0f, 1.0f - c, x >= 0.0f);
 }"""
 
+# Infinity and NaN as values computed at run time: a constant expression whose value is either is a
+# shader-creation error (WGSL spec, 8.7 const-expressions; Tint refuses `-bitcast<f32>(0x7f800000u)`,
+# naga accepts it), while a value read from a ``let`` is not a constant expression.
+SPECIALS = {"nnvm_inf": "0x7f800000u", "nnvm_nan": "0x7fc00000u"}
+
+
+def specials(text: str) -> dict:
+    """``{name: definition}`` of the ``SPECIALS`` functions ``text`` calls."""
+    return {name: f"fn {name}() -> f32 {{\n  let bits = {bits};\n  return bitcast<f32>(bits);\n}}"
+            for name, bits in SPECIALS.items() if f"{name}()" in text}
+
+
 # WGSL's pow is exp2(y * log2(x)), undefined for x < 0; C's gives a real result for an integral y.
 POW = """fn nnvm_pow(x: f32, y: f32) -> f32 {
   let r = pow(abs(x), y);
   if (x >= 0.0f) { return r; }
-  if (y != trunc(y)) { return bitcast<f32>(0x7fc00000u); }
+  if (y != trunc(y)) { return nnvm_nan(); }
   return select(r, -r, (i32(y) & 1) == 1);
 }"""
 
