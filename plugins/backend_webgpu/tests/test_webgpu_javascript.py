@@ -400,3 +400,25 @@ def test_a_folder_with_corrupt_read_only_bindings_is_one_sentence(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip() == (f"nnvm: kernel {launch['kernel']}: the launch table's fold or read-only "
                                    "bindings are not ones this runtime knows")
+
+
+def test_a_folded_barrier_kernel_reading_its_dims_packed_runs_in_deno(tmp_path):
+    """A dense kernel with twelve buffers reads its dims through the packed binding: that binding is the
+    read-only one. Run by nnvm-webgpu.js and from Python past 65535 row tiles, against onnxruntime."""
+    path, mod, feeds = gpu_symbolic.packed_dense(tmp_path)
+    folder = tmp_path / "packed.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (table,) = manifest["functions"]
+    (launch,) = table["launches"]
+    count = len(table["params"]) + len(table["temporaries"]) - len(table["packed"]) + 1
+    assert table["params"][-1]["name"] == "nnvm_dims" and table["packed"][-1][0] == len(table["params"]) - 1
+    assert launch["fold"] == "y" and launch["read_only"] == [count - 1]  # the packed binding, last
+    source = (folder / "kernels.wgsl").read_text()
+    assert f"@binding({count - 1}) var<storage, read> {launch['kernel']}_packed: array<u32>;" in source
+    for rows in (3, gpu_symbolic.FOLD_ROWS):
+        (want,) = run_onnxruntime(path, feeds(rows))
+        for where, (got,) in (("Deno", run_in_deno(folder, feeds(rows), tmp_path)),
+                              ("Python", mod.run(**feeds(rows)))):
+            err = float(np.abs(got - want).max())
+            assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"{where} at N = {rows}: {err:.2e}"
