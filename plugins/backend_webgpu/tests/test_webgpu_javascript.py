@@ -404,7 +404,9 @@ def test_a_folder_with_corrupt_read_only_bindings_is_one_sentence(tmp_path):
 
 def test_a_folded_barrier_kernel_reading_its_dims_packed_runs_in_deno(tmp_path):
     """A dense kernel with twelve buffers reads its dims through the packed binding: that binding is the
-    read-only one. Run by nnvm-webgpu.js and from Python past 65535 row tiles, against onnxruntime."""
+    read-only one. Run by nnvm-webgpu.js and from Python past 65535 row tiles, against onnxruntime (the
+    JavaScript runtime gave zeros here before: its dims buffer could not be copied from, and the refused
+    submit was silent)."""
     path, mod, feeds = gpu_symbolic.packed_dense(tmp_path)
     folder = tmp_path / "packed.webgpu"
     mod.export(str(folder))
@@ -422,3 +424,8 @@ def test_a_folded_barrier_kernel_reading_its_dims_packed_runs_in_deno(tmp_path):
                               ("Python", mod.run(**feeds(rows)))):
             err = float(np.abs(got - want).max())
             assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"{where} at N = {rows}: {err:.2e}"
+    # a command WebGPU refuses (a packed copy overrunning the dims buffer) is one sentence, not zeros
+    table["packed"][-1][2] = 4096
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    proc, _ = _deno_run(folder, feeds(3), tmp_path)
+    assert proc.returncode == 1 and proc.stderr.startswith("nnvm: WebGPU refused the run: "), proc.stderr

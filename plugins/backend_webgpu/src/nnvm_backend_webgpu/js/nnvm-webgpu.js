@@ -229,7 +229,9 @@ export class Model {
   #dimBuffer(names, values) {
     const key = names.join(",");
     if (!this.dimBuffers.has(key)) {
-      const buffer = this.device.createBuffer({ size: 8 * names.length, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+      // COPY_SRC: a kernel with more than 8 buffers reads the dims packed, copied from this one
+      const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+      const buffer = this.device.createBuffer({ size: 8 * names.length, usage });
       this.dimBuffers.set(key, { names, buffer });
       this.device.queue.writeBuffer(buffer, 0, BigInt64Array.from(names, (d) => BigInt(values[d])));
     }
@@ -331,6 +333,8 @@ export class Model {
       bytes.set(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
       device.queue.writeBuffer(this.arena, d.ref.arena, bytes);
     }
+    // a command WebGPU refuses makes the whole submit do nothing: an error, never outputs left at zero
+    device.pushErrorScope("validation");
     const encoder = device.createCommandEncoder();
     let pass = null;
     this.launches.forEach(({ pipeline, group, copies }, k) => {
@@ -350,6 +354,8 @@ export class Model {
       return staging;
     });
     device.queue.submit([encoder.finish()]);
+    const refused = await device.popErrorScope();
+    if (refused) throw new Error(`nnvm: WebGPU refused the run: ${refused.message.trim().split("\n")[0]}`);
     return await Promise.all(this.plan.outputs.map(async (d, i) => {
       const Type = ARRAYS[d.dtype];
       let out;
