@@ -115,6 +115,18 @@ def test_a_barrier_kernels_grid_of_the_dims_past_65535_folds_at_run_time(tmp_pat
         assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"MLP at N = {rows}: max error {err:.2e}"
 
 
+def test_a_fold_whose_second_axis_passes_65535_too_is_refused_in_one_sentence(tmp_path):
+    """Row tiles past 65535 x 65535 fold into (x, 65535, 65536): still more than WebGPU allows, so the launch
+    is refused with the sentence an unfolded grid gets, before anything is dispatched."""
+    _, mod = gpu_symbolic.wide_mlp(tmp_path)
+    lib = mod.specialised({"N": 5}).library
+    (launch,) = next(t for t in lib.tables.values() if "dense" in t["name"])["launches"]
+    prepared = (None, None, [], launch["fold"])  # (pipeline, bind group, copies, fold): refused before use
+    with pytest.raises(nnvm.InputError, match=r"^these input shapes need 65536 workgroups along one axis, "
+                                              r"more than this WebGPU device allows \(65535\)"):
+        lib.launch(lib.new_stream(), prepared, [1, 65535 * 65536, 1], launch["block"])
+
+
 def test_a_grid_of_the_dims_along_z_stays_unfolded(tmp_path):
     """A convolution over a symbolic batch has its grid of the dims along z, with x and y taken: no axis
     to fold into, so it stays unfolded (a binding past 65535 of its workgroups is refused at launch)."""
