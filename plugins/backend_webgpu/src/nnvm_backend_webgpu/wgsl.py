@@ -37,7 +37,7 @@ def fold_at_run(grid: list, fold: bool | str = True) -> list:
     dims along one axis, marked ``fold`` in its launch table (the plugin's ``_fold_at_run``): ``True``, x
     folded into y (the next axis must be 1), the kernel reading its workgroup's x index as ``x + y * FOLD``;
     ``"y"``, y folded into z (``y + z * FOLD``, z one). Each kernel guards its body by the grid's extent;
-    up to 65535 workgroups the folded axis is 1 and the kernel is the unfolded one."""
+    up to 65535 workgroups the axis folded into is 1 (index 0) and the kernel is the unfolded one."""
     if fold == "y":
         return [grid[0], FOLD, -(-grid[1] // FOLD)] if grid[1] > FOLD else grid
     return [FOLD, -(-grid[0] // FOLD), 1] if grid[0] > FOLD else grid
