@@ -29,6 +29,8 @@
 #   4. deno from npm (its Linux binary comes in @deno/linux-x64-glibc), under
 #      ${NNVM_CACHE_DIR:-~/.cache/nnvm}/tools/deno: a JavaScript runtime with navigator.gpu, where the
 #      WebGPU backend's tests run nnvm-webgpu.js on lavapipe.
+#   5. Dawn for Node (npm webgpu, about 130 MB), under ${NNVM_CACHE_DIR:-~/.cache/nnvm}/tools/dawn: Tint,
+#      the browsers' WGSL compiler, which the WebGPU tests run on the kernels (null backend, no GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -88,4 +90,14 @@ if command -v npm >/dev/null 2>&1 && ! "$deno_dir/node_modules/.bin/deno" --vers
   say "installing deno with npm into $deno_dir"
   mkdir -p "$deno_dir"
   npm install --prefix "$deno_dir" --no-audit --no-fund --silent deno@2.9.6 >/dev/null
+fi
+
+# 5. Dawn for Node (npm `webgpu`): Tint, the browsers' WGSL compiler, which checks what naga (wgpu) does
+# not (uniformity around barriers, constant expressions); the WebGPU tests compile the kernels with it
+# on Dawn's null backend (no adapter needed), outside the checkout.
+dawn_dir="${NNVM_CACHE_DIR:-$HOME/.cache/nnvm}/tools/dawn"
+if command -v npm >/dev/null 2>&1 && [ ! -f "$dawn_dir/node_modules/webgpu/package.json" ]; then
+  say "installing Dawn for Node (webgpu) with npm into $dawn_dir"
+  mkdir -p "$dawn_dir"
+  npm install --prefix "$dawn_dir" --no-audit --no-fund --silent webgpu@0.6.2 >/dev/null
 fi

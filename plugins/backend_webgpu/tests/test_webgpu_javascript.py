@@ -307,19 +307,19 @@ def test_gpt2_with_an_empty_then_a_filled_kv_cache_runs_in_deno(tmp_path):
 
 
 def test_a_folder_of_a_later_version_is_refused_in_one_sentence(symbolic_encoder, tmp_path):
-    """Bound folders stay version 1 and symbolic ones are 2: a version past both is one sentence, from
-    Python and from nnvm-webgpu.js."""
+    """Bound folders stay version 1, symbolic ones 2, and ones with read-only bindings 3: a version past
+    them is one sentence, from Python and from nnvm-webgpu.js."""
     _, _, folder = symbolic_encoder
     later = tmp_path / "later.webgpu"
     shutil.copytree(folder, later)
     manifest = json.loads((later / "manifest.json").read_text())
-    (later / "manifest.json").write_text(json.dumps({**manifest, "version": 3}))
-    with pytest.raises(nnvm.ModelLoadError, match=r"folder version 3 is not supported \(expects 1 to 2\)"):
+    (later / "manifest.json").write_text(json.dumps({**manifest, "version": 4}))
+    with pytest.raises(nnvm.ModelLoadError, match=r"folder version 4 is not supported \(expects 1 to 3\)"):
         nnvm.load(str(later))
     proc, _ = _deno_run(later, encoder_feeds(1, 2), tmp_path)
     assert proc.returncode == 1
-    assert proc.stderr.strip().endswith("is not an nnvm WebGPU model of version 1 to 2 "
-                                        "(got nnvm-webgpu-web 3)")
+    assert proc.stderr.strip().endswith("is not an nnvm WebGPU model of version 1 to 3 "
+                                        "(got nnvm-webgpu-web 4)")
 
 
 def test_a_requirement_of_the_model_is_checked_in_deno_as_in_python(tmp_path):
@@ -358,3 +358,74 @@ def test_grids_past_65535_workgroups_fold_in_deno(tmp_path):
     (got,) = run_in_deno(folder, feeds, tmp_path)
     err = relative_error(got, want)
     assert got.shape == want.shape and err <= 1e-4, f"bert in Deno at (8, 512): relative error {err:.2e}"
+
+
+def test_a_barrier_kernels_grid_folded_at_run_time_runs_in_deno(tmp_path):
+    """The MLP whose dense kernels (barriers, grids of ceil(N / 8) along y) fold y into z past 65535
+    workgroups, exported for the web: version 3 (read-only dims bindings), run by nnvm-webgpu.js at a small
+    N and at N = 524289 (65537 row tiles), against onnxruntime; ``nnvm.load`` runs the folder too."""
+    path, mod = gpu_symbolic.wide_mlp(tmp_path)
+    folder = tmp_path / "mlp.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["version"] == 3
+    folds = [la for t in manifest["functions"] for la in t["launches"] if la.get("fold") == "y"]
+    assert len(folds) == 2 and all(la["read_only"] for la in folds)
+    for rows in (3, gpu_symbolic.FOLD_ROWS):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        (want,) = run_onnxruntime(path, {"x": x})
+        runs = [("Deno (nnvm-webgpu.js)", run_in_deno(folder, {"x": x}, tmp_path))]
+        if rows == gpu_symbolic.FOLD_ROWS:
+            runs.append(("Python (nnvm.load of the folder)", nnvm.load(str(folder)).run(x=x)))
+        for where, (got,) in runs:
+            err = float(np.abs(got - want).max())
+            assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"{where} at N = {rows}: {err:.2e}"
+
+
+def test_a_folder_with_corrupt_read_only_bindings_is_one_sentence(tmp_path):
+    """A launch table whose read-only bindings are not a list of binding indices is refused in one
+    sentence naming the kernel, by ``nnvm.load`` and by nnvm-webgpu.js, before any layout is made."""
+    _, mod = gpu_symbolic.wide_mlp(tmp_path)
+    folder = tmp_path / "corrupt.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    launch = next(la for t in manifest["functions"] for la in t["launches"] if la.get("read_only"))
+    launch["read_only"] = "dims"
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    sentence = (f"kernel {launch['kernel']}: the launch table's fold 'y' or read-only bindings 'dims' are "
+                "not ones this runtime knows")
+    with pytest.raises(nnvm.ModelLoadError, match=sentence):
+        nnvm.load(str(folder))
+    proc, _ = _deno_run(folder, {"x": np.zeros((2, 4), np.float32)}, tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"nnvm: kernel {launch['kernel']}: the launch table's fold or read-only "
+                                   "bindings are not ones this runtime knows")
+
+
+def test_a_folded_barrier_kernel_reading_its_dims_packed_runs_in_deno(tmp_path):
+    """A dense kernel with twelve buffers reads its dims through the packed binding: that binding is the
+    read-only one. Run by nnvm-webgpu.js and from Python past 65535 row tiles, against onnxruntime (the
+    JavaScript runtime gave zeros here before: its dims buffer could not be copied from, and the refused
+    submit was silent)."""
+    path, mod, feeds = gpu_symbolic.packed_dense(tmp_path)
+    folder = tmp_path / "packed.webgpu"
+    mod.export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (table,) = manifest["functions"]
+    (launch,) = table["launches"]
+    count = len(table["params"]) + len(table["temporaries"]) - len(table["packed"]) + 1
+    assert table["params"][-1]["name"] == "nnvm_dims" and table["packed"][-1][0] == len(table["params"]) - 1
+    assert launch["fold"] == "y" and launch["read_only"] == [count - 1]  # the packed binding, last
+    source = (folder / "kernels.wgsl").read_text()
+    assert f"@binding({count - 1}) var<storage, read> {launch['kernel']}_packed: array<u32>;" in source
+    for rows in (3, gpu_symbolic.FOLD_ROWS):
+        (want,) = run_onnxruntime(path, feeds(rows))
+        for where, (got,) in (("Deno", run_in_deno(folder, feeds(rows), tmp_path)),
+                              ("Python", mod.run(**feeds(rows)))):
+            err = float(np.abs(got - want).max())
+            assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"{where} at N = {rows}: {err:.2e}"
+    # a command WebGPU refuses (a packed copy overrunning the dims buffer) is one sentence, not zeros
+    table["packed"][-1][2] = 4096
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    proc, _ = _deno_run(folder, feeds(3), tmp_path)
+    assert proc.returncode == 1 and proc.stderr.startswith("nnvm: WebGPU refused the run: "), proc.stderr

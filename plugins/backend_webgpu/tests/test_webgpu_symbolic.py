@@ -5,8 +5,12 @@ against onnxruntime at several bindings; GPT-2 with its KV cache decoded step by
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
+import nnvm
 from nnvm_testing import gpu_symbolic
 
 TARGET = "webgpu"
@@ -66,3 +70,111 @@ def test_a_grid_of_the_dims_past_65535_workgroups_folds_into_two_axes_at_run_tim
 
 def test_exported_gpt2_decodes_step_by_step_from_an_empty_cache(tmp_path):
     gpu_symbolic.check_exported_decoder(TARGET, tmp_path)
+
+
+def _kernel_text(source: str, kernel: str) -> str:
+    """``kernel``'s bindings and entry point in the module ``source``: its lines up to its closing brace."""
+    lines = source.splitlines(keepends=True)
+    start = next(i for i, ln in enumerate(lines) if f" {kernel}_" in ln or f"fn {kernel}(" in ln)
+    end = next(i for i in range(start, len(lines)) if lines[i] == "}\n")
+    return "".join(lines[start:end + 1])
+
+
+def test_a_barrier_kernels_grid_of_the_dims_past_65535_folds_at_run_time(tmp_path):
+    """An MLP over [N, 4] rows (``N`` symbolic): each dense's kernel has barriers (tiles in workgroup
+    memory) and a grid of ceil(N / 8) workgroups along y. At N = 524289 that is 65537, one past what
+    WebGPU guarantees: the launch folds y into z, the kernel rebuilds its row tile from y and z, guards it
+    by the grid, and reads the dims from a read-only binding so the guard is uniform (WGSL refuses a
+    barrier under a guard on a read-write load). Both bindings, folded and not, match onnxruntime."""
+    from nnvm.gpu.library import size_value
+    from nnvm_backend_webgpu.wgsl import FOLD, fold_at_run
+    from nnvm_testing.frontend_onnx.check import run_onnxruntime
+
+    path, mod = gpu_symbolic.wide_mlp(tmp_path)
+    small = mod.specialised({"N": 5}).library
+    source = small.files["kernels.wgsl"]
+    dense = [la for t in small.tables.values() for la in t["launches"] if "dense" in la["kernel"]]
+    assert len(dense) == 2
+    for la in dense:
+        text = _kernel_text(source, la["kernel"])
+        assert "workgroupBarrier();" in text, la["kernel"]
+        assert la["fold"] == "y" and la["read_only"], la
+        (binding,) = la["read_only"]
+        assert f"@binding({binding}) var<storage, read> {la['kernel']}_nnvm_dims_:" in text
+        assert text.count("var<storage, read>") == 1  # the others stay read_write
+        assert f"(nnvm_gid.y + nnvm_gid.z * {FOLD}u)" in text
+        for rows, folded in ((5, False), (gpu_symbolic.FOLD_ROWS, True)):
+            grid = [size_value(g, {"N": rows}) for g in la["grid"]]
+            dispatched = fold_at_run(grid, la["fold"])
+            assert (dispatched != grid) == folded and max(dispatched) <= FOLD, (rows, grid, dispatched)
+    for rows in (5, gpu_symbolic.FOLD_ROWS):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        (want,) = run_onnxruntime(path, {"x": x})
+        (got,) = mod.run(x=x)
+        err = float(np.abs(got - want).max())
+        assert got.shape == want.shape == (rows, 2) and err < 1e-5, f"MLP at N = {rows}: max error {err:.2e}"
+
+
+def test_a_fold_whose_second_axis_passes_65535_too_is_refused_in_one_sentence(tmp_path):
+    """Row tiles past 65535 x 65535 fold into (x, 65535, 65536): still more than WebGPU allows, so the launch
+    is refused with the sentence an unfolded grid gets, before anything is dispatched."""
+    _, mod = gpu_symbolic.wide_mlp(tmp_path)
+    lib = mod.specialised({"N": 5}).library
+    (launch,) = next(t for t in lib.tables.values() if "dense" in t["name"])["launches"]
+    prepared = (None, None, [], launch["fold"])  # (pipeline, bind group, copies, fold): refused before use
+    with pytest.raises(nnvm.InputError, match=r"^these input shapes need 65536 workgroups along one axis, "
+                                              r"more than this WebGPU device allows \(65535\)"):
+        lib.launch(lib.new_stream(), prepared, [1, 65535 * 65536, 1], launch["block"])
+
+
+def test_a_grid_of_the_dims_along_z_stays_unfolded(tmp_path):
+    """A convolution over a symbolic batch has its grid of the dims along z, with x and y taken: no axis
+    to fold into, so it stays unfolded (a binding past 65535 of its workgroups is refused at launch)."""
+    import onnx
+
+    from nnvm_testing.frontend_onnx.shape_models import symbolic_batch_cnn
+
+    path = str(tmp_path / "cnn.onnx")
+    onnx.save(symbolic_batch_cnn(size=16), path)
+    mod = nnvm.compile(path, target="webgpu", shapes={"x": ("N", 3, 16, 16)}, bounds={"N": (1, 4)},
+                       tuning_log=False)
+    lib = mod.specialised({"N": 2}).library
+    convs = [la for t in lib.tables.values() for la in t["launches"] if not isinstance(la["grid"][2], int)]
+    assert convs and all("fold" not in la and "read_only" not in la for la in convs), convs
+
+
+def _tint(sources: dict, tmp_path) -> dict:
+    """{name: Tint's errors} for WGSL ``sources`` ({name: text}); empty where the browsers' compiler
+    accepts the module. ``make install`` puts Dawn for Node in the cache."""
+    import json
+    import shutil
+    import subprocess
+
+    from nnvm.environment import cache_dir
+
+    dawn = cache_dir() / "tools" / "dawn" / "node_modules" / "webgpu" / "index.js"
+    if not dawn.exists() or shutil.which("node") is None:
+        pytest.skip(f"Dawn for Node is not installed ({dawn}): run make install")
+    files = {name: tmp_path / f"{name}.wgsl" for name in sources}
+    for name, text in sources.items():
+        files[name].write_text(text)
+    script = Path(__file__).with_name("tint_check.mjs")
+    proc = subprocess.run(["node", str(script), str(dawn), *map(str, files.values())], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {name: errors[str(path)] for name, path in files.items()}
+
+
+def test_tint_accepts_the_folded_barrier_kernels_and_refuses_them_with_read_write_dims(tmp_path):
+    """Tint, the browsers' WGSL compiler, checks WGSL's uniformity rules (naga, wgpu's, does not): it
+    accepts the MLP's kernels (dense with barriers under the fold's guard, softmax's -inf), and refuses
+    the same module with the dims bound read_write, as it was before: the guard is then non-uniform."""
+    _, mod = gpu_symbolic.wide_mlp(tmp_path)
+    source = mod.specialised({"N": 5}).library.files["kernels.wgsl"]
+    assert source.count("var<storage, read> ") == 2
+    errors = _tint({"read_only": source, "read_write": source.replace("var<storage, read> ",
+                                                                      "var<storage, read_write> ")}, tmp_path)
+    assert errors["read_only"] == [], errors["read_only"]
+    refusal = "'workgroupBarrier' must only be called from uniform control flow"
+    assert errors["read_write"] and all(refusal in e for e in errors["read_write"]), errors["read_write"]

@@ -375,3 +375,49 @@ def check_exported_decoder(target: str, folder, steps: int = 3) -> None:
     with pytest.raises(nnvm.InputError) as again:
         loaded.run(**feeds)
     assert str(again.value) == str(compiled.value)
+
+
+# A dense's row tiles are 8 rows a workgroup along y: this many rows need 65537 of them, past the 65535
+# WebGPU guarantees per axis (its kernel has barriers: data and weight tiles in workgroup memory).
+FOLD_ROWS = 8 * 65535 + 9
+
+
+def wide_mlp(folder) -> tuple:
+    """(onnx path, module): ``dynamic_mlp`` with 4 features, 8 hidden and 2 classes (little work per row),
+    compiled once for ``webgpu`` with ``N`` up to past ``FOLD_ROWS``."""
+    import onnx
+
+    from nnvm_testing.frontend_onnx.shape_models import dynamic_mlp
+
+    path = str(folder / "wide_mlp.onnx")
+    onnx.save(dynamic_mlp(features=4, hidden=8, classes=2), path)
+    return path, compiled_once(path, "webgpu", bounds={"N": (1, FOLD_ROWS + 7)})
+
+
+def packed_dense(folder) -> tuple:
+    """(onnx path, module, feeds(rows)): a Gemm over x [N, 4] followed by seven adds and multiplies of
+    inputs [2], fused into the dense's kernel: twelve buffers, so its last read-only ones, the dims
+    among them, are read through one packed binding (``wgsl.pack_plan``); compiled once for ``webgpu``."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h0"])]
+    for i in range(1, 8):
+        nodes.append(helper.make_node("Add" if i % 2 else "Mul", [f"h{i - 1}", f"c{i}"], [f"h{i}"]))
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])]
+    inputs += [helper.make_tensor_value_info(f"c{i}", TensorProto.FLOAT, [2]) for i in range(1, 8)]
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w", (4, 2)), ("b", (2,)))]
+    graph = helper.make_graph(nodes, "nnvm_packed_dense", inputs,
+                              [helper.make_tensor_value_info("h7", TensorProto.FLOAT, ["N", 2])], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = str(folder / "packed_dense.onnx")
+    onnx.save(model, path)
+    consts = {f"c{i}": rng.uniform(0.5, 1.5, 2).astype(np.float32) for i in range(1, 8)}
+
+    def feeds(rows: int) -> dict:
+        return {"x": np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32), **consts}
+
+    return path, compiled_once(path, "webgpu", bounds={"N": (1, FOLD_ROWS + 7)}), feeds

@@ -150,7 +150,8 @@ def launch_table(program) -> dict:
         launch = k.attrs.get("launch", {})
         block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
         grid = [size_term(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
-        fold = {"fold": True} if launch.get("fold") else {}  # a backend folds this grid at run time
+        # a backend folds this grid at run time (its value says how: webgpu's True or "y")
+        fold = {"fold": launch["fold"]} if launch.get("fold") else {}
         launches.append({"kernel": k.name, "grid": grid, "block": block, **fold})
     return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
 

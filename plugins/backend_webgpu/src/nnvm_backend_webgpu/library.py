@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnvm.errors import Error, InputError
+from nnvm.errors import Error, InputError, ModelLoadError
 from nnvm.gpu.library import DeviceModule, DeviceTensor, GPUKernelLibrary
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.web import export_web, read_web
@@ -101,11 +101,18 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         self.max_workgroups = limits["max_compute_workgroups_per_dimension"]
         self.pipelines: dict = {}
         self.packed: dict = {}  # kernel -> wgsl.pack_plan of its function (recomputed, never read)
-        self.run_folds = {la["kernel"] for t in tables for la in t["launches"] if la.get("fold")}
+        # kernel -> how its grid folds at run time (wgsl.fold_at_run); kernel -> its read-only bindings
+        self.run_folds = {la["kernel"]: la["fold"] for t in tables for la in t["launches"] if la.get("fold")}
+        self.read_only = {la["kernel"]: la.get("read_only", []) for t in tables for la in t["launches"]}
         for table in tables:
             packed = pack_plan(table["params"], table["temporaries"])
             count = len(table["params"]) + len(table["temporaries"]) - len(packed) + bool(packed)
             for launch in table["launches"]:
+                fold, read_only = launch.get("fold", True), launch.get("read_only", [])
+                if fold not in (True, "y") or not (isinstance(read_only, list) and all(
+                        isinstance(i, int) and 0 <= i < count for i in read_only)):  # a corrupt file's
+                    raise ModelLoadError(f"kernel {launch['kernel']}: the launch table's fold {fold!r} or "
+                                         f"read-only bindings {read_only!r} are not ones this runtime knows")
                 if max(g if isinstance(g, int) else 1 for g in launch["grid"]) > limits[
                         "max_compute_workgroups_per_dimension"]:  # over symbolic dims: ``launch`` checks
                     raise Error(f"kernel {launch['kernel']}: {max(launch['grid'])} workgroups along one "
@@ -122,8 +129,10 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
 
     def _make_pipeline(self, kernel: str, count: int):
         wgpu = self._wgpu
-        entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE,
-                    "buffer": {"type": wgpu.BufferBindingType.storage}} for i in range(count)]
+        types = wgpu.BufferBindingType
+        entries = [{"binding": i, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {
+            "type": types.read_only_storage if i in self.read_only[kernel] else types.storage}}
+            for i in range(count)]
         layout = self.dev.create_bind_group_layout(entries=entries)
         pipeline = self.dev.create_compute_pipeline(
             layout=self.dev.create_pipeline_layout(bind_group_layouts=[layout]),
@@ -216,12 +225,12 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         entries = [{"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}}
                    for i, (buf, offset, size) in enumerate(args)]
         group = self.dev.create_bind_group(layout=layout, entries=entries)
-        return pipeline, group, copies, kernel in self.run_folds
+        return pipeline, group, copies, self.run_folds.get(kernel)
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
-        pipeline, group, copies, folds = prepared
-        if folds:  # a grid of the dims, folded into (x, y) past 65535 workgroups (``wgsl.fold_at_run``)
-            grid = fold_at_run(grid)
+        pipeline, group, copies, fold = prepared
+        if fold:  # a grid of the dims, folded past 65535 workgroups (``wgsl.fold_at_run``)
+            grid = fold_at_run(grid, fold)
         if max(grid) > (most := self.max_workgroups):
             raise InputError(f"these input shapes need {max(grid)} workgroups along one axis, more than this "
                              f"WebGPU device allows ({most}); use smaller inputs or another target")

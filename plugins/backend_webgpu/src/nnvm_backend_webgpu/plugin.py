@@ -32,7 +32,7 @@ from nnvm.tir.visit import walk
 from nnvm_backend_webgpu import device as webgpu_device
 from nnvm_backend_webgpu.library import WebGPUKernelLibrary
 from nnvm_backend_webgpu.printer import WGSLPrinter
-from nnvm_backend_webgpu.wgsl import DEFAULT_LIMITS, fold_grid, pack_plan
+from nnvm_backend_webgpu.wgsl import DEFAULT_LIMITS, dims_binding, fold_grid, pack_plan
 
 
 class WebGPUBackend(GPUBackend):
@@ -73,8 +73,20 @@ class WebGPUBackend(GPUBackend):
                 if isinstance(nbytes, int) and nbytes > limit:  # one over symbolic dims: checked at run
                     raise Error(f"{prog.name}: buffer {name} has {nbytes} bytes, more than this WebGPU "
                                 f"device binds (max_storage_buffer_binding_size = {limit})")
-            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed})
-                            for k in map(_fold_at_run, prog.kernels)]
+            dims = dims_binding(table["params"], table["temporaries"], packed)
+            folded = [_fold_at_run(k, dims) for k in prog.kernels]
+            prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in folded]
+        return state
+
+    def _compile(self, state: dict) -> dict:
+        """The GPU layer's stage, with the bindings each kernel declares read-only in its launch table
+        (``read_only``: their indices), so both runtimes make its layout as WebGPU requires."""
+        tables = [launch_table(p) for p in state["programs"]]
+        for table, prog in zip(tables, state["programs"]):
+            for la, k in zip(table["launches"], prog.kernels):
+                if k.attrs.get("read_only"):
+                    la["read_only"] = list(k.attrs["read_only"])
+        state["library"] = self.compile(state["source"], tables, state["options"])
         return state
 
     def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
@@ -84,21 +96,26 @@ class WebGPUBackend(GPUBackend):
         return WebGPUKernelLibrary(source, tables)
 
 
-def _fold_at_run(kernel):
-    """``kernel`` marked to fold its grid at run time (``wgsl.fold_at_run``) where the grid's x is an
-    expression of the dims (y and z one) and no barrier is reached: its ``blockIdx.x`` loop's body guarded
-    by that x, so the spare workgroups of a folded dispatch do nothing. (Under a guard of a value read
-    from storage a barrier would break WGSL's uniformity rules: such a kernel stays unfolded, and a
-    binding needing more than 65535 of its workgroups is refused at launch.)"""
+def _fold_at_run(kernel, dims_binding: int):
+    """``kernel`` marked to fold its grid at run time (``wgsl.fold_at_run``) where one axis is an expression
+    of the dims and the next is free: x into y (``fold`` True), or y into z (``"y"``, a dense's row tiles),
+    its ``blockIdx`` loop of that axis guarded by the grid's extent, so the spare workgroups of a folded
+    dispatch do nothing. A barrier under that guard needs it uniform in WGSL's sense: the kernel then
+    binds its dims (``dims_binding``) read-only (``attrs["read_only"]``), since WGSL counts a load from a
+    read-only module-scope variable as uniform and one from a read-write buffer as not. A grid of the dims
+    along z stays unfolded; a binding needing more than 65535 of its workgroups is refused at launch."""
     launch = kernel.attrs.get("launch", {})
-    blocks = launch.get("blockIdx.x", 1)
-    barriers: list = []
-    walk(kernel.body, lambda n: barriers.append(n) if isinstance(n, E.Call) and n.name == "barrier" else None)
-    if isinstance(blocks, int) or "blockIdx.y" in launch or "blockIdx.z" in launch or barriers:
+    symbolic = [d for d in "xyz" if not isinstance(launch.get(f"blockIdx.{d}", 1), int)]
+    if symbolic == ["x"] and "blockIdx.y" not in launch and "blockIdx.z" not in launch:
+        axis, fold = "x", True
+    elif symbolic == ["y"] and "blockIdx.z" not in launch:
+        axis, fold = "y", "y"
+    else:
         return kernel
+    blocks = launch[f"blockIdx.{axis}"]
 
-    def guard(s):  # None: no blockIdx.x loop under the dims' reads (then the kernel stays unfolded)
-        if isinstance(s, S.For) and s.thread_tag == "blockIdx.x":
+    def guard(s):  # None: no such blockIdx loop under the dims' reads (then the kernel stays unfolded)
+        if isinstance(s, S.For) and s.thread_tag == f"blockIdx.{axis}":
             return replace(s, body=S.IfThenElse(s.var < blocks, s.body, None))
         if isinstance(s, (S.LetStmt, S.Allocate, S.AttrStmt, S.For)):
             body = guard(s.body)
@@ -108,7 +125,11 @@ def _fold_at_run(kernel):
     body = guard(kernel.body)
     if body is None:
         return kernel
-    return replace(kernel, body=body, attrs={**kernel.attrs, "launch": {**launch, "fold": True}})
+    barriers: list = []
+    walk(kernel.body, lambda n: barriers.append(n) if isinstance(n, E.Call) and n.name == "barrier" else None)
+    read_only = {"read_only": [dims_binding]} if barriers else {}
+    return replace(kernel, body=body, attrs={**kernel.attrs, **read_only,
+                                             "launch": {**launch, "fold": fold}})
 
 
 @nnvm.hookimpl

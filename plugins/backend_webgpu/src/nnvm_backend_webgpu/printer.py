@@ -20,13 +20,11 @@ from nnvm_backend_webgpu.wgsl import PACKED, WIDE
 class WGSLPrinter(CPrinter):
     """``@compute`` entry points over module-scope bindings; 32-bit values; packed small types."""
 
-    scalar_types = wgsl.SCALAR_TYPES
-    index_type = "i32"
+    scalar_types, index_type = wgsl.SCALAR_TYPES, "i32"
     reserved = CPrinter.reserved | wgsl.RESERVED
     reserved_prefixes = ("nnvm_", "atomic", "pack", "unpack", "texture", "__")
     math_names = {"round": "round", "fmax": "max", "fmin": "min", "rsqrt": "inverseSqrt", "fabs": "abs"}
-    inf_literal = "bitcast<f32>(0x7f800000u)"
-    nan_literal = "bitcast<f32>(0x7fc00000u)"
+    inf_literal, nan_literal = "nnvm_inf()", "nnvm_nan()"  # wgsl.SPECIALS
 
     def __init__(self, limits: dict | None = None):
         super().__init__()
@@ -34,7 +32,7 @@ class WGSLPrinter(CPrinter):
 
     # -- kernels ----------------------------------------------------------------------------------
     def kernel(self, func) -> str:
-        self._globals, self._kernel, self._shared_bytes, self._folded = [], func.name, 0, 0
+        self._globals, self._kernel, self._shared_bytes, self._fold = [], func.name, 0, None
         self._packed = {func.params[i]: words for i, words, _ in func.attrs.get("packed", [])}
         written: set = set()
         walk(func.body, lambda n: written.add(n.buffer) if isinstance(n, S.Store) else None)
@@ -45,14 +43,14 @@ class WGSLPrinter(CPrinter):
     def signature(self, func, params: list) -> str:
         launch = func.attrs.get("launch", {})
         size, grid = ([launch.get(f"{k}.{d}", 1) for d in "xyz"] for k in ("threadIdx", "blockIdx"))
-        self._folded = grid[0] if wgsl.fold_grid(grid) != grid else bool(launch.get("fold"))  # x + y * FOLD
+        static = wgsl.fold_grid(grid) != grid  # folded here; else maybe at run time (wgsl.fold_at_run)
+        self._fold = "y" if launch.get("fold") == "y" else "x" if static or launch.get("fold") else None
         params = [p for b, p in zip(func.params, params) if b not in self._packed]
         params += [f"{self._kernel}_packed: array<u32>"] if self._packed else []  # wgsl.pack_plan
         for value, limit, what in wgsl.launch_needs(size, grid, len(params)):
             self._check(value, limit, what)
-        self._globals += [f"@group(0) @binding({i}) var<storage, read_write> {p};"
-                          for i, p in enumerate(params)]
-        return wgsl.entry_point(func.name, size, self._folded)
+        self._globals += wgsl.bindings(params, func.attrs.get("read_only", ()))
+        return wgsl.entry_point(func.name, size, grid[0] if static else 0)
 
     def _check(self, value: int, limit: str, what: str) -> None:
         if value > self.limits[limit]:
@@ -68,8 +66,8 @@ class WGSLPrinter(CPrinter):
         return f"{name}: array<{WIDE.get(buffer.dtype, self.type_name(buffer.dtype))}>"
 
     def thread_index(self, tag: str) -> str:
-        if tag == "blockIdx.x" and self._folded:
-            return f"(nnvm_gid.x + nnvm_gid.y * {wgsl.FOLD}u)"
+        if self._fold and tag == f"blockIdx.{self._fold}":
+            return wgsl.folded_index(self._fold)
         kind, dim = tag.split(".")
         return f"{'nnvm_gid' if kind == 'blockIdx' else 'nnvm_tid'}.{dim}"
 
@@ -80,6 +78,8 @@ class WGSLPrinter(CPrinter):
         return "workgroupBarrier();"
 
     def preamble(self, source: str) -> str:
+        for name, definition in wgsl.specials(source + self.helper_text()).items():
+            self.helper(name, definition)
         return self.helper_text()
 
     # -- statements -------------------------------------------------------------------------------

@@ -17,7 +17,10 @@ A module with symbolic dims (``SymbolicModule.export``) writes version 2: the mo
 section (``runtime.symbolic.describe``: dims, bounds, shape programs) and its one plan for the upper
 bounds, the launch tables their size terms (``gpu.library.size_term``); the runtime binds each run's dims
 as ``DimSignature.bind`` does and evaluates grids and output shapes. A bound module is still version 1,
-which ``nnvm-webgpu.js`` of before symbolic dims reads (and refuses version 2 in one sentence).
+which ``nnvm-webgpu.js`` of before symbolic dims reads (and refuses version 2 in one sentence). A module
+whose kernels bind a buffer read-only or fold a grid's y at run time (a barrier kernel over the dims:
+the plugin's ``_fold_at_run``) writes version 3, which a runtime of version 2 refuses in its sentence
+rather than making layouts the kernels do not match.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ from nnvm.graph.ir import load_params, save_params
 from nnvm_backend_webgpu.wgsl import pack_plan
 
 WEB_FORMAT = "nnvm-webgpu-web"
-WEB_VERSION = 2  # a module with symbolic dims; one without them is still written as 1, as before
+WEB_VERSION = 3  # a kernel with read-only bindings or a grid folding y (run-time folds of barrier kernels)
+SYMBOLIC_WEB_VERSION = 2  # a module with symbolic dims; one without them is still written as 1, as before
 BOUND_WEB_VERSION = 1
 ALIGN = 256
 
@@ -100,7 +104,10 @@ def export_web(path: str, source: str, tables: list, blobs: dict) -> None:
         size = -(-max(arr.nbytes, 4) // ALIGN) * ALIGN
         chunks.append(arr.tobytes() + b"\0" * (size - arr.nbytes))
         offset += size
-    manifest = {"format": WEB_FORMAT, "version": WEB_VERSION if meta.get("symbolic") else BOUND_WEB_VERSION,
+    # the lowest version that says what the kernels need: a runtime of before reads what it can run
+    needs_3 = any(la.get("read_only") or la.get("fold") == "y" for t in tables for la in t["launches"])
+    version = WEB_VERSION if needs_3 else SYMBOLIC_WEB_VERSION if meta.get("symbolic") else BOUND_WEB_VERSION
+    manifest = {"format": WEB_FORMAT, "version": version,
                 "module": {**meta, "plan": plan}, "functions": tables, "weights": weights,
                 "limits": _limits_needed(bound, plan["arena_bytes"], offset)}
     os.makedirs(path, exist_ok=True)
@@ -124,7 +131,7 @@ def read_web(path: str) -> tuple | None:
             manifest = json.load(f)
         if not isinstance(manifest, dict) or manifest.get("format") != WEB_FORMAT:
             return None
-        if manifest.get("version") not in (BOUND_WEB_VERSION, WEB_VERSION):
+        if manifest.get("version") not in (BOUND_WEB_VERSION, SYMBOLIC_WEB_VERSION, WEB_VERSION):
             raise ModelLoadError(f"{path}: WebGPU folder version {manifest.get('version')!r} is not "
                                  f"supported (expects {BOUND_WEB_VERSION} to {WEB_VERSION})")
         check_manifest({"options": {}, "files": [], "blobs": [], "functions": manifest["functions"]})

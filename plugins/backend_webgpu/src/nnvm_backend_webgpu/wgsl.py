@@ -32,12 +32,26 @@ def fold_grid(grid: list) -> list:
     return list(grid)
 
 
-def fold_at_run(grid: list) -> list:
+def fold_at_run(grid: list, fold: bool | str = True) -> list:
     """The workgroups a launch folded at run time dispatches for its bound ``grid``: a grid of symbolic
-    dims along x only, marked ``fold`` in its launch table (the plugin's ``_fold_at_run``), whose kernel
-    reads its workgroup's index as ``x + y * FOLD`` and guards it by the grid's x; up to 65535
-    workgroups y is 0 and the kernel is the unfolded one."""
+    dims along one axis, marked ``fold`` in its launch table (the plugin's ``_fold_at_run``): ``True``, x
+    folded into y (the next axis must be 1), the kernel reading its workgroup's x index as ``x + y * FOLD``;
+    ``"y"``, y folded into z (``y + z * FOLD``, z one). Each kernel guards its body by the grid's extent;
+    up to 65535 workgroups the axis folded into is 1 (index 0) and the kernel is the unfolded one."""
+    if fold == "y":
+        return [grid[0], FOLD, -(-grid[1] // FOLD)] if grid[1] > FOLD else grid
     return [FOLD, -(-grid[0] // FOLD), 1] if grid[0] > FOLD else grid
+
+
+def dims_binding(params: list, temporaries: list, packed: list) -> int:
+    """The binding of a function's kernels that holds the symbolic dims (its last parameter): their own,
+    or the packed one (``pack_plan``) where they are packed. Bindings are the unpacked parameters, the
+    temporaries, then the packed binding, as the printer declares them."""
+    last = len(params) - 1
+    bound = len(params) + len(temporaries) - len(packed)
+    if any(i == last for i, _, _ in packed):
+        return bound
+    return last - sum(1 for i, _, _ in packed if i < last)
 
 
 def pack_plan(params: list, temporaries: list) -> list:
@@ -70,14 +84,28 @@ def launch_needs(size: list, grid: list, buffers: int) -> list:
             (buffers, "max_storage_buffers_per_shader_stage", "storage buffers")]
 
 
-def entry_point(name: str, size: list, folded: int | bool) -> str:
+def entry_point(name: str, size: list, folded: int) -> str:
     """A kernel's first lines: the compute entry point, its workgroup size and position builtins; with a
-    ``folded`` grid of that many workgroups along x, the spare workgroups return (a uniform branch); one
-    folded at run time (``True``) guards its body instead (``fold_at_run``)."""
+    grid of ``folded`` workgroups along x folded at compile time (``fold_grid``), the spare workgroups
+    return (a uniform branch). One folded at run time guards its body instead (``fold_at_run``)."""
     head = (f"@compute @workgroup_size({', '.join(map(str, size))})\nfn {name}(@builtin(workgroup_id) "
             "nnvm_gid: vec3<u32>, @builtin(local_invocation_id) nnvm_tid: vec3<u32>) {")
     guard = f"\n  if (nnvm_gid.x + nnvm_gid.y * {FOLD}u >= {folded}u) {{ return; }}"
-    return head + (guard if folded and folded is not True else "")
+    return head + (guard if folded else "")
+
+
+def folded_index(axis: str) -> str:
+    """The workgroup's index along ``axis`` ("x" or "y") of a grid folded into the next axis."""
+    return f"(nnvm_gid.{axis} + nnvm_gid.{'yz'['xy'.index(axis)]} * {FOLD}u)"
+
+
+def bindings(params: list, read_only) -> list:
+    """A kernel's storage bindings (``name: type``), in order; those in ``read_only`` (indices) declared
+    ``read``: the dims under a guard of a run-time fold, which a barrier needs uniform (WGSL counts a
+    load from a read-only module-scope variable as uniform, from a read-write one as not). The others
+    stay ``read_write``: one arena may be bound twice, and WebGPU forbids it read-only beside writable."""
+    return [f"@group(0) @binding({i}) var<storage, {'read' if i in read_only else 'read_write'}> {p};"
+            for i, p in enumerate(params)]
 
 
 SCALAR_TYPES = {"float32": "f32", "float16": "f32", "int32": "i32", "int64": "i32", "int8": "i32",
@@ -116,11 +144,23 @@ ERF = """fn nnvm_erf(x: f32) -> f32 {
   return select(c - 1.0f, 1.0f - c, x >= 0.0f);
 }"""
 
+# Infinity and NaN as values computed at run time: a constant expression whose value is either is a
+# shader-creation error (WGSL spec, 8.7 const-expressions; Tint refuses `-bitcast<f32>(0x7f800000u)`,
+# naga accepts it), while a value read from a ``let`` is not a constant expression.
+SPECIALS = {"nnvm_inf": "0x7f800000u", "nnvm_nan": "0x7fc00000u"}
+
+
+def specials(text: str) -> dict:
+    """``{name: definition}`` of the ``SPECIALS`` functions ``text`` calls."""
+    return {name: f"fn {name}() -> f32 {{\n  let bits = {bits};\n  return bitcast<f32>(bits);\n}}"
+            for name, bits in SPECIALS.items() if f"{name}()" in text}
+
+
 # WGSL's pow is exp2(y * log2(x)), undefined for x < 0; C's gives a real result for an integral y.
 POW = """fn nnvm_pow(x: f32, y: f32) -> f32 {
   let r = pow(abs(x), y);
   if (x >= 0.0f) { return r; }
-  if (y != trunc(y)) { return bitcast<f32>(0x7fc00000u); }
+  if (y != trunc(y)) { return nnvm_nan(); }
   return select(r, -r, (i32(y) & 1) == 1);
 }"""
 

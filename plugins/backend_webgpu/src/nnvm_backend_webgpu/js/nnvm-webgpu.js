@@ -17,7 +17,8 @@
 // evaluates each launch's grid (a size term of the dims) and each output's shape (a shape program).
 
 const FORMAT = "nnvm-webgpu-web";
-const VERSION = 2; // 1: bound shapes only; 2: also symbolic dims (a bound module is still written as 1)
+const VERSION = 3; // 1: bound shapes only; 2: also symbolic dims; 3: also read-only bindings and grids folding y
+// (web.py writes the lowest version a folder needs)
 const FOLD = 65535; // workgroups along x past this fold into y (wgsl.py's FOLD)
 
 const ARRAYS = {
@@ -210,11 +211,17 @@ export class Model {
         resources = resources.filter((_, i) => !skip.has(i)).concat([{ buffer: pack }]);
       }
       for (const launch of table.launches) {
-        if (!pipelines.has(launch.kernel)) pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length));
+        const readOnly = launch.read_only ?? [];
+        if (!Array.isArray(readOnly) || ![undefined, true, "y"].includes(launch.fold)) {
+          throw new Error(`nnvm: kernel ${launch.kernel}: the launch table's fold or read-only bindings are not ones this runtime knows`);
+        }
+        if (!pipelines.has(launch.kernel)) {
+          pipelines.set(launch.kernel, this.#pipeline(launch.kernel, resources.length, readOnly));
+        }
         const { pipeline, layout } = pipelines.get(launch.kernel);
         const entries = resources.map((resource, binding) => ({ binding, resource }));
         this.launches.push({ pipeline, group: device.createBindGroup({ layout, entries }), grid: launch.grid,
-                             fold: Boolean(launch.fold), copies });
+                             fold: launch.fold ?? false, copies });
       }
     }
   }
@@ -222,7 +229,9 @@ export class Model {
   #dimBuffer(names, values) {
     const key = names.join(",");
     if (!this.dimBuffers.has(key)) {
-      const buffer = this.device.createBuffer({ size: 8 * names.length, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST });
+      // COPY_SRC: a kernel with more than 8 buffers reads the dims packed, copied from this one
+      const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+      const buffer = this.device.createBuffer({ size: 8 * names.length, usage });
       this.dimBuffers.set(key, { names, buffer });
       this.device.queue.writeBuffer(buffer, 0, BigInt64Array.from(names, (d) => BigInt(values[d])));
     }
@@ -237,9 +246,11 @@ export class Model {
     return { buffer: this.weights, offset: w.offset, size: round4(w.nbytes) };
   }
 
-  #pipeline(kernel, count) {
+  // `readOnly`: the bindings the kernel declares var<storage, read> (its dims, which a barrier under its
+  // fold's guard needs uniform), as WebGPU requires of the layout
+  #pipeline(kernel, count, readOnly) {
     const entries = Array.from({ length: count }, (_, binding) => (
-      { binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: "storage" } }));
+      { binding, visibility: GPUShaderStage.COMPUTE, buffer: { type: readOnly.includes(binding) ? "read-only-storage" : "storage" } }));
     const layout = this.device.createBindGroupLayout({ entries });
     const pipeline = this.device.createComputePipeline({
       layout: this.device.createPipelineLayout({ bindGroupLayouts: [layout] }),
@@ -302,6 +313,8 @@ export class Model {
     const { given, values, outShapes } = this.#bind(feeds);
     const grids = this.launches.map(({ grid, fold }) => {
       const g = this.symbolic ? grid.map((t) => Math.max(sizeValue(t, values), 1)) : grid;
+      // a grid of the dims past 65535 workgroups along one axis, folded into the next (wgsl.py's fold_at_run)
+      if (fold === "y") return g[1] > FOLD ? [g[0], FOLD, Math.ceil(g[1] / FOLD)] : g;
       return fold && g[0] > FOLD ? [FOLD, Math.ceil(g[0] / FOLD), 1] : g;
     });
     const most = device.limits.maxComputeWorkgroupsPerDimension;
@@ -320,6 +333,8 @@ export class Model {
       bytes.set(new Uint8Array(value.buffer, value.byteOffset, value.byteLength));
       device.queue.writeBuffer(this.arena, d.ref.arena, bytes);
     }
+    // a command WebGPU refuses makes the whole submit do nothing: an error, never outputs left at zero
+    device.pushErrorScope("validation");
     const encoder = device.createCommandEncoder();
     let pass = null;
     this.launches.forEach(({ pipeline, group, copies }, k) => {
@@ -339,6 +354,8 @@ export class Model {
       return staging;
     });
     device.queue.submit([encoder.finish()]);
+    const refused = await device.popErrorScope();
+    if (refused) throw new Error(`nnvm: WebGPU refused the run: ${refused.message.trim().split("\n")[0]}`);
     return await Promise.all(this.plan.outputs.map(async (d, i) => {
       const Type = ARRAYS[d.dtype];
       let out;
