@@ -1,4 +1,4 @@
-"""Packed dense by a constant weight at few rows: the module bound to each row count against one unbound module.
+"""Packed dense by a constant weight at few rows: a module bound to each row count against one unbound one.
 
     uv run --no-sync python bench/dense_rows.py                      # BERT/GPT-2 layers, rows 1-9,16,33,128
     uv run --no-sync python bench/dense_rows.py --shapes 768x3072 --rows 5,7,8 --rounds 9
@@ -42,7 +42,8 @@ def _model(path: str, k: int, n: int) -> tuple:
     w = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"])]
-    graph = helper.make_graph(nodes, "dense", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])],
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", k])
+    graph = helper.make_graph(nodes, "dense", [x],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", n])],
                               [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), path)
@@ -83,7 +84,7 @@ def main() -> int:
                     err = float(np.abs(mod.run(x=x)[0] - want).max())
                     if err > 1e-3 * float(np.abs(want).max()):
                         raise SystemExit(f"{shape} at {rows} rows: the {name} module is off by {err}")
-                fns = [lambda m=bound: m.run(x=x), lambda m=unbound: m.run(x=x)]
+                fns = [lambda m=bound, x=x: m.run(x=x), lambda m=unbound, x=x: m.run(x=x)]
                 repeat = args.repeat or max(3, int(0.02 / max(_cpu_us(fns[0], 2) * 1e-6, 1e-6)))
                 times: list[list[float]] = [[], []]
                 for _ in range(args.rounds):
