@@ -174,6 +174,9 @@ def _dense_packed_infer(in_types, attrs):
         raise Error(f"dense_packed: {units} outputs do not end in the last block of a {weight.shape} weight")
     if 0 < attrs.get("blocks", 0) < weight.shape[-3]:
         raise Error(f"dense_packed: {attrs['blocks']} blocks computed, fewer than a {weight.shape} weight's")
+    if 0 < attrs.get("padded_rows", 0) and not (isinstance(data.shape[-2], int)
+                                                and attrs["padded_rows"] >= data.shape[-2]):
+        raise Error(f"dense_packed: {attrs['padded_rows']} rows computed for {data.shape[-2]} data rows")
     return [TensorType((*data.shape[:-1], units), dtype)]
 
 
@@ -189,6 +192,23 @@ def padded_rows(rows):
     if rows <= 8 or divisors(rows, 8, 4):
         return rows
     return -(-rows // ROW_PAD) * ROW_PAD
+
+
+def computed_rows(machine, blocks: int, rows: int) -> int:
+    """The data rows ``dense_packed`` computes on ``machine`` (``cost_model.Machine``) for ``rows`` rows
+    (an int) by a weight of ``blocks`` blocks: ``padded_rows``'s count, or one more where an odd count
+    of few rows leaves ``packed_tile`` a tile one row tall and one more row makes it taller. That is
+    AVX2 at 5 and 7 rows (8 accumulators: 7 rows by 2 blocks do not fit, 7 by 1 is one weight stream
+    and one broadcast register per multiply-add), where 4 x 1 tiles re-read the weight panel for every
+    row and ran 4 chains: padded to 6 and 8 rows in 4 x 2 tiles (``-mcpu=haswell`` on Zen 5, one thread,
+    CPU time, 768 x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7. The extra row re-reads the last
+    one (a clamped index) and is cropped. With AVX-512 and where the weight takes one block at a time
+    (GPT-2's head with AVX2: 61 x 103 blocks, 1 x 7) every row stays in one tile: never padded. The
+    layout pass asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``)."""
+    padded = padded_rows(rows)
+    if padded != rows or rows % 2 == 0 or rows == 1 or packed_tile(machine, blocks, rows)[1] > 1:
+        return padded
+    return rows + 1 if packed_tile(machine, blocks, rows + 1)[1] > 1 else rows
 
 
 def padded_blocks(machine, blocks: int, rows: int) -> int:
@@ -251,7 +271,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
     for d in lead:
         m *= d
     rows = lead[-1]
-    padded = padded_rows(rows)
+    padded = attrs.get("padded_rows") or padded_rows(rows)  # ``computed_rows``, asked by the layout pass
     padded_b = attrs.get("blocks") or blocks  # ``padded_blocks``, asked by the layout pass
     if isinstance(blocks, Dim):  # attention's keys: whole tiles of KEY_TILE_BLOCKS (the last one re-read)
         padded_b = (blocks + (KEY_TILE_BLOCKS - 1)) // KEY_TILE_BLOCKS * KEY_TILE_BLOCKS
@@ -332,7 +352,10 @@ DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                                                          "0: every output of the blocks"),
                             "blocks": Attr(int, 0, "the weight blocks computed where more than the weight "
                                                    "has (padded_blocks: the last one re-read, cropped); "
-                                                   "0: the weight's")},
+                                                   "0: the weight's"),
+                            "padded_rows": Attr(int, 0, "the data rows computed where more than "
+                                                        "padded_rows's (computed_rows: the last one "
+                                                        "re-read, cropped); 0: padded_rows's")},
                      evaluate=checked_evaluate(_dense_packed_infer, _dense_packed_eval),
                      doc="dense over a weight packed NK[b]n ([N/b, K, b]) for streaming, data [..., K]; or "
                          "a batched matmul, data [*batch, M, K] by a weight [*batch, N/b, K, b] (the x86 "
@@ -507,7 +530,16 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       was 0.85x.
     - Few rows (a GEMV at batch 1-8): bound by reading the weight once, so four to eight weight
       streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
-      2.9x faster than 1 for 1280 -> 1000), then the rows that fit.
+      2.9x faster than 1 for 1280 -> 1000). Up to 8 rows every row is in the one tile wherever two
+      or more streams fit beside them (5 rows: 3 x 5, 6: 2 x 6, 7: 2 x 7, 8: 2 x 8 with AVX-512; 3:
+      2 x 3, 4: 2 x 4 with AVX2's 8 accumulators), so each weight vector loaded serves every row and
+      the weight panel is not read again for a second row tile. Zen 5, one thread, CPU time, 768 x 3072
+      (K x N): 4 x 1 tiles (the streams first, then the rows dividing 5 or 7) took 286 and 350 us at 5
+      and 7 rows, 1.7-2.1x their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8
+      rows: 172 and 170); 2 x 6 131 us against 4 x 3's 169, 2 x 8 170 against 4 x 4's 183; AVX2
+      (``-mcpu=haswell`` on Zen 5), 3 rows: 2 x 3 173 us against 4 x 1's 240. Else (AVX2 at 5-8 rows,
+      a weight of an odd prime count of blocks) the streams first, then the rows dividing them; where
+      that leaves a tile of one row the layout pass pads odd rows by one (``computed_rows``).
 
     With AVX2's 16 registers (no broadcast operand: each broadcast is a register of its own, so the
     register count is exact, ``cost_model.register_budget``) many rows take 12 accumulators, the tile
@@ -535,11 +567,20 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
                  if fits(jb, mb)]
         if tiles:
             return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, t[1]))
-    jb = next((d for d in divisors(blocks, 8, 4) if fits(d, 1)), None)
-    if jb is None:
-        jb = max(d for d in divisors(blocks, 4) if d == 1 or fits(d, 1))
+    if rows <= MAX_TILE_ROWS:  # every row in one tile: the weight is read once, each vector by every row
+        jb = _weight_streams(blocks, lambda d: fits(d, rows))
+        if jb >= 2:
+            return jb, rows
+    jb = _weight_streams(blocks, lambda d: fits(d, 1))
     mb = max(d for d in divisors(rows, MAX_TILE_ROWS) if d == 1 or fits(jb, d))
     return jb, mb
+
+
+def _weight_streams(blocks: int, fits) -> int:
+    """The weight blocks of a tile of few rows: the fewest of four to eight dividing ``blocks`` that
+    ``fits``, else the most under four (1 if none fits)."""
+    jb = next((d for d in divisors(blocks, 8, 4) if fits(d)), None)
+    return jb or max(d for d in divisors(blocks, 4) if d == 1 or fits(d))
 
 
 def build_dense_packed(group, config: dict):
