@@ -11,7 +11,9 @@ transformers are exported (its rows flattened and padded to whole tiles), and on
 its own (``--repeat`` runs, timed by the process's CPU time: one thread on a shared machine counts only
 the time the run was on a core), the blocks alternated ``--rounds`` times; the medians in microseconds
 and the ratio bound / unbound are printed (under 1: the bound module is faster), with the load average.
-``--switch NAME=VALUE`` compiles both with a ``cpu_switches`` entry (A/B of a decision). One thread.
+``--switch NAME=VALUE`` compiles both with a ``cpu_switches`` entry; ``--ab NAME=VALUE`` also times a third
+module, bound with that entry (A/B of a decision in the same rounds: ``dense_few_rows=0``, the tiles of few
+rows before session 24), and prints its ratio to the bound module's. One thread.
 """
 
 from __future__ import annotations
@@ -64,12 +66,17 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=7, help="blocks of each module, alternated")
     parser.add_argument("--repeat", type=int, default=0, help="runs a block (0: about 20 ms of work)")
     parser.add_argument("--switch", default="", help="NAME=VALUE: a cpu_switches entry for both compiles")
+    parser.add_argument("--ab", default="", help="NAME=VALUE: a third module, bound, with this switch")
     parser.add_argument("--target", default="llvm")
     args = parser.parse_args()
     switches = dict([args.switch.split("=")]) if args.switch else {}
     options = nnvm.Options(tuning_log=False, cpu_switches=switches)
     print(f"load average {os.getloadavg()[0]:.2f}; one thread, CPU time, switches {switches or 'none'}")
-    print(f"{'shape':>10} {'rows':>4} {'bound us':>10} {'unbound us':>10} {'bound/unbound':>13}")
+    ab = dict([args.ab.split("=")]) if args.ab else {}
+    ab_options = nnvm.Options(tuning_log=False, cpu_switches={**switches, **ab})
+    print(f"target {args.target}; A/B module: switches {ab or 'none'}")
+    print(f"{'shape':>10} {'rows':>4} {'bound us':>10} {'unbound us':>10} {'bound/unbound':>13}"
+          + (f" {'A/B us':>10} {'A/B/bound':>9}" if ab else ""))
     with tempfile.TemporaryDirectory() as tmp:
         for shape in args.shapes.split(","):
             k, n = (int(v) for v in shape.split("x"))
@@ -77,23 +84,30 @@ def main() -> int:
             w, b = _model(path, k, n)
             unbound = nnvm.compile(path, target=args.target, options=options)
             for rows in (int(r) for r in args.rows.split(",")):
-                bound = nnvm.compile(path, target=args.target, shapes={"x": (1, rows, k)}, options=options)
+                mods = {"bound": nnvm.compile(path, target=args.target, shapes={"x": (1, rows, k)},
+                                              options=options), "unbound": unbound}
+                if ab:
+                    mods["A/B"] = nnvm.compile(path, target=args.target, shapes={"x": (1, rows, k)},
+                                               options=ab_options)
                 x = np.random.default_rng(rows).standard_normal((1, rows, k)).astype(np.float32)
                 want = x @ w + b
-                for name, mod in (("bound", bound), ("unbound", unbound)):
+                for name, mod in mods.items():
                     err = float(np.abs(mod.run(x=x)[0] - want).max())
                     if err > 1e-3 * float(np.abs(want).max()):
                         raise SystemExit(f"{shape} at {rows} rows: the {name} module is off by {err}")
-                fns = [lambda m=bound, x=x: m.run(x=x), lambda m=unbound, x=x: m.run(x=x)]
+                fns = [lambda m=mod, x=x: m.run(x=x) for mod in mods.values()]
                 repeat = args.repeat or max(3, int(0.02 / max(_cpu_us(fns[0], 2) * 1e-6, 1e-6)))
-                times: list[list[float]] = [[], []]
+                times: list[list[float]] = [[] for _ in fns]
                 for _ in range(args.rounds):
                     for t, fn in zip(times, fns):
                         fn()
                         t.append(_cpu_us(fn, repeat))
-                ours, theirs = statistics.median(times[0]), statistics.median(times[1])
-                print(f"{shape:>10} {rows:>4} {ours:10.1f} {theirs:10.1f} {ours / theirs:13.2f}", flush=True)
-                del bound
+                ours, theirs, *other = (statistics.median(t) for t in times)
+                line = f"{shape:>10} {rows:>4} {ours:10.1f} {theirs:10.1f} {ours / theirs:13.2f}"
+                if other:
+                    line += f" {other[0]:10.1f} {other[0] / ours:9.2f}"
+                print(line, flush=True)
+                del mods
     print(f"load average {os.getloadavg()[0]:.2f}")
     return 0
 

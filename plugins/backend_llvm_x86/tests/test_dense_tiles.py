@@ -181,11 +181,12 @@ def test_odd_blocks_are_padded_for_many_rows(cpu_switch):
     assert padded_blocks(AVX2, 6283, 128) == 6283
 
 
-def test_few_rows_take_one_tile():
+def test_few_rows_take_one_tile(cpu_switch):
     """Up to 8 rows every row is in one tile wherever two or more weight blocks fit beside them (BERT's
     768 x 3072 at 5-8 rows: 3 x 5, 2 x 6, 2 x 7, 2 x 8 with AVX-512; 2 x 3 and 2 x 4 with AVX2); AVX2 at
     5 and 7 rows (8 accumulators) pads the rows by one for 4 x 2 tiles; GPT-2's head (2 x 1571 blocks of
-    16, 61 x 103 of 8) keeps its 7 rows on both; a GEMV and 2-4 rows keep four weight streams."""
+    16, 61 x 103 of 8) keeps its 7 rows on both; a GEMV and 2-4 rows keep four weight streams. The
+    switch ``dense_few_rows`` off: the former tiles, never padded."""
     expect = {1: (4, 1), 2: (4, 2), 3: (4, 3), 4: (4, 4), 5: (3, 5), 6: (2, 6), 7: (2, 7), 8: (2, 8)}
     for rows, tile in expect.items():
         assert computed_rows(AVX512, 192, rows) == rows and packed_tile(AVX512, 192, rows) == tile, rows
@@ -195,6 +196,9 @@ def test_few_rows_take_one_tile():
     assert computed_rows(AVX2, 384, 3) == 3 and computed_rows(AVX2, 384, 9) == 12
     assert computed_rows(AVX512, 3142, 7) == 7 and packed_tile(AVX512, 3142, 7) == (2, 7)
     assert computed_rows(AVX2, 6283, 7) == 7 and packed_tile(AVX2, 6283, 7) == (1, 7)
+    cpu_switch("dense_few_rows", "0")  # the former tiles: the streams first, then the rows dividing them
+    assert packed_tile(AVX512, 192, 7) == (4, 1) and packed_tile(AVX512, 192, 6) == (4, 3)
+    assert computed_rows(AVX2, 384, 7) == 7 and packed_tile(AVX2, 384, 3) == (4, 1)
 
 
 @pytest.mark.parametrize("target, k, n, rows, computed, tile", [

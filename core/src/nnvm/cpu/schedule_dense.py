@@ -204,9 +204,12 @@ def computed_rows(machine, blocks: int, rows: int) -> int:
     CPU time, 768 x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7. The extra row re-reads the last
     one (a clamped index) and is cropped. With AVX-512 and where the weight takes one block at a time
     (GPT-2's head with AVX2: 61 x 103 blocks, 1 x 7) every row stays in one tile: never padded. The
-    layout pass asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``)."""
+    layout pass asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``).
+    ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows, for
+    A/B benchmarks."""
     padded = padded_rows(rows)
-    if padded != rows or rows % 2 == 0 or rows == 1 or packed_tile(machine, blocks, rows)[1] > 1:
+    if (padded != rows or rows % 2 == 0 or rows == 1 or not enabled("dense_few_rows")
+            or packed_tile(machine, blocks, rows)[1] > 1):
         return padded
     return rows + 1 if packed_tile(machine, blocks, rows + 1)[1] > 1 else rows
 
@@ -567,7 +570,8 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
                  if fits(jb, mb)]
         if tiles:
             return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, t[1]))
-    if rows <= MAX_TILE_ROWS:  # every row in one tile: the weight is read once, each vector by every row
+    # few rows all in one tile: the weight is read once, each vector loaded serving every row
+    if rows <= MAX_TILE_ROWS and enabled("dense_few_rows"):
         jb = _weight_streams(blocks, lambda d: fits(d, rows))
         if jb >= 2:
             return jb, rows
