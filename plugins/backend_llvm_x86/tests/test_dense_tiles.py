@@ -185,8 +185,9 @@ def test_few_rows_take_one_tile(cpu_switch):
     """Up to 8 rows every row is in one tile wherever two or more weight blocks fit beside them (BERT's
     768 x 3072 at 5-8 rows: 3 x 5, 2 x 6, 2 x 7, 2 x 8 with AVX-512; 2 x 3 and 2 x 4 with AVX2); AVX2 at
     5 and 7 rows (8 accumulators) pads the rows by one for 4 x 2 tiles; GPT-2's head (2 x 1571 blocks of
-    16, 61 x 103 of 8) keeps its 7 rows on both; a GEMV and 2-4 rows keep four weight streams. The
-    switch ``dense_few_rows`` off: the former tiles, never padded."""
+    16) keeps its 7 rows with AVX-512; with AVX2 (61 x 103 blocks of 8) it gets one block more where that
+    makes 4-block tiles; a GEMV and 2-4 rows keep four weight streams. The switch ``dense_few_rows``
+    off: the former tiles, never padded."""
     expect = {1: (4, 1), 2: (4, 2), 3: (4, 3), 4: (4, 4), 5: (3, 5), 6: (2, 6), 7: (2, 7), 8: (2, 8)}
     for rows, tile in expect.items():
         assert computed_rows(AVX512, 192, rows) == rows and packed_tile(AVX512, 192, rows) == tile, rows
@@ -194,40 +195,52 @@ def test_few_rows_take_one_tile(cpu_switch):
     assert computed_rows(AVX2, 384, 5) == 6 and computed_rows(AVX2, 384, 7) == 8
     assert packed_tile(AVX2, 384, 6) == packed_tile(AVX2, 384, 8) == (4, 2)
     assert computed_rows(AVX2, 384, 3) == 3 and computed_rows(AVX2, 384, 9) == 12
-    assert computed_rows(AVX512, 3142, 7) == 7 and packed_tile(AVX512, 3142, 7) == (2, 7)
-    assert computed_rows(AVX2, 6283, 7) == 7 and packed_tile(AVX2, 6283, 7) == (1, 7)
+    assert padded_blocks(AVX512, 3142, 7) == 3142 and computed_rows(AVX512, 3142, 7) == 7
+    assert packed_tile(AVX512, 3142, 7) == (2, 7)
+    # AVX2's head: one block more for 4-block tiles (1 row: 4 x 1; 5, 7: padded to 6, 8 in 4 x 2), not
+    # for 2-block ones (3 rows keep 1 x 3)
+    assert [padded_blocks(AVX2, 6283, r) for r in (1, 2, 3, 5, 7, 12)] == [6284, 6284, 6283, 6284, 6284, 6284]
+    assert computed_rows(AVX2, 6284, 7) == 8 and packed_tile(AVX2, 6284, 8) == (4, 2)
+    assert packed_tile(AVX2, 6284, 1) == (4, 1) and packed_tile(AVX2, 6283, 3) == (1, 3)
+    assert padded_blocks(AVX2, 125, 7) == 125 and computed_rows(AVX2, 125, 7) == 7  # 5 x 1 either way
+    assert computed_rows(AVX512, 125, 7) == 8 and packed_tile(AVX512, 125, 8) == (5, 2)
     cpu_switch("dense_few_rows", "0")  # the former tiles: the streams first, then the rows dividing them
     assert packed_tile(AVX512, 192, 7) == (4, 1) and packed_tile(AVX512, 192, 6) == (4, 3)
     assert computed_rows(AVX2, 384, 7) == 7 and packed_tile(AVX2, 384, 3) == (4, 1)
+    assert padded_blocks(AVX2, 6283, 7) == 6283 and computed_rows(AVX512, 125, 7) == 7
 
 
-@pytest.mark.parametrize("target, k, n, rows, computed, tile", [
-    ("llvm -mcpu=znver5", 768, 3072, 7, 7, (2, 7)),
-    ("llvm -mcpu=znver5", 768, 3072, 5, 5, (3, 5)),
-    ("llvm -mcpu=haswell", 768, 3072, 7, 8, (4, 2)),
-    ("llvm -mcpu=haswell", 768, 3072, 5, 6, (4, 2)),
-    ("llvm -mcpu=haswell", 768, 3072, 3, 3, (2, 3)),
-    ("llvm -mcpu=znver5", 64, 50257, 7, 7, (2, 7)),  # GPT-2's head, a shallow weight
-    ("llvm -mcpu=haswell", 64, 50257, 7, 7, (1, 7)),
+@pytest.mark.parametrize("target, k, n, rows, computed, blocks, tile", [
+    ("llvm -mcpu=znver5", 768, 3072, 7, 7, None, (2, 7)),
+    ("llvm -mcpu=znver5", 768, 3072, 5, 5, None, (3, 5)),
+    ("llvm -mcpu=haswell", 768, 3072, 7, 8, None, (4, 2)),
+    ("llvm -mcpu=haswell", 768, 3072, 5, 6, None, (4, 2)),
+    ("llvm -mcpu=haswell", 768, 3072, 3, 3, None, (2, 3)),
+    ("llvm -mcpu=znver5", 64, 50257, 7, 7, None, (2, 7)),  # GPT-2's head, a shallow weight
+    ("llvm -mcpu=haswell", 64, 50257, 7, 8, 6284, (4, 2)),
+    ("llvm -mcpu=haswell", 64, 50257, 3, 3, None, (1, 3)),
 ])
-def test_rows_computed_for_the_targets_tiles(tmp_path, group_of, target, k, n, rows, computed, tile):
-    """The layout pass gives ``dense_packed`` the rows of ``computed_rows`` for the target (its
-    ``padded_rows`` where more than the data's), and the fallback tile holds them."""
+def test_rows_computed_for_the_targets_tiles(tmp_path, group_of, target, k, n, rows, computed, blocks, tile):
+    """The layout pass gives ``dense_packed`` the rows of ``computed_rows`` and the blocks of
+    ``padded_blocks`` for the target (its ``padded_rows`` and ``blocks`` where more than the data's and
+    the weight's), and the fallback tile holds them."""
     path = str(tmp_path / "gemm.onnx")
     _model(path, 1, rows, k, n, "bias")
     graph, tgt, *_ = optimized_graph(path, target)
     (node,) = [n for n in graph.nodes if n.op == "dense_packed"]
     assert node.attrs.get("padded_rows") == (computed if computed != rows else None), node.attrs
+    assert node.attrs.get("blocks") == blocks, node.attrs
     fallback = dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback
     assert (fallback["jb"], fallback["mb"]) == tile, fallback
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
 @pytest.mark.parametrize("rows, k, n", [(3, 96, 768), (5, 96, 768), (6, 96, 768), (7, 96, 768),
-                                        (7, 96, 400), (5, 64, 50257)])
+                                        (7, 96, 400), (5, 64, 50257), (1, 64, 50257)])
 def test_few_rows_match_numpy(tmp_path, target, rows, k, n):
     """Odd row counts in one tile, padded by one row (AVX2) or in tiles of one weight block (400
-    outputs: 25 blocks of 16, 50 of 8; GPT-2's 50257: 3142 and 6283) against numpy."""
+    outputs: 25 blocks of 16, 50 of 8); GPT-2's 50257 outputs (3142 blocks of 16; 6283 of 8, one more
+    computed at 1 and 5 rows, those 5 rows padded to 6) against numpy."""
     path = str(tmp_path / "gemm.onnx")
     _model(path, 1, rows, k, n, "bias")
     model = onnx.load(path)

@@ -298,8 +298,8 @@ def packed_attrs(target, n: int, block: int, rows: int | None) -> dict:
         computed = padded_blocks(machine, blocks, padded_rows(rows))
         if computed != blocks:
             attrs["blocks"] = computed
-        if computed_rows(machine, blocks, rows) != padded_rows(rows):
-            attrs["padded_rows"] = computed_rows(machine, blocks, rows)
+        if computed_rows(machine, computed, rows) != padded_rows(rows):
+            attrs["padded_rows"] = computed_rows(machine, computed, rows)
     return attrs
 
 

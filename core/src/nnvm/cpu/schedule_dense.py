@@ -201,10 +201,11 @@ def computed_rows(machine, blocks: int, rows: int) -> int:
     AVX2 at 5 and 7 rows (8 accumulators: 7 rows by 2 blocks do not fit, 7 by 1 is one weight stream
     and one broadcast register per multiply-add), where 4 x 1 tiles re-read the weight panel for every
     row and ran 4 chains: padded to 6 and 8 rows in 4 x 2 tiles (``-mcpu=haswell`` on Zen 5, one thread,
-    CPU time, 768 x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7. The extra row re-reads the last
-    one (a clamped index) and is cropped. With AVX-512 and where the weight takes one block at a time
-    (GPT-2's head with AVX2: 61 x 103 blocks, 1 x 7) every row stays in one tile: never padded. The
-    layout pass asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``).
+    CPU time, 768 x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7; with AVX-512 a weight of 125
+    blocks (5 x 1 at 5 rows, 5 x 3 at 6). The extra row re-reads the last one (a clamped index) and is
+    cropped. Where two blocks fit beside every row (AVX-512 on BERT's and GPT-2's layers and head) or
+    the weight takes one block at a time (13 blocks: 1 x 7) the rows stay as they are. The layout pass
+    asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``).
     ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows, for
     A/B benchmarks."""
     padded = padded_rows(rows)
@@ -232,10 +233,21 @@ def padded_blocks(machine, blocks: int, rows: int) -> int:
     25 to 26: 30 is over the bound). ``cpu_switches={"dense_wide_tiles": "0"}`` (2 x 4): a multiple of 4, the
     head 6284 as before. With AVX-512 (16 lanes, widest 4 x 4: a multiple of 8) the head is 2 x 1571 blocks
     and ViT's keys 13 blocks: unchanged. ``cpu_switches={"dense_pad_blocks": "0"}``: never padded, for A/B
-    benchmarks."""
-    if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
-            or not enabled("dense_pad_blocks")):
+    benchmarks.
+
+    Few rows (under 16) get one block more where ``packed_tile`` would give them tiles one block wide
+    and one more block gives tiles of four or more: with AVX2 GPT-2's head (1 x 7 at 7 rows, 1 x 1 at
+    one: a single accumulator chain) in 6284 blocks, 4 x 1 at one row, 4 x 2 from 5 rows (padded to 6,
+    ``computed_rows``). One thread, CPU time, ``-mcpu=haswell`` on Zen 5: 4.81 -> 4.25 ms at one row,
+    10.7 -> 7.8 at 5, 16.4 -> 9.1 at 7, 20.7 -> 10.4 at 9. Two blocks (2 x 3 at 3 rows, 2 x 2) of that
+    weight, which streams from memory, ran slower than one: 7.3 and 6.5 ms against 5.2 and 5.4, so 3
+    rows keep 6283 blocks. Off with ``cpu_switches={"dense_few_rows": "0"}``."""
+    if blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS or not enabled("dense_pad_blocks"):
         return blocks
+    if rows < 2 * MAX_TILE_ROWS:
+        wider = (enabled("dense_few_rows") and packed_tile(machine, blocks, rows)[0] == 1
+                 and packed_tile(machine, blocks + 1, rows)[0] >= 4)
+        return blocks + 1 if wider else blocks
     multiple = 2 * widest_tile_blocks(machine)
     rounded = -(-blocks // multiple) * multiple
     return rounded if (rounded - blocks) * MIN_PADDED_BLOCKS <= blocks else blocks + 1
