@@ -206,8 +206,8 @@ def computed_rows(machine, blocks: int, rows: int) -> int:
     cropped. Where two blocks fit beside every row (AVX-512 on BERT's and GPT-2's layers and head) or
     the weight takes one block at a time (13 blocks: 1 x 7) the rows stay as they are. The layout pass
     asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``).
-    ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows, for
-    A/B benchmarks."""
+    ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows nor
+    ``padded_blocks``' block for them, for A/B benchmarks."""
     padded = padded_rows(rows)
     if (padded != rows or rows % 2 == 0 or rows == 1 or not enabled("dense_few_rows")
             or packed_tile(machine, blocks, rows)[1] > 1):
@@ -545,16 +545,17 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       was 0.85x.
     - Few rows (a GEMV at batch 1-8): bound by reading the weight once, so four to eight weight
       streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
-      2.9x faster than 1 for 1280 -> 1000). Up to 8 rows every row is in the one tile wherever two
-      or more streams fit beside them (5 rows: 3 x 5, 6: 2 x 6, 7: 2 x 7, 8: 2 x 8 with AVX-512; 3:
-      2 x 3, 4: 2 x 4 with AVX2's 8 accumulators), so each weight vector loaded serves every row and
-      the weight panel is not read again for a second row tile. Zen 5, one thread, CPU time, 768 x 3072
-      (K x N): 4 x 1 tiles (the streams first, then the rows dividing 5 or 7) took 286 and 350 us at 5
-      and 7 rows, 1.7-2.1x their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8
-      rows: 172 and 170); 2 x 6 131 us against 4 x 3's 169, 2 x 8 170 against 4 x 4's 183; AVX2
-      (``-mcpu=haswell`` on Zen 5), 3 rows: 2 x 3 173 us against 4 x 1's 240. Else (AVX2 at 5-8 rows,
-      a weight of an odd prime count of blocks) the streams first, then the rows dividing them; where
-      that leaves a tile of one row the layout pass pads odd rows by one (``computed_rows``).
+      2.9x faster than 1 for 1280 -> 1000), then the rows dividing them that fit. Where that leaves
+      a tile one row tall (a prime 5 or 7 rows beside 4 streams: 4 chains, the weight panel re-read
+      for every row), every row goes in one tile of fewer streams, two or more (3 x 5, 2 x 7 with
+      AVX-512; 2 x 3 with AVX2's 8 accumulators), so each weight vector loaded serves every row. Zen 5,
+      one thread, CPU time, 768 x 3072 (K x N): 4 x 1 took 286 and 350 us at 5 and 7 rows, 1.7-2.1x
+      their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8 rows: 172 and 170);
+      BERT-base bound at (1, 7) 20.9 -> 14.6 ms, (1, 5) 16.4 -> 11.7. AVX2 (``-mcpu=haswell`` on
+      Zen 5), 3 rows: 2 x 3 173 us against 4 x 1's 240. Only there: the products alone ran 2 x 6 and
+      2 x 8 7-25% faster than 4 x 3 and 4 x 4, but BERT-base at (1, 8), its weights from memory, 7%
+      slower (13.1 -> 14.2 ms; (1, 6) level). Where no two streams fit beside the rows (AVX2 at 5 and
+      7 rows) the layout pass pads them by one (``computed_rows``).
 
     With AVX2's 16 registers (no broadcast operand: each broadcast is a register of its own, so the
     register count is exact, ``cost_model.register_budget``) many rows take 12 accumulators, the tile
@@ -582,19 +583,19 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
                  if fits(jb, mb)]
         if tiles:
             return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, t[1]))
-    # few rows all in one tile: the weight is read once, each vector loaded serving every row
-    if rows <= MAX_TILE_ROWS and enabled("dense_few_rows"):
-        jb = _weight_streams(blocks, lambda d: fits(d, rows))
-        if jb >= 2:
-            return jb, rows
     jb = _weight_streams(blocks, lambda d: fits(d, 1))
     mb = max(d for d in divisors(rows, MAX_TILE_ROWS) if d == 1 or fits(jb, d))
+    if mb == 1 and 1 < rows <= MAX_TILE_ROWS and enabled("dense_few_rows"):
+        # a tile one row tall: every row in one tile of fewer streams, each weight vector serving all
+        wide = _weight_streams(blocks, lambda d: fits(d, rows))
+        if wide >= 2:
+            return wide, rows
     return jb, mb
 
 
 def _weight_streams(blocks: int, fits) -> int:
     """The weight blocks of a tile of few rows: the fewest of four to eight dividing ``blocks`` that
-    ``fits``, else the most under four (1 if none fits)."""
+    ``fits``, else the most under four that does (1 if none)."""
     jb = next((d for d in divisors(blocks, 8, 4) if fits(d)), None)
     return jb or max(d for d in divisors(blocks, 4) if d == 1 or fits(d))
 
