@@ -183,26 +183,29 @@ def test_odd_blocks_are_padded_for_many_rows(cpu_switch):
 
 def test_few_rows_take_one_tile(cpu_switch):
     """Where four weight streams would leave tiles one row tall, every row is in one tile of two or more
-    (BERT's 768 x 3072 at 5 and 7 rows: 3 x 5, 2 x 7 with AVX-512; 3 rows 2 x 3 with AVX2); 6 and 8 rows
-    keep 4 x 3 and 4 x 4. AVX2 at 5 and 7 rows (8 accumulators) pads the rows by one for 4 x 2 tiles;
-    GPT-2's head (2 x 1571 blocks of
-    16) keeps its 7 rows with AVX-512; with AVX2 (61 x 103 blocks of 8) it gets one block more where that
-    makes 4-block tiles; a GEMV and 2-4 rows keep four weight streams. The switch ``dense_few_rows``
-    off: the former tiles, never padded."""
+    whose step reads two cache lines of weight (BERT's 768 x 3072 at 5 and 7 rows: 3 x 5, 2 x 7 with
+    AVX-512; AVX2's 3 rows keep 4 x 1); 6 and 8 rows keep 4 x 3 and 4 x 4. AVX2 at 5 and 7 rows (8
+    accumulators) pads the rows by one for 4 x 2 tiles. GPT-2's head (2 x 1571 blocks of 16) keeps its
+    7 rows with AVX-512; with AVX2 (61 x 103 blocks of 8) it gets one block more where that makes
+    4-block tiles. A GEMV and 2-4 rows keep four weight streams. The switch ``dense_few_rows`` off: the
+    former tiles, never padded."""
     expect = {1: (4, 1), 2: (4, 2), 3: (4, 3), 4: (4, 4), 5: (3, 5), 6: (4, 3), 7: (2, 7), 8: (4, 4)}
     for rows, tile in expect.items():
         assert computed_rows(AVX512, 192, rows) == rows and packed_tile(AVX512, 192, rows) == tile, rows
-    assert packed_tile(AVX2, 384, 3) == (2, 3) and packed_tile(AVX2, 384, 4) == (4, 2)
+    # AVX2's 2 x 3 reads 16 floats a step, under MIN_STEP_FLOATS: 3 rows keep 4 x 1, unpadded
+    assert packed_tile(AVX2, 384, 3) == (4, 1) and packed_tile(AVX2, 384, 4) == (4, 2)
     assert computed_rows(AVX2, 384, 5) == 6 and computed_rows(AVX2, 384, 7) == 8
     assert packed_tile(AVX2, 384, 6) == packed_tile(AVX2, 384, 8) == (4, 2)
     assert computed_rows(AVX2, 384, 3) == 3 and computed_rows(AVX2, 384, 9) == 12
     assert padded_blocks(AVX512, 3142, 7) == 3142 and computed_rows(AVX512, 3142, 7) == 7
     assert packed_tile(AVX512, 3142, 7) == (2, 7)
     # AVX2's head: one block more for 4-block tiles (1 row: 4 x 1; 5, 7: padded to 6, 8 in 4 x 2), not
-    # for 2-block ones (3 rows keep 1 x 3)
-    assert [padded_blocks(AVX2, 6283, r) for r in (1, 2, 3, 5, 7, 12)] == [6284, 6284, 6283, 6284, 6284, 6284]
+    # at 2 or 3 rows (1 x 3 kept); with AVX-512 23 blocks of 16 go to 24 for 3 x 5 at 5 rows
+    assert [padded_blocks(AVX2, 6283, r) for r in (1, 2, 3, 5, 7, 12)] == [6284, 6283, 6283, 6284, 6284, 6284]
     assert computed_rows(AVX2, 6284, 7) == 8 and packed_tile(AVX2, 6284, 8) == (4, 2)
     assert packed_tile(AVX2, 6284, 1) == (4, 1) and packed_tile(AVX2, 6283, 3) == (1, 3)
+    assert padded_blocks(AVX512, 23, 5) == 24 and packed_tile(AVX512, 24, 5) == (3, 5)
+    assert padded_blocks(AVX512, 23, 3) == 23
     assert padded_blocks(AVX2, 125, 7) == 125 and computed_rows(AVX2, 125, 7) == 7  # 5 x 1 either way
     assert computed_rows(AVX512, 125, 7) == 8 and packed_tile(AVX512, 125, 8) == (5, 2)
     cpu_switch("dense_few_rows", "0")  # the former tiles: the streams first, then the rows dividing them
@@ -216,7 +219,7 @@ def test_few_rows_take_one_tile(cpu_switch):
     ("llvm -mcpu=znver5", 768, 3072, 5, 5, None, (3, 5)),
     ("llvm -mcpu=haswell", 768, 3072, 7, 8, None, (4, 2)),
     ("llvm -mcpu=haswell", 768, 3072, 5, 6, None, (4, 2)),
-    ("llvm -mcpu=haswell", 768, 3072, 3, 3, None, (2, 3)),
+    ("llvm -mcpu=haswell", 768, 3072, 3, 3, None, (4, 1)),
     ("llvm -mcpu=znver5", 64, 50257, 7, 7, None, (2, 7)),  # GPT-2's head, a shallow weight
     ("llvm -mcpu=haswell", 64, 50257, 7, 8, 6284, (4, 2)),
     ("llvm -mcpu=haswell", 64, 50257, 3, 3, None, (1, 3)),

@@ -157,6 +157,11 @@ MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: r
 SYMBOLIC_ROW_PAD = MAX_TILE_ROWS  # symbolic rows are computed in multiples of this (``padded_rows``)
 ROW_CHUNK_BYTES = 8 << 20  # data rows a chunk of symbolic rows holds (``build_dense_packed``): in the L3
 MAX_ROW_CHUNK_TILES = 64
+MIN_PADDED_ROWS = 5  # few rows padded (``computed_rows``) or given a block more (``padded_blocks``) from
+# this up (and a GEMV's one): 3 rows padded to 4 would be a third more work, and AVX2's 4 x 1 over 6284
+# blocks at 3 rows ran GPT-2's head slower than 1 x 3 (6.4 against 5.2 ms)
+MIN_STEP_FLOATS = 32  # weight floats a step of a tile of few rows reads at least (two cache lines):
+# fewer ran slower where the weight streams from memory (``packed_tile``, ``padded_blocks``)
 KEY_TILE_BLOCKS = 2  # a symbolic count of weight blocks (attention's keys) is computed in multiples of this
 
 
@@ -209,7 +214,7 @@ def computed_rows(machine, blocks: int, rows: int) -> int:
     ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows nor
     ``padded_blocks``' block for them, for A/B benchmarks."""
     padded = padded_rows(rows)
-    if (padded != rows or rows % 2 == 0 or rows == 1 or not enabled("dense_few_rows")
+    if (padded != rows or rows % 2 == 0 or rows < MIN_PADDED_ROWS or not enabled("dense_few_rows")
             or packed_tile(machine, blocks, rows)[1] > 1):
         return padded
     return rows + 1 if packed_tile(machine, blocks, rows + 1)[1] > 1 else rows
@@ -236,17 +241,19 @@ def padded_blocks(machine, blocks: int, rows: int) -> int:
     benchmarks.
 
     Few rows (under 16) get one block more where ``packed_tile`` would give them tiles one block wide
-    and one more block gives tiles of four or more: with AVX2 GPT-2's head (1 x 7 at 7 rows, 1 x 1 at
-    one: a single accumulator chain) in 6284 blocks, 4 x 1 at one row, 4 x 2 from 5 rows (padded to 6,
-    ``computed_rows``). One thread, CPU time, ``-mcpu=haswell`` on Zen 5: 4.81 -> 4.25 ms at one row,
-    10.7 -> 7.8 at 5, 16.4 -> 9.1 at 7, 20.7 -> 10.4 at 9. Two blocks (2 x 3 at 3 rows, 2 x 2) of that
-    weight, which streams from memory, ran slower than one: 7.3 and 6.5 ms against 5.2 and 5.4, so 3
-    rows keep 6283 blocks. Off with ``cpu_switches={"dense_few_rows": "0"}``."""
+    and one more block gives tiles of ``MIN_STEP_FLOATS`` or more (4 blocks of 8, 2 of 16): with AVX2
+    GPT-2's head (1 x 7 at 7 rows, 1 x 1 at one: a single accumulator chain) in 6284 blocks, 4 x 1 at
+    one row, 4 x 2 from 5 rows (padded to 6, ``computed_rows``). One thread, CPU time, ``-mcpu=haswell``
+    on Zen 5: 4.81 -> 4.25 ms at one row, 10.7 -> 7.8 at 5, 16.4 -> 9.1 at 7, 20.7 -> 10.4 at 9. Two
+    blocks of 8 (2 x 3 at 3 rows, 2 x 2) of that weight, which streams from memory, ran slower than one:
+    7.3 and 6.5 ms against 5.2 and 5.4, so 3 rows keep 6283 blocks. With AVX-512 an odd count of
+    16-wide blocks (23) takes 3 x 5 at 5 rows. Off with ``cpu_switches={"dense_few_rows": "0"}``."""
     if blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS or not enabled("dense_pad_blocks"):
         return blocks
     if rows < 2 * MAX_TILE_ROWS:
-        wider = (enabled("dense_few_rows") and packed_tile(machine, blocks, rows)[0] == 1
-                 and packed_tile(machine, blocks + 1, rows)[0] >= 4)
+        wider = ((rows == 1 or rows >= MIN_PADDED_ROWS) and enabled("dense_few_rows")
+                 and packed_tile(machine, blocks, rows)[0] == 1
+                 and packed_tile(machine, blocks + 1, rows)[0] * machine.lanes >= MIN_STEP_FLOATS)
         return blocks + 1 if wider else blocks
     multiple = 2 * widest_tile_blocks(machine)
     rounded = -(-blocks // multiple) * multiple
@@ -545,17 +552,18 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       was 0.85x.
     - Few rows (a GEMV at batch 1-8): bound by reading the weight once, so four to eight weight
       streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
-      2.9x faster than 1 for 1280 -> 1000), then the rows dividing them that fit. Where that leaves
-      a tile one row tall (a prime 5 or 7 rows beside 4 streams: 4 chains, the weight panel re-read
-      for every row), every row goes in one tile of fewer streams, two or more (3 x 5, 2 x 7 with
-      AVX-512; 2 x 3 with AVX2's 8 accumulators), so each weight vector loaded serves every row. Zen 5,
-      one thread, CPU time, 768 x 3072 (K x N): 4 x 1 took 286 and 350 us at 5 and 7 rows, 1.7-2.1x
-      their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8 rows: 172 and 170);
-      BERT-base bound at (1, 7) 20.9 -> 14.6 ms, (1, 5) 16.4 -> 11.7. AVX2 (``-mcpu=haswell`` on
-      Zen 5), 3 rows: 2 x 3 173 us against 4 x 1's 240. Only there: the products alone ran 2 x 6 and
-      2 x 8 7-25% faster than 4 x 3 and 4 x 4, but BERT-base at (1, 8), its weights from memory, 7%
-      slower (13.1 -> 14.2 ms; (1, 6) level). Where no two streams fit beside the rows (AVX2 at 5 and
-      7 rows) the layout pass pads them by one (``computed_rows``).
+      2.9x faster than 1 for 1280 -> 1000), then the rows dividing them that fit. Where that leaves a
+      tile one row tall (a prime 5 or 7 rows beside 4 streams: 4 chains, the weight panel re-read for
+      every row), every row goes in one tile of fewer streams, two or more whose step reads at least
+      ``MIN_STEP_FLOATS`` of weight (3 x 5, 2 x 7 with AVX-512), so each weight vector loaded serves
+      every row. Zen 5, one thread, CPU time, 768 x 3072 (K x N): 4 x 1 took 286 and 350 us at 5 and
+      7 rows, 1.7-2.1x their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8 rows:
+      172 and 170); BERT-base bound at (1, 7) 20.9 -> 14.6 ms, (1, 5) 16.4 -> 11.7. Only there, and
+      not under ``MIN_STEP_FLOATS``: the products alone ran 2 x 6 and 2 x 8 7-25% faster than 4 x 3
+      and 4 x 4, and AVX2's 2 x 3 (16 floats a step) 1.4x faster than 4 x 1 (173 us against 240), but
+      in whole models, the weights from memory, they were slower: BERT-base at (1, 8) 13.1 -> 14.2 ms
+      ((1, 6) level), with AVX2 at (1, 3) 14.3 -> 16.0 (GPT-2 19.9 -> 22.1). Where no such tile fits
+      beside the rows (AVX2 at 5 and 7 rows) the layout pass pads them by one (``computed_rows``).
 
     With AVX2's 16 registers (no broadcast operand: each broadcast is a register of its own, so the
     register count is exact, ``cost_model.register_budget``) many rows take 12 accumulators, the tile
@@ -588,7 +596,7 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
     if mb == 1 and 1 < rows <= MAX_TILE_ROWS and enabled("dense_few_rows"):
         # a tile one row tall: every row in one tile of fewer streams, each weight vector serving all
         wide = _weight_streams(blocks, lambda d: fits(d, rows))
-        if wide >= 2:
+        if wide >= 2 and wide * machine.lanes >= MIN_STEP_FLOATS:
             return wide, rows
     return jb, mb
 
