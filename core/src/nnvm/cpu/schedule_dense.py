@@ -202,7 +202,8 @@ def padded_rows(rows):
 def computed_rows(machine, blocks: int, rows: int) -> int:
     """The data rows ``dense_packed`` computes on ``machine`` (``cost_model.Machine``) for ``rows`` rows
     (an int) by a weight of ``blocks`` blocks: ``padded_rows``'s count, or one more where an odd count
-    of few rows leaves ``packed_tile`` a tile one row tall and one more row makes it taller. That is
+    of few rows (5 or 7: ``MIN_PADDED_ROWS``) leaves ``packed_tile`` a tile one row tall and one more
+    row makes it taller. That is
     AVX2 at 5 and 7 rows (8 accumulators: 7 rows by 2 blocks do not fit, 7 by 1 is one weight stream
     and one broadcast register per multiply-add), where 4 x 1 tiles re-read the weight panel for every
     row and ran 4 chains: padded to 6 and 8 rows in 4 x 2 tiles (``-mcpu=haswell`` on Zen 5, one thread,
@@ -558,10 +559,10 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       ``MIN_STEP_FLOATS`` of weight (3 x 5, 2 x 7 with AVX-512), so each weight vector loaded serves
       every row. Zen 5, one thread, CPU time, 768 x 3072 (K x N): 4 x 1 took 286 and 350 us at 5 and
       7 rows, 1.7-2.1x their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8 rows:
-      172 and 170); BERT-base bound at (1, 7) 20.9 -> 14.6 ms, (1, 5) 16.4 -> 11.7. Only there, and
-      not under ``MIN_STEP_FLOATS``: the products alone ran 2 x 6 and 2 x 8 7-25% faster than 4 x 3
-      and 4 x 4, and AVX2's 2 x 3 (16 floats a step) 1.4x faster than 4 x 1 (173 us against 240), but
-      in whole models, the weights from memory, they were slower: BERT-base at (1, 8) 13.1 -> 14.2 ms
+      172 and 170); BERT-base bound at (1, 7) 20.9 -> 14.6 ms, (1, 5) 16.4 -> 11.7. The rule is held to
+      those cases: the products alone ran 2 x 6 and 2 x 8 7-25% faster than 4 x 3 and 4 x 4, and
+      AVX2's 2 x 3 (16 floats a step) 1.4x faster than 4 x 1 (173 us against 240), but in whole
+      models, the weights from memory, they were slower: BERT-base at (1, 8) 13.1 -> 14.2 ms
       ((1, 6) level), with AVX2 at (1, 3) 14.3 -> 16.0 (GPT-2 19.9 -> 22.1). Where no such tile fits
       beside the rows (AVX2 at 5 and 7 rows) the layout pass pads them by one (``computed_rows``).
 
