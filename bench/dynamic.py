@@ -25,7 +25,8 @@ their own, alternated ``--rounds`` times (``nnvm.bench.blocks_times``), and the 
 the medians printed. ``--cpu-time`` times each run by the process's CPU time instead of the wall clock:
 with ``--threads 1`` on a shared machine it counts only the time the run itself was on a core.
 ``--target`` compiles both for another target (a GPU one: its symbolic kernels against its bound ones);
-``--small`` takes the tests' 2-layer, width-64 transformer configs instead of the default sizes.
+``--small`` takes the tests' 2-layer, width-64 transformer configs instead of the default sizes;
+``--cpu-switch NAME=VALUE`` compiles both modules with that ``cpu_switches`` entry (``dense_few_rows=0``).
 """
 
 from __future__ import annotations
@@ -93,9 +94,9 @@ def _is_cnn(name: str) -> bool:
 
 
 def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu: bool,
-            target: str = "llvm") -> dict:
+            target: str = "llvm", switches: dict | None = None) -> dict:
     """Everything for one model (in the child process; see the module docstring). ``path``: a file, or
-    ``cnn:NAME`` (``shapes`` then holds ``(batch,)`` tuples)."""
+    ``cnn:NAME`` (``shapes`` then holds ``(batch,)`` tuples); ``switches``: both modules' ``cpu_switches``."""
     os.environ["NNVM_NUM_THREADS"] = str(threads)
     import numpy as np
     import onnx
@@ -104,6 +105,7 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
     from nnvm.bench import onnxruntime_session
 
     cnn = path[4:] if path.startswith("cnn:") else None
+    options = nnvm.Options(tuning_log=False, cpu_switches=switches or {})
     t0 = time.perf_counter()
     if cnn:
         from nnvm_testing.frontend_onnx import models
@@ -114,12 +116,12 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
             from nnvm_testing.frontend_onnx import torch_models
 
             path = fixed = torch_models.zoo_model_path(cnn[4:], dynamic_batch=True)
-        unbound = nnvm.compile(fixed, target=target, shapes={inp: ("batch", *chw[1:])}, tuning_log=False)
+        unbound = nnvm.compile(fixed, target=target, shapes={inp: ("batch", *chw[1:])}, options=options)
     else:
         image = "pixel_values" in {i.name for i in onnx.load(path, load_external_data=False).graph.input}
         if image:  # a leading "batch" binds to 1 unless named symbolic; the seq of a shape means nothing
             shapes = list(dict.fromkeys((b, 1) for b, _ in shapes))
-        unbound = nnvm.compile(path, target=target, tuning_log=False,
+        unbound = nnvm.compile(path, target=target, options=options,
                                shapes={"pixel_values": ("batch", 3, 224, 224)} if image else None)
     result = {"compile_s": time.perf_counter() - t0, "mode": unbound.stats()["symbolic"]["mode"],
               "why": unbound.stats()["symbolic"]["why_per_binding"], "threads": threads, "shapes": {},
@@ -132,11 +134,11 @@ def measure(path: str, shapes: list, threads: int, repeat: int, rounds: int, cpu
             (batch,), seq = shape, None
             rng = np.random.default_rng(batch)
             feeds = {inp: rng.standard_normal([batch, *chw[1:]]).astype(np.float32)}
-            bound = nnvm.compile(_cnn(cnn, batch), target=target, tuning_log=False)
+            bound = nnvm.compile(_cnn(cnn, batch), target=target, options=options)
         else:
             batch, seq = shape
             feeds = _feeds(names, batch, seq)
-            bound = nnvm.compile(path, target=target, tuning_log=False,
+            bound = nnvm.compile(path, target=target, options=options,
                                  shapes={k: v.shape for k, v in feeds.items()})
         want = sess.run(None, feeds)[0]
         outs = unbound.run(**feeds)
@@ -181,6 +183,8 @@ def main(argv=None) -> int:
     parser.add_argument("--exporter", default="torchscript", choices=("dynamo", "torchscript"))
     parser.add_argument("--target", default="llvm", help="the target both modules are compiled for")
     parser.add_argument("--small", action="store_true", help="2 layers, width 64, 2 heads (the tests')")
+    parser.add_argument("--cpu-switch", action="append", default=[], metavar="NAME=VALUE",
+                        help="a cpu_switches entry both modules are compiled with (A/B runs)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
@@ -200,7 +204,8 @@ def main(argv=None) -> int:
     if args.child:
         child_shapes = batches if args.child.startswith("cnn:") else shapes
         print(json.dumps(measure(args.child, child_shapes, args.threads, args.repeat, args.rounds,
-                                 args.cpu_time, args.target)))
+                                 args.cpu_time, args.target,
+                                 dict(s.split("=", 1) for s in args.cpu_switch))))
         return 0
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS and not _is_cnn(m)]
@@ -229,6 +234,7 @@ def main(argv=None) -> int:
                "--rounds", str(args.rounds), "--target", args.target]
         if args.cpu_time:
             cmd.append("--cpu-time")
+        cmd += [f"--cpu-switch={s}" for s in args.cpu_switch]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0 or not proc.stdout.strip():
             err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["no output"]

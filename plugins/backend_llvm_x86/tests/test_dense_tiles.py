@@ -1,7 +1,8 @@
 """``cpu.dense.packed``'s fallback tile sized by the vector register file (``packed_tile``): the tiles it
 picks for AVX-512 (32 registers) and AVX2 (16), and transformer-shaped products compiled with them for
 both, against onnxruntime: rows no tile divides (7, 197, 8 x 197), outputs in partial blocks (1000, a
-50257-like 1571 * 16 + 1), a prime depth (13), bias, residual-add and GELU epilogues."""
+50257-like 1571 * 16 + 1), a prime depth (13), bias, residual-add and GELU epilogues; few rows (3-8) in
+one tile, or padded by one where AVX2's tile would be one row tall."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import nnvm
 from nnvm.compiler import optimized_graph
 from nnvm.cpu.cost_model import Machine, register_budget, registers_needed
 from nnvm.cpu.schedule_dense import (
+    computed_rows,
     dense_packed_template,
     packed_tile,
     padded_blocks,
@@ -177,3 +179,78 @@ def test_odd_blocks_are_padded_for_many_rows(cpu_switch):
     assert widest_tile_blocks(AVX2) == 2 and padded_blocks(AVX2, 6283, 128) == 6284
     cpu_switch("dense_pad_blocks", "0")
     assert padded_blocks(AVX2, 6283, 128) == 6283
+
+
+def test_few_rows_take_one_tile(cpu_switch):
+    """Where four weight streams would leave tiles one row tall, every row is in one tile of two or more
+    whose step reads two cache lines of weight (BERT's 768 x 3072 at 5 and 7 rows: 3 x 5, 2 x 7 with
+    AVX-512; AVX2's 3 rows keep 4 x 1); 6 and 8 rows keep 4 x 3 and 4 x 4. AVX2 at 5 and 7 rows (8
+    accumulators) pads the rows by one for 4 x 2 tiles. GPT-2's head (2 x 1571 blocks of 16) keeps its
+    7 rows with AVX-512; with AVX2 (61 x 103 blocks of 8) it gets one block more where that makes
+    4-block tiles. A GEMV and 2-4 rows keep four weight streams. The switch ``dense_few_rows`` off: the
+    former tiles, never padded."""
+    expect = {1: (4, 1), 2: (4, 2), 3: (4, 3), 4: (4, 4), 5: (3, 5), 6: (4, 3), 7: (2, 7), 8: (4, 4)}
+    for rows, tile in expect.items():
+        assert computed_rows(AVX512, 192, rows) == rows and packed_tile(AVX512, 192, rows) == tile, rows
+    # AVX2's 2 x 3 reads 16 floats a step, under MIN_STEP_FLOATS: 3 rows keep 4 x 1, unpadded
+    assert packed_tile(AVX2, 384, 3) == (4, 1) and packed_tile(AVX2, 384, 4) == (4, 2)
+    assert computed_rows(AVX2, 384, 5) == 6 and computed_rows(AVX2, 384, 7) == 8
+    assert packed_tile(AVX2, 384, 6) == packed_tile(AVX2, 384, 8) == (4, 2)
+    assert computed_rows(AVX2, 384, 3) == 3 and computed_rows(AVX2, 384, 9) == 12
+    assert padded_blocks(AVX512, 3142, 7) == 3142 and computed_rows(AVX512, 3142, 7) == 7
+    assert packed_tile(AVX512, 3142, 7) == (2, 7)
+    # AVX2's head: one block more for 4-block tiles (1 row: 4 x 1; 5, 7: padded to 6, 8 in 4 x 2), not
+    # at 2 or 3 rows (1 x 3 kept); with AVX-512 23 blocks of 16 go to 24 for 3 x 5 at 5 rows
+    assert [padded_blocks(AVX2, 6283, r) for r in (1, 2, 3, 5, 7, 12)] == [6284, 6283, 6283, 6284, 6284, 6284]
+    assert computed_rows(AVX2, 6284, 7) == 8 and packed_tile(AVX2, 6284, 8) == (4, 2)
+    assert packed_tile(AVX2, 6284, 1) == (4, 1) and packed_tile(AVX2, 6283, 3) == (1, 3)
+    assert padded_blocks(AVX512, 23, 5) == 24 and packed_tile(AVX512, 24, 5) == (3, 5)
+    assert padded_blocks(AVX512, 23, 3) == 23
+    assert padded_blocks(AVX2, 125, 7) == 125 and computed_rows(AVX2, 125, 7) == 7  # 5 x 1 either way
+    assert computed_rows(AVX512, 125, 7) == 8 and packed_tile(AVX512, 125, 8) == (5, 2)
+    cpu_switch("dense_few_rows", "0")  # the former tiles: the streams first, then the rows dividing them
+    assert packed_tile(AVX512, 192, 7) == (4, 1) and packed_tile(AVX512, 192, 6) == (4, 3)
+    assert computed_rows(AVX2, 384, 7) == 7 and packed_tile(AVX2, 384, 3) == (4, 1)
+    assert padded_blocks(AVX2, 6283, 7) == 6283 and computed_rows(AVX512, 125, 7) == 7
+
+
+@pytest.mark.parametrize("target, k, n, rows, computed, blocks, tile", [
+    ("llvm -mcpu=znver5", 768, 3072, 7, 7, None, (2, 7)),
+    ("llvm -mcpu=znver5", 768, 3072, 5, 5, None, (3, 5)),
+    ("llvm -mcpu=haswell", 768, 3072, 7, 8, None, (4, 2)),
+    ("llvm -mcpu=haswell", 768, 3072, 5, 6, None, (4, 2)),
+    ("llvm -mcpu=haswell", 768, 3072, 3, 3, None, (4, 1)),
+    ("llvm -mcpu=znver5", 64, 50257, 7, 7, None, (2, 7)),  # GPT-2's head, a shallow weight
+    ("llvm -mcpu=haswell", 64, 50257, 7, 8, 6284, (4, 2)),
+    ("llvm -mcpu=haswell", 64, 50257, 3, 3, None, (1, 3)),
+])
+def test_rows_computed_for_the_targets_tiles(tmp_path, group_of, target, k, n, rows, computed, blocks, tile):
+    """The layout pass gives ``dense_packed`` the rows of ``computed_rows`` and the blocks of
+    ``padded_blocks`` for the target (its ``padded_rows`` and ``blocks`` where more than the data's and
+    the weight's), and the fallback tile holds them."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, 1, rows, k, n, "bias")
+    graph, tgt, *_ = optimized_graph(path, target)
+    (node,) = [n for n in graph.nodes if n.op == "dense_packed"]
+    assert node.attrs.get("padded_rows") == (computed if computed != rows else None), node.attrs
+    assert node.attrs.get("blocks") == blocks, node.attrs
+    fallback = dense_packed_template(tgt, group_of(graph, "dense_packed")).fallback
+    assert (fallback["jb"], fallback["mb"]) == tile, fallback
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"], ids=["host", "avx2"])
+@pytest.mark.parametrize("rows, k, n", [(3, 96, 768), (5, 96, 768), (6, 96, 768), (7, 96, 768),
+                                        (7, 96, 400), (5, 64, 50257), (1, 64, 50257)])
+def test_few_rows_match_numpy(tmp_path, target, rows, k, n):
+    """Odd row counts in one tile, padded by one row (AVX2) or in tiles of one weight block (400
+    outputs: 25 blocks of 16, 50 of 8); GPT-2's 50257 outputs (3142 blocks of 16; 6283 of 8, one more
+    computed at 1 and 5 rows, those 5 rows padded to 6) against numpy."""
+    path = str(tmp_path / "gemm.onnx")
+    _model(path, 1, rows, k, n, "bias")
+    model = onnx.load(path)
+    w, b = (numpy_helper.to_array(t) for t in model.graph.initializer)
+    x = np.random.default_rng(rows).standard_normal((1, rows, k)).astype(np.float32)
+    want = x.astype(np.float64) @ w + b
+    got = nnvm.compile(path, target=target, tuning_log=False).run(x)[0]
+    err = float(np.abs(got - want).max() / np.abs(want).max())
+    assert got.shape == want.shape and err < 1e-5, f"{rows} rows x {n}: max relative error {err:.2e}"

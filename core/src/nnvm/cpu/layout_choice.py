@@ -29,7 +29,7 @@ from nnvm import te
 from nnvm.cpu.cost_model import machine_of
 from nnvm.cpu.grouped import plan_cost, split_plan
 from nnvm.cpu.patches import is_patch_embedding
-from nnvm.cpu.schedule_dense import padded_blocks, padded_rows
+from nnvm.cpu.schedule_dense import computed_rows, padded_blocks, padded_rows
 from nnvm.cpu.schedule_helpers import vector_lanes
 from nnvm.cpu.switches import enabled
 from nnvm.cpu.winograd import alter_winograd
@@ -289,13 +289,17 @@ def packed_block(n: int, lanes: int) -> int | None:
 def packed_attrs(target, n: int, block: int, rows: int | None) -> dict:
     """``dense_packed``'s attributes for ``n`` outputs in blocks of ``block`` over ``rows`` data rows (None:
     not known): ``units`` where the last block is part padding, ``blocks`` where the product computes
-    more blocks than the weight has (``padded_blocks``, for this target's tiles)."""
+    more blocks than the weight has (``padded_blocks``, for this target's tiles), ``padded_rows`` where
+    it computes more rows than ``padded_rows`` says (``computed_rows``, for this target's tiles)."""
     attrs = {"units": n} if n % block else {}
     blocks = -(-n // block)
     if rows is not None:
-        computed = padded_blocks(machine_of(target), blocks, padded_rows(rows))
+        machine = machine_of(target)
+        computed = padded_blocks(machine, blocks, padded_rows(rows))
         if computed != blocks:
             attrs["blocks"] = computed
+        if computed_rows(machine, computed, rows) != padded_rows(rows):
+            attrs["padded_rows"] = computed_rows(machine, computed, rows)
     return attrs
 
 

@@ -157,6 +157,11 @@ MAX_ROW_FUSED_TILES = 64  # from this many weight tiles a chunk holds several: r
 SYMBOLIC_ROW_PAD = MAX_TILE_ROWS  # symbolic rows are computed in multiples of this (``padded_rows``)
 ROW_CHUNK_BYTES = 8 << 20  # data rows a chunk of symbolic rows holds (``build_dense_packed``): in the L3
 MAX_ROW_CHUNK_TILES = 64
+MIN_PADDED_ROWS = 5  # few rows padded (``computed_rows``) or given a block more (``padded_blocks``) from
+# this up (and a GEMV's one): 3 rows padded to 4 would be a third more work, and AVX2's 4 x 1 over 6284
+# blocks at 3 rows ran GPT-2's head slower than 1 x 3 (6.4 against 5.2 ms)
+MIN_STEP_FLOATS = 32  # weight floats a step of a tile of few rows reads at least (two cache lines):
+# fewer ran slower where the weight streams from memory (``packed_tile``, ``padded_blocks``)
 KEY_TILE_BLOCKS = 2  # a symbolic count of weight blocks (attention's keys) is computed in multiples of this
 
 
@@ -174,6 +179,9 @@ def _dense_packed_infer(in_types, attrs):
         raise Error(f"dense_packed: {units} outputs do not end in the last block of a {weight.shape} weight")
     if 0 < attrs.get("blocks", 0) < weight.shape[-3]:
         raise Error(f"dense_packed: {attrs['blocks']} blocks computed, fewer than a {weight.shape} weight's")
+    if 0 < attrs.get("padded_rows", 0) and not (isinstance(data.shape[-2], int)
+                                                and attrs["padded_rows"] >= data.shape[-2]):
+        raise Error(f"dense_packed: {attrs['padded_rows']} rows computed for {data.shape[-2]} data rows")
     return [TensorType((*data.shape[:-1], units), dtype)]
 
 
@@ -189,6 +197,28 @@ def padded_rows(rows):
     if rows <= 8 or divisors(rows, 8, 4):
         return rows
     return -(-rows // ROW_PAD) * ROW_PAD
+
+
+def computed_rows(machine, blocks: int, rows: int) -> int:
+    """The data rows ``dense_packed`` computes on ``machine`` (``cost_model.Machine``) for ``rows`` rows
+    (an int) by a weight of ``blocks`` blocks: ``padded_rows``'s count, or one more where an odd count
+    of few rows (5 or 7: ``MIN_PADDED_ROWS``) leaves ``packed_tile`` a tile one row tall and one more
+    row makes it taller. That is
+    AVX2 at 5 and 7 rows (8 accumulators: 7 rows by 2 blocks do not fit, 7 by 1 is one weight stream
+    and one broadcast register per multiply-add), where 4 x 1 tiles re-read the weight panel for every
+    row and ran 4 chains: padded to 6 and 8 rows in 4 x 2 tiles (``-mcpu=haswell`` on Zen 5, one thread,
+    CPU time, 768 x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7; with AVX-512 a weight of 125
+    blocks (5 x 1 at 5 rows, 5 x 3 at 6). The extra row re-reads the last one (a clamped index) and is
+    cropped. Where two blocks fit beside every row (AVX-512 on BERT's and GPT-2's layers and head) or
+    the weight takes one block at a time (13 blocks: 1 x 7) the rows stay as they are. The layout pass
+    asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``).
+    ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows nor
+    ``padded_blocks``' block for them, for A/B benchmarks."""
+    padded = padded_rows(rows)
+    if (padded != rows or rows % 2 == 0 or rows < MIN_PADDED_ROWS or not enabled("dense_few_rows")
+            or packed_tile(machine, blocks, rows)[1] > 1):
+        return padded
+    return rows + 1 if packed_tile(machine, blocks, rows + 1)[1] > 1 else rows
 
 
 def padded_blocks(machine, blocks: int, rows: int) -> int:
@@ -209,10 +239,23 @@ def padded_blocks(machine, blocks: int, rows: int) -> int:
     25 to 26: 30 is over the bound). ``cpu_switches={"dense_wide_tiles": "0"}`` (2 x 4): a multiple of 4, the
     head 6284 as before. With AVX-512 (16 lanes, widest 4 x 4: a multiple of 8) the head is 2 x 1571 blocks
     and ViT's keys 13 blocks: unchanged. ``cpu_switches={"dense_pad_blocks": "0"}``: never padded, for A/B
-    benchmarks."""
-    if (rows < 2 * MAX_TILE_ROWS or blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS
-            or not enabled("dense_pad_blocks")):
+    benchmarks.
+
+    Few rows (under 16) get one block more where ``packed_tile`` would give them tiles one block wide
+    and one more block gives tiles of ``MIN_STEP_FLOATS`` or more (4 blocks of 8, 2 of 16): with AVX2
+    GPT-2's head (1 x 7 at 7 rows, 1 x 1 at one: a single accumulator chain) in 6284 blocks, 4 x 1 at
+    one row, 4 x 2 from 5 rows (padded to 6, ``computed_rows``). One thread, CPU time, ``-mcpu=haswell``
+    on Zen 5: 4.81 -> 4.25 ms at one row, 10.7 -> 7.8 at 5, 16.4 -> 9.1 at 7, 20.7 -> 10.4 at 9. Two
+    blocks of 8 (2 x 3 at 3 rows, 2 x 2) of that weight, which streams from memory, ran slower than one:
+    7.3 and 6.5 ms against 5.2 and 5.4, so 3 rows keep 6283 blocks. With AVX-512 an odd count of
+    16-wide blocks (23) takes 3 x 5 at 5 rows. Off with ``cpu_switches={"dense_few_rows": "0"}``."""
+    if blocks % 2 == 0 or blocks < MIN_PADDED_BLOCKS or not enabled("dense_pad_blocks"):
         return blocks
+    if rows < 2 * MAX_TILE_ROWS:
+        wider = ((rows == 1 or rows >= MIN_PADDED_ROWS) and enabled("dense_few_rows")
+                 and packed_tile(machine, blocks, rows)[0] == 1
+                 and packed_tile(machine, blocks + 1, rows)[0] * machine.lanes >= MIN_STEP_FLOATS)
+        return blocks + 1 if wider else blocks
     multiple = 2 * widest_tile_blocks(machine)
     rounded = -(-blocks // multiple) * multiple
     return rounded if (rounded - blocks) * MIN_PADDED_BLOCKS <= blocks else blocks + 1
@@ -251,7 +294,7 @@ def _dense_packed_compute(inputs, attrs, out_types):
     for d in lead:
         m *= d
     rows = lead[-1]
-    padded = padded_rows(rows)
+    padded = attrs.get("padded_rows") or padded_rows(rows)  # ``computed_rows``, asked by the layout pass
     padded_b = attrs.get("blocks") or blocks  # ``padded_blocks``, asked by the layout pass
     if isinstance(blocks, Dim):  # attention's keys: whole tiles of KEY_TILE_BLOCKS (the last one re-read)
         padded_b = (blocks + (KEY_TILE_BLOCKS - 1)) // KEY_TILE_BLOCKS * KEY_TILE_BLOCKS
@@ -332,7 +375,10 @@ DENSE_PACKED = OpDef("dense_packed", _dense_packed_infer, _dense_packed_compute,
                                                          "0: every output of the blocks"),
                             "blocks": Attr(int, 0, "the weight blocks computed where more than the weight "
                                                    "has (padded_blocks: the last one re-read, cropped); "
-                                                   "0: the weight's")},
+                                                   "0: the weight's"),
+                            "padded_rows": Attr(int, 0, "the data rows computed where more than "
+                                                        "padded_rows's (computed_rows: the last one "
+                                                        "re-read, cropped); 0: padded_rows's")},
                      evaluate=checked_evaluate(_dense_packed_infer, _dense_packed_eval),
                      doc="dense over a weight packed NK[b]n ([N/b, K, b]) for streaming, data [..., K]; or "
                          "a batched matmul, data [*batch, M, K] by a weight [*batch, N/b, K, b] (the x86 "
@@ -507,7 +553,18 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
       was 0.85x.
     - Few rows (a GEMV at batch 1-8): bound by reading the weight once, so four to eight weight
       streams first (4 blocks were 1.2x faster than 1 or 2 at batch 1 on 4096 x 4096; 5 blocks of 8
-      2.9x faster than 1 for 1280 -> 1000), then the rows that fit.
+      2.9x faster than 1 for 1280 -> 1000), then the rows dividing them that fit. Where that leaves a
+      tile one row tall (a prime 5 or 7 rows beside 4 streams: 4 chains, the weight panel re-read for
+      every row), every row goes in one tile of fewer streams, two or more whose step reads at least
+      ``MIN_STEP_FLOATS`` of weight (3 x 5, 2 x 7 with AVX-512), so each weight vector loaded serves
+      every row. Zen 5, one thread, CPU time, 768 x 3072 (K x N): 4 x 1 took 286 and 350 us at 5 and
+      7 rows, 1.7-2.1x their 164 at 8 (4 x 4); 3 x 5 and 2 x 7 take 111 and 145 us (padded to 8 rows:
+      172 and 170); BERT-base bound at (1, 7) 20.9 -> 14.6 ms, (1, 5) 16.4 -> 11.7. The rule is held to
+      those cases: the products alone ran 2 x 6 and 2 x 8 7-25% faster than 4 x 3 and 4 x 4, and
+      AVX2's 2 x 3 (16 floats a step) 1.4x faster than 4 x 1 (173 us against 240), but in whole
+      models, the weights from memory, they were slower: BERT-base at (1, 8) 13.1 -> 14.2 ms
+      ((1, 6) level), with AVX2 at (1, 3) 14.3 -> 16.0 (GPT-2 19.9 -> 22.1). Where no such tile fits
+      beside the rows (AVX2 at 5 and 7 rows) the layout pass pads them by one (``computed_rows``).
 
     With AVX2's 16 registers (no broadcast operand: each broadcast is a register of its own, so the
     register count is exact, ``cost_model.register_budget``) many rows take 12 accumulators, the tile
@@ -535,11 +592,21 @@ def packed_tile(machine, blocks: int, rows: int) -> tuple[int, int]:
                  if fits(jb, mb)]
         if tiles:
             return max(tiles, key=lambda t: (t[0] * t[1], t[0] >= 2, t[1]))
-    jb = next((d for d in divisors(blocks, 8, 4) if fits(d, 1)), None)
-    if jb is None:
-        jb = max(d for d in divisors(blocks, 4) if d == 1 or fits(d, 1))
+    jb = _weight_streams(blocks, lambda d: fits(d, 1))
     mb = max(d for d in divisors(rows, MAX_TILE_ROWS) if d == 1 or fits(jb, d))
+    if mb == 1 and 1 < rows <= MAX_TILE_ROWS and enabled("dense_few_rows"):
+        # a tile one row tall: every row in one tile of fewer streams, each weight vector serving all
+        wide = _weight_streams(blocks, lambda d: fits(d, rows))
+        if wide >= 2 and wide * machine.lanes >= MIN_STEP_FLOATS:
+            return wide, rows
     return jb, mb
+
+
+def _weight_streams(blocks: int, fits) -> int:
+    """The weight blocks of a tile of few rows: the fewest of four to eight dividing ``blocks`` that
+    ``fits``, else the most under four that does (1 if none)."""
+    jb = next((d for d in divisors(blocks, 8, 4) if fits(d)), None)
+    return jb or max(d for d in divisors(blocks, 4) if d == 1 or fits(d))
 
 
 def build_dense_packed(group, config: dict):

@@ -32,6 +32,7 @@ SWITCHES = {
     "dense_pad_blocks": (("0", "1"), "1"),  # cpu.dense.packed: an odd block count padded by one
     "dense_wide_tiles": (("0", "1"), "1"),  # cpu.dense.packed: AVX2 tiles of 12 accumulators
     "dense_batch_outer": (("0", "1"), "1"),  # cpu.dense.packed: weight tiles inside the batches
+    "dense_few_rows": (("0", "1"), "1"),  # cpu.dense.packed: <= 8 rows in one tile, AVX2's odd rows padded
     "softmax_select": (("0", "1"), "1"),  # softmax_exp's floor as a select on one compare
     "softmax_bounded_exp": (("0", "1"), "1"),  # softmax_exp's exp without clamps (exp_bounded)
     "softmax_max_skips_nan": (("0", "1"), "1"),  # softmax_exp's row maximum as one vmaxps a vector
