@@ -288,11 +288,14 @@ def test_the_one_row_case_only_where_the_rows_are_one():
     assert not isinstance(template_for(197), te.Specialised)
 
 
-def test_a_partial_row_tile_keeps_its_reduction_unguarded(build_all):
+@pytest.mark.parametrize("lead", [(), (1,)], ids=["seq", "1-seq"])
+def test_a_partial_row_tile_keeps_its_reduction_unguarded(build_all, lead):
     """Symbolic rows of a shared weight's ``dense_packed`` run in chunks of row tiles: the chunk's guard
     (a tile inside the padded rows) bounds every store, so the loop is cut there and only the crop
     stores keep the true row count's guards. Before, a tile past the last full one (7 tokens: the only
     tile) ran its whole reduction under both guards: GPT-2's head at 7 tokens 1.5x its bound kernel.
+    ``[1, seq]`` rows (a batch of one fixed, fused outside the row panels) too: the fused loop's
+    ``f % panels`` kept the guard there (768 x 3072 at 7 rows 4.8x the ``[batch, seq]`` kernel).
     Numbers against numpy at row counts on and off the tile."""
     from nnvm.cpu.schedule_dense import dense_packed_template
     from nnvm.target import parse_target
@@ -300,7 +303,7 @@ def test_a_partial_row_tile_keeps_its_reduction_unguarded(build_all):
     from nnvm.tir.visit import walk
 
     w_shape = (3, 64, 16)
-    group, (x, w, out) = _shared_dense((Dim.named("seq"), 64), w_shape)
+    group, (x, w, out) = _shared_dense((*lead, Dim.named("seq"), 64), w_shape)
     template = dense_packed_template(parse_target("llvm -mcpu=znver5"), group)
     general = template.build(template.fallback).general  # the one-row case aside
     guarded_reductions = []
@@ -316,7 +319,7 @@ def test_a_partial_row_tile_keeps_its_reduction_unguarded(build_all):
     wv = rng.standard_normal(w_shape).astype(np.float32)
     dense_w = wv.transpose(1, 0, 2).reshape(64, 48)
     for rows in (1, 7, 8, 9, 23):
-        xv = rng.standard_normal((rows, 64)).astype(np.float32)
-        got = np.zeros((rows, 48), np.float32)
+        xv = rng.standard_normal((*lead, rows, 64)).astype(np.float32)
+        got = np.zeros((*lead, rows, 48), np.float32)
         fn(xv, wv, got)
         np.testing.assert_allclose(got, xv @ dense_w, rtol=1e-4, atol=1e-4, err_msg=f"{rows} rows")
