@@ -1,0 +1,79 @@
+"""Tint, the browsers' WGSL compiler, over WGSL modules: Dawn for Node (npm ``webgpu``, on Dawn's null
+backend, no GPU needed; ``make install`` puts it in the cache) runs ``tint_check.mjs`` beside this module.
+Tint checks more than naga, wgpu's compiler (uniformity around barriers, constant expressions that
+overflow), so a module naga accepts may still be refused in a browser.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from nnvm.environment import cache_dir
+
+SCRIPT = Path(__file__).with_name("tint_check.mjs")
+# Dawn for Node aborts now and then ("std::system_error", a robust mutex's owner died) once a process has
+# compiled more than a dozen modules, before it prints: a few modules a process, and a batch that dies is
+# run again, keeps it reliable and fast (a process takes about 0.1 s).
+BATCH, TRIES = 6, 4
+
+
+def dawn_or_skip() -> Path:
+    """Dawn for Node's ``index.js``; a test skips without it, but under ``CI=true``, where it fails."""
+    import pytest
+
+    dawn = cache_dir() / "tools" / "dawn" / "node_modules" / "webgpu" / "index.js"
+    if not dawn.exists() or shutil.which("node") is None:
+        why = f"Dawn for Node is not installed ({dawn}, and node): run make install"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    return dawn
+
+
+def tint_errors(sources: dict, folder) -> dict:
+    """{name: Tint's error messages} for the WGSL modules ``sources`` ({name: text}), written to ``folder``;
+    an empty list where Tint accepts the module."""
+    dawn = dawn_or_skip()
+    files = {name: Path(folder) / f"{name}.wgsl" for name in sources}
+    for name, text in sources.items():
+        files[name].write_text(text)
+    paths = [str(p) for p in files.values()]
+    found: dict = {}
+    for start in range(0, len(paths), BATCH):
+        batch = paths[start:start + BATCH]
+        for _ in range(TRIES):
+            proc = subprocess.run(["node", str(SCRIPT), str(dawn), *batch], capture_output=True, text=True,
+                                  timeout=120)
+            if proc.returncode == 0:
+                break
+        assert proc.returncode == 0, f"Tint's run over {batch} failed {TRIES} times: {proc.stderr[-2000:]}"
+        found.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return {name: found[str(path)] for name, path in files.items()}
+
+
+def refusals(sources: dict, folder) -> list:
+    """One line per module Tint refuses: its name, the kernels (entry points) its errors fall in, the
+    errors; empty where Tint accepts them all."""
+    lines = []
+    for name, errors in tint_errors(sources, folder).items():
+        if errors:
+            text = sources[name].splitlines()
+            kernels = sorted({_kernel_at(text, e) for e in errors})
+            lines.append(f"{name}: kernel(s) {', '.join(kernels)}: {'; '.join(errors[:5])}")
+    return lines
+
+
+def _kernel_at(lines: list, error: str) -> str:
+    """The function of the WGSL line an error of ``tint_check.mjs`` (``"LINE: message"``) points at."""
+    try:
+        number = int(error.split(":", 1)[0])
+    except ValueError:
+        return "?"
+    for line in reversed(lines[:number]):
+        if line.startswith("fn "):
+            return line[3:].split("(", 1)[0]
+    return "(module scope)"
