@@ -16,9 +16,10 @@ from nnvm.environment import cache_dir
 
 SCRIPT = Path(__file__).with_name("tint_check.mjs")
 # Dawn for Node aborts now and then ("std::system_error", a robust mutex's owner died) once a process has
-# compiled more than a dozen modules, before it prints: a few modules a process, and a batch that dies is
-# run again, keeps it reliable and fast (a process takes about 0.1 s).
-BATCH, TRIES = 6, 4
+# compiled more than a few hundred kB of WGSL, before it prints; one module alone never did here. A few
+# small modules a process (or one large one), and a batch that dies run again, keep it reliable and fast
+# (a process takes about 0.1 s).
+BATCH_BYTES, BATCH_FILES, TRIES = 60_000, 6, 4
 
 
 def dawn_or_skip() -> Path:
@@ -41,10 +42,16 @@ def tint_errors(sources: dict, folder) -> dict:
     files = {name: Path(folder) / f"{name}.wgsl" for name in sources}
     for name, text in sources.items():
         files[name].write_text(text)
-    paths = [str(p) for p in files.values()]
+    batches: list = [[]]
+    for name, path in files.items():
+        batch = batches[-1]
+        if batch and (len(batch) == BATCH_FILES or sum(len(sources[n]) for n, _ in batch) + len(
+                sources[name]) > BATCH_BYTES):
+            batches.append(batch := [])
+        batch.append((name, str(path)))
     found: dict = {}
-    for start in range(0, len(paths), BATCH):
-        batch = paths[start:start + BATCH]
+    for batch in batches:
+        batch = [path for _, path in batch]
         for _ in range(TRIES):
             proc = subprocess.run(["node", str(SCRIPT), str(dawn), *batch], capture_output=True, text=True,
                                   timeout=120)
