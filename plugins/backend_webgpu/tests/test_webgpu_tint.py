@@ -91,3 +91,21 @@ def test_tint_accepts_the_kernels_of_the_models_the_webgpu_tests_run(tmp_path):
     sources = {**_shape_models(tmp_path), **_zoo_models(), **_symbolic_models(tmp_path)}
     refused = refusals(sources, tmp_path)
     assert not refused, "Tint refuses the kernels of:\n" + "\n".join(refused)
+
+
+def test_a_refusal_names_the_module_the_kernel_and_tints_error(tmp_path):
+    """What the tests above print when Tint refuses: softmax's kernels with a constant expression that
+    overflows float32 where the printer has ``nnvm_inf()`` (as they were printed before it had)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Softmax", ["x"], ["y"])], "softmax",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    source = _source(nnvm.compile(model, target=TARGET))
+    assert "(-nnvm_inf())" in source
+    overflowing = source.replace("(-nnvm_inf())", "(-1e38f * 10.0f)")
+    assert refusals({"softmax": source}, tmp_path) == []
+    (refused,) = refusals({"softmax": overflowing}, tmp_path)
+    assert refused.startswith("softmax: kernel(s) nnvm_k0_softmax_k") and "cannot be represented as 'f32'" \
+        in refused, refused
