@@ -253,7 +253,7 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         if max(grid) > (most := self.max_workgroups):
             raise InputError(f"these input shapes need {max(grid)} workgroups along one axis, more than this "
                              f"WebGPU device allows ({most}); use smaller inputs or another target")
-        with refused(f"a launch of {grid} workgroups"):
+        try:  # no context manager on this path: a run launches hundreds of kernels
             if copies:
                 stream.end_pass()  # copies go between passes
                 for copy in copies:
@@ -263,3 +263,6 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
             stream.compute.set_pipeline(pipeline)
             stream.compute.set_bind_group(0, group)
             stream.compute.dispatch_workgroups(*grid)
+        except self._wgpu.GPUError as exc:
+            reason = _wgpu_reason(exc)
+            raise Error(f"the WebGPU device refused a launch of {grid} workgroups: {reason}") from None
