@@ -8,7 +8,6 @@ may still be refused in a browser. Compiling only: one Tint module per operator 
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import nnvm
@@ -28,17 +27,13 @@ def _source(mod) -> str:
 
 def test_tint_accepts_the_kernels_of_every_conformance_case(tmp_path):
     from nnvm_conformance.cases import all_cases
-    from nnvm_conformance.runner import _build_graph, _compile, _unsupported_dtypes, draw_examples
+    from nnvm_conformance.runner import compile_case
 
-    declined, sources = _unsupported_dtypes(TARGET), {}
+    sources = {}
     for op, case in sorted(all_cases().items()):
-        examples = draw_examples(case)
-        wants = [[np.asarray(w) for w in case.reference(list(ex.inputs), dict(ex.attrs))] for ex in examples]
-        kept = [(ex, w) for ex, w in zip(examples, wants)
-                if not ({str(a.dtype) for a in ex.inputs} | set(case.expected_dtypes(ex, w))) & declined]
-        if kept:  # float64 only: the suite reports it unsupported on webgpu
-            graph, _ = _build_graph(op, [ex for ex, _ in kept], [w for _, w in kept])
-            sources[op] = _source(_compile(graph, TARGET))
+        mod = compile_case(case, TARGET)
+        if mod is not None:  # float64 only: the suite reports it unsupported on webgpu
+            sources[op] = _source(mod)
     assert len(sources) > 90, sorted(sources)
     refused = refusals(sources, tmp_path)
     assert not refused, "Tint refuses the kernels of:\n" + "\n".join(refused)
