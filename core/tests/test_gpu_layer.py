@@ -225,6 +225,22 @@ def test_concurrent_runs_use_their_own_device_arenas(testgpu):
     assert len(mod._device._pool) >= 1
 
 
+def test_a_launch_table_binding_less_than_its_tensor_is_refused(testgpu):
+    """A launch table (of a tampered file) binding an activation in fewer bytes than the plan's tensor: the
+    kernels would read past the binding (zeros on WebGPU, no error), so the plan is refused."""
+    from nnvm.errors import ModelLoadError
+    from nnvm.gpu.library import check_plan_against_tables
+
+    mod = nnvm.compile(_graph(), target=testgpu)
+    plan, tables, params = mod._device.plan, mod._device.tables, mod._device.params
+    check_plan_against_tables(plan, tables, params, plan["arena_bytes"])
+    first = plan["calls"][0]["kernel"]
+    four = [{**p, "nbytes": 4} for p in tables[first]["params"]]
+    short = {**tables, first: {**tables[first], "params": four}}
+    with pytest.raises(ModelLoadError, match=rf"{first}'s argument \w+ is bound as 4 bytes, its tensor has"):
+        check_plan_against_tables(plan, short, params, plan["arena_bytes"])
+
+
 def test_export_is_one_zip_the_backend_reads_back(testgpu, tmp_path):
     mod = nnvm.compile(_graph(), target=testgpu)
     path = str(tmp_path / "m.nnvm")

@@ -134,18 +134,11 @@ def run_op(case: OpCase, target: str, count: int | None = None) -> Result:
     """Every example of ``case`` compiled for ``target``, run, and compared with the reference. Examples
     in a dtype the target's backend declares it has no type for are left out, and the result says so."""
     start = time.perf_counter()
-    examples = draw_examples(case, count)
-    wants = [[np.asarray(w) for w in case.reference(list(ex.inputs), dict(ex.attrs))] for ex in examples]
-    declined, left_out = _unsupported_dtypes(target), 0
-    if declined:
-        kept = [(ex, w) for ex, w in zip(examples, wants)
-                if not ({str(a.dtype) for a in ex.inputs} | set(case.expected_dtypes(ex, w))) & declined]
-        left_out = len(examples) - len(kept)
-        if left_out and not kept:
-            return Result(case.op, target, UNSUPPORTED, None, len(examples), examples[0].describe(),
-                          f"every example uses a dtype {target} has no type for "
-                          f"({', '.join(sorted(declined))})")
-        examples, wants = [ex for ex, _ in kept], [w for _, w in kept]
+    examples, wants, left_out = target_examples(case, target, count)
+    declined = _unsupported_dtypes(target)
+    if left_out and not examples:
+        return Result(case.op, target, UNSUPPORTED, None, left_out, draw_examples(case, count)[0].describe(),
+                      f"every example uses a dtype {target} has no type for ({', '.join(sorted(declined))})")
     try:
         graph, feeds = _build_graph(case.op, examples, wants)
         mod = _compile(graph, target)
@@ -159,6 +152,24 @@ def run_op(case: OpCase, target: str, count: int | None = None) -> Result:
         note = f"{left_out} example(s) in {', '.join(sorted(declined))} left out: {target} has no such type"
         result.message = f"{result.message}; {note}" if result.message else note
     return result
+
+
+def target_examples(case: OpCase, target: str, count: int | None = None) -> tuple[list, list, int]:
+    """(examples, their reference outputs, how many were left out): the case's examples but those in a
+    dtype the backend of ``target`` declares it has no type for."""
+    examples = draw_examples(case, count)
+    wants = [[np.asarray(w) for w in case.reference(list(ex.inputs), dict(ex.attrs))] for ex in examples]
+    declined = _unsupported_dtypes(target)
+    kept = [(ex, w) for ex, w in zip(examples, wants)
+            if not ({str(a.dtype) for a in ex.inputs} | set(case.expected_dtypes(ex, w))) & declined]
+    return [ex for ex, _ in kept], [w for _, w in kept], len(examples) - len(kept)
+
+
+def compile_case(case: OpCase, target: str, count: int | None = None):
+    """The module ``run_op`` runs for ``case`` on ``target`` (every example it keeps, one graph), compiled
+    only: for checks of what a target makes of the case (its kernels' source); None where none is kept."""
+    examples, wants, _ = target_examples(case, target, count)
+    return _compile(_build_graph(case.op, examples, wants)[0], target) if examples else None
 
 
 def _unsupported_dtypes(target: str) -> set:

@@ -82,3 +82,41 @@ def test_int64_beyond_32_bits_is_an_error_not_a_wrong_answer():
     np.testing.assert_array_equal(mod.run(small)[0], small + small)
     with pytest.raises(InputError, match="the input .x. holds 4294967296, beyond the 32 bits"):
         mod.run(np.array([0, 1, 2, 2**32], np.int64))
+
+
+def _first_arena_argument(manifest: dict) -> dict:
+    return next(r for c in manifest["module"]["plan"]["calls"] for r in c["args"] if "arena" in r)
+
+
+def _shrink_bindings(manifest: dict) -> None:
+    for p in manifest["functions"][0]["params"]:
+        p["nbytes"] = 4
+
+
+def _misalign(manifest: dict) -> None:
+    _first_arena_argument(manifest)["arena"] += 4
+
+
+@pytest.mark.parametrize(("damage", "error", "message"), [
+    # the kernels would read zeros past 4 bytes (WebGPU's bounds checks): a wrong answer, so refused at load
+    (_shrink_bindings, nnvm.ModelLoadError, r"does not match its kernels \(\w+'s argument \w+ is bound as 4 "
+                                            r"bytes, its tensor has \d+\)"),
+    # an offset the device's alignment refuses: wgpu's validation error, as one sentence of ours
+    (_misalign, nnvm.Error, r"the WebGPU device refused the buffers bound to kernel \w+: .*Buffer offset \d+ "
+                            r"does not respect device's requested `min_storage_buffer_offset_alignment`"),
+])
+def test_a_launch_table_or_plan_the_device_cannot_run_is_one_sentence_not_an_answer(tmp_path, damage, error,
+                                                                                     message):
+    """A folder whose launch table or plan was tampered with: the load or the run raises one sentence
+    (``nnvm.Error``, no wgpu traceback), and no output comes back."""
+    import json
+
+    path, x, _ = shape_model_reference("gru", tmp_path)
+    folder = tmp_path / "gru.webgpu"
+    nnvm.compile(path, target="webgpu").export(str(folder))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    damage(manifest)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(error, match=message) as caught:
+        nnvm.load(str(folder)).run(x)
+    assert "\n" not in str(caught.value) and caught.value.__cause__ is None, str(caught.value)

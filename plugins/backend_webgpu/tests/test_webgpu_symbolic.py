@@ -5,13 +5,12 @@ against onnxruntime at several bindings; GPT-2 with its KV cache decoded step by
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 import nnvm
 from nnvm_testing import gpu_symbolic
+from nnvm_testing.tint import tint_errors
 
 TARGET = "webgpu"
 
@@ -143,29 +142,6 @@ def test_a_grid_of_the_dims_along_z_stays_unfolded(tmp_path):
     assert convs and all("fold" not in la and "read_only" not in la for la in convs), convs
 
 
-def _tint(sources: dict, tmp_path) -> dict:
-    """{name: Tint's errors} for WGSL ``sources`` ({name: text}); empty where the browsers' compiler
-    accepts the module. ``make install`` puts Dawn for Node in the cache."""
-    import json
-    import shutil
-    import subprocess
-
-    from nnvm.environment import cache_dir
-
-    dawn = cache_dir() / "tools" / "dawn" / "node_modules" / "webgpu" / "index.js"
-    if not dawn.exists() or shutil.which("node") is None:
-        pytest.skip(f"Dawn for Node is not installed ({dawn}): run make install")
-    files = {name: tmp_path / f"{name}.wgsl" for name in sources}
-    for name, text in sources.items():
-        files[name].write_text(text)
-    script = Path(__file__).with_name("tint_check.mjs")
-    proc = subprocess.run(["node", str(script), str(dawn), *map(str, files.values())], capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    errors = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {name: errors[str(path)] for name, path in files.items()}
-
-
 def test_tint_accepts_the_folded_barrier_kernels_and_refuses_them_with_read_write_dims(tmp_path):
     """Tint, the browsers' WGSL compiler, checks WGSL's uniformity rules (naga, wgpu's, does not): it
     accepts the MLP's kernels (dense with barriers under the fold's guard, softmax's -inf), and refuses
@@ -173,8 +149,8 @@ def test_tint_accepts_the_folded_barrier_kernels_and_refuses_them_with_read_writ
     _, mod = gpu_symbolic.wide_mlp(tmp_path)
     source = mod.specialised({"N": 5}).library.files["kernels.wgsl"]
     assert source.count("var<storage, read> ") == 2
-    errors = _tint({"read_only": source, "read_write": source.replace("var<storage, read> ",
-                                                                      "var<storage, read_write> ")}, tmp_path)
+    read_write = source.replace("var<storage, read> ", "var<storage, read_write> ")
+    errors = tint_errors({"read_only": source, "read_write": read_write}, tmp_path)
     assert errors["read_only"] == [], errors["read_only"]
     refusal = "'workgroupBarrier' must only be called from uniform control flow"
     assert errors["read_write"] and all(refusal in e for e in errors["read_write"]), errors["read_write"]

@@ -546,8 +546,10 @@ def check_tables(functions: list, symbolic: bool = False) -> None:
 def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_bytes: int) -> None:
     """Every call of ``plan`` names a function of the library, passes one argument per parameter of its
     launch table, and each argument is at least as large as the table says the kernels touch: an arena
-    location inside the arena, a weight of at least that many bytes. The plan's own locations are checked
-    by the ``Module`` (``_check_plan``); this ties them to what the device kernels read and write."""
+    location inside the arena, a weight of at least that many bytes; and the table binds no argument
+    smaller than the plan's tensor (a binding cut short reads zeros on WebGPU, silently). The plan's own
+    locations are checked by the ``Module`` (``_check_plan``); this ties them to what the device kernels
+    read and write."""
     try:
         for call in plan["calls"]:
             name = call["kernel"]
@@ -560,6 +562,10 @@ def check_plan_against_tables(plan: dict, tables: dict, params: dict, arena_byte
                 raise ValueError(f"{name} takes {len(table['params'])} arguments, the plan gives "
                                  f"{len(call['args'])}")
             for ref, p in zip(args, table["params"]):
+                if _is_int(ref.get("nbytes")) and _is_int(p["nbytes"]) and p["nbytes"] < ref["nbytes"]:
+                    # a binding smaller than its tensor: reads past it give zeros on WebGPU, not an error
+                    raise ValueError(f"{name}'s argument {p['name']} is bound as {p['nbytes']} bytes, "
+                                     f"its tensor has {ref['nbytes']}")
                 if "arena" in ref:
                     if ref["arena"] + p["nbytes"] > arena_bytes:
                         raise ValueError(f"{name}'s argument {p['name']} ({p['nbytes']} bytes at "

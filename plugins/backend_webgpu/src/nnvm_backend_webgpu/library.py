@@ -12,6 +12,8 @@ those parameters before each launch, between compute passes.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 
 from nnvm.errors import Error, InputError, ModelLoadError
@@ -30,6 +32,18 @@ def _wgpu_reason(exc: Exception) -> str:
     cause = lines[lines.index("Caused by:") + 1:] if "Caused by:" in lines else lines
     text = "; ".join(cause) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+@contextmanager
+def refused(what: str):
+    """wgpu's error (a validation error: a binding the device refuses, a submit of a failed encoder) as one
+    sentence: wgpu-py raises it from the call, and a run going on past it would return stale memory."""
+    import wgpu
+
+    try:
+        yield
+    except wgpu.GPUError as exc:
+        raise Error(f"the WebGPU device refused {what}: {_wgpu_reason(exc)}") from None
 
 
 def check_32_bits(host: np.ndarray, what: str) -> None:
@@ -179,7 +193,8 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         data = host.view(np.uint8).reshape(-1)
         if data.nbytes % 4:  # write whole words: the tail lies in the tensor's own padding
             data = np.concatenate([data, np.zeros(4 - data.nbytes % 4, np.uint8)])
-        self.dev.queue.write_buffer(buf, offset, data)
+        with refused("a copy to the device"):
+            self.dev.queue.write_buffer(buf, offset, data)
 
     def copy_out(self, stream, host: np.ndarray, buf, offset: int) -> None:
         stream.end_pass()
@@ -188,17 +203,20 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         usage = self._wgpu.BufferUsage
         staging = free.pop() if free else self.dev.create_buffer(size=size,
                                                                  usage=usage.MAP_READ | usage.COPY_DST)
-        stream.encoder.copy_buffer_to_buffer(buf, offset, staging, 0, size)
+        with refused("a copy from the device"):
+            stream.encoder.copy_buffer_to_buffer(buf, offset, staging, 0, size)
         stream.pending.append((staging, host))
 
     def new_stream(self):
         return Stream(self.dev)
 
     def synchronize(self, stream) -> None:
-        stream.end_pass()
-        self.dev.queue.submit([stream.encoder.finish()])
+        with refused("the run's commands"):
+            stream.end_pass()
+            self.dev.queue.submit([stream.encoder.finish()])
         for staging, host in stream.pending:
-            staging.map_sync(self._wgpu.MapMode.READ)
+            with refused("reading an output back"):
+                staging.map_sync(self._wgpu.MapMode.READ)
             data = np.frombuffer(staging.read_mapped(), np.uint8)
             host.reshape(-1).view(np.uint8)[:] = data[:host.nbytes]
             staging.unmap()
@@ -224,7 +242,8 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
             args = [a for i, a in enumerate(args) if i not in skip] + [(pack, 0, pack.size)]
         entries = [{"binding": i, "resource": {"buffer": buf, "offset": offset, "size": size}}
                    for i, (buf, offset, size) in enumerate(args)]
-        group = self.dev.create_bind_group(layout=layout, entries=entries)
+        with refused(f"the buffers bound to kernel {kernel}"):
+            group = self.dev.create_bind_group(layout=layout, entries=entries)
         return pipeline, group, copies, self.run_folds.get(kernel)
 
     def launch(self, stream, prepared, grid: list, block: list) -> None:
@@ -234,12 +253,16 @@ class WebGPUKernelLibrary(GPUKernelLibrary):
         if max(grid) > (most := self.max_workgroups):
             raise InputError(f"these input shapes need {max(grid)} workgroups along one axis, more than this "
                              f"WebGPU device allows ({most}); use smaller inputs or another target")
-        if copies:
-            stream.end_pass()  # copies go between passes
-            for copy in copies:
-                stream.encoder.copy_buffer_to_buffer(*copy)
-        if stream.compute is None:
-            stream.compute = stream.encoder.begin_compute_pass()
-        stream.compute.set_pipeline(pipeline)
-        stream.compute.set_bind_group(0, group)
-        stream.compute.dispatch_workgroups(*grid)
+        try:  # no context manager on this path: a run launches hundreds of kernels
+            if copies:
+                stream.end_pass()  # copies go between passes
+                for copy in copies:
+                    stream.encoder.copy_buffer_to_buffer(*copy)
+            if stream.compute is None:
+                stream.compute = stream.encoder.begin_compute_pass()
+            stream.compute.set_pipeline(pipeline)
+            stream.compute.set_bind_group(0, group)
+            stream.compute.dispatch_workgroups(*grid)
+        except self._wgpu.GPUError as exc:
+            reason = _wgpu_reason(exc)
+            raise Error(f"the WebGPU device refused a launch of {grid} workgroups: {reason}") from None

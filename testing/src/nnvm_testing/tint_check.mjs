@@ -1,5 +1,5 @@
 // Compiles WGSL files with Tint, the browsers' WGSL compiler (Dawn for Node, npm `webgpu`, on Dawn's null
-// backend: no adapter needed), for the plugin's tests:
+// backend: no adapter needed), for the webgpu tests (nnvm_testing.tint):
 //   node tint_check.mjs DAWN_INDEX_JS FILE.wgsl...
 // prints one JSON line: {file: [error messages]}, an empty list where Tint accepts the module.
 import { readFileSync } from "node:fs";
