@@ -255,19 +255,22 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         eights = ir.Constant(words_ty, [ir.Constant(i16, 8)] * (2 * lanes))
         return b.ashr(b.shl(words, eights), eights), b.ashr(words, eights)
 
-    def avx2_dot(b, acc, a_word, halves):
-        """acc + per lane the exact sum of 4 byte products, with ``vpmaddwd`` on 16-bit values: the
-        activation's bytes (0, 2) and (1, 3) zero-extended (two masks and a shift of the broadcast
-        word) against the weight's, sign-extended (``avx2_weights``, once per block and step). Two
-        multiplies per 32 products; ``vpmaddubsw``'s int16 pair sum of u8 x s8 would saturate (255 * 127
-        * 2 > 2^15), where ``vpdpbusd`` and onnxruntime's VNNI kernels do not, and splitting the bytes
-        to keep it exact took four."""
+    def avx2_activation(b, a_word):
+        """An activation word's bytes (0, 2) and (1, 3) zero-extended to int16 pairs in every lane: two
+        masks and a shift of the broadcast word, once per row and step."""
         word = cg.splat(a_word, lanes)
         mask = ir.Constant(vty, [ir.Constant(I32, 0x00FF00FF)] * lanes)
-        even = b.bitcast(b.and_(word, mask), words_ty)
-        odd = b.bitcast(b.and_(b.lshr(word, ir.Constant(vty, [ir.Constant(I32, 8)] * lanes)), mask), words_ty)
-        acc = b.add(acc, b.call(pmaddwd, [even, halves[0]]))
-        return b.add(acc, b.call(pmaddwd, [odd, halves[1]]))
+        odd = b.lshr(word, ir.Constant(vty, [ir.Constant(I32, 8)] * lanes))
+        return b.bitcast(b.and_(word, mask), words_ty), b.bitcast(b.and_(odd, mask), words_ty)
+
+    def avx2_dot(b, acc, a_halves, w_halves):
+        """acc + per lane the exact sum of 4 byte products, with ``vpmaddwd`` on 16-bit values: the
+        activation's halves (``avx2_activation``) against the weight's (``avx2_weights``). Two multiplies
+        per 32 products; ``vpmaddubsw``'s int16 pair sum of u8 x s8 would saturate (255 * 127 * 2 > 2^15),
+        where ``vpdpbusd`` and onnxruntime's VNNI kernels do not, and splitting the bytes to keep it exact
+        took four."""
+        acc = b.add(acc, b.call(pmaddwd, [a_halves[0], w_halves[0]]))
+        return b.add(acc, b.call(pmaddwd, [a_halves[1], w_halves[1]]))
 
     def neon_dot(b, pair, a_word, b_halves):
         """pair + the byte products of ``a`` (zero-extended) and one weight vector (sign-extended,
@@ -310,7 +313,7 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
         a_off = offset(b, (sau, sav, sa1))
         for i in range(m):
             a_word = b.load(at(pa, i8, b.add(a_off, ir.Constant(I64, i * sa0))), typ=I32, align=1)
-            a_splat = cg.splat(a_word, lanes)
+            a_splat = avx2_activation(b, a_word) if isa == "avx2" else cg.splat(a_word, lanes)
             for t, b_bytes in enumerate(weights):
                 slots = accs[t][i]
                 acc = [b.load(slot, typ=vty) for slot in slots]
@@ -319,7 +322,7 @@ def _emit_dot_u8s8(cg, call, m: int, nb: int, lanes: int, k4: int, isa: str, win
                 elif isa == "widened":
                     acc = [widened(b, acc[0], a_word, b_bytes)]
                 elif isa == "avx2":
-                    acc = [avx2_dot(b, acc[0], a_word, b_bytes)]
+                    acc = [avx2_dot(b, acc[0], a_splat, b_bytes)]
                 else:
                     acc = [b.call(vpdpbusd, [acc[0], a_splat, b.bitcast(b_bytes, vty)])]
                 for slot, value in zip(slots, acc):
