@@ -298,8 +298,9 @@ def packed_attrs(target, n: int, block: int, rows: int | None) -> dict:
         computed = padded_blocks(machine, blocks, padded_rows(rows))
         if computed != blocks:
             attrs["blocks"] = computed
-        if computed_rows(machine, computed, rows) != padded_rows(rows):
-            attrs["padded_rows"] = computed_rows(machine, computed, rows)
+        padded = computed_rows(machine, computed, rows)
+        if padded != padded_rows(rows):
+            attrs["padded_rows"] = padded
     return attrs
 
 
