@@ -35,46 +35,44 @@ from nnvm.runtime import staged_file
 from nnvm.runtime.crt import install_runtime
 
 
-def _parse_shapes(items) -> dict | None:
-    if not items:
-        return None
-    shapes = {}
-    for item in items:
-        name, sep, dims = item.partition("=")
-        if not sep or not name:
-            raise Error(f"--shape {item!r} should look like NAME=1x3x224x224")
+def _named(items, flag: str, example: str, parse) -> dict:
+    """``NAME=VALUE`` items of the repeatable option ``flag`` as ``{NAME: parse(VALUE)}``; an item without a
+    name, or whose value ``parse`` refuses (ValueError), is one sentence showing ``example``."""
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
         try:
-            shapes[name] = tuple(int(d) for d in dims.lower().split("x"))
+            if not sep or not name:
+                raise ValueError
+            out[name] = parse(value)
         except ValueError:
-            raise Error(f"--shape {item!r}: dimensions must be integers separated by 'x'") from None
-    return shapes
+            raise Error(f"{flag} {item!r} should look like {example}") from None
+    return out
+
+
+def _shape(value: str) -> tuple:
+    return tuple(int(d) for d in value.lower().split("x"))
+
+
+def _bound(value: str) -> tuple:
+    lo, colon, hi = value.partition(":")
+    if not colon:
+        raise ValueError
+    return int(lo), int(hi)
+
+
+def _parse_shapes(items) -> dict | None:
+    return _named(items, "--shape", "NAME=1x3x224x224 (integers separated by 'x')", _shape) or None
 
 
 def _parse_bounds(items) -> dict | None:
     """``--bound NAME=LO:HI`` items as ``bounds=`` (a symbolic dim's range, what an export plans for)."""
-    if not items:
-        return None
-    bounds = {}
-    for item in items:
-        name, sep, rng = item.partition("=")
-        lo, colon, hi = rng.partition(":")
-        try:
-            if not sep or not name or not colon:
-                raise ValueError
-            bounds[name] = (int(lo), int(hi))
-        except ValueError:
-            raise Error(f"--bound {item!r} should look like NAME=LO:HI (integers: count=1:512)") from None
-    return bounds
+    return _named(items, "--bound", "NAME=LO:HI (integers: count=1:512)", _bound) or None
 
 
 def _parse_inputs(items) -> dict:
-    inputs = {}
-    for item in items or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name:
-            raise Error(f"--input {item!r} should look like NAME=FILE.npy")
-        inputs[name] = read_npy(path, f"--input {name}")
-    return inputs
+    paths = _named(items, "--input", "NAME=FILE.npy", lambda path: path)
+    return {name: read_npy(path, f"--input {name}") for name, path in paths.items()}
 
 
 def read_npy(path: str, what: str):
@@ -300,6 +298,10 @@ def calibration_files(folder: str) -> list[dict]:
 
 
 def cmd_quantize(args) -> int:
+    compiled = not args.output.lower().endswith(".onnx")  # -o a module: the quantized model compiled
+    if not compiled and args.target != "llvm":  # said before the calibration runs
+        raise Error(f"--target {args.target}: -o {args.output} writes the QDQ ONNX model, which is not "
+                    "compiled; give -o a module's name (model.so) to compile it for a target")
     samples = calibration_files(args.calibration)
     arrays = []
     for sample in samples:
@@ -318,15 +320,11 @@ def cmd_quantize(args) -> int:
         raise Error(f"{args.model}: calibration file {path}: {exc.reason}") from None
     weights = "per channel" if args.per_channel else "per tensor"
     what = f"{len(arrays)} calibration inputs, {args.method}, int8 weights {weights}, uint8 activations"
-    if not args.output.lower().endswith(".onnx"):  # compiled directly: a module, as `nnvm compile` writes
-        mod = nnvm.compile(model, target=args.target)
-        mod.export(args.output)
+    if compiled:  # as `nnvm compile -o` writes it
+        nnvm.compile(model, target=args.target).export(args.output)
         print(f"quantized {args.model} ({what}) and compiled it for {args.target} -> {args.output} in "
               f"{time.perf_counter() - start:.1f} s")
         return 0
-    if args.target != "llvm":
-        raise Error(f"--target {args.target}: -o {args.output} writes the QDQ ONNX model, which is not "
-                    "compiled; give -o a module's name (model.so) to compile it for a target")
     try:
         with open(args.output, "wb") as f:
             f.write(model.SerializeToString())
