@@ -200,20 +200,18 @@ def padded_rows(rows):
 
 
 def computed_rows(machine, blocks: int, rows: int) -> int:
-    """The data rows ``dense_packed`` computes on ``machine`` (``cost_model.Machine``) for ``rows`` rows
-    (an int) by a weight of ``blocks`` blocks: ``padded_rows``'s count, or one more where an odd count
-    of few rows (5 or 7: ``MIN_PADDED_ROWS``) leaves ``packed_tile`` a tile one row tall and one more
-    row makes it taller. That is
-    AVX2 at 5 and 7 rows (8 accumulators: 7 rows by 2 blocks do not fit, 7 by 1 is one weight stream
-    and one broadcast register per multiply-add), where 4 x 1 tiles re-read the weight panel for every
-    row and ran 4 chains: padded to 6 and 8 rows in 4 x 2 tiles (``-mcpu=haswell`` on Zen 5, one thread,
-    CPU time, 768 x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7; with AVX-512 a weight of 125
-    blocks (5 x 1 at 5 rows, 5 x 3 at 6). The extra row re-reads the last one (a clamped index) and is
-    cropped. Where two blocks fit beside every row (AVX-512 on BERT's and GPT-2's layers and head) or
-    the weight takes one block at a time (13 blocks: 1 x 7) the rows stay as they are. The layout pass
-    asks (``layout.alter_dense``) and gives the count to the op (its ``padded_rows``).
-    ``cpu_switches={"dense_few_rows": "0"}``: neither this nor ``packed_tile``'s one tile of few rows nor
-    ``padded_blocks``' block for them, for A/B benchmarks."""
+    """The data rows ``dense_packed`` computes on ``machine`` (``cost_model.Machine``) for ``rows`` rows (an
+    int) by a weight of ``blocks`` blocks: ``padded_rows``'s count, or one more where an odd count of few rows
+    (5 or 7: ``MIN_PADDED_ROWS``) leaves ``packed_tile`` a tile one row tall and one more row makes it taller.
+    That is AVX2 at 5 and 7 rows (8 accumulators: 7 rows by 2 blocks do not fit, 7 by 1 is one weight stream
+    and one broadcast register per multiply-add), where 4 x 1 tiles re-read the weight panel for every row and
+    ran 4 chains: padded to 6 and 8 rows in 4 x 2 tiles (``-mcpu=haswell`` on Zen 5, one thread, CPU time, 768
+    x 3072): 391 -> 259 us at 5 rows, 521 -> 354 at 7; with AVX-512 a weight of 125 blocks (5 x 1 at 5 rows, 5
+    x 3 at 6). The extra row re-reads the last one (a clamped index) and is cropped. Where two blocks fit
+    beside every row (AVX-512 on BERT's and GPT-2's layers and head) or the weight takes one block at a time
+    (13 blocks: 1 x 7) the rows stay as they are. The layout pass asks (``layout.alter_dense``) and gives the
+    count to the op (its ``padded_rows``). ``cpu_switches={"dense_few_rows": "0"}``: neither this nor
+    ``packed_tile``'s one tile of few rows nor ``padded_blocks``' block for them, for A/B benchmarks."""
     padded = padded_rows(rows)
     if (padded != rows or rows % 2 == 0 or rows < MIN_PADDED_ROWS or not enabled("dense_few_rows")
             or packed_tile(machine, blocks, rows)[1] > 1):
