@@ -177,15 +177,15 @@ class Stages:
         write(self, path)
 
 
-def _plain(value):
-    """An attribute as a JSON value (ONNX's byte strings as text)."""
+def _plain(value, where: str):
+    """An attribute as a JSON value (ONNX's byte strings as text); ``where`` names it in the refusal."""
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_plain(v, where) for v in value]
     if isinstance(value, (bool, int, float, str)) or value is None:
         return value
-    raise Error(f"an attribute of type {type(value).__name__} cannot be written to an exported file")
+    raise Error(f"{where} is of type {type(value).__name__}, which an exported file cannot hold")
 
 
 def write(mod: Stages, path) -> None:
@@ -200,7 +200,9 @@ def write(mod: Stages, path) -> None:
             if isinstance(stage, HostStage):
                 op = stage.op
                 steps.append({"kind": "host", "node": op.node, "op": op.op,
-                              "attrs": {a: _plain(v) for a, v in op.attrs.items()}, "inputs": list(op.inputs),
+                              "attrs": {a: _plain(v, f"cannot export {path}: node {op.node} ({op.op})'s "
+                                                       f"attribute {a}") for a, v in op.attrs.items()},
+                              "inputs": list(op.inputs),
                               "outputs": list(op.outputs), "dim": stage.dim,
                               "where": list(stage.where) if stage.where is not None else None})
                 continue
