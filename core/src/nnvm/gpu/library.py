@@ -150,9 +150,12 @@ def launch_table(program) -> dict:
         launch = k.attrs.get("launch", {})
         block = [launch.get(f"threadIdx.{d}", 1) for d in "xyz"]
         grid = [size_term(launch.get(f"blockIdx.{d}", 1)) for d in "xyz"]
-        # a backend folds this grid at run time (its value says how: webgpu's True or "y")
-        fold = {"fold": launch["fold"]} if launch.get("fold") else {}
-        launches.append({"kernel": k.name, "grid": grid, "block": block, **fold})
+        # a backend folds this grid at run time (its value says how: webgpu's True or "y"), and binds these
+        # of the kernel's buffers read-only (webgpu: the dims a uniform guard reads)
+        extra = {"fold": launch["fold"]} if launch.get("fold") else {}
+        if k.attrs.get("read_only"):
+            extra["read_only"] = list(k.attrs["read_only"])
+        launches.append({"kernel": k.name, "grid": grid, "block": block, **extra})
     return {"name": program.name, "params": params, "temporaries": temps, "launches": launches}
 
 

@@ -78,17 +78,6 @@ class WebGPUBackend(GPUBackend):
             prog.kernels = [replace(k, attrs={**k.attrs, "packed": packed}) for k in folded]
         return state
 
-    def _compile(self, state: dict) -> dict:
-        """The GPU layer's stage, with the bindings each kernel declares read-only in its launch table
-        (``read_only``: their indices), so both runtimes make its layout as WebGPU requires."""
-        tables = [launch_table(p) for p in state["programs"]]
-        for table, prog in zip(tables, state["programs"]):
-            for la, k in zip(table["launches"], prog.kernels):
-                if k.attrs.get("read_only"):
-                    la["read_only"] = list(k.attrs["read_only"])
-        state["library"] = self.compile(state["source"], tables, state["options"])
-        return state
-
     def compile(self, source: str, tables: list, options: dict) -> WebGPUKernelLibrary:
         # the grids as the printer folded them, the parameters as it packed them
         tables = [{**t, "launches": [{**la, "grid": fold_grid(la["grid"])} for la in t["launches"]],
